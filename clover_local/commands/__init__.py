@@ -1,0 +1,1 @@
+"""One module per ``clover-local`` subcommand; see ``clover_local.cli``."""

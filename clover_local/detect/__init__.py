@@ -1,0 +1,9 @@
+"""Hardware detection: CPU, RAM, disk, every GPU (per GPU), and what the llama.cpp build can use.
+
+``detect_machine()`` probes the real machine; every probe fails soft and records why in ``Machine.probes``.
+``parse_simulate(spec)`` builds a described machine for ``--simulate``.
+"""
+
+from clover_local.detect.machine import Cpu, Disk, Gpu, LlamaBuild, Machine, Memory, ProbeResult
+
+__all__ = ["Cpu", "Disk", "Gpu", "LlamaBuild", "Machine", "Memory", "ProbeResult"]

@@ -1,0 +1,1 @@
+"""The embedded engine: llama-cpp-python in-process, with self-speculative decoding."""

@@ -1,0 +1,88 @@
+"""The contract between engines (embedded llama-cpp-python, upstream llama-server) and their users
+(``run``, ``bench``, ``serve``, the TUI chat). Plain values; no llama_cpp import here."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+Role = Literal["system", "user", "assistant"]
+FinishReason = Literal["stop", "length", "cancelled"]
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One reply to generate. Exactly one of ``messages`` (chat) and ``prompt`` (plain completion)."""
+
+    messages: tuple[ChatMessage, ...] | None = None
+    prompt: str | None = None
+    max_tokens: int = 1024
+    temperature: float | None = None
+    """None: the preset's default. 0: greedy."""
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    speculative: bool | None = None
+    """None: as the plan says."""
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    """Prompt tokens reused from the KV cache of the previous turn."""
+    ttft_s: float
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    draft_acceptance: float | None
+    """Accepted / drafted tokens; None when nothing was drafted."""
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    finish_reason: FinishReason = "stop"
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """New text, already detokenized and safe to show (never half a UTF-8 character or a partial stop string)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    stats: GenerationStats
+
+
+GenerationEvent = TextDelta | Finished
+
+
+class ChatEngine(Protocol):
+    """What the CLI, the server and the TUI need from an engine."""
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def generate(
+        self, request: GenerationRequest, cancel: threading.Event | None = None
+    ) -> Iterator[GenerationEvent]:
+        """Stream a reply: ``TextDelta`` events, then exactly one ``Finished``. Setting ``cancel`` stops within a
+        token or two (``finish_reason="cancelled"``). Not thread-safe: one generation at a time per engine."""
+        ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,66 @@
+"""Errors meant for people: what happened, what it means, what to do next.
+
+Every error a user can cause or fix is a :class:`CloverError`. The CLI prints ``str(error)`` (never a
+traceback) and exits with ``error.exit_code``; the TUI shows the same text.
+"""
+
+from __future__ import annotations
+
+
+class CloverError(Exception):
+    """Base of all user-facing errors.
+
+    ``what`` says what happened, ``fix`` (optional) what the person can do about it.
+    """
+
+    exit_code = 1
+
+    def __init__(self, what: str, fix: str | None = None) -> None:
+        super().__init__(what)
+        self.what = what
+        self.fix = fix
+
+    def __str__(self) -> str:
+        return self.what if not self.fix else f"{self.what}\n  -> {self.fix}"
+
+
+class UsageError(CloverError):
+    """The command line or a value given by the person is wrong."""
+
+    exit_code = 2
+
+
+class PresetError(CloverError):
+    """A preset file is missing, malformed, or has a bad key (the message names file and key)."""
+
+
+class GGUFError(CloverError):
+    """A GGUF file or header could not be read (truncated, corrupt, not a GGUF)."""
+
+
+class PlanError(CloverError):
+    """No plan can be made for this machine and model."""
+
+
+class DownloadError(CloverError):
+    """Something went wrong talking to Hugging Face or writing the file."""
+
+
+class NotEnoughDiskError(DownloadError):
+    """Free disk space is below what the download still needs."""
+
+
+class VerificationError(DownloadError):
+    """A downloaded file's sha256 does not match the Hub's."""
+
+
+class EngineError(CloverError):
+    """llama.cpp could not load the model or generate."""
+
+
+class OutOfMemoryError(EngineError):
+    """Loading failed for lack of memory; a safer plan may work."""
+
+
+class ServerError(CloverError):
+    """The OpenAI-compatible server or an upstream llama-server failed."""

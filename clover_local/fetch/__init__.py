@@ -1,0 +1,1 @@
+"""Fetching GGUFs from Hugging Face: resolve files for a quant, download with resume, verify."""

@@ -1,0 +1,99 @@
+"""A model as the planner sees it: architecture numbers plus, when a GGUF header was read, exact tensor sizes.
+
+Built from a preset alone (sizes estimated from the preset's fallback bytes) or from a GGUF header,
+local or remote (``clover_local.gguf_header``), which gives exact bytes per tensor.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from clover_local.presets import Architecture, Preset
+
+_LAYER_RE = re.compile(r"^blk\.(\d+)\.")
+_EXPERT_RE = re.compile(r"\.ffn_(up|down|gate|gate_up)_exps\.")
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    name: str
+    n_bytes: int
+    layer: int | None
+    """Block index for ``blk.N.*`` tensors, None for embeddings, output and norms."""
+    is_expert: bool
+    """Routed-expert FFN tensor (``ffn_*_exps``): what ``--n-cpu-moe`` keeps in RAM."""
+
+    @staticmethod
+    def classify(name: str, n_bytes: int) -> TensorEntry:
+        m = _LAYER_RE.match(name)
+        return TensorEntry(name, n_bytes, int(m.group(1)) if m else None, bool(_EXPERT_RE.search(name)))
+
+
+@dataclass(frozen=True)
+class ModelDescription:
+    architecture: Architecture
+    file_bytes: int
+    """All shards together."""
+    quant: str | None = None
+    tensors: tuple[TensorEntry, ...] | None = None
+    """None when only a preset was known: sizes below are then estimates."""
+    chat_template: str | None = None
+    """The template stored in the GGUF (``tokenizer.chat_template``), if any."""
+    source: str = ""
+
+    @property
+    def exact(self) -> bool:
+        return self.tensors is not None
+
+    def expert_bytes_per_layer(self) -> list[int]:
+        """Routed-expert bytes of each layer."""
+        n = self.architecture.n_layers
+        if self.tensors is None:
+            per = int(self.file_bytes * self.architecture.expert_weight_fraction) // n
+            return [per] * n
+        out = [0] * n
+        for t in self.tensors:
+            if t.is_expert and t.layer is not None and t.layer < n:
+                out[t.layer] += t.n_bytes
+        return out
+
+    def dense_bytes_per_layer(self) -> list[int]:
+        """Non-expert bytes of each layer: attention or recurrent weights, shared expert, norms, router."""
+        n = self.architecture.n_layers
+        if self.tensors is None:
+            rest = self.file_bytes - sum(self.expert_bytes_per_layer()) - self.global_bytes()
+            return [max(rest, 0) // n] * n
+        out = [0] * n
+        for t in self.tensors:
+            if not t.is_expert and t.layer is not None and t.layer < n:
+                out[t.layer] += t.n_bytes
+        return out
+
+    def global_bytes(self) -> int:
+        """Bytes outside the layers: token embedding, output head, final norm."""
+        if self.tensors is None:
+            a = self.architecture
+            # Embedding and output head at roughly the file's average bits per weight.
+            return min(self.file_bytes // 10, 2 * a.n_vocab * a.n_embd * 2 // 3)
+        return sum(t.n_bytes for t in self.tensors if t.layer is None)
+
+    def tensor_bytes(self, name: str) -> int:
+        """Bytes of one named tensor (0 when unknown)."""
+        for t in self.tensors or ():
+            if t.name == name:
+                return t.n_bytes
+        return 0
+
+
+def describe_from_preset(preset: Preset, quant: str, file_bytes: int | None = None) -> ModelDescription:
+    """A model description from the preset alone (no header): sizes are estimates."""
+    spec = preset.quants[quant]
+    return ModelDescription(
+        architecture=preset.architecture,
+        file_bytes=file_bytes or spec.fallback_bytes,
+        quant=quant,
+        tensors=None,
+        chat_template=None,
+        source=f"preset {preset.name}",
+    )

@@ -1,0 +1,110 @@
+"""What the planner decides: plain frozen values, turned into llama.cpp settings by ``plan.llama_args``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Goal = Literal["quality", "speed"]
+LoadMode = Literal["auto", "mmap", "mlock", "mmap+mlock", "none"]
+FlashAttn = Literal["on", "off", "auto"]
+
+
+@dataclass(frozen=True)
+class Wishes:
+    """What the person asked for; None means "decide for me"."""
+
+    quant: str = "auto"
+    ctx: int | None = None
+    goal: Goal = "quality"
+    speculative: bool | None = None
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Planned bytes in one place (a GPU or system RAM), by what they hold."""
+
+    name: str
+    """``gpu0`` ... or ``ram``."""
+    capacity_bytes: int
+    """Free memory the plan may use there (before the margin)."""
+    weights_bytes: int = 0
+    kv_cache_bytes: int = 0
+    recurrent_state_bytes: int = 0
+    compute_bytes: int = 0
+    margin_bytes: int = 0
+
+    @property
+    def used_bytes(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes + self.recurrent_state_bytes + self.compute_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.used_bytes + self.margin_bytes <= self.capacity_bytes
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    gpus: tuple[DeviceMemory, ...]
+    ram: DeviceMemory
+
+    @property
+    def gpu_bytes(self) -> list[int]:
+        return [g.used_bytes for g in self.gpus]
+
+
+@dataclass(frozen=True)
+class SpeculativePlan:
+    enabled: bool
+    type: str = "ngram-mod"
+    n_match: int = 24
+    n_min: int = 2
+    n_max: int = 16
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Another choice the planner weighed, and why it was not taken."""
+
+    quant: str
+    fits: bool
+    why_not: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    preset: str
+    model_path: str | None
+    """A local GGUF (first shard) when known; None before download."""
+    quant: str
+    file_bytes: int
+    ctx: int
+    n_gpu_layers: int
+    """-1 = all layers. 0 on CPU-only plans."""
+    n_cpu_moe: int
+    """Expert tensors of the first N layers stay in RAM (llama.cpp ``--n-cpu-moe N``)."""
+    fits: bool
+    memory: MemoryPlan
+    speculative: SpeculativePlan
+    predicted_tokens_per_s: float
+    """An estimate from memory bandwidth, not a measurement."""
+    reasons: tuple[str, ...]
+    threads: int
+    threads_batch: int
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    flash_attn: FlashAttn = "auto"
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    load_mode: LoadMode = "mmap"
+    split_mode: Literal["none", "layer"] = "layer"
+    main_gpu: int = 0
+    tensor_split: tuple[float, ...] = ()
+    """Per-GPU proportions for several GPUs; empty for one or none."""
+    chat_template: str = "gguf"
+    """From the preset: ``gguf``, a llama.cpp built-in name, or ``completion``."""
+    backend: str = "cpu"
+    alternatives: tuple[Alternative, ...] = field(default=())
+    estimated: bool = True
+    """True when sizes came from the preset, not an exact GGUF tensor table."""

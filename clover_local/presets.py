@@ -1,0 +1,266 @@
+"""Model presets: what to download and the numbers the planner needs, from ``presets/*.toml``.
+
+Shipped presets live in the repository's ``presets/`` folder (``clover_local/_presets`` in a wheel); a
+file of the same name in :func:`clover_local.settings.user_presets_dir` overrides one. A broken preset
+raises :class:`PresetError` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clover_local import settings
+from clover_local.errors import PresetError
+
+TEMPLATE_FROM_GGUF = "gguf"
+TEMPLATE_COMPLETION = "completion"
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """One quantization offered by a preset."""
+
+    name: str
+    """Quant name as people say it, e.g. ``Q4_K_M``."""
+    pattern: str
+    """Text matched (case-insensitively, between separators) in GGUF file names of the repo."""
+    fallback_bytes: int
+    """Total file size used for planning when the Hub cannot be asked."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The architecture numbers the memory model needs. Mirrors the GGUF header's keys."""
+
+    arch: str
+    n_layers: int
+    n_head_kv: int
+    head_dim: int
+    n_embd: int
+    n_vocab: int
+    n_ctx_train: int
+    full_attention_interval: int | None = None
+    """Every Nth layer is full attention, the rest recurrent (hybrid models); None: all layers attend."""
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_expert_shared: int = 0
+    expert_ffn: int = 0
+    recurrent_state_bytes: int = 0
+    """Recurrent (e.g. Gated DeltaNet) state per sequence, all recurrent layers together."""
+    expert_weight_fraction: float = 0.0
+    """Routed experts' share of the weight bytes, used only when no tensor table is known."""
+    sliding_window: int = 0
+    sliding_window_pattern: int = 0
+    """Every Nth layer is global attention, the others use the sliding window (Gemma 3)."""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_expert > 0
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """Indices of the layers that hold a KV cache."""
+        if self.full_attention_interval:
+            k = self.full_attention_interval
+            return tuple(i for i in range(self.n_layers) if (i + 1) % k == 0)
+        return tuple(range(self.n_layers))
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+
+
+@dataclass(frozen=True)
+class SpeculativeDefaults:
+    """Self-speculative (n-gram) decoding defaults; names follow llama-server's ``--spec-ngram-mod-*``."""
+
+    enabled: bool = True
+    type: str = "ngram-mod"
+    n_match: int = 24
+    n_min: int = 2
+    n_max: int = 16
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    display_name: str
+    repo: str
+    quants: dict[str, QuantSpec]
+    architecture: Architecture
+    ctx_default: int
+    ctx_max: int
+    sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
+    speculative: SpeculativeDefaults = field(default_factory=SpeculativeDefaults)
+    chat_template: str = TEMPLATE_FROM_GGUF
+    """``gguf`` (the GGUF's own), a llama.cpp built-in template name, or ``completion``."""
+    default_quant: str = "auto"
+    license: str = ""
+    python_package: str | None = None
+    """A PyPI package that can assemble the GGUF locally (test models)."""
+    source: Path | None = None
+    """The TOML file this preset came from."""
+
+
+def shipped_presets_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "presets", here / "_presets"):
+        if candidate.is_dir():
+            return candidate
+    raise PresetError("The shipped presets folder is missing from this installation.", "Reinstall clover-local.")
+
+
+def preset_files() -> dict[str, Path]:
+    """Preset name -> file; user presets override shipped ones of the same file name."""
+    files: dict[str, Path] = {}
+    for folder in (shipped_presets_dir(), settings.user_presets_dir()):
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.toml")):
+                files[path.stem] = path
+    return files
+
+
+def list_presets() -> list[str]:
+    return sorted(preset_files())
+
+
+def load_preset(name: str | None = None) -> Preset:
+    """Load a preset by name (default: ``settings.default_preset_name()``) or by path to a ``.toml``."""
+    name = name or settings.default_preset_name()
+    if name.endswith(".toml") or "/" in name:
+        return load_preset_file(Path(name))
+    files = preset_files()
+    if name not in files:
+        raise PresetError(
+            f"No preset named {name!r}.", f"Known presets: {', '.join(sorted(files)) or 'none'}."
+        )
+    return load_preset_file(files[name])
+
+
+def load_preset_file(path: Path) -> Preset:
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PresetError(f"Preset file {path} does not exist.") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PresetError(f"Preset file {path} is not valid TOML: {exc}.") from None
+    return _parse(raw, path)
+
+
+class _Reader:
+    """Typed access to one TOML table, with errors naming file and dotted key."""
+
+    def __init__(self, table: dict[str, Any], path: Path, prefix: str = "") -> None:
+        self.table, self.path, self.prefix = table, path, prefix
+
+    def _fail(self, key: str, problem: str) -> PresetError:
+        return PresetError(f"Preset {self.path}: key '{self.prefix}{key}' {problem}.")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *, positive: bool = False) -> Any:
+        if key not in self.table:
+            if default is ...:
+                raise self._fail(key, "is missing")
+            return default
+        value = self.table[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            raise self._fail(key, f"must be {names}, not {type(value).__name__} {value!r}")
+        if positive and value <= 0:
+            raise self._fail(key, f"must be positive, not {value!r}")
+        return value
+
+    def sub(self, key: str, *, required: bool = True) -> _Reader:
+        value = self.table.get(key)
+        if value is None and not required:
+            return _Reader({}, self.path, f"{self.prefix}{key}.")
+        if not isinstance(value, dict):
+            raise self._fail(key, "is missing" if value is None else "must be a table")
+        return _Reader(value, self.path, f"{self.prefix}{key}.")
+
+
+def _parse(raw: dict[str, Any], path: Path) -> Preset:
+    top = _Reader(raw, path)
+    arch_t = top.sub("architecture")
+    arch = Architecture(
+        arch=arch_t.get("arch", str),
+        n_layers=arch_t.get("n_layers", int, positive=True),
+        n_head_kv=arch_t.get("n_head_kv", int, positive=True),
+        head_dim=arch_t.get("head_dim", int, positive=True),
+        n_embd=arch_t.get("n_embd", int, positive=True),
+        n_vocab=arch_t.get("n_vocab", int, positive=True),
+        n_ctx_train=arch_t.get("n_ctx_train", int, positive=True),
+        full_attention_interval=arch_t.get("full_attention_interval", int, None),
+        n_expert=arch_t.get("n_expert", int, 0),
+        n_expert_used=arch_t.get("n_expert_used", int, 0),
+        n_expert_shared=arch_t.get("n_expert_shared", int, 0),
+        expert_ffn=arch_t.get("expert_ffn", int, 0),
+        recurrent_state_bytes=arch_t.get("recurrent_state_bytes", int, 0),
+        expert_weight_fraction=arch_t.get("expert_weight_fraction", float, 0.0),
+        sliding_window=arch_t.get("sliding_window", int, 0),
+        sliding_window_pattern=arch_t.get("sliding_window_pattern", int, 0),
+    )
+    quants_t = top.sub("quants")
+    quants: dict[str, QuantSpec] = {}
+    for qname in quants_t.table:
+        q = quants_t.sub(qname)
+        quants[qname] = QuantSpec(
+            name=qname,
+            pattern=q.get("pattern", str, qname),
+            fallback_bytes=q.get("fallback_bytes", int, positive=True),
+        )
+    if not quants:
+        raise PresetError(f"Preset {path}: key 'quants' must list at least one quant.")
+    ctx_t = top.sub("context")
+    ctx_default = ctx_t.get("default", int, positive=True)
+    ctx_max = ctx_t.get("max", int, arch.n_ctx_train, positive=True)
+    if ctx_default > ctx_max:
+        raise PresetError(f"Preset {path}: key 'context.default' ({ctx_default}) exceeds 'context.max' ({ctx_max}).")
+    s_t = top.sub("sampling", required=False)
+    d = SamplingDefaults()
+    sampling = SamplingDefaults(
+        temperature=s_t.get("temperature", float, d.temperature),
+        top_p=s_t.get("top_p", float, d.top_p),
+        top_k=s_t.get("top_k", int, d.top_k),
+        min_p=s_t.get("min_p", float, d.min_p),
+        repeat_penalty=s_t.get("repeat_penalty", float, d.repeat_penalty),
+    )
+    sp_t = top.sub("speculative", required=False)
+    sd = SpeculativeDefaults()
+    speculative = SpeculativeDefaults(
+        enabled=sp_t.get("enabled", bool, sd.enabled),
+        type=sp_t.get("type", str, sd.type),
+        n_match=sp_t.get("n_match", int, sd.n_match, positive=True),
+        n_min=sp_t.get("n_min", int, sd.n_min),
+        n_max=sp_t.get("n_max", int, sd.n_max, positive=True),
+    )
+    default_quant = top.get("default_quant", str, "auto")
+    if default_quant != "auto" and default_quant not in quants:
+        raise PresetError(f"Preset {path}: key 'default_quant' names {default_quant!r}, not one of {sorted(quants)}.")
+    return Preset(
+        name=top.get("name", str, path.stem),
+        display_name=top.get("display_name", str, path.stem),
+        repo=top.get("repo", str),
+        quants=quants,
+        architecture=arch,
+        ctx_default=ctx_default,
+        ctx_max=ctx_max,
+        sampling=sampling,
+        speculative=speculative,
+        chat_template=top.get("chat_template", str, TEMPLATE_FROM_GGUF),
+        default_quant=default_quant,
+        license=top.get("license", str, ""),
+        python_package=top.get("python_package", str, None),
+        source=path,
+    )
+

@@ -1,0 +1,1 @@
+"""Serving: an OpenAI-compatible HTTP API over the embedded engine, and upstream llama-server processes."""

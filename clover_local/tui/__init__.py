@@ -1,0 +1,1 @@
+"""The Textual app. It only composes the other steps; nothing outside this package imports textual."""

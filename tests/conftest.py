@@ -1,0 +1,40 @@
+"""Shared fixtures. Every test runs with its own user directories and Hugging Face cache (autouse), so
+nothing touches the person's real config, data or models."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Point clover-local's config/data/cache dirs and the HF cache at a fresh temporary folder."""
+    root = tmp_path_factory.mktemp("user")
+    monkeypatch.setenv("CLOVER_CONFIG_DIR", str(root / "config"))
+    monkeypatch.setenv("CLOVER_DATA_DIR", str(root / "data"))
+    monkeypatch.setenv("CLOVER_CACHE_DIR", str(root / "cache"))
+    monkeypatch.setenv("HF_HOME", str(root / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(root / "hf" / "hub"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.delenv("CLOVER_PRESET", raising=False)
+    monkeypatch.delenv("CLOVER_LLAMA_SERVER", raising=False)
+    _reload_hf_constants(monkeypatch)
+    yield root
+
+
+def _reload_hf_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub reads its environment once, at import: refresh the values tests depend on."""
+    from huggingface_hub import constants
+
+    import os
+
+    monkeypatch.setattr(constants, "HF_HOME", os.environ["HF_HOME"])
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", os.environ["HF_HUB_CACHE"])
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
