@@ -115,7 +115,9 @@ def shipped_presets_dir() -> Path:
     for candidate in (here.parent / "presets", here / "_presets"):
         if candidate.is_dir():
             return candidate
-    raise PresetError("The shipped presets folder is missing from this installation.", "Reinstall clover-local.")
+    raise PresetError(
+        "The shipped presets folder is missing from this installation.", "Reinstall clover-local."
+    )
 
 
 def preset_files() -> dict[str, Path]:
@@ -164,7 +166,9 @@ class _Reader:
     def _fail(self, key: str, problem: str) -> PresetError:
         return PresetError(f"Preset {self.path}: key '{self.prefix}{key}' {problem}.")
 
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *, positive: bool = False) -> Any:
+    def get(
+        self, key: str, kind: type | tuple[type, ...], default: Any = ..., *, positive: bool = False
+    ) -> Any:
         if key not in self.table:
             if default is ...:
                 raise self._fail(key, "is missing")
@@ -173,7 +177,7 @@ class _Reader:
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             names = " or ".join(k.__name__ for k in kinds)
             raise self._fail(key, f"must be {names}, not {type(value).__name__} {value!r}")
         if positive and value <= 0:
@@ -225,7 +229,9 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
     ctx_default = ctx_t.get("default", int, positive=True)
     ctx_max = ctx_t.get("max", int, arch.n_ctx_train, positive=True)
     if ctx_default > ctx_max:
-        raise PresetError(f"Preset {path}: key 'context.default' ({ctx_default}) exceeds 'context.max' ({ctx_max}).")
+        raise PresetError(
+            f"Preset {path}: key 'context.default' ({ctx_default}) exceeds 'context.max' ({ctx_max})."
+        )
     s_t = top.sub("sampling", required=False)
     d = SamplingDefaults()
     sampling = SamplingDefaults(
@@ -246,7 +252,9 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
     )
     default_quant = top.get("default_quant", str, "auto")
     if default_quant != "auto" and default_quant not in quants:
-        raise PresetError(f"Preset {path}: key 'default_quant' names {default_quant!r}, not one of {sorted(quants)}.")
+        raise PresetError(
+            f"Preset {path}: key 'default_quant' names {default_quant!r}, not one of {sorted(quants)}."
+        )
     return Preset(
         name=top.get("name", str, path.stem),
         display_name=top.get("display_name", str, path.stem),
@@ -263,4 +271,3 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
         python_package=top.get("python_package", str, None),
         source=path,
     )
-

@@ -12,7 +12,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
-def isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def isolated_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
     """Point clover-local's config/data/cache dirs and the HF cache at a fresh temporary folder."""
     root = tmp_path_factory.mktemp("user")
     monkeypatch.setenv("CLOVER_CONFIG_DIR", str(root / "config"))
@@ -31,9 +33,9 @@ def isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
 
 def _reload_hf_constants(monkeypatch: pytest.MonkeyPatch) -> None:
     """huggingface_hub reads its environment once, at import: refresh the values tests depend on."""
-    from huggingface_hub import constants
-
     import os
+
+    from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HOME", os.environ["HF_HOME"])
     monkeypatch.setattr(constants, "HF_HUB_CACHE", os.environ["HF_HUB_CACHE"])

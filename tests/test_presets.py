@@ -38,7 +38,10 @@ def test_user_preset_overrides_shipped(isolated_dirs: Path) -> None:
     [
         (("n_layers = 18", 'n_layers = "many"'), "'architecture.n_layers' must be int"),
         (("n_layers = 18\n", ""), "'architecture.n_layers' is missing"),
-        (("fallback_bytes = 253_000_000", "fallback_bytes = -1"), "'quants.Q4_K_M.fallback_bytes' must be positive"),
+        (
+            ("fallback_bytes = 253_000_000", "fallback_bytes = -1"),
+            "'quants.Q4_K_M.fallback_bytes' must be positive",
+        ),
         (("[context]", "[context\n"), "is not valid TOML"),
     ],
 )
