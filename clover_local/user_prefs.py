@@ -1,0 +1,144 @@
+"""Choices the app remembers: first-run answers and per-model chat settings, in one JSON file.
+
+Pure Python (no Textual). Stored at ``settings.config_dir() / "prefs.json"``. A damaged file is not fatal:
+the app starts with defaults and the next save rewrites it (people should not be locked out by a bad file).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from clover_local import settings
+from clover_local.errors import CloverError, UsageError
+from clover_local.presets import Preset
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Chat settings for one model, saved by the settings screen and used for every reply."""
+
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    ctx: int = 4096
+    """Context size in tokens; a change reloads the model."""
+    speculative: bool = True
+    """Self-speculative (n-gram) decoding."""
+    system_prompt: str = ""
+    max_tokens: int = 1024
+
+    @staticmethod
+    def from_preset(preset: Preset) -> ModelSettings:
+        s = preset.sampling
+        return ModelSettings(
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            ctx=preset.ctx_default,
+            speculative=preset.speculative.enabled,
+        )
+
+    def validated(self) -> ModelSettings:
+        """Self, or a UsageError saying which value is out of range and what range is allowed."""
+        checks = (
+            ("temperature", 0.0 <= self.temperature <= 5.0 and math.isfinite(self.temperature), "0 to 5"),
+            ("top_p", 0.0 < self.top_p <= 1.0, "above 0, at most 1"),
+            ("top_k", 0 <= self.top_k <= 1000, "0 (off) to 1000"),
+            ("ctx", 256 <= self.ctx <= 1_048_576, "256 to 1048576 tokens"),
+            ("max_tokens", 1 <= self.max_tokens <= 131_072, "1 to 131072"),
+        )
+        for name, ok, allowed in checks:
+            if not ok:
+                raise UsageError(
+                    f"The setting {name} = {getattr(self, name)!r} is out of range.", f"Use {allowed}."
+                )
+        return self
+
+
+@dataclass(frozen=True)
+class FirstRun:
+    """What the first-run flow decided, so the next start goes straight to chat."""
+
+    preset: str = ""
+    quant: str = ""
+    ctx: int = 0
+    model_path: str = ""
+    """The GGUF chosen or downloaded (first shard)."""
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.model_path) and Path(self.model_path).is_file()
+
+
+@dataclass(frozen=True)
+class Prefs:
+    first_run: FirstRun = field(default_factory=FirstRun)
+    models: dict[str, ModelSettings] = field(default_factory=dict)
+    """Model key (preset name or GGUF file name) -> its chat settings."""
+    theme: str = ""
+
+    def settings_for(self, key: str, preset: Preset | None = None) -> ModelSettings:
+        """Saved settings for a model, else the preset's defaults, else generic defaults."""
+        if key in self.models:
+            return self.models[key]
+        return ModelSettings.from_preset(preset) if preset else ModelSettings()
+
+    def with_model_settings(self, key: str, value: ModelSettings) -> Prefs:
+        return replace(self, models={**self.models, key: value.validated()})
+
+    def with_first_run(self, first_run: FirstRun) -> Prefs:
+        return replace(self, first_run=first_run)
+
+
+def prefs_path() -> Path:
+    return settings.config_dir() / "prefs.json"
+
+
+def load_prefs(path: Path | None = None) -> Prefs:
+    """Remembered choices; defaults when there are none or the file is damaged."""
+    path = path or prefs_path()
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return _parse(raw)
+    except (OSError, ValueError, TypeError, KeyError, UsageError):
+        return Prefs()
+
+
+def save_prefs(prefs: Prefs, path: Path | None = None) -> Path:
+    path = path or prefs_path()
+    data = {
+        "first_run": asdict(prefs.first_run),
+        "models": {k: asdict(v) for k, v in prefs.models.items()},
+        "theme": prefs.theme,
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise CloverError(
+            f"Could not save your settings to {path}: {exc.strerror or exc}.",
+            "Check that the folder is writable, or set CLOVER_CONFIG_DIR to another folder.",
+        ) from None
+    return path
+
+
+def _parse(raw: dict[str, Any]) -> Prefs:
+    fr = raw.get("first_run") or {}
+    first_run = FirstRun(
+        preset=str(fr.get("preset", "")),
+        quant=str(fr.get("quant", "")),
+        ctx=int(fr.get("ctx", 0)),
+        model_path=str(fr.get("model_path", "")),
+    )
+    known = set(ModelSettings.__dataclass_fields__)
+    models = {
+        str(k): ModelSettings(**{f: v for f, v in dict(v).items() if f in known}).validated()
+        for k, v in (raw.get("models") or {}).items()
+    }
+    return Prefs(first_run=first_run, models=models, theme=str(raw.get("theme", "")))
