@@ -4,6 +4,18 @@
 ``parse_simulate(spec)`` builds a described machine for ``--simulate``.
 """
 
+from clover_local.detect.apple import metal_working_set
 from clover_local.detect.machine import Cpu, Disk, Gpu, LlamaBuild, Machine, Memory, ProbeResult
+from clover_local.detect.simulate import parse_simulate
 
-__all__ = ["Cpu", "Disk", "Gpu", "LlamaBuild", "Machine", "Memory", "ProbeResult"]
+__all__ = [
+    "Cpu",
+    "Disk",
+    "Gpu",
+    "LlamaBuild",
+    "Machine",
+    "Memory",
+    "ProbeResult",
+    "metal_working_set",
+    "parse_simulate",
+]
