@@ -6,6 +6,7 @@
 
 from clover_local.detect.apple import metal_working_set
 from clover_local.detect.machine import Cpu, Disk, Gpu, LlamaBuild, Machine, Memory, ProbeResult
+from clover_local.detect.probe import ProbeInputs, detect_machine
 from clover_local.detect.simulate import parse_simulate
 
 __all__ = [
@@ -15,7 +16,9 @@ __all__ = [
     "LlamaBuild",
     "Machine",
     "Memory",
+    "ProbeInputs",
     "ProbeResult",
+    "detect_machine",
     "metal_working_set",
     "parse_simulate",
 ]

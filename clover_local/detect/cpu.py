@@ -1,0 +1,82 @@
+"""CPU: model, physical/logical cores and the instruction-set extensions llama.cpp's kernels care about.
+
+Linux reads ``/proc/cpuinfo``; macOS asks ``sysctl``. Both inputs are injectable so tests feed recorded text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from clover_local.detect.apple import RunSysctl
+from clover_local.detect.machine import Cpu, ProbeResult
+
+CoreCounter = Callable[[bool], int | None]
+"""``psutil.cpu_count(logical=...)``."""
+
+FEATURES = ("avx2", "avx512f", "avx512_vnni", "f16c", "fma", "neon", "sve")
+"""Reported in this order. ``asimd`` (Linux on ARM) is reported as ``neon``."""
+
+_SYSCTL_FEATURE_KEYS = {
+    "neon": "hw.optional.neon",
+    "avx2": "hw.optional.avx2_0",
+    "avx512f": "hw.optional.avx512f",
+    "fma": "hw.optional.fma",
+    "f16c": "hw.optional.f16c",
+}
+
+
+def probe_cpu_linux(cpuinfo: Path, arch: str, count: CoreCounter) -> tuple[Cpu, ProbeResult]:
+    """Model and flags from ``cpuinfo`` (``/proc/cpuinfo``), cores from ``count``."""
+    fields = _first_processor_fields(cpuinfo.read_text(errors="replace"))
+    model = (
+        fields.get("model name") or fields.get("hardware") or fields.get("cpu model") or arch or "unknown CPU"
+    )
+    flags = set((fields.get("flags") or fields.get("features") or "").split())
+    if "asimd" in flags:
+        flags.add("neon")
+    cpu = _cpu(model, flags, arch, count)
+    return cpu, ProbeResult("cpu", True, _describe(cpu, f"from {cpuinfo}"))
+
+
+def probe_cpu_macos(run_sysctl: RunSysctl, arch: str, count: CoreCounter) -> tuple[Cpu, ProbeResult]:
+    """Model and flags from ``sysctl`` (``machdep.cpu.brand_string``, ``hw.optional.*``)."""
+    model = (run_sysctl("machdep.cpu.brand_string") or arch or "unknown CPU").strip()
+    flags = {name for name, key in _SYSCTL_FEATURE_KEYS.items() if (run_sysctl(key) or "").strip() == "1"}
+    if arch in ("arm64", "aarch64"):
+        flags.add(
+            "neon"
+        )  # every Apple Silicon core has NEON; the sysctl key is absent on some macOS versions
+    cpu = _cpu(model, flags, arch, count)
+    return cpu, ProbeResult("cpu", True, _describe(cpu, "from sysctl"))
+
+
+def _cpu(model: str, flags: set[str], arch: str, count: CoreCounter) -> Cpu:
+    logical = count(True) or 1
+    physical = count(False) or logical
+    return Cpu(
+        model=" ".join(model.split()),
+        physical_cores=physical,
+        logical_cores=logical,
+        features=tuple(f for f in FEATURES if f in flags),
+        arch=arch,
+    )
+
+
+def _first_processor_fields(text: str) -> dict[str, str]:
+    """``key: value`` lines of the first processor block (plus trailing global lines on ARM), lower-cased keys."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        key = key.strip().lower()
+        if sep and key and key not in fields:
+            fields[key] = value.strip()
+    return fields
+
+
+def _describe(cpu: Cpu, where: str) -> str:
+    features = ", ".join(cpu.features) or "none of " + "/".join(FEATURES)
+    return (
+        f"{cpu.model} ({cpu.arch}), {cpu.physical_cores} physical / {cpu.logical_cores} logical cores; "
+        f"features: {features} ({where})"
+    )

@@ -1,0 +1,146 @@
+"""``detect_machine()``: run every probe, each failing soft, and assemble the :class:`Machine`.
+
+Every input a probe reads comes from :class:`ProbeInputs` (the sysfs root, a sysctl runner, the NVML module...),
+so tests describe a machine with recorded outputs and the real run uses the defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+
+from clover_local.detect.amd import load_amdsmi, probe_amd_sysfs, probe_amdsmi
+from clover_local.detect.apple import RunSysctl, probe_apple
+from clover_local.detect.build import load_llama_cpp, probe_build
+from clover_local.detect.cpu import CoreCounter, probe_cpu_linux, probe_cpu_macos
+from clover_local.detect.drm import SYSFS_ROOT, drm_cards
+from clover_local.detect.hints import build_hints
+from clover_local.detect.intel import probe_intel_sysfs
+from clover_local.detect.machine import Cpu, Disk, Gpu, LlamaBuild, Machine, Memory, ProbeResult
+from clover_local.detect.memory import probe_disk, probe_memory
+from clover_local.detect.nvidia import load_nvml, probe_nvidia
+
+T = TypeVar("T")
+NVIDIA_VENDOR_ID = "0x10de"
+
+
+def run_sysctl(key: str) -> str | None:
+    """``sysctl -n KEY`` on this machine; None when the key or the command does not exist."""
+    try:
+        done = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+
+
+def _cpu_count(logical: bool) -> int | None:
+    return psutil.cpu_count(logical=logical)
+
+
+@dataclass(frozen=True)
+class ProbeInputs:
+    """Where each probe reads from. Defaults read this machine; tests replace fields with recorded data."""
+
+    system: str = field(default_factory=lambda: platform.system().lower())
+    """``linux``, ``darwin``, ``windows``."""
+    arch: str = field(default_factory=platform.machine)
+    sysfs_root: Path = SYSFS_ROOT
+    cpuinfo: Path = Path("/proc/cpuinfo")
+    run_sysctl: RunSysctl = run_sysctl
+    cpu_count: CoreCounter = _cpu_count
+    virtual_memory: Callable[[], Any] = psutil.virtual_memory
+    load_nvml: Callable[[], Any] = load_nvml
+    load_amdsmi: Callable[[], Any] = load_amdsmi
+    load_llama_cpp: Callable[[], tuple[Any, str]] = load_llama_cpp
+
+
+def detect_machine(models_dir: Path | None = None, inputs: ProbeInputs | None = None) -> Machine:
+    """Probe this machine: CPU, RAM, disk free at ``models_dir`` (default: the HF cache), every GPU, the build.
+
+    Never raises for a missing driver or a broken probe: that probe reports ``ok=False`` and why.
+    """
+    inp = inputs or ProbeInputs()
+    if models_dir is None:
+        from clover_local.settings import hf_cache_dir
+
+        models_dir = hf_cache_dir()
+    probes: list[ProbeResult] = []
+
+    def soft(name: str, probe: Callable[[], tuple[T, ProbeResult]], fallback: T) -> T:
+        try:
+            value, result = probe()
+        except Exception as exc:  # a probe bug or an odd system must not stop detection
+            probes.append(ProbeResult(name, False, f"probe failed: {type(exc).__name__}: {exc}"))
+            return fallback
+        probes.append(result)
+        return value
+
+    cpu = soft("cpu", lambda: _probe_cpu(inp), _fallback_cpu(inp))
+    memory = soft("memory", lambda: probe_memory(inp.virtual_memory), Memory(0, 0))
+    disk = soft("disk", lambda: probe_disk(models_dir), Disk(str(models_dir), 0, 0))
+    gpus: list[Gpu] = []
+    gpus += soft("nvidia", lambda: probe_nvidia(inp.load_nvml()), [])
+    if inp.system == "linux":
+        amd = soft("amd", lambda: probe_amd_sysfs(inp.sysfs_root), [])
+        if not amd:
+            amd = soft("amdsmi", lambda: probe_amdsmi(inp.load_amdsmi()), [])
+        gpus += amd
+        gpus += soft("intel", lambda: probe_intel_sysfs(inp.sysfs_root), [])
+    if inp.system == "darwin":
+        gpus += soft("apple", lambda: probe_apple(inp.run_sysctl, inp.arch), [])
+    build = soft("llama.cpp", lambda: probe_build(*inp.load_llama_cpp()), LlamaBuild(None, False))
+    gpu_tuple = tuple(gpus)
+    hints = list(build_hints(gpu_tuple, build))
+    if inp.system == "linux" and not any(g.vendor == "nvidia" for g in gpus):
+        hints += soft("nvidia-pci", lambda: _nvidia_without_nvml(inp.sysfs_root), [])
+    return Machine(
+        cpu=cpu,
+        memory=memory,
+        disk=disk,
+        gpus=gpu_tuple,
+        build=build,
+        os=inp.system,
+        probes=tuple(probes),
+        hints=tuple(hints),
+    )
+
+
+def _probe_cpu(inp: ProbeInputs) -> tuple[Cpu, ProbeResult]:
+    if inp.system == "darwin":
+        return probe_cpu_macos(inp.run_sysctl, inp.arch, inp.cpu_count)
+    if inp.cpuinfo.is_file():
+        return probe_cpu_linux(inp.cpuinfo, inp.arch, inp.cpu_count)
+    cpu = _fallback_cpu(inp)
+    return cpu, ProbeResult(
+        "cpu", True, f"{cpu.model}: {cpu.logical_cores} logical cores (no flags on {inp.system})"
+    )
+
+
+def _fallback_cpu(inp: ProbeInputs) -> Cpu:
+    cores = os.cpu_count() or 1
+    return Cpu(
+        model=platform.processor() or inp.arch or "unknown CPU",
+        physical_cores=cores,
+        logical_cores=cores,
+        arch=inp.arch,
+    )
+
+
+def _nvidia_without_nvml(sysfs_root: Path) -> tuple[list[str], ProbeResult]:
+    """An NVIDIA card on the PCI bus that NVML could not see means a missing driver or nvidia-ml-py."""
+    cards = drm_cards(sysfs_root, NVIDIA_VENDOR_ID)
+    if not cards:
+        return [], ProbeResult("nvidia-pci", True, "no NVIDIA card on the PCI bus")
+    ids = ", ".join(f"{c.name} (PCI {c.pci_id})" for c in cards)
+    hint = (
+        f"NVIDIA GPU on the PCI bus ({ids}) but NVML could not read it: install the NVIDIA driver "
+        "(nvidia-smi should list the card) and nvidia-ml-py; until then it is not used"
+    )
+    return [hint], ProbeResult("nvidia-pci", False, f"NVIDIA card(s) present but not readable: {ids}")
