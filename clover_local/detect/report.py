@@ -1,0 +1,58 @@
+"""A detected (or simulated) machine as text for people and as a JSON-ready dict, for ``detect`` and the TUI."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from clover_local.detect.machine import Gpu, Machine
+from clover_local.detect.units import format_bytes
+
+
+def machine_to_dict(machine: Machine) -> dict[str, Any]:
+    """Every dataclass field as plain JSON values (bytes as integers), plus the derived ``offload_backend`` and
+    ``unified_memory``."""
+    data = dataclasses.asdict(machine)
+    data["offload_backend"] = machine.offload_backend
+    data["unified_memory"] = machine.unified_memory
+    return data
+
+
+def describe_machine(machine: Machine) -> list[str]:
+    """Lines for a terminal: CPU, RAM, disk, one line per GPU (free / total), build, hints, probe details."""
+    cpu, mem, disk, build = machine.cpu, machine.memory, machine.disk, machine.build
+    title = "Simulated machine" if machine.simulated else "This machine"
+    lines = [
+        f"{title} ({machine.os or 'unknown OS'})",
+        f"  CPU    {cpu.model} ({cpu.arch or '?'}): {cpu.physical_cores} physical / {cpu.logical_cores} logical cores;"
+        f" {' '.join(cpu.features) or 'no AVX2/AVX-512/NEON reported'}",
+        f"  RAM    {format_bytes(mem.available_bytes)} available of {format_bytes(mem.total_bytes)}",
+        f"  Disk   {format_bytes(disk.free_bytes)} free of {format_bytes(disk.total_bytes)} at {disk.path}",
+    ]
+    if not machine.gpus:
+        lines.append("  GPU    none usable (see the probes below)")
+    lines += [line for position, gpu in enumerate(machine.gpus) for line in _gpu_lines(position, gpu)]
+    version = build.version or "not installed"
+    lines.append(
+        f"  Build  llama-cpp-python {version}; GPU offload {'yes' if build.gpu_offload else 'no'}; "
+        f"backends {', '.join(build.backends)}; plans target {machine.offload_backend}"
+    )
+    if machine.hints:
+        lines.append("Hints")
+        lines += [f"  ! {hint}" for hint in machine.hints]
+    if machine.probes:
+        lines.append("Probes")
+        lines += [f"  {'ok' if p.ok else '--'} {p.name}: {p.detail}" for p in machine.probes]
+    return lines
+
+
+def _gpu_lines(position: int, gpu: Gpu) -> list[str]:
+    kind = "unified memory, Metal working set" if gpu.unified else "VRAM"
+    speed = f", {gpu.bandwidth_bytes_per_s / 1e9:.0f} GB/s" if gpu.bandwidth_bytes_per_s else ""
+    lines = [
+        f"  GPU {position}  {gpu.name} [{gpu.vendor} #{gpu.index}, {gpu.source}]: "
+        f"{format_bytes(gpu.free_bytes)} free / {format_bytes(gpu.total_bytes)} {kind}{speed}"
+    ]
+    if gpu.note:
+        lines.append(f"         {gpu.note}")
+    return lines
