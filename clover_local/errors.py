@@ -54,6 +54,10 @@ class VerificationError(DownloadError):
     """A downloaded file's sha256 does not match the Hub's."""
 
 
+class DownloadCancelled(DownloadError):
+    """The person (or the app) stopped a download; what was fetched is kept for resuming."""
+
+
 class EngineError(CloverError):
     """llama.cpp could not load the model or generate."""
 
