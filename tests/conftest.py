@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from hub_server import HubServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,3 +44,28 @@ def _reload_hf_constants(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(constants, "HF_HOME", os.environ["HF_HOME"])
     monkeypatch.setattr(constants, "HF_HUB_CACHE", os.environ["HF_HUB_CACHE"])
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+@pytest.fixture
+def hub_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
+    """A fake Hugging Face Hub on 127.0.0.1 (``tests/hub_server.py``), with huggingface_hub pointed at it.
+
+    huggingface_hub reads ``HF_ENDPOINT`` at import, so besides the variable this patches the constants it
+    builds URLs from and the endpoint of its module-level ``HfApi`` (behind ``model_info``,
+    ``list_repo_files``...). Add content with ``hub_server.add_file(repo, path, data_or_path)``; gated and
+    private repos accept ``hub_server.token``.
+    """
+    from hub_server import HubServer
+    from huggingface_hub import constants, hf_api
+
+    server = HubServer().start()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setattr(constants, "ENDPOINT", server.url)
+    monkeypatch.setattr(
+        constants, "HUGGINGFACE_CO_URL_TEMPLATE", server.url + "/{repo_id}/resolve/{revision}/{filename}"
+    )
+    monkeypatch.setattr(hf_api.api, "endpoint", server.url)
+    try:
+        yield server
+    finally:
+        server.stop()
