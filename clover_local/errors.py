@@ -54,6 +54,10 @@ class VerificationError(DownloadError):
     """A downloaded file's sha256 does not match the Hub's."""
 
 
+class HubUnreachableError(DownloadError):
+    """Hugging Face cannot be reached (network down or HF_HUB_OFFLINE=1); cached files still work."""
+
+
 class DownloadCancelled(DownloadError):
     """The person (or the app) stopped a download; what was fetched is kept for resuming."""
 
