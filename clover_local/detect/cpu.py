@@ -30,7 +30,10 @@ def probe_cpu_linux(cpuinfo: Path, arch: str, count: CoreCounter) -> tuple[Cpu, 
     """Model and flags from ``cpuinfo`` (``/proc/cpuinfo``), cores from ``count``."""
     fields = _first_processor_fields(cpuinfo.read_text(errors="replace"))
     model = (
-        fields.get("model name") or fields.get("hardware") or fields.get("cpu model") or arch or "unknown CPU"
+        fields.get("model name")
+        or fields.get("hardware")
+        or fields.get("cpu model")
+        or _arm_model(fields, arch)
     )
     flags = set((fields.get("flags") or fields.get("features") or "").split())
     if "asimd" in flags:
@@ -61,6 +64,14 @@ def _cpu(model: str, flags: set[str], arch: str, count: CoreCounter) -> Cpu:
         features=tuple(f for f in FEATURES if f in flags),
         arch=arch,
     )
+
+
+def _arm_model(fields: dict[str, str], arch: str) -> str:
+    """ARM Linux has no model name: say which implementer/part it is (``0x41``/``0xd40`` = Arm Neoverse V1)."""
+    implementer, part = fields.get("cpu implementer"), fields.get("cpu part")
+    if implementer and part:
+        return f"{arch or 'ARM'} CPU (implementer {implementer}, part {part})"
+    return arch or "unknown CPU"
 
 
 def _first_processor_fields(text: str) -> dict[str, str]:
