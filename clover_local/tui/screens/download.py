@@ -1,0 +1,172 @@
+"""Download: overall and per-shard progress, speed, ETA, disk left, pause/resume and cancel, verification.
+
+The download runs in a thread worker with a ``threading.Event`` to stop it; what was fetched stays on disk,
+so "Resume" (or the next start) carries on where it stopped. Dismisses with the local path, or None.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from typing import ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Button, Footer, ProgressBar, Static
+
+from clover_local import settings
+from clover_local.errors import CloverError, DownloadCancelled
+from clover_local.fetch.progress import DownloadProgress, format_bytes, format_duration
+from clover_local.plan.types import Plan
+from clover_local.presets import Preset
+from clover_local.tui import services
+
+PHASE_WORDS = {
+    "checking": "Checking what is already on disk",
+    "downloading": "Downloading",
+    "verifying": "Verifying (sha256)",
+    "done": "Done",
+}
+
+
+def describe_progress(p: DownloadProgress) -> str:
+    """One line of numbers under the bars."""
+    shard = f"file {p.file_index + 1} of {p.file_count}: " if p.file_count > 1 else ""
+    name = p.file.rsplit("/", 1)[-1]
+    line = f"{PHASE_WORDS.get(p.phase, p.phase)} · {shard}{name} · {format_bytes(p.done)} of {format_bytes(p.total)}"
+    if p.speed_bps > 0:
+        line += f" · {format_bytes(p.speed_bps)}/s · ETA {format_duration(p.eta_s)}"
+    return line
+
+
+def disk_left_text() -> str:
+    """Free space where the Hugging Face cache lives."""
+    folder = settings.hf_cache_dir()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return "Disk left: unknown"
+    return f"Disk left: {format_bytes(free)} ({folder})"
+
+
+class DownloadScreen(Screen[str | None]):
+    """Downloads the plan's quant of the preset's repo."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "pause", "Pause/Resume", id="download.pause"),
+        Binding("escape", "cancel", "Cancel", id="download.cancel"),
+    ]
+
+    class Progressed(Message, bubble=False):
+        def __init__(self, progress: DownloadProgress) -> None:
+            super().__init__()
+            self.progress = progress
+
+    class Ended(Message, bubble=False):
+        def __init__(self, path: str | None, error: str | None, cancelled: bool) -> None:
+            super().__init__()
+            self.path = path
+            self.error = error
+            self.cancelled = cancelled
+
+    def __init__(self, preset: Preset, plan: Plan) -> None:
+        super().__init__()
+        self.preset = preset
+        self.plan = plan
+        self._cancel = threading.Event()
+        self.running = False
+        self.last: DownloadProgress | None = None
+        self._closing = False
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="download-body"):
+            yield Static(
+                f"{self.preset.display_name} {self.plan.quant} from {self.preset.repo}",
+                classes="section-title",
+            )
+            yield Static("All files", classes="muted")
+            yield ProgressBar(total=100, id="overall", show_eta=False)
+            yield Static("This file", classes="muted")
+            yield ProgressBar(total=100, id="shard", show_eta=False)
+            yield Static("Starting…", id="download-status", markup=False)
+            yield Static(disk_left_text(), id="disk-left", markup=False)
+            yield Static("", id="download-error", markup=False)
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Pause", id="download-pause")
+                yield Button("Cancel", variant="error", id="download-cancel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._start()
+
+    def _start(self) -> None:
+        self._cancel = threading.Event()
+        self.running = True
+        self.query_one("#download-pause", Button).label = "Pause"
+        self.query_one("#download-error", Static).update("")
+        self.query_one("#download-error", Static).remove_class("error")
+        self._download(self._cancel)
+
+    @work(thread=True, exclusive=True, group="download")
+    def _download(self, cancel: threading.Event) -> None:
+        def progress(p: DownloadProgress) -> None:
+            self.post_message(DownloadScreen.Progressed(p))
+
+        try:
+            path = services.download(self.preset, self.plan.quant, progress, cancel)
+        except DownloadCancelled:
+            self.post_message(DownloadScreen.Ended(None, None, cancelled=True))
+        except CloverError as exc:
+            self.post_message(DownloadScreen.Ended(None, str(exc), cancelled=False))
+        else:
+            self.post_message(DownloadScreen.Ended(path, None, cancelled=False))
+
+    def on_download_screen_progressed(self, message: Progressed) -> None:
+        p = message.progress
+        self.last = p
+        self.query_one("#overall", ProgressBar).update(total=max(p.total, 1), progress=p.done)
+        self.query_one("#shard", ProgressBar).update(total=max(p.file_total, 1), progress=p.file_done)
+        self.query_one("#download-status", Static).update(describe_progress(p))
+        self.query_one("#disk-left", Static).update(disk_left_text())
+
+    def on_download_screen_ended(self, message: Ended) -> None:
+        self.running = False
+        if self._closing:
+            self.dismiss(None)
+            return
+        if message.path:
+            self.dismiss(message.path)
+            return
+        button = self.query_one("#download-pause", Button)
+        button.label = "Resume"
+        if message.cancelled:
+            self.query_one("#download-status", Static).update("Paused: what was downloaded is kept.")
+        else:
+            error = self.query_one("#download-error", Static)
+            error.update(message.error or "The download failed.")
+            error.add_class("error")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "download-pause":
+            self.action_pause()
+        elif event.button.id == "download-cancel":
+            self.action_cancel()
+
+    def action_pause(self) -> None:
+        if self.running:
+            self._cancel.set()
+        else:
+            self._start()
+
+    def action_cancel(self) -> None:
+        if self.running:
+            self._closing = True
+            self._cancel.set()
+        else:
+            self.dismiss(None)

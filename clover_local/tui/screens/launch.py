@@ -1,0 +1,146 @@
+"""Launch: load the model with progress, then say what went where, any fallback, and the llama-server command."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Button, Footer, ProgressBar, Static
+from textual.worker import get_current_worker
+
+from clover_local.errors import CloverError
+from clover_local.plan.types import Plan
+from clover_local.presets import Preset
+from clover_local.tui import services
+from clover_local.user_prefs import ModelSettings
+
+
+class LaunchScreen(Screen[None]):
+    """Loads ``model_path`` in a worker; on success offers (or goes straight to) the chat."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("c", "copy_command", "Copy llama-server cmd", id="launch.copy"),
+        Binding("enter", "chat", "Chat", id="launch.chat"),
+    ]
+
+    class Progress(Message, bubble=False):
+        def __init__(self, fraction: float) -> None:
+            super().__init__()
+            self.fraction = fraction
+
+    class Ready(Message, bubble=False):
+        def __init__(self, loaded: services.Loaded | None, error: str | None) -> None:
+            super().__init__()
+            self.loaded = loaded
+            self.error = error
+
+    def __init__(
+        self,
+        model_path: str,
+        preset: Preset,
+        model_settings: ModelSettings,
+        plan: Plan | None = None,
+        *,
+        auto_continue: bool = False,
+    ) -> None:
+        super().__init__()
+        self.model_path = model_path
+        self.preset = preset
+        self.model_settings = model_settings
+        self.plan = plan
+        self.auto_continue = auto_continue
+        self.loaded: services.Loaded | None = None
+        self.command = ""
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="launch-body"):
+            yield Static(f"Loading {self.model_path}", id="launch-title", markup=False)
+            yield ProgressBar(total=1.0, show_eta=False, id="load-progress")
+            yield Static("", id="launch-placement", markup=False)
+            yield Static("", id="launch-fallback", markup=False)
+            yield Static("Equivalent llama-server command (c copies):", classes="section-title")
+            yield Static("", id="launch-command", markup=False)
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Chat", variant="primary", id="launch-chat", disabled=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.plan is not None:
+            try:
+                self.command = services.llama_server_command(self.plan)
+            except CloverError as exc:
+                self.command = f"(not available: {exc})"
+        else:
+            self.command = _plain_server_command(self.model_path, self.model_settings)
+        self.query_one("#launch-command", Static).update(self.command)
+        self._load()
+
+    @work(thread=True, exclusive=True, group="load")
+    def _load(self) -> None:
+        worker = get_current_worker()
+
+        def progress(fraction: float) -> None:
+            if not worker.is_cancelled:
+                self.post_message(LaunchScreen.Progress(float(fraction)))
+
+        try:
+            loaded = services.load(self.model_path, self.preset, self.model_settings, self.plan, progress)
+        except CloverError as exc:
+            self.post_message(LaunchScreen.Ready(None, str(exc)))
+            return
+        if worker.is_cancelled:
+            loaded.engine.close()
+            return
+        self.post_message(LaunchScreen.Ready(loaded, None))
+
+    def on_launch_screen_progress(self, message: Progress) -> None:
+        self.query_one("#load-progress", ProgressBar).update(progress=min(max(message.fraction, 0.0), 1.0))
+
+    def on_launch_screen_ready(self, message: Ready) -> None:
+        if message.error or message.loaded is None:
+            self.query_one("#launch-title", Static).update("Could not load the model")
+            self.query_one("#launch-placement", Static).update(message.error or "")
+            self.query_one("#launch-placement", Static).add_class("error")
+            return
+        self.loaded = message.loaded
+        self.query_one("#load-progress", ProgressBar).update(progress=1.0)
+        self.query_one("#launch-title", Static).update(f"Loaded {message.loaded.engine.model_name}")
+        self.query_one("#launch-placement", Static).update(message.loaded.placement)
+        if message.loaded.fallback_message:
+            fallback = self.query_one("#launch-fallback", Static)
+            fallback.update(message.loaded.fallback_message)
+            fallback.add_class("warning")
+        button = self.query_one("#launch-chat", Button)
+        button.disabled = False
+        button.focus()
+        if self.auto_continue:
+            self.action_chat()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "launch-chat":
+            self.action_chat()
+
+    def action_chat(self) -> None:
+        if self.loaded is not None:
+            from clover_local.tui.app import CloverApp
+
+            app = self.app
+            assert isinstance(app, CloverApp)
+            app.open_chat(self.loaded, self.preset, self.model_path, self.model_settings)
+
+    def action_copy_command(self) -> None:
+        self.app.copy_to_clipboard(self.command)
+        self.notify("llama-server command copied.", timeout=3)
+
+
+def _plain_server_command(model_path: str, model_settings: ModelSettings) -> str:
+    """Without a plan (a GGUF given directly): the settings the person chose, as llama-server flags."""
+    import shlex
+
+    args = ["llama-server", "-m", model_path, "-c", str(model_settings.ctx), "--jinja"]
+    return shlex.join(args)

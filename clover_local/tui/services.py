@@ -1,0 +1,120 @@
+"""The steps the TUI composes (detect, plan, fetch, engine), behind a few plain functions.
+
+Screens call these from worker threads or for quick pure work. Heavy modules (llama_cpp, huggingface_hub)
+are imported inside the functions, so the app paints before any of them load. Nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clover_local.detect.machine import Machine
+from clover_local.engine.types import ChatEngine
+from clover_local.plan.types import Plan, Wishes
+from clover_local.presets import Preset
+from clover_local.user_prefs import ModelSettings
+
+
+def detect(simulate: str | None = None) -> Machine:
+    """The real machine, or a described one (``--simulate`` syntax)."""
+    if simulate:
+        from clover_local.detect import parse_simulate
+
+        return parse_simulate(simulate)
+    from clover_local.detect import detect_machine
+
+    return detect_machine()
+
+
+def make_plan(machine: Machine, preset: Preset, quant: str, ctx: int | None, model_path: str | None) -> Plan:
+    """The planner's answer for the person's current choices (pure; fast enough to run per keystroke)."""
+    from clover_local.plan.planner import make_plan as planner
+
+    models = _model_descriptions(preset, model_path)
+    return planner(machine, preset, models, Wishes(quant=quant, ctx=ctx), model_path=model_path)
+
+
+def _model_descriptions(preset: Preset, model_path: str | None) -> Any:
+    from clover_local.model import describe_from_preset
+
+    if model_path:
+        from clover_local.gguf_header import describe_local  # type: ignore[import-not-found]
+
+        return describe_local(Path(model_path))
+    return {q: describe_from_preset(preset, q) for q in preset.quants}
+
+
+def llama_server_command(plan: Plan) -> str:
+    """The exact equivalent ``llama-server`` command line, to copy."""
+    from clover_local.plan.llama_args import shell_command
+
+    return shell_command(plan)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What the launch screen shows once the model is up."""
+
+    engine: ChatEngine
+    placement: str
+    """Where the weights, KV cache and experts went, in words."""
+    fallback_message: str | None
+    settings_used: dict[str, Any]
+
+
+def load(
+    model_path: str,
+    preset: Preset,
+    model_settings: ModelSettings,
+    plan: Plan | None,
+    progress: Callable[[float], None],
+) -> Loaded:
+    """Load the model as the plan says (or with the person's context when there is no plan)."""
+    from clover_local.engine.loader import load_engine
+
+    if plan is not None:
+        from clover_local.plan.llama_args import llama_kwargs  # type: ignore[attr-defined]
+
+        settings = dict(llama_kwargs(plan))
+    else:
+        settings = {}
+    settings["n_ctx"] = model_settings.ctx
+    result = load_engine(
+        model_path,
+        settings,
+        chat_template=preset.chat_template,
+        sampling=preset.sampling,
+        speculative=preset.speculative if model_settings.speculative else None,
+        progress=progress,
+    )
+    return Loaded(
+        engine=result.engine,
+        placement=_placement_text(result.placement),
+        fallback_message=result.fallback_message,
+        settings_used=dict(result.settings_used),
+    )
+
+
+def _placement_text(placement: object) -> str:
+    if placement is None:
+        return ""
+    describe = getattr(placement, "describe", None)
+    return str(describe() if callable(describe) else placement)
+
+
+def download(
+    preset: Preset,
+    quant: str,
+    progress: Callable[[Any], None],
+    cancel: threading.Event,
+) -> str:
+    """Download (or resume) the GGUF for ``quant``; returns the local path of its first shard."""
+    from clover_local.fetch.download import download as fetch
+
+    result = fetch(preset, quant, progress=progress, cancel=cancel)
+    path = getattr(result, "path", None) or getattr(result, "model_path", None) or result
+    return str(path)

@@ -1,0 +1,129 @@
+"""The chat transcript's pieces: a person's message, and a model reply that streams in as Markdown.
+
+A reply is fed from a generation thread by posting :class:`ReplyView.Delta` messages to it (thread-safe,
+non-blocking, so the UI never slows the engine). It splits the model's ``<think>`` text into a collapsed
+"Thinking" section and writes both parts through ``Markdown.get_stream()``, which batches appends when tokens
+arrive faster than the widget can render.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Collapsible, Markdown, Static
+from textual.widgets.markdown import MarkdownStream
+
+from clover_local.engine.types import GenerationStats
+from clover_local.tui.thinking import ThinkSplitter
+
+
+class UserMessage(Static):
+    """What the person typed, shown as plain text (never parsed as markup)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text, markup=False, classes="user-message")
+        self.text = text
+        self.border_title = "You"
+
+
+class ReplyView(Vertical):
+    """One model reply. Streams while generating; afterwards holds the final answer text."""
+
+    class Delta(Message, bubble=False):
+        """New text from the engine (posted from the generation thread)."""
+
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    class Done(Message, bubble=False):
+        """The engine finished, was stopped, or failed (posted from the generation thread)."""
+
+        def __init__(self, stats: GenerationStats | None, error: str | None) -> None:
+            super().__init__()
+            self.stats = stats
+            self.error = error
+
+    class Completed(Message):
+        """Everything received is on screen: the chat may record the reply and start the next one."""
+
+        def __init__(self, reply: ReplyView, stats: GenerationStats | None, error: str | None) -> None:
+            super().__init__()
+            self.reply = reply
+            self.stats = stats
+            self.error = error
+
+    def __init__(self, text: str = "", *, streaming: bool = True) -> None:
+        super().__init__(classes="reply")
+        self.border_title = "Model"
+        self.splitter = ThinkSplitter()
+        self.streaming = streaming
+        self.deltas_shown = 0
+        """Deltas written to the screen (for the benchmark: tokens shown per second)."""
+        self._initial = text
+        self._answer_stream: MarkdownStream | None = None
+        self._thinking_stream: MarkdownStream | None = None
+
+    def compose(self) -> ComposeResult:
+        if self._initial:
+            self.splitter.feed(self._initial)
+            self.splitter.flush()
+        thinking = self.splitter.thinking
+        with Collapsible(
+            title="Thinking", collapsed=True, classes="thinking" + ("" if thinking else " -empty")
+        ):
+            yield Markdown(thinking, classes="thinking-text")
+        yield Markdown(self.splitter.answer, classes="answer")
+
+    def on_mount(self) -> None:
+        if self.streaming:
+            self.add_class("-streaming")
+            self._answer_stream = Markdown.get_stream(self.query_one(".answer", Markdown))
+
+    @property
+    def answer(self) -> str:
+        return self.splitter.answer
+
+    @property
+    def raw_text(self) -> str:
+        """Thinking and answer as the model wrote them (tags included), for saving."""
+        thinking = self.splitter.thinking
+        return (f"<think>{thinking}</think>" if thinking else "") + self.splitter.answer
+
+    async def on_reply_view_delta(self, message: ReplyView.Delta) -> None:
+        self.deltas_shown += 1
+        await self._write(self.splitter.feed(message.text))
+
+    async def on_reply_view_done(self, message: ReplyView.Done) -> None:
+        try:
+            await self._write(self.splitter.flush())
+        finally:
+            await self._stop_streams()
+            self.streaming = False
+            self.remove_class("-streaming")
+        if message.stats is not None and message.stats.finish_reason == "cancelled":
+            self.border_subtitle = "stopped"
+        if message.error:
+            self.border_subtitle = "failed"
+            await self.mount(Static(message.error, markup=False, classes="error"))
+        self.post_message(ReplyView.Completed(self, message.stats, message.error))
+
+    async def on_unmount(self) -> None:
+        await self._stop_streams()
+
+    async def _write(self, parts: list[tuple[str, str]]) -> None:
+        for part, text in parts:
+            if part == "thinking":
+                if self._thinking_stream is None:
+                    self.query_one(".thinking", Collapsible).remove_class("-empty")
+                    self._thinking_stream = Markdown.get_stream(self.query_one(".thinking-text", Markdown))
+                await self._thinking_stream.write(text)
+            elif self._answer_stream is not None:
+                await self._answer_stream.write(text)
+
+    async def _stop_streams(self) -> None:
+        for stream in (self._thinking_stream, self._answer_stream):
+            if stream is not None:
+                await stream.stop()
+        self._thinking_stream = self._answer_stream = None
