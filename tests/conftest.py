@@ -69,3 +69,19 @@ def hub_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """The real Gemma 3 270M Q4_K_M GGUF (assembled once into the test-models folder)."""
+    from clover_local.testmodels import gemma_path as build
+
+    return build()
+
+
+@pytest.fixture(scope="session")
+def tiny_models() -> dict[str, Path]:
+    """Tiny random GGUFs by kind: ``llama``, ``qwen3moe``, ``qwen35moe`` (built once, F16)."""
+    from clover_local.testmodels import TINY_KINDS, tiny_model
+
+    return {kind: tiny_model(kind) for kind in TINY_KINDS}

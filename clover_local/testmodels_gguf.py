@@ -1,0 +1,291 @@
+"""Write tiny random-weight GGUFs that the real llama.cpp loads and runs: llama, qwen3moe and qwen35moe.
+
+Key names and tensor shapes follow llama.cpp's loaders (``src/models/{llama,qwen3moe,qwen35moe}.cpp``) and
+``convert_hf_to_gguf.py``. Shapes below are written in numpy order, the reverse of ggml's ``ne``: a ggml
+``{n_embd, n_vocab}`` tensor is a numpy ``(n_vocab, n_embd)`` array.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from clover_local.testmodels_vocab import CHATML_TEMPLATE, TOKEN_NORMAL, Vocab, build_vocab
+
+TinyKind = Literal["llama", "qwen3moe", "qwen35moe"]
+WeightType = Literal["f16", "q8_0"]
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Everything that decides a tiny model's bytes: the cache key is a hash of this."""
+
+    kind: TinyKind
+    n_layer: int = 4
+    n_embd: int = 128
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 32
+    n_ff: int = 256
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
+    n_ff_shexp: int = 0
+    full_attention_interval: int = 0
+    """qwen35moe: every Nth layer is full attention, the rest Gated DeltaNet."""
+    n_rot: int = 32
+    ssm_conv_kernel: int = 4
+    ssm_state: int = 32
+    """Gated DeltaNet head size (keys and values)."""
+    ssm_k_heads: int = 2
+    ssm_v_heads: int = 4
+    n_word_pieces: int = 700
+    n_ctx_train: int = 4096
+    weight_type: WeightType = "f16"
+    seed: int = 7
+    logit_scale: float = 0.35
+    """Std of the output head: larger spreads the logits, so greedy text varies instead of repeating."""
+
+
+def default_spec(kind: TinyKind, weight_type: WeightType = "f16") -> TinySpec:
+    """The standard tiny model of each kind used by tests and benchmarks."""
+    if kind == "llama":
+        return TinySpec(kind="llama", weight_type=weight_type)
+    if kind == "qwen3moe":
+        return TinySpec(
+            kind="qwen3moe", n_expert=8, n_expert_used=2, n_ff_exp=64, n_ff=128, weight_type=weight_type
+        )
+    if kind == "qwen35moe":
+        return TinySpec(
+            kind="qwen35moe",
+            n_layer=8,
+            head_dim=64,
+            n_rot=16,
+            n_expert=8,
+            n_expert_used=2,
+            n_ff_exp=64,
+            n_ff_shexp=64,
+            n_ff=128,
+            full_attention_interval=4,
+            weight_type=weight_type,
+        )
+    raise ValueError(f"unknown tiny model kind {kind!r}")
+
+
+class _Weights:
+    """Seeded random tensors in numpy order, typed for the file (norms and SSM scalars stay F32)."""
+
+    def __init__(self, spec: TinySpec) -> None:
+        self._rng = np.random.default_rng(spec.seed)
+        self._weight_type = spec.weight_type
+
+    def matrix(self, *shape: int, std: float | None = None) -> np.ndarray:
+        """A weight matrix; std defaults to 1/sqrt(fan_in) so activations keep their scale."""
+        fan_in = shape[-1]
+        s = std if std is not None else 1.0 / np.sqrt(fan_in)
+        return self._rng.normal(0.0, s, size=shape).astype(np.float32)
+
+    def norm(self, n: int) -> np.ndarray:
+        return (1.0 + self._rng.normal(0.0, 0.05, size=(n,))).astype(np.float32)
+
+    def uniform(self, low: float, high: float, *shape: int) -> np.ndarray:
+        return self._rng.uniform(low, high, size=shape).astype(np.float32)
+
+
+def write_tiny_gguf(spec: TinySpec, path: Path) -> None:
+    """Write the model described by ``spec`` to ``path`` (overwrites)."""
+    import gguf
+
+    vocab = build_vocab(spec.n_word_pieces)
+    writer = gguf.GGUFWriter(str(path), spec.kind)
+    _add_header(writer, spec, vocab)
+    tensors = _tensors(spec, vocab)
+    for name, array in tensors.items():
+        _add_tensor(writer, name, array, spec.weight_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _add_tensor(writer: object, name: str, array: np.ndarray, weight_type: WeightType) -> None:
+    import gguf
+
+    assert isinstance(writer, gguf.GGUFWriter)
+    if array.ndim == 1 or name.endswith(("ssm_conv1d.weight", "ffn_gate_inp_shexp.weight")):
+        writer.add_tensor(name, array.astype(np.float32))
+    elif weight_type == "q8_0":
+        q = gguf.quants.quantize(array, gguf.GGMLQuantizationType.Q8_0)
+        writer.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    else:
+        writer.add_tensor(name, array.astype(np.float16))
+
+
+def _add_header(writer: object, spec: TinySpec, vocab: Vocab) -> None:
+    import gguf
+
+    assert isinstance(writer, gguf.GGUFWriter)
+    writer.add_name(f"clover-local tiny random {spec.kind}")
+    writer.add_description("Random weights for tests: the text it writes means nothing.")
+    writer.add_file_type(
+        gguf.LlamaFileType.MOSTLY_Q8_0 if spec.weight_type == "q8_0" else gguf.LlamaFileType.MOSTLY_F16
+    )
+    writer.add_context_length(spec.n_ctx_train)
+    writer.add_embedding_length(spec.n_embd)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(spec.n_ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head_kv)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_vocab_size(len(vocab))
+    if spec.kind != "llama":
+        writer.add_key_length(spec.head_dim)
+        writer.add_value_length(spec.head_dim)
+    writer.add_rope_dimension_count(spec.n_rot)
+    if spec.n_expert:
+        writer.add_expert_count(spec.n_expert)
+        writer.add_expert_used_count(spec.n_expert_used)
+        writer.add_expert_feed_forward_length(spec.n_ff_exp)
+    if spec.kind == "qwen35moe":
+        writer.add_expert_shared_feed_forward_length(spec.n_ff_shexp)
+        writer.add_ssm_conv_kernel(spec.ssm_conv_kernel)
+        writer.add_ssm_state_size(spec.ssm_state)
+        writer.add_ssm_group_count(spec.ssm_k_heads)
+        writer.add_ssm_time_step_rank(spec.ssm_v_heads)
+        writer.add_ssm_inner_size(spec.ssm_state * spec.ssm_v_heads)
+        writer.add_full_attention_interval(spec.full_attention_interval)
+        half = spec.n_rot // 2
+        writer.add_rope_dimension_sections([half - 2 * (half // 3), half // 3, half // 3, 0])
+
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(list(vocab.tokens))
+    writer.add_token_scores(list(vocab.scores))
+    writer.add_token_types(list(vocab.types))
+    writer.add_bos_token_id(vocab.bos_id)
+    writer.add_eos_token_id(vocab.eos_id)
+    writer.add_unk_token_id(vocab.unk_id)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.add_chat_template(CHATML_TEMPLATE)
+
+
+def _tensors(spec: TinySpec, vocab: Vocab) -> dict[str, np.ndarray]:
+    w = _Weights(spec)
+    e = spec.n_embd
+    out: dict[str, np.ndarray] = {
+        "token_embd.weight": w.matrix(len(vocab), e, std=1.0),
+        "output_norm.weight": w.norm(e),
+        "output.weight": _output_head(w, spec, vocab),
+    }
+    for il in range(spec.n_layer):
+        p = f"blk.{il}."
+        if spec.kind == "llama":
+            out.update(_llama_block(w, spec, p))
+        elif spec.kind == "qwen3moe":
+            out.update(_qwen3moe_block(w, spec, p))
+        else:
+            out.update(_qwen35moe_block(w, spec, p, il))
+    return out
+
+
+def _output_head(w: _Weights, spec: TinySpec, vocab: Vocab) -> np.ndarray:
+    """Random rows, except that control and byte tokens (but newline) get a zero row: their logit stays
+    0 while word pieces spread around it, so greedy text is printable words and never ends early."""
+    head = w.matrix(len(vocab), spec.n_embd, std=spec.logit_scale)
+    newline = vocab.tokens.index("<0x0A>")
+    for i, t in enumerate(vocab.types):
+        if t != TOKEN_NORMAL and i != newline:
+            head[i] = 0.0
+    return head
+
+
+def _attention(w: _Weights, spec: TinySpec, p: str, q_mult: int = 1) -> dict[str, np.ndarray]:
+    e, hd = spec.n_embd, spec.head_dim
+    return {
+        p + "attn_q.weight": w.matrix(hd * spec.n_head * q_mult, e),
+        p + "attn_k.weight": w.matrix(hd * spec.n_head_kv, e),
+        p + "attn_v.weight": w.matrix(hd * spec.n_head_kv, e),
+        p + "attn_output.weight": w.matrix(e, hd * spec.n_head),
+    }
+
+
+def _experts(w: _Weights, spec: TinySpec, p: str) -> dict[str, np.ndarray]:
+    e, f, n = spec.n_embd, spec.n_ff_exp, spec.n_expert
+    return {
+        p + "ffn_gate_inp.weight": w.matrix(n, e, std=1.0),
+        p + "ffn_gate_exps.weight": w.matrix(n, f, e),
+        p + "ffn_up_exps.weight": w.matrix(n, f, e),
+        p + "ffn_down_exps.weight": w.matrix(n, e, f),
+    }
+
+
+def _llama_block(w: _Weights, spec: TinySpec, p: str) -> dict[str, np.ndarray]:
+    e, f = spec.n_embd, spec.n_ff
+    return {
+        p + "attn_norm.weight": w.norm(e),
+        **_attention(w, spec, p),
+        p + "ffn_norm.weight": w.norm(e),
+        p + "ffn_gate.weight": w.matrix(f, e),
+        p + "ffn_up.weight": w.matrix(f, e),
+        p + "ffn_down.weight": w.matrix(e, f),
+    }
+
+
+def _qwen3moe_block(w: _Weights, spec: TinySpec, p: str) -> dict[str, np.ndarray]:
+    e = spec.n_embd
+    return {
+        p + "attn_norm.weight": w.norm(e),
+        **_attention(w, spec, p),
+        p + "attn_q_norm.weight": w.norm(spec.head_dim),
+        p + "attn_k_norm.weight": w.norm(spec.head_dim),
+        p + "ffn_norm.weight": w.norm(e),
+        **_experts(w, spec, p),
+    }
+
+
+def _qwen35moe_block(w: _Weights, spec: TinySpec, p: str, il: int) -> dict[str, np.ndarray]:
+    e = spec.n_embd
+    out: dict[str, np.ndarray] = {
+        p + "attn_norm.weight": w.norm(e),
+        p + "post_attention_norm.weight": w.norm(e),
+    }
+    if (il + 1) % spec.full_attention_interval == 0:
+        # Full attention: Q carries a gate as well (2 x head_dim per head), Q/K are RMS-normed.
+        out.update(_attention(w, spec, p, q_mult=2))
+        out[p + "attn_q_norm.weight"] = w.norm(spec.head_dim)
+        out[p + "attn_k_norm.weight"] = w.norm(spec.head_dim)
+    else:
+        # Gated DeltaNet (linear attention, recurrent state).
+        d = spec.ssm_state
+        key_dim = d * spec.ssm_k_heads
+        value_dim = d * spec.ssm_v_heads
+        conv_dim = 2 * key_dim + value_dim
+        out.update(
+            {
+                p + "attn_qkv.weight": w.matrix(conv_dim, e),
+                p + "attn_gate.weight": w.matrix(value_dim, e),
+                p + "ssm_conv1d.weight": w.matrix(conv_dim, spec.ssm_conv_kernel, std=0.5),
+                p + "ssm_dt.bias": w.uniform(-1.0, 1.0, spec.ssm_v_heads),
+                # -exp(A_log), as the converter stores it: negative, so the state decays.
+                p + "ssm_a": -np.exp(w.uniform(-1.0, 0.5, spec.ssm_v_heads)),
+                p + "ssm_beta.weight": w.matrix(spec.ssm_v_heads, e),
+                p + "ssm_alpha.weight": w.matrix(spec.ssm_v_heads, e),
+                p + "ssm_norm.weight": w.norm(d),
+                p + "ssm_out.weight": w.matrix(e, value_dim),
+            }
+        )
+    f = spec.n_ff_shexp
+    out.update(_experts(w, spec, p))
+    out.update(
+        {
+            p + "ffn_gate_inp_shexp.weight": w.matrix(e, std=1.0 / np.sqrt(e)),
+            p + "ffn_gate_shexp.weight": w.matrix(f, e),
+            p + "ffn_up_shexp.weight": w.matrix(f, e),
+            p + "ffn_down_shexp.weight": w.matrix(e, f),
+        }
+    )
+    return out

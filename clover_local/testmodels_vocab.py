@@ -1,0 +1,115 @@
+"""A small SentencePiece-style (``llama``) vocabulary for the tiny random test models.
+
+llama.cpp's SPM tokenizer merges adjacent pieces whenever the joined text is in the vocabulary, and falls
+back to the 256 byte tokens ``<0x00>``..``<0xFF>`` for anything left over, so every text tokenizes and
+detokenizes back to itself. The word pieces (with every prefix, so merges can reach them) come from a
+short built-in sample of English and Python: enough that common text takes few tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+# llama.cpp token types (llama_token_type / gguf.TokenType).
+TOKEN_NORMAL = 1
+TOKEN_UNKNOWN = 2
+TOKEN_CONTROL = 3
+TOKEN_BYTE = 6
+
+SPACE = "\u2581"  # SentencePiece's visible space
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""A ChatML chat template (Qwen's format), stored in the tiny models for Jinja rendering tests."""
+
+_SAMPLE_TEXT = """
+The capital of France is Paris. The quick brown fox jumps over the lazy dog. A model reads the text and
+writes the answer token by token. Please rename the function and return the whole file. Here is a summary
+of the story: the user asked a question, and the assistant gave a short answer with an example.
+What is the best way to run a large language model on a small machine? Use a quantized file, keep the
+experts in memory, and let the graphics card hold the attention layers. This is a test of the system.
+def main(argv: list[str]) -> int:
+    for item in items:
+        if item is None:
+            return 0
+        print(item, value, name, self.count)
+    return len(result)
+class Model:
+    def __init__(self, path, context=4096):
+        self.path = path
+        self.context = context
+import os
+import sys
+from pathlib import Path
+while True: break
+x = [1, 2, 3]; y = {"key": "value", "name": None}; z = (a + b) * c - d / e
+"""
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """Token texts, scores and types in id order, plus the ids of the special tokens."""
+
+    tokens: tuple[str, ...]
+    scores: tuple[float, ...]
+    types: tuple[int, ...]
+    bos_id: int
+    eos_id: int
+    unk_id: int
+    im_start_id: int
+    im_end_id: int
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def build_vocab(n_word_pieces: int) -> Vocab:
+    """A deterministic SPM vocabulary: 3 specials, 2 ChatML controls, 256 bytes, then word pieces."""
+    tokens: list[str] = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    types: list[int] = [TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL, TOKEN_CONTROL, TOKEN_CONTROL]
+    scores: list[float] = [0.0] * len(tokens)
+    for b in range(256):
+        tokens.append(f"<0x{b:02X}>")
+        types.append(TOKEN_BYTE)
+        scores.append(0.0)
+    seen = set(tokens)
+    for piece in _word_pieces(n_word_pieces):
+        if piece not in seen:
+            seen.add(piece)
+            tokens.append(piece)
+            types.append(TOKEN_NORMAL)
+            # Longer pieces win merges, so whole words come out as one token.
+            scores.append(float(len(piece)))
+    return Vocab(
+        tokens=tuple(tokens),
+        scores=tuple(scores),
+        types=tuple(types),
+        bos_id=1,
+        eos_id=2,
+        unk_id=0,
+        im_start_id=3,
+        im_end_id=4,
+    )
+
+
+def _word_pieces(limit: int) -> list[str]:
+    """Printable ASCII characters, then the most frequent words of the sample with all their prefixes."""
+    pieces: list[str] = [SPACE]
+    pieces += [chr(c) for c in range(33, 127)]
+    pieces += [SPACE + chr(c) for c in range(33, 127)]
+    words = Counter(re.findall(r" ?[A-Za-z_]+| ?[0-9]|[^\sA-Za-z0-9_]+", _SAMPLE_TEXT))
+    for word, _count in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])):
+        text = word.replace(" ", SPACE)
+        for end in range(2, len(text) + 1):
+            pieces.append(text[:end])
+        if len(pieces) >= limit:
+            break
+    # Indentation runs, as in code.
+    pieces += [SPACE * n for n in (2, 3, 4, 8)]
+    return pieces[:limit]
