@@ -12,7 +12,7 @@ from helpers_detect import DATA, RecordedNvml, mac_inputs, no_gpu_inputs, record
 
 from clover_local.detect import detect_machine
 from clover_local.detect.amd import probe_amd_sysfs, probe_amdsmi
-from clover_local.detect.apple import metal_working_set
+from clover_local.detect.apple import apple_gpu, metal_working_set
 from clover_local.detect.build import probe_build
 from clover_local.detect.cpu import probe_cpu_linux
 from clover_local.detect.intel import probe_intel_sysfs
@@ -153,6 +153,21 @@ def test_apple_unified_memory_and_working_set(
     assert metal_working_set(ram_gib * GIB)[0] == (
         ram_gib * GIB * 2 // 3 if ram_gib <= 36 else ram_gib * GIB * 3 // 4
     )
+
+
+@pytest.mark.parametrize(
+    ("mac", "gbs"),
+    [("m3_pro_36g", 150), ("m2_max_64g", 400), ("m4_max_128g", 546), ("m4_max_36g_binned", 410)],
+)
+def test_apple_chip_bandwidth_from_the_chip_name(tmp_path: Path, mac: str, gbs: float) -> None:
+    (gpu,) = detect_machine(tmp_path, mac_inputs(tmp_path, mac)).gpus
+    assert gpu.bandwidth_bytes_per_s == gbs * 1e9
+    assert f"{gbs} GB/s" in gpu.note
+
+
+def test_unknown_apple_chip_leaves_bandwidth_to_the_planner() -> None:
+    gpu = apple_gpu(64 * GIB, "Apple M9 Hyper", None, "sysctl")
+    assert gpu.bandwidth_bytes_per_s is None and "GB/s" not in gpu.note
 
 
 def test_apple_with_a_cpu_only_build_gets_a_metal_hint(tmp_path: Path) -> None:

@@ -34,9 +34,32 @@ def metal_working_set(ram_bytes: int, wired_limit_mb: int | None = None) -> tupl
     return limit, f"{format_bytes(limit)} = {rule}; raise it with sudo sysctl iogpu.wired_limit_mb=N"
 
 
+_CHIP_BANDWIDTH_GBS: dict[str, float] = {
+    "M1": 68.25, "M1 Pro": 200, "M1 Max": 400, "M1 Ultra": 800,
+    "M2": 100, "M2 Pro": 200, "M2 Max": 400, "M2 Ultra": 800,
+    "M3": 100, "M3 Pro": 150, "M3 Max": 400, "M3 Ultra": 819,
+    "M4": 120, "M4 Pro": 273, "M4 Max": 546,
+}  # fmt: skip
+"""Apple's published unified-memory bandwidth per chip, GB/s."""
+_BINNED_MAX_GBS = {"M3 Max": 300.0, "M4 Max": 410.0}
+"""The cut-down M3/M4 Max (sold only with 36 GiB) has a narrower memory bus."""
+
+
+def chip_bandwidth(brand: str, ram_bytes: int) -> float | None:
+    """Bytes/s of a known Apple chip (``Apple M2 Max``), None for an unknown one (the planner estimates)."""
+    chip = brand.removeprefix("Apple").strip()
+    if chip in _BINNED_MAX_GBS and ram_bytes <= SMALL_MAC_LIMIT_BYTES:
+        return _BINNED_MAX_GBS[chip] * 1e9
+    gbs = _CHIP_BANDWIDTH_GBS.get(chip)
+    return gbs * 1e9 if gbs else None
+
+
 def apple_gpu(ram_bytes: int, name: str, wired_limit_mb: int | None, source: str) -> Gpu:
     """The one unified-memory GPU of an Apple Silicon Mac; free = total (the working-set limit)."""
     limit, note = metal_working_set(ram_bytes, wired_limit_mb)
+    bandwidth = chip_bandwidth(name, ram_bytes)
+    if bandwidth:
+        note += f"; {bandwidth / 1e9:.0f} GB/s memory bandwidth (Apple's figure for the {name})"
     return Gpu(
         index=0,
         vendor="apple",
@@ -44,6 +67,7 @@ def apple_gpu(ram_bytes: int, name: str, wired_limit_mb: int | None, source: str
         total_bytes=limit,
         free_bytes=limit,
         unified=True,
+        bandwidth_bytes_per_s=bandwidth,
         source=source,
         note=note,
     )
