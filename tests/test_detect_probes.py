@@ -266,3 +266,15 @@ def test_a_probe_that_raises_is_recorded_and_detection_goes_on(tmp_path: Path) -
     assert machine.memory.total_bytes == 0
     assert by_name["cpu"].ok and machine.cpu.logical_cores >= 1  # the others still ran
     assert by_name["llama.cpp"].ok and machine.build.version == "0.3.36"
+
+
+def test_missing_llama_cpp_python_gets_an_install_hint(tmp_path: Path) -> None:
+    inputs = replace(
+        no_gpu_inputs(tmp_path),
+        load_llama_cpp=lambda: (None, "ModuleNotFoundError: No module named 'llama_cpp'"),
+    )
+    machine = detect_machine(tmp_path, inputs)
+    assert machine.build.version is None and machine.offload_backend == "cpu"
+    (hint,) = machine.hints
+    assert "pip install llama-cpp-python==0.3.36" in hint
+    assert "No module named 'llama_cpp'" in {p.name: p for p in machine.probes}["llama.cpp"].detail
