@@ -1,0 +1,43 @@
+"""``clover-local command``: the exact ``llama-server`` command line for the plan, shell-quoted."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from clover_local.plan.report import add_plan_options
+
+    parser = subparsers.add_parser(
+        "command",
+        help="print the llama-server command line for the plan",
+        description=(
+            "Print the upstream llama-server command that runs the plan (same options as `plan`). Without "
+            "--model the server is told to fetch the planned quant from Hugging Face itself (-hf REPO:QUANT)."
+        ),
+    )
+    add_plan_options(parser)
+    parser.add_argument(
+        "--binary", default="llama-server", help="llama-server binary (default: llama-server)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from clover_local.plan.llama_args import llama_server_args
+    from clover_local.plan.report import plan_from_args
+
+    plan, preset = plan_from_args(args)
+    argv = [args.binary]
+    if plan.model_path is None:
+        argv += ["-hf", f"{preset.repo}:{plan.quant}"]
+    argv += llama_server_args(plan)
+    if args.json:
+        print(json.dumps({"argv": argv, "command": shlex.join(argv), "fits": plan.fits}))
+    else:
+        if not plan.fits:
+            print("# warning: this plan does not fit well; see `clover-local plan` for why")
+        print(shlex.join(argv))
+    return 0

@@ -1,0 +1,159 @@
+"""The one place a plan becomes llama.cpp settings: argv for upstream ``llama-server`` and keyword arguments for
+``llama_cpp.Llama`` come from the same table (:func:`settings`), row by row, so the two cannot disagree.
+
+Flag names are those of ``common/arg.cpp`` at the vendored llama.cpp commit (0c1e570); a test parses that file.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from clover_local.plan.types import Plan
+from clover_local.presets import TEMPLATE_COMPLETION, TEMPLATE_FROM_GGUF
+
+GGML_TYPES: dict[str, int] = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "iq4_nl": 20,
+    "bf16": 30,
+}
+"""ggml type ids (``ggml.h``) for ``type_k``/``type_v``."""
+SPLIT_MODES: dict[str, int] = {"none": 0, "layer": 1, "row": 2}
+"""``LLAMA_SPLIT_MODE_*``."""
+FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+"""``LLM_FFN_EXPS_REGEX`` in ``common/common.h``."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row: what ``llama-server`` gets (``flag`` + ``value``; None: no flag) and what ``Llama()`` gets
+    (``kwarg`` = ``kwarg_value``; None: not a keyword of ``Llama.__init__``)."""
+
+    flag: str | None
+    value: str | None
+    kwarg: str | None
+    kwarg_value: Any = None
+
+
+def n_cpu_moe_overrides(n: int) -> list[str]:
+    """``--n-cpu-moe N`` as llama.cpp expands it (``llm_add_n_cpu_ffn_overrides``): one ``<regex>=CPU`` per layer."""
+    return [f"blk\\.{i}{FFN_EXPS_REGEX}=CPU" for i in range(n)]
+
+
+def _load_mode_kwargs(mode: str) -> tuple[bool, bool]:
+    """(use_mmap, use_mlock) as ``Llama.__init__`` maps them back onto ``llama_load_mode``."""
+    return {
+        "auto": (True, False),
+        "mmap": (True, False),
+        "none": (False, False),
+        "mlock": (False, True),
+        "mmap+mlock": (True, True),
+    }[mode]
+
+
+def settings(plan: Plan) -> list[Setting]:
+    """Every llama.cpp setting the plan decides, once."""
+    use_mmap, use_mlock = _load_mode_kwargs(plan.load_mode)
+    rows: list[Setting] = []
+    if plan.model_path:
+        rows.append(Setting("-m", plan.model_path, "model_path", plan.model_path))
+    rows += [
+        Setting("-c", str(plan.ctx), "n_ctx", plan.ctx),
+        # llama-server: -1 means "auto" (fit), "all" offloads every layer; llama-cpp-python: -1 means all.
+        Setting(
+            "-ngl",
+            "all" if plan.n_gpu_layers < 0 else str(plan.n_gpu_layers),
+            "n_gpu_layers",
+            -1 if plan.n_gpu_layers < 0 else plan.n_gpu_layers,
+        ),
+    ]
+    if plan.n_cpu_moe > 0:
+        rows.append(
+            Setting(
+                "--n-cpu-moe",
+                str(plan.n_cpu_moe),
+                "tensor_buft_overrides",
+                n_cpu_moe_overrides(plan.n_cpu_moe),
+            )
+        )
+    else:
+        rows.append(Setting(None, None, "tensor_buft_overrides", []))
+    # llama-cpp-python has no "auto": the planner only decides on or off; auto maps to on (llama.cpp's auto
+    # turns it on wherever the backend supports it, which every backend at this commit does).
+    rows.append(Setting("-fa", plan.flash_attn, "flash_attn", plan.flash_attn != "off"))
+    rows += [
+        Setting("-ctk", plan.cache_type_k, "type_k", GGML_TYPES[plan.cache_type_k]),
+        Setting("-ctv", plan.cache_type_v, "type_v", GGML_TYPES[plan.cache_type_v]),
+        Setting("-t", str(plan.threads), "n_threads", plan.threads),
+        Setting("-tb", str(plan.threads_batch), "n_threads_batch", plan.threads_batch),
+        Setting("-b", str(plan.n_batch), "n_batch", plan.n_batch),
+        Setting("-ub", str(plan.n_ubatch), "n_ubatch", plan.n_ubatch),
+        Setting("--load-mode", plan.load_mode, "use_mmap", use_mmap),
+        Setting(None, None, "use_mlock", use_mlock),
+        # One sequence, as the embedded engine runs: KV cells and recurrent state are sized per sequence, and
+        # llama-server's default (-1 = 4 slots, unified KV) would size the SWA cache and recurrent state x4.
+        Setting("-np", "1", None),
+        # llama-server defaults to swa_full off, llama_context_default_params() to on: pin the server's.
+        Setting(None, None, "swa_full", False),
+        # The KV cache lives with its layer on the GPU (llama-server's default; -nkvo would turn it off).
+        Setting(None, None, "offload_kqv", True),
+    ]
+    if len(plan.tensor_split) > 1:
+        rows += [
+            Setting("-sm", plan.split_mode, "split_mode", SPLIT_MODES[plan.split_mode]),
+            Setting(
+                "-ts", ",".join(f"{s:g}" for s in plan.tensor_split), "tensor_split", list(plan.tensor_split)
+            ),
+            Setting("-mg", str(plan.main_gpu), "main_gpu", plan.main_gpu),
+        ]
+    else:
+        rows += [
+            Setting(None, None, "split_mode", SPLIT_MODES[plan.split_mode]),
+            Setting(None, None, "main_gpu", plan.main_gpu),
+            Setting(None, None, "tensor_split", None),
+        ]
+    if plan.chat_template not in (TEMPLATE_FROM_GGUF, TEMPLATE_COMPLETION):
+        rows.append(Setting("--chat-template", plan.chat_template, "chat_format", plan.chat_template))
+    spec = plan.speculative
+    if spec.enabled:
+        # The embedded engine drafts itself from plan.speculative; llama-cpp-python has no such keyword.
+        rows += [
+            Setting("--spec-type", spec.type, None),
+            Setting("--spec-ngram-mod-n-match", str(spec.n_match), None),
+            Setting("--spec-ngram-mod-n-min", str(spec.n_min), None),
+            Setting("--spec-ngram-mod-n-max", str(spec.n_max), None),
+        ]
+    # --fit (default on at this commit) re-fits every parameter still at its default to free device memory, and
+    # may add its own tensor overrides or shrink the context; the plan has already decided all of that, so fitting
+    # again could only make llama-server disagree with the embedded engine.
+    rows.append(Setting("--fit", "off", None))
+    return rows
+
+
+def llama_server_args(plan: Plan) -> list[str]:
+    """argv for upstream ``llama-server`` (without the binary); ``-m`` only when the plan knows the local file."""
+    argv: list[str] = []
+    for row in settings(plan):
+        if row.flag is not None:
+            argv.append(row.flag)
+            if row.value is not None:
+                argv.append(row.value)
+    return argv
+
+
+def llama_cpp_kwargs(plan: Plan) -> dict[str, Any]:
+    """Keyword arguments for ``llama_cpp.Llama(**kwargs)``, plus ``tensor_buft_overrides`` (``"<regex>=CPU"``
+    strings the embedded engine applies through ctypes; pop it before calling ``Llama``)."""
+    return {row.kwarg: row.kwarg_value for row in settings(plan) if row.kwarg is not None}
+
+
+def shell_command(plan: Plan, binary: str = "llama-server") -> str:
+    """The whole ``llama-server`` command line, shell-quoted, ready to paste."""
+    return shlex.join([binary, *llama_server_args(plan)])

@@ -1,0 +1,316 @@
+"""The memory model: how many bytes llama.cpp will hold where, for a model, a context and a GPU placement.
+
+Pure functions that mirror llama.cpp at the vendored commit (0c1e570):
+
+- KV cache (``src/llama-kv-cache*.cpp``): only layers with attention hold KV; cells are padded to 256. Sliding-window
+  layers (Gemma 3) hold ``min(ctx, window + n_ubatch)`` cells, padded to 256 (``llama_kv_cache_iswa``), unless
+  ``swa_full``.
+- Recurrent state (``llama-memory-recurrent.cpp``): a fixed size per sequence, whatever the context.
+- Compute buffer: calibrated on the real ``sched_reserve: CPU compute buffer size`` log line. For Gemma 3 270M
+  (n_vocab 262,144, n_embd 640, n_ubatch 512) llama.cpp reserves 514.50 MiB at 4K and 16K context, flash attention
+  on or off = ``n_ubatch * (n_vocab + 2 * n_embd) * 4`` bytes exactly: the logits of a full ubatch dominate.
+- Placement (``llama_model::load_tensors``): the token embedding stays on the CPU; layer ``il`` goes to a GPU when
+  ``il >= n_layer + 1 - n_gpu_layers``; the output head counts as layer ``n_layer``; several GPUs take consecutive
+  layer ranges by ``tensor_split``; ``--n-cpu-moe N`` keeps the routed-expert tensors of layers ``< N`` on the CPU.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from clover_local.model import ModelDescription
+from clover_local.presets import Architecture
+
+MIB = 1024**2
+GIB = 1024**3
+CELL_PADDING = 256
+"""llama.cpp pads the KV cache (and the SWA cache) to a multiple of 256 cells."""
+
+KV_TYPE_BYTES: dict[str, float] = {
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q5_1": 24 / 32,
+    "q5_0": 22 / 32,
+    "q4_1": 20 / 32,
+    "q4_0": 18 / 32,
+    "iq4_nl": 18 / 32,
+}
+"""Bytes per element of each KV cache type llama.cpp accepts (``-ctk``/``-ctv``): block size / 32 values."""
+
+GPU_MARGIN_BYTES = 1 * GIB
+"""Left free on every GPU: driver context, fragmentation, other programs (llama.cpp's ``--fit`` uses 1 GiB too)."""
+RAM_MARGIN_FRACTION = 0.05
+RAM_MARGIN_MIN_BYTES = 1 * GIB
+
+
+def pad_cells(n: int) -> int:
+    """Round a cell count up to llama.cpp's 256-cell padding."""
+    return -(-n // CELL_PADDING) * CELL_PADDING
+
+
+def is_swa_layer(arch: Architecture, il: int) -> bool:
+    """Sliding-window layer? Mirrors ``llama_hparams::set_swa_pattern``: every Nth layer is global."""
+    p = arch.sliding_window_pattern
+    return bool(arch.sliding_window and p and il % p < p - 1)
+
+
+def kv_cells_per_layer(
+    arch: Architecture, ctx: int, n_ubatch: int = 512, n_seq: int = 1, swa_full: bool = False
+) -> list[int]:
+    """KV cells each layer holds (0 for recurrent layers)."""
+    base = pad_cells(ctx)
+    swa = base if swa_full else pad_cells(min(base, arch.sliding_window * n_seq + n_ubatch))
+    attention = set(arch.attention_layers)
+    return [
+        0 if il not in attention else swa if is_swa_layer(arch, il) else base for il in range(arch.n_layers)
+    ]
+
+
+def kv_bytes_per_cell(arch: Architecture, type_k: str = "f16", type_v: str = "f16") -> float:
+    """K and V bytes of one cell in one attention layer."""
+    return arch.n_head_kv * arch.head_dim * (KV_TYPE_BYTES[type_k] + KV_TYPE_BYTES[type_v])
+
+
+def kv_bytes_per_layer(
+    arch: Architecture,
+    ctx: int,
+    type_k: str = "f16",
+    type_v: str = "f16",
+    n_ubatch: int = 512,
+    n_seq: int = 1,
+    swa_full: bool = False,
+) -> list[int]:
+    """KV cache bytes of each layer."""
+    per_cell = kv_bytes_per_cell(arch, type_k, type_v)
+    return [int(c * per_cell) for c in kv_cells_per_layer(arch, ctx, n_ubatch, n_seq, swa_full)]
+
+
+def kv_cache_bytes(
+    arch: Architecture,
+    ctx: int,
+    type_k: str = "f16",
+    type_v: str = "f16",
+    n_ubatch: int = 512,
+    n_seq: int = 1,
+    swa_full: bool = False,
+) -> int:
+    """The whole KV cache in bytes (all layers)."""
+    return sum(kv_bytes_per_layer(arch, ctx, type_k, type_v, n_ubatch, n_seq, swa_full))
+
+
+def kv_bytes_per_token(arch: Architecture, type_k: str = "f16", type_v: str = "f16") -> int:
+    """KV bytes one more token of context costs in the full-attention layers (Clover: 20 KiB at f16)."""
+    full = [il for il in arch.attention_layers if not is_swa_layer(arch, il)]
+    return int(len(full) * kv_bytes_per_cell(arch, type_k, type_v))
+
+
+def recurrent_layers(arch: Architecture) -> tuple[int, ...]:
+    """Layers that carry recurrent state instead of a KV cache (hybrid models)."""
+    if not arch.recurrent_state_bytes:
+        return ()
+    attention = set(arch.attention_layers)
+    return tuple(il for il in range(arch.n_layers) if il not in attention)
+
+
+def recurrent_bytes_per_layer(arch: Architecture, n_seq: int = 1) -> list[int]:
+    """Recurrent state of each layer for ``n_seq`` sequences; independent of the context size."""
+    layers = set(recurrent_layers(arch))
+    if not layers:
+        return [0] * arch.n_layers
+    per = arch.recurrent_state_bytes * n_seq // len(layers)
+    return [per if il in layers else 0 for il in range(arch.n_layers)]
+
+
+def compute_buffer_bytes(arch: Architecture, n_ubatch: int = 512, holds_output: bool = True) -> int:
+    """Scratch memory llama.cpp reserves for one ubatch on one device.
+
+    The device that computes the output head holds the logits of a full ubatch (``n_vocab`` floats per token)
+    plus activations; the others only activations. Calibrated on the real log (see module docstring); MoE
+    routing scratch (``n_expert_used * expert_ffn`` per token) is added for MoE models.
+    """
+    activations = 2 * arch.n_embd + 3 * arch.n_expert_used * arch.expert_ffn
+    logits = arch.n_vocab if holds_output else 2 * arch.n_embd
+    return n_ubatch * (logits + activations) * 4
+
+
+def output_buffer_bytes(arch: Architecture, n_outputs: int = 1) -> int:
+    """The host buffer llama.cpp keeps for returned logits (one token's worth while generating)."""
+    return arch.n_vocab * 4 * n_outputs
+
+
+def ram_margin_bytes(total_ram_bytes: int) -> int:
+    return max(RAM_MARGIN_MIN_BYTES, int(total_ram_bytes * RAM_MARGIN_FRACTION))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Where each layer lives
+
+
+def offloaded_layer_count(n_layers: int, n_gpu_layers: int) -> int:
+    """Layers (output head included, as in llama.cpp) that go to the GPUs; ``n_gpu_layers < 0`` means all."""
+    if n_gpu_layers < 0:
+        return n_layers + 1
+    return min(n_gpu_layers, n_layers + 1)
+
+
+def layer_devices(
+    n_layers: int, n_gpu_layers: int, n_gpus: int, tensor_split: Sequence[float] = ()
+) -> list[int]:
+    """Device of each layer and, last, of the output head: a GPU index, or -1 for the CPU.
+
+    Mirrors ``get_layer_buft_list`` in ``llama-model.cpp``: offloaded layers are the last ones; with several GPUs
+    layer ``j`` of the offloaded range goes to the first GPU whose cumulative split exceeds ``j / offloaded``.
+    """
+    act = offloaded_layer_count(n_layers, n_gpu_layers) if n_gpus else 0
+    start = n_layers + 1 - act
+    splits = list(tensor_split) if tensor_split and any(tensor_split) else [1.0] * max(n_gpus, 1)
+    total = sum(splits)
+    cumulative: list[float] = []
+    running = 0.0
+    for s in splits:
+        running += s
+        cumulative.append(running / total)
+    out: list[int] = []
+    for il in range(n_layers + 1):
+        if il < start:
+            out.append(-1)
+        else:
+            out.append(min(bisect.bisect_right(cumulative, (il - start) / act), n_gpus - 1))
+    return out
+
+
+def embedding_and_output_bytes(model: ModelDescription) -> tuple[int, int]:
+    """(token embedding, output head + final norm) bytes. Tied embeddings (no ``output.weight``): llama.cpp
+    duplicates the embedding for the output head, so both are the embedding's size."""
+    if model.tensors is None:
+        glob = model.global_bytes()
+        return glob // 2, glob - glob // 2
+    embd = model.tensor_bytes("token_embd.weight")
+    output = model.global_bytes() - embd
+    if not model.tensor_bytes("output.weight"):
+        output += embd
+    return embd, output
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Bytes per device for one GPU placement: index ``i`` is GPU ``i``; ``ram`` is system memory."""
+
+    gpu_weights: tuple[int, ...]
+    gpu_kv: tuple[int, ...]
+    gpu_recurrent: tuple[int, ...]
+    gpu_compute: tuple[int, ...]
+    ram_weights: int
+    ram_kv: int
+    ram_recurrent: int
+    ram_compute: int
+    devices: tuple[int, ...]
+    """Device of each layer then the output head (-1: CPU)."""
+    n_cpu_moe: int = 0
+    """Routed experts of the first N layers stay in RAM."""
+
+
+def place(
+    model: ModelDescription,
+    *,
+    ctx: int,
+    n_gpus: int,
+    n_gpu_layers: int,
+    n_cpu_moe: int,
+    tensor_split: Sequence[float] = (),
+    type_k: str = "f16",
+    type_v: str = "f16",
+    n_ubatch: int = 512,
+    n_seq: int = 1,
+) -> Placement:
+    """Split weights, KV cache, recurrent state and compute buffers between the GPUs and RAM."""
+    arch = model.architecture
+    n = arch.n_layers
+    devices = layer_devices(n, n_gpu_layers, n_gpus, tensor_split) if n_gpus else [-1] * (n + 1)
+    dense = model.dense_bytes_per_layer()
+    experts = model.expert_bytes_per_layer()
+    kv = kv_bytes_per_layer(arch, ctx, type_k, type_v, n_ubatch, n_seq)
+    rec = recurrent_bytes_per_layer(arch, n_seq)
+    embd, output = embedding_and_output_bytes(model)
+
+    g_w, g_kv, g_rec = [0] * n_gpus, [0] * n_gpus, [0] * n_gpus
+    r_w, r_kv, r_rec = embd, 0, 0
+    for il in range(n):
+        d = devices[il]
+        expert_on_cpu = il < n_cpu_moe
+        if d < 0:
+            r_w += dense[il] + experts[il]
+            r_kv += kv[il]
+            r_rec += rec[il]
+        else:
+            g_w[d] += dense[il] + (0 if expert_on_cpu else experts[il])
+            r_w += experts[il] if expert_on_cpu else 0
+            g_kv[d] += kv[il]
+            g_rec[d] += rec[il]
+    out_dev = devices[n]
+    if out_dev < 0:
+        r_w += output
+    else:
+        g_w[out_dev] += output
+
+    used = {d for d in devices if d >= 0}
+    g_compute = [
+        compute_buffer_bytes(arch, n_ubatch, holds_output=(g == out_dev)) if g in used else 0
+        for g in range(n_gpus)
+    ]
+    # The CPU always runs the input layer and keeps the returned logits; it needs the full scratch when it
+    # computes the output head or any layer (CPU-only or partial plans).
+    cpu_busy = out_dev < 0 or n_cpu_moe > 0 or any(d < 0 for d in devices[:n])
+    r_compute = output_buffer_bytes(arch) + compute_buffer_bytes(arch, n_ubatch, holds_output=out_dev < 0)
+    if not cpu_busy:
+        r_compute = output_buffer_bytes(arch) + n_ubatch * arch.n_embd * 4 * 2
+    return Placement(
+        gpu_weights=tuple(g_w),
+        gpu_kv=tuple(g_kv),
+        gpu_recurrent=tuple(g_rec),
+        gpu_compute=tuple(g_compute),
+        ram_weights=r_w,
+        ram_kv=r_kv,
+        ram_recurrent=r_rec,
+        ram_compute=r_compute,
+        devices=tuple(devices),
+        n_cpu_moe=n_cpu_moe,
+    )
+
+
+def active_bytes_per_token(
+    model: ModelDescription, placement: Placement, ctx_used: int, type_k: str = "f16", type_v: str = "f16"
+) -> tuple[list[float], float]:
+    """Bytes read per generated token, per GPU and in RAM: every non-expert weight, the routed experts' active
+    share (``n_expert_used / n_expert``), the output head, the KV cache up to ``ctx_used`` tokens, and the
+    recurrent state (read and written)."""
+    arch = model.architecture
+    n = arch.n_layers
+    share = arch.n_expert_used / arch.n_expert if arch.n_expert else 1.0
+    dense = model.dense_bytes_per_layer()
+    experts = model.expert_bytes_per_layer()
+    per_cell = kv_bytes_per_cell(arch, type_k, type_v)
+    cells = kv_cells_per_layer(arch, ctx_used)
+    rec = recurrent_bytes_per_layer(arch)
+    _, output = embedding_and_output_bytes(model)
+    gpu = [0.0] * len(placement.gpu_weights)
+    ram = 0.0
+
+    def add(device: int, n_bytes: float) -> None:
+        nonlocal ram
+        if device < 0:
+            ram += n_bytes
+        else:
+            gpu[device] += n_bytes
+
+    for il in range(n):
+        d = placement.devices[il]
+        add(d, dense[il] + cells[il] * per_cell + 2 * rec[il])
+        expert_dev = -1 if d < 0 or il < placement.n_cpu_moe else d
+        add(expert_dev, experts[il] * share)
+    add(placement.devices[n], output)
+    return gpu, ram

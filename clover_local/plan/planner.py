@@ -1,0 +1,357 @@
+"""The planner: a described machine, a preset (and GGUF headers when known) and the person's wishes in, a
+:class:`Plan` out. Pure: no I/O, so it is tested with tables of machines.
+
+Quant: the best quality whose weights, KV cache and buffers fit in *fast* memory (all on the GPU(s), or in the
+Apple working set; on a CPU, Q8_0 only when it fits RAM comfortably and the goal is quality, because decoding is
+bandwidth-bound and Q4_K_M reads half the bytes), else the smallest quant, with experts offloaded as needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from clover_local.detect.machine import Machine
+from clover_local.detect.units import format_bytes as fb
+from clover_local.errors import PlanError, UsageError
+from clover_local.model import ModelDescription, describe_from_preset
+from clover_local.plan import memory
+from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
+from clover_local.plan.speed import predict_tokens_per_s
+from clover_local.plan.types import Alternative, DeviceMemory, LoadMode, Plan, SpeculativePlan, Wishes
+from clover_local.presets import TEMPLATE_COMPLETION, TEMPLATE_FROM_GGUF, Preset
+
+CPU_COMFORT = 0.75
+"""On a CPU-only machine the larger quant must use at most this share of available RAM."""
+CTX_GROWTH_LIMIT = 4
+"""Without ``--ctx`` the context grows at most to this multiple of the preset default."""
+KV_SHARE_LIMIT = 0.10
+"""...and only while the KV cache stays under this share of the weights (cheap)."""
+SPEED_CTX_SAMPLE = 4096
+"""Context filled when predicting decode speed (KV read per token)."""
+N_BATCH, N_UBATCH = 2048, 512
+
+
+def make_plan(
+    machine: Machine,
+    preset: Preset,
+    model: ModelDescription | None = None,
+    wishes: Wishes | None = None,
+    model_path: str | None = None,
+    *,
+    models: Mapping[str, ModelDescription] | None = None,
+) -> Plan:
+    """Decide quant, context, placement and llama.cpp settings for ``preset`` on ``machine``.
+
+    ``model``: the description of one local GGUF (its quant is then the only candidate). ``models``: descriptions
+    per quant (e.g. from remote headers) so Q4_K_M and Q8_0 are weighed with exact sizes; quants missing from both
+    are described from the preset's fallback sizes.
+    """
+    wishes = wishes or Wishes()
+    candidates = _candidates(preset, model, models or {}, wishes)
+    ctx_limit = min(preset.ctx_max, preset.architecture.n_ctx_train)
+    if wishes.ctx is not None and not 256 <= wishes.ctx <= ctx_limit:
+        raise UsageError(
+            f"A context of {wishes.ctx} tokens is outside what {preset.display_name} supports.",
+            f"Pick --ctx between 256 and {ctx_limit} (the preset's maximum and the model's training context).",
+        )
+    ctx = wishes.ctx or min(preset.ctx_default, ctx_limit)
+    fits = {q: find_fit(machine, d, ctx, N_UBATCH) for q, d in candidates.items()}
+    quant, why_quant = _choose_quant(machine, candidates, fits, wishes)
+    desc, fit = candidates[quant], fits[quant]
+    reasons: list[str] = [why_quant]
+    if wishes.ctx is None:
+        fit, ctx = _grow_context(machine, desc, fit, ctx, ctx_limit)
+    reasons += _placement_reasons(machine, desc, fit)
+    reasons += _context_reasons(preset, desc, fit, ctx, wishes)
+    if not fit.fits:
+        reasons.append(_does_not_fit_advice(machine, desc, fit, ctx))
+
+    physical, logical = machine.cpu.physical_cores, machine.cpu.logical_cores
+    threads = wishes.threads or physical
+    reasons.append(
+        f"{threads} threads for generation (physical cores: more only contend for memory bandwidth), "
+        f"{max(logical, threads)} for prompt processing (logical cores)."
+    )
+    reasons.append(
+        "Flash attention on: llama.cpp supports it on every backend here, it keeps the compute buffer small "
+        "at long context, and a quantized KV cache needs it."
+    )
+    load_mode, why_load = _load_mode(machine, fit)
+    reasons.append(why_load)
+    spec = preset.speculative
+    enabled = spec.enabled if wishes.speculative is None else wishes.speculative
+    speculative = SpeculativePlan(enabled, spec.type, spec.n_match, spec.n_min, spec.n_max)
+    if enabled:
+        reasons.append(
+            f"Self-speculative decoding ({spec.type}, match {spec.n_match}, draft {spec.n_min}-{spec.n_max} "
+            "tokens): drafts from text already in the context, no second model, so no extra memory."
+        )
+    gpu_read, ram_read = memory.active_bytes_per_token(
+        desc, fit.placement, min(ctx, SPEED_CTX_SAMPLE), fit.cache_type, fit.cache_type
+    )
+    tps, speed_notes = predict_tokens_per_s(machine, gpu_read, ram_read)
+    reasons.append(
+        f"Predicted decode ~{tps:.0f} tokens/s: an estimate from memory bandwidth at {SPEED_CTX_SAMPLE} tokens of "
+        f"context, not a measurement ({'; '.join(speed_notes)}); run `clover-local bench` to measure."
+    )
+    if not desc.exact:
+        reasons.append(
+            f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file); "
+            "with the GGUF header they become exact."
+        )
+    return Plan(
+        preset=preset.name,
+        model_path=model_path,
+        quant=quant,
+        file_bytes=desc.file_bytes,
+        ctx=ctx,
+        n_gpu_layers=fit.n_gpu_layers,
+        n_cpu_moe=fit.n_cpu_moe,
+        fits=fit.fits,
+        memory=fit.memory,
+        speculative=speculative,
+        predicted_tokens_per_s=round(tps, 1),
+        reasons=tuple(reasons),
+        threads=threads,
+        threads_batch=max(logical, threads),
+        n_batch=N_BATCH,
+        n_ubatch=N_UBATCH,
+        flash_attn="on",
+        cache_type_k=fit.cache_type,
+        cache_type_v=fit.cache_type,
+        load_mode=load_mode,
+        split_mode="layer",
+        main_gpu=0,
+        tensor_split=fit.tensor_split,
+        chat_template=preset.chat_template,
+        backend=machine.offload_backend,
+        alternatives=_alternatives(machine, quant, candidates, fits),
+        estimated=not desc.exact,
+    )
+
+
+def _candidates(
+    preset: Preset, model: ModelDescription | None, models: Mapping[str, ModelDescription], wishes: Wishes
+) -> dict[str, ModelDescription]:
+    if model is not None:
+        name = model.quant or "file"
+        if wishes.quant not in ("auto", name):
+            raise UsageError(
+                f"--quant {wishes.quant} asked, but the model file is {name}.",
+                "Drop --quant, or point --model at a file of that quant.",
+            )
+        return {name: model}
+    if wishes.quant != "auto" and wishes.quant not in preset.quants:
+        raise UsageError(
+            f"Preset {preset.name} has no quant {wishes.quant!r}.",
+            f"Choose one of: auto, {', '.join(preset.quants)}.",
+        )
+    names = list(preset.quants) if wishes.quant == "auto" else [wishes.quant]
+    if not names:
+        raise PlanError(f"Preset {preset.name} offers no quant to plan.")
+    return {q: models.get(q) or describe_from_preset(preset, q) for q in names}
+
+
+def _is_fast(machine: Machine, fit: Fit) -> bool:
+    """Runs entirely from fast memory: all on the GPU(s)/working set, or comfortably in RAM on a CPU."""
+    if uses_gpus(machine):
+        return fit.fits and fit.all_on_gpu
+    ram = fit.memory.ram
+    return fit.fits and ram.used_bytes <= CPU_COMFORT * ram.capacity_bytes
+
+
+def _choose_quant(
+    machine: Machine, descs: Mapping[str, ModelDescription], fits: Mapping[str, Fit], wishes: Wishes
+) -> tuple[str, str]:
+    by_size = sorted(descs, key=lambda q: descs[q].file_bytes, reverse=True)
+    smallest = by_size[-1]
+    where = "the GPU" if uses_gpus(machine) else "RAM"
+    if len(by_size) == 1:
+        return smallest, f"{smallest} ({fb(descs[smallest].file_bytes)}): the only quant to plan."
+    if wishes.quant != "auto":
+        return wishes.quant, f"{wishes.quant} ({fb(descs[wishes.quant].file_bytes)}): as asked with --quant."
+    if wishes.goal == "speed":
+        return smallest, (
+            f"{smallest} ({fb(descs[smallest].file_bytes)}): goal is speed, and decoding reads every active byte "
+            "per token, so the smallest quant is the fastest."
+        )
+    for q in by_size:
+        if q != smallest and _is_fast(machine, fits[q]) and machine.offload_backend != "cpu":
+            return q, (
+                f"{q} ({fb(descs[q].file_bytes)}): the best quality, and weights, KV cache and buffers all fit "
+                f"in GPU memory with margin."
+            )
+        if q != smallest and _is_fast(machine, fits[q]):
+            ram = fits[q].memory.ram
+            return q, (
+                f"{q} ({fb(descs[q].file_bytes)}): the best quality, goal is quality, and it uses "
+                f"{ram.used_bytes / max(ram.capacity_bytes, 1):.0%} of available RAM (limit {CPU_COMFORT:.0%}); "
+                "expect about half the speed of the smaller quant."
+            )
+    return smallest, (
+        f"{smallest} ({fb(descs[smallest].file_bytes)}): larger quants do not fit in {where} with margin, and "
+        "offloading their experts to slower memory would cost more speed than the quality is worth."
+    )
+
+
+def _grow_context(
+    machine: Machine, desc: ModelDescription, fit: Fit, ctx: int, limit: int
+) -> tuple[Fit, int]:
+    """A larger context when memory allows cheaply: same placement, still fits with double margin, and a KV
+    cache under 10% of the weights."""
+    weights = sum(g.weights_bytes for g in fit.memory.gpus) + fit.memory.ram.weights_bytes
+    best, best_ctx, candidate = fit, ctx, ctx * 2
+    while fit.fits and candidate <= min(limit, ctx * CTX_GROWTH_LIMIT):
+        grown = evaluate(
+            machine,
+            desc,
+            candidate,
+            n_gpu_layers=fit.n_gpu_layers,
+            n_cpu_moe=fit.n_cpu_moe,
+            cache_type=fit.cache_type,
+            margin_scale=2.0,
+        )
+        kv = sum(g.kv_cache_bytes for g in grown.memory.gpus) + grown.memory.ram.kv_cache_bytes
+        if not grown.fits or kv > KV_SHARE_LIMIT * weights:
+            break
+        best_ctx, candidate = candidate, candidate * 2
+    if best_ctx != ctx:
+        best = evaluate(
+            machine,
+            desc,
+            best_ctx,
+            n_gpu_layers=fit.n_gpu_layers,
+            n_cpu_moe=fit.n_cpu_moe,
+            cache_type=fit.cache_type,
+        )
+    return best, best_ctx
+
+
+def _placement_reasons(machine: Machine, desc: ModelDescription, fit: Fit) -> list[str]:
+    n = desc.architecture.n_layers
+    mem = fit.memory
+    out: list[str] = []
+    if not uses_gpus(machine):
+        if machine.gpus and not machine.build.gpu_offload:
+            hint = " ".join(machine.hints) or "Rebuild llama-cpp-python with GPU support (see README)."
+            out.append(f"CPU only: a GPU is present but this llama.cpp build cannot offload to it. {hint}")
+        else:
+            out.append("CPU only: no usable GPU, so every layer runs from RAM (n_gpu_layers 0).")
+    elif fit.n_gpu_layers == 0:
+        out.append("CPU only: not even one layer fits in GPU memory next to the compute buffer.")
+    elif fit.all_on_gpu:
+        out.append(f"All {n} layers and the output head on the GPU: {_gpu_summary(fit)}.")
+    elif fit.n_gpu_layers < 0:
+        out.append(
+            f"Attention, recurrent and shared weights and the output head on the GPU; routed experts of the "
+            f"first {fit.n_cpu_moe} of {n} layers in RAM (--n-cpu-moe {fit.n_cpu_moe}), the smallest number "
+            f"that fits: {_gpu_summary(fit)}."
+        )
+    else:
+        out.append(
+            f"Only {fit.n_gpu_layers} of {n + 1} layers (output head counted) fit on the GPU; the rest run "
+            f"from RAM: {_gpu_summary(fit)}."
+        )
+    if len(mem.gpus) > 1:
+        out.append(
+            "Layers split across GPUs by free memory (tensor split "
+            + ",".join(f"{s:g}" for s in fit.tensor_split)
+            + " layers), each GPU checked on its own; memory is never summed."
+        )
+    if machine.unified_memory:
+        gpu = machine.gpus[0]
+        out.append(f"Unified memory: planned against the Metal working set ({gpu.note}) and against RAM.")
+    ram = mem.ram
+    out.append(
+        f"RAM: {fb(ram.used_bytes)} planned of {fb(ram.capacity_bytes)} available, "
+        f"{fb(ram.margin_bytes)} kept free."
+    )
+    return out
+
+
+def _gpu_summary(fit: Fit) -> str:
+    return "; ".join(
+        f"{g.name} {fb(g.used_bytes)} of {fb(g.capacity_bytes)} free, {fb(g.margin_bytes)} kept free"
+        for g in fit.memory.gpus
+    )
+
+
+def _context_reasons(preset: Preset, desc: ModelDescription, fit: Fit, ctx: int, wishes: Wishes) -> list[str]:
+    arch = desc.architecture
+    per_token = memory.kv_bytes_per_token(arch, fit.cache_type, fit.cache_type)
+    kv = sum(g.kv_cache_bytes for g in fit.memory.gpus) + fit.memory.ram.kv_cache_bytes
+    how = (
+        "as asked"
+        if wishes.ctx
+        else (
+            f"the preset default {preset.ctx_default}"
+            if ctx == preset.ctx_default
+            else f"grown from the default {preset.ctx_default} because memory allows it cheaply"
+        )
+    )
+    out = [
+        f"Context {ctx} tokens ({how}); KV cache {fb(kv)} at {fit.cache_type} "
+        f"({fb(per_token)} per token: only {len(arch.attention_layers)} of {arch.n_layers} layers hold KV)."
+    ]
+    if fit.cache_type != "f16":
+        out.append(f"KV cache {fit.cache_type}: memory is tight, and it halves the KV cache against f16.")
+    if arch.recurrent_state_bytes:
+        out.append(f"Recurrent state {fb(arch.recurrent_state_bytes)} per sequence, whatever the context.")
+    template = preset.chat_template
+    if template not in (TEMPLATE_FROM_GGUF, TEMPLATE_COMPLETION):
+        out.append(f"Chat template: llama.cpp's built-in {template!r} (the GGUF has none).")
+    return out
+
+
+def _does_not_fit_advice(machine: Machine, desc: ModelDescription, fit: Fit, ctx: int) -> str:
+    short = [d for d in (*fit.memory.gpus, fit.memory.ram) if not d.fits]
+    lacking = ", ".join(
+        f"{d.name} needs {fb(d.used_bytes + d.margin_bytes)} but has {fb(d.capacity_bytes)}" for d in short
+    )
+    tips = []
+    if ctx > 4096:
+        tips.append("a smaller context (--ctx 4096)")
+    if desc.quant and desc.quant != "Q4_K_M":
+        tips.append("the smaller Q4_K_M quant")
+    tips += ["closing other programs", "more RAM"]
+    return (
+        f"Does not fit well: {lacking}. It may still load with mmap, paging weights from disk, but slowly. "
+        f"Try {', '.join(tips)}."
+    )
+
+
+def _load_mode(machine: Machine, fit: Fit) -> tuple[LoadMode, str]:
+    if fit.all_on_gpu and not machine.unified_memory:
+        return "none", (
+            "Load mode none (no mmap): every weight lives on the GPU, so reading the file once into GPU "
+            "memory is enough and no mapping of the whole file is kept in RAM; mlock is never used by default."
+        )
+    return "mmap", (
+        "Load mode mmap: weights used from RAM are read straight from the page cache, shared with other "
+        "tools, and loading starts fast; mlock is never used by default (it can starve the rest of the system)."
+    )
+
+
+def _alternatives(
+    machine: Machine, chosen: str, descs: Mapping[str, ModelDescription], fits: Mapping[str, Fit]
+) -> tuple[Alternative, ...]:
+    out: list[Alternative] = []
+    for q, fit in fits.items():
+        if q == chosen:
+            continue
+        size = fb(descs[q].file_bytes)
+        if not fit.fits:
+            short = [d for d in (*fit.memory.gpus, fit.memory.ram) if not d.fits]
+            why = f"{size}: does not fit ({', '.join(f'{d.name} short by {fb(_over(d))}' for d in short)})."
+        elif uses_gpus(machine) and not fit.all_on_gpu:
+            why = f"{size}: fits only with experts of {fit.n_cpu_moe} layers in RAM, slower than {chosen}."
+        elif descs[q].file_bytes > descs[chosen].file_bytes:
+            why = f"{size}: fits, but reads more bytes per token, so decodes slower (goal or comfort rule)."
+        else:
+            why = f"{size}: fits and is faster, but lower quality; use --goal speed or --quant {q}."
+        out.append(Alternative(quant=q, fits=fit.fits, why_not=why))
+    return tuple(out)
+
+
+def _over(d: DeviceMemory) -> int:
+    return d.used_bytes + d.margin_bytes - d.capacity_bytes

@@ -1,0 +1,107 @@
+"""Shared by ``clover-local plan`` and ``clover-local command``: their options, making the plan from them, and
+showing it (a JSON object, or text with a memory table per device)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from typing import Any
+
+from clover_local.detect.units import format_bytes as fb
+from clover_local.errors import UsageError
+from clover_local.plan.llama_args import llama_cpp_kwargs, llama_server_args
+from clover_local.plan.types import DeviceMemory, Plan, Wishes
+from clover_local.presets import Preset
+
+
+def add_plan_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preset", metavar="NAME", help="preset name or path to a .toml (default: clover-35b-a3b)"
+    )
+    parser.add_argument("--quant", default="auto", metavar="auto|Q4_K_M|Q8_0", help="quant (default: auto)")
+    parser.add_argument("--ctx", type=int, metavar="N", help="context size in tokens (default: decided)")
+    parser.add_argument("--goal", choices=("quality", "speed"), default="quality", help="what to favour")
+    parser.add_argument(
+        "--simulate",
+        metavar="SPEC",
+        help="plan for a described machine, e.g. ram=32G,gpu=nvidia:12G (see README)",
+    )
+    parser.add_argument("--model", metavar="PATH", help="a local GGUF: plan with its exact tensor sizes")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Preset]:
+    """Detect (or simulate) the machine, read the model header when given, and plan."""
+    from pathlib import Path
+
+    from clover_local.detect import detect_machine, parse_simulate
+    from clover_local.plan.planner import make_plan
+    from clover_local.presets import load_preset
+
+    preset = load_preset(args.preset)
+    machine = parse_simulate(args.simulate) if args.simulate is not None else detect_machine()
+    model = None
+    model_path = None
+    if args.model:
+        path = Path(args.model).expanduser()
+        if not path.is_file():
+            raise UsageError(f"--model {args.model}: no such file.", "Give the path of a local .gguf file.")
+        try:
+            from clover_local.gguf_header import read_local_header
+        except ImportError:  # the header reader is another step; plan from the preset until it exists
+            read_local_header = None
+        if read_local_header is not None:
+            model = read_local_header(str(path))
+        model_path = str(path)
+    wishes = Wishes(quant=args.quant, ctx=args.ctx, goal=args.goal)
+    return make_plan(machine, preset, model, wishes, model_path), preset
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """The ``--json`` object: the plan's fields, per-device memory with totals, argv and kwargs."""
+    out = asdict(plan)
+    out["memory"] = {
+        "gpu_bytes": plan.memory.gpu_bytes,
+        "ram_bytes": plan.memory.ram.used_bytes,
+        "gpus": [_device(d) for d in plan.memory.gpus],
+        "ram": _device(plan.memory.ram),
+    }
+    out["reasons"] = list(plan.reasons)
+    out["llama_server_args"] = llama_server_args(plan)
+    out["llama_cpp_kwargs"] = llama_cpp_kwargs(plan)
+    return out
+
+
+def _device(d: DeviceMemory) -> dict[str, Any]:
+    return {**asdict(d), "used_bytes": d.used_bytes, "fits": d.fits}
+
+
+def describe_plan(plan: Plan, preset: Preset) -> list[str]:
+    """Text for people: the recommendation, a memory table per device, the reasons and the alternatives."""
+    where = (
+        "CPU only"
+        if plan.n_gpu_layers == 0
+        else "all layers on the GPU"
+        if plan.n_cpu_moe == 0 and plan.n_gpu_layers < 0
+        else f"GPU, experts of {plan.n_cpu_moe} layers in RAM"
+        if plan.n_gpu_layers < 0
+        else f"{plan.n_gpu_layers} layers on the GPU"
+    )
+    lines = [
+        f"{preset.display_name}: {plan.quant} ({fb(plan.file_bytes)}), context {plan.ctx}, {where}, "
+        f"KV {plan.cache_type_k}, ~{plan.predicted_tokens_per_s:.0f} tokens/s (estimate)"
+        + ("" if plan.fits else "  [DOES NOT FIT WELL]"),
+        "",
+        f"{'memory':8} {'weights':>11} {'KV cache':>11} {'recurrent':>11} {'compute':>11} {'total':>11} "
+        f"{'available':>11} {'margin':>10}",
+    ]
+    for d in (*plan.memory.gpus, plan.memory.ram):
+        lines.append(
+            f"{d.name:8} {fb(d.weights_bytes):>11} {fb(d.kv_cache_bytes):>11} {fb(d.recurrent_state_bytes):>11} "
+            f"{fb(d.compute_bytes):>11} {fb(d.used_bytes):>11} {fb(d.capacity_bytes):>11} {fb(d.margin_bytes):>10}"
+            + ("" if d.fits else "  short")
+        )
+    lines += ["", "Why:"] + [f"  - {r}" for r in plan.reasons]
+    if plan.alternatives:
+        lines += ["", "Alternatives:"] + [f"  - {a.quant}: {a.why_not}" for a in plan.alternatives]
+    return lines
