@@ -1,0 +1,308 @@
+"""An OpenAI-compatible HTTP server over any ``ChatEngine`` (the embedded one, or ``LlamaServerEngine``).
+
+Routes: ``/v1/chat/completions`` and ``/v1/completions`` (streamed as server-sent events or not),
+``/v1/models``, ``/health``. With an API key, every request without it gets 401. One generation runs at a
+time (engines are not thread-safe); others wait their turn. A client that disconnects mid-stream cancels its
+generation, and bad requests get OpenAI-shaped 400s: the server keeps serving either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from clover_local.engine.types import ChatEngine, Finished, GenerationEvent, GenerationRequest, TextDelta
+from clover_local.errors import CloverError
+from clover_local.serve import openai_schema as oa
+from clover_local.serve.openai_schema import ApiError, ParsedRequest
+
+_END = object()
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    model_id: str
+    """The name clients pass as ``model`` (``/v1/models`` lists it)."""
+    aliases: tuple[str, ...] = ()
+    api_key: str | None = None
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return (self.model_id, *self.aliases)
+
+
+class _ApiKeyMiddleware:
+    """401 for any request without ``Authorization: Bearer <key>`` when a key is set."""
+
+    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+        self.app = app
+        self.key = api_key.encode() if api_key else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.key is None:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        auth = headers.get(b"authorization", b"")
+        given = auth[7:].strip() if auth[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"")
+        if not hmac.compare_digest(given, self.key):
+            body = oa.error_body(
+                "Incorrect or missing API key. Send it as 'Authorization: Bearer <key>'.",
+                code="invalid_api_key",
+            )
+            await JSONResponse(body, status_code=401)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class OpenAIServer:
+    """The routes and the one-at-a-time generation queue around one engine."""
+
+    def __init__(self, engine: ChatEngine, config: ApiConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self._lock = asyncio.Lock()
+        self._created = int(time.time())
+
+    def app(self) -> Starlette:
+        routes = [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+        ]
+        return Starlette(
+            routes=routes,
+            middleware=[Middleware(_ApiKeyMiddleware, api_key=self.config.api_key)],
+            exception_handlers={HTTPException: _http_error},  # type: ignore[dict-item]
+        )
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": self.config.model_id, "busy": self._lock.locked()})
+
+    async def models(self, request: Request) -> Response:
+        data = [
+            {"id": name, "object": "model", "created": self._created, "owned_by": "clover-local"}
+            for name in self.config.model_names
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def chat(self, request: Request) -> Response:
+        return await self._handle(request, chat=True)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._handle(request, chat=False)
+
+    async def _handle(self, request: Request, *, chat: bool) -> Response:
+        try:
+            body = await _json_body(request)
+            parse = oa.parse_chat if chat else oa.parse_completion
+            parsed = parse(body, self.config.model_names)
+            gen_request = await asyncio.to_thread(self._fit_context, parsed)
+        except ApiError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
+        except CloverError as exc:
+            return JSONResponse(oa.error_body(str(exc), type="server_error"), status_code=500)
+        if parsed.stream:
+            stream = self._stream_chat if chat else self._stream_completion
+            return StreamingResponse(
+                stream(gen_request, parsed),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        return await self._complete(request, gen_request, parsed, chat=chat)
+
+    def _fit_context(self, parsed: ParsedRequest) -> GenerationRequest:
+        """Refuse a prompt the context cannot hold; cap max_tokens to what is left of it."""
+        req = parsed.request
+        if req.prompt is not None:
+            prompt_tokens = self.engine.count_tokens(req.prompt)
+        else:
+            messages = req.messages or ()
+            prompt_tokens = sum(
+                self.engine.count_tokens(m.content) + oa.CHAT_OVERHEAD_TOKENS_PER_MESSAGE for m in messages
+            )
+        n_ctx = self.engine.n_ctx
+        room = n_ctx - prompt_tokens
+        if room < 1:
+            raise ApiError(
+                400,
+                f"This model's context holds {n_ctx} tokens, but the prompt has about {prompt_tokens}. "
+                "Shorten the prompt, or serve with a larger context.",
+                code="context_length_exceeded",
+                param="messages" if req.messages is not None else "prompt",
+            )
+        return replace(req, max_tokens=min(req.max_tokens, room))
+
+    async def _events(
+        self, request: GenerationRequest, cancel: threading.Event
+    ) -> AsyncIterator[GenerationEvent]:
+        """Run the engine in a thread and yield its events; the lock is freed only when that thread ends,
+        so a cancelled generation never overlaps the next one."""
+        await self._lock.acquire()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        def work() -> None:
+            try:
+                for event in self.engine.generate(request, cancel):
+                    loop.call_soon_threadsafe(queue.put_nowait, event)
+            except BaseException as exc:
+                loop.call_soon_threadsafe(queue.put_nowait, exc)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, _END)
+                loop.call_soon_threadsafe(self._lock.release)
+
+        try:
+            threading.Thread(target=work, name="clover-serve-generate", daemon=True).start()
+        except BaseException:
+            self._lock.release()
+            raise
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            cancel.set()  # no-op when finished; stops the engine when the client went away
+
+    async def _complete(
+        self, http_request: Request, request: GenerationRequest, parsed: ParsedRequest, *, chat: bool
+    ) -> Response:
+        cancel = threading.Event()
+        watcher = asyncio.create_task(_cancel_on_disconnect(http_request, cancel))
+        parts: list[str] = []
+        finished: Finished | None = None
+        try:
+            async for event in self._events(request, cancel):
+                if isinstance(event, TextDelta):
+                    parts.append(event.text)
+                elif isinstance(event, Finished):
+                    finished = event
+        except CloverError as exc:
+            return JSONResponse(oa.error_body(str(exc), type="server_error"), status_code=500)
+        finally:
+            watcher.cancel()
+        if finished is None:
+            return JSONResponse(oa.error_body("The engine ended without a result.", type="server_error"), 500)
+        rid = oa.new_id("chatcmpl" if chat else "cmpl")
+        build = oa.chat_response if chat else oa.completion_response
+        return JSONResponse(build(rid, parsed.model, "".join(parts), finished.stats))
+
+    async def _stream_chat(self, request: GenerationRequest, parsed: ParsedRequest) -> AsyncIterator[str]:
+        rid, created = oa.new_id("chatcmpl"), int(time.time())
+        yield _sse(oa.chat_chunk(rid, parsed.model, created, {"role": "assistant", "content": ""}, None))
+        async for kind, payload in self._stream_events(request):
+            if kind == "text":
+                yield _sse(oa.chat_chunk(rid, parsed.model, created, {"content": payload}, None))
+            elif kind == "done":
+                stats = payload.stats
+                last = oa.chat_chunk(rid, parsed.model, created, {}, oa.openai_finish(stats.finish_reason))
+                last["timings"] = oa.timings(stats)
+                yield _sse(last)
+                if parsed.include_usage:
+                    usage_chunk = oa.chat_chunk(rid, parsed.model, created, {}, None)
+                    usage_chunk["choices"] = []
+                    usage_chunk["usage"] = oa.usage(stats)
+                    yield _sse(usage_chunk)
+            else:
+                yield _sse(payload)
+        yield "data: [DONE]\n\n"
+
+    async def _stream_completion(
+        self, request: GenerationRequest, parsed: ParsedRequest
+    ) -> AsyncIterator[str]:
+        rid, created = oa.new_id("cmpl"), int(time.time())
+        async for kind, payload in self._stream_events(request):
+            if kind == "text":
+                yield _sse(oa.completion_chunk(rid, parsed.model, created, payload, None))
+            elif kind == "done":
+                stats = payload.stats
+                last = oa.completion_chunk(
+                    rid, parsed.model, created, "", oa.openai_finish(stats.finish_reason)
+                )
+                last["timings"] = oa.timings(stats)
+                if parsed.include_usage:
+                    last["usage"] = oa.usage(stats)
+                yield _sse(last)
+            else:
+                yield _sse(payload)
+        yield "data: [DONE]\n\n"
+
+    async def _stream_events(self, request: GenerationRequest) -> AsyncIterator[tuple[str, Any]]:
+        """("text", str) per delta, ("done", Finished) at the end, ("error", body) if the engine fails.
+        When the client disconnects, Starlette cancels this generator and ``_events`` sets the cancel event."""
+        cancel = threading.Event()
+        try:
+            async for event in self._events(request, cancel):
+                if isinstance(event, TextDelta):
+                    yield "text", event.text
+                elif isinstance(event, Finished):
+                    yield "done", event
+        except CloverError as exc:
+            yield "error", oa.error_body(str(exc), type="server_error")
+
+
+async def _cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
+    while not cancel.is_set():
+        if await request.is_disconnected():
+            cancel.set()
+            return
+        await asyncio.sleep(0.25)
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
+
+
+def _sse(data: dict[str, Any]) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    code = "not_found" if exc.status_code == 404 else None
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    return JSONResponse(oa.error_body(message, code=code), status_code=exc.status_code)
+
+
+def create_app(engine: ChatEngine, config: ApiConfig) -> Starlette:
+    """The ASGI app serving ``engine`` under ``config``."""
+    return OpenAIServer(engine, config).app()
+
+
+def is_local_host(host: str) -> bool:
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+def bind_warning(host: str, api_key: str | None) -> str | None:
+    """The warning to print when the server is reachable from other machines with no key."""
+    if is_local_host(host) or api_key:
+        return None
+    return (
+        f"warning: serving on {host} without an API key: anyone who can reach this machine can use the model. "
+        "Add --api-key or --api-key-file, or bind to 127.0.0.1."
+    )
+
+
+Printer = Callable[[str], None]

@@ -1,0 +1,293 @@
+"""Which ``llama-server`` to run and what it can do.
+
+Upstream llama.cpp renames and adds flags often, and people run builds older or newer than the vendored one,
+so nothing here assumes a version: the binary's own ``--version``, ``--help`` and ``--list-devices`` say what
+it supports. Results are cached per binary path, size and mtime (in memory and in the cache dir).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from clover_local import settings
+from clover_local.errors import ServerError
+
+BUILT_BINARIES = ("llama-server", "llama-fit-params", "llama-bench")
+_HELP_SPEC_WIDTH = 37
+"""llama.cpp's help puts the flag names and value hint in the first 40 columns (``common_arg::to_string``)."""
+_VERSION_RE = re.compile(r"version:\s*(\d+)\s*\(([0-9a-fA-F]+|unknown)\)")
+_DEVICE_RE = re.compile(r"^\s*([A-Za-z]+)\d*:\s")
+_DEVICE_BACKENDS = {
+    "cuda": "cuda",
+    "metal": "metal",
+    "mtl": "metal",
+    "vulkan": "vulkan",
+    "rocm": "rocm",
+    "hip": "rocm",
+    "sycl": "sycl",
+    "blas": "blas",
+    "rpc": "rpc",
+}
+
+
+@dataclass(frozen=True)
+class ServerBinary:
+    """A ``llama-server`` executable and how it was found."""
+
+    path: Path
+    source: str
+    """``CLOVER_LLAMA_SERVER``, ``configured``, ``built`` (by scripts/build-llama-server) or ``PATH``."""
+
+    def sibling(self, name: str) -> Path | None:
+        """A tool built alongside it (``llama-fit-params``, ``llama-bench``), else one on PATH."""
+        candidate = self.path.with_name(name)
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+        found = shutil.which(name)
+        return Path(found) if found else None
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    names: tuple[str, ...]
+    value_hint: str
+    """Empty for switches (``--jinja``); ``N``, ``TYPE``, ``[on|off|auto]``... for flags that take a value."""
+
+    @property
+    def takes_value(self) -> bool:
+        return bool(self.value_hint)
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """The allowed values when the hint lists them (``[on|off|auto]``, ``[none|ngram-mod|...]``)."""
+        hint = self.value_hint.strip("[]<>{}")
+        if "|" in hint and " " not in hint:
+            return tuple(hint.split("|"))
+        if "," in hint and " " not in hint and hint.islower():
+            return tuple(hint.split(","))
+        return ()
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What one ``llama-server`` binary reports about itself."""
+
+    version: str
+    """As ``--version`` prints it, e.g. ``b0-0c1e57098``, or ``unknown``."""
+    build_number: int | None
+    commit: str | None
+    flags: dict[str, FlagSpec] = field(default_factory=dict)
+    """Every flag name (short and long) -> its spec."""
+    devices: tuple[str, ...] = ()
+    """Device lines from ``--list-devices`` (``CUDA0: NVIDIA ... (24 GiB)``); empty on CPU-only builds."""
+    backends: tuple[str, ...] = ("cpu",)
+
+    def supports(self, flag: str) -> bool:
+        return flag in self.flags
+
+    def spec(self, flag: str) -> FlagSpec | None:
+        return self.flags.get(flag)
+
+
+_memory_cache: dict[str, Capabilities] = {}
+
+
+def find_llama_server(configured: str | os.PathLike[str] | None = None) -> ServerBinary | None:
+    """The ``llama-server`` to use: ``CLOVER_LLAMA_SERVER``, then a configured path, then the one built by
+    ``scripts/build-llama-server``, then ``PATH``. None when there is none.
+
+    A path named explicitly (environment or configuration) that is not an executable is an error, not a
+    silent fallback, so a typo is not hidden behind another binary."""
+    explicit = [("CLOVER_LLAMA_SERVER", settings.llama_server_path_override()), ("configured", configured)]
+    for source, value in explicit:
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        if path.is_dir():
+            path = path / "llama-server"
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ServerError(
+                f"The llama-server named by {source} ({value}) is not an executable file.",
+                "Fix the path, or unset it to use a built or PATH llama-server.",
+            )
+        return ServerBinary(path.resolve(), source)
+    built = settings.llama_server_dir() / "llama-server"
+    if built.is_file() and os.access(built, os.X_OK):
+        return ServerBinary(built, "built")
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return ServerBinary(Path(on_path).resolve(), "PATH")
+    return None
+
+
+def built_info() -> dict[str, object] | None:
+    """``build-info.json`` written by ``scripts/build-llama-server`` (version, commit, backend), if any."""
+    try:
+        data = json.loads((settings.llama_server_dir() / "build-info.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def capabilities(binary: Path) -> Capabilities:
+    """Version, flags and devices of a binary; cached per path + size + mtime."""
+    try:
+        st = binary.stat()
+    except OSError as exc:
+        raise ServerError(f"Cannot read llama-server at {binary}: {exc.strerror}.") from None
+    key = f"{binary.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    if key in _memory_cache:
+        return _memory_cache[key]
+    disk = _read_disk_cache()
+    if key in disk:
+        try:
+            caps = _caps_from_json(disk[key])
+        except (KeyError, TypeError, ValueError):
+            caps = None
+        if caps is not None:
+            _memory_cache[key] = caps
+            return caps
+    caps = _probe(binary)
+    _memory_cache[key] = caps
+    disk[key] = asdict(caps)
+    _write_disk_cache(disk)
+    return caps
+
+
+def _run(binary: Path, *args: str) -> str:
+    try:
+        proc = subprocess.run(
+            [str(binary), *args],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServerError(
+            f"Running {binary} {' '.join(args)} failed: {exc}.",
+            "Check that it is a llama-server built for this machine (scripts/build-llama-server builds one).",
+        ) from None
+    return proc.stdout + "\n" + proc.stderr
+
+
+def _probe(binary: Path) -> Capabilities:
+    version_text = _run(binary, "--version")
+    help_text = _run(binary, "--help")
+    flags = parse_help(help_text)
+    if not flags:
+        raise ServerError(
+            f"{binary} --help listed no flags; it does not look like llama-server.",
+            "Point CLOVER_LLAMA_SERVER at a llama-server binary.",
+        )
+    devices: tuple[str, ...] = ()
+    if "--list-devices" in flags:
+        devices = parse_devices(_run(binary, "--list-devices"))
+    m = _VERSION_RE.search(version_text)
+    build_number = int(m.group(1)) if m else None
+    commit = m.group(2) if m and m.group(2) != "unknown" else None
+    version = f"b{build_number}-{commit or 'unknown'}" if m else "unknown"
+    return Capabilities(
+        version=version,
+        build_number=build_number,
+        commit=commit,
+        flags=flags,
+        devices=devices,
+        backends=backends_from_devices(devices),
+    )
+
+
+def parse_help(text: str) -> dict[str, FlagSpec]:
+    """Flag name -> spec, from llama.cpp's ``--help`` layout (names and hint in the first 40 columns)."""
+    flags: dict[str, FlagSpec] = {}
+    for line in text.splitlines():
+        if not line.startswith("-") or line.startswith("---"):
+            continue
+        spec_text = line[:_HELP_SPEC_WIDTH] if line[_HELP_SPEC_WIDTH:40] == "   " else line
+        tokens = spec_text.split()
+        names: list[str] = []
+        i = 0
+        while i < len(tokens) and tokens[i].startswith("-"):
+            names.append(tokens[i].rstrip(","))
+            i += 1
+            if not tokens[i - 1].endswith(","):
+                break
+        if names:
+            spec = FlagSpec(tuple(names), " ".join(tokens[i:]))
+            for name in names:
+                flags.setdefault(name, spec)
+    return flags
+
+
+def parse_devices(text: str) -> tuple[str, ...]:
+    """Device lines printed by ``--list-devices`` (after ``Available devices:``)."""
+    lines = text.splitlines()
+    out: list[str] = []
+    started = False
+    for line in lines:
+        if line.strip().lower().startswith("available devices"):
+            started = True
+            continue
+        if started and _DEVICE_RE.match(line):
+            out.append(line.strip())
+    return tuple(out)
+
+
+def backends_from_devices(devices: tuple[str, ...]) -> tuple[str, ...]:
+    """``cpu`` plus one backend name per kind of device (``CUDA0`` -> ``cuda``)."""
+    found: list[str] = []
+    for line in devices:
+        m = _DEVICE_RE.match(line)
+        if not m:
+            continue
+        backend = _DEVICE_BACKENDS.get(m.group(1).lower(), m.group(1).lower())
+        if backend not in found:
+            found.append(backend)
+    return (*found, "cpu")
+
+
+def _disk_cache_path() -> Path:
+    return settings.cache_dir() / "llama-server-capabilities.json"
+
+
+def _read_disk_cache() -> dict[str, dict[str, object]]:
+    try:
+        data = json.loads(_disk_cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_disk_cache(data: dict[str, dict[str, object]]) -> None:
+    path = _disk_cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+    except OSError:
+        pass  # a cache that cannot be written only costs a re-probe
+
+
+def _caps_from_json(raw: dict[str, object]) -> Capabilities:
+    flags_raw = raw["flags"]
+    if not isinstance(flags_raw, dict):
+        raise TypeError("flags")
+    flags = {
+        name: FlagSpec(tuple(spec["names"]), str(spec["value_hint"])) for name, spec in flags_raw.items()
+    }
+    return Capabilities(
+        version=str(raw["version"]),
+        build_number=raw["build_number"] if isinstance(raw["build_number"], int) else None,
+        commit=raw["commit"] if isinstance(raw["commit"], str) else None,
+        flags=flags,
+        devices=tuple(raw["devices"]),  # type: ignore[arg-type]
+        backends=tuple(raw["backends"]),  # type: ignore[arg-type]
+    )

@@ -1,0 +1,347 @@
+"""Run upstream ``llama-server`` as a child process: start it with a plan's flags, wait until it is ready,
+stream its log, stop it cleanly, and never leave it running after clover-local is gone.
+
+The argv comes from the same place as ``clover-local command`` (``plan.llama_args.llama_server_args``), is
+fitted to the binary's own ``--help`` (``server_args.adapt_args``), and gets host, port and key added.
+On Linux the child asks the kernel to kill it when its parent dies (``PR_SET_PDEATHSIG``); everywhere an
+``atexit`` hook stops what is still running. The child gets its own process group, so stopping it also
+stops anything it started.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import ctypes
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clover_local.errors import ServerError
+from clover_local.serve import http_client
+from clover_local.serve.binary import (
+    Capabilities,
+    ServerBinary,
+    built_info,
+    capabilities,
+    find_llama_server,
+)
+from clover_local.serve.server_args import adapt_args, split_flags, with_endpoint
+
+if TYPE_CHECKING:
+    from clover_local.plan.types import Plan
+
+__all__ = [
+    "Capabilities",
+    "LlamaServerProcess",
+    "ServerBinary",
+    "built_info",
+    "capabilities",
+    "find_llama_server",
+    "free_port",
+    "plan_server_argv",
+    "start_llama_server",
+]
+
+LogCallback = Callable[[str], None]
+_LOG_TAIL_LINES = 200
+_PR_SET_PDEATHSIG = 1
+_live: weakref.WeakSet[LlamaServerProcess] = weakref.WeakSet()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def plan_server_argv(plan: Plan) -> list[str]:
+    """The plan's ``llama-server`` flags (the same ones ``clover-local command`` prints), model included."""
+    from clover_local.plan.llama_args import llama_server_args
+
+    argv = list(llama_server_args(plan))
+    flags = {flag for flag, _ in split_flags(argv)}
+    if not flags & {"-m", "--model"}:
+        if not plan.model_path:
+            raise ServerError("The plan has no model file yet.", "Download it first: clover-local download.")
+        argv = ["-m", plan.model_path, *argv]
+    return argv
+
+
+class LlamaServerProcess:
+    """One running ``llama-server``. Use :func:`start_llama_server` to make one."""
+
+    def __init__(
+        self,
+        binary: ServerBinary,
+        argv: list[str],
+        *,
+        host: str,
+        port: int,
+        api_key: str | None,
+        warnings: tuple[str, ...],
+        on_log: LogCallback | None,
+    ) -> None:
+        self.binary = binary
+        self.argv = argv
+        self.host = host
+        self.port = port
+        self.api_key = api_key
+        self.warnings = warnings
+        self._on_log = on_log
+        self._tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL_LINES)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, n: int = 30) -> str:
+        return "\n".join(list(self._tail)[-n:])
+
+    def command_line(self) -> list[str]:
+        return [str(self.binary.path), *self.argv]
+
+    def _spawn(self) -> None:
+        env = dict(os.environ)
+        if self.api_key:
+            env["LLAMA_API_KEY"] = self.api_key
+        self._proc = _spawn_child(self.command_line(), env)
+        _live.add(self)
+        self._reader = threading.Thread(target=self._read_log, name="llama-server-log", daemon=True)
+        self._reader.start()
+
+    def _read_log(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            self._tail.append(line)
+            if self._on_log is not None:
+                # A broken log view must not stop the server's log pipe.
+                with contextlib.suppress(Exception):
+                    self._on_log(line)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Poll ``/health`` until it answers 200; raise ``ServerError`` (with the log tail) if the process
+        exits or the timeout passes first."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._proc is None or self._proc.poll() is not None:
+                code = self._proc.returncode if self._proc else None
+                self._join_reader()
+                raise ServerError(
+                    f"llama-server exited (code {code}) before it was ready. Its last lines:\n"
+                    + self.log_tail(),
+                    "Read the lines above; `clover-local doctor` checks the binary.",
+                )
+            try:
+                if http_client.request(self.url, "GET", "/health", timeout_s=2.0).status == 200:
+                    return
+            except ServerError:
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerError(
+                    f"llama-server was not ready after {timeout_s:.0f} s. Its last lines:\n"
+                    + self.log_tail(),
+                    "A large model on a slow disk can take longer: raise the timeout.",
+                )
+            time.sleep(0.2)
+
+    def _join_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.join(timeout=2.0)
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM the server's process group, then SIGKILL after ``timeout_s``; returns the exit code."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            _signal_group(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait(timeout=5.0)
+        self._join_reader()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        _live.discard(self)
+        return proc.returncode
+
+    def __enter__(self) -> LlamaServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_llama_server(
+    argv: Sequence[str],
+    *,
+    binary: ServerBinary | None = None,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    api_key: str | None = None,
+    api_key_file: str | None = None,
+    on_log: LogCallback | None = None,
+    ready_timeout_s: float = 600.0,
+    adapt: bool = True,
+) -> LlamaServerProcess:
+    """Start ``llama-server`` with ``argv`` (flags fitted to the binary, warnings in ``.warnings``) and
+    return once ``/health`` says it is ready."""
+    binary = binary or find_llama_server()
+    if binary is None:
+        raise ServerError(
+            "No llama-server was found (CLOVER_LLAMA_SERVER, the built one, PATH).",
+            "Build one with scripts/build-llama-server, or use --engine embedded.",
+        )
+    warnings: tuple[str, ...] = ()
+    fitted = list(argv)
+    if adapt:
+        adapted = adapt_args(argv, capabilities(binary.path))
+        fitted, warnings = adapted.argv, adapted.warnings
+    if port is None or port == 0:
+        port = free_port(host if host not in ("0.0.0.0", "::") else "127.0.0.1")
+    else:
+        _check_port_free(host, port)
+    full = with_endpoint(fitted, host=host, port=port, api_key_file=api_key_file)
+    server = LlamaServerProcess(
+        binary, full, host=host, port=port, api_key=api_key, warnings=warnings, on_log=on_log
+    )
+    server._spawn()
+    try:
+        server.wait_ready(ready_timeout_s)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise ServerError(
+                f"Port {port} on {host} is taken ({exc.strerror}).", "Choose another with --port."
+            ) from None
+
+
+# --- spawning: a child that dies with us -------------------------------------------------------------------
+
+_libc: Any = None
+if sys.platform.startswith("linux"):
+    try:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        _libc = None
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None]:
+    def setup() -> None:  # runs in the child between fork and exec: only async-signal-safe calls
+        if _libc is not None:
+            _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            if os.getppid() != parent_pid:  # the parent died before prctl took effect
+                os._exit(1)
+
+    return setup
+
+
+def _popen(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+        preexec_fn=_die_with_parent(os.getpid()) if _libc is not None else None,
+    )
+
+
+_spawn_queue: queue.Queue[tuple[list[str], dict[str, str], queue.Queue[Any]]] = queue.Queue()
+_spawner_lock = threading.Lock()
+_spawner: threading.Thread | None = None
+
+
+def _spawner_loop() -> None:
+    while True:
+        cmd, env, reply = _spawn_queue.get()
+        try:
+            reply.put(_popen(cmd, env))
+        except BaseException as exc:
+            reply.put(exc)
+
+
+def _spawn_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Popen from a thread that lives as long as the process.
+
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child exits, so a child started from a
+    short-lived worker thread (the TUI loads engines in workers) would be killed when that worker ends."""
+    global _spawner
+    if threading.current_thread() is threading.main_thread() or _libc is None:
+        return _wrap_spawn_error(cmd, env)
+    with _spawner_lock:
+        if _spawner is None or not _spawner.is_alive():
+            _spawner = threading.Thread(target=_spawner_loop, name="llama-server-spawner", daemon=True)
+            _spawner.start()
+    reply: queue.Queue[Any] = queue.Queue()
+    _spawn_queue.put((cmd, env, reply))
+    result = reply.get()
+    if isinstance(result, BaseException):
+        raise ServerError(f"Could not start {cmd[0]}: {result}.") from None
+    return result  # type: ignore[no-any-return]
+
+
+def _wrap_spawn_error(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    try:
+        return _popen(cmd, env)
+    except OSError as exc:
+        raise ServerError(f"Could not start {cmd[0]}: {exc.strerror}.") from None
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_live):
+        with contextlib.suppress(Exception):
+            server.stop(timeout_s=5.0)
+
+
+def binary_path_or_none(configured: str | None = None) -> Path | None:
+    """The path of the ``llama-server`` that would be used, or None (errors in configuration included)."""
+    try:
+        found = find_llama_server(configured)
+    except ServerError:
+        return None
+    return found.path if found else None

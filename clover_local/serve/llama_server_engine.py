@@ -1,0 +1,214 @@
+"""``LlamaServerEngine``: the ``ChatEngine`` protocol over a running ``llama-server``'s HTTP API, so the
+TUI chat, ``bench`` and ``serve`` can use an upstream build exactly as they use the embedded engine.
+
+Chat goes to ``/v1/chat/completions`` (the server applies the chat template), plain prompts to
+``/completion``; both stream, and the last event's ``timings`` give the stats (prompt and decode speed,
+cached prompt tokens, drafted and accepted tokens of speculative decoding).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from clover_local.engine.types import (
+    Finished,
+    FinishReason,
+    GenerationEvent,
+    GenerationRequest,
+    GenerationStats,
+    TextDelta,
+)
+from clover_local.errors import ServerError
+from clover_local.presets import SamplingDefaults
+from clover_local.serve import http_client
+from clover_local.serve.llama_server import LlamaServerProcess
+
+
+class LlamaServerEngine:
+    """A ``ChatEngine`` backed by ``llama-server`` at ``base_url``.
+
+    When built from a :class:`LlamaServerProcess` with ``owns_process=True``, ``close()`` stops the server.
+    Speculative decoding is set when the server starts (``--spec-type``); ``request.speculative`` cannot
+    change it per request and is ignored."""
+
+    def __init__(
+        self,
+        server: LlamaServerProcess | str,
+        *,
+        model_name: str | None = None,
+        sampling: SamplingDefaults | None = None,
+        api_key: str | None = None,
+        owns_process: bool = True,
+    ) -> None:
+        if isinstance(server, LlamaServerProcess):
+            self._process: LlamaServerProcess | None = server
+            self.base_url = server.url
+            self._api_key = api_key or server.api_key
+        else:
+            self._process = None
+            self.base_url = server.rstrip("/")
+            self._api_key = api_key
+        self._owns = owns_process
+        self._sampling = sampling or SamplingDefaults()
+        self._model_name = model_name
+        self._n_ctx: int | None = None
+
+    @property
+    def process(self) -> LlamaServerProcess | None:
+        return self._process
+
+    @property
+    def model_name(self) -> str:
+        if self._model_name is None:
+            data = self._get("/v1/models")
+            models = data.get("data") if isinstance(data, dict) else None
+            self._model_name = str(models[0]["id"]) if models else "llama-server"
+        return self._model_name
+
+    @property
+    def n_ctx(self) -> int:
+        if self._n_ctx is None:
+            props = self._get("/props")
+            try:
+                self._n_ctx = int(props["default_generation_settings"]["n_ctx"])
+            except (KeyError, TypeError, ValueError):
+                raise ServerError("llama-server's /props did not say its context size.") from None
+        return self._n_ctx
+
+    def count_tokens(self, text: str) -> int:
+        resp = http_client.request(
+            self.base_url, "POST", "/tokenize", {"content": text, "add_special": False}, api_key=self._api_key
+        )
+        data = resp.json()
+        if resp.status != 200 or not isinstance(data, dict) or "tokens" not in data:
+            raise ServerError(f"llama-server could not count tokens (HTTP {resp.status}).")
+        return len(data["tokens"])
+
+    def generate(
+        self, request: GenerationRequest, cancel: threading.Event | None = None
+    ) -> Iterator[GenerationEvent]:
+        """Stream the reply; setting ``cancel`` closes the connection, which stops llama-server's slot."""
+        if (request.messages is None) == (request.prompt is None):
+            raise ServerError("A request needs exactly one of messages and prompt.")
+        path, payload = self._payload(request)
+        started = time.perf_counter()
+        first_token_at: float | None = None
+        events = http_client.stream(self.base_url, path, payload, api_key=self._api_key)
+        n_deltas = 0
+        last: dict[str, Any] = {}
+        finish: FinishReason = "stop"
+        try:
+            for event in events:
+                if cancel is not None and cancel.is_set():
+                    finish = "cancelled"
+                    break
+                text, reason = _delta_of(event)
+                if text:
+                    if first_token_at is None:
+                        first_token_at = time.perf_counter()
+                    n_deltas += 1
+                    yield TextDelta(text)
+                if reason is not None:
+                    finish = reason
+                if "timings" in event or "usage" in event:
+                    last = {**last, **event}
+            else:
+                if cancel is not None and cancel.is_set():
+                    finish = "cancelled"
+        finally:
+            events.close()
+        elapsed = time.perf_counter() - started
+        yield Finished(
+            _stats(last, finish, n_deltas, elapsed, (first_token_at or time.perf_counter()) - started)
+        )
+
+    def close(self) -> None:
+        if self._process is not None and self._owns:
+            self._process.stop()
+
+    def _get(self, path: str) -> Any:
+        resp = http_client.request(self.base_url, "GET", path, api_key=self._api_key)
+        if resp.status != 200:
+            raise ServerError(f"llama-server answered {resp.status} to GET {path}.")
+        return resp.json()
+
+    def _payload(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:
+        s = self._sampling
+        sampling: dict[str, Any] = {
+            "temperature": s.temperature if request.temperature is None else request.temperature,
+            "top_p": s.top_p if request.top_p is None else request.top_p,
+            "top_k": s.top_k if request.top_k is None else request.top_k,
+            "min_p": s.min_p if request.min_p is None else request.min_p,
+            "repeat_penalty": s.repeat_penalty,
+            "stream": True,
+            "cache_prompt": True,
+            "timings_per_token": False,
+        }
+        if request.seed is not None:
+            sampling["seed"] = request.seed
+        if request.stop:
+            sampling["stop"] = list(request.stop)
+        if request.messages is not None:
+            messages = [{"role": m.role, "content": m.content} for m in request.messages]
+            payload = {
+                "model": self._model_name or "default",
+                "messages": messages,
+                "max_tokens": request.max_tokens,
+                "stream_options": {"include_usage": True},
+                **sampling,
+            }
+            return "/v1/chat/completions", payload
+        return "/completion", {"prompt": request.prompt, "n_predict": request.max_tokens, **sampling}
+
+
+def _delta_of(event: dict[str, Any]) -> tuple[str, FinishReason | None]:
+    """New text and finish reason of one streamed event, for chat chunks and ``/completion`` events."""
+    choices = event.get("choices")
+    if isinstance(choices, list):
+        if not choices:
+            return "", None
+        choice = choices[0]
+        delta = choice.get("delta") or {}
+        reason = choice.get("finish_reason")
+        return str(delta.get("content") or ""), (
+            "length" if reason == "length" else "stop"
+        ) if reason else None
+    text = str(event.get("content") or "")
+    if event.get("stop"):
+        return text, "length" if event.get("stop_type") == "limit" else "stop"
+    return text, None
+
+
+def _stats(
+    last: dict[str, Any], finish: FinishReason, n_deltas: int, elapsed_s: float, ttft_s: float
+) -> GenerationStats:
+    t = last.get("timings") or {}
+    usage = last.get("usage") or {}
+    cached = int(t.get("cache_n", 0) or 0)
+    processed = int(t.get("prompt_n", 0) or 0)
+    prompt_tokens = int(usage.get("prompt_tokens") or last.get("tokens_evaluated") or processed + cached)
+    completion = int(
+        usage.get("completion_tokens") or last.get("tokens_predicted") or t.get("predicted_n") or 0
+    )
+    if not t and not completion:
+        completion = n_deltas
+    decode_tps = float(t.get("predicted_per_second") or 0.0)
+    if not decode_tps and completion and elapsed_s > ttft_s:
+        decode_tps = completion / (elapsed_s - ttft_s)
+    drafted = int(t.get("draft_n", 0) or 0)
+    accepted = int(t.get("draft_n_accepted", 0) or 0)
+    return GenerationStats(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion,
+        cached_tokens=cached,
+        ttft_s=ttft_s,
+        prefill_tokens_per_s=float(t.get("prompt_per_second") or 0.0),
+        decode_tokens_per_s=decode_tps,
+        draft_acceptance=(accepted / drafted) if drafted else None,
+        drafted_tokens=drafted,
+        accepted_tokens=accepted,
+        finish_reason=finish,
+    )

@@ -1,0 +1,282 @@
+"""OpenAI request bodies in, ``GenerationRequest`` out; results back out in OpenAI's response shapes.
+
+Pure functions with no web framework in them, so the checks (a bad field names the field) are tested alone.
+A problem with the request raises :class:`ApiError`, which the server turns into OpenAI's error JSON.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, Role
+
+_ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+}
+CHAT_OVERHEAD_TOKENS_PER_MESSAGE = 6
+"""Template tokens around each message (turn markers, role, newlines): enough for the common templates."""
+
+
+class ApiError(Exception):
+    """A request the server refuses, with OpenAI's error fields."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.type = type
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, code=self.code, param=self.param, type=self.type)
+
+
+def error_body(
+    message: str, *, code: str | None = None, param: str | None = None, type: str = "invalid_request_error"
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    request: GenerationRequest
+    model: str
+    stream: bool
+    include_usage: bool
+    max_tokens_given: bool
+
+
+def parse_chat(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
+    """Validate a ``/v1/chat/completions`` body."""
+    body = _object(body)
+    raw_messages = body.get("messages")
+    if not isinstance(raw_messages, list) or not raw_messages:
+        raise ApiError(400, "'messages' must be a non-empty list of messages.", param="messages")
+    messages = tuple(_message(m, i) for i, m in enumerate(raw_messages))
+    common = _common(body, known_models, chat=True)
+    return ParsedRequest(GenerationRequest(messages=messages, **common.pop("fields")), **common)
+
+
+def parse_completion(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
+    """Validate a ``/v1/completions`` body (one prompt string)."""
+    body = _object(body)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise ApiError(400, "'prompt' must be a string (one prompt per request).", param="prompt")
+    if body.get("echo"):
+        raise ApiError(400, "'echo' is not supported.", param="echo")
+    if body.get("suffix"):
+        raise ApiError(400, "'suffix' (fill-in-the-middle) is not supported.", param="suffix")
+    common = _common(body, known_models, chat=False)
+    return ParsedRequest(GenerationRequest(prompt=prompt, **common.pop("fields")), **common)
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def _message(raw: Any, index: int) -> ChatMessage:
+    param = f"messages[{index}]"
+    if not isinstance(raw, dict):
+        raise ApiError(400, f"{param} must be an object with 'role' and 'content'.", param=param)
+    role = _ROLES.get(str(raw.get("role")))
+    if role is None:
+        raise ApiError(
+            400,
+            f"{param}.role {raw.get('role')!r} is not supported; use system, user or assistant.",
+            param=f"{param}.role",
+        )
+    content = raw.get("content")
+    if isinstance(content, list):  # [{"type": "text", "text": "..."}]
+        parts = []
+        for part in content:
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                raise ApiError(
+                    400, f"{param}.content: only text parts are supported.", param=f"{param}.content"
+                )
+            parts.append(part["text"])
+        content = "".join(parts)
+    if content is None and role == "assistant":
+        content = ""
+    if not isinstance(content, str):
+        raise ApiError(400, f"{param}.content must be a string.", param=f"{param}.content")
+    return ChatMessage(role=role, content=content)
+
+
+def _common(body: dict[str, Any], known_models: tuple[str, ...], *, chat: bool) -> dict[str, Any]:
+    model = body.get("model")
+    if model is None:
+        model = known_models[0]
+    if not isinstance(model, str) or model not in known_models:
+        raise ApiError(
+            400,
+            f"The model {model!r} does not exist here; this server serves {', '.join(map(repr, known_models))}.",
+            code="model_not_found",
+            param="model",
+        )
+    n = body.get("n", 1)
+    if n != 1:
+        raise ApiError(400, "Only n=1 is supported.", param="n")
+    max_key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
+    max_tokens = body.get(max_key)
+    if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
+        raise ApiError(400, f"'{max_key}' must be a positive integer.", param=max_key)
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)):
+        raise ApiError(400, "'stop' must be a string or a list of strings.", param="stop")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be true or false.", param="stream")
+    options = body.get("stream_options") or {}
+    include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+    fields: dict[str, Any] = {
+        "max_tokens": int(max_tokens) if max_tokens is not None else 1 << 30,
+        "temperature": _number(body, "temperature", 0.0, 2.0),
+        "top_p": _number(body, "top_p", 0.0, 1.0),
+        "top_k": _integer(body, "top_k"),
+        "min_p": _number(body, "min_p", 0.0, 1.0),
+        "seed": _integer(body, "seed"),
+        "stop": tuple(s for s in (stop or []) if s),
+    }
+    return {
+        "fields": fields,
+        "model": model,
+        "stream": stream,
+        "include_usage": include_usage,
+        "max_tokens_given": max_tokens is not None,
+    }
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(body: dict[str, Any], key: str, lo: float, hi: float) -> float | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
+        raise ApiError(400, f"'{key}' must be a number from {lo:g} to {hi:g}.", param=key)
+    return float(v)
+
+
+def _integer(body: dict[str, Any], key: str) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if not _is_int(v):
+        raise ApiError(400, f"'{key}' must be an integer.", param=key)
+    return int(v)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def openai_finish(reason: str) -> str:
+    return "length" if reason == "length" else "stop"
+
+
+def usage(stats: GenerationStats) -> dict[str, Any]:
+    return {
+        "prompt_tokens": stats.prompt_tokens,
+        "completion_tokens": stats.completion_tokens,
+        "total_tokens": stats.prompt_tokens + stats.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": stats.cached_tokens},
+    }
+
+
+def timings(stats: GenerationStats) -> dict[str, Any]:
+    """Speed figures in llama-server's ``timings`` names, so a client reads both servers the same way."""
+    out: dict[str, Any] = {
+        "cache_n": stats.cached_tokens,
+        "prompt_n": stats.prompt_tokens - stats.cached_tokens,
+        "prompt_per_second": stats.prefill_tokens_per_s,
+        "predicted_n": stats.completion_tokens,
+        "predicted_per_second": stats.decode_tokens_per_s,
+        "ttft_ms": stats.ttft_s * 1000.0,
+    }
+    if stats.drafted_tokens:
+        out["draft_n"] = stats.drafted_tokens
+        out["draft_n_accepted"] = stats.accepted_tokens
+    return out
+
+
+def chat_response(rid: str, model: str, text: str, stats: GenerationStats) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": openai_finish(stats.finish_reason),
+                "logprobs": None,
+            }
+        ],
+        "usage": usage(stats),
+        "timings": timings(stats),
+    }
+
+
+def chat_chunk(
+    rid: str, model: str, created: int, delta: dict[str, Any], finish: str | None
+) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    }
+
+
+def completion_response(rid: str, model: str, text: str, stats: GenerationStats) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "text": text, "finish_reason": openai_finish(stats.finish_reason), "logprobs": None}
+        ],
+        "usage": usage(stats),
+        "timings": timings(stats),
+    }
+
+
+def completion_chunk(rid: str, model: str, created: int, text: str, finish: str | None) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
+    }

@@ -1,0 +1,98 @@
+"""Run the OpenAI-compatible app with uvicorn: in the foreground (``clover-local serve``) or in a background
+thread (tests, benchmarks, the TUI), always on a host and port the caller chose."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+
+from clover_local.engine.types import ChatEngine
+from clover_local.errors import ServerError
+from clover_local.serve.api import ApiConfig, create_app
+
+
+def _config(engine: ChatEngine, config: ApiConfig, host: str, port: int, log_level: str) -> uvicorn.Config:
+    return uvicorn.Config(
+        create_app(engine, config),
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=log_level in ("debug", "info"),
+        lifespan="off",
+        timeout_graceful_shutdown=5,
+    )
+
+
+def _check_bindable(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise ServerError(
+                f"Cannot listen on {host}:{port} ({exc.strerror}).",
+                "Another program may use that port: choose another with --port.",
+            ) from None
+
+
+def serve_forever(
+    engine: ChatEngine,
+    config: ApiConfig,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    log_level: str = "info",
+) -> None:
+    """Serve until Ctrl-C / SIGTERM (uvicorn handles both and finishes open responses)."""
+    _check_bindable(host, port)
+    uvicorn.Server(_config(engine, config, host, port, log_level)).run()
+
+
+class BackgroundServer:
+    """The API served from a daemon thread; ``with BackgroundServer(...) as s: s.url``."""
+
+    def __init__(
+        self,
+        engine: ChatEngine,
+        config: ApiConfig,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+    ) -> None:
+        if port == 0:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((host, 0))
+                port = int(s.getsockname()[1])
+        _check_bindable(host, port)
+        self.host, self.port = host, port
+        self._server = uvicorn.Server(_config(engine, config, host, port, log_level))
+        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._thread = threading.Thread(target=self._server.run, name="clover-api", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> BackgroundServer:
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ServerError(f"The API server did not start on {self.url}.")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10.0)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,178 @@
+"""Fit a plan's ``llama-server`` argv to the binary at hand.
+
+The plan speaks the vendored llama.cpp's flags (``clover_local.plan.llama_args.llama_server_args``). An older
+or newer upstream build may lack some: each one is translated to an equivalent the binary has
+(``--n-cpu-moe`` -> ``--override-tensor``, ``--spec-ngram-mod-n-max`` -> ``--draft-max``, a valued ``-fa on``
+-> the old switch ``-fa``) or dropped, and every change is reported so it can be shown as a warning.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from clover_local.serve.binary import Capabilities
+
+_FLAG_RE = re.compile(r"^--?[A-Za-z]")
+_EXPERT_TENSORS = r"ffn_(up|down|gate|gate_up)_exps"
+_RENAMES: dict[str, tuple[str, ...]] = {
+    "--spec-ngram-mod-n-max": ("--spec-draft-n-max", "--draft-max"),
+    "--spec-ngram-mod-n-min": ("--spec-draft-n-min", "--draft-min"),
+    "-fa": ("--flash-attn",),
+    "--flash-attn": ("-fa",),
+    "-ncmoe": ("--n-cpu-moe",),
+    "--n-cpu-moe": ("-ncmoe",),
+    "--no-webui": ("--no-ui",),
+    "--no-ui": ("--no-webui",),
+}
+_SPEC_FALLBACK_TYPES = ("ngram-mod", "ngram-map-k", "ngram-simple")
+
+
+@dataclass(frozen=True)
+class AdaptedArgs:
+    argv: list[str]
+    warnings: tuple[str, ...]
+
+
+def split_flags(argv: Sequence[str]) -> list[tuple[str, str | None]]:
+    """``[-c, 4096, --jinja]`` -> ``[("-c", "4096"), ("--jinja", None)]``; a bare leading token (the
+    binary's own path) is skipped. A token is a value when it does not look like a flag (``-1`` is a value)."""
+    pairs: list[tuple[str, str | None]] = []
+    i = 0
+    tokens = list(argv)
+    if tokens and not tokens[0].startswith("-"):
+        i = 1
+    while i < len(tokens):
+        flag = tokens[i]
+        value: str | None = None
+        if i + 1 < len(tokens) and not _FLAG_RE.match(tokens[i + 1]):
+            value = tokens[i + 1]
+            i += 1
+        pairs.append((flag, value))
+        i += 1
+    return pairs
+
+
+def n_cpu_moe_override(n_layers: int) -> str:
+    """``--override-tensor`` value keeping the routed experts of the first ``n_layers`` layers on the CPU."""
+    layers = "|".join(str(i) for i in range(n_layers))
+    return rf"blk\.({layers})\.{_EXPERT_TENSORS}=CPU"
+
+
+def adapt_args(argv: Sequence[str], caps: Capabilities) -> AdaptedArgs:
+    """The argv this binary accepts, with a warning per flag translated or dropped."""
+    out: list[str] = []
+    warnings: list[str] = []
+    pairs = split_flags(argv)
+    spec_dropped = False
+    for flag, value in pairs:
+        if flag.startswith("--spec-") and spec_dropped:
+            continue
+        if flag == "--spec-type" and value is not None:
+            chosen = _spec_type(value, caps)
+            if chosen is None:
+                spec_dropped = True
+                warnings.append(
+                    f"This llama-server ({caps.version}) has no self-speculative decoding "
+                    f"(--spec-type {value}): running without it."
+                )
+                continue
+            if chosen != value:
+                warnings.append(f"--spec-type {value} is not in this llama-server; using {chosen}.")
+            out += [flag, chosen]
+            continue
+        if flag in ("--n-cpu-moe", "-ncmoe") and not _has(caps, flag, "--n-cpu-moe", "-ncmoe"):
+            out += _translate_n_cpu_moe(value, caps, warnings)
+            continue
+        target = _supported_name(flag, caps)
+        if target is None:
+            shown = f"{flag} {value}" if value is not None else flag
+            warnings.append(f"This llama-server ({caps.version}) does not accept {shown}: dropped.")
+            continue
+        if target != flag:
+            warnings.append(f"{flag} is called {target} in this llama-server.")
+        out += _with_value(target, value, caps, warnings)
+    return AdaptedArgs(out, tuple(warnings))
+
+
+def _has(caps: Capabilities, *names: str) -> bool:
+    return any(caps.supports(n) for n in names)
+
+
+def _supported_name(flag: str, caps: Capabilities) -> str | None:
+    if caps.supports(flag):
+        return flag
+    for alt in _RENAMES.get(flag, ()):
+        if caps.supports(alt):
+            return alt
+    return None
+
+
+def _with_value(flag: str, value: str | None, caps: Capabilities, warnings: list[str]) -> list[str]:
+    spec = caps.spec(flag)
+    if value is None or spec is None:
+        return [flag] if value is None else [flag, value]
+    if not spec.takes_value:
+        # An old switch (e.g. ``-fa`` before it took on|off|auto): on -> the switch, anything else -> nothing.
+        if value.lower() in ("on", "1", "true", "enabled"):
+            return [flag]
+        if value.lower() not in ("off", "0", "false", "disabled", "auto"):
+            warnings.append(f"{flag} takes no value in this llama-server: {value!r} dropped.")
+        return []
+    if spec.choices and value not in spec.choices:
+        warnings.append(f"{flag} {value} is not one of {'|'.join(spec.choices)} here: dropped.")
+        return []
+    return [flag, value]
+
+
+def _spec_type(wanted: str, caps: Capabilities) -> str | None:
+    spec = caps.spec("--spec-type")
+    if spec is None:
+        return None
+    choices = spec.choices
+    if not choices or wanted in choices:
+        return wanted
+    for alt in _SPEC_FALLBACK_TYPES:
+        if alt in choices:
+            return alt
+    return None
+
+
+def _translate_n_cpu_moe(value: str | None, caps: Capabilities, warnings: list[str]) -> list[str]:
+    try:
+        n = int(value or "0")
+    except ValueError:
+        n = 0
+    if n <= 0:
+        return []
+    for ot in ("--override-tensor", "-ot"):
+        if caps.supports(ot):
+            warnings.append(f"--n-cpu-moe {n} is not in this llama-server: using {ot} for the same layers.")
+            return [ot, n_cpu_moe_override(n)]
+    warnings.append(
+        f"This llama-server has neither --n-cpu-moe nor --override-tensor: the experts of the first {n} "
+        "layers cannot be kept in RAM, and the model may not fit."
+    )
+    return []
+
+
+def with_endpoint(
+    argv: Sequence[str],
+    *,
+    host: str,
+    port: int,
+    api_key_file: str | None = None,
+) -> list[str]:
+    """The argv with ``--host``/``--port`` (and a key file) set as asked, replacing any already there.
+    A key itself travels in the ``LLAMA_API_KEY`` environment variable, not argv, where ``ps`` shows it."""
+    replaced = {"--host", "--port", "--api-key", "--api-key-file"}
+    out: list[str] = []
+    for flag, value in split_flags(argv):
+        if flag in replaced:
+            continue
+        out += [flag] if value is None else [flag, value]
+    out += ["--host", host, "--port", str(port)]
+    if api_key_file:
+        out += ["--api-key-file", api_key_file]
+    return out
