@@ -223,3 +223,19 @@ def test_cli_bad_input_is_an_error_not_a_traceback(capsys: pytest.CaptureFixture
     assert main(["plan", "--simulate", "ram=32G", "--model", "/nonexistent.gguf"]) == 2
     err = capsys.readouterr().err
     assert err.count("error:") == 3
+
+
+@pytest.mark.slow
+def test_cli_plan_with_a_local_gguf_uses_exact_sizes(capsys: pytest.CaptureFixture[str]) -> None:
+    from clover_local.testmodels import gemma_path
+
+    path = str(gemma_path())
+    code = main(["plan", "--preset", "gemma3-270m", "--model", path, "--simulate", "ram=16G", "--json"])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["estimated"] is False and data["model_path"] == path
+    assert data["llama_server_args"][:2] == ["-m", path] and data["llama_cpp_kwargs"]["model_path"] == path
+    # CPU only, tied embeddings shared: the weights in RAM are the file's tensor data (llama.cpp logs
+    # 235.16 MiB mapped + 12.66 MiB repacked for this file).
+    weights = data["memory"]["ram"]["weights_bytes"]
+    assert 0.9 * 247.8 * 1024**2 <= weights <= data["file_bytes"]

@@ -165,7 +165,7 @@ def _balanced_split(
     sizes: list[int] = [
         dense[il] + (0 if il < n_cpu_moe else experts[il]) + kv[il] + rec[il] for il in range(start, n)
     ]
-    sizes.append(output)
+    sizes.append(output + memory.tied_output_bytes(model))
     room = [
         max(
             g.free_bytes

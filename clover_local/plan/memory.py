@@ -184,16 +184,21 @@ def layer_devices(
 
 
 def embedding_and_output_bytes(model: ModelDescription) -> tuple[int, int]:
-    """(token embedding, output head + final norm) bytes. Tied embeddings (no ``output.weight``): llama.cpp
-    duplicates the embedding for the output head, so both are the embedding's size."""
+    """(token embedding, output head + final norm) bytes. With tied embeddings (no ``output.weight``) the output
+    head is the embedding itself: see :func:`tied_output_bytes`."""
     if model.tensors is None:
         glob = model.global_bytes()
         return glob // 2, glob - glob // 2
     embd = model.tensor_bytes("token_embd.weight")
-    output = model.global_bytes() - embd
-    if not model.tensor_bytes("output.weight"):
-        output += embd
-    return embd, output
+    return embd, model.global_bytes() - embd
+
+
+def tied_output_bytes(model: ModelDescription) -> int:
+    """Extra bytes when the output head reuses the token embedding (Gemma): llama.cpp copies it to the output
+    head's device when that is a GPU (the embedding itself stays on the CPU); on the CPU it is shared."""
+    if model.tensors is None or model.tensor_bytes("output.weight"):
+        return 0
+    return model.tensor_bytes("token_embd.weight")
 
 
 @dataclass(frozen=True)
@@ -255,7 +260,7 @@ def place(
     if out_dev < 0:
         r_w += output
     else:
-        g_w[out_dev] += output
+        g_w[out_dev] += output + tied_output_bytes(model)
 
     used = {d for d in devices if d >= 0}
     g_compute = [
@@ -312,5 +317,5 @@ def active_bytes_per_token(
         add(d, dense[il] + cells[il] * per_cell + 2 * rec[il])
         expert_dev = -1 if d < 0 or il < placement.n_cpu_moe else d
         add(expert_dev, experts[il] * share)
-    add(placement.devices[n], output)
+    add(placement.devices[n], output + tied_output_bytes(model))  # the logits read the whole head
     return gpu, ram

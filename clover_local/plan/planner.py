@@ -289,9 +289,16 @@ def _context_reasons(preset: Preset, desc: ModelDescription, fit: Fit, ctx: int,
             else f"grown from the default {preset.ctx_default} because memory allows it cheaply"
         )
     )
+    n_swa = sum(memory.is_swa_layer(arch, il) for il in arch.attention_layers)
+    which = (
+        f"only {len(arch.attention_layers)} of {arch.n_layers} layers hold KV"
+        if len(arch.attention_layers) < arch.n_layers
+        else f"{n_swa} of {arch.n_layers} layers keep only a {arch.sliding_window}-token window"
+        if n_swa
+        else "every layer holds KV"
+    )
     out = [
-        f"Context {ctx} tokens ({how}); KV cache {fb(kv)} at {fit.cache_type} "
-        f"({fb(per_token)} per token: only {len(arch.attention_layers)} of {arch.n_layers} layers hold KV)."
+        f"Context {ctx} tokens ({how}); KV cache {fb(kv)} at {fit.cache_type} ({fb(per_token)} per token: {which})."
     ]
     if fit.cache_type != "f16":
         out.append(f"KV cache {fit.cache_type}: memory is tight, and it halves the KV cache against f16.")
