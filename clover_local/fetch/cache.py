@@ -1,0 +1,192 @@
+"""The Hugging Face cache layout, written exactly as huggingface_hub writes it, so the ``hf`` CLI,
+``hf_hub_download`` and other tools see clover-local's downloads as their own (and the other way round).
+
+    <HF_HUB_CACHE>/models--org--name/
+        blobs/<etag>                      the file's bytes (etag = sha256 for LFS files)
+        blobs/<etag>.incomplete           clover-local's resumable partial (kept across runs)
+        snapshots/<commit>/<path>         relative symlink to ../../blobs/<etag>
+        refs/<revision>                   the commit a branch or tag pointed to
+    <HF_HUB_CACHE>/.locks/models--org--name/<etag>.lock   the same lock huggingface_hub takes
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import stat
+import time
+import uuid
+from pathlib import Path
+
+from clover_local import settings
+
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# huggingface_hub 2.x writes `<etag>.<8 hex>.incomplete`, unique per process; we adopt or remove those.
+_HF_TMP_RE = re.compile(r"^(?P<etag>[^.]+)\.[0-9a-f]{8}\.incomplete$")
+CORRUPT_SUFFIX = ".corrupt"
+
+
+def repo_folder(repo: str) -> Path:
+    return settings.hf_cache_dir() / ("models--" + repo.replace("/", "--"))
+
+
+def blob_path(repo: str, etag: str) -> Path:
+    return repo_folder(repo) / "blobs" / etag
+
+
+def partial_path(repo: str, etag: str) -> Path:
+    """Where clover-local keeps a resumable partial download of one blob."""
+    return repo_folder(repo) / "blobs" / f"{etag}.incomplete"
+
+
+def lock_path(repo: str, etag: str) -> Path:
+    """The lock huggingface_hub takes around writing this blob; sharing it keeps both tools apart."""
+    return settings.hf_cache_dir() / ".locks" / ("models--" + repo.replace("/", "--")) / f"{etag}.lock"
+
+
+def pointer_path(repo: str, commit: str, filename: str) -> Path:
+    snapshots = repo_folder(repo) / "snapshots"
+    path = snapshots / commit / Path(*filename.split("/"))
+    if snapshots not in path.parents or ".." in filename.split("/"):
+        raise ValueError(f"unsafe file name {filename!r}")
+    return path
+
+
+def is_commit_hash(revision: str) -> bool:
+    return _COMMIT_RE.match(revision) is not None
+
+
+def looks_like_sha256(text: str) -> bool:
+    return _SHA256_RE.match(text) is not None
+
+
+def read_ref(repo: str, revision: str) -> str | None:
+    """The commit a revision resolves to in the cache (a commit hash resolves to itself)."""
+    if is_commit_hash(revision):
+        return revision
+    ref = repo_folder(repo) / "refs" / revision
+    try:
+        return ref.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def write_ref(repo: str, revision: str, commit: str) -> None:
+    """Remember which commit ``revision`` pointed to (atomically, like huggingface_hub)."""
+    if revision == commit:
+        return
+    ref = repo_folder(repo) / "refs" / revision
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    if ref.exists() and ref.read_text() == commit:
+        return
+    tmp = ref.with_name(f"{ref.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(commit)
+    os.replace(tmp, ref)
+
+
+def link_snapshot(repo: str, commit: str, filename: str, etag: str) -> Path:
+    """Make ``snapshots/<commit>/<filename>`` point at the blob; copy where symlinks are not allowed."""
+    pointer = pointer_path(repo, commit, filename)
+    blob = blob_path(repo, etag)
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        pointer.unlink()
+    try:
+        pointer.symlink_to(os.path.relpath(blob, pointer.parent))
+    except OSError:
+        shutil.copyfile(blob, pointer)
+    return pointer
+
+
+def move_into_place(partial: Path, blob: Path) -> None:
+    """Give the finished file the cache folder's permissions (not the umask's), then rename it."""
+    probe = partial.parent / f"tmp_{uuid.uuid4()}"
+    try:
+        probe.touch()
+        os.chmod(partial, stat.S_IMODE(probe.stat().st_mode))
+    except OSError:
+        pass
+    finally:
+        probe.unlink(missing_ok=True)
+    os.replace(partial, blob)
+
+
+def adopt_orphaned_partials(repo: str, etag: str) -> int:
+    """Fold huggingface_hub's leftover ``<etag>.<uuid>.incomplete`` files into our resumable partial.
+
+    Call with the blob's lock held: huggingface_hub writes those files only under the same lock, so
+    any present now belong to a process that died (SIGKILL skips its cleanup). The longest one becomes
+    our partial when it is longer than ours; the rest can never be reused and are removed.
+    Returns the size of the partial afterwards.
+    """
+    partial = partial_path(repo, etag)
+    best = partial.stat().st_size if partial.exists() else 0
+    for path in hf_partials(repo, etag):
+        size = path.stat().st_size
+        if size > best:
+            os.replace(path, partial)
+            best = size
+        else:
+            path.unlink(missing_ok=True)
+    return best
+
+
+def hf_partials(repo: str, etag: str | None = None) -> list[Path]:
+    """huggingface_hub's per-process temporary files in this repo's blobs (for one etag, or all)."""
+    blobs = repo_folder(repo) / "blobs"
+    if not blobs.is_dir():
+        return []
+    found = []
+    for path in blobs.iterdir():
+        m = _HF_TMP_RE.match(path.name)
+        if m and (etag is None or m.group("etag") == etag):
+            found.append(path)
+    return found
+
+
+def remove_stale_partials(repo: str, live_etags: set[str], *, min_age_s: float = 3600.0) -> list[Path]:
+    """Delete partial files that can never be finished: for blobs the repo no longer has, and
+    huggingface_hub leftovers untouched for ``min_age_s`` (a live download writes every second)."""
+    blobs = repo_folder(repo) / "blobs"
+    if not blobs.is_dir():
+        return []
+    removed = []
+    now = time.time()
+    for path in blobs.iterdir():
+        if not path.name.endswith(".incomplete"):
+            continue
+        hf_tmp = _HF_TMP_RE.match(path.name)
+        etag = hf_tmp.group("etag") if hf_tmp else path.name.removesuffix(".incomplete")
+        try:
+            age = now - path.stat().st_mtime
+        except FileNotFoundError:
+            continue
+        if (etag not in live_etags or hf_tmp) and age >= min_age_s:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def quarantine_blob(repo: str, etag: str, source: Path) -> Path:
+    """Move a file whose sha256 is wrong out of use (``blobs/<etag>.corrupt``) and drop every
+    snapshot link to its blob, so no tool loads it and the next download fetches it fresh."""
+    target = blob_path(repo, etag).with_name(etag + CORRUPT_SUFFIX)
+    os.replace(source, target)
+    snapshots = repo_folder(repo) / "snapshots"
+    blob = blob_path(repo, etag)
+    if snapshots.is_dir():
+        for link in snapshots.rglob("*"):
+            if link.is_symlink() and (link.parent / os.readlink(link)).resolve() == blob.resolve():
+                link.unlink()
+    return target
+
+
+def nearest_existing_dir(path: Path) -> Path:
+    """``path`` or its closest existing parent (the cache may not exist yet when disk space is checked)."""
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            return candidate
+    return Path(path.anchor or ".")

@@ -1,0 +1,369 @@
+"""The download step's public API: find a quant's files, download them resumably, verify them.
+
+Everything lands in the Hugging Face cache in huggingface_hub's own layout (see ``fetch.cache``), so
+files are shared with the ``hf`` CLI and other tools, and HF_HOME, HF_HUB_CACHE, HF_TOKEN,
+HF_HUB_OFFLINE and HF_ENDPOINT mean what they mean there. A local GGUF path is accepted wherever a
+model is expected.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx2
+from huggingface_hub.errors import HfHubHTTPError
+
+from clover_local import settings
+from clover_local.errors import DownloadError, HubUnreachableError, NotEnoughDiskError, VerificationError
+from clover_local.fetch import cache, hub
+from clover_local.fetch.local import CachedGGUF, cached_ggufs, local_gguf, looks_like_path
+from clover_local.fetch.progress import ProgressCallback, ProgressTracker, format_bytes
+from clover_local.fetch.quants import files_for_name, is_model_gguf, quant_matches, select_quant_files
+from clover_local.fetch.transfer import fetch_blob, hash_file
+from clover_local.presets import Preset
+
+__all__ = [
+    "CachedGGUF",
+    "FileCheck",
+    "RemoteFile",
+    "ResolvedFiles",
+    "cached_ggufs",
+    "cached_model_path",
+    "download_model",
+    "local_gguf",
+    "resolve_quant_files",
+    "verify_files",
+]
+
+FreeSpace = Callable[[Path], int]
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str
+    """Path in the repo."""
+    size: int
+    sha256: str | None
+    """What the bytes must hash to (the Hub's LFS sha256); None for small non-LFS files."""
+
+
+@dataclass(frozen=True)
+class ResolvedFiles:
+    """The files of one quant at one commit: shards in order, the first is what llama.cpp loads."""
+
+    repo: str
+    revision: str
+    commit: str
+    quant: str
+    files: tuple[RemoteFile, ...]
+    repo_etags: frozenset[str] = frozenset()
+    """Every blob the commit references; partials for other blobs can never be finished."""
+    offline: bool = False
+    """Resolved from the cache without asking the Hub."""
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def local_path(self, index: int = 0) -> Path:
+        """Where file ``index`` is (or will be) in the cache's snapshot folder."""
+        return cache.pointer_path(self.repo, self.commit, self.files[index].path)
+
+    @property
+    def is_cached(self) -> bool:
+        return all(self.local_path(i).exists() for i in range(len(self.files)))
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """The result of verifying one cached file."""
+
+    filename: str
+    path: Path
+    size: int
+    expected_sha256: str | None
+    actual_sha256: str
+    moved_to: Path | None = None
+    """Where a corrupt blob was moved aside (out of use)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.expected_sha256 is None or self.actual_sha256 == self.expected_sha256
+
+
+def resolve_quant_files(
+    repo: str, quant: str | None = None, revision: str | None = None, *, filename: str | None = None
+) -> ResolvedFiles:
+    """List ``repo`` on the Hub and pick the files of ``quant`` (a pattern matched in the file names)
+    or of the split that ``filename`` belongs to. Offline, or with the Hub unreachable, resolves from
+    the cache instead; raises :class:`DownloadError` when neither can answer."""
+    if not quant and not filename:
+        raise DownloadError("Say which quant (e.g. Q4_K_M) or which file to download.")
+    revision = revision or "main"
+    label = quant or filename or ""
+    if settings.hf_offline():
+        return _resolve_from_cache(repo, revision, quant, filename) or _not_cached(repo, label, offline=True)
+    try:
+        listing = hub.list_repo(repo, revision)
+    except HubUnreachableError:
+        cached = _resolve_from_cache(repo, revision, quant, filename)
+        if cached is None:
+            raise
+        return cached
+    entries = {e.path: e for e in listing.entries}
+    paths = (
+        files_for_name(repo, entries, filename)
+        if filename
+        else select_quant_files(repo, entries, quant or "")
+    )
+    return ResolvedFiles(
+        repo=repo,
+        revision=revision,
+        commit=listing.commit,
+        quant=label,
+        files=tuple(RemoteFile(p, entries[p].size, entries[p].sha256) for p in paths),
+        repo_etags=frozenset(e.etag for e in listing.entries if e.etag),
+    )
+
+
+def download_model(
+    model: str | Path | Preset,
+    quant: str | None = None,
+    *,
+    revision: str | None = None,
+    filename: str | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+    free_space: FreeSpace | None = None,
+) -> Path:
+    """Make a model's GGUF available locally and return the path llama.cpp loads (the first shard).
+
+    ``model`` is a preset (object or name), a repo id (``org/name``) or a local GGUF path (returned
+    as is after a check). Interrupted downloads resume; finished files are verified against the Hub's
+    sha256; ``cancel`` stops between chunks (keeping what arrived); ``progress`` gets
+    :class:`DownloadProgress` snapshots. ``free_space`` (bytes free at a path) is for tests.
+    """
+    if isinstance(model, Path) or (isinstance(model, str) and looks_like_path(model)):
+        return local_gguf(model)
+    repo, quant = repo_and_quant(model, quant, filename)
+    resolved = resolve_quant_files(repo, quant, revision, filename=filename)
+    tracker = ProgressTracker(progress, [(f.path, f.size) for f in resolved.files])
+    if resolved.is_cached:
+        _refresh_ref(resolved)
+        tracker.finish()
+        return resolved.local_path(0)
+    if resolved.offline:
+        _not_cached(repo, resolved.quant, offline=True)
+    cache.remove_stale_partials(repo, set(resolved.repo_etags))
+    locations = {
+        i: _locate(resolved, i) for i, _ in enumerate(resolved.files) if not resolved.local_path(i).exists()
+    }
+    _check_disk_space(resolved, locations, free_space or _free_disk_bytes)
+    first = min(locations, default=0)
+    for i in sorted(locations):
+        # Signed CDN URLs expire: ask again for shards started after a long first one.
+        location = locations[i] if i == first else _locate(resolved, i)
+        _fetch(resolved, i, location, tracker, cancel)
+    _refresh_ref(resolved)
+    tracker.finish()
+    return resolved.local_path(0)
+
+
+def verify_files(
+    model: str | Path | Preset,
+    quant: str | None = None,
+    *,
+    revision: str | None = None,
+    filename: str | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+) -> list[FileCheck]:
+    """Hash a downloaded model's files against the Hub's sha256 (from the cache's blob names when
+    offline). A corrupt blob is moved aside and unlinked from the snapshot, then
+    :class:`VerificationError` says what to do. A local GGUF path is hashed and reported."""
+    if isinstance(model, Path) or (isinstance(model, str) and looks_like_path(model)):
+        path = local_gguf(model)
+        return [FileCheck(path.name, path, path.stat().st_size, None, hash_file(path))]
+    repo, quant = repo_and_quant(model, quant, filename)
+    resolved = resolve_quant_files(repo, quant, revision, filename=filename)
+    missing = [f.path for i, f in enumerate(resolved.files) if not resolved.local_path(i).exists()]
+    if missing:
+        raise DownloadError(
+            f"{repo} {resolved.quant} is not fully downloaded (missing: {', '.join(missing)}).",
+            "Run `clover-local download` first.",
+        )
+    tracker = ProgressTracker(progress, [(f.path, f.size) for f in resolved.files])
+    checks: list[FileCheck] = []
+    for i, f in enumerate(resolved.files):
+        pointer = resolved.local_path(i)
+        blob = pointer.resolve()
+        tracker.start("verifying", i)
+        check = FileCheck(f.path, pointer, blob.stat().st_size, f.sha256, hash_file(blob, tracker, cancel))
+        if not check.ok:
+            check = replace(check, moved_to=cache.quarantine_blob(repo, blob.name, blob))
+        checks.append(check)
+    tracker.finish()
+    bad = [c for c in checks if not c.ok]
+    if bad:
+        lines = "; ".join(f"{c.filename} (moved aside to {c.moved_to})" for c in bad)
+        raise VerificationError(
+            f"{len(bad)} of {len(checks)} file(s) of {repo} {resolved.quant} are corrupt: {lines}.",
+            "Run `clover-local download` again to fetch them fresh, then delete the .corrupt files.",
+        )
+    return checks
+
+
+def cached_model_path(model: str | Preset, quant: str | None = None) -> Path | None:
+    """The cached first shard of a model, without touching the network; None when not downloaded."""
+    repo, quant = repo_and_quant(model, quant, None)
+    resolved = _resolve_from_cache(repo, "main", quant, None)
+    return resolved.local_path(0) if resolved else None
+
+
+def repo_and_quant(model: str | Preset, quant: str | None, filename: str | None) -> tuple[str, str | None]:
+    """The repo id and the file-name pattern to match, from a preset (object or name) or a repo id."""
+    from clover_local.presets import load_preset
+
+    if isinstance(model, str) and "/" in model:
+        return model, quant
+    preset = model if isinstance(model, Preset) else load_preset(model)
+    if filename:
+        return preset.repo, None
+    name = quant if quant and quant != "auto" else fallback_quant(preset)
+    spec = preset.quants.get(name)
+    return preset.repo, spec.pattern if spec else name
+
+
+def fallback_quant(preset: Preset) -> str:
+    """The preset's default quant, or its first listed one when the default is ``auto``."""
+    return preset.default_quant if preset.default_quant != "auto" else next(iter(preset.quants))
+
+
+def _resolve_from_cache(
+    repo: str, revision: str, quant: str | None, filename: str | None
+) -> ResolvedFiles | None:
+    """The quant's files as the cache holds them (snapshot of the commit ``revision`` last pointed to)."""
+    commit = cache.read_ref(repo, revision)
+    snapshot = cache.repo_folder(repo) / "snapshots" / (commit or "")
+    if commit is None or not snapshot.is_dir():
+        return None
+    present = [p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file()]
+    if filename:
+        if filename not in present:
+            return None
+        paths = files_for_name(repo, present, filename)
+    else:
+        if not any(quant_matches(p, quant or "") for p in present if is_model_gguf(p)):
+            return None
+        try:
+            paths = select_quant_files(repo, present, quant or "")
+        except DownloadError:
+            return None  # e.g. a split with shards not downloaded yet
+    files = []
+    for p in paths:
+        blob = (snapshot / p).resolve()
+        files.append(
+            RemoteFile(p, blob.stat().st_size, blob.name if cache.looks_like_sha256(blob.name) else None)
+        )
+    return ResolvedFiles(repo, revision, commit, quant or filename or "", tuple(files), offline=True)
+
+
+def _not_cached(repo: str, label: str, *, offline: bool) -> ResolvedFiles:
+    raise HubUnreachableError(
+        f"{repo} {label} is not in the Hugging Face cache ({settings.hf_cache_dir()}), and "
+        + ("offline mode is on (HF_HUB_OFFLINE=1)." if offline else "the Hub cannot be reached."),
+        "Connect to the internet (and unset HF_HUB_OFFLINE) to download it, or pick a model you already"
+        " have: `clover-local models`.",
+    )
+
+
+def _locate(resolved: ResolvedFiles, index: int) -> hub.FileLocation:
+    location = hub.locate_file(resolved.repo, resolved.commit, resolved.files[index].path)
+    expected = resolved.files[index]
+    if location.size != expected.size:
+        raise DownloadError(
+            f"The Hub lists {expected.path} as {expected.size} bytes but serves {location.size}.",
+            "The repo may be changing right now; try again in a few minutes.",
+        )
+    return location
+
+
+def _fetch(
+    resolved: ResolvedFiles,
+    index: int,
+    location: hub.FileLocation,
+    tracker: ProgressTracker,
+    cancel: threading.Event | None,
+) -> None:
+    """Fetch one file into the cache and link it into the snapshot; failures say what was kept."""
+    f = resolved.files[index]
+    try:
+        fetch_blob(
+            resolved.repo,
+            location,
+            f.sha256,
+            filename=f.path,
+            tracker=tracker,
+            index=index,
+            cancel=cancel,
+            relocate=lambda: _locate(resolved, index),
+        )
+    except (httpx2.TransportError, HfHubHTTPError, HubUnreachableError) as exc:
+        if isinstance(exc, HfHubHTTPError):
+            err: DownloadError = hub.hub_error(exc, repo=resolved.repo, what=f"download {f.path}")
+        elif isinstance(exc, httpx2.TransportError):
+            err = hub.network_error(exc, what=f"download {f.path}")
+        else:
+            err = exc
+        partial = cache.partial_path(resolved.repo, location.etag)
+        if partial.exists() and partial.stat().st_size:
+            kept = format_bytes(partial.stat().st_size)
+            err = type(err)(
+                f"{err.what} ({kept} of {format_bytes(f.size)} saved; the next run continues from there)",
+                err.fix,
+            )
+        raise err from None
+    cache.link_snapshot(resolved.repo, resolved.commit, f.path, location.etag)
+
+
+def _refresh_ref(resolved: ResolvedFiles) -> None:
+    if not resolved.offline:
+        cache.write_ref(resolved.repo, resolved.revision, resolved.commit)
+
+
+def _check_disk_space(
+    resolved: ResolvedFiles, locations: dict[int, hub.FileLocation], free_space: FreeSpace
+) -> None:
+    """Refuse to start unless the disk holds what is still to download plus a margin."""
+    remaining = 0
+    for i, loc in locations.items():
+        if cache.blob_path(resolved.repo, loc.etag).exists():
+            continue
+        partial = cache.partial_path(resolved.repo, loc.etag)
+        have = partial.stat().st_size if partial.exists() else 0
+        remaining += max(resolved.files[i].size - have, 0)
+    if not remaining:
+        return
+    margin = disk_margin(remaining)
+    where = cache.nearest_existing_dir(cache.repo_folder(resolved.repo))
+    free = free_space(where)
+    if free < remaining + margin:
+        raise NotEnoughDiskError(
+            f"Not enough disk space for {resolved.repo} {resolved.quant}: {format_bytes(remaining)} still to"
+            f" download (plus {format_bytes(margin)} to spare), but only {format_bytes(free)} free on {where}.",
+            f"Free {format_bytes(remaining + margin - free)}, or point HF_HUB_CACHE (or HF_HOME) at a disk"
+            " with more room.",
+        )
+
+
+def disk_margin(remaining: int) -> int:
+    """Room to keep free besides the download: 1% of it plus 256 MB (logs, the OS, other writers)."""
+    return remaining // 100 + 256 * 1000 * 1000
+
+
+def _free_disk_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free

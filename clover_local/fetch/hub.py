@@ -1,0 +1,217 @@
+"""Talking to the Hugging Face Hub through huggingface_hub: list a repo, ask for one file's download
+location, and turn every failure into a :class:`DownloadError` a person can act on.
+
+The endpoint, token and offline switch are huggingface_hub's own (``HF_ENDPOINT``, ``HF_TOKEN`` or
+``hf auth login``, ``HF_HUB_OFFLINE``), read when called so tests and the TUI can change them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+from urllib.parse import quote, urlparse
+
+import httpx2
+from huggingface_hub import HfApi, constants
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    OfflineModeIsEnabled,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.file_download import get_hf_file_metadata
+from huggingface_hub.utils import build_hf_headers
+
+from clover_local.errors import DownloadError, HubUnreachableError
+
+T = TypeVar("T")
+
+RATE_LIMIT_RETRIES = 5
+"""How many times a 429 (or 503) answer is retried before giving up."""
+MAX_RETRY_WAIT_S = 60.0
+"""Longest wait between retries, whatever ``Retry-After`` asks: a person is watching."""
+
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (httpx2.TransportError, OfflineModeIsEnabled)
+_AUTH_FIX = (
+    "Log in with `hf auth login` (or set HF_TOKEN to a token from https://huggingface.co/settings/tokens)"
+    " with access to this repo; for a gated repo, first accept its terms on the repo's page."
+)
+
+
+@dataclass(frozen=True)
+class RepoEntry:
+    """One file of a repo listing."""
+
+    path: str
+    size: int
+    sha256: str | None
+    """The LFS sha256 (what the file's bytes must hash to); None for small non-LFS files."""
+    blob_id: str | None
+    """The git blob id; huggingface_hub's etag for non-LFS files."""
+
+    @property
+    def etag(self) -> str | None:
+        """The name huggingface_hub gives the blob in its cache."""
+        return self.sha256 or self.blob_id
+
+
+@dataclass(frozen=True)
+class RepoListing:
+    repo: str
+    commit: str
+    entries: tuple[RepoEntry, ...]
+
+
+@dataclass(frozen=True)
+class FileLocation:
+    """Where to GET one file's bytes, and with which headers."""
+
+    url: str
+    etag: str
+    size: int
+    commit: str
+    headers: dict[str, str]
+    xet: bool
+    """The Hub stores the file in Xet; clover-local still downloads it over plain HTTP (resumable)."""
+
+
+def endpoint() -> str:
+    return constants.ENDPOINT.rstrip("/")
+
+
+def list_repo(repo: str, revision: str) -> RepoListing:
+    """List every file of ``repo`` at ``revision`` with sizes and sha256 (one API call, retried on 429)."""
+
+    def call() -> RepoListing:
+        info = HfApi(endpoint=endpoint()).model_info(repo, revision=revision, files_metadata=True)
+        entries = tuple(
+            RepoEntry(
+                path=s.rfilename,
+                size=int(s.lfs.size if s.lfs else (s.size or 0)),
+                sha256=s.lfs.sha256 if s.lfs else None,
+                blob_id=s.blob_id,
+            )
+            for s in info.siblings or ()
+        )
+        if not info.sha:
+            raise DownloadError(f"The Hub did not say which commit {repo}@{revision} is.")
+        return RepoListing(repo=repo, commit=info.sha, entries=entries)
+
+    return with_hub_errors(call, repo=repo, what=f"list {repo}")
+
+
+def locate_file(repo: str, commit: str, filename: str) -> FileLocation:
+    """Ask the Hub (HEAD on the resolve URL) where a file's bytes are, its etag and size.
+
+    For Xet-backed files the Hub redirects to a URL that serves the bytes with Range support, so the
+    same plain-HTTP path resumes for both storages.
+    """
+    url = f"{endpoint()}/{repo}/resolve/{quote(commit, safe='')}/{quote(filename)}"
+
+    def call() -> FileLocation:
+        headers = build_hf_headers()
+        meta = get_hf_file_metadata(url, headers=headers, endpoint=endpoint())
+        if meta.etag is None or meta.size is None:
+            raise DownloadError(
+                f"The Hub's answer for {repo}/{filename} lacks an ETag or size.",
+                "Check HF_ENDPOINT points at a Hugging Face Hub (or a faithful mirror).",
+            )
+        get_headers = dict(headers)
+        get_headers["Accept-Encoding"] = "identity"
+        location = meta.location or url
+        if urlparse(location).netloc != urlparse(url).netloc:
+            get_headers.pop("authorization", None)  # signed CDN URL: never send the token elsewhere
+        return FileLocation(
+            url=location,
+            etag=meta.etag,
+            size=meta.size,
+            commit=meta.commit_hash or commit,
+            headers=get_headers,
+            xet=meta.xet_file_data is not None,
+        )
+
+    return with_hub_errors(call, repo=repo, what=f"locate {filename} in {repo}")
+
+
+def with_hub_errors(
+    call: Callable[[], T], *, repo: str, what: str, sleep: Callable[[float], None] = time.sleep
+) -> T:
+    """Run one Hub call: retry 429/503 with backoff (honouring ``Retry-After``, bounded), and turn
+    huggingface_hub's exceptions into :class:`DownloadError` messages for people."""
+    wait = 1.0
+    for attempt in range(RATE_LIMIT_RETRIES + 1):
+        try:
+            return call()
+        except HfHubHTTPError as exc:
+            status = exc.response.status_code if exc.response is not None else None
+            if status in (429, 503) and attempt < RATE_LIMIT_RETRIES:
+                sleep(retry_delay_s(exc, wait))
+                wait = min(wait * 2, MAX_RETRY_WAIT_S)
+                continue
+            raise hub_error(exc, repo=repo, what=what) from None
+        except NETWORK_ERRORS as exc:
+            raise network_error(exc, what=what) from None
+    raise AssertionError("unreachable")
+
+
+def retry_delay_s(exc: HfHubHTTPError, backoff: float) -> float:
+    """How long to wait before retrying: the server's ``Retry-After`` when given, else ``backoff``;
+    never more than :data:`MAX_RETRY_WAIT_S`."""
+    asked = retry_after_s(exc)
+    return min(backoff if asked is None else asked, MAX_RETRY_WAIT_S)
+
+
+def retry_after_s(exc: HfHubHTTPError) -> float | None:
+    value = exc.response.headers.get("Retry-After") if exc.response is not None else None
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None
+
+
+def hub_error(exc: HfHubHTTPError, *, repo: str, what: str) -> DownloadError:
+    """A person-readable error for an HTTP error from the Hub."""
+    status = exc.response.status_code if exc.response is not None else None
+    if isinstance(exc, GatedRepoError):
+        return DownloadError(
+            f"{repo} is a gated repo: Hugging Face wants to know who downloads it.", _AUTH_FIX
+        )
+    if isinstance(exc, RevisionNotFoundError):
+        return DownloadError(f"{repo} has no branch, tag or commit by that name.")
+    if isinstance(exc, RemoteEntryNotFoundError):
+        return DownloadError(f"Could not {what}: the file is not in the repo (404).")
+    if isinstance(exc, RepositoryNotFoundError) or status == 401:
+        return DownloadError(
+            f"Repository {repo} was not found on {endpoint()}, or it is private and needs a token.",
+            "Check the name (org/name, as in its URL). If it is private or gated: " + _AUTH_FIX,
+        )
+    if status == 403:
+        return DownloadError(f"Hugging Face refused access to {repo} (403).", _AUTH_FIX)
+    if status == 429:
+        return DownloadError(
+            f"Hugging Face is rate-limiting this machine (429) and still did after {RATE_LIMIT_RETRIES} retries.",
+            "Wait a few minutes and run the same command again; logging in (`hf auth login`) raises the limits.",
+        )
+    if status is not None and status >= 500:
+        return DownloadError(
+            f"Hugging Face had a server error ({status}) while trying to {what}.", "Try again in a while."
+        )
+    return DownloadError(f"Could not {what}: {exc}")
+
+
+def network_error(exc: BaseException, *, what: str) -> HubUnreachableError:
+    if isinstance(exc, OfflineModeIsEnabled):
+        return HubUnreachableError(
+            f"Cannot {what}: offline mode is on (HF_HUB_OFFLINE=1) and the files are not in the cache.",
+            "Unset HF_HUB_OFFLINE and connect to the internet, or pick a model already downloaded"
+            " (`clover-local models`).",
+        )
+    return HubUnreachableError(
+        f"Cannot {what}: {endpoint()} is unreachable ({type(exc).__name__}: {exc}).",
+        "Check your internet connection (and HF_ENDPOINT or proxy settings); files already downloaded"
+        " still work offline.",
+    )

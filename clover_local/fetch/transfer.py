@@ -1,0 +1,277 @@
+"""Fetch one blob into the Hugging Face cache so that an interrupted transfer resumes where it stopped.
+
+huggingface_hub 2.4 writes each download to a process-unique temporary file and deletes it on failure,
+so nothing survives a Ctrl-C, a network drop or a killed process. Here the bytes go to the cache's own
+``blobs/<etag>.incomplete`` (kept across runs, under the same file lock huggingface_hub takes), through
+huggingface_hub's HTTP session, continuing with a ``Range`` request. The sha256 is computed while the
+bytes arrive (after re-reading what an earlier run left), so verifying a 38 GB file costs no extra pass.
+The finished file is checked against the Hub's sha256 before it is renamed to ``blobs/<etag>``.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+import filelock
+import httpx2
+from huggingface_hub import constants
+from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.utils import get_session, hf_raise_for_status
+
+from clover_local.errors import DownloadCancelled, DownloadError, NotEnoughDiskError, VerificationError
+from clover_local.fetch import cache
+from clover_local.fetch.hub import MAX_RETRY_WAIT_S, RATE_LIMIT_RETRIES, FileLocation, retry_delay_s
+from clover_local.fetch.progress import ProgressTracker, format_bytes
+
+HASH_BLOCK = 8 * 1024 * 1024
+DROP_RETRY_WAIT_S = 0.5
+"""Pause before continuing a transfer whose connection broke after bytes arrived."""
+_DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+Relocate = Callable[[], FileLocation]
+"""Asks the Hub again where the file is (signed CDN URLs expire during long downloads)."""
+
+
+def fetch_blob(
+    repo: str,
+    location: FileLocation,
+    sha256: str | None,
+    *,
+    filename: str,
+    tracker: ProgressTracker,
+    index: int,
+    cancel: threading.Event | None,
+    relocate: Relocate,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Path:
+    """Make ``blobs/<etag>`` hold the file's verified bytes, resuming any partial; return its path.
+
+    A connection that breaks after bytes arrived is continued (with a fresh URL) for as long as each
+    attempt gets further; 429/503 answers wait (``Retry-After``, bounded) and retry a few times.
+    """
+    blob = cache.blob_path(repo, location.etag)
+    if blob.exists():
+        return blob
+    lock = cache.lock_path(repo, location.etag)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    with _hold_lock(lock, cancel):
+        if blob.exists():  # another process finished it while we waited
+            return blob
+        partial = cache.partial_path(repo, location.etag)
+        already = cache.adopt_orphaned_partials(repo, location.etag)
+        if already > location.size:
+            partial.unlink()
+            already = 0
+        hasher = hashlib.sha256()
+        if already:
+            tracker.start("checking", index)
+            _hash_into(partial, hasher, tracker, cancel, limit=already)
+        tracker.start("downloading", index, already)
+        with partial.open("ab") as f:
+            writer = _HashingWriter(f, hasher, tracker, cancel)
+            _transfer_with_retries(
+                location, writer, relocate, cancel, sleep, filename=filename, partial=partial
+            )
+        tracker.start("verifying", index)
+        digest = writer.hexdigest()  # hashed on the way in: no second pass over the file
+        tracker.advance(location.size)
+        if sha256 and digest != sha256:
+            moved = cache.quarantine_blob(repo, location.etag, partial)
+            raise VerificationError(
+                f"{filename} arrived corrupt: its sha256 is {digest}, the Hub says {sha256}. "
+                f"The bad copy was moved aside to {moved}.",
+                "Run the same command again to fetch it fresh (then delete the .corrupt file). If it fails"
+                " again, a proxy or the disk is damaging data.",
+            )
+        cache.move_into_place(partial, blob)
+    return blob
+
+
+def hash_file(
+    path: Path, tracker: ProgressTracker | None = None, cancel: threading.Event | None = None
+) -> str:
+    """sha256 of a file, reporting bytes read to ``tracker``."""
+    hasher = hashlib.sha256()
+    _hash_into(path, hasher, tracker, cancel, limit=None)
+    return hasher.hexdigest()
+
+
+def _hash_into(
+    path: Path,
+    hasher: hashlib._Hash,
+    tracker: ProgressTracker | None,
+    cancel: threading.Event | None,
+    *,
+    limit: int | None,
+) -> None:
+    left = limit
+    with path.open("rb") as f:
+        while left is None or left > 0:
+            block = f.read(HASH_BLOCK if left is None else min(HASH_BLOCK, left))
+            if not block:
+                break
+            _raise_if_cancelled(cancel)
+            hasher.update(block)
+            if left is not None:
+                left -= len(block)
+            if tracker is not None:
+                tracker.advance(len(block))
+
+
+def _transfer_with_retries(
+    location: FileLocation,
+    writer: _HashingWriter,
+    relocate: Relocate,
+    cancel: threading.Event | None,
+    sleep: Callable[[float], None],
+    *,
+    filename: str,
+    partial: Path,
+) -> None:
+    rate_limited = 0
+    fresh = True  # the URL was just handed out by the Hub
+    wait = 1.0
+    while True:
+        before = writer.tell()
+        try:
+            _transfer_once(location, writer)
+            break
+        except HfHubHTTPError as exc:
+            status = exc.response.status_code if exc.response is not None else None
+            if status in (429, 503) and rate_limited < RATE_LIMIT_RETRIES:
+                rate_limited += 1
+                wait_with_cancel(retry_delay_s(exc, wait), cancel, sleep)
+                wait = min(wait * 2, MAX_RETRY_WAIT_S)
+                continue
+            if status in (401, 403, 410) and not fresh:  # an expired signed URL
+                location, fresh = relocate(), True
+                continue
+            raise
+        except httpx2.TransportError:
+            if writer.tell() <= before:
+                raise
+            wait_with_cancel(DROP_RETRY_WAIT_S, cancel, sleep)
+            location, fresh = relocate(), True
+        except OSError as exc:
+            raise _write_failed(exc, filename, partial, location.size) from None
+        fresh = False
+    if writer.tell() != location.size:
+        raise DownloadError(
+            f"The transfer of {filename} ended at {format_bytes(writer.tell())} of {format_bytes(location.size)}.",
+            "Run the same command again: it continues from there.",
+        )
+
+
+def _transfer_once(location: FileLocation, writer: _HashingWriter) -> None:
+    """One GET from the writer's position to the end of the file."""
+    start = writer.tell()
+    headers = dict(location.headers)
+    if start:
+        headers["Range"] = f"bytes={start}-"
+    with get_session().stream(
+        "GET", location.url, headers=headers, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT, follow_redirects=True
+    ) as response:
+        hf_raise_for_status(response)
+        if start and response.status_code == 200:
+            writer.restart()  # the server ignored Range and sends everything
+        for chunk in response.iter_bytes():
+            writer.write(chunk)
+
+
+def _write_failed(exc: OSError, filename: str, partial: Path, size: int) -> DownloadError:
+    saved = partial.stat().st_size if partial.exists() else 0
+    if exc.errno in _DISK_FULL_ERRNOS:
+        return NotEnoughDiskError(
+            f"The disk filled up while downloading {filename}: {format_bytes(saved)} of "
+            f"{format_bytes(size)} are saved in {partial}.",
+            f"Free at least {format_bytes(size - saved)} and run the same command again: it continues from there.",
+        )
+    return DownloadError(
+        f"Could not write {partial} ({exc.strerror or exc}); {format_bytes(saved)} of {format_bytes(size)} are saved.",
+        "Check the disk and its permissions, then run the same command again.",
+    )
+
+
+class _HashingWriter:
+    """Appends arriving bytes to the partial file, hashing and counting them; stops the transfer
+    when ``cancel`` is set (the partial stays for the next run)."""
+
+    def __init__(
+        self,
+        f: BinaryIO,
+        hasher: hashlib._Hash,
+        tracker: ProgressTracker,
+        cancel: threading.Event | None,
+    ) -> None:
+        self._f = f
+        self._hasher = hasher
+        self._tracker = tracker
+        self._cancel = cancel
+
+    def write(self, data: bytes) -> int:
+        _raise_if_cancelled(self._cancel)
+        written = self._f.write(data)
+        self._hasher.update(data)
+        self._tracker.advance(len(data))
+        return written
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def restart(self) -> None:
+        """Drop what was written: the server sends the file from its first byte."""
+        self._f.seek(0)
+        self._f.truncate(0)
+        self._hasher = hashlib.sha256()
+        self._tracker.rewind(0)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def hexdigest(self) -> str:
+        """The sha256 of the whole file (the resumed prefix was hashed before the transfer)."""
+        return self._hasher.hexdigest()
+
+
+class _hold_lock:
+    """Hold huggingface_hub's per-blob lock, waiting as long as needed but staying cancellable."""
+
+    def __init__(self, path: Path, cancel: threading.Event | None) -> None:
+        self._lock = filelock.FileLock(str(path), mode=0o664)
+        self._cancel = cancel
+
+    def __enter__(self) -> None:
+        while True:
+            try:
+                self._lock.acquire(timeout=0.5)
+                return
+            except filelock.Timeout:
+                _raise_if_cancelled(self._cancel)
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def _raise_if_cancelled(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise DownloadCancelled(
+            "Download cancelled; what was fetched is kept.", "Run the download again to continue from there."
+        )
+
+
+def wait_with_cancel(seconds: float, cancel: threading.Event | None, sleep: Callable[[float], None]) -> None:
+    """Sleep ``seconds`` (between retries), waking early to raise if ``cancel`` is set."""
+    if cancel is None:
+        sleep(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if cancel.wait(min(left, 0.5)):
+            _raise_if_cancelled(cancel)
