@@ -1,0 +1,252 @@
+"""Read a GGUF's header, from a local file or from the Hub, into the :class:`ModelDescription` the planner uses.
+
+The header holds the architecture numbers (layers, heads, experts, context, recurrent sizes) and the tensor
+table, which gives the exact bytes of every tensor: the planner then knows what is expert weight and what is
+not, layer by layer, before anything is downloaded. A remote header is read with HTTP range requests (the first
+few MB of a 23 GB file) and cached by ETag. Split GGUFs (``*-00001-of-00003.gguf``) are read shard by shard.
+
+Parsing is :mod:`clover_local.gguf_parse` (why not ``gguf.GGUFReader`` is said there); turning the raw header
+into a description is :mod:`clover_local.gguf_describe`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO, TypeVar
+
+from clover_local import settings
+from clover_local.errors import DownloadError, GGUFError, HubUnreachableError
+from clover_local.gguf_describe import describe
+from clover_local.gguf_parse import NeedMoreBytes, RawHeader, parse_header
+from clover_local.model import ModelDescription
+
+__all__ = ["read_local_header", "read_remote_header", "shard_names"]
+
+FIRST_READ_REMOTE = 2 * 1024 * 1024
+"""Bytes fetched first from the Hub; a larger header (big vocabularies) is fetched in about doubling steps."""
+FIRST_READ_LOCAL = 16 * 1024 * 1024
+"""Bytes read first from a local file: reading is cheap, parsing again is not, so start big."""
+MAX_HEADER = 512 * 1024 * 1024
+"""A header larger than this is treated as corrupt rather than fetched."""
+
+_SPLIT_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+_LOGIN_HINT = (
+    "log in with `hf auth login`, or set HF_TOKEN to a token from https://huggingface.co/settings/tokens"
+)
+T = TypeVar("T")
+
+
+def shard_names(filename: str) -> list[str]:
+    """All shard names of a split GGUF (``x-00001-of-00003.gguf`` -> three names); ``[filename]`` otherwise."""
+    m = _SPLIT_RE.match(filename)
+    if not m:
+        return [filename]
+    count = int(m.group("count"))
+    if count < 1:
+        raise GGUFError(f"{filename!r} names a split GGUF of {count} shards.")
+    return [f"{m.group('prefix')}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+
+
+def read_local_header(path: Path) -> ModelDescription:
+    """Describe a local GGUF from its header alone (a split GGUF: give any shard, all are read)."""
+    path = Path(path)
+    headers: list[RawHeader] = []
+    total = 0
+    for name in shard_names(path.name):
+        shard = path.with_name(name)
+        try:
+            size = shard.stat().st_size
+        except FileNotFoundError:
+            missing = "it" if shard == path else f"shard {name}, next to {path.name}"
+            raise GGUFError(f"GGUF file not found: {missing} ({shard}).") from None
+        with shard.open("rb") as f:
+            headers.append(
+                _parse_growing(
+                    lambda start, end, f=f: _read_range(f, start, end), size, str(shard), FIRST_READ_LOCAL
+                )
+            )
+        total += size
+    _check_shards(headers, path.name)
+    return describe(headers, total, source=str(path))
+
+
+def read_remote_header(
+    repo_id: str, filename: str, revision: str | None = None, token: str | bool | None = None
+) -> ModelDescription:
+    """Describe a GGUF on the Hub by fetching only its header (HTTP range requests), cached by ETag.
+
+    Goes through huggingface_hub (``hf_hub_url``, ``get_session``, ``build_hf_headers``), so ``HF_ENDPOINT``
+    and ``HF_TOKEN`` are respected. Errors are :class:`DownloadError` (Hub side) or :class:`GGUFError`.
+    """
+    headers: list[RawHeader] = []
+    total = 0
+    for name in shard_names(filename):
+        header, size = _remote_shard_header(repo_id, name, revision, token)
+        headers.append(header)
+        total += size
+    _check_shards(headers, filename)
+    rev = f"@{revision}" if revision else ""
+    return describe(headers, total, source=f"hf://{repo_id}/{filename}{rev}")
+
+
+# -- parsing bytes that arrive in pieces ------------------------------------------------------------------
+
+
+def _parse_growing(read: Callable[[int, int], bytes], size: int, name: str, first: int) -> RawHeader:
+    """Parse a header, reading more (about doubling) each time the parser runs out, never past ``size``."""
+    buf = bytearray()
+    want = min(first, size)
+    while True:
+        if want > len(buf):
+            chunk = read(len(buf), want)
+            if not chunk:
+                break
+            buf += chunk
+        try:
+            return parse_header(buf)
+        except NeedMoreBytes as more:
+            if len(buf) >= size or more.needed > size:
+                break
+            if more.needed > MAX_HEADER:
+                raise GGUFError(
+                    f"{name}: the GGUF header claims to be over {MAX_HEADER >> 20} MiB: corrupt."
+                ) from None
+            want = min(size, max(more.needed, 2 * len(buf)))
+        except GGUFError as exc:
+            raise GGUFError(f"{name}: {exc.what}", exc.fix) from None
+    raise GGUFError(
+        f"{name} is truncated: its GGUF header does not fit in its {size} bytes.",
+        "Download it again; a partial download is not a model.",
+    )
+
+
+def _read_range(f: BinaryIO, start: int, end: int) -> bytes:
+    f.seek(start)
+    return f.read(end - start)
+
+
+def _check_shards(headers: list[RawHeader], filename: str) -> None:
+    """The shards must be the ones the name promises: each says it is shard i of n, with all the tensors."""
+    count = headers[0].kv.get("split.count")
+    if len(headers) == 1 and (count is None or int(count) == 1):
+        return
+    if len(headers) == 1:
+        raise GGUFError(
+            f"{filename} is one shard of {count}, but its name does not say which.",
+            "Keep the shards' names as llama.cpp writes them: NAME-00001-of-0000N.gguf.",
+        )
+    for i, header in enumerate(headers):
+        if header.kv.get("split.count") != len(headers) or header.kv.get("split.no") != i:
+            raise GGUFError(
+                f"{filename}: shard {i + 1} of {len(headers)} says it is shard "
+                f"{int(header.kv.get('split.no', -1)) + 1} of {header.kv.get('split.count')}: mixed-up shards."
+            )
+    expected = headers[0].kv.get("split.tensors.count")
+    found = sum(len(h.tensors) for h in headers)
+    if expected is not None and int(expected) != found:
+        raise GGUFError(f"{filename}: the shards hold {found} tensors, the first shard promises {expected}.")
+
+
+# -- the Hub ------------------------------------------------------------------------------------------
+
+
+def _remote_shard_header(
+    repo_id: str, filename: str, revision: str | None, token: str | bool | None
+) -> tuple[RawHeader, int]:
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(repo_id, filename, revision=revision)
+    where = f"{filename} in {repo_id}"
+    meta = _hub_call(lambda: get_hf_file_metadata(url, token=token), repo_id, where)
+    if meta.size is None or not meta.etag:
+        raise DownloadError(f"The Hub did not say the size and ETag of {where}.", "Try again later.")
+    cache = _cache_path(repo_id, meta.etag)
+    if cache.is_file():
+        try:
+            return parse_header(cache.read_bytes()), meta.size
+        except (NeedMoreBytes, GGUFError):
+            cache.unlink(missing_ok=True)  # a damaged cache entry: fetch again
+    header_bytes = bytearray()
+
+    def fetch(start: int, end: int) -> bytes:
+        data = _hub_call(lambda: _get_range(meta.location or url, start, end, token), repo_id, where)
+        header_bytes[start:] = data
+        return data
+
+    header = _parse_growing(fetch, meta.size, where, FIRST_READ_REMOTE)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_bytes(bytes(header_bytes[: header.header_bytes]))
+    tmp.replace(cache)
+    return header, meta.size
+
+
+def _cache_path(repo_id: str, etag: str) -> Path:
+    safe_etag = re.sub(r"[^0-9A-Za-z._-]", "_", etag.strip('"'))
+    return settings.cache_dir() / "headers" / repo_id / f"{safe_etag}.bin"
+
+
+def _get_range(url: str, start: int, end: int, token: str | bool | None) -> bytes:
+    """Bytes ``[start, end)`` of a Hub file; reads no further even if the server ignores the Range header."""
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    headers = build_hf_headers(token=token)
+    headers["Range"] = f"bytes={start}-{end - 1}"
+    headers["Accept-Encoding"] = "identity"
+    out = bytearray()
+    with get_session().stream("GET", url, headers=headers, follow_redirects=True) as response:
+        hf_raise_for_status(response)
+        skip = start if response.status_code == 200 else 0  # a server that ignored Range sends from 0
+        for chunk in response.iter_bytes():
+            if skip:
+                dropped = min(skip, len(chunk))
+                chunk, skip = chunk[dropped:], skip - dropped
+            out += chunk
+            if len(out) >= end - start:
+                break
+    return bytes(out[: end - start])
+
+
+def _hub_call(call: Callable[[], T], repo_id: str, where: str) -> T:
+    """Run a huggingface_hub call, turning its errors into errors for people."""
+    import httpx2
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        return call()
+    except GatedRepoError:
+        raise DownloadError(
+            f"{repo_id} is a gated model: its files need you to accept its terms and be logged in.",
+            f"Accept the terms on https://huggingface.co/{repo_id}, then {_LOGIN_HINT}.",
+        ) from None
+    except RepositoryNotFoundError:
+        raise DownloadError(
+            f"The Hub has no model {repo_id!r} (or it is private).",
+            f"Check the name; if it is private, {_LOGIN_HINT}.",
+        ) from None
+    except RevisionNotFoundError:
+        raise DownloadError(f"{repo_id} has no such revision (branch, tag or commit).") from None
+    except EntryNotFoundError:
+        raise DownloadError(
+            f"There is no file {where}.", "List the repo's files to find the right name."
+        ) from None
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        if status in (401, 403):
+            raise DownloadError(
+                f"The Hub refused access to {where} (HTTP {status}): the token is missing or not valid.",
+                "L" + _LOGIN_HINT[1:] + ".",
+            ) from None
+        raise DownloadError(f"The Hub answered HTTP {status} for {where}.", "Try again later.") from None
+    except httpx2.HTTPError as exc:
+        raise HubUnreachableError(
+            f"Could not reach the Hub for {where}: {exc}.", "Check your connection (or HF_ENDPOINT)."
+        ) from None
