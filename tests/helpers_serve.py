@@ -1,0 +1,135 @@
+"""Shared pieces of the serve / llama-server tests: the built llama-server (CI must have one), a recording
+wrapper around a real engine, and small raw-HTTP helpers for requests the openai client will not send."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clover_local import settings
+from clover_local.engine.types import (
+    ChatEngine,
+    Finished,
+    GenerationEvent,
+    GenerationRequest,
+    GenerationStats,
+)
+
+# Resolved at import, before the autouse fixture points CLOVER_DATA_DIR at a temporary folder.
+_REAL_BUILT = settings.llama_server_dir() / "llama-server"
+_ENV_BINARY = os.environ.get("CLOVER_LLAMA_SERVER")
+
+
+def llama_server_path() -> Path:
+    """The llama-server to test: CLOVER_LLAMA_SERVER, else the one scripts/build-llama-server installed.
+
+    Without one the test is skipped, except in CI (``CI`` set), where a missing binary is a failure: CI runs
+    scripts/build-llama-server before the tests."""
+    for candidate in (_ENV_BINARY, str(_REAL_BUILT)):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return Path(candidate)
+    message = f"no llama-server binary ({_REAL_BUILT}); run scripts/build-llama-server"
+    if os.environ.get("CI"):
+        pytest.fail(message + " (CI must build it before the tests)")
+    pytest.skip(message)
+
+
+class RecordingEngine:
+    """A real engine, passed through, remembering the stats of each finished generation."""
+
+    def __init__(self, inner: ChatEngine) -> None:
+        self.inner = inner
+        self.finished: list[GenerationStats] = []
+        self.started = threading.Event()
+        self.active = 0
+        self.max_active = 0
+        self._lock = threading.Lock()
+
+    @property
+    def model_name(self) -> str:
+        return self.inner.model_name
+
+    @property
+    def n_ctx(self) -> int:
+        return self.inner.n_ctx
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def generate(
+        self, request: GenerationRequest, cancel: threading.Event | None = None
+    ) -> Iterator[GenerationEvent]:
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        self.started.set()
+        try:
+            for event in self.inner.generate(request, cancel):
+                if isinstance(event, Finished):
+                    self.finished.append(event.stats)
+                yield event
+        finally:
+            with self._lock:
+                self.active -= 1
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:
+    """Poll ``predicate`` until true; fail (not a speed assertion: the limit is generous) otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def raw_post(base_url: str, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """POST raw bytes (for malformed JSON); returns (status, decoded JSON body)."""
+    host_port = base_url.removeprefix("http://")
+    host, port = host_port.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"null")
+    finally:
+        conn.close()
+
+
+def start_stream_and_hang_up(
+    base_url: str, path: str, payload: dict[str, Any], headers: dict[str, str]
+) -> str:
+    """Start a streamed request, read its first event with text, then close the socket mid-stream."""
+    host, port = base_url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request(
+        "POST", path, body=json.dumps(payload), headers={"Content-Type": "application/json", **headers}
+    )
+    resp = conn.getresponse()
+    assert resp.status == 200, resp.read()
+    try:
+        while True:
+            line = resp.readline().decode()
+            if not line:
+                return ""
+            if not line.startswith("data:") or "[DONE]" in line:
+                continue
+            choice = (json.loads(line[5:]).get("choices") or [{}])[0]
+            text = choice.get("text") or (choice.get("delta") or {}).get("content")
+            if text:
+                return str(text)
+    finally:
+        if conn.sock is not None:
+            conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
