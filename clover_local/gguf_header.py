@@ -155,37 +155,78 @@ def _check_shards(headers: list[RawHeader], filename: str) -> None:
 def _remote_shard_header(
     repo_id: str, filename: str, revision: str | None, token: str | bool | None
 ) -> tuple[RawHeader, int]:
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    """One shard's header and file size: from the cache when the Hub's ETag is known there, else fetched.
+
+    Without the Hub (offline, or unreachable) the header last seen for this repo, revision and file is used.
+    """
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
 
     url = hf_hub_url(repo_id, filename, revision=revision)
     where = f"{filename} in {repo_id}"
-    meta = _hub_call(lambda: get_hf_file_metadata(url, token=token), repo_id, where)
+    ref = _ref_path(repo_id, revision, filename)
+    try:
+        if constants.HF_HUB_OFFLINE:
+            raise HubUnreachableError(f"Offline (HF_HUB_OFFLINE is set): cannot ask the Hub about {where}.")
+        meta = _hub_call(lambda: get_hf_file_metadata(url, token=token), repo_id, where)
+    except HubUnreachableError:
+        cached = _cached_from_ref(repo_id, ref)
+        if cached is None:
+            raise
+        return cached
     if meta.size is None or not meta.etag:
         raise DownloadError(f"The Hub did not say the size and ETag of {where}.", "Try again later.")
     cache = _cache_path(repo_id, meta.etag)
-    if cache.is_file():
-        try:
-            return parse_header(cache.read_bytes()), meta.size
-        except (NeedMoreBytes, GGUFError):
-            cache.unlink(missing_ok=True)  # a damaged cache entry: fetch again
-    header_bytes = bytearray()
+    header = _parse_cached(cache)
+    if header is None:
+        header_bytes = bytearray()
 
-    def fetch(start: int, end: int) -> bytes:
-        data = _hub_call(lambda: _get_range(meta.location or url, start, end, token), repo_id, where)
-        header_bytes[start:] = data
-        return data
+        def fetch(start: int, end: int) -> bytes:
+            data = _hub_call(lambda: _get_range(meta.location or url, start, end, token), repo_id, where)
+            header_bytes[start:] = data
+            return data
 
-    header = _parse_growing(fetch, meta.size, where, FIRST_READ_REMOTE)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_bytes(bytes(header_bytes[: header.header_bytes]))
-    tmp.replace(cache)
+        header = _parse_growing(fetch, meta.size, where, FIRST_READ_REMOTE)
+        _write_atomically(cache, bytes(header_bytes[: header.header_bytes]))
+    _write_atomically(ref, f"{cache.name}\n{meta.size}\n".encode())
     return header, meta.size
 
 
 def _cache_path(repo_id: str, etag: str) -> Path:
+    """``<cache>/headers/<repo>/<etag>.bin``: the header bytes of the file with that ETag (its sha256 on the Hub)."""
     safe_etag = re.sub(r"[^0-9A-Za-z._-]", "_", etag.strip('"'))
     return settings.cache_dir() / "headers" / repo_id / f"{safe_etag}.bin"
+
+
+def _ref_path(repo_id: str, revision: str | None, filename: str) -> Path:
+    """Which cached header a revision's file had last time, for use without the Hub."""
+    safe_rev = re.sub(r"[^0-9A-Za-z._-]", "_", revision or "main")
+    return settings.cache_dir() / "headers" / repo_id / "refs" / safe_rev / filename
+
+
+def _parse_cached(cache: Path) -> RawHeader | None:
+    try:
+        return parse_header(cache.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (NeedMoreBytes, GGUFError):
+        cache.unlink(missing_ok=True)  # a damaged cache entry: fetch again
+        return None
+
+
+def _cached_from_ref(repo_id: str, ref: Path) -> tuple[RawHeader, int] | None:
+    try:
+        name, size = ref.read_text().split()
+        header = _parse_cached(settings.cache_dir() / "headers" / repo_id / name)
+    except (OSError, ValueError):
+        return None
+    return (header, int(size)) if header is not None else None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
 
 
 def _get_range(url: str, start: int, end: int, token: str | bool | None) -> bytes:

@@ -21,9 +21,11 @@ connections, 429 answers with ``Retry-After``, corrupted content. Counters (:met
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
 from collections import Counter
@@ -127,6 +129,7 @@ class HubServer:
         self._bytes: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
+        self._connections: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -140,10 +143,16 @@ class HubServer:
         return self
 
     def stop(self) -> None:
+        """Stop listening and cut every open connection (keep-alive ones too): the Hub is gone."""
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+        with self._lock:
+            connections, self._connections = list(self._connections), set()
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
     @property
     def url(self) -> str:
@@ -245,6 +254,17 @@ class _HubHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.hub._lock:
+            self.hub._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.hub._lock:
+            self.hub._connections.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
 
     def send_response(self, code: int, message: str | None = None) -> None:
         # Recorded before the client can see the answer, so tests read a complete log once a call returns.

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hub_server import HubServer
 
-from clover_local.errors import DownloadError, GGUFError
+from clover_local.errors import DownloadError, GGUFError, HubUnreachableError
 from clover_local.gguf_header import read_local_header, read_remote_header, shard_names
 from clover_local.gguf_parse import parse_header
 
@@ -277,3 +277,31 @@ def test_remote_errors_speak_to_people(hub_server: HubServer, tiny_moe: Path) ->
     hub_server.add_file("acme/junk", "notes.gguf", os.urandom(1000))
     with pytest.raises(GGUFError, match="not a GGUF"):
         read_remote_header("acme/junk", "notes.gguf")
+
+
+def test_remote_header_without_the_hub(
+    hub_server: HubServer, tiny_moe: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
+    hub_server.add_file("acme/moe", "m.gguf", tiny_moe)
+    seen = read_remote_header("acme/moe", "m.gguf")
+    hub_server.stop()  # the Hub is gone: the header seen last time is used
+    n_requests = len(hub_server.requests)
+    assert read_remote_header("acme/moe", "m.gguf") == seen
+    assert len(hub_server.requests) == n_requests
+    with pytest.raises(HubUnreachableError, match="Could not reach the Hub"):
+        read_remote_header("acme/moe", "other.gguf")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert read_remote_header("acme/moe", "m.gguf").tensors == seen.tensors
+    with pytest.raises(HubUnreachableError, match="HF_HUB_OFFLINE"):
+        read_remote_header("acme/moe", "m.gguf", revision="v2")
+
+
+def test_hf_token_from_the_environment(
+    hub_server: HubServer, tiny_moe: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub_server.add_repo("acme/gated", gated=True)
+    hub_server.add_file("acme/gated", "m.gguf", tiny_moe)
+    monkeypatch.setenv("HF_TOKEN", hub_server.token)
+    assert read_remote_header("acme/gated", "m.gguf").architecture.arch == "qwen35moe"
