@@ -1,0 +1,422 @@
+"""The embedded engine: a GGUF loaded in-process through llama-cpp-python's low-level API, generating with
+self-speculative (n-gram) decoding.
+
+One generation step either decodes the last token alone, or decodes it together with a drafted continuation
+and keeps the longest drafted prefix the model agrees with, plus the model's own next token. Logits are
+requested only for the positions being verified, so memory stays O(draft x vocab). Rejected positions are
+removed from the KV cache (and, on recurrent/hybrid models, rolled back through llama.cpp's recurrent-state
+snapshots, ``n_rs_seq``). The KV cache of the previous turn is reused for the shared prefix of the next prompt.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from llama_cpp import llama_cpp as C
+
+from clover_local.engine.drafter import DraftController, NgramDrafter
+from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
+from clover_local.engine.templates import TemplateChoice, renderer
+from clover_local.engine.textstream import StopTextStream
+from clover_local.engine.types import (
+    ChatMessage,
+    Finished,
+    FinishReason,
+    GenerationEvent,
+    GenerationRequest,
+    GenerationStats,
+    TextDelta,
+)
+from clover_local.errors import EngineError, UsageError
+from clover_local.plan.types import SpeculativePlan
+from clover_local.presets import SamplingDefaults
+
+
+@dataclass
+class EngineParts:
+    """What the loader hands over: llama.cpp handles and the choices made while loading."""
+
+    model: Any
+    ctx: Any
+    model_name: str
+    template: TemplateChoice
+    sampling: SamplingDefaults
+    speculative: SpeculativePlan
+    recurrent: bool
+    keep_alive: list[Any] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Run:
+    """Counters of one generation."""
+
+    n_out: int = 0
+    t_first: float | None = None
+    finish: FinishReason = "length"
+
+
+class EmbeddedEngine:
+    """:class:`clover_local.engine.types.ChatEngine` on llama-cpp-python's ctypes API. One generation at a time."""
+
+    def __init__(self, parts: EngineParts) -> None:
+        self._parts = parts
+        self._model = parts.model
+        self._ctx = parts.ctx
+        self._vocab = C.llama_model_get_vocab(parts.model)
+        self._n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
+        self._n_ctx = int(C.llama_n_ctx(parts.ctx))
+        self._n_batch = int(C.llama_n_batch(parts.ctx))
+        self._mem = C.llama_get_memory(parts.ctx)
+        self._n_swa = int(C.llama_model_n_swa(parts.model))
+        self._bos = int(C.llama_vocab_bos(self._vocab))
+        self._batch = C.llama_batch_init(self._n_batch, 0, 1)
+        self._b_token = np.ctypeslib.as_array(self._batch.token, shape=(self._n_batch,))
+        self._b_pos = np.ctypeslib.as_array(self._batch.pos, shape=(self._n_batch,))
+        self._b_logits = np.ctypeslib.as_array(self._batch.logits, shape=(self._n_batch,))
+        np.ctypeslib.as_array(self._batch.n_seq_id, shape=(self._n_batch,))[:] = 1
+        for i in range(self._n_batch):
+            self._batch.seq_id[i][0] = 0
+        self._piece_buf = ctypes.create_string_buffer(512)
+        self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
+        self._kv_tokens: list[int] = []
+        self._spec_broken = False
+        self.notices: list[str] = list(parts.notices)
+        self._render = renderer(
+            parts.template, bos_token=self._special_text(self._bos), eos_token=self._special_text(self._eos())
+        )
+        self._closed = False
+
+    # --- ChatEngine -------------------------------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        return self._parts.model_name
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    @property
+    def template(self) -> TemplateChoice:
+        return self._parts.template
+
+    @property
+    def speculative(self) -> SpeculativePlan:
+        return self._parts.speculative
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenize(text, add_special=False))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        C.llama_batch_free(self._batch)
+        C.llama_free(self._ctx)
+        C.llama_model_free(self._model)
+
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> str:
+        """The prompt text the chat template makes of these messages."""
+        return self._render(messages)
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (C.llama_token * n_max)()
+        n = C.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (C.llama_token * n_max)()
+            n = C.llama_tokenize(self._vocab, data, len(data), buf, n_max, add_special, parse_special)
+        tokens = list(buf[:n])
+        if len(tokens) >= 2 and tokens[0] == tokens[1] == self._bos:
+            del tokens[0]  # the template wrote <bos> and the tokenizer added one too
+        return tokens
+
+    def generate(
+        self, request: GenerationRequest, cancel: threading.Event | None = None
+    ) -> Iterator[GenerationEvent]:
+        if self._closed:
+            raise EngineError("This engine was closed; load the model again.")
+        t0 = time.perf_counter()
+        prompt = self._prompt_tokens(request)
+        if len(prompt) >= self._n_ctx:
+            raise EngineError(
+                f"The prompt is {len(prompt)} tokens; the context holds {self._n_ctx}.",
+                "Shorten the conversation or plan a larger context (--ctx).",
+            )
+        max_new = min(request.max_tokens, self._n_ctx - len(prompt))
+        n_cached = self._reuse_prefix(prompt)
+        if not self._decode(prompt[n_cached:], n_cached, all_logits=False, cancel=cancel):
+            if not C.llama_memory_seq_rm(self._mem, 0, n_cached, -1):
+                C.llama_memory_clear(self._mem, True)
+                self._kv_tokens.clear()
+            yield Finished(
+                self._stats(prompt, n_cached, t0, t0, time.perf_counter(), _Run(finish="cancelled"))
+            )
+            return
+        self._kv_tokens.extend(prompt[n_cached:])
+        t_prefill = time.perf_counter()
+        picker = TokenPicker(self._ctx, self._model, self._n_vocab, self._sampling_config(request))
+        try:
+            yield from self._generate_loop(request, prompt, n_cached, max_new, picker, cancel, t0, t_prefill)
+        finally:
+            picker.close()
+
+    # --- generation -------------------------------------------------------------------------------------------
+
+    def _generate_loop(
+        self,
+        request: GenerationRequest,
+        prompt: list[int],
+        n_cached: int,
+        max_new: int,
+        picker: TokenPicker,
+        cancel: threading.Event | None,
+        t0: float,
+        t_prefill: float,
+    ) -> Iterator[GenerationEvent]:
+        spec = self._speculation_on(request)
+        plan = self._parts.speculative
+        controller = DraftController(plan.n_min, plan.n_max)
+        drafter = NgramDrafter(_match_sizes(plan.n_match)) if spec else None
+        stream = StopTextStream(request.stop)
+        run = _Run()
+        kv = self._kv_tokens
+        new = [picker.pick(0, 1)]
+        if drafter is not None:
+            drafter.reset(prompt)
+            drafter.extend(new)
+        eog, pieces = self._eog, self._pieces
+        while True:
+            done = False
+            for tok in new:
+                if run.t_first is None:
+                    run.t_first = time.perf_counter()
+                is_eog = eog.get(tok)
+                if is_eog is None:
+                    is_eog = eog[tok] = bool(C.llama_vocab_is_eog(self._vocab, tok))
+                if is_eog:
+                    run.finish, done = "stop", True
+                    break
+                run.n_out += 1
+                piece = pieces.get(tok)
+                text = stream.push(piece if piece is not None else self._piece(tok))
+                if text:
+                    yield TextDelta(text)
+                if stream.stopped:
+                    run.finish, done = "stop", True
+                    break
+                if run.n_out >= max_new:
+                    run.finish, done = "length", True
+                    break
+            if done:
+                break
+            if cancel is not None and cancel.is_set():
+                run.finish = "cancelled"
+                break
+            last = new[-1]
+            base = len(kv)
+            if base + 1 > self._n_ctx:
+                run.finish = "length"
+                break
+            draft: list[int] = []
+            if drafter is not None and not self._spec_broken:
+                room = min(max_new - run.n_out - 1, self._n_ctx - base - 1, self._n_batch - 1)
+                draft = drafter.draft(min(controller.budget(), room))
+                if len(draft) < controller.n_min:
+                    draft = []
+            if not draft:
+                self._decode([last], base, all_logits=False)
+                kv.append(last)
+                new = [picker.pick(0, 1)]
+                controller.advance(1)
+            else:
+                new = self._verify(last, draft, base, picker, controller)
+            if drafter is not None:
+                drafter.extend(new)
+        tail = stream.flush()
+        if tail:
+            yield TextDelta(tail)
+        yield Finished(self._stats(prompt, n_cached, t0, t_prefill, time.perf_counter(), run, controller))
+
+    def _verify(
+        self, last: int, draft: list[int], base: int, picker: TokenPicker, controller: DraftController
+    ) -> list[int]:
+        """Decode ``last`` + ``draft`` in one batch; return the accepted drafted tokens plus the model's next."""
+        kv = self._kv_tokens
+        batch = [last, *draft]
+        self._decode(batch, base, all_logits=True)
+        kv.extend(batch)
+        n_rows = len(batch)
+        new: list[int] = []
+        accepted = 0
+        for i in range(n_rows):
+            tok = picker.pick(i, n_rows)
+            new.append(tok)
+            if i < len(draft) and tok == draft[i]:
+                accepted += 1
+                continue
+            break
+        n_keep = base + 1 + accepted
+        if n_keep < len(kv):
+            if not C.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+                self._recover_from_failed_rollback(n_keep)
+            del kv[n_keep:]
+        controller.record(len(draft), accepted)
+        controller.advance(len(new))
+        return new
+
+    def _recover_from_failed_rollback(self, n_keep: int) -> None:
+        """llama.cpp could not drop the rejected draft (a recurrent state without snapshots): rebuild the cache
+        from the kept tokens and stop speculating on this engine."""
+        kept = self._kv_tokens[:n_keep]
+        C.llama_memory_clear(self._mem, True)
+        self._kv_tokens.clear()
+        self._decode(kept, 0, all_logits=False)
+        self._kv_tokens.extend(kept)
+        self._spec_broken = True
+        self.notices.append(
+            "Speculative decoding was switched off: llama.cpp could not roll back this model's recurrent state."
+        )
+
+    def _decode(
+        self, tokens: Sequence[int], start: int, *, all_logits: bool, cancel: threading.Event | None = None
+    ) -> bool:
+        """Evaluate ``tokens`` at positions ``start``...; logits for every token or only the last. Chunks by
+        ``n_batch``; returns False when cancelled between chunks."""
+        n = len(tokens)
+        for off in range(0, n, self._n_batch):
+            if cancel is not None and off and cancel.is_set():
+                return False
+            m = min(self._n_batch, n - off)
+            self._b_token[:m] = tokens[off : off + m]
+            self._b_pos[:m] = np.arange(start + off, start + off + m)
+            self._b_logits[:m] = 1 if all_logits else 0
+            if off + m == n:
+                self._b_logits[m - 1] = 1
+            self._batch.n_tokens = m
+            rc = C.llama_decode(self._ctx, self._batch)
+            if rc != 0:
+                self._kv_tokens.clear()
+                C.llama_memory_clear(self._mem, True)
+                if rc == 1:
+                    raise EngineError(
+                        "The context is full (no room in the KV cache).",
+                        "Start a new chat or plan a larger --ctx.",
+                    )
+                raise EngineError(f"llama.cpp failed to evaluate the prompt (llama_decode returned {rc}).")
+        return True
+
+    # --- prompt and cache -------------------------------------------------------------------------------------
+
+    def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
+        if (request.messages is None) == (request.prompt is None):
+            raise UsageError("A generation request needs exactly one of messages and prompt.")
+        text = request.prompt if request.prompt is not None else self._render(request.messages or ())
+        tokens = self.tokenize(text, add_special=True, parse_special=True)
+        if not tokens:
+            raise UsageError("The prompt is empty.")
+        return tokens
+
+    def _reuse_prefix(self, prompt: list[int]) -> int:
+        """Keep the KV cache of the longest shared prefix (at least one prompt token is always re-evaluated, for
+        its logits). Returns how many prompt tokens are already in the cache."""
+        kv = self._kv_tokens
+        common = 0
+        for a, b in zip(kv, prompt, strict=False):
+            if a != b:
+                break
+            common += 1
+        n_keep = min(common, len(prompt) - 1)
+        if n_keep > 0 and n_keep < len(kv) and not C.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+            n_keep = 0
+        if n_keep > 0:
+            # A sliding-window or recurrent cache may no longer hold what the shared prefix needs.
+            pos_min = int(C.llama_memory_seq_pos_min(self._mem, 0))
+            if pos_min > max(0, n_keep - max(1, self._n_swa)):
+                n_keep = 0
+        if n_keep == 0:
+            C.llama_memory_clear(self._mem, True)
+            kv.clear()
+        else:
+            del kv[n_keep:]
+        return n_keep
+
+    # --- helpers ----------------------------------------------------------------------------------------------
+
+    def _speculation_on(self, request: GenerationRequest) -> bool:
+        wanted = self._parts.speculative.enabled if request.speculative is None else request.speculative
+        return bool(wanted) and not self._spec_broken
+
+    def _sampling_config(self, request: GenerationRequest) -> SamplingConfig:
+        d = self._parts.sampling
+        temperature = d.temperature if request.temperature is None else request.temperature
+        if temperature < 0:
+            raise UsageError(f"Temperature must be 0 or more, not {temperature}.")
+        return SamplingConfig(
+            temperature=float(temperature),
+            top_k=d.top_k if request.top_k is None else request.top_k,
+            top_p=d.top_p if request.top_p is None else request.top_p,
+            min_p=d.min_p if request.min_p is None else request.min_p,
+            repeat_penalty=d.repeat_penalty,
+            seed=new_seed() if request.seed is None else request.seed,
+        )
+
+    def _piece(self, token: int) -> bytes:
+        n = C.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+        if n < 0:
+            self._piece_buf = ctypes.create_string_buffer(-n + 1)
+            n = C.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+        piece = self._piece_buf.raw[:n]
+        self._pieces[token] = piece
+        return piece
+
+    def _special_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        buf = ctypes.create_string_buffer(256)
+        n = C.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+        return buf.raw[: max(n, 0)].decode("utf-8", errors="replace")
+
+    def _eos(self) -> int:
+        return int(C.llama_vocab_eos(self._vocab))
+
+    def _stats(
+        self,
+        prompt: list[int],
+        n_cached: int,
+        t0: float,
+        t_prefill: float,
+        t_end: float,
+        run: _Run,
+        controller: DraftController | None = None,
+    ) -> GenerationStats:
+        n_prefill = len(prompt) - n_cached
+        t_first = run.t_first if run.t_first is not None else t_end
+        decode_s = t_end - t_first
+        return GenerationStats(
+            prompt_tokens=len(prompt),
+            completion_tokens=run.n_out,
+            cached_tokens=n_cached,
+            ttft_s=t_first - t0,
+            prefill_tokens_per_s=n_prefill / (t_prefill - t0) if t_prefill > t0 else 0.0,
+            decode_tokens_per_s=(run.n_out - 1) / decode_s if run.n_out > 1 and decode_s > 0 else 0.0,
+            draft_acceptance=controller.acceptance if controller else None,
+            drafted_tokens=controller.drafted if controller else 0,
+            accepted_tokens=controller.accepted if controller else 0,
+            finish_reason=run.finish,
+        )
+
+
+def _match_sizes(n_match: int) -> tuple[int, ...]:
+    """N-gram sizes tried longest first: the plan's ``n_match`` caps the longest."""
+    return tuple(sorted({k for k in (min(n_match, 12), 6, 3, 2) if 0 < k <= n_match}, reverse=True)) or (1,)

@@ -1,0 +1,243 @@
+"""Loading a GGUF into the embedded engine exactly as a plan's settings say, with one safer retry when memory runs
+out and clear errors for files llama.cpp cannot read.
+
+``settings`` is the dict ``clover_local.plan.llama_args.llama_cpp_kwargs(plan)`` returns (``llama_cpp.Llama``
+keyword names plus ``tensor_buft_overrides``); tests and scripts can pass one directly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clover_local.engine.embedded import EmbeddedEngine, EngineParts
+from clover_local.errors import EngineError, OutOfMemoryError
+from clover_local.plan.types import SpeculativePlan
+from clover_local.presets import SamplingDefaults
+
+ALL_EXPERTS_ON_CPU = r"\.ffn_(up|down|gate|gate_up)_exps\.=CPU"
+"""The override that keeps every routed expert in RAM (``--cpu-moe``)."""
+
+_OOM_RE = re.compile(
+    r"out of memory|failed to allocate|unable to allocate|cudaMalloc failed|ErrorOutOfDeviceMemory|"
+    r"failed to create .*buffer|buffer allocation failed",
+    re.IGNORECASE,
+)
+_UNKNOWN_ARCH_RE = re.compile(r"unknown model architecture: '([^']*)'")
+_SAFE_CTX = 4096
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    engine: EmbeddedEngine
+    settings_used: dict[str, Any]
+    fallback_message: str | None
+    """Set when the first attempt ran out of memory and a safer plan was loaded instead: what changed."""
+    placement: str
+    """Where things went, from llama.cpp's load log (weights, KV cache, overridden tensors, GPU layers)."""
+    notices: tuple[str, ...] = ()
+    """Other things the person should know (e.g. no chat template in the GGUF, speculation off)."""
+
+
+def load_engine(
+    model_path: str | Path,
+    settings: dict[str, Any],
+    *,
+    chat_template: str = "gguf",
+    sampling: SamplingDefaults | None = None,
+    speculative: SpeculativePlan | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> LoadResult:
+    """Load ``model_path`` with ``settings``; on running out of memory, retry once with a safer plan."""
+    path = Path(model_path).expanduser()
+    _check_file(path)
+    spec = speculative if speculative is not None else SpeculativePlan(enabled=True)
+    args = (path, chat_template, sampling or SamplingDefaults(), spec, progress)
+    try:
+        return _load(dict(settings), *args, fallback=None)
+    except OutOfMemoryError as first:
+        safer, changes = safer_settings(settings)
+        if not changes:
+            raise
+        message = (
+            f"Loading with the planned settings ran out of memory ({first.what}). "
+            f"Loaded with a safer plan instead: {'; '.join(changes)}."
+        )
+        try:
+            return _load(safer, *args, fallback=message)
+        except OutOfMemoryError as second:
+            raise OutOfMemoryError(
+                f"Not enough memory to load {path.name}, even with a safer plan ({'; '.join(changes)}).",
+                "Close other programs, choose a smaller quant, or lower --ctx. " + second.what,
+            ) from None
+
+
+def safer_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A plan more likely to fit: smaller context; on GPU plans every expert in RAM and fewer GPU layers."""
+    safer = dict(settings)
+    changes: list[str] = []
+    n_ctx = int(settings.get("n_ctx", _SAFE_CTX))
+    if n_ctx > 512:
+        new_ctx = max(512, min(n_ctx // 2, _SAFE_CTX))
+        safer["n_ctx"] = new_ctx
+        safer["n_batch"] = min(int(settings.get("n_batch", 512)), new_ctx)
+        changes.append(f"context {n_ctx} -> {new_ctx} tokens")
+    n_gpu = int(settings.get("n_gpu_layers", 0))
+    if n_gpu != 0:
+        overrides = list(settings.get("tensor_buft_overrides") or ())
+        if ALL_EXPERTS_ON_CPU not in overrides:
+            safer["tensor_buft_overrides"] = [ALL_EXPERTS_ON_CPU]
+            changes.append("all MoE experts in RAM")
+        elif n_gpu < 0 or n_gpu > 1:
+            safer["n_gpu_layers"] = max(0, n_gpu // 2) if n_gpu > 0 else 999 // 2
+            changes.append(f"GPU layers {n_gpu} -> {safer['n_gpu_layers']}")
+    return safer, changes
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise EngineError(f"Model file {path} does not exist.", "Download it first (clover-local download).")
+    if not path.is_file():
+        raise EngineError(f"{path} is not a file.")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise EngineError(
+            f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF').",
+            "Check the path, or download the model again.",
+        )
+
+
+def _load(
+    settings: dict[str, Any],
+    path: Path,
+    chat_template: str,
+    sampling: SamplingDefaults,
+    speculative: SpeculativePlan,
+    progress: Callable[[float], None] | None,
+    *,
+    fallback: str | None,
+) -> LoadResult:
+    from llama_cpp import llama_cpp as C
+
+    from clover_local.engine import native, templates
+
+    C.llama_backend_init()
+    params = native.build_params(settings)
+    if progress is not None:
+
+        @C.llama_progress_callback
+        def _on_progress(value: float, _user: ctypes.c_void_p) -> bool:
+            progress(float(value))
+            return True
+
+        params.keep_alive.append(_on_progress)
+        params.model.progress_callback = _on_progress
+
+    with native.LogCapture() as log:
+        model = C.llama_model_load_from_file(str(path).encode(), params.model)
+    if not model:
+        raise _load_error(path, log.text, "load the model")
+    notices: list[str] = []
+    try:
+        recurrent = bool(C.llama_model_is_recurrent(model) or C.llama_model_is_hybrid(model))
+        if recurrent and speculative.enabled:
+            # Keep a recurrent-state snapshot per drafted token so rejected drafts can be rolled back.
+            params.context.n_rs_seq = speculative.n_max + 1
+            params.context.n_ubatch = max(params.context.n_ubatch, speculative.n_max + 2)
+            params.context.n_batch = max(params.context.n_batch, params.context.n_ubatch)
+        with native.LogCapture() as ctx_log:
+            ctx = C.llama_init_from_model(model, params.context)
+        if not ctx:
+            raise _load_error(path, ctx_log.text, "create the context")
+        choice = templates.choose_template(
+            chat_template, templates.gguf_chat_template(model), templates.builtin_template_names()
+        )
+    except BaseException:
+        C.llama_model_free(model)
+        raise
+    if choice.notice:
+        notices.append(choice.notice)
+    parts = EngineParts(
+        model=model,
+        ctx=ctx,
+        model_name=_model_name(model, path),
+        template=choice,
+        sampling=sampling,
+        speculative=speculative,
+        recurrent=recurrent,
+        keep_alive=params.keep_alive,
+        notices=notices,
+    )
+    engine = EmbeddedEngine(parts)
+    used = dict(settings)
+    used["n_ctx"] = engine.n_ctx
+    return LoadResult(
+        engine=engine,
+        settings_used=used,
+        fallback_message=fallback,
+        placement=placement_summary(log.lines + ctx_log.lines),
+        notices=tuple(notices),
+    )
+
+
+def _load_error(path: Path, log_text: str, step: str) -> EngineError:
+    """Turn a failed load into an error a person can act on, using llama.cpp's log."""
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
+    detail = errors[-1] if errors else (lines[-1] if lines else "no details in the log")
+    arch = _UNKNOWN_ARCH_RE.search(log_text)
+    if arch:
+        return EngineError(
+            f"{path.name} uses the model architecture {arch.group(1)!r}, which this llama.cpp does not know.",
+            "Update llama-cpp-python, or use the upstream llama-server backend.",
+        )
+    if _OOM_RE.search(log_text):
+        return OutOfMemoryError(f"not enough memory to {step}: {detail}")
+    return EngineError(
+        f"llama.cpp could not {step} from {path.name}: the file looks corrupt or truncated ({detail}).",
+        "Verify the file (clover-local verify) or download it again.",
+    )
+
+
+_BUFFER_RE = re.compile(r"(\S+) (model|KV|compute|RS) buffer size\s*=\s*([\d.]+) MiB")
+_OFFLOAD_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+
+
+def placement_summary(lines: list[str]) -> str:
+    """A one-line human summary of where llama.cpp put weights, caches and overridden tensors."""
+    parts: list[str] = []
+    sizes: dict[str, dict[str, float]] = {}
+    offloaded = None
+    overridden = 0
+    for line in lines:
+        for m in _BUFFER_RE.finditer(line):
+            sizes.setdefault(m.group(2), {}).setdefault(m.group(1), 0.0)
+            sizes[m.group(2)][m.group(1)] += float(m.group(3))
+        m = _OFFLOAD_RE.search(line)
+        if m:
+            offloaded = f"{m.group(1)}/{m.group(2)} layers on GPU"
+        if "buffer type overridden to" in line:
+            overridden += 1
+    names = {"model": "weights", "KV": "KV cache", "RS": "recurrent state", "compute": "compute"}
+    for kind in ("model", "KV", "RS", "compute"):
+        if kind in sizes:
+            where = ", ".join(f"{dev} {mib:.0f} MiB" for dev, mib in sizes[kind].items())
+            parts.append(f"{names[kind]}: {where}")
+    if offloaded:
+        parts.append(offloaded)
+    if overridden:
+        parts.append(f"{overridden} expert tensors kept in RAM by override")
+    return "; ".join(parts) or "no placement details in llama.cpp's log"
+
+
+def _model_name(model: Any, path: Path) -> str:
+    from llama_cpp import llama_cpp as C
+
+    buf = ctypes.create_string_buffer(256)
+    n = C.llama_model_meta_val_str(model, b"general.name", buf, len(buf))
+    return buf.value.decode("utf-8", errors="replace") if n > 0 else path.stem

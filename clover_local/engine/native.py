@@ -1,0 +1,238 @@
+"""The ctypes edge of the engine: llama.cpp parameters from a settings dict, tensor buffer-type overrides, and
+the load log.
+
+llama-cpp-python declares ``llama_model_params.tensor_buft_overrides`` as an unused ``c_void_p``, but the C
+struct has it: a NULL-terminated array of ``{const char *pattern; ggml_backend_buffer_type_t buft}``. We build
+that array here (the same thing ``--n-cpu-moe N`` builds) and keep it alive as long as the model.
+
+Importing this module imports llama_cpp; :mod:`clover_local.engine` imports it lazily.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+from llama_cpp import llama_cpp as C
+
+from clover_local.errors import UsageError
+
+GGML_LOG_LEVEL_DEBUG = 1
+GGML_LOG_LEVEL_WARN = 3
+GGML_LOG_LEVEL_ERROR = 4
+GGML_LOG_LEVEL_CONT = 5
+_GGML_BACKEND_DEVICE_TYPE_CPU = 0
+
+SETTINGS_KEYS = frozenset(
+    {
+        "n_gpu_layers",
+        "n_ctx",
+        "n_batch",
+        "n_ubatch",
+        "n_threads",
+        "n_threads_batch",
+        "flash_attn",
+        "type_k",
+        "type_v",
+        "use_mmap",
+        "use_mlock",
+        "split_mode",
+        "main_gpu",
+        "tensor_split",
+        "offload_kqv",
+        "tensor_buft_overrides",
+        "swa_full",
+        "op_offload",
+    }
+)
+"""``llama_cpp.Llama.__init__`` keyword names we honour, plus ``tensor_buft_overrides`` (``"<regex>=CPU"``)."""
+
+
+class _BuftOverride(ctypes.Structure):
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+def _lib_dir() -> Path:
+    return Path(llama_cpp.__file__).resolve().parent / "lib"
+
+
+_cpu_buft_cache: list[int] = []
+
+
+def cpu_buffer_type() -> int:
+    """Address of the CPU backend's buffer type (what ``=CPU`` in ``--override-tensor`` means)."""
+    if _cpu_buft_cache:
+        return _cpu_buft_cache[0]
+    ggml = ctypes.CDLL(str(_lib_dir() / "libggml.so"), mode=ctypes.RTLD_GLOBAL)
+    base = ctypes.CDLL(str(_lib_dir() / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
+    ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+    ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+    base.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
+    base.ggml_backend_dev_buffer_type.argtypes = [ctypes.c_void_p]
+    C.llama_backend_init()
+    dev = ggml.ggml_backend_dev_by_type(_GGML_BACKEND_DEVICE_TYPE_CPU)
+    if not dev:
+        raise RuntimeError("llama.cpp reports no CPU backend device")
+    buft = base.ggml_backend_dev_buffer_type(dev)
+    _cpu_buft_cache.append(int(buft))
+    return int(buft)
+
+
+@dataclass
+class NativeParams:
+    """llama.cpp model and context parameters plus the ctypes objects they point into (kept alive here)."""
+
+    model: Any
+    context: Any
+    keep_alive: list[Any] = field(default_factory=list)
+
+
+def _parse_override(item: str) -> str:
+    pattern, sep, target = item.rpartition("=")
+    if not sep or not pattern or target.strip().upper() != "CPU":
+        raise UsageError(
+            f"Tensor override {item!r} is not of the form '<regex>=CPU'.",
+            "Only CPU overrides are supported (what --n-cpu-moe builds).",
+        )
+    return pattern
+
+
+def _flash_attn_type(value: Any) -> int:
+    if value is None or value == "auto":
+        return C.LLAMA_FLASH_ATTN_TYPE_AUTO
+    if value is True or value == "on":
+        return C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    if value is False or value == "off":
+        return C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    raise UsageError(f"flash_attn must be on, off, auto or a bool, not {value!r}.")
+
+
+def _load_mode(use_mmap: bool, use_mlock: bool) -> int:
+    if use_mmap and use_mlock:
+        return C.LLAMA_LOAD_MODE_MMAP_MLOCK
+    if use_mlock:
+        return C.LLAMA_LOAD_MODE_MLOCK
+    return C.LLAMA_LOAD_MODE_MMAP if use_mmap else C.LLAMA_LOAD_MODE_NONE
+
+
+def build_params(settings: dict[str, Any], *, n_rs_seq: int = 0) -> NativeParams:
+    """llama.cpp model/context params from a ``llama_cpp_kwargs``-style dict. Unknown keys are a UsageError."""
+    unknown = set(settings) - SETTINGS_KEYS
+    if unknown:
+        raise UsageError(
+            f"Unknown engine setting(s): {', '.join(sorted(unknown))}.",
+            f"Known settings: {', '.join(sorted(SETTINGS_KEYS))}.",
+        )
+    keep: list[Any] = []
+    mp = C.llama_model_default_params()
+    mp.n_gpu_layers = int(settings.get("n_gpu_layers", 0))
+    mp.split_mode = int(settings.get("split_mode", C.LLAMA_SPLIT_MODE_LAYER))
+    mp.main_gpu = int(settings.get("main_gpu", 0))
+    mp.load_mode = _load_mode(bool(settings.get("use_mmap", True)), bool(settings.get("use_mlock", False)))
+    split = settings.get("tensor_split") or ()
+    if split:
+        arr = (ctypes.c_float * max(len(split), C.llama_max_devices()))(*map(float, split))
+        keep.append(arr)
+        mp.tensor_split = ctypes.cast(arr, ctypes.POINTER(ctypes.c_float))
+    overrides = list(settings.get("tensor_buft_overrides") or ())
+    if overrides:
+        patterns = [_parse_override(o).encode() for o in overrides]
+        buft = cpu_buffer_type()
+        table = (_BuftOverride * (len(patterns) + 1))()
+        for i, pattern in enumerate(patterns):
+            table[i].pattern = pattern
+            table[i].buft = buft
+        table[len(patterns)].pattern = None
+        table[len(patterns)].buft = None
+        keep.extend([patterns, table])
+        mp.tensor_buft_overrides = ctypes.addressof(table)
+
+    cp = C.llama_context_default_params()
+    cp.n_ctx = int(settings.get("n_ctx", 4096))
+    cp.n_batch = int(settings.get("n_batch", 512))
+    cp.n_ubatch = min(int(settings.get("n_ubatch", 512)), cp.n_batch)
+    threads = int(settings.get("n_threads") or default_threads())
+    cp.n_threads = threads
+    cp.n_threads_batch = int(settings.get("n_threads_batch") or threads)
+    cp.flash_attn_type = _flash_attn_type(settings.get("flash_attn"))
+    if settings.get("type_k") is not None:
+        cp.type_k = int(settings["type_k"])
+    if settings.get("type_v") is not None:
+        cp.type_v = int(settings["type_v"])
+    cp.offload_kqv = bool(settings.get("offload_kqv", True))
+    if settings.get("swa_full") is not None:
+        cp.swa_full = bool(settings["swa_full"])
+    if settings.get("op_offload") is not None:
+        cp.op_offload = bool(settings["op_offload"])
+    cp.n_seq_max = 1
+    cp.n_rs_seq = n_rs_seq
+    cp.no_perf = True
+    return NativeParams(model=mp, context=cp, keep_alive=keep)
+
+
+def default_threads() -> int:
+    """Physical cores (llama.cpp's own default), at least one."""
+    try:
+        import psutil
+
+        return max(1, psutil.cpu_count(logical=False) or 1)
+    except Exception:  # psutil missing or unsupported platform
+        import os
+
+        return max(1, (os.cpu_count() or 2) // 2)
+
+
+class LogCapture:
+    """Collects llama.cpp's log (all levels) while a model loads, so errors and placement can be read from it.
+
+    llama.cpp has one global log callback; ours stays installed and drops lines when nothing captures them
+    (llama-cpp-python's default callback would print them to stderr).
+    """
+
+    _lock = threading.Lock()
+    _active: LogCapture | None = None
+    _callback: Any = None
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._partial = ""
+
+    @classmethod
+    def install(cls) -> None:
+        if cls._callback is not None:
+            return
+
+        @C.llama_log_callback
+        def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+            capture = cls._active
+            if capture is not None and text:
+                capture._feed(text.decode("utf-8", errors="replace"))
+
+        cls._callback = _on_log  # keep the ctypes thunk alive for the process
+        C.llama_log_set(_on_log, ctypes.c_void_p(0))
+
+    def _feed(self, text: str) -> None:
+        text = self._partial + text
+        *full, self._partial = text.split("\n")
+        self.lines.extend(full)
+
+    def __enter__(self) -> LogCapture:
+        self.install()
+        LogCapture._lock.acquire()
+        LogCapture._active = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        LogCapture._active = None
+        LogCapture._lock.release()
+        if self._partial:
+            self.lines.append(self._partial)
+            self._partial = ""
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)

@@ -1,0 +1,161 @@
+"""Turning chat messages into prompt text: the GGUF's own Jinja template (sandboxed), a llama.cpp built-in
+template, or plain completion text.
+
+GGUF templates come from the internet; they are rendered in Jinja's ``ImmutableSandboxedEnvironment`` with the
+helpers Hugging Face templates expect (``raise_exception``, ``strftime_now``, ``tojson``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clover_local.engine.types import ChatMessage
+from clover_local.errors import EngineError
+
+TEMPLATE_GGUF = "gguf"
+TEMPLATE_COMPLETION = "completion"
+
+
+@dataclass(frozen=True)
+class TemplateChoice:
+    """The template actually used, and a note for the person when it differs from what was asked."""
+
+    kind: str
+    """``jinja``, ``builtin`` or ``completion``."""
+    name: str
+    """Built-in name, ``gguf`` or ``completion``."""
+    source: str | None = None
+    """Jinja source for ``jinja``."""
+    notice: str | None = None
+
+
+def choose_template(
+    requested: str, gguf_template: str | None, builtin_names: Sequence[str]
+) -> TemplateChoice:
+    """Resolve the preset's ``chat_template`` against what the GGUF holds and llama.cpp knows."""
+    if requested == TEMPLATE_COMPLETION:
+        return TemplateChoice("completion", TEMPLATE_COMPLETION)
+    if requested == TEMPLATE_GGUF:
+        if gguf_template:
+            return TemplateChoice("jinja", TEMPLATE_GGUF, gguf_template)
+        return TemplateChoice(
+            "completion",
+            TEMPLATE_COMPLETION,
+            notice="This GGUF has no chat template; messages are sent as plain completion text. "
+            "Set chat_template to a llama.cpp built-in name (e.g. 'chatml', 'gemma') in the preset for chat.",
+        )
+    if requested not in builtin_names:
+        raise EngineError(
+            f"Unknown chat template {requested!r}.",
+            f"Use 'gguf', 'completion' or one of llama.cpp's built-ins: {', '.join(builtin_names)}.",
+        )
+    return TemplateChoice("builtin", requested)
+
+
+def builtin_template_names() -> list[str]:
+    """Names of the templates compiled into llama.cpp (``llama_chat_builtin_templates``)."""
+    from llama_cpp import llama_cpp as C
+
+    n = C.llama_chat_builtin_templates(None, 0)
+    arr = (ctypes.c_char_p * n)()
+    C.llama_chat_builtin_templates(arr, n)
+    return [a.decode() for a in arr if a]
+
+
+def _raise_exception(message: str) -> None:
+    raise EngineError(f"The model's chat template refused these messages: {message}")
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+def render_jinja(
+    source: str,
+    messages: Sequence[ChatMessage],
+    *,
+    bos_token: str,
+    eos_token: str,
+    add_generation_prompt: bool = True,
+) -> str:
+    """Render a Hugging Face style chat template in a sandbox."""
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader())
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.filters["tojson"] = lambda v, indent=None, ensure_ascii=False, **_: json.dumps(
+        v, indent=indent, ensure_ascii=ensure_ascii
+    )
+    try:
+        template = env.from_string(source)
+        return template.render(
+            messages=[{"role": m.role, "content": m.content} for m in messages],
+            bos_token=bos_token,
+            eos_token=eos_token,
+            add_generation_prompt=add_generation_prompt,
+        )
+    except EngineError:
+        raise
+    except jinja2.exceptions.SecurityError as exc:
+        raise EngineError(
+            f"The model's chat template tried something unsafe and was stopped: {exc}"
+        ) from None
+    except jinja2.TemplateError as exc:
+        raise EngineError(
+            f"The model's chat template could not be rendered: {exc}",
+            "Set chat_template to a llama.cpp built-in name or 'completion' in the preset.",
+        ) from None
+
+
+def render_builtin(name: str, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True) -> str:
+    """Render through llama.cpp's own ``llama_chat_apply_template``."""
+    from llama_cpp import llama_cpp as C
+
+    keep: list[bytes] = []
+    chat = (C.llama_chat_message * len(messages))()
+    for i, m in enumerate(messages):
+        role, content = m.role.encode(), m.content.encode()
+        keep += [role, content]
+        chat[i].role, chat[i].content = role, content
+    size = 4096 + 2 * sum(len(m.content.encode()) for m in messages)
+    for _ in range(2):
+        buf = ctypes.create_string_buffer(size)
+        n = C.llama_chat_apply_template(name.encode(), chat, len(messages), add_generation_prompt, buf, size)
+        if n < 0:
+            raise EngineError(f"llama.cpp could not apply the built-in chat template {name!r}.")
+        if n <= size:
+            return buf.raw[:n].decode("utf-8", errors="replace")
+        size = n + 1
+    raise EngineError(f"llama.cpp's template {name!r} kept growing its output.")
+
+
+def render_completion(messages: Sequence[ChatMessage]) -> str:
+    """Plain text: the messages' contents, one paragraph each (for base models)."""
+    return "\n\n".join(m.content for m in messages)
+
+
+def renderer(
+    choice: TemplateChoice, *, bos_token: str, eos_token: str
+) -> Callable[[Sequence[ChatMessage]], str]:
+    """A function messages -> prompt text for the chosen template."""
+    if choice.kind == "jinja":
+        source = choice.source or ""
+        return lambda msgs: render_jinja(source, msgs, bos_token=bos_token, eos_token=eos_token)
+    if choice.kind == "builtin":
+        return lambda msgs: render_builtin(choice.name, msgs)
+    return render_completion
+
+
+def gguf_chat_template(model: Any) -> str | None:
+    """The GGUF's default chat template (``tokenizer.chat_template``), if any."""
+    from llama_cpp import llama_cpp as C
+
+    raw = C.llama_model_chat_template(model, None)
+    return raw.decode("utf-8", errors="replace") if raw else None

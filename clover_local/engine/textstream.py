@@ -1,0 +1,72 @@
+"""Bytes of token pieces in, text that is safe to show out: never half a UTF-8 character, never part of a stop
+string. Pure Python, no llama_cpp."""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Sequence
+
+
+class StopTextStream:
+    """Incremental UTF-8 decoding plus stop-string hold-back.
+
+    ``push(piece)`` returns the text that can be shown now; text that might be the start of a stop string is
+    held until it is known not to be. After a stop string is seen, ``stopped`` is True and nothing more is
+    returned (the stop string itself is never shown).
+    """
+
+    def __init__(self, stop: Sequence[str] = ()) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._stop = tuple(s for s in stop if s)
+        self._hold = max((len(s) for s in self._stop), default=1) - 1
+        self._pending = ""
+        self.stopped = False
+        self.text_parts: list[str] = []
+
+    def push(self, piece: bytes) -> str:
+        if self.stopped:
+            return ""
+        new = self._decoder.decode(piece)
+        if not self._stop:
+            if new:
+                self.text_parts.append(new)
+            return new
+        # Search only where a stop string can begin: the held-back tail plus the new text.
+        window = self._pending + new
+        cut = self._find_stop(window)
+        if cut is not None:
+            self.stopped = True
+            out = window[:cut]
+            self._pending = ""
+        else:
+            keep = self._longest_stop_prefix_suffix(window)
+            out, self._pending = window[: len(window) - keep], window[len(window) - keep :]
+        if out:
+            self.text_parts.append(out)
+        return out
+
+    def flush(self) -> str:
+        """End of generation: whatever was held back (a possible stop prefix that never completed)."""
+        if self.stopped:
+            return ""
+        out = self._pending + self._decoder.decode(b"", final=True)
+        self._pending = ""
+        if out:
+            self.text_parts.append(out)
+        return out
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def _find_stop(self, window: str) -> int | None:
+        hits = [i for i in (window.find(s) for s in self._stop) if i >= 0]
+        return min(hits) if hits else None
+
+    def _longest_stop_prefix_suffix(self, window: str) -> int:
+        """Length of the longest tail of ``window`` that is a proper prefix of some stop string."""
+        for n in range(min(self._hold, len(window)), 0, -1):
+            tail = window[-n:]
+            if any(s.startswith(tail) for s in self._stop):
+                return n
+        return 0
