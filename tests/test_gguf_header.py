@@ -4,6 +4,7 @@ files, and remote headers read from the fake Hub with range requests."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -305,3 +306,20 @@ def test_hf_token_from_the_environment(
     hub_server.add_file("acme/gated", "m.gguf", tiny_moe)
     monkeypatch.setenv("HF_TOKEN", hub_server.token)
     assert read_remote_header("acme/gated", "m.gguf").architecture.arch == "qwen35moe"
+
+
+def test_recurrent_state_matches_llama_cpp(capfd: pytest.CaptureFixture[str]) -> None:
+    """The recurrent state size from the header equals what the real llama.cpp allocates (its log, in MiB)."""
+    import llama_cpp
+
+    from clover_local.testmodels import tiny_model
+
+    path = tiny_model("qwen35moe")
+    expected = read_local_header(path).architecture.recurrent_state_bytes
+    llm = llama_cpp.Llama(str(path), n_ctx=64, n_seq_max=1, n_threads=1, verbose=True)
+    del llm
+    log = capfd.readouterr().err
+    m = re.search(r"llama_memory_recurrent:\s+\S+ RS buffer size =\s+([\d.]+) MiB", log)
+    assert m, log[-2000:]
+    assert expected > 0
+    assert abs(float(m.group(1)) - expected / 2**20) <= 0.005  # llama.cpp prints two decimals
