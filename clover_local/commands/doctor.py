@@ -1,0 +1,169 @@
+"""``clover-local doctor``: which engines this machine can run and what to do about a missing one: the
+``llama-server`` found (version, backends, devices), the llama-cpp-python build's backends, and with
+``--model`` the plan next to llama.cpp's own fit (``llama-fit-params``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from clover_local.errors import CloverError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check llama-server and llama-cpp-python; compare the plan with llama.cpp's own fit",
+        description=(
+            "Say whether a llama-server is found and which version and backends it has, which backends the "
+            "llama-cpp-python build has, and what to do when something is missing. With --model (or a test "
+            "--preset) it also runs llama-fit-params and shows its choice next to the plan's."
+        ),
+    )
+    parser.add_argument(
+        "--model", metavar="PATH", help="a local GGUF: compare the plan with llama-fit-params"
+    )
+    parser.add_argument("--preset", metavar="NAME", help="preset for the plan (default: clover-35b-a3b)")
+    parser.add_argument("--ctx", type=int, metavar="N", help="context size for the plan and the fit")
+    parser.add_argument("--llama-server", metavar="PATH", help="check this llama-server binary")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def llama_server_report(configured: str | None) -> dict[str, Any]:
+    """What is known about the llama-server that ``serve --engine auto`` would use."""
+    from clover_local.serve.binary import built_info, capabilities, find_llama_server
+
+    try:
+        binary = find_llama_server(configured)
+    except CloverError as exc:
+        return {"found": False, "error": str(exc)}
+    if binary is None:
+        return {
+            "found": False,
+            "fix": "Build one for this machine with scripts/build-llama-server (CPU or GPU backend chosen "
+            "for you), or set CLOVER_LLAMA_SERVER to an existing binary. Without one, serve and chat use "
+            "the embedded engine.",
+        }
+    report: dict[str, Any] = {"found": True, "path": str(binary.path), "source": binary.source}
+    try:
+        caps = capabilities(binary.path)
+    except CloverError as exc:
+        report["error"] = str(exc)
+        return report
+    report.update(
+        version=caps.version,
+        backends=list(caps.backends),
+        devices=list(caps.devices),
+        speculative=caps.supports("--spec-type"),
+        n_cpu_moe=caps.supports("--n-cpu-moe"),
+        tools={
+            name: str(p) if (p := binary.sibling(name)) else None
+            for name in ("llama-fit-params", "llama-bench")
+        },
+    )
+    info = built_info() if binary.source == "built" else None
+    if info:
+        report["build_info"] = info
+    return report
+
+
+def llama_cpp_python_report() -> dict[str, Any]:
+    from clover_local.detect.build import load_llama_cpp, probe_build
+
+    module, error = load_llama_cpp()
+    build, probe = probe_build(module, error)
+    report: dict[str, Any] = {
+        "version": build.version,
+        "backends": list(build.backends),
+        "gpu_offload": build.gpu_offload,
+        "detail": probe.detail,
+    }
+    if build.version is None:
+        report["fix"] = "Install it: scripts/app sets up .venv (pip install -e .)."
+    return report
+
+
+def fit_report(args: argparse.Namespace, fit_binary: str | None) -> dict[str, Any]:
+    from clover_local.plan.report import plan_from_args
+    from clover_local.serve.fit_compare import compare, describe, run_fit_params
+
+    plan_args = argparse.Namespace(
+        preset=args.preset,
+        quant="auto",
+        ctx=args.ctx,
+        goal="quality",
+        simulate=None,
+        model=args.model,
+        json=False,
+    )
+    if not plan_args.model and args.preset:
+        from clover_local.commands.serve import resolve_model
+
+        resolve_model(plan_args)
+    plan, preset = plan_from_args(plan_args)
+    if fit_binary is None:
+        return {"available": False, "why": "no llama-fit-params next to llama-server or on PATH"}
+    from pathlib import Path
+
+    try:
+        fit = run_fit_params(plan, Path(fit_binary))
+    except CloverError as exc:
+        return {"available": True, "error": str(exc)}
+    comparison = compare(plan, fit, preset.architecture.n_layers)
+    return {
+        "available": True,
+        "rows": [list(r) for r in comparison.rows],
+        "differences": list(comparison.differences),
+        "raw": fit.raw,
+        "text": describe(comparison),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    server = llama_server_report(args.llama_server)
+    embedded = llama_cpp_python_report()
+    out: dict[str, Any] = {"llama_server": server, "llama_cpp_python": embedded}
+    if args.model or args.preset:
+        tools = server.get("tools") or {}
+        out["fit"] = fit_report(args, tools.get("llama-fit-params"))
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print("\n".join(_text(out)))
+    return 0
+
+
+def _text(out: dict[str, Any]) -> list[str]:
+    s, e = out["llama_server"], out["llama_cpp_python"]
+    lines = ["llama-server"]
+    if not s["found"]:
+        lines.append("  not found")
+        lines.append(f"  -> {s.get('fix') or s.get('error')}")
+    else:
+        lines.append(f"  path      {s['path']} ({s['source']})")
+        if "error" in s:
+            lines.append(f"  error     {s['error']}")
+        else:
+            lines.append(f"  version   {s['version']}")
+            lines.append(f"  backends  {', '.join(s['backends'])}")
+            lines += [f"  device    {d}" for d in s["devices"]]
+            lines.append(f"  self-speculative decoding: {'yes' if s['speculative'] else 'no (old build)'}")
+            for name, path in s["tools"].items():
+                lines.append(f"  {name:<17} {path or 'missing (scripts/build-llama-server builds it)'}")
+    lines += ["", "llama-cpp-python (embedded engine)"]
+    lines.append(f"  version   {e['version'] or 'not installed'}")
+    lines.append(f"  backends  {', '.join(e['backends'])}")
+    if e.get("fix"):
+        lines.append(f"  -> {e['fix']}")
+    if "fit" in out:
+        fit = out["fit"]
+        lines += ["", "plan vs llama.cpp's own fit (llama-fit-params)"]
+        if not fit["available"]:
+            lines.append(f"  not available: {fit['why']}")
+        elif "error" in fit:
+            lines.append(f"  {fit['error']}")
+        else:
+            lines += [f"  {line}" if line else "" for line in fit["text"]]
+    return lines
