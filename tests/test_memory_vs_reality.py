@@ -83,4 +83,4 @@ def test_planner_ram_prediction_matches_a_real_gemma_load(gemma_path: Path) -> N
     assert 1.0 <= ram.used_bytes / resident <= 3.0, (ram.used_bytes / MIB, m.growth)
     assert 0.5 <= (ram.used_bytes - ram.compute_bytes) / resident <= 2.0, (ram, m.growth)
     # Sanity of the measurement itself: the weights' pages are resident after a decode (mmap: file-backed).
-    assert m.growth.file >= 0.8 * ram.weights_bytes
+    assert m.growth.file >= 0.5 * ram.weights_bytes
