@@ -51,6 +51,9 @@ SETTINGS_KEYS = frozenset(
 )
 """``llama_cpp.Llama.__init__`` keyword names we honour, plus ``tensor_buft_overrides`` (``"<regex>=CPU"``)."""
 
+IGNORED_KEYS = frozenset({"model_path", "chat_format", "verbose"})
+"""Keys ``llama_cpp_kwargs`` may carry that the loader takes elsewhere (path, template) or not at all."""
+
 
 class _BuftOverride(ctypes.Structure):
     _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
@@ -121,7 +124,7 @@ def _load_mode(use_mmap: bool, use_mlock: bool) -> int:
 
 def build_params(settings: dict[str, Any], *, n_rs_seq: int = 0) -> NativeParams:
     """llama.cpp model/context params from a ``llama_cpp_kwargs``-style dict. Unknown keys are a UsageError."""
-    unknown = set(settings) - SETTINGS_KEYS
+    unknown = set(settings) - SETTINGS_KEYS - IGNORED_KEYS
     if unknown:
         raise UsageError(
             f"Unknown engine setting(s): {', '.join(sorted(unknown))}.",

@@ -1,0 +1,120 @@
+"""``clover-local run``: one prompt in, one reply out, on the embedded engine; for scripts and benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from clover_local.errors import UsageError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "run",
+        help="generate one reply to a prompt with the embedded engine",
+        description=(
+            "Load the model in-process (llama-cpp-python) as the plan says, render the chat template, generate "
+            "one reply and print it. With --json: one object with the text and the stats."
+        ),
+    )
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument("--model", metavar="PATH", help="a local GGUF file")
+    model.add_argument(
+        "--preset", metavar="NAME", help="a preset (its downloaded model); default: clover-35b-a3b"
+    )
+    prompt = parser.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", metavar="TEXT", help="the user message")
+    prompt.add_argument("--prompt-file", metavar="F", help="read the user message from F ('-': stdin)")
+    parser.add_argument("--system", metavar="S", help="a system message")
+    parser.add_argument("--max-tokens", type=int, default=512, metavar="N", help="reply length limit (512)")
+    parser.add_argument("--temperature", type=float, metavar="T", help="0 = greedy (default: the preset's)")
+    parser.add_argument("--seed", type=int, metavar="S", help="sampling seed (default: random)")
+    parser.add_argument(
+        "--speculative", choices=("on", "off"), help="self-speculative decoding (default: the preset's)"
+    )
+    parser.add_argument("--ctx", type=int, metavar="N", help="context size in tokens (default: planned)")
+    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: planned)")
+    parser.add_argument(
+        "--template",
+        metavar="NAME",
+        help="chat template: gguf, completion (plain text, for base models) or a llama.cpp built-in name",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object: text and stats")
+    parser.set_defaults(func=run)
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt is not None:
+        return str(args.prompt)
+    if args.prompt_file == "-":
+        return sys.stdin.read()
+    path = Path(args.prompt_file).expanduser()
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--prompt-file {path}: {exc.strerror}.") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--prompt-file {path} is not UTF-8 text.") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from clover_local.engine.session import open_embedded
+    from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, TextDelta
+
+    if args.max_tokens <= 0:
+        raise UsageError(f"--max-tokens must be positive, not {args.max_tokens}.")
+    if args.temperature is not None and args.temperature < 0:
+        raise UsageError(f"--temperature must be 0 or more, not {args.temperature}.")
+    text = _read_prompt(args)
+    opened = open_embedded(
+        model=args.model,
+        preset=args.preset,
+        ctx=args.ctx,
+        threads=args.threads,
+        chat_template=args.template,
+    )
+    for note in opened.notes:
+        print(f"note: {note}", file=sys.stderr)
+    messages = [ChatMessage("system", args.system)] if args.system else []
+    messages.append(ChatMessage("user", text))
+    request = GenerationRequest(
+        messages=tuple(messages),
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        seed=args.seed,
+        speculative=None if args.speculative is None else args.speculative == "on",
+    )
+    engine = opened.result.engine
+    parts: list[str] = []
+    stats = None
+    try:
+        for event in engine.generate(request):
+            if isinstance(event, TextDelta):
+                parts.append(event.text)
+                if not args.json:
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+            elif isinstance(event, Finished):
+                stats = event.stats
+    finally:
+        engine.close()
+    if args.json:
+        out = {"text": "".join(parts), "stats": asdict(stats) if stats else None, "model": engine.model_name}
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        if stats is not None:
+            acc = (
+                f", draft acceptance {stats.draft_acceptance:.0%}"
+                if stats.draft_acceptance is not None
+                else ""
+            )
+            print(
+                f"[{stats.completion_tokens} tokens, {stats.decode_tokens_per_s:.1f} tok/s, "
+                f"ttft {stats.ttft_s:.2f}s{acc}]",
+                file=sys.stderr,
+            )
+    return 0
