@@ -127,6 +127,7 @@ class HubServer:
         """A token the server accepts for gated and private repos."""
         self.requests: list[RequestRecord] = []
         self._bytes: Counter[tuple[str, str]] = Counter()
+        self._streams_open = 0
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._connections: set[socket.socket] = set()
@@ -219,6 +220,12 @@ class HubServer:
         """Body bytes of this file written to clients so far (GETs of ``/resolve``, dropped ones included)."""
         with self._lock:
             return self._bytes[(repo_id, path)]
+
+    @property
+    def streams_open(self) -> int:
+        """File bodies being sent right now (a killed client's stream ends at the server's next write)."""
+        with self._lock:
+            return self._streams_open
 
     def reset_counters(self) -> None:
         with self._lock:
@@ -489,6 +496,15 @@ class _HubHandler(BaseHTTPRequestHandler):
         return start, end
 
     def _stream(self, repo_id: str, f: HubFile, start: int, end: int) -> None:
+        with self.hub._lock:
+            self.hub._streams_open += 1
+        try:
+            self._stream_body(repo_id, f, start, end)
+        finally:
+            with self.hub._lock:
+                self.hub._streams_open -= 1
+
+    def _stream_body(self, repo_id: str, f: HubFile, start: int, end: int) -> None:
         knobs = f.knobs
         drop_after = self._take_drop(knobs)
         remaining = end - start + 1

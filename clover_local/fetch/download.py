@@ -20,7 +20,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from clover_local import settings
 from clover_local.errors import DownloadError, HubUnreachableError, NotEnoughDiskError, VerificationError
 from clover_local.fetch import cache, hub
-from clover_local.fetch.local import CachedGGUF, cached_ggufs, local_gguf, looks_like_path
+from clover_local.fetch.local import CachedGGUF, cached_ggufs, local_gguf, looks_like_path, packaged_model
 from clover_local.fetch.progress import ProgressCallback, ProgressTracker, format_bytes
 from clover_local.fetch.quants import files_for_name, is_model_gguf, quant_matches, select_quant_files
 from clover_local.fetch.transfer import fetch_blob, hash_file
@@ -149,16 +149,30 @@ def download_model(
     """
     if isinstance(model, Path) or (isinstance(model, str) and looks_like_path(model)):
         return local_gguf(model)
+    if isinstance(model, Preset | str) and (packaged := packaged_model(model)) is not None:
+        return packaged
     repo, quant = repo_and_quant(model, quant, filename)
     resolved = resolve_quant_files(repo, quant, revision, filename=filename)
+    return fetch_resolved(resolved, progress=progress, cancel=cancel, free_space=free_space)
+
+
+def fetch_resolved(
+    resolved: ResolvedFiles,
+    *,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+    free_space: FreeSpace | None = None,
+) -> Path:
+    """Download the files :func:`resolve_quant_files` picked (what is cached is skipped, partials
+    resume); return the local path of the first shard."""
     tracker = ProgressTracker(progress, [(f.path, f.size) for f in resolved.files])
     if resolved.is_cached:
         _refresh_ref(resolved)
         tracker.finish()
         return resolved.local_path(0)
     if resolved.offline:
-        _not_cached(repo, resolved.quant, offline=True)
-    cache.remove_stale_partials(repo, set(resolved.repo_etags))
+        _not_cached(resolved.repo, resolved.quant, offline=True)
+    cache.remove_stale_partials(resolved.repo, set(resolved.repo_etags))
     locations = {
         i: _locate(resolved, i) for i, _ in enumerate(resolved.files) if not resolved.local_path(i).exists()
     }
@@ -171,6 +185,10 @@ def download_model(
     _refresh_ref(resolved)
     tracker.finish()
     return resolved.local_path(0)
+
+
+download = download_model
+"""Alias used by the TUI (``tui/services.py``)."""
 
 
 def verify_files(

@@ -12,6 +12,7 @@ from pathlib import Path
 from clover_local import settings
 from clover_local.errors import CloverError, GGUFError
 from clover_local.fetch.quants import group_shards, missing_shards, quant_of, shard_of
+from clover_local.presets import Preset
 
 GGUF_MAGIC = b"GGUF"
 
@@ -117,4 +118,47 @@ def cached_ggufs() -> list[CachedGGUF]:
                         complete=not missing_shards(group) and shard_of(first).index == 1,
                     )
                 )
+    return found
+
+
+def packaged_model(model: str | Preset) -> Path | None:
+    """For a preset whose GGUF ships as a Python package (``python_package``, e.g. the Gemma test
+    model): the file assembled from that package, no Hub needed. None for other presets or when the
+    package is not installed."""
+    import importlib
+
+    from clover_local.presets import load_preset
+
+    if isinstance(model, str) and "/" in model:
+        return None
+    preset = model if isinstance(model, Preset) else load_preset(model)
+    if not preset.python_package:
+        return None
+    try:
+        package = importlib.import_module(preset.python_package)
+    except ImportError:
+        return None
+    target = settings.data_dir() / "models" / f"{preset.name}.gguf"
+    stamp = target.with_name(target.name + ".sha256")
+    expected = str(getattr(package, "EXPECTED_SHA256", ""))
+    if target.exists() and stamp.exists() and stamp.read_text() == expected:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".assembling")
+    package.assemble(tmp, overwrite=True)  # the package checks its own sha256
+    tmp.replace(target)
+    stamp.write_text(expected)
+    return target
+
+
+def partial_downloads() -> list[tuple[str, Path, int]]:
+    """Unfinished downloads in the cache: (repo, partial file, bytes so far)."""
+    root = settings.hf_cache_dir()
+    if not root.is_dir():
+        return []
+    found = []
+    for folder in sorted(root.glob("models--*")):
+        repo = folder.name.removeprefix("models--").replace("--", "/", 1)
+        for path in sorted((folder / "blobs").glob("*.incomplete")):
+            found.append((repo, path, path.stat().st_size))
     return found

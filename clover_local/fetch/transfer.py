@@ -74,7 +74,7 @@ def fetch_blob(
             tracker.start("checking", index)
             _hash_into(partial, hasher, tracker, cancel, limit=already)
         tracker.start("downloading", index, already)
-        with partial.open("ab") as f:
+        with partial.open("ab", buffering=0) as f:  # unbuffered: what write() returned is on disk
             writer = _HashingWriter(f, hasher, tracker, cancel)
             _transfer_with_retries(
                 location, writer, relocate, cancel, sleep, filename=filename, partial=partial
@@ -217,10 +217,12 @@ class _HashingWriter:
 
     def write(self, data: bytes) -> int:
         _raise_if_cancelled(self._cancel)
-        written = self._f.write(data)
+        view = memoryview(data)
+        while view:
+            view = view[self._f.write(view) or 0 :]
         self._hasher.update(data)
         self._tracker.advance(len(data))
-        return written
+        return len(data)
 
     def tell(self) -> int:
         return self._f.tell()

@@ -1,0 +1,182 @@
+"""``clover-local download``: fetch a model's GGUF into the Hugging Face cache (resumable, verified).
+
+clover-local download                          # the default preset, quant chosen for this machine
+clover-local download --quant Q8_0
+clover-local download --repo org/name --quant Q4_K_M
+clover-local download --repo org/name --file Model-Q4_K_M-00001-of-00002.gguf
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TextIO
+
+from clover_local.errors import CloverError, UsageError
+from clover_local.fetch.progress import DownloadProgress, status_line
+from clover_local.presets import Preset, load_preset
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "download",
+        help="download the model's GGUF from Hugging Face (resumable, sha256-verified)",
+        description=(
+            "Download a GGUF into the Hugging Face cache (shared with the `hf` CLI). An interrupted download"
+            " continues where it stopped; every file is checked against the Hub's sha256."
+        ),
+    )
+    add_model_arguments(parser)
+    parser.add_argument(
+        "--json", action="store_true", help="print the result as JSON (progress as JSON lines on stderr)"
+    )
+    parser.set_defaults(func=run)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments that say which model: shared by ``download`` and ``verify``."""
+    parser.add_argument("--preset", help="preset name (default: CLOVER_PRESET or clover-35b-a3b)")
+    parser.add_argument("--quant", help="Q4_K_M, Q8_0, ... or auto (the planner picks for this machine)")
+    parser.add_argument("--repo", help="a Hugging Face repo (org/name) instead of the preset's")
+    parser.add_argument("--file", help="one file of the repo (a split GGUF: any shard; all are fetched)")
+    parser.add_argument("--revision", help="branch, tag or commit (default: main)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from clover_local.fetch.download import fetch_resolved, resolve_quant_files
+    from clover_local.fetch.progress import format_bytes
+
+    target = model_target(args)
+    if target.packaged is not None:
+        _report(args, {"path": str(target.packaged), "source": "python package"}, f"Ready: {target.packaged}")
+        return 0
+    if target.note:
+        print(target.note, file=sys.stderr)
+    resolved = resolve_quant_files(target.repo, target.pattern, args.revision, filename=args.file)
+    printer = ProgressPrinter(sys.stderr, as_json=args.json)
+    try:
+        path = fetch_resolved(resolved, progress=printer)
+    except KeyboardInterrupt:
+        printer.end()
+        print("Interrupted: what was fetched is kept; run the same command to continue.", file=sys.stderr)
+        return 130
+    printer.end()
+    result = {
+        "repo": resolved.repo,
+        "quant": target.quant,
+        "revision": resolved.revision,
+        "commit": resolved.commit,
+        "path": str(path),
+        "total_bytes": resolved.total_bytes,
+        "files": [
+            {"path": f.path, "size": f.size, "sha256": f.sha256, "local_path": str(resolved.local_path(i))}
+            for i, f in enumerate(resolved.files)
+        ],
+    }
+    shards = f" ({len(resolved.files)} files)" if len(resolved.files) > 1 else ""
+    _report(
+        args,
+        result,
+        f"Ready: {resolved.repo} {target.quant}{shards}, {format_bytes(resolved.total_bytes)}\n{path}",
+    )
+    return 0
+
+
+@dataclass(frozen=True)
+class ModelTarget:
+    """What the arguments name: a repo and a file-name pattern, or a packaged model file."""
+
+    repo: str
+    pattern: str | None
+    """Matched in the repo's file names; None when ``--file`` names the file."""
+    quant: str
+    """The quant (or file) as the person said it, for messages."""
+    note: str = ""
+    """Why this quant (when ``auto`` was resolved)."""
+    packaged: Path | None = None
+    """The model file assembled from a Python package (test presets), when there is one."""
+
+
+def model_target(args: argparse.Namespace) -> ModelTarget:
+    """Turn ``--preset/--quant/--repo/--file`` into a repo and a pattern (asking the planner for ``auto``)."""
+    from clover_local.fetch.local import packaged_model
+
+    if args.repo:
+        if args.file:
+            return ModelTarget(args.repo, None, args.file)
+        if not args.quant or args.quant == "auto":
+            raise UsageError("With --repo, say which quant (--quant Q4_K_M) or which file (--file NAME).")
+        return ModelTarget(args.repo, args.quant, args.quant)
+    preset = load_preset(args.preset)
+    if args.file:
+        return ModelTarget(preset.repo, None, args.file)
+    quant, note = args.quant or preset.default_quant, ""
+    if quant == "auto":
+        quant, note = auto_quant(preset)
+    elif quant not in preset.quants:
+        known = ", ".join(preset.quants)
+        raise UsageError(f"Preset {preset.name} has no quant {quant!r}.", f"Its quants: {known} (or auto).")
+    packaged = packaged_model(preset)
+    return ModelTarget(preset.repo, preset.quants[quant].pattern, quant, note, packaged)
+
+
+def auto_quant(preset: Preset) -> tuple[str, str]:
+    """The quant the planner picks for this machine, with a line saying so; the preset's fallback
+    when the planner cannot decide."""
+    from clover_local.fetch.download import fallback_quant
+
+    try:
+        from clover_local.detect import detect_machine
+        from clover_local.plan.planner import make_plan
+
+        plan = make_plan(detect_machine(), preset)
+        return (
+            plan.quant,
+            f"Quant {plan.quant}: the planner's choice for this machine (`clover-local plan` says why).",
+        )
+    except (ImportError, CloverError) as exc:
+        quant = fallback_quant(preset)
+        return quant, f"Quant {quant}: the preset's default (the planner could not decide: {exc})."
+
+
+class ProgressPrinter:
+    """Progress on stderr: one line rewritten in place on a terminal, a line every few seconds in a
+    log, or JSON lines with ``--json``."""
+
+    def __init__(self, stream: TextIO, *, as_json: bool, log_every_s: float = 5.0) -> None:
+        self._stream = stream
+        self._json = as_json
+        self._tty = stream.isatty()
+        self._log_every = log_every_s
+        self._last = float("-inf")
+        self._width = 0
+
+    def __call__(self, p: DownloadProgress) -> None:
+        now = time.monotonic()
+        if self._json:
+            if p.phase == "done" or now - self._last >= 1.0:
+                self._last = now
+                print(json.dumps({"event": "progress", **asdict(p)}), file=self._stream, flush=True)
+            return
+        line = status_line(p)
+        if self._tty:
+            self._stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+            self._stream.flush()
+        elif p.phase == "done" or now - self._last >= self._log_every:
+            self._last = now
+            print(line, file=self._stream, flush=True)
+
+    def end(self) -> None:
+        if self._tty and self._width:
+            self._stream.write("\n")
+            self._stream.flush()
+            self._width = 0
+
+
+def _report(args: argparse.Namespace, result: dict[str, object], text: str) -> None:
+    print(json.dumps(result, indent=2) if args.json else text)
