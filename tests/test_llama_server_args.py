@@ -1,0 +1,152 @@
+"""Fitting a plan's argv to what a llama-server binary accepts, reading its --help, and reading
+llama-fit-params' answer: pure functions, checked with help texts in llama.cpp's own layout (an old build's
+and the vendored one's) and the example output from llama-fit-params' README."""
+
+from __future__ import annotations
+
+from clover_local.serve.binary import Capabilities, backends_from_devices, parse_devices, parse_help
+from clover_local.serve.fit_compare import parse_fit_output
+from clover_local.serve.server_args import adapt_args, n_cpu_moe_override, split_flags, with_endpoint
+
+
+def _line(spec: str, text: str) -> str:
+    """One option as ``common_arg::to_string`` prints it."""
+    return f"{spec}\n{' ' * 40}{text}" if len(spec) > 37 else spec.ljust(40) + text
+
+
+NEW_HELP = "\n".join(
+    [
+        "----- common params -----",
+        "",
+        _line("-h,    --help, --usage", "print usage and exit"),
+        _line("-m,    --model FNAME", "model path"),
+        _line("-c,    --ctx-size N", "size of the prompt context"),
+        _line("-ngl,  --gpu-layers, --n-gpu-layers N", "max. number of layers to store in VRAM"),
+        _line("-fa,   --flash-attn [on|off|auto]", "set Flash Attention use ('on', 'off', or 'auto')"),
+        _line("-ncmoe, --n-cpu-moe N", "keep the MoE weights of the first N layers in the CPU"),
+        _line(
+            "-ot,   --override-tensor <tensor name pattern>=<buffer type>,...", "override tensor buffer type"
+        ),
+        _line("--spec-type [none|draft|ngram-simple|ngram-mod]", "type of speculative decoding"),
+        _line("--spec-ngram-mod-n-max N", "max drafted tokens"),
+        _line("--jinja, --no-jinja", "use jinja template for chat"),
+        _line("--host HOST", "ip address to listen"),
+        _line("--port PORT", "port to listen"),
+        _line("--list-devices", "print list of available devices and exit"),
+    ]
+)
+
+OLD_HELP = "\n".join(
+    [
+        _line("-m,    --model FNAME", "model path"),
+        _line("-c,    --ctx-size N", "size of the prompt context"),
+        _line("-ngl,  --gpu-layers, --n-gpu-layers N", "layers on the GPU"),
+        _line("-fa,   --flash-attn", "enable Flash Attention"),
+        _line("-ot,   --override-tensor <tensor name pattern>=<buffer type>,...", "override"),
+        _line("--draft-max, --draft, --draft-n N", "number of tokens to draft"),
+        _line("--host HOST", "ip"),
+        _line("--port PORT", "port"),
+    ]
+)
+
+
+def _caps(help_text: str) -> Capabilities:
+    return Capabilities(version="b1-test", build_number=1, commit="test", flags=parse_help(help_text))
+
+
+def test_parse_help_reads_names_hints_and_choices() -> None:
+    flags = parse_help(NEW_HELP)
+    assert flags["-c"] is flags["--ctx-size"]
+    assert flags["--ctx-size"].value_hint == "N"
+    assert flags["-ngl"].names == ("-ngl", "--gpu-layers", "--n-gpu-layers")
+    assert flags["-fa"].choices == ("on", "off", "auto")
+    assert flags["--spec-type"].choices == ("none", "draft", "ngram-simple", "ngram-mod")
+    assert not flags["--jinja"].takes_value and "--no-jinja" in flags
+    assert flags["-ot"].value_hint.startswith("<tensor name pattern>")
+    assert "-----" not in flags and "--help" in flags
+
+
+def test_split_flags_treats_negative_numbers_as_values() -> None:
+    assert split_flags(["llama-server", "-m", "a.gguf", "-ngl", "-1", "--jinja", "-c", "8"]) == [
+        ("-m", "a.gguf"),
+        ("-ngl", "-1"),
+        ("--jinja", None),
+        ("-c", "8"),
+    ]
+
+
+PLAN_ARGV = [
+    "-m", "m.gguf", "-c", "8192", "-ngl", "99", "--n-cpu-moe", "3", "-fa", "on",
+    "--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "16", "--spec-ngram-mod-n-match", "24",
+    "--load-mode", "mmap",
+]  # fmt: skip
+
+
+def test_vendored_build_accepts_supported_flags_unchanged() -> None:
+    adapted = adapt_args(PLAN_ARGV, _caps(NEW_HELP))
+    assert adapted.argv == PLAN_ARGV[:14]
+    # Only what this help lacks is dropped, each with a warning naming it.
+    assert "--spec-ngram-mod-n-match" not in adapted.argv and "--load-mode" not in adapted.argv
+    assert len(adapted.warnings) == 2
+    assert any("--load-mode mmap" in w for w in adapted.warnings)
+
+
+def test_old_build_gets_translations() -> None:
+    adapted = adapt_args(PLAN_ARGV, _caps(OLD_HELP))
+    argv = adapted.argv
+    assert argv[argv.index("--override-tensor") + 1] == n_cpu_moe_override(3)
+    assert "--n-cpu-moe" not in argv
+    i = argv.index("-fa")
+    assert i == len(argv) - 1 or argv[i + 1].startswith("-")  # the old switch, without "on"
+    assert "--spec-type" not in argv and "--draft-max" not in argv  # no speculation: its knobs go too
+    text = " ".join(adapted.warnings)
+    assert "--override-tensor" in text and "self-speculative" in text
+
+
+def test_flash_attn_off_on_old_switch_is_dropped_and_bad_choice_reported() -> None:
+    assert "-fa" not in adapt_args(["-fa", "off"], _caps(OLD_HELP)).argv
+    adapted = adapt_args(["-fa", "sometimes"], _caps(NEW_HELP))
+    assert adapted.argv == [] and "not one of on|off|auto" in adapted.warnings[0]
+
+
+def test_spec_type_falls_back_to_an_ngram_type_the_build_has() -> None:
+    help_text = _line("--spec-type [none|draft|ngram-simple]", "type")
+    adapted = adapt_args(["--spec-type", "ngram-mod"], _caps(help_text))
+    assert adapted.argv == ["--spec-type", "ngram-simple"]
+    assert "ngram-simple" in adapted.warnings[0]
+
+
+def test_n_cpu_moe_override_names_exactly_the_first_layers() -> None:
+    import re
+
+    pattern, target = n_cpu_moe_override(2).split("=")
+    assert target == "CPU"
+    assert re.search(pattern, "blk.0.ffn_up_exps.weight")
+    assert re.search(pattern, "blk.1.ffn_gate_exps.weight")
+    assert not re.search(pattern, "blk.2.ffn_up_exps.weight")
+    assert not re.search(pattern, "blk.1.ffn_up_shexp.weight")
+
+
+def test_with_endpoint_replaces_host_and_port() -> None:
+    argv = with_endpoint(["-c", "8", "--port", "1", "--host", "0.0.0.0"], host="127.0.0.1", port=9000)
+    assert argv == ["-c", "8", "--host", "127.0.0.1", "--port", "9000"]
+    assert "--api-key-file" in with_endpoint([], host="h", port=1, api_key_file="/k")
+
+
+def test_devices_and_backends() -> None:
+    text = (
+        "Available devices:\n  CUDA0: NVIDIA RTX 4090 (24076 MiB, 23000 MiB free)\n  Vulkan0: AMD (8 GiB)\n"
+    )
+    devices = parse_devices(text)
+    assert devices == ("CUDA0: NVIDIA RTX 4090 (24076 MiB, 23000 MiB free)", "Vulkan0: AMD (8 GiB)")
+    assert backends_from_devices(devices) == ("cuda", "vulkan", "cpu")
+    assert backends_from_devices(parse_devices("Available devices:\n")) == ("cpu",)
+
+
+def test_fit_output_from_the_readme_example() -> None:
+    layers = ",".join(f"blk\\.{i}\\.ffn_(up|down|gate)_(ch|)exps=CPU" for i in range(14, 48))
+    stdout = f'llama_params_fit: ok\n-c 4096 -ngl 48 -ot "{layers}"\n'
+    fit = parse_fit_output(stdout)
+    assert (fit.ctx, fit.n_gpu_layers) == (4096, 48)
+    assert fit.expert_layers_on_cpu == tuple(range(14, 48))
+    assert parse_fit_output("-c 2048 -ngl 0\n").overrides == ()
