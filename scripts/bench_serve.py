@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Decode speed of ``clover-local serve`` through its HTTP API, as ratios against llama-server run by hand.
+
+Workload: code rewriting (a Python file, then "the same file after renaming X to Y", greedy), the task
+self-speculative decoding is made for: the answer mostly copies the prompt. Every configuration is served at
+once and the rounds are interleaved (one request per configuration per round), so a noisy shared machine
+slows all of them alike; the figure per configuration is the median over rounds.
+
+Configurations: llama-server with default flags (``-m MODEL --port P``: the baseline, 1.00x); ``serve`` with
+the embedded engine, speculation on and off; ``serve`` with the llama-server engine (the plan's flags),
+speculation on and off. The llama-server ones are skipped when no binary is found.
+
+    .venv/bin/python scripts/bench_serve.py [--preset gemma3-270m] [--rounds 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from clover_local.serve import http_client
+
+SOURCE = """import json
+from dataclasses import dataclass
+
+
+@dataclass
+class Order:
+    order_id: int
+    customer: str
+    total_cents: int
+    paid: bool = False
+
+
+def load_orders(path):
+    with open(path) as f:
+        rows = json.load(f)
+    return [Order(**row) for row in rows]
+
+
+def unpaid_orders(orders):
+    return [order for order in orders if not order.paid]
+
+
+def total_unpaid(orders):
+    return sum(order.total_cents for order in unpaid_orders(orders))
+
+
+def orders_by_customer(orders):
+    result = {}
+    for order in orders:
+        result.setdefault(order.customer, []).append(order)
+    return result
+
+
+def mark_paid(orders, order_id):
+    for order in orders:
+        if order.order_id == order_id:
+            order.paid = True
+            return order
+    raise KeyError(order_id)
+"""
+PROMPT = (
+    f"Original file:\n```python\n{SOURCE}```\n\nThe same file after renaming Order to Invoice:\n```python\n"
+)
+
+
+@dataclass
+class Config:
+    name: str
+    url: str
+    api_key: str | None = None
+    runs: list[dict[str, float]] = field(default_factory=list)
+
+
+def one_request(cfg: Config, max_tokens: int) -> dict[str, float]:
+    payload = {
+        "model": BENCH_MODEL,  # llama-server serves one model and ignores the name
+        "prompt": PROMPT,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stop": ["```"],
+    }
+    started = time.perf_counter()
+    resp = http_client.request(
+        cfg.url, "POST", "/v1/completions", payload, api_key=cfg.api_key, timeout_s=600
+    )
+    wall = time.perf_counter() - started
+    body = resp.json()
+    if resp.status != 200:
+        raise SystemExit(f"{cfg.name}: HTTP {resp.status}: {body}")
+    t = body.get("timings") or {}
+    n = int(body["usage"]["completion_tokens"])
+    drafted = float(t.get("draft_n") or 0)
+    return {
+        "decode_tps": float(t.get("predicted_per_second") or 0.0),
+        "end_to_end_tps": n / wall if wall else 0.0,
+        "tokens": n,
+        "acceptance": (float(t.get("draft_n_accepted") or 0) / drafted) if drafted else float("nan"),
+    }
+
+
+BENCH_MODEL = "bench-model"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--preset", default="gemma3-270m")
+    parser.add_argument("--model", help="a local GGUF (default: the preset's)")
+    parser.add_argument("--ctx", type=int, default=4096)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--max-tokens", type=int, default=400)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    from clover_local.commands.serve import resolve_model
+    from clover_local.plan.report import plan_from_args
+    from clover_local.serve.api import ApiConfig
+    from clover_local.serve.engines import EngineChoice, choose_engine, open_engine
+    from clover_local.serve.llama_server import find_llama_server, start_llama_server
+    from clover_local.serve.runner import BackgroundServer
+
+    plan_args = argparse.Namespace(
+        preset=args.preset,
+        quant="auto",
+        ctx=args.ctx,
+        goal="quality",
+        simulate=None,
+        model=args.model,
+        json=False,
+    )
+    resolve_model(plan_args)
+    plan, preset = plan_from_args(plan_args)
+    binary = find_llama_server()
+    configs: list[Config] = []
+    with ExitStack() as stack:
+        if binary is not None:
+            baseline = start_llama_server(["-m", plan_args.model], binary=binary, adapt=False)
+            stack.callback(baseline.stop)
+            configs.append(Config("llama-server by hand (default flags)", baseline.url))
+        engines: list[tuple[str, EngineChoice, bool]] = [
+            ("serve embedded, speculation on", EngineChoice("embedded", "bench"), True),
+            ("serve embedded, speculation off", EngineChoice("embedded", "bench"), False),
+        ]
+        if binary is not None:
+            choice = choose_engine("llama-server")
+            engines += [
+                ("serve llama-server, speculation on", choice, True),
+                ("serve llama-server, speculation off", choice, False),
+            ]
+        for name, choice, spec in engines:
+            opened = open_engine(choice, plan, preset, speculative=spec)
+            stack.callback(opened.engine.close)
+            server = BackgroundServer(opened.engine, ApiConfig(BENCH_MODEL))
+            stack.enter_context(server)
+            configs.append(Config(name, server.url))
+        for cfg in configs:  # warm-up: page in weights, fill caches
+            one_request(cfg, 16)
+        for _ in range(args.rounds):
+            for cfg in configs:
+                cfg.runs.append(one_request(cfg, args.max_tokens))
+    report = summarize(configs, binary is not None)
+    report["plan"] = {"threads": plan.threads, "ctx": plan.ctx, "n_gpu_layers": plan.n_gpu_layers}
+    report["model"] = Path(plan_args.model).name
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_table(report)
+    return 0
+
+
+def summarize(configs: list[Config], has_baseline: bool) -> dict[str, Any]:
+    rows = []
+    for cfg in configs:
+        rows.append(
+            {
+                "name": cfg.name,
+                "decode_tps": statistics.median(r["decode_tps"] for r in cfg.runs),
+                "end_to_end_tps": statistics.median(r["end_to_end_tps"] for r in cfg.runs),
+                "tokens": statistics.median(r["tokens"] for r in cfg.runs),
+                "acceptance": statistics.median(r["acceptance"] for r in cfg.runs),
+            }
+        )
+    base = rows[0] if has_baseline else None
+    for row in rows:
+        row["decode_ratio"] = row["decode_tps"] / base["decode_tps"] if base else None
+        row["end_to_end_ratio"] = row["end_to_end_tps"] / base["end_to_end_tps"] if base else None
+    return {
+        "rounds": len(configs[0].runs) if configs else 0,
+        "rows": rows,
+        "baseline": base["name"] if base else None,
+    }
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"model {report['model']}, {report['rounds']} rounds, medians; plan {report['plan']}")
+    print(
+        f"{'configuration':<40} {'decode t/s':>10} {'ratio':>6} {'end-to-end t/s':>14} {'ratio':>6} {'accept':>7}"
+    )
+    for r in report["rows"]:
+        ratio = f"{r['decode_ratio']:.2f}x" if r["decode_ratio"] else "-"
+        e2e_ratio = f"{r['end_to_end_ratio']:.2f}x" if r["end_to_end_ratio"] else "-"
+        acc = "-" if r["acceptance"] != r["acceptance"] else f"{r['acceptance']:.0%}"
+        print(
+            f"{r['name']:<40} {r['decode_tps']:>10.1f} {ratio:>6} {r['end_to_end_tps']:>14.1f} {e2e_ratio:>6} {acc:>7}"
+        )
+    if report["baseline"] is None:
+        print("(no llama-server found: no baseline; build one with scripts/build-llama-server)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
