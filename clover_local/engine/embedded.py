@@ -218,10 +218,10 @@ class EmbeddedEngine:
                 if run.n_out >= max_new:
                     run.finish, done = "length", True
                     break
+                if cancel is not None and cancel.is_set():
+                    run.finish, done = "cancelled", True
+                    break
             if done:
-                break
-            if cancel is not None and cancel.is_set():
-                run.finish = "cancelled"
                 break
             last = new[-1]
             base = len(kv)
@@ -295,7 +295,7 @@ class EmbeddedEngine:
         ``n_batch``; returns False when cancelled between chunks."""
         n = len(tokens)
         for off in range(0, n, self._n_batch):
-            if cancel is not None and off and cancel.is_set():
+            if cancel is not None and cancel.is_set():
                 return False
             m = min(self._n_batch, n - off)
             self._b_token[:m] = tokens[off : off + m]

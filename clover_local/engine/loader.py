@@ -24,7 +24,7 @@ ALL_EXPERTS_ON_CPU = r"\.ffn_(up|down|gate|gate_up)_exps\.=CPU"
 
 _OOM_RE = re.compile(
     r"out of memory|failed to allocate|unable to allocate|cudaMalloc failed|ErrorOutOfDeviceMemory|"
-    r"failed to create .*buffer|buffer allocation failed",
+    r"failed to create .*buffer|buffer allocation failed|bad_alloc",
     re.IGNORECASE,
 )
 _UNKNOWN_ARCH_RE = re.compile(r"unknown model architecture: '([^']*)'")
@@ -198,6 +198,11 @@ def _load_error(path: Path, log_text: str, step: str) -> EngineError:
         )
     if _OOM_RE.search(log_text):
         return OutOfMemoryError(f"not enough memory to {step}: {detail}")
+    if step != "load the model":
+        return EngineError(
+            f"llama.cpp could not {step} for {path.name}: {detail}.",
+            "Check the settings (context size, batch sizes, cache types) or run `clover-local plan`.",
+        )
     return EngineError(
         f"llama.cpp could not {step} from {path.name}: the file looks corrupt or truncated ({detail}).",
         "Verify the file (clover-local verify) or download it again.",

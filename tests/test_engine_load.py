@@ -1,0 +1,134 @@
+"""Loading: settings reach llama.cpp (MoE expert overrides in its load log), one safer retry when memory runs
+out, clear errors for files llama.cpp cannot read. Real llama.cpp on tiny random GGUFs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clover_local.engine import native
+from clover_local.engine.loader import load_engine
+from clover_local.errors import EngineError, UsageError
+from clover_local.plan.llama_args import n_cpu_moe_overrides
+from clover_local.testmodels import tiny_model
+
+pytestmark = pytest.mark.slow
+
+GGML_TYPE_F32 = 0
+
+
+def _overridden_tensors(lines: list[str]) -> list[str]:
+    return [ln.split()[1] for ln in lines if "buffer type overridden to CPU" in ln]
+
+
+def test_n_cpu_moe_overrides_reach_llama_cpp_for_the_first_layers_only() -> None:
+    path = tiny_model("qwen3moe")
+    params = native.build_params({"tensor_buft_overrides": n_cpu_moe_overrides(2), "n_ctx": 256})
+    from llama_cpp import llama_cpp as C
+
+    with native.LogCapture() as log:
+        model = C.llama_model_load_from_file(str(path).encode(), params.model)
+    assert model
+    C.llama_model_free(model)
+    overridden = _overridden_tensors(log.lines)
+    layers = {name.split(".")[1] for name in overridden}
+    assert layers == {"0", "1"}
+    assert all("_exps" in name for name in overridden)
+    assert len(overridden) == 6  # gate, up, down experts of two layers
+
+
+def test_loader_reports_overridden_experts_in_its_placement() -> None:
+    result = load_engine(
+        tiny_model("qwen35moe"),
+        {"n_ctx": 256, "n_threads": 2, "tensor_buft_overrides": n_cpu_moe_overrides(8)},
+        chat_template="completion",
+    )
+    try:
+        assert "24 expert tensors kept in RAM by override" in result.placement
+        assert "recurrent state" in result.placement
+        assert result.fallback_message is None
+    finally:
+        result.engine.close()
+
+
+def test_progress_callback_sees_loading_finish() -> None:
+    seen: list[float] = []
+    result = load_engine(
+        tiny_model("llama"), {"n_ctx": 256}, chat_template="completion", progress=seen.append
+    )
+    result.engine.close()
+    assert seen and seen[-1] == pytest.approx(1.0)
+
+
+def test_out_of_memory_retries_once_with_a_smaller_context() -> None:
+    # 32M cells of f32 K and V on the tiny llama: 64 GiB of KV cache, more than this machine has.
+    settings = {"n_ctx": 2**25, "n_threads": 2, "type_k": GGML_TYPE_F32, "type_v": GGML_TYPE_F32}
+    result = load_engine(tiny_model("llama"), settings, chat_template="completion")
+    try:
+        assert result.fallback_message is not None
+        assert "ran out of memory" in result.fallback_message
+        assert "context 33554432 -> 4096 tokens" in result.fallback_message
+        assert result.settings_used["n_ctx"] == 4096
+        assert result.engine.n_ctx == 4096
+    finally:
+        result.engine.close()
+
+
+def test_truncated_gguf_is_a_clear_error(tmp_path: Path) -> None:
+    data = tiny_model("llama").read_bytes()
+    broken = tmp_path / "truncated.gguf"
+    broken.write_bytes(data[: len(data) // 2])
+    with pytest.raises(EngineError, match="corrupt or truncated") as info:
+        load_engine(broken, {"n_ctx": 256}, chat_template="completion")
+    assert info.value.fix and "download it again" in info.value.fix
+
+
+def test_garbage_bytes_are_not_a_gguf(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"\x7fELF" + bytes(range(256)) * 8)
+    with pytest.raises(EngineError, match="is not a GGUF file"):
+        load_engine(junk, {"n_ctx": 256})
+
+
+def test_gguf_header_with_garbage_after_magic_is_a_clear_error(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF" + b"\xff" * 4096)
+    with pytest.raises(EngineError, match="could not load the model"):
+        load_engine(junk, {"n_ctx": 256})
+
+
+def test_missing_file_says_so(tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match="does not exist"):
+        load_engine(tmp_path / "nope.gguf", {})
+
+
+def test_unknown_architecture_names_it(tmp_path: Path) -> None:
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "alien.gguf"
+    writer = gguf.GGUFWriter(str(path), "nonesuch")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(EngineError, match="architecture 'nonesuch'"):
+        load_engine(path, {"n_ctx": 256})
+
+
+def test_bad_settings_are_usage_errors() -> None:
+    with pytest.raises(UsageError, match="Unknown engine setting"):
+        native.build_params({"n_ctxx": 5})
+    with pytest.raises(UsageError, match="<regex>=CPU"):
+        native.build_params({"tensor_buft_overrides": ["exps=CUDA0"]})
+
+
+def test_importing_the_engine_package_does_not_import_llama_cpp() -> None:
+    code = "import sys, clover_local.engine, clover_local.engine.types; print('llama_cpp' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,148 @@
+"""Pure parts of the embedded engine: text streaming with stop strings, n-gram drafting, draft-length control,
+template choice and the sandbox, safer retry settings, placement summary. No model needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from clover_local.engine.drafter import DraftController, NgramDrafter
+from clover_local.engine.loader import ALL_EXPERTS_ON_CPU, placement_summary, safer_settings
+from clover_local.engine.templates import choose_template, render_completion, render_jinja
+from clover_local.engine.textstream import StopTextStream
+from clover_local.engine.types import ChatMessage
+from clover_local.errors import EngineError
+
+
+def test_stream_never_splits_a_utf8_character() -> None:
+    stream = StopTextStream()
+    data = "héllo €".encode()
+    shown = [stream.push(data[i : i + 1]) for i in range(len(data))]
+    assert "".join(shown) + stream.flush() == "héllo €"
+    assert all("\ufffd" not in s for s in shown)
+
+
+def test_stop_string_across_pieces_is_never_shown() -> None:
+    stream = StopTextStream(stop=("</end>",))
+    shown = "".join(stream.push(p.encode()) for p in ["abc <", "/e", "nd> more"])
+    assert shown == "abc "
+    assert stream.stopped
+    assert stream.push(b"later") == ""
+
+
+def test_held_back_prefix_is_released_when_it_does_not_complete() -> None:
+    stream = StopTextStream(stop=("STOP",))
+    assert stream.push(b"go ST") == "go "
+    assert stream.push(b"ART") == "START"
+    assert stream.push(b" ST") == " "
+    assert stream.flush() == "ST"
+    assert stream.text == "go START ST"
+
+
+def test_drafter_continues_the_latest_earlier_occurrence() -> None:
+    d = NgramDrafter(match_sizes=(3, 2))
+    d.extend([1, 2, 3, 4, 5, 6, 9, 1, 2, 3])
+    assert d.draft(3) == [4, 5, 6]
+    assert d.draft(10) == [4, 5, 6, 9, 1, 2, 3]
+
+
+def test_drafter_prefers_the_longest_match() -> None:
+    d = NgramDrafter(match_sizes=(3, 1))
+    # "7" was followed by 8 most recently, but "5 6 7" was followed by 1.
+    d.extend([5, 6, 7, 1, 7, 8, 5, 6, 7])
+    assert d.draft(1) == [1]
+
+
+def test_drafter_without_match_drafts_nothing() -> None:
+    d = NgramDrafter(match_sizes=(2,))
+    d.extend([1, 2, 3, 4])
+    assert d.draft(4) == []
+    assert d.draft(0) == []
+
+
+def test_controller_grows_on_full_acceptance_and_shrinks_on_misses() -> None:
+    c = DraftController(n_min=2, n_max=16, start=4)
+    c.record(4, 4)
+    assert c.budget() == 8
+    c.record(8, 8)
+    c.record(16, 16)
+    assert c.budget() == 16
+    c.record(16, 3)
+    assert c.budget() == 5
+    assert c.acceptance == pytest.approx((4 + 8 + 16 + 3) / (4 + 8 + 16 + 16))
+
+
+def test_controller_pauses_after_repeated_misses_then_probes_again() -> None:
+    c = DraftController(n_min=2, n_max=16)
+    for _ in range(3):
+        c.record(4, 0)
+    assert c.budget() == 0
+    c.advance(7)
+    assert c.budget() == 0
+    c.advance(1)
+    assert c.budget() >= 2
+    for _ in range(3):  # still useless: the next pause is longer
+        c.record(2, 0)
+    c.advance(8)
+    assert c.budget() == 0
+    c.advance(8)
+    assert c.budget() >= 2
+
+
+def test_gguf_without_template_falls_back_to_completion_with_a_notice() -> None:
+    choice = choose_template("gguf", None, ["chatml", "gemma"])
+    assert choice.kind == "completion"
+    assert choice.notice and "no chat template" in choice.notice
+
+
+def test_unknown_builtin_template_is_a_clear_error() -> None:
+    with pytest.raises(EngineError, match="Unknown chat template 'nonesuch'"):
+        choose_template("nonesuch", None, ["chatml", "gemma"])
+
+
+def test_jinja_template_renders_messages_and_generation_prompt() -> None:
+    src = (
+        "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    msgs = [ChatMessage("system", "be brief"), ChatMessage("user", "hi")]
+    out = render_jinja(src, msgs, bos_token="<s>", eos_token="</s>")
+    assert out == "<s><|system|>be brief\n<|user|>hi\n<|assistant|>"
+
+
+def test_jinja_raise_exception_becomes_an_engine_error() -> None:
+    src = "{% if messages[0].role != 'user' %}{{ raise_exception('first must be user') }}{% endif %}"
+    with pytest.raises(EngineError, match="first must be user"):
+        render_jinja(src, [ChatMessage("system", "x")], bos_token="", eos_token="")
+
+
+def test_jinja_sandbox_blocks_python_internals() -> None:
+    src = "{{ messages.__class__.__mro__[1].__subclasses__() }}"
+    with pytest.raises(EngineError, match="unsafe"):
+        render_jinja(src, [ChatMessage("user", "x")], bos_token="", eos_token="")
+
+
+def test_completion_template_joins_contents() -> None:
+    assert render_completion([ChatMessage("system", "a"), ChatMessage("user", "b")]) == "a\n\nb"
+
+
+def test_safer_settings_shrink_context_and_move_experts_to_ram() -> None:
+    safer, changes = safer_settings({"n_ctx": 65536, "n_batch": 2048, "n_gpu_layers": -1})
+    assert safer["n_ctx"] == 4096
+    assert safer["tensor_buft_overrides"] == [ALL_EXPERTS_ON_CPU]
+    assert any("65536 -> 4096" in c for c in changes)
+    assert any("experts in RAM" in c for c in changes)
+
+
+def test_placement_summary_reads_llama_cpp_buffer_lines() -> None:
+    lines = [
+        "load_tensors:   CPU_Mapped model buffer size =   235.00 MiB",
+        "load_tensors:        CUDA0 model buffer size =  1024.50 MiB",
+        "load_tensors: offloaded 10/19 layers to GPU",
+        "tensor blk.0.ffn_up_exps.weight (0 MiB f16) buffer type overridden to CPU",
+        "llama_kv_cache:        CPU KV buffer size =    72.00 MiB",
+    ]
+    text = placement_summary(lines)
+    assert "weights: CPU_Mapped 235 MiB, CUDA0 1024 MiB" in text
+    assert "KV cache: CPU 72 MiB" in text
+    assert "10/19 layers on GPU" in text
+    assert "1 expert tensors kept in RAM" in text
