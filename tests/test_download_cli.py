@@ -9,12 +9,11 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers_fetch import REPO, gguf_bytes, sha256
+from helpers_fetch import REPO, gguf_bytes, sha256, wait_until
 from hub_server import HubServer
 
 from clover_local.cli import main
@@ -34,15 +33,6 @@ def start_cli(*args: str, preexec: Callable[[], None] | None = None) -> subproce
         env=dict(os.environ),
         preexec_fn=preexec,
     )
-
-
-def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 60.0) -> None:
-    """Poll ``predicate``; fail (naming ``what``) only if it never holds within a generous limit."""
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"never happened: {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture

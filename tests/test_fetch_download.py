@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers_fetch import REPO, add_shards, gguf_bytes, sha256
+from helpers_fetch import REPO, add_shards, gguf_bytes, sha256, wait_until
 from hub_server import HubServer
 from huggingface_hub import constants, hf_hub_download
 
@@ -110,6 +110,7 @@ def test_cancel_keeps_the_partial_and_the_next_run_resumes(hub_server: HubServer
     partial = cache.partial_path(REPO, sha256(data))
     assert len(data) // 2 <= partial.stat().st_size < len(data)
 
+    wait_until(lambda: hub_server.streams_open == 0, "the server to notice the closed transfer")
     hub_server.reset_counters()
     hub_server.knobs(REPO, "Clover-Tiny-Q8_0.gguf").throttle_bps = None
     path = download_model(REPO, "Q8_0")
@@ -134,21 +135,32 @@ def test_connection_dropped_midway_resumes_in_the_same_call(hub_server: HubServe
     assert ranges == [None, f"bytes={MB}-", f"bytes={2 * MB}-"]
 
 
-def test_hub_gone_midway_keeps_the_partial_for_the_next_run(hub_server: HubServer) -> None:
+def test_hub_gone_midway_keeps_the_partial_and_the_next_run_resumes(
+    hub_server: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = gguf_bytes(3 * MB)
     hub_server.add_file(REPO, "Clover-Tiny-Q8_0.gguf", data)
-    knobs = hub_server.knobs(REPO, "Clover-Tiny-Q8_0.gguf")
-    knobs.drop_after, knobs.drop_times, knobs.throttle_bps = MB + 5, 1, 4 * MB
+    hub_server.knobs(REPO, "Clover-Tiny-Q8_0.gguf").throttle_bps = 4 * MB
 
-    def server_dies(p: DownloadProgress) -> None:
-        # The response being sent goes on until the drop; every later connection is refused.
+    def hub_dies(p: DownloadProgress) -> None:  # stop() also cuts the connection being served
         if p.phase == "downloading" and p.done > 0:
             hub_server.stop()
 
-    with pytest.raises(DownloadError, match="saved; the next run continues"):
-        download_model(REPO, "Q8_0", progress=server_dies)
-    partial = cache.partial_path(REPO, sha256(data))
-    assert partial.stat().st_size == MB + 5
+    with pytest.raises(HubUnreachableError, match="saved; the next run continues"):
+        download_model(REPO, "Q8_0", progress=hub_dies)
+    kept = cache.partial_path(REPO, sha256(data)).stat().st_size
+    assert 0 < kept < len(data)
+
+    # The network is back (a new server with the same repo): only the rest is fetched.
+    back = HubServer().start()
+    try:
+        back.add_file(REPO, "Clover-Tiny-Q8_0.gguf", data)
+        monkeypatch.setenv("HF_ENDPOINT", back.url)
+        monkeypatch.setattr(constants, "ENDPOINT", back.url)
+        assert download_model(REPO, "Q8_0").read_bytes() == data
+        assert back.bytes_served(REPO, "Clover-Tiny-Q8_0.gguf") == len(data) - kept
+    finally:
+        back.stop()
 
 
 def test_corrupt_transfer_is_moved_aside_never_used(hub_server: HubServer) -> None:
