@@ -21,7 +21,13 @@ from clover_local.errors import ServerError
 BUILT_BINARIES = ("llama-server", "llama-fit-params", "llama-bench")
 _HELP_SPEC_WIDTH = 37
 """llama.cpp's help puts the flag names and value hint in the first 40 columns (``common_arg::to_string``)."""
-_VERSION_RE = re.compile(r"version:\s*(\d+)\s*\(([0-9a-fA-F]+|unknown)\)")
+_VERSION_RES = (
+    # ``version: 0.5.0-dev (build 1, commit 0c1e57098)`` (newer) and ``version: 6895 (4341dc8bc)`` (older).
+    re.compile(r"version:\s*(?P<name>[^\s(]+)\s*\(build\s+(?P<build>\d+),\s*commit\s+(?P<commit>\w+)\)"),
+    re.compile(r"version:\s*(?P<build>\d+)\s*\((?P<commit>\w+)\)"),
+)
+_CACHE_FORMAT = 2
+"""Bump when what is probed or parsed changes, so cached results are probed again."""
 _DEVICE_RE = re.compile(r"^\s*([A-Za-z]+)\d*:\s")
 _DEVICE_BACKENDS = {
     "cuda": "cuda",
@@ -141,7 +147,7 @@ def capabilities(binary: Path) -> Capabilities:
         st = binary.stat()
     except OSError as exc:
         raise ServerError(f"Cannot read llama-server at {binary}: {exc.strerror}.") from None
-    key = f"{binary.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    key = f"{_CACHE_FORMAT}|{binary.resolve()}|{st.st_size}|{st.st_mtime_ns}"
     if key in _memory_cache:
         return _memory_cache[key]
     disk = _read_disk_cache()
@@ -190,10 +196,7 @@ def _probe(binary: Path) -> Capabilities:
     devices: tuple[str, ...] = ()
     if "--list-devices" in flags:
         devices = parse_devices(_run(binary, "--list-devices"))
-    m = _VERSION_RE.search(version_text)
-    build_number = int(m.group(1)) if m else None
-    commit = m.group(2) if m and m.group(2) != "unknown" else None
-    version = f"b{build_number}-{commit or 'unknown'}" if m else "unknown"
+    version, build_number, commit = parse_version(version_text)
     return Capabilities(
         version=version,
         build_number=build_number,
@@ -202,6 +205,19 @@ def _probe(binary: Path) -> Capabilities:
         devices=devices,
         backends=backends_from_devices(devices),
     )
+
+
+def parse_version(text: str) -> tuple[str, int | None, str | None]:
+    """(version as shown, build number, commit) from ``--version``; ``("unknown", None, None)`` if unreadable."""
+    for pattern in _VERSION_RES:
+        m = pattern.search(text)
+        if m:
+            build = int(m.group("build"))
+            commit = m.group("commit") if m.group("commit") != "unknown" else None
+            name = m.groupdict().get("name")
+            shown = f"{name} (build {build}, commit {commit or 'unknown'})" if name else f"b{build}-{commit}"
+            return shown, build, commit
+    return "unknown", None, None
 
 
 def parse_help(text: str) -> dict[str, FlagSpec]:

@@ -124,8 +124,11 @@ def compare(plan: Plan, fit: FitChoice, n_layers: int | None = None) -> FitCompa
     """The plan and llama.cpp's fit side by side, with a sentence per difference."""
     plan_gpu = "all" if plan.n_gpu_layers < 0 else str(plan.n_gpu_layers)
     fit_gpu = str(fit.n_gpu_layers)
-    if n_layers is not None and fit.n_gpu_layers > n_layers:
+    if fit.n_gpu_layers < 0 or (n_layers is not None and fit.n_gpu_layers > n_layers):
         fit_gpu = f"all ({fit.n_gpu_layers})"
+    cpu_only = plan.backend == "cpu"
+    if cpu_only:
+        plan_gpu, fit_gpu = f"{plan_gpu} (no GPU)", f"{fit_gpu} (no GPU)"
     cpu_layers = fit.expert_layers_on_cpu
     fit_experts = _layers_text(cpu_layers)
     plan_experts = f"first {plan.n_cpu_moe} layers" if plan.n_cpu_moe else "none"
@@ -139,8 +142,8 @@ def compare(plan: Plan, fit: FitChoice, n_layers: int | None = None) -> FitCompa
     if fit.ctx != plan.ctx:
         differences.append(f"llama.cpp would run a {fit.ctx}-token context, the plan {plan.ctx}.")
     plan_all = plan.n_gpu_layers < 0 or (n_layers is not None and plan.n_gpu_layers > n_layers)
-    fit_all = n_layers is not None and fit.n_gpu_layers > n_layers
-    if plan.n_gpu_layers != fit.n_gpu_layers and not (plan_all and fit_all):
+    fit_all = fit.n_gpu_layers < 0 or (n_layers is not None and fit.n_gpu_layers > n_layers)
+    if not cpu_only and plan.n_gpu_layers != fit.n_gpu_layers and not (plan_all and fit_all):
         differences.append(f"GPU layers differ: plan {plan_gpu}, llama.cpp {fit_gpu}.")
     if len(cpu_layers) != plan.n_cpu_moe:
         differences.append(

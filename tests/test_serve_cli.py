@@ -1,0 +1,169 @@
+"""``clover-local serve`` as a user runs it (a real process), for both engines, driven by the official openai
+client: a chat completion, a streamed one, the API key refused and accepted; Ctrl-C stops it and its
+llama-server. And ``clover-local doctor``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import psutil
+import pytest
+
+from clover_local.serve.llama_server import free_port
+from tests.helpers_serve import llama_server_path, wait_until
+
+pytestmark = pytest.mark.slow
+
+KEY = "cli-key"
+CLI = [sys.executable, "-m", "clover_local"]
+
+
+def _start_serve(engine: str, extra_env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "serve",
+            "--preset",
+            "gemma3-270m",
+            "--ctx",
+            "1024",
+            "--engine",
+            engine,
+            "--port",
+            str(port),
+            "--api-key",
+            KEY,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **extra_env},
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            out = proc.stdout.read() if proc.stdout else ""
+            pytest.fail(f"serve exited with {proc.returncode}:\n{out}")
+        try:
+            openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0, timeout=2).models.list()
+            return True
+        except openai.APIConnectionError:
+            return False
+
+    wait_until(ready, timeout_s=300, what="clover-local serve to answer")
+    return proc, base
+
+
+@pytest.fixture(params=["embedded", "llama-server"], scope="module")
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[str, subprocess.Popen[str], str]]:
+    env: dict[str, str] = {}
+    if request.param == "llama-server":
+        env["CLOVER_LLAMA_SERVER"] = str(llama_server_path())
+    proc, base = _start_serve(request.param, env)
+    yield request.param, proc, base
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+def test_openai_client_chat_stream_and_key(served: tuple[str, subprocess.Popen[str], str]) -> None:
+    _engine, _proc, base = served
+    client = openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0, timeout=120)
+    reply = client.chat.completions.create(
+        model="gemma3-270m", messages=[{"role": "user", "content": "Write one word."}], max_tokens=8
+    )
+    assert reply.choices[0].message.content
+    assert reply.usage is not None and reply.usage.completion_tokens > 0
+    chunks = list(
+        client.chat.completions.create(
+            model="gemma3-270m",
+            messages=[{"role": "user", "content": "Count to five."}],
+            max_tokens=12,
+            stream=True,
+        )
+    )
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(pieces) > 1
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    refused = openai.OpenAI(base_url=base + "/v1", api_key="not-the-key", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        refused.chat.completions.create(model="gemma3-270m", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="other", messages=[{"role": "user", "content": "x"}])
+
+
+def test_ctrl_c_stops_serve_and_its_llama_server(served: tuple[str, subprocess.Popen[str], str]) -> None:
+    engine, proc, _ = served
+    children = psutil.Process(proc.pid).children(recursive=True)
+    if engine == "llama-server":
+        assert any("llama-server" in c.name() for c in children)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert f"engine: {engine}" in out
+    assert "serving gemma3-270m on http://127.0.0.1:" in out
+    for child in children:
+        wait_until(lambda c=child: not _running(c), timeout_s=30, what=f"{child.name()} to stop")
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_serve_refuses_bad_input_without_a_traceback(tmp_path: Path) -> None:
+    empty = tmp_path / "key"
+    empty.write_text("# only a comment\n")
+    result = subprocess.run(
+        [*CLI, "serve", "--preset", "gemma3-270m", "--api-key-file", str(empty)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "holds no key" in result.stderr and "Traceback" not in result.stderr
+    result = subprocess.run(
+        [*CLI, "serve", "--model", str(tmp_path / "missing.gguf"), "--engine", "embedded"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+
+
+def test_doctor_reports_both_engines() -> None:
+    env = {**os.environ}
+    try:
+        env["CLOVER_LLAMA_SERVER"] = str(llama_server_path())
+        have_server = True
+    except pytest.skip.Exception:
+        have_server = False
+    result = subprocess.run([*CLI, "doctor", "--json"], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["llama_cpp_python"]["version"] == "0.3.36"
+    assert "cpu" in report["llama_cpp_python"]["backends"]
+    server = report["llama_server"]
+    assert server["found"] is have_server
+    if have_server:
+        assert server["backends"][-1] == "cpu" and server["speculative"] is True
+    else:
+        assert "scripts/build-llama-server" in server["fix"]
+
+
+def test_doctor_without_a_server_says_what_to_do() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CLOVER_LLAMA_SERVER"}
+    env["PATH"] = "/usr/bin:/bin"
+    result = subprocess.run([*CLI, "doctor"], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0
+    assert "not found" in result.stdout and "scripts/build-llama-server" in result.stdout
