@@ -4,7 +4,13 @@ and the vendored one's) and the example output from llama-fit-params' README."""
 
 from __future__ import annotations
 
-from clover_local.serve.binary import Capabilities, backends_from_devices, parse_devices, parse_help
+from clover_local.serve.binary import (
+    Capabilities,
+    backends_from_devices,
+    parse_builtin_templates,
+    parse_devices,
+    parse_help,
+)
 from clover_local.serve.fit_compare import parse_fit_output
 from clover_local.serve.server_args import adapt_args, n_cpu_moe_override, split_flags, with_endpoint
 
@@ -150,3 +156,28 @@ def test_fit_output_from_the_readme_example() -> None:
     assert (fit.ctx, fit.n_gpu_layers) == (4096, 48)
     assert fit.expert_layers_on_cpu == tuple(range(14, 48))
     assert parse_fit_output("-c 2048 -ngl 0\n").overrides == ()
+
+
+def test_builtin_template_name_turns_jinja_off_when_jinja_is_the_default() -> None:
+    help_text = "\n".join(
+        [
+            _line("--jinja, --no-jinja", "whether to use jinja template engine for chat (default: enabled)"),
+            _line("--chat-template JINJA_TEMPLATE", "set custom jinja chat template"),
+            " " * 40 + "list of built-in templates:",
+            " " * 40 + "chatml, gemma,",
+            " " * 40 + "llama3",
+            _line("--port PORT", "port"),
+        ]
+    )
+    caps = Capabilities(
+        version="v",
+        build_number=1,
+        commit=None,
+        flags=parse_help(help_text),
+        builtin_templates=parse_builtin_templates(help_text),
+        jinja_by_default=True,
+    )
+    assert caps.builtin_templates == ("chatml", "gemma", "llama3")
+    assert adapt_args(["--chat-template", "gemma"], caps).argv == ["--chat-template", "gemma", "--no-jinja"]
+    custom = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    assert adapt_args(["--chat-template", custom], caps).argv == ["--chat-template", custom]

@@ -26,7 +26,8 @@ _VERSION_RES = (
     re.compile(r"version:\s*(?P<name>[^\s(]+)\s*\(build\s+(?P<build>\d+),\s*commit\s+(?P<commit>\w+)\)"),
     re.compile(r"version:\s*(?P<build>\d+)\s*\((?P<commit>\w+)\)"),
 )
-_CACHE_FORMAT = 2
+_JINJA_DEFAULT_ON_RE = re.compile(r"^--jinja, --no-jinja .*\(default: enabled\)", re.MULTILINE)
+_CACHE_FORMAT = 3
 """Bump when what is probed or parsed changes, so cached results are probed again."""
 _DEVICE_RE = re.compile(r"^\s*([A-Za-z]+)\d*:\s")
 _DEVICE_BACKENDS = {
@@ -93,6 +94,10 @@ class Capabilities:
     devices: tuple[str, ...] = ()
     """Device lines from ``--list-devices`` (``CUDA0: NVIDIA ... (24 GiB)``); empty on CPU-only builds."""
     backends: tuple[str, ...] = ("cpu",)
+    builtin_templates: tuple[str, ...] = ()
+    """Chat template names ``--chat-template`` knows without Jinja (``gemma``, ``chatml``...)."""
+    jinja_by_default: bool = False
+    """Jinja is on unless ``--no-jinja``; then ``--chat-template NAME`` is read as a Jinja template text."""
 
     def supports(self, flag: str) -> bool:
         return flag in self.flags
@@ -204,6 +209,8 @@ def _probe(binary: Path) -> Capabilities:
         flags=flags,
         devices=devices,
         backends=backends_from_devices(devices),
+        builtin_templates=parse_builtin_templates(help_text),
+        jinja_by_default=bool(_JINJA_DEFAULT_ON_RE.search(help_text)),
     )
 
 
@@ -240,6 +247,21 @@ def parse_help(text: str) -> dict[str, FlagSpec]:
             for name in names:
                 flags.setdefault(name, spec)
     return flags
+
+
+def parse_builtin_templates(text: str) -> tuple[str, ...]:
+    """The names listed under "list of built-in templates:" in ``--chat-template``'s help."""
+    names: list[str] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if "list of built-in templates:" not in line:
+            continue
+        for follow in lines[i + 1 :]:
+            if not follow.startswith(" " * 10) or not follow.strip():
+                break
+            names += [n.strip() for n in follow.split(",") if n.strip()]
+        break
+    return tuple(names)
 
 
 def parse_devices(text: str) -> tuple[str, ...]:
@@ -306,4 +328,6 @@ def _caps_from_json(raw: dict[str, object]) -> Capabilities:
         flags=flags,
         devices=tuple(raw["devices"]),  # type: ignore[arg-type]
         backends=tuple(raw["backends"]),  # type: ignore[arg-type]
+        builtin_templates=tuple(raw["builtin_templates"]),  # type: ignore[arg-type]
+        jinja_by_default=bool(raw["jinja_by_default"]),
     )

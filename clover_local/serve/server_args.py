@@ -93,7 +93,23 @@ def adapt_args(argv: Sequence[str], caps: Capabilities) -> AdaptedArgs:
         if target != flag:
             warnings.append(f"{flag} is called {target} in this llama-server.")
         out += _with_value(target, value, caps, warnings)
+    _builtin_template_without_jinja(out, caps)
     return AdaptedArgs(out, tuple(warnings))
+
+
+def _builtin_template_without_jinja(argv: list[str], caps: Capabilities) -> None:
+    """A built-in template name (``--chat-template gemma``) is only read as a name with Jinja off; with Jinja on
+    (the default in newer builds) llama-server would use the word itself as the template text."""
+    flags = dict(split_flags(argv))
+    name = flags.get("--chat-template")
+    if (
+        name in caps.builtin_templates
+        and caps.jinja_by_default
+        and caps.supports("--no-jinja")
+        and "--jinja" not in flags
+        and "--no-jinja" not in flags
+    ):
+        argv.append("--no-jinja")
 
 
 def _has(caps: Capabilities, *names: str) -> bool:
