@@ -10,6 +10,9 @@ for speculation it cannot use. Pure Python, no llama_cpp.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from clover_local.plan.types import SpeculativePlan
 
 
 class NgramDrafter:
@@ -102,3 +105,23 @@ class DraftController:
     @property
     def acceptance(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
+
+
+class Drafter(Protocol):
+    """What the generation loop needs from a drafter: the history so far, and guesses at what follows."""
+
+    def reset(self, tokens: Iterable[int] = ()) -> None: ...
+
+    def extend(self, tokens: Iterable[int]) -> None: ...
+
+    def draft(self, max_tokens: int) -> list[int]: ...
+
+
+def default_drafter(plan: SpeculativePlan) -> Drafter:
+    """The n-gram drafter (llama.cpp's ngram-mod idea), longest match first."""
+    return NgramDrafter(_match_sizes(plan.n_match))
+
+
+def _match_sizes(n_match: int) -> tuple[int, ...]:
+    """N-gram sizes tried longest first: the plan's ``n_match`` caps the longest."""
+    return tuple(sorted({k for k in (min(n_match, 12), 6, 3, 2) if 0 < k <= n_match}, reverse=True)) or (1,)

@@ -13,14 +13,14 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from llama_cpp import llama_cpp as C
 
-from clover_local.engine.drafter import DraftController, NgramDrafter
+from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
 from clover_local.engine.templates import TemplateChoice, renderer
 from clover_local.engine.textstream import StopTextStream
@@ -93,6 +93,8 @@ class EmbeddedEngine:
             parts.template, bos_token=self._special_text(self._bos), eos_token=self._special_text(self._eos())
         )
         self._closed = False
+        self.drafter_factory: Callable[[SpeculativePlan], Drafter] = default_drafter
+        """Makes the drafter for each generation (tests swap in drafters that guess on purpose)."""
 
     # --- ChatEngine -------------------------------------------------------------------------------------------
 
@@ -109,6 +111,11 @@ class EmbeddedEngine:
         return self._parts.template
 
     @property
+    def recurrent(self) -> bool:
+        """The model keeps a recurrent state (Mamba, Gated DeltaNet...), alone or beside attention."""
+        return self._parts.recurrent
+
+    @property
     def speculative(self) -> SpeculativePlan:
         return self._parts.speculative
 
@@ -122,6 +129,11 @@ class EmbeddedEngine:
         C.llama_batch_free(self._batch)
         C.llama_free(self._ctx)
         C.llama_model_free(self._model)
+
+    def reset_cache(self) -> None:
+        """Forget the KV cache (the next prompt is evaluated from scratch)."""
+        C.llama_memory_clear(self._mem, True)
+        self._kv_tokens.clear()
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt text the chat template makes of these messages."""
@@ -187,7 +199,7 @@ class EmbeddedEngine:
         spec = self._speculation_on(request)
         plan = self._parts.speculative
         controller = DraftController(plan.n_min, plan.n_max)
-        drafter = NgramDrafter(_match_sizes(plan.n_match)) if spec else None
+        drafter = self.drafter_factory(plan) if spec else None
         stream = StopTextStream(request.stop)
         run = _Run()
         kv = self._kv_tokens
@@ -415,8 +427,3 @@ class EmbeddedEngine:
             accepted_tokens=controller.accepted if controller else 0,
             finish_reason=run.finish,
         )
-
-
-def _match_sizes(n_match: int) -> tuple[int, ...]:
-    """N-gram sizes tried longest first: the plan's ``n_match`` caps the longest."""
-    return tuple(sorted({k for k in (min(n_match, 12), 6, 3, 2) if 0 < k <= n_match}, reverse=True)) or (1,)
