@@ -111,7 +111,7 @@ def test_ctrl_c_stops_serve_and_its_llama_server(served: tuple[str, subprocess.P
     assert f"engine: {engine}" in out
     assert "serving gemma3-270m on http://127.0.0.1:" in out
     for child in children:
-        wait_until(lambda c=child: not _running(c), timeout_s=30, what=f"{child.name()} to stop")
+        wait_until(lambda c=child: not _running(c), timeout_s=30, what=f"child {child.pid} to stop")
 
 
 def _running(p: psutil.Process) -> bool:
