@@ -14,7 +14,7 @@ from typing import Any
 
 from clover_local.detect.machine import Machine
 from clover_local.engine.types import ChatEngine
-from clover_local.plan.types import Plan, Wishes
+from clover_local.plan.types import Plan, SpeculativePlan, Wishes
 from clover_local.presets import Preset
 from clover_local.user_prefs import ModelSettings
 
@@ -88,22 +88,23 @@ def load(
         settings,
         chat_template=preset.chat_template,
         sampling=preset.sampling,
-        speculative=preset.speculative if model_settings.speculative else None,
+        speculative=_speculative(preset, model_settings),
         progress=progress,
     )
     return Loaded(
         engine=result.engine,
-        placement=_placement_text(result.placement),
+        placement=str(result.placement),
         fallback_message=result.fallback_message,
         settings_used=dict(result.settings_used),
     )
 
 
-def _placement_text(placement: object) -> str:
-    if placement is None:
-        return ""
-    describe = getattr(placement, "describe", None)
-    return str(describe() if callable(describe) else placement)
+def _speculative(preset: Preset, model_settings: ModelSettings) -> SpeculativePlan:
+    """The preset's self-speculative settings, switched on or off by the person's choice."""
+    d = preset.speculative
+    return SpeculativePlan(
+        enabled=model_settings.speculative, type=d.type, n_match=d.n_match, n_min=d.n_min, n_max=d.n_max
+    )
 
 
 def download(

@@ -77,6 +77,8 @@ class ChatScreen(Screen[None]):
         self._cancel = threading.Event()
         self._created = _now()
         self.last_stats: GenerationStats | None = None
+        self.replies_done = 0
+        """Replies finished (stopped or failed included) since the screen opened."""
 
     def compose(self) -> ComposeResult:
         yield Static(self._title_text(), id="chat-title", markup=False)
@@ -158,6 +160,7 @@ class ChatScreen(Screen[None]):
         if message.reply is not self._reply:
             return
         self._reply = None
+        self.replies_done += 1
         if message.stats is not None:
             self.last_stats = message.stats
         if message.reply.raw_text or not message.error:

@@ -44,8 +44,8 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
                     yield Input(str(getattr(self.current, name)), id=f"set-{name}")
                 yield Label("Speculative decoding")
                 yield Switch(self.current.speculative, id="set-speculative")
-            yield Label("System prompt")
-            yield Input(self.current.system_prompt, placeholder="(none)", id="set-system_prompt")
+                yield Label("System prompt")
+                yield Input(self.current.system_prompt, placeholder="(none)", id="set-system_prompt")
             yield Static("", id="settings-error", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Save", variant="primary", id="settings-save")

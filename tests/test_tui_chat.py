@@ -1,0 +1,171 @@
+"""The chat screen with the real Gemma 3 270M engine: streaming, stop, queueing, history edits, save/load."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from textual.widgets import Input, Markdown, OptionList, Static
+
+from clover_local import conversations, user_prefs
+from clover_local.engine.types import ChatEngine
+from clover_local.presets import load_preset
+from clover_local.testmodels import gemma_path
+from clover_local.tui import services
+from clover_local.tui.screens.chat import ChatScreen
+from clover_local.tui.screens.modals import ConversationPicker, HelpScreen, SettingsScreen
+from clover_local.tui.widgets.messages import ReplyView
+from tests.helpers_tui import ScreenHost, wait_until
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "Write a list of the planets of the solar system."
+
+
+@pytest.fixture(scope="session")
+def gemma_engine() -> Iterator[ChatEngine]:
+    """Gemma 3 270M loaded once for the whole session, with a small context."""
+    preset = load_preset("gemma3-270m")
+    loaded = services.load(
+        str(gemma_path()), preset, user_prefs.ModelSettings(ctx=1024, speculative=True), None, lambda _: None
+    )
+    yield loaded.engine
+    loaded.engine.close()
+
+
+def _settings(max_tokens: int = 24) -> user_prefs.ModelSettings:
+    base = user_prefs.ModelSettings.from_preset(load_preset("gemma3-270m"))
+    return user_prefs.ModelSettings(**{**base.__dict__, "max_tokens": max_tokens, "ctx": 1024})
+
+
+def _host(engine: ChatEngine, max_tokens: int = 24) -> ScreenHost:
+    return ScreenHost(lambda: ChatScreen(engine, "gemma3-270m", _settings(max_tokens)))
+
+
+def _reply_done(screen: ChatScreen, n_messages: int) -> bool:
+    return not screen.generating and len(screen.history) >= n_messages
+
+
+async def _send(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
+    await pilot.click("#prompt")
+    pilot.app.screen.query_one("#prompt", Input).value = text
+    await pilot.press("enter")
+
+
+async def test_reply_streams_into_markdown_and_status_shows_stats(gemma_engine: ChatEngine) -> None:
+    app = _host(gemma_engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        await _send(pilot, PROMPT)
+        await wait_until(pilot, lambda: _reply_done(screen, 2), "the reply")
+        reply = screen.query(ReplyView).last()
+        assert reply.deltas_shown > 1, "the reply arrived in more than one piece"
+        answer = reply.query_one(".answer", Markdown).source
+        assert answer.strip() and answer == reply.answer == screen.history[-1].content
+        stats = screen.last_stats
+        assert stats is not None and stats.completion_tokens > 0
+        status = str(screen.query_one("#status", Static).render())
+        assert f"tok/s {stats.decode_tokens_per_s:.1f}" in status
+        assert f"ctx {stats.prompt_tokens + stats.completion_tokens}/{gemma_engine.n_ctx}" in status
+        assert "TTFT" in status and "draft" in status and status.startswith("ready")
+
+
+async def test_escape_stops_a_long_reply(gemma_engine: ChatEngine) -> None:
+    app = _host(gemma_engine, max_tokens=900)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        await _send(pilot, "Count from one to five hundred, one number per line.")
+        await wait_until(
+            pilot,
+            lambda: bool(screen.query(ReplyView)) and screen.query(ReplyView).last().deltas_shown >= 3,
+            "first tokens",
+        )
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: _reply_done(screen, 2), "the stop")
+        assert screen.last_stats is not None and screen.last_stats.finish_reason == "cancelled"
+        assert screen.last_stats.completion_tokens < 900
+        assert screen.query(ReplyView).last().border_subtitle == "stopped"
+
+
+async def test_input_stays_usable_while_streaming(gemma_engine: ChatEngine) -> None:
+    app = _host(gemma_engine, max_tokens=40)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        await _send(pilot, PROMPT)
+        await wait_until(pilot, lambda: screen.generating, "the reply to start")
+        await _send(pilot, "And the moons of Mars?")
+        assert screen.query_one("#prompt", Input).value == ""
+        await wait_until(pilot, lambda: _reply_done(screen, 4), "both replies")
+        assert [m.role for m in screen.history] == ["user", "assistant", "user", "assistant"]
+        assert screen.history[2].content == "And the moons of Mars?"
+
+
+async def test_regenerate_and_edit_last(gemma_engine: ChatEngine) -> None:
+    app = _host(gemma_engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        await _send(pilot, PROMPT)
+        await wait_until(pilot, lambda: _reply_done(screen, 2), "the reply")
+        first = screen.history[-1].content
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: screen.replies_done == 2, "the regenerated reply")
+        assert len(screen.history) == 2 and len(screen.query(ReplyView)) == 1
+        assert screen.history[-1].content == first, "greedy sampling regenerates the same reply"
+        await pilot.press("ctrl+g")
+        assert screen.history == [] and not screen.query(ReplyView)
+        assert screen.query_one("#prompt", Input).value == PROMPT
+
+
+async def test_conversation_saves_and_loads(gemma_engine: ChatEngine) -> None:
+    app = _host(gemma_engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        await _send(pilot, PROMPT)
+        await wait_until(pilot, lambda: _reply_done(screen, 2), "the reply")
+        said = list(screen.history)
+        await pilot.press("ctrl+s")
+        saved = conversations.list_saved()
+        assert len(saved) == 1 and conversations.load(saved[0].path).messages == tuple(said)
+        await pilot.press("ctrl+n")
+        assert screen.history == [] and not screen.query(ReplyView)
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConversationPicker), "the picker")
+        app.screen.query_one(OptionList).focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen, "back to the chat")
+        await pilot.pause()
+        assert screen.history == said
+        assert screen.query(ReplyView).last().query_one(".answer", Markdown).source == said[-1].content
+
+
+async def test_settings_are_saved_per_model_and_help_lists_keys(gemma_engine: ChatEngine) -> None:
+    app = _host(gemma_engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen), "settings")
+        app.screen.query_one("#set-temperature", Input).value = "0.4"
+        app.screen.query_one("#set-top_k", Input).value = "seven"
+        await pilot.click("#settings-save")
+        assert "Top-k (0 = off): 'seven' is not a whole number" in str(
+            app.screen.query_one("#settings-error", Static).render()
+        )
+        top_k = app.screen.query_one("#set-top_k", Input)
+        top_k.value = "7"
+        top_k.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen, "settings to close")
+        saved = user_prefs.load_prefs().settings_for("gemma3-270m")
+        assert (saved.temperature, saved.top_k) == (0.4, 7)
+        assert isinstance(screen, ChatScreen) and screen.model_settings.top_k == 7
+        app.push_screen(HelpScreen())
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        await pilot.pause()
+        assert "Ctrl+R" in str(app.screen.query_one("#help-text", Static).render())
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is screen, "help to close")
