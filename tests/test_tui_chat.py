@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from helpers_tui import ScreenHost, wait_until
 from textual.widgets import Input, Markdown, OptionList, Static
 
 from clover_local import conversations, user_prefs
@@ -15,7 +16,6 @@ from clover_local.tui import services
 from clover_local.tui.screens.chat import ChatScreen
 from clover_local.tui.screens.modals import ConversationPicker, HelpScreen, SettingsScreen
 from clover_local.tui.widgets.messages import ReplyView
-from tests.helpers_tui import ScreenHost, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ to the launch screen and on to chat; otherwise the machine-and-plan screen start
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -33,9 +33,10 @@ class StartOptions:
     ctx: int | None = None
 
 
-def model_key(preset: Preset, model_path: str | None) -> str:
-    """What per-model settings are saved under: the preset, or the GGUF file name for other files."""
-    if model_path and not preset.python_package and preset.name not in Path(model_path).name.lower():
+def model_key(preset: Preset, model_path: str | None, *, preset_chosen: bool = True) -> str:
+    """What per-model settings are saved under: the preset's name, or the GGUF's file name when a file was
+    given without a preset (its settings then belong to that file, not to the default preset)."""
+    if model_path and not preset_chosen:
         return Path(model_path).name
     return preset.name
 
@@ -63,7 +64,8 @@ class CloverApp(App[None]):
         first = self.prefs.first_run
         if opts.model_path:
             preset = load_preset(opts.preset or _preset_for_file(opts.model_path))
-            self.launch(opts.model_path, preset, auto_continue=True)
+            key = model_key(preset, opts.model_path, preset_chosen=bool(opts.preset))
+            self.launch(opts.model_path, preset, auto_continue=True, key=key)
         elif first.complete and not opts.preset and not opts.simulate:
             self.launch(first.model_path, load_preset(first.preset or None), auto_continue=True)
         else:
@@ -72,18 +74,24 @@ class CloverApp(App[None]):
             self.push_screen(PlanScreen(load_preset(opts.preset), self.machine, simulate=opts.simulate))
 
     def launch(
-        self, model_path: str, preset: Preset, plan: Plan | None = None, *, auto_continue: bool = False
+        self,
+        model_path: str,
+        preset: Preset,
+        plan: Plan | None = None,
+        *,
+        auto_continue: bool = False,
+        key: str | None = None,
     ) -> None:
-        """Load a model (launch screen), then chat. Remembers the choice for the next start."""
+        """Load a model (launch screen), then chat with it; ``key`` names its saved settings."""
         from clover_local.tui.screens.launch import LaunchScreen
 
-        key = model_key(preset, model_path)
+        key = key or preset.name
         settings = self.prefs.settings_for(key, preset)
         if self.options.ctx:
-            settings = user_prefs.ModelSettings(**{**settings.__dict__, "ctx": self.options.ctx})
+            settings = replace(settings, ctx=self.options.ctx)
         elif plan is not None:
-            settings = user_prefs.ModelSettings(**{**settings.__dict__, "ctx": plan.ctx})
-        screen = LaunchScreen(model_path, preset, settings, plan, auto_continue=auto_continue)
+            settings = replace(settings, ctx=plan.ctx)
+        screen = LaunchScreen(model_path, preset, settings, plan, auto_continue=auto_continue, key=key)
         if len(self.screen_stack) > 1:
             self.switch_screen(screen)
         else:
@@ -94,13 +102,11 @@ class CloverApp(App[None]):
         self.prefs = self.prefs.with_first_run(first)
         self._save_prefs()
 
-    def open_chat(
-        self, loaded: services.Loaded, preset: Preset, model_path: str, settings: user_prefs.ModelSettings
-    ) -> None:
+    def open_chat(self, loaded: services.Loaded, key: str, settings: user_prefs.ModelSettings) -> None:
         from clover_local.tui.screens.chat import ChatScreen
 
         info = loaded.fallback_message or ""
-        self.switch_screen(ChatScreen(loaded.engine, model_key(preset, model_path), settings, info=info))
+        self.switch_screen(ChatScreen(loaded.engine, key, settings, info=info))
 
     def action_help(self) -> None:
         from clover_local.tui.screens.modals import HelpScreen
@@ -109,8 +115,6 @@ class CloverApp(App[None]):
             self.push_screen(HelpScreen())
 
     def _remember_theme(self, theme: Theme) -> None:
-        from dataclasses import replace
-
         self.prefs = replace(user_prefs.load_prefs(), theme=theme.name)
         self._save_prefs()
 

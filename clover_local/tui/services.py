@@ -14,6 +14,7 @@ from typing import Any
 
 from clover_local.detect.machine import Machine
 from clover_local.engine.types import ChatEngine
+from clover_local.fetch.progress import DownloadProgress
 from clover_local.plan.types import Plan, SpeculativePlan, Wishes
 from clover_local.presets import Preset
 from clover_local.user_prefs import ModelSettings
@@ -31,21 +32,19 @@ def detect(simulate: str | None = None) -> Machine:
 
 
 def make_plan(machine: Machine, preset: Preset, quant: str, ctx: int | None, model_path: str | None) -> Plan:
-    """The planner's answer for the person's current choices (pure; fast enough to run per keystroke)."""
+    """The planner's answer for the person's current choices (pure; fast enough to run per change).
+
+    With ``model_path`` the local GGUF's header gives exact sizes, and its quant is the only candidate.
+    """
     from clover_local.plan.planner import make_plan as planner
 
-    models = _model_descriptions(preset, model_path)
-    return planner(machine, preset, models, Wishes(quant=quant, ctx=ctx), model_path=model_path)
-
-
-def _model_descriptions(preset: Preset, model_path: str | None) -> Any:
-    from clover_local.model import describe_from_preset
-
+    model = None
     if model_path:
-        from clover_local.gguf_header import describe_local  # type: ignore[import-not-found]
+        from clover_local.gguf_header import read_local_header
 
-        return describe_local(Path(model_path))
-    return {q: describe_from_preset(preset, q) for q in preset.quants}
+        model = read_local_header(Path(model_path))
+    wishes = Wishes(quant="auto" if model_path else quant, ctx=ctx)
+    return planner(machine, preset, model, wishes, model_path=model_path)
 
 
 def llama_server_command(plan: Plan) -> str:
@@ -77,9 +76,9 @@ def load(
     from clover_local.engine.loader import load_engine
 
     if plan is not None:
-        from clover_local.plan.llama_args import llama_kwargs  # type: ignore[attr-defined]
+        from clover_local.plan.llama_args import llama_cpp_kwargs
 
-        settings = dict(llama_kwargs(plan))
+        settings = dict(llama_cpp_kwargs(plan))
     else:
         settings = {}
     settings["n_ctx"] = model_settings.ctx
@@ -110,12 +109,10 @@ def _speculative(preset: Preset, model_settings: ModelSettings) -> SpeculativePl
 def download(
     preset: Preset,
     quant: str,
-    progress: Callable[[Any], None],
+    progress: Callable[[DownloadProgress], None],
     cancel: threading.Event,
 ) -> str:
     """Download (or resume) the GGUF for ``quant``; returns the local path of its first shard."""
-    from clover_local.fetch.download import download as fetch
+    from clover_local.fetch.download import download_model
 
-    result = fetch(preset, quant, progress=progress, cancel=cancel)
-    path = getattr(result, "path", None) or getattr(result, "model_path", None) or result
-    return str(path)
+    return str(download_model(preset, quant, progress=progress, cancel=cancel))

@@ -7,6 +7,7 @@ own speed. Esc stops a reply within a token or two (the engine's ``cancel`` even
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import ClassVar
 
@@ -265,9 +266,7 @@ class ChatScreen(Screen[None]):
         await transcript.mount_all(self._views)
         self._created = conv.created
         if conv.system_prompt:
-            self.model_settings = user_prefs.ModelSettings(
-                **{**self.model_settings.__dict__, "system_prompt": conv.system_prompt}
-            )
+            self.model_settings = replace(self.model_settings, system_prompt=conv.system_prompt)
         transcript.scroll_end(animate=False)
 
     async def action_new_chat(self) -> None:

@@ -33,6 +33,13 @@ class LaunchScreen(Screen[None]):
             super().__init__()
             self.fraction = fraction
 
+    class Planned(Message, bubble=False):
+        """The plan made for this machine when none was given (its llama-server command can be shown)."""
+
+        def __init__(self, plan: Plan) -> None:
+            super().__init__()
+            self.plan = plan
+
     class Ready(Message, bubble=False):
         def __init__(self, loaded: services.Loaded | None, error: str | None) -> None:
             super().__init__()
@@ -47,8 +54,11 @@ class LaunchScreen(Screen[None]):
         plan: Plan | None = None,
         *,
         auto_continue: bool = False,
+        key: str = "",
     ) -> None:
         super().__init__()
+        self.key = key or preset.name
+        """What the model's settings are saved under."""
         self.model_path = model_path
         self.preset = preset
         self.model_settings = model_settings
@@ -70,6 +80,10 @@ class LaunchScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._show_command()
+        self._load()
+
+    def _show_command(self) -> None:
         if self.plan is not None:
             try:
                 self.command = services.llama_server_command(self.plan)
@@ -78,7 +92,10 @@ class LaunchScreen(Screen[None]):
         else:
             self.command = _plain_server_command(self.model_path, self.model_settings)
         self.query_one("#launch-command", Static).update(self.command)
-        self._load()
+
+    def on_launch_screen_planned(self, message: Planned) -> None:
+        self.plan = message.plan
+        self._show_command()
 
     @work(thread=True, exclusive=True, group="load")
     def _load(self) -> None:
@@ -88,8 +105,19 @@ class LaunchScreen(Screen[None]):
             if not worker.is_cancelled:
                 self.post_message(LaunchScreen.Progress(float(fraction)))
 
+        plan = self.plan
+        if plan is None:
+            # A file given directly, or remembered from the first run: plan it for this machine as it is now
+            # (GPU layers, experts, threads). Without a plan the model still loads, with llama.cpp's defaults.
+            try:
+                ctx = self.model_settings.ctx
+                plan = services.make_plan(services.detect(), self.preset, "auto", ctx, self.model_path)
+            except CloverError:
+                plan = None
+            else:
+                self.post_message(LaunchScreen.Planned(plan))
         try:
-            loaded = services.load(self.model_path, self.preset, self.model_settings, self.plan, progress)
+            loaded = services.load(self.model_path, self.preset, self.model_settings, plan, progress)
         except CloverError as exc:
             self.post_message(LaunchScreen.Ready(None, str(exc)))
             return
@@ -131,7 +159,7 @@ class LaunchScreen(Screen[None]):
 
             app = self.app
             assert isinstance(app, CloverApp)
-            app.open_chat(self.loaded, self.preset, self.model_path, self.model_settings)
+            app.open_chat(self.loaded, self.key, self.model_settings)
 
     def action_copy_command(self) -> None:
         self.app.copy_to_clipboard(self.command)

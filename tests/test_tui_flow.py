@@ -1,0 +1,155 @@
+"""The plan and download screens, and the whole first-run flow: plan -> download from the fake Hub -> launch ->
+chat with the real Gemma 3 270M; the next start goes straight to chat."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from helpers_tui import ScreenHost, wait_until
+from hub_server import HubServer
+from textual.screen import Screen
+from textual.widgets import Button, Input, Select, Static
+
+from clover_local import settings, user_prefs
+from clover_local.detect import parse_simulate
+from clover_local.presets import load_preset
+from clover_local.testmodels import gemma_path, tiny_model
+from clover_local.tui import services
+from clover_local.tui.app import CloverApp, StartOptions
+from clover_local.tui.screens.chat import ChatScreen
+from clover_local.tui.screens.download import DownloadScreen
+from clover_local.tui.screens.launch import LaunchScreen
+from clover_local.tui.screens.plan import PlanScreen
+from clover_local.tui.widgets.memory import MemoryView
+from clover_local.tui.widgets.messages import ReplyView
+
+REPO = "test-org/gemma-3-270m-GGUF"
+FILE = "gemma-3-270m-Q4_K_M.gguf"
+GPU_MACHINE = "ram=64G,gpu=nvidia:24G,cpu=16"
+
+
+def _hub_preset_file() -> None:
+    """A user preset like the shipped Gemma one, but fetched from the (fake) Hub instead of PyPI."""
+    shipped = load_preset("gemma3-270m").source
+    assert shipped is not None
+    text = shipped.read_text(encoding="utf-8")
+    text = text.replace('name = "gemma3-270m"', 'name = "gemma-hub"').replace(
+        'repo = "ggml-org/gemma-3-270m-GGUF"', f'repo = "{REPO}"'
+    )
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("python_package"))
+    folder = settings.user_presets_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "gemma-hub.toml").write_text(text, encoding="utf-8")
+
+
+async def test_plan_updates_live_when_quant_and_context_change() -> None:
+    app = CloverApp(StartOptions(preset="clover-35b-a3b"), machine=parse_simulate(GPU_MACHINE))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PlanScreen)
+        await wait_until(pilot, lambda: screen.plan is not None, "the first plan")
+        first = screen.plan
+        assert first is not None
+        assert len(screen.query(MemoryView)) == 2, "one bar for the GPU, one for RAM"
+        assert first.alternatives, "the recommendation lists the other quant and why not"
+        alternatives = str(screen.query_one("#plan-alternatives", Static).render())
+        assert first.alternatives[0].why_not in alternatives
+        assert "GPU0" in str(screen.query_one("#machine-panel", Static).render())
+        other = "Q8_0" if first.quant == "Q4_K_M" else "Q4_K_M"
+        screen.query_one("#quant", Select).value = other
+        await wait_until(pilot, lambda: screen.plan is not None and screen.plan.quant == other, "the re-plan")
+        assert other in str(screen.query_one("#plan-summary", Static).render())
+        screen.query_one("#ctx", Select).value = 8192
+        await wait_until(
+            pilot, lambda: screen.plan is not None and screen.plan.ctx == 8192, "the re-plan for ctx"
+        )
+        assert screen.plan is not None and screen.plan.quant == other
+        assert "8,192" in str(screen.query_one("#plan-summary", Static).render())
+
+
+async def test_plan_with_a_local_gguf_uses_its_header() -> None:
+    path = tiny_model("llama")
+    app = CloverApp(StartOptions(preset="gemma3-270m"), machine=parse_simulate("ram=16G,cpu=4"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PlanScreen)
+        await wait_until(pilot, lambda: screen.plan is not None, "the first plan")
+        box = screen.query_one("#local-path", Input)
+        box.value = "/nowhere/model.gguf"
+        box.focus()
+        await pilot.press("enter")
+        assert screen.model_path is None
+        box.value = str(path)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: screen.model_path == str(path.resolve()), "the local file")
+        assert screen.plan is not None and screen.plan.estimated is False, "exact sizes from the GGUF header"
+        assert screen.plan.file_bytes <= path.stat().st_size
+        assert not screen.query_one("#plan-run-local", Button).disabled
+
+
+async def test_download_shows_progress_pauses_and_resumes(hub_server: HubServer) -> None:
+    data = tiny_model("qwen3moe").read_bytes()
+    hub_server.add_file(REPO, FILE, data)
+    hub_server.knobs(REPO, FILE).throttle_bps = max(len(data) // 3, 1)
+    preset = replace(load_preset("gemma3-270m"), repo=REPO, python_package=None)
+    plan = services.make_plan(parse_simulate("ram=16G,cpu=4"), preset, "Q4_K_M", 1024, None)
+    results: list[str | None] = []
+    screen = DownloadScreen(preset, plan)
+    app = ScreenHost(Screen)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.push_screen(screen, results.append)
+        await wait_until(pilot, lambda: screen.last is not None and screen.last.done > 0, "bytes to arrive")
+        assert "Downloading" in str(screen.query_one("#download-status", Static).render())
+        assert "Disk left" in str(screen.query_one("#disk-left", Static).render())
+        await pilot.press("p")
+        await wait_until(pilot, lambda: not screen.running, "the pause")
+        assert "Paused" in str(screen.query_one("#download-status", Static).render())
+        await wait_until(pilot, lambda: hub_server.streams_open == 0, "the cut stream to end")
+        served = hub_server.bytes_served(REPO, FILE)
+        assert served < len(data)
+        hub_server.knobs(REPO, FILE).throttle_bps = None
+        await pilot.press("p")
+        await wait_until(pilot, lambda: bool(results), "the download to finish")
+    assert hub_server.bytes_served(REPO, FILE) < len(data) + served, "the resume did not start over"
+    assert results[0] is not None and Path(results[0]).read_bytes() == data
+    assert screen.last is not None and screen.last.phase == "done" and screen.last.done == len(data)
+
+
+async def test_first_run_flow_downloads_launches_chats_and_is_remembered(hub_server: HubServer) -> None:
+    hub_server.add_file(REPO, FILE, gemma_path())
+    _hub_preset_file()
+    short = replace(user_prefs.ModelSettings.from_preset(load_preset("gemma-hub")), max_tokens=16)
+    user_prefs.save_prefs(user_prefs.Prefs().with_model_settings("gemma-hub", short))
+    app = CloverApp(StartOptions(preset="gemma-hub", simulate="ram=16G,cpu=2"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        plan_screen = app.screen
+        assert isinstance(plan_screen, PlanScreen)
+        await wait_until(pilot, lambda: plan_screen.plan is not None, "the plan")
+        await pilot.press("d")
+        await wait_until(pilot, lambda: isinstance(app.screen, LaunchScreen), "download, then launch", 300)
+        launch = app.screen
+        assert isinstance(launch, LaunchScreen)
+        await wait_until(pilot, lambda: launch.loaded is not None, "the model to load")
+        assert "llama-server" in launch.command and "-c " in launch.command
+        assert str(launch.query_one("#launch-placement", Static).render()).strip()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), "the chat")
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        chat.query_one("#prompt", Input).value = "The three primary colours are"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: chat.replies_done == 1, "the reply")
+        assert chat.query(ReplyView).last().answer.strip()
+    first = user_prefs.load_prefs().first_run
+    assert first.preset == "gemma-hub" and first.complete and Path(first.model_path).name == FILE
+
+    again = CloverApp()
+    async with again.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(again.screen, ChatScreen), "straight to chat", 300)
+
+
+@pytest.fixture(autouse=True)
+def _slow_marker(request: pytest.FixtureRequest) -> None:
+    request.node.add_marker(pytest.mark.slow)
