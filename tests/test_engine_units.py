@@ -59,33 +59,27 @@ def test_drafter_without_match_drafts_nothing() -> None:
     assert d.draft(0) == []
 
 
-def test_controller_grows_on_full_acceptance_and_shrinks_on_misses() -> None:
-    c = DraftController(n_min=2, n_max=16, start=4)
-    c.record(4, 4)
-    assert c.budget() == 8
-    c.record(8, 8)
-    c.record(16, 16)
-    assert c.budget() == 16
-    c.record(16, 3)
-    assert c.budget() == 5
-    assert c.acceptance == pytest.approx((4 + 8 + 16 + 3) / (4 + 8 + 16 + 16))
-
-
-def test_controller_pauses_after_repeated_misses_then_probes_again() -> None:
+def test_controller_drafts_long_when_guesses_are_right_and_verification_is_cheap() -> None:
     c = DraftController(n_min=2, n_max=16)
-    for _ in range(3):
-        c.record(4, 0)
-    assert c.budget() == 0
-    c.advance(7)
-    assert c.budget() == 0
-    c.advance(1)
-    assert c.budget() >= 2
-    for _ in range(3):  # still useless: the next pause is longer
-        c.record(2, 0)
-    c.advance(8)
-    assert c.budget() == 0
-    c.advance(8)
-    assert c.budget() >= 2
+    c.record_plain(0.020)
+    for _ in range(5):
+        c.record(16, 16, seconds=0.020 + 16 * 0.002, match_size=12)
+    assert c.slope() == pytest.approx(0.1)
+    assert c.choose(16, match_size=12) >= 12
+    assert c.choose(1, match_size=12) == 0  # fewer than n_min available
+    assert c.acceptance == 1.0
+
+
+def test_controller_stops_drafting_where_it_does_not_pay_and_probes_less_often() -> None:
+    c = DraftController(n_min=2, n_max=16)
+    c.record_plain(0.020)
+    for _ in range(4):
+        c.record(4, 0, seconds=0.020 + 4 * 0.006, match_size=2)
+    choices = [c.choose(8, match_size=2) for _ in range(24)]
+    probes = [i for i, k in enumerate(choices) if k]
+    assert probes == [7, 23]  # one probe after 8 plain steps, the next one only after 16 more
+    assert c.choose(8, match_size=12) > 0  # a long match has its own (optimistic) estimate
+    assert c.acceptance == 0.0
 
 
 def test_gguf_without_template_falls_back_to_completion_with_a_notice() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ class OracleDrafter:
         self.reference = reference
         self.wrong_at = wrong_at
         self.tokens: list[int] = []
+        self.last_match = 1
 
     def reset(self, tokens: Iterable[int] = ()) -> None:
         self.tokens = list(tokens)
@@ -62,8 +64,11 @@ def _generate(
     return "".join(parts), stats
 
 
-def _tokens_of(engine: EmbeddedEngine, prompt: str, text: str) -> list[int]:
-    return engine.tokenize(prompt + text)
+def _plain_reference(engine: EmbeddedEngine, request: GenerationRequest) -> tuple[str, list[int]]:
+    """Plain decoding's text and exact tokens (prompt and reply, as left in the cache)."""
+    text, stats = _generate(engine, replace(request, speculative=False))
+    assert stats.draft_acceptance is None
+    return text, list(engine.cached_tokens)
 
 
 @pytest.fixture(scope="module", params=TINY_KINDS)
@@ -84,11 +89,9 @@ PROMPT = "the cat sat on the mat and then the dog"
 def test_greedy_speculation_matches_plain_decoding_with_partial_rollbacks(
     tiny_engine: EmbeddedEngine,
 ) -> None:
-    plain, plain_stats = _generate(
-        tiny_engine, GenerationRequest(prompt=PROMPT, max_tokens=64, temperature=0, speculative=False)
+    plain, reference = _plain_reference(
+        tiny_engine, GenerationRequest(prompt=PROMPT, max_tokens=64, temperature=0)
     )
-    assert plain_stats.completion_tokens == 64 and plain_stats.draft_acceptance is None
-    reference = _tokens_of(tiny_engine, PROMPT, plain)
     tiny_engine.drafter_factory = lambda plan: OracleDrafter(reference)
     try:
         tiny_engine.reset_cache()
@@ -105,14 +108,13 @@ def test_greedy_speculation_matches_plain_decoding_with_partial_rollbacks(
 
 def test_seeded_sampling_with_speculation_gives_the_plain_samples(tiny_engine: EmbeddedEngine) -> None:
     req = GenerationRequest(prompt=PROMPT, max_tokens=48, temperature=0.9, top_k=40, top_p=0.95, seed=1234)
-    plain, _ = _generate(tiny_engine, GenerationRequest(**{**req.__dict__, "speculative": False}))
-    again, _ = _generate(tiny_engine, GenerationRequest(**{**req.__dict__, "speculative": False}))
+    plain, reference = _plain_reference(tiny_engine, req)
+    again, _ = _plain_reference(tiny_engine, req)
     assert plain == again  # the seed makes sampling reproducible
-    reference = _tokens_of(tiny_engine, PROMPT, plain)
     tiny_engine.drafter_factory = lambda plan: OracleDrafter(reference)
     try:
-        spec, stats = _generate(tiny_engine, GenerationRequest(**{**req.__dict__, "speculative": True}))
-        spec_again, _ = _generate(tiny_engine, GenerationRequest(**{**req.__dict__, "speculative": True}))
+        spec, stats = _generate(tiny_engine, replace(req, speculative=True))
+        spec_again, _ = _generate(tiny_engine, replace(req, speculative=True))
     finally:
         tiny_engine.drafter_factory = _default_factory()
     assert 0 < stats.accepted_tokens < stats.drafted_tokens
@@ -134,8 +136,7 @@ def test_ngram_drafts_from_a_repeated_prompt_are_accepted_and_exact() -> None:
     result = load_engine(tiny_model("llama"), {"n_ctx": 1024, "n_threads": 2}, chat_template="completion")
     engine = result.engine
     try:
-        first, _ = _generate(engine, GenerationRequest(prompt=PROMPT, max_tokens=60, temperature=0))
-        prompt = PROMPT + first + "\n" + PROMPT
+        prompt = "the cat sat on the mat and the dog sat on the log " * 6
         plain, _ = _generate(
             engine, GenerationRequest(prompt=prompt, max_tokens=60, temperature=0, speculative=False)
         )
@@ -183,10 +184,9 @@ def test_verification_asks_llama_cpp_for_logits_only_at_drafted_positions(
 
 
 def test_cancel_stops_within_a_token_even_mid_verification(tiny_engine: EmbeddedEngine) -> None:
-    plain, _ = _generate(
-        tiny_engine, GenerationRequest(prompt=PROMPT, max_tokens=64, temperature=0, speculative=False)
+    _, reference = _plain_reference(
+        tiny_engine, GenerationRequest(prompt=PROMPT, max_tokens=64, temperature=0)
     )
-    reference = _tokens_of(tiny_engine, PROMPT, plain)
     tiny_engine.drafter_factory = lambda plan: OracleDrafter(reference, wrong_at=99)
     cancel = threading.Event()
     seen = 0
@@ -218,10 +218,10 @@ def test_hybrid_model_without_snapshots_recovers_and_stops_speculating() -> None
     )
     engine = result.engine
     try:
-        plain, _ = _generate(
-            engine, GenerationRequest(prompt=PROMPT, max_tokens=40, temperature=0, speculative=False)
+        plain, reference = _plain_reference(
+            engine, GenerationRequest(prompt=PROMPT, max_tokens=40, temperature=0)
         )
-        engine.drafter_factory = lambda plan: OracleDrafter(_tokens_of(engine, PROMPT, plain))
+        engine.drafter_factory = lambda plan: OracleDrafter(reference)
         spec, _ = _generate(
             engine, GenerationRequest(prompt=PROMPT, max_tokens=40, temperature=0, speculative=True)
         )

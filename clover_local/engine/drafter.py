@@ -2,9 +2,9 @@
 
 The idea is llama.cpp's ``ngram-mod`` / prompt lookup: when the last few tokens appeared before, guess that
 what followed them then follows them now (code rewrites, summaries that quote, repeated structure). Longer
-matches are tried first because they guess better. A :class:`DraftController` adapts the draft length to the
-acceptance rate and pauses drafting where guesses keep failing, probing again later, so free chat does not pay
-for speculation it cannot use. Pure Python, no llama_cpp.
+matches are tried first because they guess better. A :class:`DraftController` picks the draft length from the
+acceptance rate and the measured cost of verification, and drafts nothing where that does not pay (probing
+again now and then), so free chat does not pay for speculation it cannot use. Pure Python, no llama_cpp.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ class NgramDrafter:
         self.match_sizes = tuple(sizes)
         self.tokens: list[int] = []
         self._maps: list[dict[tuple[int, ...], int]] = [{} for _ in sizes]
+        self.last_match = 0
+        """Size of the n-gram the last draft came from (0: none)."""
 
     def reset(self, tokens: Iterable[int] = ()) -> None:
         self.tokens = []
@@ -56,51 +58,88 @@ class NgramDrafter:
                 continue
             pos = table.get(tuple(toks[n - k :]))
             if pos is not None and pos < n:
+                self.last_match = k
                 return toks[pos : min(pos + max_tokens, n)]
+        self.last_match = 0
         return []
 
 
 class DraftController:
-    """Draft length from recent acceptance; pauses (with growing back-off) when drafts keep missing."""
+    """Decides how many drafted tokens to verify, from what speculation has cost and earned so far.
 
-    def __init__(self, n_min: int = 2, n_max: int = 16, *, start: int = 8) -> None:
+    It keeps, per n-gram match size, a decaying estimate ``p`` of how often a drafted token is right, and
+    timings of plain one-token steps and of verification batches (a batch of ``m`` tokens costs about
+    ``t1 * (1 + s * (m - 1))``). A draft of ``k`` tokens yields ``(1 - p**(k+1)) / (1 - p)`` tokens on average,
+    so it picks the ``k`` that maximises tokens per second and drafts nothing where no ``k`` beats plain
+    decoding. While it is not drafting it still probes now and then (less often each time a probe fails), so
+    a copy that starts later in the reply is picked up.
+    """
+
+    MARGIN = 1.1
+    """Expected speed-up a draft must promise: timings are noisy, a wrong guess only wastes time."""
+    DECAY = 0.9
+
+    def __init__(self, n_min: int = 2, n_max: int = 16) -> None:
         self.n_min = max(1, n_min)
         self.n_max = max(self.n_min, n_max)
-        self.cap = min(max(start, self.n_min), self.n_max)
-        self._pause_left = 0
-        self._backoff = 8
-        self._misses = 0
+        self._hits: dict[int, float] = {}
+        self._trials: dict[int, float] = {}
+        self._t1: float | None = None
+        self._extra: float | None = None
+        self._since_probe = 0
+        self._probe_every = 8
         self.drafted = 0
         self.accepted = 0
         self.steps = 0
 
-    def budget(self) -> int:
-        """How many tokens to draft now (0: do not draft)."""
-        return 0 if self._pause_left > 0 else self.cap
+    def p(self, match_size: int) -> float:
+        """Estimated chance that a drafted token from a match of this size is right (prior 0.6)."""
+        return (self._hits.get(match_size, 0.0) + 1.2) / (self._trials.get(match_size, 0.0) + 2.0)
 
-    def advance(self, n_tokens: int) -> None:
-        """Tokens were produced (by any kind of step): count down a pause."""
-        if self._pause_left > 0:
-            self._pause_left = max(0, self._pause_left - n_tokens)
+    def slope(self) -> float:
+        """Cost of each extra token in a verification batch, relative to a one-token step."""
+        if self._t1 and self._extra is not None:
+            return min(max(self._extra / self._t1, 0.02), 2.0)
+        return 0.3
 
-    def record(self, drafted: int, accepted: int) -> None:
+    def choose(self, available: int, match_size: int) -> int:
+        """How many of ``available`` drafted tokens to verify now (0: decode one token plainly)."""
+        limit = min(available, self.n_max)
+        if limit < self.n_min:
+            return 0
+        p, s = self.p(match_size), self.slope()
+        best_k, best_gain = 0, self.MARGIN
+        for k in range(self.n_min, limit + 1):
+            expected = (1 - p ** (k + 1)) / (1 - p) if p < 1 else k + 1.0
+            gain = expected / (1 + s * k)
+            if gain > best_gain:
+                best_k, best_gain = k, gain
+        if best_k:
+            return best_k
+        self._since_probe += 1
+        if self._since_probe >= self._probe_every:
+            self._since_probe = 0
+            self._probe_every = min(self._probe_every * 2, 256)
+            return min(limit, max(self.n_min, 4))
+        return 0
+
+    def record_plain(self, seconds: float) -> None:
+        """A one-token step took ``seconds`` (decode and pick)."""
+        self._t1 = seconds if self._t1 is None else 0.8 * self._t1 + 0.2 * seconds
+
+    def record(self, drafted: int, accepted: int, seconds: float | None = None, match_size: int = 0) -> None:
         """A verification step drafted ``drafted`` tokens of which the first ``accepted`` were right."""
         self.steps += 1
         self.drafted += drafted
         self.accepted += accepted
-        if accepted >= drafted:
-            self.cap = min(self.n_max, self.cap * 2)
-        else:
-            self.cap = max(self.n_min, min(self.cap, accepted + 2))
-        if accepted * 2 < drafted:
-            self._misses += 1
-            if self._misses >= 3:
-                self._pause_left = self._backoff
-                self._backoff = min(self._backoff * 2, 256)
-                self._misses = 0
-        else:
-            self._misses = 0
-            self._backoff = 8
+        trials = accepted + (1 if accepted < drafted else 0)
+        self._hits[match_size] = self._hits.get(match_size, 0.0) * self.DECAY + accepted
+        self._trials[match_size] = self._trials.get(match_size, 0.0) * self.DECAY + trials
+        if accepted * 2 >= drafted:
+            self._probe_every = 8
+        if seconds is not None and self._t1 and drafted > 0:
+            extra = max(seconds - self._t1, 0.0) / drafted
+            self._extra = extra if self._extra is None else 0.8 * self._extra + 0.2 * extra
 
     @property
     def acceptance(self) -> float | None:
@@ -115,6 +154,11 @@ class Drafter(Protocol):
     def extend(self, tokens: Iterable[int]) -> None: ...
 
     def draft(self, max_tokens: int) -> list[int]: ...
+
+    @property
+    def last_match(self) -> int:
+        """A label for how the last draft was found (n-gram size); acceptance is tracked per label."""
+        ...
 
 
 def default_drafter(plan: SpeculativePlan) -> Drafter:

@@ -111,6 +111,11 @@ class EmbeddedEngine:
         return self._parts.template
 
     @property
+    def cached_tokens(self) -> tuple[int, ...]:
+        """The tokens whose keys and values are in the cache now (prompt and reply so far, in order)."""
+        return tuple(self._kv_tokens)
+
+    @property
     def recurrent(self) -> bool:
         """The model keeps a recurrent state (Mamba, Gated DeltaNet...), alone or beside attention."""
         return self._parts.recurrent
@@ -243,16 +248,20 @@ class EmbeddedEngine:
             draft: list[int] = []
             if drafter is not None and not self._spec_broken:
                 room = min(max_new - run.n_out - 1, self._n_ctx - base - 1, self._n_batch - 1)
-                draft = drafter.draft(min(controller.budget(), room))
-                if len(draft) < controller.n_min:
-                    draft = []
+                if room >= controller.n_min:
+                    candidate = drafter.draft(min(plan.n_max, room))
+                    draft = candidate[: controller.choose(len(candidate), drafter.last_match)]
+            t_step = time.perf_counter()
             if not draft:
                 self._decode([last], base, all_logits=False)
                 kv.append(last)
                 new = [picker.pick(0, 1)]
-                controller.advance(1)
+                controller.record_plain(time.perf_counter() - t_step)
             else:
-                new = self._verify(last, draft, base, picker, controller)
+                new = self._verify(last, draft, base, picker)
+                controller.record(
+                    len(draft), len(new) - 1, time.perf_counter() - t_step, match_size=drafter.last_match
+                )
             if drafter is not None:
                 drafter.extend(new)
         tail = stream.flush()
@@ -260,9 +269,7 @@ class EmbeddedEngine:
             yield TextDelta(tail)
         yield Finished(self._stats(prompt, n_cached, t0, t_prefill, time.perf_counter(), run, controller))
 
-    def _verify(
-        self, last: int, draft: list[int], base: int, picker: TokenPicker, controller: DraftController
-    ) -> list[int]:
+    def _verify(self, last: int, draft: list[int], base: int, picker: TokenPicker) -> list[int]:
         """Decode ``last`` + ``draft`` in one batch; return the accepted drafted tokens plus the model's next."""
         kv = self._kv_tokens
         batch = [last, *draft]
@@ -270,21 +277,17 @@ class EmbeddedEngine:
         kv.extend(batch)
         n_rows = len(batch)
         new: list[int] = []
-        accepted = 0
         for i in range(n_rows):
             tok = picker.pick(i, n_rows)
             new.append(tok)
             if i < len(draft) and tok == draft[i]:
-                accepted += 1
                 continue
             break
-        n_keep = base + 1 + accepted
+        n_keep = base + len(new)
         if n_keep < len(kv):
             if not C.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
                 self._recover_from_failed_rollback(n_keep)
             del kv[n_keep:]
-        controller.record(len(draft), accepted)
-        controller.advance(len(new))
         return new
 
     def _recover_from_failed_rollback(self, n_keep: int) -> None:

@@ -1,0 +1,313 @@
+"""Side-by-side engine benchmark: the same greedy prompts through (a) plain llama-cpp-python
+``Llama.create_completion``, (b) the embedded engine without speculation, (c) with self-speculative decoding,
+(d) llama-cpp-python's ``LlamaPromptLookupDecoding``. Runs are interleaved (a, b, c, d, a, b, ...) so a busy
+machine slows every engine alike; the report gives medians and ratios to (a), and whether the greedy outputs of
+(b) and (c) are identical.
+
+Completion-style prompts suit the Gemma 3 270M base model the numbers in the README come from.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENGINES = {
+    "a": "llama-cpp-python create_completion",
+    "b": "engine, no speculation",
+    "c": "engine, self-speculative",
+    "d": "llama-cpp-python LlamaPromptLookupDecoding",
+}
+
+_CODE = '''import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Inventory:
+    """Items in a store, by name, with their counts and prices."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    prices: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, count: int, price: float) -> None:
+        """Add count items of name at price (the latest price wins)."""
+        self.counts[name] = self.counts.get(name, 0) + count
+        self.prices[name] = price
+
+    def remove(self, name: str, count: int) -> None:
+        """Take count items of name out; never below zero."""
+        left = self.counts.get(name, 0) - count
+        if left < 0:
+            raise ValueError(f"only {self.counts.get(name, 0)} of {name} in stock")
+        self.counts[name] = left
+
+    def value(self) -> float:
+        """What everything in stock is worth."""
+        return sum(self.counts[name] * self.prices[name] for name in self.counts)
+
+    def save(self, path: Path) -> None:
+        """Write the inventory as JSON."""
+        path.write_text(json.dumps({"counts": self.counts, "prices": self.prices}, indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> "Inventory":
+        """Read an inventory written by save."""
+        data = json.loads(path.read_text())
+        return cls(counts=data["counts"], prices=data["prices"])
+
+    def low_stock(self, threshold: int = 5) -> list[str]:
+        """Names of the items with fewer than threshold left, fewest first."""
+        low = [name for name, count in self.counts.items() if count < threshold]
+        return sorted(low, key=lambda name: self.counts[name])
+
+    def cheapest(self) -> str | None:
+        """The name of the cheapest item in stock, or None when the store is empty."""
+        in_stock = [name for name, count in self.counts.items() if count > 0]
+        if not in_stock:
+            return None
+        return min(in_stock, key=lambda name: self.prices[name])
+
+    def report(self) -> str:
+        """One line per item: name, count and value, then the total."""
+        lines = [f"{name}: {count} x {self.prices[name]:.2f}" for name, count in sorted(self.counts.items())]
+        lines.append(f"total: {self.value():.2f}")
+        return "\n".join(lines)
+'''
+
+_ARTICLE = """The city council voted on Tuesday to extend the riverside bike path by four kilometres, linking the \
+old harbour district with the new university campus. Construction will start in the spring and is expected to \
+take eighteen months. The project costs 12 million euros, of which the regional government pays half. Cyclists' \
+groups welcomed the decision, saying the current route forces riders onto a busy road with no bike lane. Some \
+shop owners in the harbour district worried that parking spaces would be lost, but the council said only twelve \
+spaces would be removed and that a new car park near the station would open before the work begins. The mayor \
+said the path would make it easier for students to live in the harbour district, where rents are lower, and \
+cycle to the campus in about fifteen minutes."""
+
+WORKLOADS: dict[str, str] = {
+    "code_rewrite": (
+        f"Original file:\n```python\n{_CODE}```\n\n"
+        "The same file after renaming Inventory to Stock:\n```python\n"
+    ),
+    "summary": (
+        f"Article:\n{_ARTICLE}\n\nThe article again, followed by a one-paragraph summary that quotes its key "
+        f"facts.\n\nArticle:\n"
+    ),
+    "free_chat": "Here is a short story about a lighthouse keeper who finds a message in a bottle.\n\n",
+}
+
+
+@dataclass(frozen=True)
+class Sample:
+    engine: str
+    workload: str
+    completion_tokens: int
+    decode_tokens_per_s: float
+    ttft_s: float
+    text: str
+    draft_acceptance: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class BenchReport:
+    model: str
+    settings: dict[str, Any]
+    rounds: int
+    max_tokens: int
+    samples: list[Sample] = field(default_factory=list)
+
+    def median(self, engine: str, workload: str) -> float | None:
+        values = [
+            s.decode_tokens_per_s
+            for s in self.samples
+            if s.engine == engine and s.workload == workload and s.error is None
+        ]
+        return statistics.median(values) if values else None
+
+    def error(self, engine: str, workload: str) -> str | None:
+        return next(
+            (s.error for s in self.samples if s.engine == engine and s.workload == workload and s.error), None
+        )
+
+    def outputs_match(self, workload: str, first: str = "b", second: str = "c") -> bool | None:
+        """Whether every greedy run of ``first`` and ``second`` produced the same text."""
+        texts = {
+            s.text
+            for s in self.samples
+            if s.workload == workload and s.engine in (first, second) and not s.error
+        }
+        has = {s.engine for s in self.samples if s.workload == workload and not s.error}
+        return len(texts) == 1 if {first, second} <= has else None
+
+    def table(self) -> list[dict[str, Any]]:
+        rows = []
+        for workload in dict.fromkeys(s.workload for s in self.samples):
+            base = self.median("a", workload)
+            row: dict[str, Any] = {"workload": workload}
+            for engine in ENGINES:
+                value = self.median(engine, workload)
+                row[engine] = value
+                row[f"{engine}/a"] = value / base if value is not None and base else None
+                row[f"{engine}_error"] = self.error(engine, workload)
+            b, c = self.median("b", workload), self.median("c", workload)
+            row["c/b"] = c / b if b and c else None
+            accs = [s.draft_acceptance for s in self.samples if s.engine == "c" and s.workload == workload]
+            row["c_acceptance"] = statistics.median([a for a in accs if a is not None] or [0.0])
+            row["b==c"] = self.outputs_match(workload)
+            row["a==b"] = self.outputs_match(workload, "a", "b")
+            rows.append(row)
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "settings": self.settings,
+            "rounds": self.rounds,
+            "max_tokens": self.max_tokens,
+            "engines": ENGINES,
+            "table": self.table(),
+            "samples": [asdict(s) for s in self.samples],
+        }
+
+
+def _timed_stream(chunks: Iterator[str]) -> tuple[str, float, float, float]:
+    """Consume a text stream; (text, t_start, t_first, t_end)."""
+    t0 = time.perf_counter()
+    t_first = None
+    parts = []
+    for text in chunks:
+        if t_first is None:
+            t_first = time.perf_counter()
+        parts.append(text)
+    t_end = time.perf_counter()
+    return "".join(parts), t0, t_first or t_end, t_end
+
+
+def _llama_runner(llm: Any, name: str) -> Callable[[str, str, int], Sample]:
+    def run(workload: str, prompt: str, max_tokens: int) -> Sample:
+        try:
+            stream = llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stream=True)
+            text, t0, t_first, t_end = _timed_stream(c["choices"][0]["text"] for c in stream)
+        except Exception as exc:  # a benchmark reports an engine's crash instead of stopping
+            return Sample(name, workload, 0, 0.0, 0.0, "", error=f"{type(exc).__name__}: {exc}")
+        n = len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+        rate = (n - 1) / (t_end - t_first) if n > 1 and t_end > t_first else 0.0
+        return Sample(name, workload, n, rate, t_first - t0, text)
+
+    return run
+
+
+def _engine_runner(engine: Any, name: str, speculative: bool) -> Callable[[str, str, int], Sample]:
+    from clover_local.engine.types import Finished, GenerationRequest, TextDelta
+
+    def run(workload: str, prompt: str, max_tokens: int) -> Sample:
+        req = GenerationRequest(
+            prompt=prompt, max_tokens=max_tokens, temperature=0.0, speculative=speculative
+        )
+        parts = []
+        stats = None
+        for event in engine.generate(req):
+            if isinstance(event, TextDelta):
+                parts.append(event.text)
+            elif isinstance(event, Finished):
+                stats = event.stats
+        assert stats is not None
+        return Sample(
+            name,
+            workload,
+            stats.completion_tokens,
+            stats.decode_tokens_per_s,
+            stats.ttft_s,
+            "".join(parts),
+            draft_acceptance=stats.draft_acceptance,
+        )
+
+    return run
+
+
+def run_benchmark(
+    model_path: Path,
+    settings: dict[str, Any],
+    *,
+    rounds: int = 3,
+    max_tokens: int = 256,
+    workloads: tuple[str, ...] = tuple(WORKLOADS),
+    engines: tuple[str, ...] = tuple(ENGINES),
+    progress: Callable[[str], None] | None = None,
+) -> BenchReport:
+    """Load each engine once, then run every (round, workload, engine) interleaved; greedy, same settings."""
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    from clover_local.engine.loader import load_engine
+    from clover_local.plan.types import SpeculativePlan
+
+    llama_kwargs = {k: v for k, v in settings.items() if k != "tensor_buft_overrides"}
+    runners: dict[str, Callable[[str, str, int], Sample]] = {}
+    closers: list[Callable[[], None]] = []
+    if "a" in engines:
+        llm_a = Llama(str(model_path), verbose=False, **llama_kwargs)
+        runners["a"] = _llama_runner(llm_a, "a")
+        closers.append(llm_a.close)
+    if "b" in engines or "c" in engines:
+        result = load_engine(
+            model_path, settings, chat_template="completion", speculative=SpeculativePlan(enabled=True)
+        )
+        runners["b"] = _engine_runner(result.engine, "b", speculative=False)
+        runners["c"] = _engine_runner(result.engine, "c", speculative=True)
+        closers.append(result.engine.close)
+        model_name = result.engine.model_name
+    else:
+        model_name = model_path.stem
+    if "d" in engines:
+        llm_d = Llama(
+            str(model_path),
+            verbose=False,
+            draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
+            **llama_kwargs,
+        )
+        runners["d"] = _llama_runner(llm_d, "d")
+        closers.append(llm_d.close)
+    report = BenchReport(model=model_name, settings=dict(settings), rounds=rounds, max_tokens=max_tokens)
+    try:
+        for r in range(rounds):
+            for workload in workloads:
+                for engine in engines:
+                    sample = runners[engine](workload, WORKLOADS[workload], max_tokens)
+                    report.samples.append(sample)
+                    if progress:
+                        state = sample.error or f"{sample.decode_tokens_per_s:.1f} tok/s"
+                        progress(f"round {r + 1}/{rounds} {workload} ({engine}) {state}")
+    finally:
+        for close in closers:
+            close()
+    return report
+
+
+def format_table(report: BenchReport) -> str:
+    """A Markdown table of medians (decode tokens/s) and ratios."""
+    head = "| workload | (a) llama-cpp-python | (b) engine | (c) engine + spec | (d) prompt lookup | b/a | c/b | c/a | d/a | draft acceptance | b == c |"
+    lines = [head, "|" + " --- |" * 11]
+
+    def num(v: float | None, fmt: str = "{:.1f}") -> str:
+        return fmt.format(v) if v is not None else "-"
+
+    for row in report.table():
+        d = "crashed" if row["d_error"] else num(row["d"])
+        c_over_b = num(row["c/b"], "{:.2f}x")
+        lines.append(
+            f"| {row['workload']} | {num(row['a'])} | {num(row['b'])} | {num(row['c'])} | {d} | "
+            f"{num(row['b/a'], '{:.2f}')} | {c_over_b} | {num(row['c/a'], '{:.2f}')} | "
+            f"{'-' if row['d_error'] else num(row['d/a'], '{:.2f}')} | {row['c_acceptance']:.0%} | "
+            f"{'yes' if row['b==c'] else 'no' if row['b==c'] is False else '-'} |"
+        )
+    errors = {row["workload"]: row["d_error"] for row in report.table() if row["d_error"]}
+    for workload, err in errors.items():
+        lines.append(f"\n(d) on {workload}: {err}")
+    return "\n".join(lines)
