@@ -46,7 +46,7 @@ class CloverApp(App[None]):
     TITLE = "clover-local"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1", "help", "Help", id="app.help"),
-        Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True),
+        Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True, show=False),
     ]
 
     def __init__(self, options: StartOptions | None = None, *, machine: Machine | None = None) -> None:

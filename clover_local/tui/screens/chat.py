@@ -53,9 +53,9 @@ class ChatScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop", id="chat.stop"),
-        Binding("ctrl+r", "regenerate", "Regenerate", id="chat.regenerate"),
-        Binding("ctrl+g", "edit_last", "Edit last", id="chat.edit_last"),
-        Binding("ctrl+y", "copy_reply", "Copy reply", id="chat.copy_reply"),
+        Binding("ctrl+r", "regenerate", "Regen", id="chat.regenerate"),
+        Binding("ctrl+g", "edit_last", "Edit", id="chat.edit_last"),
+        Binding("ctrl+y", "copy_reply", "Copy", id="chat.copy_reply"),
         Binding("ctrl+s", "save", "Save", id="chat.save"),
         Binding("ctrl+o", "open", "Open", id="chat.open"),
         Binding("ctrl+n", "new_chat", "New", id="chat.new"),
@@ -86,7 +86,7 @@ class ChatScreen(Screen[None]):
         yield VerticalScroll(id="transcript")
         yield Input(placeholder="Message (Enter sends; F1 help)", id="prompt")
         yield Static(format_status(None, self.engine.n_ctx), id="status", markup=False)
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#transcript", VerticalScroll).anchor()

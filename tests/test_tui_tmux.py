@@ -1,0 +1,94 @@
+"""End to end in a real terminal: tmux runs ``clover-local chat --model <Gemma 3 270M>``, a message is typed,
+and the reply and the status line are read back with ``capture-pane``. Needs the ``tmux`` binary (CI installs
+it: ``apt-get install -y tmux``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from clover_local import user_prefs
+from clover_local.presets import load_preset
+from clover_local.testmodels import gemma_path
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("tmux") is None, reason="tmux is not installed (apt-get install -y tmux)"
+    ),
+]
+
+STATUS_DONE = re.compile(r"ready · tok/s (\d+\.\d) · TTFT (\d+\.\d\d)s · ctx (\d+)/(\d+) · draft")
+
+
+class Tmux:
+    """One private tmux server (its own socket), so tests never touch a person's sessions."""
+
+    def __init__(self, name: str) -> None:
+        self.base = ["tmux", "-L", name, "-f", os.devnull]
+
+    def run(self, *args: str) -> str:
+        return subprocess.run([*self.base, *args], check=True, capture_output=True, text=True).stdout
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "app")
+
+    def wait_for(self, predicate: Callable[[str], bool], what: str, limit_s: float = 180.0) -> str:
+        """Poll the pane until ``predicate(text)``; the limit only keeps a broken run from hanging."""
+        deadline = time.monotonic() + limit_s
+        while True:
+            text = self.screen()
+            if predicate(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"gave up waiting for {what}; the screen shows:\n{text}")
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    t = Tmux(f"clover-test-{os.getpid()}")
+    try:
+        yield t
+    finally:
+        subprocess.run([*t.base, "kill-server"], capture_output=True, check=False)
+
+
+def test_chat_in_a_real_terminal(tmux: Tmux) -> None:
+    model = gemma_path()
+    # A short reply keeps the test quick on a busy CPU; chat --model keys settings by the file's name.
+    short = user_prefs.ModelSettings.from_preset(load_preset("gemma3-270m"))
+    short = user_prefs.ModelSettings(**{**short.__dict__, "max_tokens": 12, "ctx": 1024})
+    user_prefs.save_prefs(user_prefs.Prefs().with_model_settings(model.name, short))
+    exe = Path(sys.executable).with_name("clover-local")
+    tmux.run("new-session", "-d", "-s", "app", "-x", "80", "-y", "24", f"{exe} chat --model {model}")
+
+    tmux.wait_for(lambda s: "ready · tok/s -" in s and "Message" in s, "the chat screen")
+    tmux.run("send-keys", "-t", "app", "-l", "The capital of France is")
+    tmux.run("send-keys", "-t", "app", "Enter")
+    text = tmux.wait_for(lambda s: STATUS_DONE.search(s) is not None, "the reply to finish")
+
+    status = STATUS_DONE.search(text)
+    assert status is not None
+    tokens_per_s, _ttft, used, size = status.groups()
+    assert float(tokens_per_s) > 0 and int(size) == 1024 and 0 < int(used) <= 1024
+    lines = text.splitlines()
+    you = next(i for i, line in enumerate(lines) if "─ You ─" in line)
+    assert "The capital of France is" in lines[you + 1]
+    model_top = next(i for i, line in enumerate(lines) if "─ Model ─" in line)
+    body = [line.strip(" │") for line in lines[model_top + 1 :] if line.strip().startswith("│")]
+    assert any(part.strip() for part in body), f"the reply is on screen:\n{text}"
+
+    tmux.run("send-keys", "-t", "app", "C-q")
+    deadline = time.monotonic() + 30
+    while subprocess.run([*tmux.base, "has-session", "-t", "app"], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "Ctrl+Q quits the app"
+        time.sleep(0.2)
