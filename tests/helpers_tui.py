@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+import pytest
 from textual.app import App
 from textual.pilot import Pilot
 from textual.screen import Screen
 
+from clover_local import user_prefs
+from clover_local.engine.types import ChatEngine
+from clover_local.presets import load_preset
+from clover_local.testmodels import gemma_path
+from clover_local.tui import services
 from clover_local.tui.app import CloverApp
 
 
@@ -20,6 +26,17 @@ async def wait_until(pilot: Pilot, predicate: Callable[[], bool], what: str, lim
         if loop.time() > deadline:
             raise AssertionError(f"gave up waiting for: {what}")
         await pilot.pause(0.02)
+
+
+@pytest.fixture(scope="session")
+def gemma_engine() -> Iterator[ChatEngine]:
+    """The real Gemma 3 270M, loaded once per session with a small context (import this fixture to use it)."""
+    preset = load_preset("gemma3-270m")
+    loaded = services.load(
+        str(gemma_path()), preset, user_prefs.ModelSettings(ctx=1024, speculative=True), None, lambda _: None
+    )
+    yield loaded.engine
+    loaded.engine.close()
 
 
 class ScreenHost(App[None]):

@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from helpers_tui import ScreenHost, wait_until
+from helpers_tui import ScreenHost, gemma_engine, wait_until
 from textual.widgets import Input, Markdown, OptionList, Static
 
 from clover_local import conversations, user_prefs
 from clover_local.engine.types import ChatEngine
 from clover_local.presets import load_preset
-from clover_local.testmodels import gemma_path
-from clover_local.tui import services
 from clover_local.tui.screens.chat import ChatScreen
 from clover_local.tui.screens.modals import ConversationPicker, HelpScreen, SettingsScreen
 from clover_local.tui.widgets.messages import ReplyView
 
 pytestmark = pytest.mark.slow
 
+__all__ = ["gemma_engine"]  # a fixture, used by name
+
 PROMPT = "Write a list of the planets of the solar system."
-
-
-@pytest.fixture(scope="session")
-def gemma_engine() -> Iterator[ChatEngine]:
-    """Gemma 3 270M loaded once for the whole session, with a small context."""
-    preset = load_preset("gemma3-270m")
-    loaded = services.load(
-        str(gemma_path()), preset, user_prefs.ModelSettings(ctx=1024, speculative=True), None, lambda _: None
-    )
-    yield loaded.engine
-    loaded.engine.close()
 
 
 def _settings(max_tokens: int = 24) -> user_prefs.ModelSettings:

@@ -58,7 +58,7 @@ class ChatScreen(Screen[None]):
         Binding("ctrl+y", "copy_reply", "Copy", id="chat.copy_reply"),
         Binding("ctrl+s", "save", "Save", id="chat.save"),
         Binding("ctrl+o", "open", "Open", id="chat.open"),
-        Binding("ctrl+n", "new_chat", "New", id="chat.new"),
+        Binding("ctrl+n", "new_chat", "New", id="chat.new", show=False),
         Binding("f2", "settings", "Settings", id="chat.settings"),
     ]
 

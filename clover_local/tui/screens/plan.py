@@ -34,7 +34,7 @@ def describe_machine(machine: Machine) -> str:
     lines = [
         f"CPU   {machine.cpu.model or 'unknown'} ({machine.cpu.physical_cores} cores)",
         f"RAM   {gib(machine.memory.available_bytes)} free of {gib(machine.memory.total_bytes)}",
-        f"Disk  {gib(machine.disk.free_bytes)} free ({machine.disk.path})",
+        f"Disk  {gib(machine.disk.free_bytes)} free" + _where(machine.disk.path),
     ]
     for g in machine.gpus:
         kind = "unified" if g.unified else "VRAM"
@@ -49,6 +49,10 @@ def describe_machine(machine: Machine) -> str:
     if machine.simulated:
         lines.append("(simulated machine)")
     return "\n".join(lines)
+
+
+def _where(path: str) -> str:
+    return f" in {path}" if path and not path.startswith("(") else ""
 
 
 def describe_plan(plan: Plan) -> str:
@@ -98,9 +102,8 @@ class PlanScreen(Screen[None]):
         yield Static(
             f"{self.preset.display_name}: plan for this machine", id="plan-title", classes="section-title"
         )
-        quants = [("auto (recommended)", "auto"), *((q, q) for q in self.preset.quants)]
-        ctxs = [(f"ctx {c:,}", c) for c in CTX_CHOICES if c <= self.preset.ctx_max]
-        ctxs.append(("ctx: planner decides", 0))
+        quants = [("quant: auto", "auto"), *((f"quant: {q}", q) for q in self.preset.quants)]
+        ctxs = [("ctx: auto", 0), *((f"ctx: {c:,}", c) for c in CTX_CHOICES if c <= self.preset.ctx_max)]
         with Horizontal(id="plan-controls"):
             yield Select(quants, value="auto", allow_blank=False, id="quant")
             yield Select(ctxs, value=0, allow_blank=False, id="ctx")

@@ -42,7 +42,8 @@ def memory_segments(device: DeviceMemory, width: int) -> list[tuple[str, int]]:
 
 
 def gigabytes(n: int) -> str:
-    return f"{n / 1e9:.1f} GB"
+    """Binary gigabytes, as the planner's reasons and ``--simulate`` sizes use them."""
+    return f"{n / (1 << 30):.1f} GiB"
 
 
 class MemoryView(Widget):

@@ -1,0 +1,98 @@
+"""Pictures of the main screens at 80x24 and 120x40 (pytest-textual-snapshot). Deterministic: a simulated
+machine, a fixed conversation, no generation. Update after a deliberate change with ``--snapshot-update``."""
+
+from __future__ import annotations
+
+import pytest
+from helpers_tui import ScreenHost, gemma_engine, wait_until
+from textual.pilot import Pilot
+
+from clover_local import conversations, user_prefs
+from clover_local.detect import parse_simulate
+from clover_local.engine.types import ChatEngine, ChatMessage
+from clover_local.tui.app import CloverApp, StartOptions
+from clover_local.tui.screens.chat import ChatScreen
+from clover_local.tui.screens.modals import HelpScreen, SettingsScreen
+from clover_local.tui.screens.plan import PlanScreen
+
+__all__ = ["gemma_engine"]  # a fixture, used by name
+
+pytestmark = pytest.mark.slow
+SIZES = [(80, 24), (120, 40)]
+
+CONVERSATION = conversations.Conversation(
+    title="Planets",
+    messages=(
+        ChatMessage("user", "Name the inner planets, briefly."),
+        ChatMessage(
+            "assistant",
+            "<think>Four rocky planets, closest first.</think>The inner planets are:\n\n"
+            "1. **Mercury**\n2. **Venus**\n3. **Earth**\n4. **Mars**\n\n```python\nprint('rocky')\n```",
+        ),
+        ChatMessage("user", "And the largest?"),
+        ChatMessage("assistant", "**Jupiter**, more than twice the mass of all the others together."),
+    ),
+    created="2026-01-01T00:00:00+00:00",
+)
+
+
+def _plan_app() -> CloverApp:
+    return CloverApp(
+        StartOptions(preset="clover-35b-a3b"), machine=parse_simulate("ram=64G,gpu=nvidia:24G,cpu=16")
+    )
+
+
+async def _plan_ready(pilot: Pilot) -> None:
+    await wait_until(
+        pilot, lambda: isinstance(pilot.app.screen, PlanScreen) and pilot.app.screen.plan is not None, "plan"
+    )
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_plan_screen(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(_plan_app(), terminal_size=size, run_before=_plan_ready)
+
+
+def _chat_app(engine: ChatEngine) -> ScreenHost:
+    settings = user_prefs.ModelSettings(max_tokens=16, ctx=1024)
+    return ScreenHost(lambda: ChatScreen(engine, "gemma3-270m", settings))
+
+
+async def _show_conversation(pilot: Pilot) -> None:
+    screen = pilot.app.screen
+    assert isinstance(screen, ChatScreen)
+    await screen.show_conversation(CONVERSATION)
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_chat_screen(snap_compare, gemma_engine: ChatEngine, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(_chat_app(gemma_engine), terminal_size=size, run_before=_show_conversation)
+
+
+def test_chat_screen_light_theme(snap_compare, gemma_engine: ChatEngine) -> None:  # type: ignore[no-untyped-def]
+    async def light(pilot: Pilot) -> None:
+        pilot.app.theme = "textual-light"
+        await _show_conversation(pilot)
+
+    assert snap_compare(_chat_app(gemma_engine), terminal_size=(80, 24), run_before=light)
+
+
+def test_settings_dialog(snap_compare, gemma_engine: ChatEngine) -> None:  # type: ignore[no-untyped-def]
+    async def open_settings(pilot: Pilot) -> None:
+        await pilot.press("f2")
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen), "settings")
+        await pilot.pause()
+
+    assert snap_compare(_chat_app(gemma_engine), terminal_size=(80, 24), run_before=open_settings)
+
+
+def test_help_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    async def open_help(pilot: Pilot) -> None:
+        await _plan_ready(pilot)
+        await pilot.press("f1")
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen), "help")
+        await pilot.pause()
+
+    assert snap_compare(_plan_app(), terminal_size=(80, 24), run_before=open_help)
