@@ -200,3 +200,19 @@ def test_llama_server_dies_with_a_killed_parent(binary: ServerBinary, tmp_path: 
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     wait_until(lambda: not _alive(child), timeout_s=30, what="llama-server to die with its parent")
+
+
+def test_llama_fit_params_next_to_the_plan(binary: ServerBinary) -> None:
+    from clover_local.serve.fit_compare import compare, describe, run_fit_params
+
+    fit_binary = binary.sibling("llama-fit-params")
+    if fit_binary is None:
+        pytest.skip("no llama-fit-params next to this llama-server")
+    plan = _gemma_plan(ctx=2048)
+    fit = run_fit_params(plan, fit_binary)
+    assert fit.ctx == 2048  # the same context was asked for, and a CPU machine has room for it
+    comparison = compare(plan, fit, load_preset("gemma3-270m").architecture.n_layers)
+    assert comparison.rows[0] == ("context", "2048", "2048")
+    assert comparison.differences == ()
+    text = "\n".join(describe(comparison))
+    assert "llama-fit-params said: -c 2048" in text
