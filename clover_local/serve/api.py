@@ -13,7 +13,7 @@ import hmac
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -303,6 +303,3 @@ def bind_warning(host: str, api_key: str | None) -> str | None:
         f"warning: serving on {host} without an API key: anyone who can reach this machine can use the model. "
         "Add --api-key or --api-key-file, or bind to 127.0.0.1."
     )
-
-
-Printer = Callable[[str], None]

@@ -24,7 +24,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clover_local.errors import ServerError
@@ -336,12 +335,3 @@ def _stop_all() -> None:
     for server in list(_live):
         with contextlib.suppress(Exception):
             server.stop(timeout_s=5.0)
-
-
-def binary_path_or_none(configured: str | None = None) -> Path | None:
-    """The path of the ``llama-server`` that would be used, or None (errors in configuration included)."""
-    try:
-        found = find_llama_server(configured)
-    except ServerError:
-        return None
-    return found.path if found else None
