@@ -223,3 +223,24 @@ def test_bind_warning_only_for_open_binds_without_key() -> None:
     assert bind_warning("0.0.0.0", "k") is None
     warning = bind_warning("0.0.0.0", None)
     assert warning is not None and "--api-key" in warning
+
+
+def test_hang_up_on_a_non_streamed_request_cancels_it_too(
+    server: BackgroundServer, engine: RecordingEngine, client: openai.OpenAI
+) -> None:
+    import json
+    import socket
+
+    before = len(engine.finished)
+    engine.started.clear()
+    body = json.dumps({"model": MODEL, "prompt": "A, B, C,", "max_tokens": 600}).encode()
+    with socket.create_connection((server.host, server.port)) as sock:
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        wait_until(engine.started.is_set, what="the generation to start")
+    wait_until(lambda: len(engine.finished) > before, what="the abandoned generation to end")
+    assert engine.finished[-1].finish_reason == "cancelled"
+    assert client.completions.create(model=MODEL, prompt="Hi", max_tokens=2).choices[0].text is not None
