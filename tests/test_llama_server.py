@@ -216,3 +216,25 @@ def test_llama_fit_params_next_to_the_plan(binary: ServerBinary) -> None:
     assert comparison.differences == ()
     text = "\n".join(describe(comparison))
     assert "llama-fit-params said: -c 2048" in text
+
+
+def test_build_script_is_idempotent(binary: ServerBinary) -> None:
+    """Run again where it already installed this version and backend, the build script exits at once."""
+    info_file = binary.path.parent / "build-info.json"
+    if not info_file.exists():
+        pytest.skip("this llama-server was not installed by scripts/build-llama-server")
+    import json
+
+    info = json.loads(info_file.read_text())
+    data_dir = binary.path.parent.parent.parent  # <data>/llama.cpp/bin/llama-server
+    script = Path(__file__).resolve().parent.parent / "scripts" / "build-llama-server"
+    result = subprocess.run(
+        [str(script), "--backend", info["backend"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CLOVER_DATA_DIR": str(data_dir)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "is already installed" in result.stdout
+    assert info["llama_cpp_commit"].startswith("0c1e570") and info["version"] == "0.3.36"
