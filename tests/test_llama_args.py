@@ -5,12 +5,14 @@ predicts (KV cache and compute buffer read back from llama.cpp's own log)."""
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import shlex
 from pathlib import Path
 
 import pytest
 
+from clover_local import settings as clover_settings
 from clover_local.detect import parse_simulate
 from clover_local.model import describe_from_preset
 from clover_local.plan import memory
@@ -27,6 +29,8 @@ from clover_local.plan.types import Plan, Wishes
 from clover_local.presets import load_preset
 
 ARG_CPP_CANDIDATES = (
+    # scripts/build-llama-server keeps the option table of the source it built from (scripts/test runs it).
+    clover_settings.llama_server_dir() / "arg.cpp",
     Path("/tmp/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp/common/arg.cpp"),
     Path(__file__).resolve().parent.parent / "vendor" / "llama.cpp" / "common" / "arg.cpp",
 )
@@ -77,7 +81,7 @@ def test_exact_argv_for_cpu_only_with_model_path() -> None:
     assert llama_server_args(plan) == [
         "-m", "/m/gemma.gguf", "-c", "4096", "-ngl", "0", "-fa", "on", "-ctk", "f16", "-ctv", "f16",
         "-t", "4", "-tb", "4", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
-        "--chat-template", "gemma", "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24",
+        "--chat-template", "gemma", "--no-jinja", "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24",
         "--spec-ngram-mod-n-min", "2", "--spec-ngram-mod-n-max", "16", "--fit", "off",
     ]  # fmt: skip
     kwargs = llama_cpp_kwargs(plan)
@@ -143,11 +147,14 @@ def test_overrides_are_what_llama_cpp_builds_for_n_cpu_moe() -> None:
 def _arg_cpp_options() -> set[str]:
     path = next((p for p in ARG_CPP_CANDIDATES if p.is_file()), None)
     if path is None:
-        pytest.skip("vendored llama.cpp common/arg.cpp not available")
+        if os.environ.get("CI"):
+            pytest.fail("common/arg.cpp not found: scripts/build-llama-server keeps it beside llama-server")
+        pytest.skip("vendored llama.cpp common/arg.cpp not available (run scripts/build-llama-server)")
     text = path.read_text(encoding="utf-8")
     names: set[str] = set()
-    for group in re.findall(r"common_arg\(\s*\{([^}]*)\}", text):
-        names.update(re.findall(r'"(-[^"]+)"', group))
+    # An option is `common_arg({"-x", "--xx"}, ...)`, booleans with a second group: `{"--jinja"}, {"--no-jinja"}`.
+    for first, negated in re.findall(r"common_arg\(\s*\{([^}]*)\}(?:\s*,\s*\{([^}]*)\})?", text):
+        names.update(re.findall(r'"(-[^"]+)"', first + negated))
     return names
 
 
@@ -162,7 +169,16 @@ def test_every_flag_exists_in_vendored_arg_cpp() -> None:
     plans.append(clover_plan("gpu=nvidia:24G,ram=64G", ctx=131072))
     flags = {row.flag for plan in plans for row in settings(plan) if row.flag}
     assert flags - options == set(), f"flags not in arg.cpp: {flags - options}"
-    assert {"-ts", "-sm", "--chat-template", "--n-cpu-moe", "--spec-type", "--fit", "-m"} <= flags
+    assert {
+        "-ts",
+        "-sm",
+        "--chat-template",
+        "--no-jinja",
+        "--n-cpu-moe",
+        "--spec-type",
+        "--fit",
+        "-m",
+    } <= flags
 
 
 def test_kwargs_are_llama_init_keywords_and_type_ids_match_ggml() -> None:

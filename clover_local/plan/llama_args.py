@@ -121,6 +121,9 @@ def settings(plan: Plan) -> list[Setting]:
         ]
     if plan.chat_template not in (TEMPLATE_FROM_GGUF, TEMPLATE_COMPLETION):
         rows.append(Setting("--chat-template", plan.chat_template, "chat_format", plan.chat_template))
+        # With Jinja on (the default at this commit) --chat-template takes its value as Jinja source, so a
+        # built-in name like "gemma" would become the template text itself; built-in names need --no-jinja.
+        rows.append(Setting("--no-jinja", None, None))
     spec = plan.speculative
     if spec.enabled:
         # The embedded engine drafts itself from plan.speculative; llama-cpp-python has no such keyword.
