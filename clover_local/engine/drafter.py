@@ -9,6 +9,8 @@ again now and then), so free chat does not pay for speculation it cannot use. Pu
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
@@ -75,6 +77,8 @@ class DraftController:
     a copy that starts later in the reply is picked up.
     """
 
+    SLOPE_MIN, SLOPE_MAX = 0.05, 0.6
+    """Bounds on the measured relative cost of an extra verified token (2 CPU threads, 270M model: ~0.2-0.3)."""
     MARGIN = 1.1
     """Expected speed-up a draft must promise: timings are noisy, a wrong guess only wastes time."""
     DECAY = 0.9
@@ -84,8 +88,8 @@ class DraftController:
         self.n_max = max(self.n_min, n_max)
         self._hits: dict[int, float] = {}
         self._trials: dict[int, float] = {}
-        self._t1: float | None = None
-        self._extra: float | None = None
+        self._t1: deque[float] = deque(maxlen=32)
+        self._extra: deque[float] = deque(maxlen=32)
         self._since_probe = 0
         self._probe_every = 8
         self.drafted = 0
@@ -97,9 +101,12 @@ class DraftController:
         return (self._hits.get(match_size, 0.0) + 1.2) / (self._trials.get(match_size, 0.0) + 2.0)
 
     def slope(self) -> float:
-        """Cost of each extra token in a verification batch, relative to a one-token step."""
-        if self._t1 and self._extra is not None:
-            return min(max(self._extra / self._t1, 0.02), 2.0)
+        """Cost of each extra token in a verification batch, relative to a one-token step (medians of recent
+        timings, so one step slowed down by another program does not switch speculation off)."""
+        if self._t1 and self._extra:
+            t1 = statistics.median(self._t1)
+            if t1 > 0:
+                return min(max(statistics.median(self._extra) / t1, self.SLOPE_MIN), self.SLOPE_MAX)
         return 0.3
 
     def choose(self, available: int, match_size: int) -> int:
@@ -125,7 +132,7 @@ class DraftController:
 
     def record_plain(self, seconds: float) -> None:
         """A one-token step took ``seconds`` (decode and pick)."""
-        self._t1 = seconds if self._t1 is None else 0.8 * self._t1 + 0.2 * seconds
+        self._t1.append(seconds)
 
     def record(self, drafted: int, accepted: int, seconds: float | None = None, match_size: int = 0) -> None:
         """A verification step drafted ``drafted`` tokens of which the first ``accepted`` were right."""
@@ -138,8 +145,7 @@ class DraftController:
         if accepted * 2 >= drafted:
             self._probe_every = 8
         if seconds is not None and self._t1 and drafted > 0:
-            extra = max(seconds - self._t1, 0.0) / drafted
-            self._extra = extra if self._extra is None else 0.8 * self._extra + 0.2 * extra
+            self._extra.append(max(seconds - statistics.median(self._t1), 0.0) / drafted)
 
     @property
     def acceptance(self) -> float | None:
