@@ -12,7 +12,7 @@ import pytest
 from clover_local.cli import main
 from clover_local.engine.embedded import EmbeddedEngine
 from clover_local.engine.loader import load_engine
-from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, GenerationStats
+from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, GenerationStats, TextDelta
 from clover_local.errors import EngineError, UsageError
 from clover_local.plan.types import SpeculativePlan
 from clover_local.testmodels import gemma_path, tiny_model
@@ -22,8 +22,13 @@ pytestmark = pytest.mark.slow
 
 def _generate(engine: EmbeddedEngine, request: GenerationRequest) -> tuple[str, GenerationStats]:
     parts: list[str] = []
-    finished = [e for e in engine.generate(request) if isinstance(e, Finished) or parts.append(e.text)]  # type: ignore[func-returns-value]
-    assert len(finished) == 1
+    finished: list[Finished] = []
+    for event in engine.generate(request):
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+        else:
+            finished.append(event)
+    assert len(finished) == 1  # exactly one Finished, last
     return "".join(parts), finished[0].stats
 
 

@@ -92,8 +92,8 @@ def safer_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
         if ALL_EXPERTS_ON_CPU not in overrides:
             safer["tensor_buft_overrides"] = [ALL_EXPERTS_ON_CPU]
             changes.append("all MoE experts in RAM")
-        elif n_gpu < 0 or n_gpu > 1:
-            safer["n_gpu_layers"] = max(0, n_gpu // 2) if n_gpu > 0 else 999 // 2
+        elif n_gpu > 1:  # experts were already in RAM: put half the layers back on the CPU
+            safer["n_gpu_layers"] = n_gpu // 2
             changes.append(f"GPU layers {n_gpu} -> {safer['n_gpu_layers']}")
     return safer, changes
 
