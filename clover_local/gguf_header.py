@@ -4,6 +4,7 @@ The header holds the architecture numbers (layers, heads, experts, context, recu
 table, which gives the exact bytes of every tensor: the planner then knows what is expert weight and what is
 not, layer by layer, before anything is downloaded. A remote header is read with HTTP range requests (the first
 few MB of a 23 GB file) and cached by ETag. Split GGUFs (``*-00001-of-00003.gguf``) are read shard by shard.
+Hub failures become messages in one place, :func:`clover_local.fetch.hub.with_hub_errors`.
 
 Parsing is :mod:`clover_local.gguf_parse` (why not ``gguf.GGUFReader`` is said there); turning the raw header
 into a description is :mod:`clover_local.gguf_describe`.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
@@ -22,7 +24,7 @@ from clover_local.gguf_describe import describe
 from clover_local.gguf_parse import NeedMoreBytes, RawHeader, parse_header
 from clover_local.model import ModelDescription
 
-__all__ = ["read_local_header", "read_remote_header", "shard_names"]
+__all__ = ["cached_header_files", "read_local_header", "read_remote_header", "shard_names"]
 
 FIRST_READ_REMOTE = 2 * 1024 * 1024
 """Bytes fetched first from the Hub; a larger header (big vocabularies) is fetched in about doubling steps."""
@@ -31,11 +33,8 @@ FIRST_READ_LOCAL = 16 * 1024 * 1024
 MAX_HEADER = 512 * 1024 * 1024
 """A header larger than this is treated as corrupt rather than fetched."""
 
-_SPLIT_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
-_LOGIN_HINT = (
-    "log in with `hf auth login`, or set HF_TOKEN to a token from https://huggingface.co/settings/tokens"
-)
 T = TypeVar("T")
+_SPLIT_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
 def shard_names(filename: str) -> list[str]:
@@ -73,17 +72,35 @@ def read_local_header(path: Path) -> ModelDescription:
 
 
 def read_remote_header(
-    repo_id: str, filename: str, revision: str | None = None, token: str | bool | None = None
+    repo_id: str,
+    filename: str,
+    revision: str | None = None,
+    token: str | bool | None = None,
+    *,
+    offline: bool | None = None,
+    timeout_s: float | None = None,
+    retries: int | None = None,
 ) -> ModelDescription:
     """Describe a GGUF on the Hub by fetching only its header (HTTP range requests), cached by ETag.
 
     Goes through huggingface_hub (``hf_hub_url``, ``get_session``, ``build_hf_headers``), so ``HF_ENDPOINT``
     and ``HF_TOKEN`` are respected. Errors are :class:`DownloadError` (Hub side) or :class:`GGUFError`.
+    ``offline`` (None: ``HF_HUB_OFFLINE``) answers from the header cache only; ``timeout_s`` bounds each
+    network wait (None: huggingface_hub's defaults); ``retries`` how many 429/503 answers are waited out
+    (None: as for downloads).
     """
+    from clover_local.fetch.hub import RATE_LIMIT_RETRIES
+
+    access = _HubAccess(
+        token=token,
+        offline=offline,
+        timeout_s=timeout_s,
+        retries=RATE_LIMIT_RETRIES if retries is None else retries,
+    )
     headers: list[RawHeader] = []
     total = 0
     for name in shard_names(filename):
-        header, size = _remote_shard_header(repo_id, name, revision, token)
+        header, size = _remote_shard_header(repo_id, name, revision, access)
         headers.append(header)
         total += size
     _check_shards(headers, filename)
@@ -149,11 +166,35 @@ def _check_shards(headers: list[RawHeader], filename: str) -> None:
         raise GGUFError(f"{filename}: the shards hold {found} tensors, the first shard promises {expected}.")
 
 
+def cached_header_files(repo_id: str, revision: str | None = None) -> list[str]:
+    """Files of ``repo_id`` at ``revision`` whose header is in the cache (readable without the Hub)."""
+    root = _ref_path(repo_id, revision, "x").parent
+    if not root.is_dir():
+        return []
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
 # -- the Hub ------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _HubAccess:
+    """How to talk to the Hub for one header read."""
+
+    token: str | bool | None
+    offline: bool | None
+    timeout_s: float | None
+    retries: int
+
+    def call(self, call: Callable[[], T], repo_id: str, filename: str) -> T:
+        from clover_local.fetch.hub import with_hub_errors
+
+        what = f"read the GGUF header of {filename} in {repo_id}"
+        return with_hub_errors(call, repo=repo_id, what=what, filename=filename, retries=self.retries)
+
+
 def _remote_shard_header(
-    repo_id: str, filename: str, revision: str | None, token: str | bool | None
+    repo_id: str, filename: str, revision: str | None, access: _HubAccess
 ) -> tuple[RawHeader, int]:
     """One shard's header and file size: from the cache when the Hub's ETag is known there, else fetched.
 
@@ -164,10 +205,18 @@ def _remote_shard_header(
     url = hf_hub_url(repo_id, filename, revision=revision)
     where = f"{filename} in {repo_id}"
     ref = _ref_path(repo_id, revision, filename)
+    offline = constants.HF_HUB_OFFLINE if access.offline is None else access.offline
+    timeout = constants.HF_HUB_ETAG_TIMEOUT if access.timeout_s is None else access.timeout_s
     try:
-        if constants.HF_HUB_OFFLINE:
-            raise HubUnreachableError(f"Offline (HF_HUB_OFFLINE is set): cannot ask the Hub about {where}.")
-        meta = _hub_call(lambda: get_hf_file_metadata(url, token=token), repo_id, where)
+        if offline:
+            raise HubUnreachableError(
+                f"Offline (HF_HUB_OFFLINE is set, or --offline): cannot ask the Hub about {where},"
+                " and no header of it is cached.",
+                "Run once with the Hub reachable to cache it, or download the model.",
+            )
+        meta = access.call(
+            lambda: get_hf_file_metadata(url, token=access.token, timeout=timeout), repo_id, filename
+        )
     except HubUnreachableError:
         cached = _cached_from_ref(repo_id, ref)
         if cached is None:
@@ -181,7 +230,11 @@ def _remote_shard_header(
         header_bytes = bytearray()
 
         def fetch(start: int, end: int) -> bytes:
-            data = _hub_call(lambda: _get_range(meta.location or url, start, end, token), repo_id, where)
+            data = access.call(
+                lambda: _get_range(meta.location or url, start, end, access.token, access.timeout_s),
+                repo_id,
+                filename,
+            )
             header_bytes[start:] = data
             return data
 
@@ -229,15 +282,19 @@ def _write_atomically(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def _get_range(url: str, start: int, end: int, token: str | bool | None) -> bytes:
-    """Bytes ``[start, end)`` of a Hub file; reads no further even if the server ignores the Range header."""
+def _get_range(url: str, start: int, end: int, token: str | bool | None, timeout_s: float | None) -> bytes:
+    """Bytes ``[start, end)`` of a Hub file; reads no further even if the server ignores the Range header.
+
+    ``timeout_s`` bounds each wait for the server (connect, each read); None waits as long as it takes."""
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     headers = build_hf_headers(token=token)
     headers["Range"] = f"bytes={start}-{end - 1}"
     headers["Accept-Encoding"] = "identity"
     out = bytearray()
-    with get_session().stream("GET", url, headers=headers, follow_redirects=True) as response:
+    with get_session().stream(
+        "GET", url, headers=headers, follow_redirects=True, timeout=timeout_s
+    ) as response:
         hf_raise_for_status(response)
         skip = start if response.status_code == 200 else 0  # a server that ignored Range sends from 0
         for chunk in response.iter_bytes():
@@ -248,46 +305,3 @@ def _get_range(url: str, start: int, end: int, token: str | bool | None) -> byte
             if len(out) >= end - start:
                 break
     return bytes(out[: end - start])
-
-
-def _hub_call(call: Callable[[], T], repo_id: str, where: str) -> T:
-    """Run a huggingface_hub call, turning its errors into errors for people."""
-    import httpx2
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        GatedRepoError,
-        HfHubHTTPError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    try:
-        return call()
-    except GatedRepoError:
-        raise DownloadError(
-            f"{repo_id} is a gated model: its files need you to accept its terms and be logged in.",
-            f"Accept the terms on https://huggingface.co/{repo_id}, then {_LOGIN_HINT}.",
-        ) from None
-    except RepositoryNotFoundError:
-        raise DownloadError(
-            f"The Hub has no model {repo_id!r} (or it is private).",
-            f"Check the name; if it is private, {_LOGIN_HINT}.",
-        ) from None
-    except RevisionNotFoundError:
-        raise DownloadError(f"{repo_id} has no such revision (branch, tag or commit).") from None
-    except EntryNotFoundError:
-        raise DownloadError(
-            f"There is no file {where}.", "List the repo's files to find the right name."
-        ) from None
-    except HfHubHTTPError as exc:
-        status = exc.response.status_code if exc.response is not None else None
-        if status in (401, 403):
-            raise DownloadError(
-                f"The Hub refused access to {where} (HTTP {status}): the token is missing or not valid.",
-                "L" + _LOGIN_HINT[1:] + ".",
-            ) from None
-        raise DownloadError(f"The Hub answered HTTP {status} for {where}.", "Try again later.") from None
-    except httpx2.HTTPError as exc:
-        raise HubUnreachableError(
-            f"Could not reach the Hub for {where}: {exc}.", "Check your connection (or HF_ENDPOINT)."
-        ) from None

@@ -1,6 +1,9 @@
 """Talking to the Hugging Face Hub through huggingface_hub: list a repo, ask for one file's download
 location, and turn every failure into a :class:`DownloadError` a person can act on.
 
+:func:`with_hub_errors` (with :func:`hub_error` and :func:`network_error`) is the one place Hub failures
+become messages: downloads and remote GGUF header reads (``clover_local.gguf_header``) both go through it.
+
 The endpoint, token and offline switch are huggingface_hub's own (``HF_ENDPOINT``, ``HF_TOKEN`` or
 ``hf auth login``, ``HF_HUB_OFFLINE``), read when called so tests and the TUI can change them.
 """
@@ -83,11 +86,18 @@ def endpoint() -> str:
     return constants.ENDPOINT.rstrip("/")
 
 
-def list_repo(repo: str, revision: str) -> RepoListing:
-    """List every file of ``repo`` at ``revision`` with sizes and sha256 (one API call, retried on 429)."""
+def list_repo(
+    repo: str, revision: str, *, timeout_s: float | None = None, retries: int = RATE_LIMIT_RETRIES
+) -> RepoListing:
+    """List every file of ``repo`` at ``revision`` with sizes and sha256 (one API call, retried on 429).
+
+    ``timeout_s`` bounds each network wait (None: wait as long as the Hub takes, huggingface_hub's default
+    for API calls); ``retries`` how many 429/503 answers are waited out."""
 
     def call() -> RepoListing:
-        info = HfApi(endpoint=endpoint()).model_info(repo, revision=revision, files_metadata=True)
+        info = HfApi(endpoint=endpoint()).model_info(
+            repo, revision=revision, files_metadata=True, timeout=timeout_s
+        )
         entries = tuple(
             RepoEntry(
                 path=s.rfilename,
@@ -101,7 +111,7 @@ def list_repo(repo: str, revision: str) -> RepoListing:
             raise DownloadError(f"The Hub did not say which commit {repo}@{revision} is.")
         return RepoListing(repo=repo, commit=info.sha, entries=entries)
 
-    return with_hub_errors(call, repo=repo, what=f"list {repo}")
+    return with_hub_errors(call, repo=repo, what=f"list {repo}", retries=retries)
 
 
 def locate_file(repo: str, commit: str, filename: str) -> FileLocation:
@@ -138,21 +148,30 @@ def locate_file(repo: str, commit: str, filename: str) -> FileLocation:
 
 
 def with_hub_errors(
-    call: Callable[[], T], *, repo: str, what: str, sleep: Callable[[float], None] = time.sleep
+    call: Callable[[], T],
+    *,
+    repo: str,
+    what: str,
+    filename: str | None = None,
+    retries: int = RATE_LIMIT_RETRIES,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> T:
-    """Run one Hub call: retry 429/503 with backoff (honouring ``Retry-After``, bounded), and turn
-    huggingface_hub's exceptions into :class:`DownloadError` messages for people."""
+    """Run one Hub call: retry 429/503 with backoff (honouring ``Retry-After``, bounded) up to ``retries``
+    times, and turn huggingface_hub's exceptions into :class:`DownloadError` messages for people.
+
+    ``what`` completes "Could not ..." in messages; ``filename`` (the repo file the call is about) lets a
+    404 name the missing file."""
     wait = 1.0
-    for attempt in range(RATE_LIMIT_RETRIES + 1):
+    for attempt in range(retries + 1):
         try:
             return call()
         except HfHubHTTPError as exc:
             status = exc.response.status_code if exc.response is not None else None
-            if status in (429, 503) and attempt < RATE_LIMIT_RETRIES:
+            if status in (429, 503) and attempt < retries:
                 sleep(retry_delay_s(exc, wait))
                 wait = min(wait * 2, MAX_RETRY_WAIT_S)
                 continue
-            raise hub_error(exc, repo=repo, what=what) from None
+            raise hub_error(exc, repo=repo, what=what, filename=filename, retries=retries) from None
         except NETWORK_ERRORS as exc:
             raise network_error(exc, what=what) from None
     raise AssertionError("unreachable")
@@ -173,7 +192,14 @@ def retry_after_s(exc: HfHubHTTPError) -> float | None:
         return None
 
 
-def hub_error(exc: HfHubHTTPError, *, repo: str, what: str) -> DownloadError:
+def hub_error(
+    exc: HfHubHTTPError,
+    *,
+    repo: str,
+    what: str,
+    filename: str | None = None,
+    retries: int = RATE_LIMIT_RETRIES,
+) -> DownloadError:
     """A person-readable error for an HTTP error from the Hub."""
     status = exc.response.status_code if exc.response is not None else None
     if isinstance(exc, GatedRepoError):
@@ -181,19 +207,26 @@ def hub_error(exc: HfHubHTTPError, *, repo: str, what: str) -> DownloadError:
             f"{repo} is a gated repo: Hugging Face wants to know who downloads it.", _AUTH_FIX
         )
     if isinstance(exc, RevisionNotFoundError):
-        return DownloadError(f"{repo} has no branch, tag or commit by that name.")
+        return DownloadError(f"{repo} has no such revision: no branch, tag or commit by that name.")
     if isinstance(exc, RemoteEntryNotFoundError):
+        if filename:
+            return DownloadError(
+                f"Could not {what}: there is no file {filename} in {repo} (404).",
+                "List the repo's files (on its Hub page) to find the right name.",
+            )
         return DownloadError(f"Could not {what}: the file is not in the repo (404).")
     if isinstance(exc, RepositoryNotFoundError) or status == 401:
         return DownloadError(
-            f"Repository {repo} was not found on {endpoint()}, or it is private and needs a token.",
+            f"Repository {repo} was not found on {endpoint()}: the Hub has no model {repo!r}, or it is"
+            " private and needs a token.",
             "Check the name (org/name, as in its URL). If it is private or gated: " + _AUTH_FIX,
         )
     if status == 403:
         return DownloadError(f"Hugging Face refused access to {repo} (403).", _AUTH_FIX)
     if status == 429:
         return DownloadError(
-            f"Hugging Face is rate-limiting this machine (429) and still did after {RATE_LIMIT_RETRIES} retries.",
+            "Hugging Face is rate-limiting this machine (429)"
+            + (f" and still did after {retries} retries." if retries else "."),
             "Wait a few minutes and run the same command again; logging in (`hf auth login`) raises the limits.",
         )
     if status is not None and status >= 500:
@@ -211,7 +244,7 @@ def network_error(exc: BaseException, *, what: str) -> HubUnreachableError:
             " (`clover-local models`).",
         )
     return HubUnreachableError(
-        f"Cannot {what}: {endpoint()} is unreachable ({type(exc).__name__}: {exc}).",
+        f"Could not reach the Hub to {what}: {endpoint()} is unreachable ({type(exc).__name__}: {exc}).",
         "Check your internet connection (and HF_ENDPOINT or proxy settings); files already downloaded"
         " still work offline.",
     )
