@@ -108,3 +108,6 @@ class Plan:
     alternatives: tuple[Alternative, ...] = field(default=())
     estimated: bool = True
     """True when sizes came from the preset, not an exact GGUF tensor table."""
+    size_sources: tuple[tuple[str, str], ...] = ()
+    """(quant, where its sizes came from) for each quant weighed, e.g. ``("Q4_K_M", "exact, from the GGUF
+    header of X.gguf on the Hub")``; filled by ``plan.report.plan_from_args`` (``fetch.describe``)."""
