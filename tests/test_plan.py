@@ -18,6 +18,15 @@ from clover_local.presets import load_preset
 GIB = 1024**3
 
 
+@pytest.fixture(autouse=True)
+def no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI tests here plan from the preset's estimates: no request to the real Hub (tests/test_plan_sizes.py
+    covers sizes from GGUF headers against the fake Hub)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
 @pytest.fixture(scope="module")
 def clover():
     return load_preset("clover-35b-a3b")

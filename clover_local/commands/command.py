@@ -8,17 +8,19 @@ import shlex
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from clover_local.plan.report import add_plan_options
+    from clover_local.plan.report import add_plan_options, add_size_options
 
     parser = subparsers.add_parser(
         "command",
         help="print the llama-server command line for the plan",
         description=(
             "Print the upstream llama-server command that runs the plan (same options as `plan`). Without "
-            "--model the server is told to fetch the planned quant from Hugging Face itself (-hf REPO:QUANT)."
+            "--model, a planned quant already downloaded is run from its file (-m PATH); one not downloaded yet is "
+            "fetched by the server itself from Hugging Face (-hf REPO:QUANT)."
         ),
     )
     add_plan_options(parser)
+    add_size_options(parser)
     parser.add_argument(
         "--binary", default="llama-server", help="llama-server binary (default: llama-server)"
     )

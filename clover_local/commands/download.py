@@ -125,18 +125,22 @@ def model_target(args: argparse.Namespace) -> ModelTarget:
 
 
 def auto_quant(preset: Preset) -> tuple[str, str]:
-    """The quant the planner picks for this machine, with a line saying so; the preset's fallback
-    when the planner cannot decide."""
+    """The quant the planner picks for this machine (weighing each quant with exact sizes from its GGUF
+    header on the Hub where it can be read), with lines saying so and where the sizes came from; the
+    preset's fallback when the planner cannot decide."""
     from clover_local.fetch.download import fallback_quant
 
     try:
         from clover_local.detect import detect_machine
+        from clover_local.fetch.describe import describe_quants
         from clover_local.plan.planner import make_plan
 
-        plan = make_plan(detect_machine(), preset)
+        described = describe_quants(preset)
+        plan = make_plan(detect_machine(), preset, models=described.models)
+        sizes = "".join(f"\n  sizes of {note}" for note in described.notes)
         return (
             plan.quant,
-            f"Quant {plan.quant}: the planner's choice for this machine (`clover-local plan` says why).",
+            f"Quant {plan.quant}: the planner's choice for this machine (`clover-local plan` says why).{sizes}",
         )
     except (ImportError, CloverError) as exc:
         quant = fallback_quant(preset)

@@ -1,10 +1,14 @@
 """Shared by ``clover-local plan`` and ``clover-local command``: their options, making the plan from them, and
-showing it (a JSON object, or text with a memory table per device)."""
+showing it (a JSON object, or text with a memory table per device).
+
+Without ``--model`` each quant is described by ``fetch.describe.describe_quants``: exact sizes from a
+downloaded file or from the GGUF header on the Hub (read before anything is downloaded), else the preset's
+estimate; where each quant's sizes came from is said among the reasons and in ``--json`` as ``size_sources``."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from clover_local.detect.units import format_bytes as fb
@@ -30,8 +34,18 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def add_size_options(parser: argparse.ArgumentParser) -> None:
+    """Options of commands that read GGUF headers from the Hub (``plan``, ``command``)."""
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="ask no server: sizes from downloaded files and headers read before, else the preset's estimate",
+    )
+
+
 def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Preset]:
-    """Detect (or simulate) the machine, read the model header when given, and plan."""
+    """Detect (or simulate) the machine, describe the model (a local file's header, else each quant's from
+    ``describe_quants``), and plan. A quant already on this machine is planned with its file as the model."""
     from pathlib import Path
 
     from clover_local.detect import detect_machine, parse_simulate
@@ -40,21 +54,37 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Preset]:
 
     preset = load_preset(args.preset)
     machine = parse_simulate(args.simulate) if args.simulate is not None else detect_machine()
-    model = None
-    model_path = None
+    wishes = Wishes(quant=args.quant, ctx=args.ctx, goal=args.goal)
     if args.model:
+        from clover_local.gguf_header import read_local_header
+
         path = Path(args.model).expanduser()
         if not path.is_file():
             raise UsageError(f"--model {args.model}: no such file.", "Give the path of a local .gguf file.")
-        try:
-            from clover_local.gguf_header import read_local_header
-        except ImportError:  # the header reader is another step; plan from the preset until it exists
-            read_local_header = None
-        if read_local_header is not None:
-            model = read_local_header(str(path))
-        model_path = str(path)
-    wishes = Wishes(quant=args.quant, ctx=args.ctx, goal=args.goal)
-    return make_plan(machine, preset, model, wishes, model_path), preset
+        model = read_local_header(path)
+        plan = make_plan(machine, preset, model, wishes, str(path))
+        source = f"exact, from the local file {path}"
+        return replace(
+            plan,
+            reasons=(*plan.reasons, f"Sizes of {plan.quant}: {source}."),
+            size_sources=((plan.quant, source),),
+        ), preset
+
+    from clover_local.fetch.describe import describe_quants
+
+    described = describe_quants(
+        preset,
+        offline=True if getattr(args, "offline", False) else None,
+        quants=None if args.quant == "auto" else [args.quant],  # an unknown quant: make_plan says so
+    )
+    plan = make_plan(machine, preset, None, wishes, models=described.models)
+    local = described.paths.get(plan.quant)
+    return replace(
+        plan,
+        model_path=str(local) if local is not None else None,
+        reasons=(*plan.reasons, *(f"Sizes of {q}: {text}." for q, text in described.sources.items())),
+        size_sources=tuple(described.sources.items()),
+    ), preset
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -67,6 +97,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "ram": _device(plan.memory.ram),
     }
     out["reasons"] = list(plan.reasons)
+    out["size_sources"] = dict(plan.size_sources)
     out["llama_server_args"] = llama_server_args(plan)
     out["llama_cpp_kwargs"] = llama_cpp_kwargs(plan)
     return out
