@@ -17,6 +17,7 @@ notes. The planner itself stays pure: it gets the descriptions from here.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,13 +55,15 @@ def describe_quants(
     local_path: Path | None = None,
     offline: bool | None = None,
     timeout_s: float | None = None,
+    quants: Iterable[str] | None = None,
 ) -> QuantDescriptions:
     """Describe each quant of ``preset``: from a local file, else the Hub's GGUF header, else the preset.
 
     ``local_path``: a GGUF the person named; it describes the quant it is (by its header's file type or its
     name). ``offline`` (None: ``HF_HUB_OFFLINE``): ask no server, use only local files and cached headers.
-    ``timeout_s`` (None: ``HF_HUB_ETAG_TIMEOUT``) bounds each wait for the Hub. A local file that is not a
-    readable GGUF raises :class:`GGUFError`; nothing about the Hub raises.
+    ``timeout_s`` (None: ``HF_HUB_ETAG_TIMEOUT``) bounds each wait for the Hub. ``quants``: only these
+    (default: all the preset offers). A local file that is not a readable GGUF raises :class:`GGUFError`;
+    nothing about the Hub raises.
     """
     from huggingface_hub import constants
 
@@ -71,7 +74,10 @@ def describe_quants(
     models: dict[str, ModelDescription] = {}
     sources: dict[str, str] = {}
     paths: dict[str, Path] = {}
+    wanted = set(preset.quants if quants is None else quants)
     for quant, spec in preset.quants.items():
+        if quant not in wanted:
+            continue
         found = local.describe(quant, spec)
         if found is not None:
             models[quant], sources[quant], paths[quant] = found
