@@ -31,11 +31,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--engines", default="a,b,c,d", help="comma-separated subset of a,b,c,d")
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
     parser.add_argument("--out", metavar="FILE", help="also write the JSON report to FILE")
+    parser.add_argument("--show", metavar="FILE", help="print the table of a saved JSON report and exit")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover_local.engine.benchmark import ENGINES, WORKLOADS, format_table, run_benchmark
+    from clover_local.engine.benchmark import ENGINES, WORKLOADS, format_table, load_report, run_benchmark
+
+    if args.show:
+        try:
+            print(format_table(load_report(Path(args.show))))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"--show {args.show}: not a saved benchmark report ({exc}).") from None
+        return 0
     from clover_local.engine.native import default_threads
     from clover_local.engine.session import resolve_model_path
     from clover_local.presets import load_preset

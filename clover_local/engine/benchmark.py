@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +111,7 @@ class Sample:
     text: str
     draft_acceptance: float | None = None
     error: str | None = None
+    round: int = 0
 
 
 @dataclass
@@ -156,6 +157,16 @@ class BenchReport:
             shares.append(n / max(len(tb), 1) if tb != tc else 1.0)
         return min(shares) if shares else None
 
+    def paired_ratio(self, num: str, den: str, workload: str) -> float | None:
+        """Median over rounds of ``num``/``den`` measured in the same round (back to back): steadier than a ratio
+        of medians when other programs load the machine in bursts."""
+        by_round: dict[int, dict[str, float]] = {}
+        for s in self.samples:
+            if s.workload == workload and s.error is None and s.decode_tokens_per_s > 0:
+                by_round.setdefault(s.round, {})[s.engine] = s.decode_tokens_per_s
+        ratios = [r[num] / r[den] for r in by_round.values() if num in r and den in r]
+        return statistics.median(ratios) if ratios else None
+
     def table(self) -> list[dict[str, Any]]:
         rows = []
         for workload in dict.fromkeys(s.workload for s in self.samples):
@@ -166,6 +177,8 @@ class BenchReport:
                 row[engine] = value
                 row[f"{engine}/a"] = value / base if value is not None and base else None
                 row[f"{engine}_error"] = self.error(engine, workload)
+            for num, den in (("b", "a"), ("c", "a"), ("d", "a"), ("c", "b")):
+                row[f"{num}/{den} paired"] = self.paired_ratio(num, den, workload)
             b, c = self.median("b", workload), self.median("c", workload)
             row["c/b"] = c / b if b and c else None
             accs = [s.draft_acceptance for s in self.samples if s.engine == "c" and s.workload == workload]
@@ -293,7 +306,7 @@ def run_benchmark(
         for r in range(rounds):
             for workload in workloads:
                 for engine in engines:
-                    sample = runners[engine](workload, WORKLOADS[workload], max_tokens)
+                    sample = replace(runners[engine](workload, WORKLOADS[workload], max_tokens), round=r)
                     report.samples.append(sample)
                     if progress:
                         state = sample.error or f"{sample.decode_tokens_per_s:.1f} tok/s"
@@ -305,8 +318,12 @@ def run_benchmark(
 
 
 def format_table(report: BenchReport) -> str:
-    """A Markdown table of medians (decode tokens/s) and ratios."""
-    head = "| workload | (a) llama-cpp-python | (b) engine | (c) engine + spec | (d) prompt lookup | b/a | c/b | c/a | d/a | draft acceptance | b == c |"
+    """A Markdown table: median decode tokens/s per engine, and ratios measured back to back in each round
+    (median over rounds)."""
+    head = (
+        "| workload | (a) llama-cpp-python | (b) engine | (c) engine + spec | (d) prompt lookup "
+        "| b/a | c/b | c/a | d/a | draft acceptance | greedy b == c |"
+    )
     lines = [head, "|" + " --- |" * 11]
 
     def num(v: float | None, fmt: str = "{:.1f}") -> str:
@@ -314,11 +331,11 @@ def format_table(report: BenchReport) -> str:
 
     for row in report.table():
         d = "crashed" if row["d_error"] else num(row["d"])
-        c_over_b = num(row["c/b"], "{:.2f}x")
         lines.append(
             f"| {row['workload']} | {num(row['a'])} | {num(row['b'])} | {num(row['c'])} | {d} | "
-            f"{num(row['b/a'], '{:.2f}')} | {c_over_b} | {num(row['c/a'], '{:.2f}')} | "
-            f"{'-' if row['d_error'] else num(row['d/a'], '{:.2f}')} | {row['c_acceptance']:.0%} | "
+            f"{num(row['b/a paired'], '{:.2f}')} | {num(row['c/b paired'], '{:.2f}')} | "
+            f"{num(row['c/a paired'], '{:.2f}')} | "
+            f"{'-' if row['d_error'] else num(row['d/a paired'], '{:.2f}')} | {row['c_acceptance']:.0%} | "
             f"{_match_text(row)} |"
         )
     errors = {row["workload"]: row["d_error"] for row in report.table() if row["d_error"]}
@@ -333,3 +350,16 @@ def _match_text(row: dict[str, Any]) -> str:
     if row["b==c"]:
         return "yes"
     return f"no (same first {row['b_c_same_prefix']:.0%})"
+
+
+def load_report(path: Path) -> BenchReport:
+    """A report back from its JSON file (to print its table again)."""
+    import json
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    report = BenchReport(data["model"], data["settings"], data["rounds"], data["max_tokens"])
+    per_round = len(data["samples"]) // max(data["rounds"], 1)
+    for i, raw in enumerate(data["samples"]):
+        raw.setdefault("round", i // max(per_round, 1))
+        report.samples.append(Sample(**raw))
+    return report
