@@ -207,3 +207,23 @@ def test_speculation_plan_off_means_no_drafts(tiny_chat: EmbeddedEngine) -> None
     finally:
         result.engine.close()
     assert stats.drafted_tokens == 0 and stats.draft_acceptance is None
+
+
+def test_hybrid_model_reuses_its_cache_on_the_next_turn() -> None:
+    result = load_engine(tiny_model("qwen35moe"), {"n_ctx": 512, "n_threads": 2}, chat_template="gguf")
+    engine = result.engine
+    try:
+        turn1 = (ChatMessage("user", "hello there"),)
+        reply, stats1 = _generate(engine, GenerationRequest(messages=turn1, max_tokens=12, temperature=0))
+        turn2 = (*turn1, ChatMessage("assistant", reply), ChatMessage("user", "more"))
+        _, stats2 = _generate(engine, GenerationRequest(messages=turn2, max_tokens=12, temperature=0))
+    finally:
+        engine.close()
+    assert stats2.cached_tokens >= stats1.prompt_tokens
+    assert stats2.completion_tokens > 0
+
+
+def test_run_command_says_when_the_preset_model_is_not_downloaded(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--preset", "clover-35b-a3b", "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "not downloaded yet" in err and "clover-local download" in err
