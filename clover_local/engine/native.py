@@ -66,12 +66,21 @@ def _lib_dir() -> Path:
 _cpu_buft_cache: list[int] = []
 
 
+def _load_lib(stem: str) -> ctypes.CDLL:
+    """One of llama-cpp-python's bundled ggml libraries, whatever the platform calls it."""
+    for name in (f"lib{stem}.so", f"lib{stem}.dylib", f"{stem}.dll", f"lib{stem}.dll"):
+        path = _lib_dir() / name
+        if path.exists():
+            return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    raise RuntimeError(f"llama-cpp-python's {stem} library was not found in {_lib_dir()}")
+
+
 def cpu_buffer_type() -> int:
     """Address of the CPU backend's buffer type (what ``=CPU`` in ``--override-tensor`` means)."""
     if _cpu_buft_cache:
         return _cpu_buft_cache[0]
-    ggml = ctypes.CDLL(str(_lib_dir() / "libggml.so"), mode=ctypes.RTLD_GLOBAL)
-    base = ctypes.CDLL(str(_lib_dir() / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
+    ggml = _load_lib("ggml")
+    base = _load_lib("ggml-base")
     ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
     ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
     base.ggml_backend_dev_buffer_type.restype = ctypes.c_void_p
