@@ -19,7 +19,7 @@ from typing import Any
 import llama_cpp
 from llama_cpp import llama_cpp as C
 
-from clover_local.errors import UsageError
+from clover_local.errors import EngineError, UsageError
 
 GGML_LOG_LEVEL_DEBUG = 1
 GGML_LOG_LEVEL_WARN = 3
@@ -72,7 +72,9 @@ def _load_lib(stem: str) -> ctypes.CDLL:
         path = _lib_dir() / name
         if path.exists():
             return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-    raise RuntimeError(f"llama-cpp-python's {stem} library was not found in {_lib_dir()}")
+    raise EngineError(
+        f"llama-cpp-python's {stem} library was not found in {_lib_dir()}.", "Reinstall llama-cpp-python."
+    )
 
 
 def cpu_buffer_type() -> int:
@@ -88,7 +90,7 @@ def cpu_buffer_type() -> int:
     C.llama_backend_init()
     dev = ggml.ggml_backend_dev_by_type(_GGML_BACKEND_DEVICE_TYPE_CPU)
     if not dev:
-        raise RuntimeError("llama.cpp reports no CPU backend device")
+        raise EngineError("llama.cpp reports no CPU backend, so tensors cannot be kept in RAM.")
     buft = base.ggml_backend_dev_buffer_type(dev)
     _cpu_buft_cache.append(int(buft))
     return int(buft)
