@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow
 __all__ = ["gemma_engine"]  # a fixture, used by name
 
 PROMPT = "Write a list of the planets of the solar system."
+COUNTING = "Count from one to five hundred, one number per line."
 
 
 def _settings(max_tokens: int = 24) -> user_prefs.ModelSettings:
@@ -63,7 +64,7 @@ async def test_escape_stops_a_long_reply(gemma_engine: ChatEngine) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         screen = app.screen
         assert isinstance(screen, ChatScreen)
-        await _send(pilot, "Count from one to five hundred, one number per line.")
+        await _send(pilot, COUNTING)
         await wait_until(
             pilot,
             lambda: bool(screen.query(ReplyView)) and screen.query(ReplyView).last().deltas_shown >= 3,
@@ -77,14 +78,19 @@ async def test_escape_stops_a_long_reply(gemma_engine: ChatEngine) -> None:
 
 
 async def test_input_stays_usable_while_streaming(gemma_engine: ChatEngine) -> None:
-    app = _host(gemma_engine, max_tokens=40)
+    app = _host(gemma_engine, max_tokens=200)
     async with app.run_test(size=(80, 24)) as pilot:
         screen = app.screen
         assert isinstance(screen, ChatScreen)
-        await _send(pilot, PROMPT)
-        await wait_until(pilot, lambda: screen.generating, "the reply to start")
+        await _send(pilot, COUNTING)
+        await wait_until(
+            pilot,
+            lambda: screen.generating and screen._reply is not None and screen._reply.deltas_shown > 0,
+            "the reply to stream",
+        )
         await _send(pilot, "And the moons of Mars?")
-        assert screen.query_one("#prompt", Input).value == ""
+        assert screen.query_one("#prompt", Input).value == "", "typed and sent while the reply streams"
+        assert screen.generating, "the second message waits for the first reply"
         await wait_until(pilot, lambda: _reply_done(screen, 4), "both replies")
         assert [m.role for m in screen.history] == ["user", "assistant", "user", "assistant"]
         assert screen.history[2].content == "And the moons of Mars?"

@@ -7,6 +7,7 @@ own speed. Esc stops a reply within a token or two (the engine's ``cancel`` even
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import ClassVar
@@ -32,6 +33,9 @@ from clover_local.engine.types import (
 from clover_local.errors import CloverError
 from clover_local.tui.thinking import strip_thinking
 from clover_local.tui.widgets.messages import ReplyView, UserMessage
+
+POST_INTERVAL_S = 1 / 20
+"""At most this often the generation thread hands new text to the screen (the first token goes at once)."""
 
 
 def format_status(stats: GenerationStats | None, n_ctx: int, *, generating: bool = False) -> str:
@@ -80,6 +84,9 @@ class ChatScreen(Screen[None]):
         self.last_stats: GenerationStats | None = None
         self.replies_done = 0
         """Replies finished (stopped or failed included) since the screen opened."""
+        self.reply_started_at = 0.0
+        self.reply_shown_at = 0.0
+        """``time.perf_counter()`` when the last reply was requested, and when all of it was on screen."""
 
     def compose(self) -> ComposeResult:
         yield Static(self._title_text(), id="chat-title", markup=False)
@@ -123,6 +130,7 @@ class ChatScreen(Screen[None]):
         await self.query_one("#transcript", VerticalScroll).mount(reply)
         self._cancel = threading.Event()
         self._set_status(generating=True)
+        self.reply_started_at = time.perf_counter()
         self._generate(reply, self._request(), self._cancel)
 
     def _request(self) -> GenerationRequest:
@@ -142,12 +150,21 @@ class ChatScreen(Screen[None]):
         worker = get_current_worker()
         stats: GenerationStats | None = None
         error: str | None = None
+        pending: list[str] = []
+        last_post = 0.0
         try:
             for event in self.engine.generate(request, cancel):
                 if worker.is_cancelled:
                     cancel.set()
                 if isinstance(event, TextDelta):
-                    reply.post_message(ReplyView.Delta(event.text))
+                    # Batch tokens into a few updates a second: every UI update holds the GIL the engine's
+                    # Python loop needs between tokens, so one message per token would slow generation.
+                    pending.append(event.text)
+                    now = time.perf_counter()
+                    if now - last_post >= POST_INTERVAL_S:
+                        reply.post_message(ReplyView.Delta("".join(pending)))
+                        pending.clear()
+                        last_post = now
                 elif isinstance(event, Finished):
                     stats = event.stats
         except CloverError as exc:
@@ -155,12 +172,15 @@ class ChatScreen(Screen[None]):
         except Exception as exc:  # an engine bug must not take the whole app down mid-chat
             error = f"Generation failed: {type(exc).__name__}: {exc}"
         finally:
+            if pending:
+                reply.post_message(ReplyView.Delta("".join(pending)))
             reply.post_message(ReplyView.Done(stats, error))
 
     async def on_reply_view_completed(self, message: ReplyView.Completed) -> None:
         if message.reply is not self._reply:
             return
         self._reply = None
+        self.reply_shown_at = time.perf_counter()
         self.replies_done += 1
         if message.stats is not None:
             self.last_stats = message.stats

@@ -60,7 +60,7 @@ class ReplyView(Vertical):
         self.splitter = ThinkSplitter()
         self.streaming = streaming
         self.deltas_shown = 0
-        """Deltas written to the screen (for the benchmark: tokens shown per second)."""
+        """Pieces of text written to the screen so far (the chat batches tokens into pieces)."""
         self._initial = text
         self._answer_stream: MarkdownStream | None = None
         self._thinking_stream: MarkdownStream | None = None
