@@ -153,3 +153,21 @@ async def test_first_run_flow_downloads_launches_chats_and_is_remembered(hub_ser
 @pytest.fixture(autouse=True)
 def _slow_marker(request: pytest.FixtureRequest) -> None:
     request.node.add_marker(pytest.mark.slow)
+
+
+async def test_download_error_is_shown_in_words(hub_server: HubServer) -> None:
+    preset = replace(load_preset("gemma3-270m"), repo="test-org/no-such-repo", python_package=None)
+    plan = services.make_plan(parse_simulate("ram=16G,cpu=4"), preset, "Q4_K_M", 1024, None)
+    screen = DownloadScreen(preset, plan)
+    app = ScreenHost(Screen)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.push_screen(screen)
+        await pilot.pause()
+        error = screen.query_one("#download-error", Static)
+        await wait_until(
+            pilot, lambda: not screen.running and bool(str(error.render()).strip()), "the failure"
+        )
+        text = str(error.render())
+        assert "test-org/no-such-repo" in text and "Traceback" not in text
+        assert error.has_class("error")
+        assert str(screen.query_one("#download-pause", Button).label) == "Resume"
