@@ -121,6 +121,8 @@ async def test_conversation_saves_and_loads(gemma_engine: ChatEngine) -> None:
         await _send(pilot, PROMPT)
         await wait_until(pilot, lambda: _reply_done(screen, 2), "the reply")
         said = list(screen.history)
+        await pilot.press("ctrl+y")
+        assert app.clipboard == screen.query(ReplyView).last().answer
         await pilot.press("ctrl+s")
         saved = conversations.list_saved()
         assert len(saved) == 1 and conversations.load(saved[0].path).messages == tuple(said)

@@ -171,3 +171,24 @@ async def test_download_error_is_shown_in_words(hub_server: HubServer) -> None:
         assert "test-org/no-such-repo" in text and "Traceback" not in text
         assert error.has_class("error")
         assert str(screen.query_one("#download-pause", Button).label) == "Resume"
+
+
+async def test_theme_choice_is_remembered() -> None:
+    machine = parse_simulate("ram=16G,cpu=4")
+    app = CloverApp(StartOptions(preset="gemma3-270m"), machine=machine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.theme = "textual-light"
+        await wait_until(
+            pilot, lambda: user_prefs.load_prefs().theme == "textual-light", "the theme to be saved"
+        )
+    again = CloverApp(StartOptions(preset="gemma3-270m"), machine=machine)
+    async with again.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert again.theme == "textual-light"
+
+
+def test_chat_preset_resolves_the_packaged_test_model() -> None:
+    from clover_local.commands.chat import _resolve_model
+
+    assert _resolve_model(None, "gemma3-270m") == str(gemma_path())
+    assert _resolve_model(None, "clover-35b-a3b") is None, "not downloaded yet: the app opens on the plan"
