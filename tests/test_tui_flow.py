@@ -192,3 +192,19 @@ def test_chat_preset_resolves_the_packaged_test_model() -> None:
 
     assert _resolve_model(None, "gemma3-270m") == str(gemma_path())
     assert _resolve_model(None, "clover-35b-a3b") is None, "not downloaded yet: the app opens on the plan"
+
+
+async def test_a_file_that_cannot_load_is_explained_and_esc_goes_back(tmp_path: Path) -> None:
+    broken = tmp_path / "broken-Q4_K_M.gguf"
+    broken.write_bytes(b"GGUF" + b"\x00" * 64)
+    app = CloverApp(StartOptions(preset="gemma3-270m", model_path=str(broken), simulate="ram=16G,cpu=4"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, LaunchScreen) and app.screen.failed, "the failure"
+        )
+        launch = app.screen
+        assert "Could not load" in str(launch.query_one("#launch-title", Static).render())
+        reason = str(launch.query_one("#launch-placement", Static).render())
+        assert reason.strip() and "Traceback" not in reason
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, PlanScreen), "back to the plan")

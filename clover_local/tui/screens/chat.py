@@ -98,6 +98,8 @@ class ChatScreen(Screen[None]):
     def on_mount(self) -> None:
         self.query_one("#transcript", VerticalScroll).anchor()
         self.query_one("#prompt", Input).focus()
+        if self.info:
+            self.notify(self.info, severity="warning", timeout=10)
 
     @property
     def generating(self) -> bool:

@@ -26,6 +26,7 @@ class LaunchScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "copy_command", "Copy llama-server cmd", id="launch.copy"),
         Binding("enter", "chat", "Chat", id="launch.chat"),
+        Binding("escape", "back", "Back to plan", id="launch.back"),
     ]
 
     class Progress(Message, bubble=False):
@@ -65,6 +66,7 @@ class LaunchScreen(Screen[None]):
         self.plan = plan
         self.auto_continue = auto_continue
         self.loaded: services.Loaded | None = None
+        self.failed = False
         self.command = ""
 
     def compose(self) -> ComposeResult:
@@ -131,7 +133,8 @@ class LaunchScreen(Screen[None]):
 
     def on_launch_screen_ready(self, message: Ready) -> None:
         if message.error or message.loaded is None:
-            self.query_one("#launch-title", Static).update("Could not load the model")
+            self.failed = True
+            self.query_one("#launch-title", Static).update("Could not load the model (Esc: back to the plan)")
             self.query_one("#launch-placement", Static).update(message.error or "")
             self.query_one("#launch-placement", Static).add_class("error")
             return
@@ -160,6 +163,19 @@ class LaunchScreen(Screen[None]):
             app = self.app
             assert isinstance(app, CloverApp)
             app.open_chat(self.loaded, self.key, self.model_settings)
+
+    def action_back(self) -> None:
+        """After a failed load: back to the plan screen to choose differently."""
+        if not self.failed:
+            return
+        from clover_local.tui.app import CloverApp
+        from clover_local.tui.screens.plan import PlanScreen
+
+        app = self.app
+        machine, simulate = (
+            (app.machine, app.options.simulate) if isinstance(app, CloverApp) else (None, None)
+        )
+        app.switch_screen(PlanScreen(self.preset, machine, simulate=simulate))
 
     def action_copy_command(self) -> None:
         self.app.copy_to_clipboard(self.command)
