@@ -189,7 +189,7 @@ class PlanScreen(Screen[None]):
         self.query_one("#plan-reasons", Static).update("\n".join(f"• {r}" for r in plan.reasons) or "-")
         alts = [f"• {a.quant}: {a.why_not}" for a in plan.alternatives]
         self.query_one("#plan-alternatives", Static).update("\n".join(alts) or "-")
-        self.query_one("#plan-download", Button).disabled = self.model_path is not None or not plan.fits
+        self.query_one("#plan-download", Button).disabled = self.model_path is not None
         self.query_one("#plan-run-local", Button).disabled = self.model_path is None
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
