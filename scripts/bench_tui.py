@@ -41,8 +41,7 @@ PROMPT = "Write a numbered list of twenty fruits, one per line, with a short not
 
 
 def headless_rate(engine: ChatEngine, request: GenerationRequest) -> tuple[float, int]:
-    """Generate in a plain thread, as the chat's worker does (on this machine, the same engine decoding in
-    Python's main thread ran several times slower, which would flatter the UI)."""
+    """Generate in a plain thread, as the chat's worker does, so the two sides differ only by the UI."""
     result: list[tuple[float, int]] = []
     worker = threading.Thread(target=lambda: result.append(_headless(engine, request)))
     worker.start()
