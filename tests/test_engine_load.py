@@ -132,3 +132,21 @@ def test_importing_the_engine_package_does_not_import_llama_cpp() -> None:
     code = "import sys, clover_local.engine, clover_local.engine.types; print('llama_cpp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_speculation_on_a_hybrid_model_allocates_rollback_snapshots() -> None:
+    from clover_local.engine.loader import rollback_snapshots, speculation_extra_bytes
+    from clover_local.plan.types import SpeculativePlan
+
+    sizes = {}
+    for enabled in (False, True):
+        plan = SpeculativePlan(enabled=enabled, n_max=8)
+        result = load_engine(
+            tiny_model("qwen35moe"), {"n_ctx": 256}, chat_template="completion", speculative=plan
+        )
+        result.engine.close()
+        line = next(ln for ln in result.load_log if "RS buffer size" in ln)
+        sizes[enabled] = float(line.split("=")[1].split()[0])
+    assert rollback_snapshots(SpeculativePlan(enabled=True, n_max=8)) == 9
+    assert sizes[True] == pytest.approx(sizes[False] * 10, rel=0.01)
+    assert speculation_extra_bytes(1000, SpeculativePlan(enabled=True, n_max=8)) == 9000

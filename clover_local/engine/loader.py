@@ -41,6 +41,8 @@ class LoadResult:
     """Where things went, from llama.cpp's load log (weights, KV cache, overridden tensors, GPU layers)."""
     notices: tuple[str, ...] = ()
     """Other things the person should know (e.g. no chat template in the GGUF, speculation off)."""
+    load_log: tuple[str, ...] = ()
+    """llama.cpp's log lines while loading the model and creating the context (all levels)."""
 
 
 def load_engine(
@@ -74,6 +76,19 @@ def load_engine(
                 f"Not enough memory to load {path.name}, even with a safer plan ({'; '.join(changes)}).",
                 "Close other programs, choose a smaller quant, or lower --ctx. " + second.what,
             ) from None
+
+
+def rollback_snapshots(speculative: SpeculativePlan) -> int:
+    """Recurrent-state snapshots per sequence the engine asks llama.cpp for (``n_rs_seq``) on recurrent and
+    hybrid models when speculation is on: one per drafted token, so a rejected draft can be rolled back."""
+    return speculative.n_max + 1 if speculative.enabled else 0
+
+
+def speculation_extra_bytes(recurrent_state_bytes: int, speculative: SpeculativePlan) -> int:
+    """Extra memory speculation costs on a recurrent/hybrid model: llama.cpp allocates the recurrent state
+    ``1 + n_rs_seq`` times (``llama-memory-recurrent.cpp``). For the planner: Clover's ~63 MiB state with
+    ``n_max = 16`` needs ~1.1 GiB more than without speculation."""
+    return recurrent_state_bytes * rollback_snapshots(speculative)
 
 
 def safer_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -147,7 +162,7 @@ def _load(
         recurrent = bool(C.llama_model_is_recurrent(model) or C.llama_model_is_hybrid(model))
         if recurrent and speculative.enabled:
             # Keep a recurrent-state snapshot per drafted token so rejected drafts can be rolled back.
-            params.context.n_rs_seq = speculative.n_max + 1
+            params.context.n_rs_seq = rollback_snapshots(speculative)
             params.context.n_ubatch = max(params.context.n_ubatch, speculative.n_max + 2)
             params.context.n_batch = max(params.context.n_batch, params.context.n_ubatch)
         with native.LogCapture() as ctx_log:
@@ -182,6 +197,7 @@ def _load(
         fallback_message=fallback,
         placement=placement_summary(log.lines + ctx_log.lines),
         notices=tuple(notices),
+        load_log=tuple(log.lines + ctx_log.lines),
     )
 
 

@@ -235,6 +235,7 @@ class LogCapture:
         self.lines.extend(full)
 
     def __enter__(self) -> LogCapture:
+        """Not re-entrant: one capture at a time (a second one, even in the same thread, waits)."""
         self.install()
         LogCapture._lock.acquire()
         LogCapture._active = self
