@@ -12,6 +12,7 @@ import pytest
 from clover_local.engine import native
 from clover_local.engine.loader import load_engine
 from clover_local.errors import EngineError, UsageError
+from clover_local.gguf_header import read_local_header
 from clover_local.plan.llama_args import n_cpu_moe_overrides
 from clover_local.testmodels import tiny_model
 
@@ -135,7 +136,7 @@ def test_importing_the_engine_package_does_not_import_llama_cpp() -> None:
 
 
 def test_speculation_on_a_hybrid_model_allocates_rollback_snapshots() -> None:
-    from clover_local.engine.loader import rollback_snapshots, speculation_extra_bytes
+    from clover_local.plan.memory import recurrent_copies, rollback_snapshots
     from clover_local.plan.types import SpeculativePlan
 
     sizes = {}
@@ -148,5 +149,9 @@ def test_speculation_on_a_hybrid_model_allocates_rollback_snapshots() -> None:
         line = next(ln for ln in result.load_log if "RS buffer size" in ln)
         sizes[enabled] = float(line.split("=")[1].split()[0])
     assert rollback_snapshots(SpeculativePlan(enabled=True, n_max=8)) == 9
-    assert sizes[True] == pytest.approx(sizes[False] * 10, rel=0.01)
-    assert speculation_extra_bytes(1000, SpeculativePlan(enabled=True, n_max=8)) == 9000
+    # What llama.cpp allocated is what the planner budgets (plan.memory.recurrent_copies).
+    arch = read_local_header(tiny_model("qwen35moe")).architecture
+    copies = recurrent_copies(arch, SpeculativePlan(enabled=True, n_max=8))
+    assert copies == 10
+    assert sizes[True] == pytest.approx(sizes[False] * copies, rel=0.01)
+    assert sizes[False] * 2**20 == pytest.approx(arch.recurrent_state_bytes, abs=0.005 * 2**20)

@@ -105,6 +105,7 @@ def test_n_cpu_moe_is_the_smallest_that_fits(clover) -> None:
         n_gpu_layers=-1,
         n_cpu_moe=plan.n_cpu_moe - 1,
         cache_type="q8_0",
+        recurrent_copies=1 + memory.rollback_snapshots(plan.speculative),
     )
     assert not fewer.gpus_fit
     assert f"--n-cpu-moe {plan.n_cpu_moe}" in " ".join(plan.reasons)
@@ -165,8 +166,14 @@ def test_requested_ctx_too_large_is_refused_with_the_limit(clover) -> None:
 
 
 def test_large_ctx_is_paid_with_q8_kv_then_experts_in_ram(clover) -> None:
+    # Without speculation's rollback snapshots (state + 17 snapshots, 18 x 63 MiB) 128K fits all on a 24 GB card;
+    # with them a few layers' experts go to RAM.
+    plain24 = plan_for("gpu=nvidia:24G,ram=64G", clover, ctx=131072, speculative=False)
+    assert plain24.ctx == 131072 and plain24.n_cpu_moe == 0 and plain24.cache_type_k == "q8_0"
     big24 = plan_for("gpu=nvidia:24G,ram=64G", clover, ctx=131072)
-    assert big24.ctx == 131072 and big24.n_cpu_moe == 0 and big24.cache_type_k == "q8_0"
+    assert big24.ctx == 131072 and 0 < big24.n_cpu_moe <= 4 and big24.cache_type_k == "q8_0"
+    spec_state = big24.memory.gpus[0].recurrent_state_bytes
+    assert spec_state == pytest.approx(18 * plain24.memory.gpus[0].recurrent_state_bytes, rel=1e-6)
     assert big24.flash_attn == "on"  # a quantized V cache needs flash attention
     small16 = plan_for("gpu=nvidia:16G,ram=64G", clover)
     big16 = plan_for("gpu=nvidia:16G,ram=64G", clover, ctx=131072)

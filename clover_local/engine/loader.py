@@ -16,6 +16,7 @@ from typing import Any
 
 from clover_local.engine.embedded import EmbeddedEngine, EngineParts
 from clover_local.errors import EngineError, OutOfMemoryError
+from clover_local.plan.memory import rollback_snapshots
 from clover_local.plan.types import SpeculativePlan
 from clover_local.presets import SamplingDefaults
 
@@ -76,19 +77,6 @@ def load_engine(
                 f"Not enough memory to load {path.name}, even with a safer plan ({'; '.join(changes)}).",
                 "Close other programs, choose a smaller quant, or lower --ctx. " + second.what,
             ) from None
-
-
-def rollback_snapshots(speculative: SpeculativePlan) -> int:
-    """Recurrent-state snapshots per sequence the engine asks llama.cpp for (``n_rs_seq``) on recurrent and
-    hybrid models when speculation is on: one per drafted token, so a rejected draft can be rolled back."""
-    return speculative.n_max + 1 if speculative.enabled else 0
-
-
-def speculation_extra_bytes(recurrent_state_bytes: int, speculative: SpeculativePlan) -> int:
-    """Extra memory speculation costs on a recurrent/hybrid model: llama.cpp allocates the recurrent state
-    ``1 + n_rs_seq`` times (``llama-memory-recurrent.cpp``). For the planner: Clover's ~63 MiB state with
-    ``n_max = 16`` needs ~1.1 GiB more than without speculation."""
-    return recurrent_state_bytes * rollback_snapshots(speculative)
 
 
 def safer_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

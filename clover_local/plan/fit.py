@@ -31,6 +31,8 @@ class Fit:
     cache_type: str
     memory: MemoryPlan
     placement: memory.Placement
+    recurrent_copies: int = 1
+    """Copies of the recurrent state held per sequence (1 + rollback snapshots for speculation)."""
 
     @property
     def gpus_fit(self) -> bool:
@@ -59,12 +61,15 @@ def evaluate(
     cache_type: str,
     n_ubatch: int = 512,
     margin_scale: float = 1.0,
+    recurrent_copies: int = 1,
 ) -> Fit:
     """Memory per device for one placement; for several GPUs the layer split is balanced to free memory."""
     gpus = machine.gpus if uses_gpus(machine) else ()
     split: tuple[float, ...] = ()
     if len(gpus) > 1:
-        split = _balanced_split(machine, model, ctx, n_gpu_layers, n_cpu_moe, cache_type, n_ubatch)
+        split = _balanced_split(
+            machine, model, ctx, n_gpu_layers, n_cpu_moe, cache_type, n_ubatch, recurrent_copies
+        )
     p = memory.place(
         model,
         ctx=ctx,
@@ -75,6 +80,7 @@ def evaluate(
         type_k=cache_type,
         type_v=cache_type,
         n_ubatch=n_ubatch,
+        recurrent_copies=recurrent_copies,
     )
     gpu_mem = tuple(
         DeviceMemory(
@@ -107,6 +113,7 @@ def evaluate(
         cache_type=cache_type,
         memory=MemoryPlan(gpus=gpu_mem, ram=ram),
         placement=p,
+        recurrent_copies=recurrent_copies,
     )
 
 
@@ -121,24 +128,52 @@ def _candidates(model: ModelDescription) -> list[tuple[int, int]]:
     return out
 
 
-def find_fit(machine: Machine, model: ModelDescription, ctx: int, n_ubatch: int = 512) -> Fit:
+def find_fit(
+    machine: Machine, model: ModelDescription, ctx: int, n_ubatch: int = 512, *, recurrent_copies: int = 1
+) -> Fit:
     """The fastest placement whose GPUs all fit; f16 KV first, q8_0 when that saves a step. When RAM is then
     short too (more offload only moves bytes to RAM), the result has ``fits == False``."""
+    rc = recurrent_copies
     if not uses_gpus(machine):
         fits = [
-            evaluate(machine, model, ctx, n_gpu_layers=0, n_cpu_moe=0, cache_type=t, n_ubatch=n_ubatch)
+            evaluate(
+                machine,
+                model,
+                ctx,
+                n_gpu_layers=0,
+                n_cpu_moe=0,
+                cache_type=t,
+                n_ubatch=n_ubatch,
+                recurrent_copies=rc,
+            )
             for t in KV_TYPES_BY_PREFERENCE
         ]
         return next((f for f in fits if f.fits), fits[-1])
     for ngl, moe in _candidates(model):
         for cache_type in KV_TYPES_BY_PREFERENCE:
             fit = evaluate(
-                machine, model, ctx, n_gpu_layers=ngl, n_cpu_moe=moe, cache_type=cache_type, n_ubatch=n_ubatch
+                machine,
+                model,
+                ctx,
+                n_gpu_layers=ngl,
+                n_cpu_moe=moe,
+                cache_type=cache_type,
+                n_ubatch=n_ubatch,
+                recurrent_copies=rc,
             )
             if fit.gpus_fit:
                 return fit
     # Not even one layer fits on the GPU: the CPU does all the work.
-    return evaluate(machine, model, ctx, n_gpu_layers=0, n_cpu_moe=0, cache_type="f16", n_ubatch=n_ubatch)
+    return evaluate(
+        machine,
+        model,
+        ctx,
+        n_gpu_layers=0,
+        n_cpu_moe=0,
+        cache_type="f16",
+        n_ubatch=n_ubatch,
+        recurrent_copies=rc,
+    )
 
 
 def _balanced_split(
@@ -149,6 +184,7 @@ def _balanced_split(
     n_cpu_moe: int,
     cache_type: str,
     n_ubatch: int,
+    recurrent_copies: int = 1,
 ) -> tuple[float, ...]:
     """Layers per GPU (as ``tensor_split`` proportions, output head counted on the last GPU), filling each GPU
     in proportion to its free memory after margin and compute buffer."""
@@ -158,7 +194,7 @@ def _balanced_split(
     dense = model.dense_bytes_per_layer()
     experts = model.expert_bytes_per_layer()
     kv = memory.kv_bytes_per_layer(arch, ctx, cache_type, cache_type, n_ubatch)
-    rec = memory.recurrent_bytes_per_layer(arch)
+    rec = memory.recurrent_bytes_per_layer(arch, recurrent_copies)
     _, output = memory.embedding_and_output_bytes(model)
     act = memory.offloaded_layer_count(n, n_gpu_layers)
     start = n + 1 - act

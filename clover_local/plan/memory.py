@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clover_local.model import ModelDescription
+from clover_local.plan.types import SpeculativePlan
 from clover_local.presets import Architecture
 
 MIB = 1024**2
@@ -114,6 +115,18 @@ def recurrent_layers(arch: Architecture) -> tuple[int, ...]:
         return ()
     attention = set(arch.attention_layers)
     return tuple(il for il in range(arch.n_layers) if il not in attention)
+
+
+def rollback_snapshots(speculative: SpeculativePlan) -> int:
+    """Recurrent-state snapshots per sequence the embedded engine asks llama.cpp for (``n_rs_seq``) on recurrent
+    and hybrid models when speculation is on: one per drafted token, so a rejected draft can be rolled back."""
+    return speculative.n_max + 1 if speculative.enabled else 0
+
+
+def recurrent_copies(arch: Architecture, speculative: SpeculativePlan) -> int:
+    """How many times llama.cpp allocates the recurrent state (``1 + n_rs_seq``, ``llama-memory-recurrent.cpp``):
+    Clover's 63 MiB state becomes ~1.1 GiB with speculation drafting up to 16 tokens."""
+    return 1 + rollback_snapshots(speculative) if arch.recurrent_state_bytes else 1
 
 
 def recurrent_bytes_per_layer(arch: Architecture, n_seq: int = 1) -> list[int]:
@@ -231,15 +244,17 @@ def place(
     type_v: str = "f16",
     n_ubatch: int = 512,
     n_seq: int = 1,
+    recurrent_copies: int = 1,
 ) -> Placement:
-    """Split weights, KV cache, recurrent state and compute buffers between the GPUs and RAM."""
+    """Split weights, KV cache, recurrent state and compute buffers between the GPUs and RAM.
+    ``recurrent_copies``: the state's copies per sequence (rollback snapshots, see :func:`recurrent_copies`)."""
     arch = model.architecture
     n = arch.n_layers
     devices = layer_devices(n, n_gpu_layers, n_gpus, tensor_split) if n_gpus else [-1] * (n + 1)
     dense = model.dense_bytes_per_layer()
     experts = model.expert_bytes_per_layer()
     kv = kv_bytes_per_layer(arch, ctx, type_k, type_v, n_ubatch, n_seq)
-    rec = recurrent_bytes_per_layer(arch, n_seq)
+    rec = recurrent_bytes_per_layer(arch, n_seq * recurrent_copies)
     embd, output = embedding_and_output_bytes(model)
 
     g_w, g_kv, g_rec = [0] * n_gpus, [0] * n_gpus, [0] * n_gpus

@@ -55,7 +55,15 @@ def make_plan(
             f"Pick --ctx between 256 and {ctx_limit} (the preset's maximum and the model's training context).",
         )
     ctx = wishes.ctx or min(preset.ctx_default, ctx_limit)
-    fits = {q: find_fit(machine, d, ctx, N_UBATCH) for q, d in candidates.items()}
+    spec = preset.speculative
+    enabled = spec.enabled if wishes.speculative is None else wishes.speculative
+    speculative = SpeculativePlan(enabled, spec.type, spec.n_match, spec.n_min, spec.n_max)
+    fits = {
+        q: find_fit(
+            machine, d, ctx, N_UBATCH, recurrent_copies=memory.recurrent_copies(d.architecture, speculative)
+        )
+        for q, d in candidates.items()
+    }
     quant, why_quant = _choose_quant(machine, candidates, fits, wishes)
     desc, fit = candidates[quant], fits[quant]
     reasons: list[str] = [why_quant]
@@ -78,13 +86,17 @@ def make_plan(
     )
     load_mode, why_load = _load_mode(machine, fit)
     reasons.append(why_load)
-    spec = preset.speculative
-    enabled = spec.enabled if wishes.speculative is None else wishes.speculative
-    speculative = SpeculativePlan(enabled, spec.type, spec.n_match, spec.n_min, spec.n_max)
     if enabled:
+        copies = fit.recurrent_copies
+        cost = (
+            f"the recurrent state is kept {copies} times ({fb(desc.architecture.recurrent_state_bytes * copies)}) "
+            "so rejected drafts can be rolled back"
+            if copies > 1
+            else "no extra memory"
+        )
         reasons.append(
             f"Self-speculative decoding ({spec.type}, match {spec.n_match}, draft {spec.n_min}-{spec.n_max} "
-            "tokens): drafts from text already in the context, no second model, so no extra memory."
+            f"tokens): drafts from text already in the context, no second model; {cost}."
         )
     gpu_read, ram_read = memory.active_bytes_per_token(
         desc, fit.placement, min(ctx, SPEED_CTX_SAMPLE), fit.cache_type, fit.cache_type
@@ -210,6 +222,7 @@ def _grow_context(
             n_cpu_moe=fit.n_cpu_moe,
             cache_type=fit.cache_type,
             margin_scale=2.0,
+            recurrent_copies=fit.recurrent_copies,
         )
         kv = sum(g.kv_cache_bytes for g in grown.memory.gpus) + grown.memory.ram.kv_cache_bytes
         if not grown.fits or kv > KV_SHARE_LIMIT * weights:
@@ -223,6 +236,7 @@ def _grow_context(
             n_gpu_layers=fit.n_gpu_layers,
             n_cpu_moe=fit.n_cpu_moe,
             cache_type=fit.cache_type,
+            recurrent_copies=fit.recurrent_copies,
         )
     return best, best_ctx
 
