@@ -124,29 +124,20 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    from clover_local.commands.serve import resolve_model
-    from clover_local.plan.report import plan_from_args
+    from clover_local.commands.serve import local_model_file
+    from clover_local.plan.report import plan_for
     from clover_local.serve.api import ApiConfig
     from clover_local.serve.engines import EngineChoice, choose_engine, open_engine
     from clover_local.serve.llama_server import find_llama_server, start_llama_server
     from clover_local.serve.runner import BackgroundServer
 
-    plan_args = argparse.Namespace(
-        preset=args.preset,
-        quant="auto",
-        ctx=args.ctx,
-        goal="quality",
-        simulate=None,
-        model=args.model,
-        json=False,
-    )
-    resolve_model(plan_args)
-    plan, preset = plan_from_args(plan_args)
+    model = args.model or local_model_file(args.preset)
+    plan, preset = plan_for(args.preset, model=model, ctx=args.ctx)
     binary = find_llama_server()
     configs: list[Config] = []
     with ExitStack() as stack:
         if binary is not None:
-            baseline = start_llama_server(["-m", plan_args.model], binary=binary, adapt=False)
+            baseline = start_llama_server(["-m", model], binary=binary, adapt=False)
             stack.callback(baseline.stop)
             configs.append(Config("llama-server by hand (default flags)", baseline.url))
         engines: list[tuple[str, EngineChoice, bool]] = [
@@ -172,7 +163,7 @@ def main() -> int:
                 cfg.runs.append(one_request(cfg, args.max_tokens))
     report = summarize(configs, binary is not None)
     report["plan"] = {"threads": plan.threads, "ctx": plan.ctx, "n_gpu_layers": plan.n_gpu_layers}
-    report["model"] = Path(plan_args.model).name
+    report["model"] = Path(model).name
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -86,23 +86,12 @@ def llama_cpp_python_report() -> dict[str, Any]:
 
 
 def fit_report(args: argparse.Namespace, fit_binary: str | None) -> dict[str, Any]:
-    from clover_local.plan.report import plan_from_args
+    from clover_local.commands.serve import local_model_file
+    from clover_local.plan.report import plan_for
     from clover_local.serve.fit_compare import compare, describe, run_fit_params
 
-    plan_args = argparse.Namespace(
-        preset=args.preset,
-        quant="auto",
-        ctx=args.ctx,
-        goal="quality",
-        simulate=None,
-        model=args.model,
-        json=False,
-    )
-    if not plan_args.model and args.preset:
-        from clover_local.commands.serve import resolve_model
-
-        resolve_model(plan_args)
-    plan, preset = plan_from_args(plan_args)
+    model = args.model or (local_model_file(args.preset) if args.preset else None)
+    plan, preset = plan_for(args.preset, model=model, ctx=args.ctx)
     if fit_binary is None:
         return {"available": False, "why": "no llama-fit-params next to llama-server or on PATH"}
     from pathlib import Path

@@ -62,19 +62,22 @@ def read_api_key(args: argparse.Namespace) -> str | None:
 
 def resolve_model(args: argparse.Namespace) -> None:
     """Fill ``args.model`` with the GGUF to serve: the one given, else the preset's downloaded (or test) file."""
-    if args.model:
-        return
+    args.model = args.model or local_model_file(args.preset, args.quant)
+
+
+def local_model_file(preset_name: str | None, quant: str = "auto") -> str:
+    """The preset's downloaded (or packaged test) GGUF, or a UsageError saying how to get it."""
     from clover_local.engine.model_source import find_model_file
     from clover_local.presets import load_preset
 
-    preset = load_preset(args.preset)
-    path = find_model_file(preset, args.quant)
+    preset = load_preset(preset_name)
+    path = find_model_file(preset, quant)
     if path is None:
         raise UsageError(
             f"{preset.display_name} is not downloaded yet.",
             f"Run `clover-local download --preset {preset.name}` first, or pass --model PATH.",
         )
-    args.model = str(path)
+    return str(path)
 
 
 def run(args: argparse.Namespace) -> int:

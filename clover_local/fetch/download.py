@@ -187,10 +187,6 @@ def fetch_resolved(
     return resolved.local_path(0)
 
 
-download = download_model
-"""Alias used by the TUI (``tui/services.py``)."""
-
-
 def verify_files(
     model: str | Path | Preset,
     quant: str | None = None,

@@ -14,7 +14,7 @@ from typing import Any
 from clover_local.detect.units import format_bytes as fb
 from clover_local.errors import UsageError
 from clover_local.plan.llama_args import llama_cpp_kwargs, llama_server_args
-from clover_local.plan.types import DeviceMemory, Plan, Wishes
+from clover_local.plan.types import DeviceMemory, Goal, Plan, Wishes
 from clover_local.presets import Preset
 
 
@@ -44,6 +44,28 @@ def add_size_options(parser: argparse.ArgumentParser) -> None:
 
 
 def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Preset]:
+    """:func:`plan_for` with the options of :func:`add_plan_options` (and ``--offline``)."""
+    return plan_for(
+        args.preset,
+        model=args.model,
+        quant=args.quant,
+        ctx=args.ctx,
+        goal=args.goal,
+        simulate=args.simulate,
+        offline=getattr(args, "offline", False),
+    )
+
+
+def plan_for(
+    preset_name: str | None,
+    *,
+    model: str | None = None,
+    quant: str = "auto",
+    ctx: int | None = None,
+    goal: Goal = "quality",
+    simulate: str | None = None,
+    offline: bool = False,
+) -> tuple[Plan, Preset]:
     """Detect (or simulate) the machine, describe the model (a local file's header, else each quant's from
     ``describe_quants``), and plan. A quant already on this machine is planned with its file as the model."""
     from pathlib import Path
@@ -52,17 +74,16 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Preset]:
     from clover_local.plan.planner import make_plan
     from clover_local.presets import load_preset
 
-    preset = load_preset(args.preset)
-    machine = parse_simulate(args.simulate) if args.simulate is not None else detect_machine()
-    wishes = Wishes(quant=args.quant, ctx=args.ctx, goal=args.goal)
-    if args.model:
+    preset = load_preset(preset_name)
+    machine = parse_simulate(simulate) if simulate is not None else detect_machine()
+    wishes = Wishes(quant=quant, ctx=ctx, goal=goal)
+    if model:
         from clover_local.gguf_header import read_local_header
 
-        path = Path(args.model).expanduser()
+        path = Path(model).expanduser()
         if not path.is_file():
-            raise UsageError(f"--model {args.model}: no such file.", "Give the path of a local .gguf file.")
-        model = read_local_header(path)
-        plan = make_plan(machine, preset, model, wishes, str(path))
+            raise UsageError(f"--model {model}: no such file.", "Give the path of a local .gguf file.")
+        plan = make_plan(machine, preset, read_local_header(path), wishes, str(path))
         source = f"exact, from the local file {path}"
         return replace(
             plan,
@@ -74,8 +95,8 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Preset]:
 
     described = describe_quants(
         preset,
-        offline=True if getattr(args, "offline", False) else None,
-        quants=None if args.quant == "auto" else [args.quant],  # an unknown quant: make_plan says so
+        offline=True if offline else None,
+        quants=None if quant == "auto" else [quant],  # an unknown quant: make_plan says so
     )
     plan = make_plan(machine, preset, None, wishes, models=described.models)
     local = described.paths.get(plan.quant)
