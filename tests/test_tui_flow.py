@@ -150,6 +150,28 @@ async def test_first_run_flow_downloads_launches_chats_and_is_remembered(hub_ser
         await wait_until(pilot, lambda: isinstance(again.screen, ChatScreen), "straight to chat", 300)
 
 
+async def test_plan_screen_replaces_estimates_with_the_hubs_gguf_header(hub_server: HubServer) -> None:
+    """On the real machine the plan shows at once from the preset's estimates, then from the exact tensor
+    sizes of the GGUF header, read on the (fake) Hub with range requests in the detection worker."""
+    hub_server.add_file(REPO, FILE, gemma_path())
+    _hub_preset_file()
+    app = CloverApp(StartOptions(preset="gemma-hub"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        plan_screen = app.screen
+        assert isinstance(plan_screen, PlanScreen)
+        await wait_until(
+            pilot, lambda: plan_screen.plan is not None and not plan_screen.plan.estimated, "exact sizes", 60
+        )
+        plan = plan_screen.plan
+        assert plan is not None
+        assert plan.file_bytes == gemma_path().stat().st_size
+        assert any("GGUF header" in text for _, text in plan.size_sources)
+        reasons = str(plan_screen.query_one("#plan-reasons", Static).render())
+        assert "Sizes of Q4_K_M" in reasons
+    # Only the header travelled, not the 253 MB file.
+    assert 0 < hub_server.bytes_served(REPO, FILE) < gemma_path().stat().st_size // 10
+
+
 @pytest.fixture(autouse=True)
 def _slow_marker(request: pytest.FixtureRequest) -> None:
     request.node.add_marker(pytest.mark.slow)

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clover_local.detect.units import format_bytes as fb
 from clover_local.errors import UsageError
 from clover_local.plan.llama_args import llama_cpp_kwargs, llama_server_args
 from clover_local.plan.types import DeviceMemory, Goal, Plan, Wishes
 from clover_local.presets import Preset
+
+if TYPE_CHECKING:
+    from clover_local.detect.machine import Machine
+    from clover_local.fetch.describe import QuantDescriptions
 
 
 def add_plan_options(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +102,14 @@ def plan_for(
         offline=True if offline else None,
         quants=None if quant == "auto" else [quant],  # an unknown quant: make_plan says so
     )
+    return plan_with_sizes(machine, preset, wishes, described), preset
+
+
+def plan_with_sizes(machine: Machine, preset: Preset, wishes: Wishes, described: QuantDescriptions) -> Plan:
+    """Plan over each quant's described sizes; the plan names its quant's local file when there is one and says
+    in its reasons where every quant's sizes came from."""
+    from clover_local.plan.planner import make_plan
+
     plan = make_plan(machine, preset, None, wishes, models=described.models)
     local = described.paths.get(plan.quant)
     return replace(
@@ -105,7 +117,7 @@ def plan_for(
         model_path=str(local) if local is not None else None,
         reasons=(*plan.reasons, *(f"Sizes of {q}: {text}." for q, text in described.sources.items())),
         size_sources=tuple(described.sources.items()),
-    ), preset
+    )
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:

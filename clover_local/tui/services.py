@@ -6,6 +6,7 @@ are imported inside the functions, so the app paints before any of them load. No
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +15,9 @@ from typing import Any
 
 from clover_local.detect.machine import Machine
 from clover_local.engine.types import ChatEngine
+from clover_local.fetch.describe import QuantDescriptions
 from clover_local.fetch.progress import DownloadProgress
+from clover_local.model import ModelDescription
 from clover_local.plan.types import Plan, SpeculativePlan, Wishes
 from clover_local.presets import Preset
 from clover_local.user_prefs import ModelSettings
@@ -31,20 +34,44 @@ def detect(simulate: str | None = None) -> Machine:
     return detect_machine()
 
 
-def make_plan(machine: Machine, preset: Preset, quant: str, ctx: int | None, model_path: str | None) -> Plan:
-    """The planner's answer for the person's current choices (pure; fast enough to run per change).
+def describe_models(preset: Preset) -> QuantDescriptions:
+    """Exact sizes per quant before downloading (a downloaded file, else the GGUF header read on the Hub with
+    range requests, else the preset's estimate, with a note per quant). Network I/O: call from a worker."""
+    from clover_local.fetch.describe import describe_quants
 
-    With ``model_path`` the local GGUF's header gives exact sizes, and its quant is the only candidate.
+    return describe_quants(preset)
+
+
+def make_plan(
+    machine: Machine,
+    preset: Preset,
+    quant: str,
+    ctx: int | None,
+    model_path: str | None,
+    models: QuantDescriptions | None = None,
+) -> Plan:
+    """The planner's answer for the person's current choices (pure once headers are read; run per change).
+
+    With ``model_path`` the local GGUF's header gives exact sizes, and its quant is the only candidate; else
+    ``models`` (from :func:`describe_models`) gives each quant's sizes, and the preset's estimates fill gaps.
     """
     from clover_local.plan.planner import make_plan as planner
 
-    model = None
-    if model_path:
-        from clover_local.gguf_header import read_local_header
-
-        model = read_local_header(Path(model_path))
+    model = _local_header(model_path, Path(model_path).stat().st_mtime_ns) if model_path else None
     wishes = Wishes(quant="auto" if model_path else quant, ctx=ctx)
-    return planner(machine, preset, model, wishes, model_path=model_path)
+    if model is not None or models is None:
+        return planner(machine, preset, model, wishes, model_path=model_path)
+    from clover_local.plan.report import plan_with_sizes
+
+    return plan_with_sizes(machine, preset, wishes, models)
+
+
+@functools.lru_cache(maxsize=8)
+def _local_header(path: str, mtime_ns: int) -> ModelDescription:
+    """A local GGUF's header, read once per file version (a 262k-token vocabulary takes most of a second)."""
+    from clover_local.gguf_header import read_local_header
+
+    return read_local_header(Path(path))
 
 
 def llama_server_command(plan: Plan) -> str:

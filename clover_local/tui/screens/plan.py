@@ -16,9 +16,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Select, Static
+from textual.worker import get_current_worker
 
 from clover_local.detect.machine import Machine
 from clover_local.errors import CloverError
+from clover_local.fetch.describe import QuantDescriptions
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
 from clover_local.tui import services
@@ -86,6 +88,13 @@ class PlanScreen(Screen[None]):
             self.machine = machine
             self.error = error
 
+    class ModelsDescribed(Message, bubble=False):
+        """Each quant's sizes, exact where a file or the Hub's GGUF header could be read."""
+
+        def __init__(self, models: QuantDescriptions) -> None:
+            super().__init__()
+            self.models = models
+
     def __init__(
         self, preset: Preset, machine: Machine | None = None, *, simulate: str | None = None
     ) -> None:
@@ -95,6 +104,8 @@ class PlanScreen(Screen[None]):
         self.simulate = simulate
         self.plan: Plan | None = None
         self.model_path: str | None = None
+        self.models: QuantDescriptions | None = None
+        """Exact sizes per quant once the detection worker has read them; estimates until then."""
         self.plan_count = 0
         """How many plans were made (tests wait on it)."""
 
@@ -141,6 +152,9 @@ class PlanScreen(Screen[None]):
             self.post_message(PlanScreen.MachineReady(None, str(exc)))
             return
         self.post_message(PlanScreen.MachineReady(machine, None))
+        if self.simulate is None and not get_current_worker().is_cancelled:
+            # The plan shows at once from estimates; exact sizes (file or Hub header) replace them when read.
+            self.post_message(PlanScreen.ModelsDescribed(services.describe_models(self.preset)))
 
     def on_plan_screen_machine_ready(self, message: MachineReady) -> None:
         if message.machine is None:
@@ -149,6 +163,10 @@ class PlanScreen(Screen[None]):
             panel.add_class("error")
             return
         self._machine_ready(message.machine)
+
+    def on_plan_screen_models_described(self, message: ModelsDescribed) -> None:
+        self.models = message.models
+        self.replan()
 
     def _machine_ready(self, machine: Machine) -> None:
         self.machine = machine
@@ -166,7 +184,7 @@ class PlanScreen(Screen[None]):
         quant = str(self.query_one("#quant", Select).value)
         ctx = int(self.query_one("#ctx", Select).value or 0) or None  # type: ignore[arg-type]
         try:
-            plan = services.make_plan(self.machine, self.preset, quant, ctx, self.model_path)
+            plan = services.make_plan(self.machine, self.preset, quant, ctx, self.model_path, self.models)
         except CloverError as exc:
             self.plan = None
             self.query_one("#plan-summary", Static).update(str(exc))
