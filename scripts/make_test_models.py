@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from clover_local.errors import CloverError
-from clover_local.testmodels import TINY_KINDS, gemma_path, tiny_model
+from clover_local.testing.models import TINY_KINDS, gemma_path, tiny_model
 
 
 def _line(label: str, path: Path, seconds: float) -> str:

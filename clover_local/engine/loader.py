@@ -16,12 +16,13 @@ from typing import Any
 
 from clover_local.engine.embedded import EmbeddedEngine, EngineParts
 from clover_local.errors import EngineError, OutOfMemoryError
+from clover_local.gguf.names import FFN_EXPS_REGEX
 from clover_local.plan.memory import rollback_snapshots
 from clover_local.plan.types import SpeculativePlan
 from clover_local.presets import SamplingDefaults
 
-ALL_EXPERTS_ON_CPU = r"\.ffn_(up|down|gate|gate_up)_exps\.=CPU"
-"""The override that keeps every routed expert in RAM (``--cpu-moe``)."""
+ALL_EXPERTS_ON_CPU = f"{FFN_EXPS_REGEX}=CPU"
+"""The override that keeps every routed expert in RAM (``--cpu-moe``: ``llm_ffn_exps_cpu_override``)."""
 
 _OOM_RE = re.compile(
     r"out of memory|failed to allocate|unable to allocate|cudaMalloc failed|ErrorOutOfDeviceMemory|"

@@ -48,7 +48,7 @@ def planned_settings(
 ) -> tuple[dict[str, Any], SpeculativePlan, str]:
     """llama.cpp settings, the speculation plan and the chat template the planner picks for this machine."""
     from clover_local.detect import detect_machine
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
     from clover_local.plan.llama_args import llama_cpp_kwargs
     from clover_local.plan.planner import make_plan
     from clover_local.plan.types import Wishes
