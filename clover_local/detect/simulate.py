@@ -18,7 +18,7 @@ A simulated GPU is idle (free = total). Available RAM is total minus what the OS
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import NoReturn, get_args
 
 from clover_local.detect.apple import apple_gpu
 from clover_local.detect.hints import build_hints
@@ -132,7 +132,7 @@ def _parse_gpu(index: int, value: str) -> Gpu:
     label = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}[vendor]
     return Gpu(
         index=index,
-        vendor=vendor,  # type: ignore[arg-type]  # checked against _DISCRETE_VENDORS above
+        vendor=vendor,  # checked against _DISCRETE_VENDORS above
         name=f"Simulated {label} GPU ({format_bytes(size)})",
         total_bytes=size,
         free_bytes=size,
@@ -175,5 +175,5 @@ def _count(singles: dict[str, str], key: str, default: int) -> int:
     return int(text)
 
 
-def _bad(part: str, why: str) -> None:
+def _bad(part: str, why: str) -> NoReturn:
     raise UsageError(f"--simulate: bad part {part!r}: {why}", f"accepted forms: {ACCEPTED_FORMS}")

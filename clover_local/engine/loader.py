@@ -228,9 +228,9 @@ def placement_summary(lines: list[str]) -> str:
         for m in _BUFFER_RE.finditer(line):
             sizes.setdefault(m.group(2), {}).setdefault(m.group(1), 0.0)
             sizes[m.group(2)][m.group(1)] += float(m.group(3))
-        m = _OFFLOAD_RE.search(line)
-        if m:
-            offloaded = f"{m.group(1)}/{m.group(2)} layers on GPU"
+        offload = _OFFLOAD_RE.search(line)
+        if offload:
+            offloaded = f"{offload.group(1)}/{offload.group(2)} layers on GPU"
         if "buffer type overridden to" in line:
             overridden += 1
     names = {"model": "weights", "KV": "KV cache", "RS": "recurrent state", "compute": "compute"}

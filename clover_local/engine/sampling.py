@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from llama_cpp import llama_cpp as C
@@ -46,7 +46,8 @@ class LogitsView:
         addr = ctypes.cast(ptr, ctypes.c_void_p).value or 0
         if (addr, n_rows) != self._key or self._array is None:
             buf = (ctypes.c_float * (n_rows * self._n_vocab)).from_address(addr)
-            self._array = np.frombuffer(buf, dtype=np.float32).reshape(n_rows, self._n_vocab)
+            # A ctypes array exposes the buffer protocol: no copy.
+            self._array = np.frombuffer(cast(bytes, buf), dtype=np.float32).reshape(n_rows, self._n_vocab)
             self._key = (addr, n_rows)
         return self._array
 
