@@ -45,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--show {args.show}: not a saved benchmark report ({exc}).") from None
         return 0
     from clover_local.engine.native import default_threads
-    from clover_local.engine.session import resolve_model_path
     from clover_local.presets import load_preset
+    from clover_local.runtime import require_model
 
     workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rounds <= 0 or args.max_tokens <= 1 or args.ctx < 256:
         raise UsageError("--rounds must be positive, --max-tokens above 1 and --ctx at least 256.")
     preset = None if args.model else load_preset(args.preset or "gemma3-270m")
-    path = resolve_model_path(args.model, preset)
+    path = require_model(preset, args.model)
     # Plain CPU settings both llama-cpp-python and the engine understand, so the comparison is like for like.
     settings = {
         "n_ctx": args.ctx,

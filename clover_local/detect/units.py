@@ -23,6 +23,11 @@ def parse_size(text: str) -> int | None:
     return int(float(number) * _UNITS[unit.upper()])
 
 
+def gigabytes(n: int) -> str:
+    """Binary gigabytes whatever the size (``0.3 GiB``), as the planner's reasons and ``--simulate`` sizes use them."""
+    return f"{n / (1 << 30):.1f} GiB"
+
+
 def format_bytes(n: int | float) -> str:
     """``12.0 GiB``, ``512.0 MiB``: one decimal, binary units."""
     value = float(n)

@@ -110,4 +110,4 @@ class Plan:
     """True when sizes came from the preset, not an exact GGUF tensor table."""
     size_sources: tuple[tuple[str, str], ...] = ()
     """(quant, where its sizes came from) for each quant weighed, e.g. ``("Q4_K_M", "exact, from the GGUF
-    header of X.gguf on the Hub")``; filled by ``plan.report.plan_from_args`` (``fetch.describe``)."""
+    header of X.gguf on the Hub")``; filled by ``runtime.plan_for`` (``fetch.describe``)."""
