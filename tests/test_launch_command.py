@@ -49,7 +49,9 @@ async def test_the_launch_command_runs_as_printed(gemma_path: Path) -> None:
     # As a person would paste it, with the built llama-server first on PATH; only where to listen is added.
     env = {**os.environ, "PATH": f"{binary.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     argv = [*shlex.split(command), "--host", "127.0.0.1", "--port", str(port)]
-    with subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    ) as proc:
         try:
 
             def healthy() -> bool:
