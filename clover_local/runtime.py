@@ -35,6 +35,7 @@ __all__ = [
     "EngineChoice",
     "OpenedEngine",
     "choose_engine",
+    "detect",
     "find_model",
     "open_engine",
     "open_unplanned",
@@ -126,7 +127,7 @@ def plan_for(
     one is on this machine, and says in its reasons where the sizes came from.
     """
     chosen = preset if isinstance(preset, Preset) else load_preset(preset)
-    machine = machine or _machine(simulate)
+    machine = machine or detect(simulate)
     wishes = Wishes(quant="auto" if model else quant, ctx=ctx, goal=goal, threads=threads)
     from clover_local.plan.planner import make_plan
 
@@ -163,10 +164,6 @@ def plan_for(
 
 def detect(simulate: str | None = None) -> Machine:
     """This machine, detected, or a described one (``--simulate`` syntax)."""
-    return _machine(simulate)
-
-
-def _machine(simulate: str | None) -> Machine:
     from clover_local.detect import detect_machine, parse_simulate
 
     return parse_simulate(simulate) if simulate is not None else detect_machine()
