@@ -3,7 +3,8 @@
 Spec: comma-separated ``key=value`` parts, e.g. ``ram=32G,gpu=nvidia:12G,gpu=nvidia:24G,cpu=16``.
 
 - ``ram=SIZE``       system RAM (default 16G)
-- ``gpu=VENDOR:SIZE`` a discrete GPU, repeat for several; VENDOR is nvidia, amd or intel
+- ``gpu=VENDOR:SIZE[@BANDWIDTH]`` a discrete GPU, repeat for several; VENDOR is nvidia, amd or intel;
+  BANDWIDTH its memory bandwidth (``@4.8TB/s``, ``@936GB/s``; default: a typical card of that size)
 - ``unified=SIZE``   Apple Silicon with SIZE of unified memory: RAM = SIZE and one ``apple`` GPU whose memory
   is the Metal working-set limit (:func:`clover_local.detect.apple.metal_working_set`, the real probe's rule)
 - ``cpu=N``          CPU cores (default 8)
@@ -33,7 +34,7 @@ from clover_local.detect.machine import (
     Memory,
     ProbeResult,
 )
-from clover_local.detect.units import GIB, format_bytes, parse_size
+from clover_local.detect.units import GIB, format_bytes, parse_bandwidth, parse_size
 from clover_local.errors import UsageError
 
 DEFAULT_RAM_BYTES = 16 * GIB
@@ -42,7 +43,8 @@ DEFAULT_DISK_BYTES = 500 * GIB
 SIMULATED_BUILD_VERSION = "0.3.36"
 
 ACCEPTED_FORMS = (
-    "ram=32G, gpu=nvidia:12G (repeatable; vendor nvidia|amd|intel), unified=64G (Apple Silicon), "
+    "ram=32G, gpu=nvidia:12G or gpu=nvidia:12G@936GB/s (repeatable; vendor nvidia|amd|intel; optional "
+    "memory bandwidth in GB/s or TB/s), unified=64G (Apple Silicon), "
     "cpu=16, disk=500G, backend=cuda|metal|vulkan|rocm|sycl|cpu; sizes in K/M/G/T (binary) or bytes, "
     "parts separated by commas"
 )
@@ -120,7 +122,11 @@ def parse_simulate(spec: str) -> Machine:
 
 
 def _parse_gpu(index: int, value: str) -> Gpu:
-    vendor, sep, size_text = value.partition(":")
+    card, at, bandwidth_text = value.partition("@")
+    bandwidth = parse_bandwidth(bandwidth_text) if at else None
+    if at and bandwidth is None:
+        _bad(f"gpu={value}", f"{bandwidth_text.strip()!r} is not a memory bandwidth like 936GB/s or 4.8TB/s")
+    vendor, sep, size_text = card.partition(":")
     vendor = vendor.strip().lower()
     if not sep or vendor not in _DISCRETE_VENDORS:
         _bad(
@@ -136,6 +142,7 @@ def _parse_gpu(index: int, value: str) -> Gpu:
         name=f"Simulated {label} GPU ({format_bytes(size)})",
         total_bytes=size,
         free_bytes=size,
+        bandwidth_bytes_per_s=bandwidth,
         source="simulated",
     )
 
