@@ -129,12 +129,20 @@ def plan_for(
     chosen = preset if isinstance(preset, Preset) else load_preset(preset)
     machine = machine or detect(simulate)
     wishes = Wishes(quant="auto" if model else quant, ctx=ctx, goal=goal, threads=threads)
+    from clover_local.measure.records import load_records
     from clover_local.plan.planner import make_plan
+
+    records = load_records()  # decode speeds `bench --llama-bench` measured here: used instead of estimates
 
     if model:
         path = _checked_gguf(Path(model).expanduser())
         plan = make_plan(
-            machine, chosen, _local_header(str(path), path.stat().st_mtime_ns), wishes, str(path)
+            machine,
+            chosen,
+            _local_header(str(path), path.stat().st_mtime_ns),
+            wishes,
+            str(path),
+            speed_records=records,
         )
         source = f"exact, from the local file {path}"
         return replace(
@@ -151,8 +159,8 @@ def plan_for(
             quants=None if quant == "auto" else [quant],  # an unknown quant: make_plan says so
         )
     if models is None:
-        return make_plan(machine, chosen, None, wishes), chosen
-    plan = make_plan(machine, chosen, None, wishes, models=models.models)
+        return make_plan(machine, chosen, None, wishes, speed_records=records), chosen
+    plan = make_plan(machine, chosen, None, wishes, models=models.models, speed_records=records)
     local = models.paths.get(plan.quant)
     return replace(
         plan,

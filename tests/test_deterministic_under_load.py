@@ -74,9 +74,9 @@ def test_embedded_reply_is_the_same_idle_and_busy(
 
 
 def test_llama_server_reply_is_the_same_idle_and_busy(gemma_path: Path) -> None:
-    from clover_local.serve import http_client
-    from clover_local.serve.binary import find_llama_server
-    from clover_local.serve.llama_server import start_llama_server
+    from clover_local.llamacpp import http_client
+    from clover_local.llamacpp.binary import find_llama_server
+    from clover_local.llamacpp.server import start_llama_server
 
     if find_llama_server() is None:
         pytest.skip("no llama-server built (scripts/build-llama-server)")

@@ -43,7 +43,7 @@ def test_llama_bench_json_gives_the_decode_rate() -> None:
 
 def test_real_llama_bench_on_gemma_is_parsed(gemma_path: Path) -> None:
     """The real built llama-bench: its JSON is what the parser reads."""
-    from clover_local.serve.binary import find_llama_server
+    from clover_local.llamacpp.binary import find_llama_server
 
     server = find_llama_server()
     bench = server.sibling("llama-bench") if server else None

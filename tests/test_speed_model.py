@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clover_local.detect.machine import Cpu, Disk, Gpu, LlamaBuild, Machine, Memory
-from clover_local.model import ModelDescription, TensorEntry
+from clover_local.gguf.model import ModelDescription, TensorEntry
 from clover_local.plan import memory
 from clover_local.plan.measured import SpeedRecord, machine_key, model_key
 from clover_local.plan.planner import layer_work, make_plan
@@ -72,7 +72,7 @@ def test_gpu_speed_within_a_quarter_of_llama_bench(case: dict) -> None:
 
 def test_cpu_speed_within_a_quarter_of_the_two_core_machine(gemma_path: Path) -> None:
     """Gemma 3 270M Q4_K_M, CPU, 2 threads: 64-72 tokens/s measured (README engine benchmark)."""
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
 
     desc = read_local_header(gemma_path)
     machine = Machine(

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _llama_bench_binary() -> Path:
-    from clover_local.serve.binary import find_llama_server
+    from clover_local.llamacpp.binary import find_llama_server
 
     server = find_llama_server()
     bench = server.sibling("llama-bench") if server else None
@@ -159,7 +159,7 @@ def _record_llama_bench(args: argparse.Namespace) -> int:
     from clover_local.measure.llama_bench import run_llama_bench
     from clover_local.measure.records import add_record
     from clover_local.plan.measured import SpeedRecord, machine_key, model_key
-    from clover_local.plan.report import plan_for
+    from clover_local.runtime import plan_for
 
     preset = args.preset or ("clover-35b-a3b" if args.model else "gemma3-270m")
     plan, _ = plan_for(preset, model=args.model, ctx=args.ctx)
@@ -169,7 +169,7 @@ def _record_llama_bench(args: argparse.Namespace) -> int:
             f"Run `clover-local download --preset {preset}` first, or pass --model PATH.",
         )
     from clover_local.detect import detect_machine
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
 
     desc = read_local_header(Path(plan.model_path))
     result = run_llama_bench(_llama_bench_binary(), Path(plan.model_path), plan, n_gen=args.max_tokens)

@@ -176,7 +176,11 @@ class EmbeddedEngine:
         max_new = min(request.max_tokens, self._n_ctx - len(prompt))
         n_cached = self._reuse_prefix(prompt)
         picker = TokenPicker(
-            self._ctx, self._model, self._n_vocab, self._sampling_config(request), backend=self.backend_sampling
+            self._ctx,
+            self._model,
+            self._n_vocab,
+            self._sampling_config(request),
+            backend=self.backend_sampling,
         )
         try:
             yield from self._generate_from(request, prompt, n_cached, max_new, picker, cancel, t0)

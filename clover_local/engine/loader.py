@@ -161,7 +161,9 @@ def _load(
             params.context.n_batch = max(params.context.n_batch, params.context.n_ubatch)
         if speculative.enabled:
             # A verification batch has up to n_max + 1 outputs: backend sampling needs room for each.
-            params.context.n_outputs_max_per_seq = max(params.context.n_outputs_max_per_seq, speculative.n_max + 1)
+            params.context.n_outputs_max_per_seq = max(
+                params.context.n_outputs_max_per_seq, speculative.n_max + 1
+            )
         with native.LogCapture() as ctx_log:
             ctx = C.llama_init_from_model(model, params.context)
         if not ctx:

@@ -56,7 +56,7 @@ class CaseReport:
 
 def plan_case(model: Path, preset: str, ctx: int | None) -> Plan:
     """The plan the product makes for this file on this machine as it is now (free memory included)."""
-    from clover_local.plan.report import plan_for
+    from clover_local.runtime import plan_for
 
     plan, _ = plan_for(preset, model=str(model), ctx=ctx)
     return plan
@@ -76,8 +76,8 @@ def _gpu_breakdown(plan: Plan) -> dict[str, int]:
 
 
 def measure_llama_bench(model: Path, plan: Plan, log: Log) -> EngineMeasure:
+    from clover_local.llamacpp.binary import find_llama_server
     from clover_local.measure.llama_bench import run_llama_bench
-    from clover_local.serve.binary import find_llama_server
 
     server = find_llama_server()
     bench = server.sibling("llama-bench") if server else None
@@ -96,9 +96,9 @@ def measure_llama_bench(model: Path, plan: Plan, log: Log) -> EngineMeasure:
 def measure_llama_server(model: Path, plan: Plan, log: Log, n_predict: int = 128) -> EngineMeasure:
     from dataclasses import replace
 
+    from clover_local.llamacpp import http_client
+    from clover_local.llamacpp.server import plan_server_argv, start_llama_server
     from clover_local.measure.gpu_memory import PeakSampler
-    from clover_local.serve import http_client
-    from clover_local.serve.llama_server import plan_server_argv, start_llama_server
 
     argv = plan_server_argv(replace(plan, model_path=str(model)))
     try:
@@ -159,7 +159,7 @@ def measure_embedded(
 
 def fit_params_summary(model: Path, plan: Plan) -> str | None:
     """llama-fit-params' own placement for the plan's context on this machine (one line), when available."""
-    from clover_local.serve.binary import find_llama_server
+    from clover_local.llamacpp.binary import find_llama_server
 
     server = find_llama_server()
     tool = server.sibling("llama-fit-params") if server else None

@@ -147,7 +147,7 @@ def _tiled(pattern: np.ndarray, n_bytes: int) -> Iterator[memoryview]:
 
 def _vocab() -> tuple[list[str], list[float], list[int]]:
     """The test vocabulary padded with unused pieces to Clover's 248,320 tokens."""
-    from clover_local.testmodels_vocab import build_vocab
+    from clover_local.testing.vocab import build_vocab
 
     v = build_vocab(700)
     tokens, scores, types = list(v.tokens), list(v.scores), list(v.types)
@@ -162,7 +162,7 @@ def write_clover_shaped(path: Path, *, seed: int = 7) -> int:
     """Write the model to ``path`` (overwrites); return its size in bytes."""
     import gguf
 
-    from clover_local.testmodels_vocab import CHATML_TEMPLATE
+    from clover_local.testing.vocab import CHATML_TEMPLATE
 
     started = time.monotonic()
     rng = np.random.default_rng(seed)
