@@ -69,11 +69,13 @@ def main() -> int:
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
     reports = []
     try:
-        reports.append(run_case("whole GPU", model, preset=args.preset, ctx=args.ctx, engines=engines))
+        whole = tuple(e for e in engines if e != "fit-params")  # everything fits: nothing to compare
+        reports.append(run_case("whole GPU", model, preset=args.preset, ctx=args.ctx, engines=whole))
         for free in frees:
             name = f"{free / 1024**3:.0f} GiB free"
+            smaller = tuple(e for e in engines if e != "llama-server")  # its memory is known from the first
             reports.append(
-                run_case(name, model, preset=args.preset, free_bytes=free, ctx=args.ctx, engines=engines)
+                run_case(name, model, preset=args.preset, free_bytes=free, ctx=args.ctx, engines=smaller)
             )
             if args.out:
                 args.out.write_text(json.dumps(reports_to_json(reports), indent=1))

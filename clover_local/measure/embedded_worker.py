@@ -30,9 +30,18 @@ def main(argv: list[str]) -> int:
     out: dict[str, object] = {"load_s": round(load_s, 2), "placement": loaded.placement}
     out["buffers"] = [ln for ln in loaded.load_log if "buffer size" in ln]
     prompt = job.get("prompt", "The history of the city begins")
-    for name, temperature, speculative in job.get(
-        "runs", [["greedy", 0.0, False], ["sampled", 0.7, False], ["greedy_spec", 0.0, True]]
-    ):
+    runs = job.get(
+        "runs",
+        [
+            ["greedy", 0.0, False, False],
+            ["greedy_backend", 0.0, False, True],
+            ["sampled", 0.7, False, False],
+            ["sampled_backend", 0.7, False, True],
+            ["greedy_spec", 0.0, True, False],
+        ],
+    )
+    for name, temperature, speculative, backend in runs:
+        engine.backend_sampling = bool(backend)
         rates = []
         for _ in range(int(job.get("repeats", 2))):
             request = GenerationRequest(
