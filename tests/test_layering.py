@@ -6,7 +6,9 @@ functions, and under ``TYPE_CHECKING``):
 
 A module imports only from its own layer or below; no import cycle, between modules or between packages;
 nothing but ``clover_local.tui`` imports Textual; the pure packages (detect, gguf, plan) do no network I/O; and
-no product module imports the test-model writers (``clover_local.testing``, left out of the wheel).
+no product module imports the test-model writers (``clover_local.testing``, left out of the wheel); and the
+decisions that once drifted (the experts regex, the shard regex, llama-server's ``-m``) are written in one
+module each.
 """
 
 from __future__ import annotations
@@ -197,3 +199,39 @@ def test_the_checker_sees_an_upward_import_and_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
     assert "clover_local.settings" in _imports("clover_local.fetch.x", PACKAGE / "fetch" / "cache.py")
+
+
+def _string_constants(path: Path) -> list[str]:
+    """String literals that build something: not docstrings (of modules, classes, functions or attributes), and
+    not members of a set or a comparison (``flag in {"-m", "-c"}`` reads flags, it does not write them)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            skipped.add(id(node.value))
+        elif isinstance(node, ast.Set | ast.Compare):
+            skipped.update(id(child) for child in ast.walk(node))
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped
+    ]
+
+
+@pytest.mark.parametrize(
+    ("what", "needle", "owner"),
+    [
+        ("the routed-experts tensor regex", "ffn_(up|down|gate", "clover_local.gguf.names"),
+        ("the split-GGUF name regex", "-of-(?P<", "clover_local.gguf.names"),
+        ("llama-server's model flag", "-m", "clover_local.plan.llama_args"),
+    ],
+)
+def test_each_decision_is_written_once(what: str, needle: str, owner: str) -> None:
+    """The experts regex once drifted across four copies, and argv builders lost ``-m``: one owner each."""
+    holders = sorted(
+        m
+        for m, path in MODULES.items()
+        if not m.startswith(TEST_ONLY)
+        and any(s == needle or (len(needle) > 2 and needle in s) for s in _string_constants(path))
+    )
+    assert holders == [owner], f"{what} is written in {holders}; only {owner} should hold it"
