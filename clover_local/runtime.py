@@ -17,10 +17,10 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from clover_local.errors import ServerError, UsageError
-from clover_local.plan.types import Goal, Plan, SpeculativePlan, Wishes
+from clover_local.plan.types import EngineKind, Goal, Plan, SpeculativePlan, Wishes
 from clover_local.presets import Preset, SamplingDefaults, load_preset
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ __all__ = [
     "require_model",
 ]
 
-EngineKind = Literal["embedded", "llama-server"]
 ENGINE_CHOICES = ("auto", "embedded", "llama-server")
 
 
@@ -135,6 +134,7 @@ def plan_for(
     models: QuantDescriptions | None = None,
     describe: bool = True,
     offline: bool = False,
+    engine: EngineKind = "embedded",
 ) -> tuple[Plan, Preset]:
     """The plan for ``preset`` on ``machine`` (None: ``simulate``'s described machine, else this one, detected).
 
@@ -146,7 +146,7 @@ def plan_for(
     """
     chosen = preset if isinstance(preset, Preset) else load_preset(preset)
     machine = machine or detect(simulate)
-    wishes = Wishes(quant="auto" if model else quant, ctx=ctx, goal=goal, threads=threads)
+    wishes = Wishes(quant="auto" if model else quant, ctx=ctx, goal=goal, threads=threads, engine=engine)
     from clover_local.measure.records import load_records
     from clover_local.plan.planner import make_plan
 

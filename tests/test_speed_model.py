@@ -115,3 +115,61 @@ def test_recorded_runs_replace_or_calibrate_the_estimate() -> None:
         predicted_tokens_per_s=2.0,
     )
     assert make_plan(machine, preset, desc, speed_records=[other_machine]).speed_source == "estimate"
+
+
+SESSION = DATA["measured_2026_11_30"]
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in SESSION["cases"] if "real_peak_bytes" in c], ids=lambda c: c["name"]
+)
+def test_planned_gpu_memory_matches_the_real_peak(case: dict) -> None:
+    """The plan's GPU memory for the embedded engine (buffers plus the CUDA runtime) against NVML's peak for the
+    process: within 5% either way."""
+    from dataclasses import replace
+
+    from clover_local.plan.fit import evaluate
+    from clover_local.plan.memory import runtime_overhead_bytes
+
+    desc = clover_shaped()
+    fit = evaluate(
+        h200(case["gpu_free_gib"]),
+        desc,
+        case["ctx"],
+        n_gpu_layers=-1,
+        n_cpu_moe=case["n_cpu_moe"],
+        cache_type="f16",
+        recurrent_copies=case["recurrent_copies"],
+        engine="embedded",
+    )
+    planned = fit.memory.gpus[0]
+    ratio = case["real_peak_bytes"] / planned.used_bytes
+    assert 0.95 <= ratio <= 1.05, (ratio, replace(planned))
+    buffers = case["buffers_mib"]
+    assert planned.weights_bytes / 2**20 == pytest.approx(buffers["model"], rel=0.001)
+    assert planned.recurrent_state_bytes / 2**20 == pytest.approx(buffers["rs"], rel=0.005)
+    assert planned.kv_cache_bytes / 2**20 == pytest.approx(buffers["kv"], rel=0.001)
+    assert runtime_overhead_bytes("cuda", "embedded") == planned.runtime_bytes
+
+
+@pytest.mark.parametrize(("free_gib", "fit_params_moe"), [(20.0, 4), (12.0, 22)])
+def test_llama_server_plans_as_many_experts_on_the_gpu_as_llama_fit_params(
+    free_gib: float, fit_params_moe: int
+) -> None:
+    """llama-server holds one recurrent state (no snapshots for n-gram drafting) and less runtime memory, so its
+    plan keeps one more layer's experts on the GPU than before, as llama-fit-params does, with the 1 GiB margin."""
+    from clover_local.plan.types import Wishes
+
+    preset = load_preset("clover-35b-a3b")
+    server = make_plan(h200(free_gib), preset, clover_shaped(), Wishes(ctx=16384, engine="llama-server"))
+    assert server.n_cpu_moe == fit_params_moe
+    gpu = server.memory.gpus[0]
+    assert gpu.used_bytes + gpu.margin_bytes <= gpu.capacity_bytes
+    embedded = make_plan(h200(free_gib), preset, clover_shaped(), Wishes(ctx=16384))
+    assert embedded.n_cpu_moe > server.n_cpu_moe  # its runtime and rollback snapshots take more room
+
+
+@pytest.mark.parametrize("case", [c for c in SESSION["cases"] if "llama_bench" in c], ids=lambda c: c["name"])
+def test_speed_within_a_quarter_of_this_sessions_llama_bench(case: dict) -> None:
+    tps = predicted(h200(case["gpu_free_gib"]), clover_shaped(), case["ctx"], -1, case["n_cpu_moe"])
+    assert tps == pytest.approx(case["llama_bench"], rel=0.25), tps

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from clover_local.commands.options import plan_from_args
     from clover_local.plan.llama_args import llama_server_args
 
-    plan, preset = plan_from_args(args)
+    plan, preset = plan_from_args(args, engine="llama-server")
     argv = [args.binary, *llama_server_args(plan, hf_repo=preset.repo)]
     if args.json:
         print(json.dumps({"argv": argv, "command": shlex.join(argv), "fits": plan.fits}))

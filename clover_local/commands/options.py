@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from clover_local.plan.types import Plan
+    from clover_local.plan.types import EngineKind, Plan
     from clover_local.presets import Preset
 
 
@@ -35,8 +35,9 @@ def add_size_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Preset]:
-    """:func:`clover_local.runtime.plan_for` with the options of :func:`add_plan_options` (and ``--offline``)."""
+def plan_from_args(args: argparse.Namespace, engine: EngineKind = "embedded") -> tuple[Plan, Preset]:
+    """:func:`clover_local.runtime.plan_for` with the options of :func:`add_plan_options` (and ``--offline``),
+    for the engine that will run the plan (``llama-server`` for ``command``)."""
     from clover_local.runtime import plan_for
 
     return plan_for(
@@ -47,4 +48,5 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Preset]:
         goal=args.goal,
         simulate=args.simulate,
         offline=getattr(args, "offline", False),
+        engine=engine,
     )

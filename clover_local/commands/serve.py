@@ -74,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         print(warning, file=sys.stderr)
     args.model = require_model(None if args.model else load_preset(args.preset), args.model, args.quant)
-    plan, preset = plan_from_args(args)
     choice = choose_engine(args.engine, args.llama_server)
+    plan, preset = plan_from_args(args, engine=choice.kind)
     print(f"engine: {choice.kind} ({choice.why})", file=sys.stderr)
     on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None
     opened = open_engine(plan, preset, choice, speculative=args.speculative, on_log=on_log)

@@ -66,7 +66,7 @@ class TokenPicker:
         self.backend = False
         """The chain runs inside llama.cpp's graph on the model's device (``llama_set_sampler``): only the
         sampled token comes back, no logits are read on the host. Must be set before the decode it samples."""
-        if backend:
+        if backend and not config.greedy_fast:  # greedy: numpy's argmax on the host is as fast (measured)
             self._chain = self._build_chain(n_vocab, config)
             self.backend = bool(C.llama_set_sampler(ctx, 0, self._chain))
             if self.backend:

@@ -34,6 +34,8 @@ class Fit:
     placement: Placement
     recurrent_copies: int = 1
     """Copies of the recurrent state held per sequence (1 + rollback snapshots for speculation)."""
+    engine: str = "embedded"
+    """The engine the memory was planned for (its runtime overhead and recurrent copies differ)."""
 
     @property
     def gpus_fit(self) -> bool:
@@ -63,6 +65,7 @@ def evaluate(
     n_ubatch: int = 512,
     margin_scale: float = 1.0,
     recurrent_copies: int = 1,
+    engine: str = "embedded",
 ) -> Fit:
     """Memory per device for one placement; for several GPUs the layer split is balanced to free memory."""
     gpus = machine.gpus if uses_gpus(machine) else ()
@@ -92,6 +95,9 @@ def evaluate(
             recurrent_state_bytes=p.gpu_recurrent[i],
             compute_bytes=p.gpu_compute[i],
             margin_bytes=int(memory.GPU_MARGIN_BYTES * margin_scale),
+            runtime_bytes=memory.runtime_overhead_bytes(machine.offload_backend, engine)
+            if i in set(p.devices)
+            else 0,
         )
         for i, g in enumerate(gpus)
     )
@@ -115,6 +121,7 @@ def evaluate(
         memory=MemoryPlan(gpus=gpu_mem, ram=ram),
         placement=p,
         recurrent_copies=recurrent_copies,
+        engine=engine,
     )
 
 
@@ -130,7 +137,13 @@ def _candidates(model: ModelDescription) -> list[tuple[int, int]]:
 
 
 def find_fit(
-    machine: Machine, model: ModelDescription, ctx: int, n_ubatch: int = 512, *, recurrent_copies: int = 1
+    machine: Machine,
+    model: ModelDescription,
+    ctx: int,
+    n_ubatch: int = 512,
+    *,
+    recurrent_copies: int = 1,
+    engine: str = "embedded",
 ) -> Fit:
     """The fastest placement whose GPUs all fit; f16 KV first, q8_0 when that saves a step. When RAM is then
     short too (more offload only moves bytes to RAM), the result has ``fits == False``."""
@@ -146,6 +159,7 @@ def find_fit(
                 cache_type=t,
                 n_ubatch=n_ubatch,
                 recurrent_copies=rc,
+                engine=engine,
             )
             for t in KV_TYPES_BY_PREFERENCE
         ]
@@ -161,6 +175,7 @@ def find_fit(
                 cache_type=cache_type,
                 n_ubatch=n_ubatch,
                 recurrent_copies=rc,
+                engine=engine,
             )
             if fit.gpus_fit:
                 return fit
@@ -174,6 +189,7 @@ def find_fit(
         cache_type="f16",
         n_ubatch=n_ubatch,
         recurrent_copies=rc,
+        engine=engine,
     )
 
 

@@ -123,10 +123,37 @@ def rollback_snapshots(speculative: SpeculativePlan) -> int:
     return speculative.n_max + 1 if speculative.enabled else 0
 
 
-def recurrent_copies(arch: Architecture, speculative: SpeculativePlan) -> int:
+def recurrent_copies(arch: Architecture, speculative: SpeculativePlan, engine: str = "embedded") -> int:
     """How many times llama.cpp allocates the recurrent state (``1 + n_rs_seq``, ``llama-memory-recurrent.cpp``):
-    Clover's 63 MiB state becomes ~1.1 GiB with speculation drafting up to 16 tokens."""
-    return 1 + rollback_snapshots(speculative) if arch.recurrent_state_bytes else 1
+    Clover's 63 MiB state becomes ~1.1 GiB when the embedded engine speculates up to 16 tokens. llama-server
+    asks for snapshots only for drafter heads (``need_n_rs_seq`` in ``common/common.h``: ``draft.n_max`` for
+    draft-mtp/eagle3/dflash/dspark, none for n-gram types, whose drafts it then skips on recurrent models)."""
+    if not arch.recurrent_state_bytes:
+        return 1
+    if engine == "llama-server":
+        drafter = speculative.enabled and speculative.type.startswith("draft-")
+        return 1 + (speculative.n_max if drafter else 0)
+    return 1 + rollback_snapshots(speculative)
+
+
+RUNTIME_OVERHEAD_BYTES: dict[tuple[str, str], int] = {
+    ("cuda", "embedded"): int(1.2 * GIB),
+    ("cuda", "llama-server"): int(0.55 * GIB),
+    ("rocm", "embedded"): int(1.2 * GIB),
+    ("rocm", "llama-server"): int(0.55 * GIB),
+    ("vulkan", "embedded"): int(0.5 * GIB),
+    ("vulkan", "llama-server"): int(0.5 * GIB),
+    ("sycl", "embedded"): int(0.5 * GIB),
+    ("sycl", "llama-server"): int(0.5 * GIB),
+}
+"""Memory the GPU runtime holds in a process that runs llama.cpp, beyond llama.cpp's own buffers. Measured on an
+H200 (CUDA 13) with a Clover-shaped model: the embedded engine's process held 1.16-1.19 GiB more than its
+model, KV, recurrent and compute buffers in each of 4 loads; llama-server 0.35-0.54 GiB in 3 loads (issue 10).
+Metal and the CPU: none beyond the buffers (Metal's is in the working-set limit already)."""
+
+
+def runtime_overhead_bytes(backend: str, engine: str) -> int:
+    return RUNTIME_OVERHEAD_BYTES.get((backend, engine), 0)
 
 
 def recurrent_bytes_per_layer(arch: Architecture, n_seq: int = 1) -> list[int]:

@@ -65,7 +65,12 @@ def make_plan(
     speculative = SpeculativePlan(enabled, spec.type, spec.n_match, spec.n_min, spec.n_max)
     fits = {
         q: find_fit(
-            machine, d, ctx, N_UBATCH, recurrent_copies=memory.recurrent_copies(d.architecture, speculative)
+            machine,
+            d,
+            ctx,
+            N_UBATCH,
+            recurrent_copies=memory.recurrent_copies(d.architecture, speculative, wishes.engine),
+            engine=wishes.engine,
         )
         for q, d in candidates.items()
     }
@@ -89,6 +94,12 @@ def make_plan(
         "Flash attention on: llama.cpp supports it on every backend here, it keeps the compute buffer small "
         "at long context, and a quantized KV cache needs it."
     )
+    runtime = memory.runtime_overhead_bytes(machine.offload_backend, wishes.engine)
+    if runtime and fit.n_gpu_layers != 0:
+        reasons.append(
+            f"Planned for the {wishes.engine} engine: {fb(runtime)} per GPU for the {machine.offload_backend} "
+            "runtime itself (context, libraries), measured beside llama.cpp's own buffers."
+        )
     load_mode, why_load = _load_mode(machine, fit)
     reasons.append(why_load)
     if enabled:
@@ -165,6 +176,7 @@ def make_plan(
         tensor_split=fit.tensor_split,
         chat_template=preset.chat_template,
         backend=machine.offload_backend,
+        engine=wishes.engine,
         alternatives=_alternatives(machine, quant, candidates, fits),
         estimated=not desc.exact,
     )
@@ -251,6 +263,7 @@ def _grow_context(
             cache_type=fit.cache_type,
             margin_scale=2.0,
             recurrent_copies=fit.recurrent_copies,
+            engine=fit.engine,
         )
         kv = sum(g.kv_cache_bytes for g in grown.memory.gpus) + grown.memory.ram.kv_cache_bytes
         if not grown.fits or kv > KV_SHARE_LIMIT * weights:
@@ -265,6 +278,7 @@ def _grow_context(
             n_cpu_moe=fit.n_cpu_moe,
             cache_type=fit.cache_type,
             recurrent_copies=fit.recurrent_copies,
+            engine=fit.engine,
         )
     return best, best_ctx
 

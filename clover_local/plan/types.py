@@ -8,6 +8,7 @@ from typing import Literal
 Goal = Literal["quality", "speed"]
 LoadMode = Literal["auto", "mmap", "mlock", "mmap+mlock", "none"]
 FlashAttn = Literal["on", "off", "auto"]
+EngineKind = Literal["embedded", "llama-server"]
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,9 @@ class Wishes:
     goal: Goal = "quality"
     speculative: bool | None = None
     threads: int | None = None
+    engine: EngineKind = "embedded"
+    """Which engine will run the plan: they hold different memory (``plan.memory.runtime_overhead_bytes``,
+    ``plan.memory.recurrent_copies``)."""
 
 
 @dataclass(frozen=True)
@@ -34,10 +38,19 @@ class DeviceMemory:
     recurrent_state_bytes: int = 0
     compute_bytes: int = 0
     margin_bytes: int = 0
+    runtime_bytes: int = 0
+    """What the GPU runtime itself holds in the process (CUDA context, cuBLAS, graphs): not in llama.cpp's log,
+    but in the device's memory all the same."""
 
     @property
     def used_bytes(self) -> int:
-        return self.weights_bytes + self.kv_cache_bytes + self.recurrent_state_bytes + self.compute_bytes
+        return (
+            self.weights_bytes
+            + self.kv_cache_bytes
+            + self.recurrent_state_bytes
+            + self.compute_bytes
+            + self.runtime_bytes
+        )
 
     @property
     def fits(self) -> bool:
@@ -108,6 +121,8 @@ class Plan:
     chat_template: str = "gguf"
     """From the preset: ``gguf``, a llama.cpp built-in name, or ``completion``."""
     backend: str = "cpu"
+    engine: str = "embedded"
+    """The engine whose memory the plan budgets (``Wishes.engine``)."""
     alternatives: tuple[Alternative, ...] = field(default=())
     estimated: bool = True
     """True when sizes came from the preset, not an exact GGUF tensor table."""
