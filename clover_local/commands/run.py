@@ -8,6 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from clover_local.commands.diffusion_args import add_diffusion_arguments, diffusion_wishes
 from clover_local.errors import UsageError
 
 
@@ -43,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="chat template: gguf, completion (plain text, for base models) or a llama.cpp built-in name",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object: text and stats")
+    add_diffusion_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -75,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         ctx=args.ctx,
         threads=args.threads,
         chat_template=args.template,
+        diffusion=diffusion_wishes(args),
     )
     for note in opened.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -112,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
                 if stats.draft_acceptance is not None
                 else ""
             )
+            d = stats.diffusion
+            if d is not None:
+                acc = f", diffusion: {d.steps} steps, {d.tokens_per_step:.2f} tokens/step, {d.algorithm}"
             print(
                 f"[{stats.completion_tokens} tokens, {stats.decode_tokens_per_s:.1f} tok/s, "
                 f"ttft {stats.ttft_s:.2f}s{acc}]",

@@ -16,6 +16,7 @@ from typing import Any
 
 from clover_local.engine.embedded import EmbeddedEngine, EngineParts
 from clover_local.errors import EngineError, OutOfMemoryError
+from clover_local.plan.diffusion import DiffusionPlan
 from clover_local.plan.memory import rollback_snapshots
 from clover_local.plan.types import SpeculativePlan
 from clover_local.presets import SamplingDefaults
@@ -35,6 +36,7 @@ _SAFE_CTX = 4096
 @dataclass(frozen=True)
 class LoadResult:
     engine: EmbeddedEngine
+    """A :class:`~clover_local.engine.diffusion_engine.DiffusionEngine` for diffusion models."""
     settings_used: dict[str, Any]
     fallback_message: str | None
     """Set when the first attempt ran out of memory and a safer plan was loaded instead: what changed."""
@@ -54,12 +56,16 @@ def load_engine(
     sampling: SamplingDefaults | None = None,
     speculative: SpeculativePlan | None = None,
     progress: Callable[[float], None] | None = None,
+    diffusion: DiffusionPlan | None = None,
 ) -> LoadResult:
-    """Load ``model_path`` with ``settings``; on running out of memory, retry once with a safer plan."""
+    """Load ``model_path`` with ``settings``; on running out of memory, retry once with a safer plan.
+
+    A diffusion model is decoded as ``diffusion`` says (None: the defaults for its header); its context is
+    sized to the canvas (n_ctx = n_batch = n_ubatch)."""
     path = Path(model_path).expanduser()
     _check_file(path)
     spec = speculative if speculative is not None else SpeculativePlan(enabled=True)
-    args = (path, chat_template, sampling or SamplingDefaults(), spec, progress)
+    args = (path, chat_template, sampling or SamplingDefaults(), spec, progress, diffusion)
     try:
         return _load(dict(settings), *args, fallback=None)
     except OutOfMemoryError as first:
@@ -122,6 +128,7 @@ def _load(
     sampling: SamplingDefaults,
     speculative: SpeculativePlan,
     progress: Callable[[float], None] | None,
+    diffusion: DiffusionPlan | None,
     *,
     fallback: str | None,
 ) -> LoadResult:
@@ -147,6 +154,16 @@ def _load(
         raise _load_error(path, log.text, "load the model")
     notices: list[str] = []
     try:
+        is_diffusion = bool(C.llama_model_is_diffusion(model))
+        if is_diffusion:
+            diffusion = diffusion or _default_diffusion_plan(path, settings)
+            params.context.n_ctx = params.context.n_batch = params.context.n_ubatch = diffusion.canvas
+        elif diffusion is not None:
+            raise EngineError(
+                f"{path.name} is not a diffusion model: diffusion decoding was asked for a model llama.cpp "
+                "decodes left to right.",
+                "Drop the diffusion options (or `decoding = \"diffusion\"` in the preset) for this model.",
+            )
         recurrent = bool(C.llama_model_is_recurrent(model) or C.llama_model_is_hybrid(model))
         if recurrent and speculative.enabled:
             # Keep a recurrent-state snapshot per drafted token so rejected drafts can be rolled back.
@@ -176,9 +193,17 @@ def _load(
         keep_alive=params.keep_alive,
         notices=notices,
     )
-    engine = EmbeddedEngine(parts)
+    if is_diffusion:
+        from clover_local.engine.diffusion_engine import DiffusionEngine
+
+        assert diffusion is not None
+        engine: EmbeddedEngine = DiffusionEngine(parts, diffusion)
+    else:
+        engine = EmbeddedEngine(parts)
     used = dict(settings)
     used["n_ctx"] = engine.n_ctx
+    if is_diffusion:
+        used["n_batch"] = used["n_ubatch"] = engine.n_ctx
     return LoadResult(
         engine=engine,
         settings_used=used,
@@ -187,6 +212,15 @@ def _load(
         notices=tuple(notices),
         load_log=tuple(log.lines + ctx_log.lines),
     )
+
+
+def _default_diffusion_plan(path: Path, settings: dict[str, Any]) -> DiffusionPlan:
+    """The header's defaults, the canvas as large as the settings' context."""
+    from clover_local.gguf_header import read_local_header
+    from clover_local.plan.diffusion import plan_diffusion
+
+    plan, _reasons = plan_diffusion(read_local_header(path), ctx=settings.get("n_ctx"))
+    return plan
 
 
 def _load_error(path: Path, log_text: str, step: str) -> EngineError:

@@ -1,0 +1,164 @@
+"""Diffusion generation in the embedded engine, checked token for token against ``llama-diffusion-cli`` (built
+from the same pinned llama.cpp by scripts/build-llama-server) on tiny random ``dream`` and ``llada-moe`` models."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from clover_local import settings
+from clover_local.engine.diffusion_schedule import Algorithm
+from clover_local.engine.types import Finished, GenerationRequest, Refining, TextDelta
+
+_REAL_CLI = settings.llama_server_dir() / "llama-diffusion-cli"
+PROMPT = "The capital of France is"
+UB = 96
+THREADS = 2
+
+
+def diffusion_cli() -> Path:
+    if _REAL_CLI.is_file() and os.access(_REAL_CLI, os.X_OK):
+        return _REAL_CLI
+    message = f"no llama-diffusion-cli ({_REAL_CLI}); run scripts/build-llama-server"
+    if os.environ.get("CI"):
+        pytest.fail(message + " (CI must build it before the tests)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def diffusion_models() -> dict[str, Path]:
+    from clover_local.testmodels import DIFFUSION_KINDS, tiny_model
+
+    return {kind: tiny_model(kind) for kind in DIFFUSION_KINDS}
+
+
+def cli_args(kind: str) -> list[str]:
+    """The schedule of each family, as llama.cpp's diffusion README runs them."""
+    if kind == "dream":
+        return ["--diffusion-eps", "0.001", "--diffusion-steps", "24"]
+    return ["--diffusion-block-length", "32", "--diffusion-steps", "24"]
+
+
+def run_cli(model: Path, kind: str, algorithm: Algorithm, seed: int) -> str:
+    cmd = [
+        str(diffusion_cli()),
+        "-m",
+        str(model),
+        "-p",
+        PROMPT,
+        "-ub",
+        str(UB),
+        "-b",
+        str(UB),
+        "-c",
+        str(UB),
+        "-t",
+        str(THREADS),
+        "--temp",
+        "0",
+        "--seed",
+        str(seed),
+        "--diffusion-algorithm",
+        str(int(algorithm)),
+        *cli_args(kind),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return parse_cli_text(done.stdout + done.stderr)
+
+
+def parse_cli_text(output: str) -> str:
+    """The generated text: what the cli prints after its ``total time: ...`` line, framed by newlines."""
+    marker = re.search(r"total time: [^\n]*\n", output)
+    assert marker, output[-2000:]
+    rest = output[marker.end() :]
+    assert rest.startswith("\n"), rest[:200]
+    return rest[1:].rsplit("\n", 1)[0]
+
+
+def load(model: Path):  # noqa: ANN201 - the engine type lives behind a lazy import
+    from clover_local.engine.loader import load_engine
+    from clover_local.gguf_header import read_local_header
+    from clover_local.plan.diffusion import plan_diffusion
+
+    plan, _ = plan_diffusion(read_local_header(model), ctx=UB)
+    result = load_engine(model, {"n_ctx": UB, "n_threads": THREADS, "n_gpu_layers": 0}, diffusion=plan)
+    return result.engine
+
+
+@pytest.mark.parametrize("kind", ["dream", "llada-moe"])
+@pytest.mark.parametrize("algorithm", [Algorithm.CONFIDENCE, Algorithm.ENTROPY, Algorithm.MARGIN])
+def test_tokens_equal_llama_diffusion_cli(diffusion_models: dict[str, Path], kind: str, algorithm: Algorithm) -> None:
+    model = diffusion_models[kind]
+    seed = 1234
+    expected = run_cli(model, kind, algorithm, seed)
+    engine = load(model)
+    try:
+        runner = engine.runner
+        prompt = engine.tokenize(PROMPT, add_special=True, parse_special=True)
+        block = 32 if kind == "llada-moe" else 0
+        params = runner.params(
+            max_length=UB,
+            steps=24,
+            algorithm=algorithm,
+            eps=0.001 if not block else 0.0,
+            block_length=block,
+            temperature=0.0,
+            top_k=40,
+            top_p=0.95,
+            seed=seed,
+        )
+        assert runner.shift_logits is (kind == "dream")  # llada-moe's header says false; dream has no key
+        result = runner.generate(prompt, params)
+    finally:
+        engine.close()
+    assert result.unmasked == UB - len(prompt)
+    got = engine.detokenize(result.tokens)
+    assert len(expected) > 20
+    assert got == expected
+
+
+def test_engine_streams_masks_then_text_and_cancels(diffusion_models: dict[str, Path]) -> None:
+    engine = load(diffusion_models["llada-moe"])
+    try:
+        request = GenerationRequest(prompt=PROMPT, max_tokens=64, temperature=0.0, seed=7)
+        events = list(engine.generate(request))
+        refining = [e for e in events if isinstance(e, Refining)]
+        text = "".join(e.text for e in events if isinstance(e, TextDelta))
+        finished = events[-1]
+        assert isinstance(finished, Finished)
+        stats = finished.stats.diffusion
+        assert stats is not None and stats.steps == len(refining)
+        assert refining[0].masked > 0 and "\u2591" in refining[0].text
+        assert refining[-1].masked == 0
+        assert text and "\u2591" not in text
+        assert stats.tokens_per_step == pytest.approx(stats.answer_tokens / stats.steps, rel=1e-3)
+
+        cancel = threading.Event()
+        seen = 0
+        for event in engine.generate(request, cancel):
+            if isinstance(event, Refining):
+                seen += 1
+                cancel.set()
+            if isinstance(event, Finished):
+                assert event.stats.finish_reason == "cancelled"
+                assert event.stats.diffusion is not None and event.stats.diffusion.steps == 1
+        assert seen == 1
+    finally:
+        engine.close()
+
+
+def test_diffusion_options_on_autoregressive_model_are_an_error(tmp_path: Path) -> None:
+    from clover_local.engine.session import header_diffusion_plan
+    from clover_local.errors import UsageError
+    from clover_local.plan.diffusion import DiffusionWishes
+    from clover_local.testmodels import tiny_model
+
+    with pytest.raises(UsageError, match="decodes left to right"):
+        header_diffusion_plan(tiny_model("llama"), None, DiffusionWishes(steps_per_block=8))
+    assert header_diffusion_plan(tiny_model("llama"), None, None) == (None, [])
