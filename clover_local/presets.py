@@ -279,7 +279,9 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
         )
     decoding = top.get("decoding", str, "auto")
     if decoding not in DECODINGS:
-        raise PresetError(f"Preset {path}: key 'decoding' must be one of {', '.join(DECODINGS)}, not {decoding!r}.")
+        raise PresetError(
+            f"Preset {path}: key 'decoding' must be one of {', '.join(DECODINGS)}, not {decoding!r}."
+        )
     return Preset(
         decoding=decoding,
         diffusion=_diffusion_table(top.sub("diffusion", required=False)),

@@ -8,12 +8,16 @@ import re
 import subprocess
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from clover_local import settings
 from clover_local.engine.diffusion_schedule import Algorithm
 from clover_local.engine.types import Finished, GenerationRequest, Refining, TextDelta
+
+if TYPE_CHECKING:
+    from clover_local.engine.diffusion_engine import DiffusionEngine
 
 _REAL_CLI = settings.llama_server_dir() / "llama-diffusion-cli"
 PROMPT = "The capital of France is"
@@ -81,19 +85,24 @@ def parse_cli_text(output: str) -> str:
     return rest[1:].rsplit("\n", 1)[0]
 
 
-def load(model: Path):  # noqa: ANN201 - the engine type lives behind a lazy import
+def load(model: Path) -> DiffusionEngine:
     from clover_local.engine.loader import load_engine
     from clover_local.gguf_header import read_local_header
     from clover_local.plan.diffusion import plan_diffusion
 
     plan, _ = plan_diffusion(read_local_header(model), ctx=UB)
-    result = load_engine(model, {"n_ctx": UB, "n_threads": THREADS, "n_gpu_layers": 0}, diffusion=plan)
-    return result.engine
+    engine = load_engine(model, {"n_ctx": UB, "n_threads": THREADS, "n_gpu_layers": 0}, diffusion=plan).engine
+    from clover_local.engine.diffusion_engine import DiffusionEngine
+
+    assert isinstance(engine, DiffusionEngine)
+    return engine
 
 
 @pytest.mark.parametrize("kind", ["dream", "llada-moe"])
 @pytest.mark.parametrize("algorithm", [Algorithm.CONFIDENCE, Algorithm.ENTROPY, Algorithm.MARGIN])
-def test_tokens_equal_llama_diffusion_cli(diffusion_models: dict[str, Path], kind: str, algorithm: Algorithm) -> None:
+def test_tokens_equal_llama_diffusion_cli(
+    diffusion_models: dict[str, Path], kind: str, algorithm: Algorithm
+) -> None:
     model = diffusion_models[kind]
     seed = 1234
     expected = run_cli(model, kind, algorithm, seed)

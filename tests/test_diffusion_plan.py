@@ -124,7 +124,7 @@ def test_preset_diffusion_table(tmp_path: Path) -> None:
     assert preset.decoding == "diffusion"
     assert preset.diffusion.algorithm == "margin" and preset.diffusion.block_length == 16
     path.write_text(base + '\n[diffusion]\nalgorithm = "fastest"\n')
-    with pytest.raises(Exception, match="diffusion.algorithm"):
+    with pytest.raises(Exception, match=r"diffusion\.algorithm"):
         load_preset_file(path)
 
 
@@ -174,7 +174,9 @@ def test_download_refuses_an_architecture_llama_cpp_cannot_load(hub_server: obje
     hub_server.add_file(repo, "Tiny-Llama-F16.gguf", tiny_model("llama"))  # type: ignore[attr-defined]
     arch_dir = settings.llama_server_dir()
     arch_dir.mkdir(parents=True, exist_ok=True)
-    (arch_dir / "llama-arch.cpp").write_text(ARCH_SNIPPET.replace('{ LLM_ARCH_LLAMA,            "llama"            },', ""))
+    (arch_dir / "llama-arch.cpp").write_text(
+        ARCH_SNIPPET.replace('{ LLM_ARCH_LLAMA,            "llama"            },', "")
+    )
 
     with pytest.raises(UsageError) as err:
         download_model(repo, filename="Tiny-Llama-F16.gguf")

@@ -30,13 +30,23 @@ from clover_local.engine.diffusion_schedule import (
     DiffusionParams,
     Mt19937,
     block_bounds,
-    entropy_confidence,
     transfer_count,
     transfer_counts_for_block,
 )
 from clover_local.errors import EngineError
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+
+
+class _TokenDataArray(ctypes.Structure):
+    """``llama_token_data_array`` (include/llama.h) with ``data`` as an address."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("size", ctypes.c_size_t),
+        ("selected", ctypes.c_int64),
+        ("sorted", ctypes.c_bool),
+    ]
 
 
 @dataclass(frozen=True)
@@ -98,14 +108,15 @@ class DiffusionRunner:
         self.n_ubatch = int(C.llama_n_ubatch(ctx))
         self.n_ctx = int(C.llama_n_ctx(ctx))
         self.shift_logits = header_shift_logits(model)
-        self._candidates = (C.llama_token_data * self.n_vocab)()
-        self._cand = np.ctypeslib.as_array(self._candidates).view(_TOKEN_DATA).reshape(self.n_vocab)
         self._fresh = np.zeros(self.n_vocab, dtype=_TOKEN_DATA)
         self._fresh["id"] = np.arange(self.n_vocab, dtype=np.int32)
-        self._cur_p = C.llama_token_data_array(
-            data=ctypes.cast(self._candidates, C.llama_token_data_p), size=self.n_vocab, selected=-1, sorted=False
-        )
-        self._cur_p_ref = ctypes.byref(self._cur_p)
+        self._rows_buf: Any = None
+        self._rows_capacity = 0
+        self._rows_base = 0
+        # llama_token_data_array with a plain-address data field (cheap to move between rows), passed to
+        # llama_sampler_apply through a pointer of the binding's type.
+        self._cur = _TokenDataArray(0, 0, -1, False)
+        self._cur_ptr = ctypes.cast(ctypes.pointer(self._cur), C.llama_token_data_array_p)
         self._batch: Any = None
         self._batch_size = 0
 
@@ -231,7 +242,7 @@ class DiffusionRunner:
         return tokens
 
     def _decode(self, n: int) -> np.ndarray:
-        """Decode the canvas (``self._b_token`` mirrors ``tokens`` via the caller) and view all logits."""
+        """Decode the canvas (``self._b_token`` holds its tokens) and view the logits of every position."""
         rc = C.llama_decode(self._ctx, self._batch)
         if rc != 0:
             raise EngineError(f"llama_decode failed on the diffusion canvas (code {rc}).")
@@ -240,17 +251,53 @@ class DiffusionRunner:
             raise EngineError("llama.cpp returned no logits for the diffusion canvas.")
         return np.ctypeslib.as_array(ptr, shape=(n, self.n_vocab))
 
-    def _sample(self, row: np.ndarray, sampler: Any) -> int:
-        """Run the sampler chain over one position's logits (fresh candidates, as the C++ builds them)."""
-        cand = self._cand
-        cand[:] = self._fresh
-        cand["logit"] = row
-        cur = self._cur_p
-        cur.size = self.n_vocab
-        cur.selected = -1
-        cur.sorted = False
-        C.llama_sampler_apply(sampler, self._cur_p_ref)
-        return int(cur.selected)
+    def _sample_rows(
+        self, logits: np.ndarray, rows: np.ndarray, params: DiffusionParams, sampler: Any
+    ) -> _Sampled:
+        """Run the sampler chain over each of ``rows`` (logit rows), in order, as the C++ does position by
+        position. With top-k on, each row's top k candidates are picked out in numpy first (the chain's
+        ``top_k`` keeps exactly those), so the chain sorts k candidates instead of the whole vocabulary."""
+        n_rows = len(rows)
+        k = params.top_k
+        if 0 < k < self.n_vocab:
+            sub = logits[rows]
+            ids = np.argpartition(sub, self.n_vocab - k, axis=1)[:, self.n_vocab - k :]
+            ids.sort(axis=1)  # the C++ fills candidates in id order
+            width = k
+            cand = self._candidate_rows(n_rows, width)
+            cand["id"] = ids
+            cand["logit"] = np.take_along_axis(sub, ids, axis=1)
+            cand["p"] = 0.0
+        else:
+            width = self.n_vocab
+            cand = self._candidate_rows(n_rows, width)
+            cand["id"] = self._fresh["id"]
+            cand["logit"] = logits[rows]
+            cand["p"] = 0.0
+        selected = np.empty(n_rows, dtype=np.int64)
+        sizes = np.empty(n_rows, dtype=np.int64)
+        cur, ptr = self._cur, self._cur_ptr
+        base, stride = self._rows_base, width * _TOKEN_DATA.itemsize
+        apply = C.llama_sampler_apply
+        for i in range(n_rows):
+            cur.data = base + i * stride
+            cur.size = width
+            cur.selected = -1
+            cur.sorted = False
+            apply(sampler, ptr)
+            selected[i] = cur.selected
+            sizes[i] = cur.size
+        return _Sampled(cand, selected, sizes)
+
+    def _candidate_rows(self, n_rows: int, width: int) -> np.ndarray:
+        """A ctypes-backed (n_rows, width) array of ``llama_token_data``, reused between steps."""
+        need = n_rows * width
+        if self._rows_capacity < need:
+            self._rows_buf = (C.llama_token_data * need)()
+            self._rows_capacity = need
+            self._rows_base = ctypes.addressof(self._rows_buf)
+        flat = np.ctypeslib.as_array(self._rows_buf).view(_TOKEN_DATA).reshape(-1)
+        return flat[:need].reshape(n_rows, width)
 
     def _unmask_step(
         self,
@@ -266,39 +313,30 @@ class DiffusionRunner:
     ) -> None:
         if params.add_gumbel_noise and params.temperature > 0.0:
             _add_gumbel_noise(logits[0], params.temperature, rng)  # the C++ noises the first row only
-
-        def row(pos: int) -> np.ndarray:
-            if params.shift_logits:
-                return logits[0] if pos == 0 else logits[pos - 1]
-            return logits[pos]
-
+        rows = np.maximum(mask_positions - 1, 0) if params.shift_logits else mask_positions
         n_masked = len(mask_positions)
         count = transfer_count(step, params.steps_per_block, n_masked, params, block_counts)
-        cand = self._cand
         if params.algorithm == Algorithm.ORIGIN:
+            # The C++ draws from its generator position by position and samples the chosen ones in that order;
+            # the generator and the sampler's own RNG are independent, so drawing first gives the same.
             p_transfer = np.float32(count) / np.float32(n_masked)
-            for pos in mask_positions:
-                if rng.uniform_float() < p_transfer:
-                    selected = self._sample(row(int(pos)), sampler)
-                    tokens[pos] = cand["id"][selected]
+            chosen = np.asarray([rng.uniform_float() < p_transfer for _ in range(n_masked)], dtype=bool)
+            if chosen.any():
+                got = self._sample_rows(logits, rows[chosen], params, sampler)
+                tokens[mask_positions[chosen]] = got.ids()
             self._b_token[: len(tokens)] = tokens
             return
 
-        sampled = np.empty(n_masked, dtype=np.int32)
-        conf = np.empty(n_masked, dtype=np.float32)
-        algorithm = params.algorithm
-        for i, pos in enumerate(mask_positions):
-            selected = self._sample(row(int(pos)), sampler)
-            sampled[i] = cand["id"][selected]
-            size = self._cur_p.size
-            if algorithm == Algorithm.CONFIDENCE:
-                conf[i] = cand["p"][selected]
-            elif algorithm == Algorithm.ENTROPY:
-                conf[i] = entropy_confidence(cand["p"][:size])
-            elif algorithm == Algorithm.MARGIN:
-                conf[i] = (cand["p"][0] - cand["p"][1]) if size > 1 else cand["p"][0]
-            else:  # RANDOM
-                conf[i] = rng.uniform_float()
+        got = self._sample_rows(logits, rows, params, sampler)
+        sampled = got.ids()
+        if params.algorithm == Algorithm.CONFIDENCE:
+            conf = got.selected_p()
+        elif params.algorithm == Algorithm.ENTROPY:
+            conf = got.neg_entropy()
+        elif params.algorithm == Algorithm.MARGIN:
+            conf = got.margin()
+        else:  # RANDOM: one draw per position, in order
+            conf = np.asarray([rng.uniform_float() for _ in range(n_masked)], dtype=np.float32)
         if count > 0:
             take = min(count, n_masked)
             if params.alg_temp == 0.0:
@@ -310,6 +348,37 @@ class DiffusionRunner:
         self._b_token[: len(tokens)] = tokens
 
 
+@dataclass(frozen=True)
+class _Sampled:
+    """The candidate rows after the sampler chain ran over each: what the C++ reads from ``cur_p``."""
+
+    cand: np.ndarray
+    selected: np.ndarray
+    sizes: np.ndarray
+
+    def _rows(self) -> np.ndarray:
+        return np.arange(len(self.selected))
+
+    def ids(self) -> np.ndarray:
+        return self.cand["id"][self._rows(), self.selected]
+
+    def selected_p(self) -> np.ndarray:
+        return self.cand["p"][self._rows(), self.selected].astype(np.float32)
+
+    def margin(self) -> np.ndarray:
+        p = self.cand["p"]
+        return np.where(self.sizes > 1, p[:, 0] - p[:, min(1, p.shape[1] - 1)], p[:, 0]).astype(np.float32)
+
+    def neg_entropy(self) -> np.ndarray:
+        """``-sum p*logf(p + 1e-10)`` over each row's kept candidates, in float32, summed in order."""
+        p = self.cand["p"].astype(np.float32)
+        kept = np.arange(p.shape[1])[None, :] < self.sizes[:, None]
+        # logf is correctly rounded: log in double, rounded to float, gives the same number.
+        logs = np.log((p + np.float32(1e-10)).astype(np.float64)).astype(np.float32)
+        terms = np.where(kept, p * logs, np.float32(0.0)).astype(np.float32)
+        return -np.cumsum(terms, axis=1, dtype=np.float32)[:, -1]
+
+
 def _sample_positions(conf: np.ndarray, alg_temp: float, take: int, dist: Any) -> np.ndarray:
     """The C++ ``alg_temp > 0`` branch: draw positions by softmax(confidence / alg_temp) with ``dist``."""
     n = len(conf)
@@ -318,7 +387,9 @@ def _sample_positions(conf: np.ndarray, alg_temp: float, take: int, dist: Any) -
     view["id"] = np.arange(n, dtype=np.int32)
     view["logit"] = conf / np.float32(alg_temp)
     view["p"] = 0.0
-    cur = C.llama_token_data_array(data=ctypes.cast(arr, C.llama_token_data_p), size=n, selected=-1, sorted=False)
+    cur = C.llama_token_data_array(
+        data=ctypes.cast(arr, C.llama_token_data_p), size=n, selected=-1, sorted=False
+    )
     picked: list[int] = []
     for _ in range(take):
         C.llama_sampler_apply(dist, ctypes.byref(cur))

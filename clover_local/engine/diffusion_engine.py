@@ -86,7 +86,7 @@ class DiffusionEngine(EmbeddedEngine):
             temperature=float(temperature),
             top_k=d.top_k if request.top_k is None else request.top_k,
             top_p=d.top_p if request.top_p is None else request.top_p,
-            seed=new_seed() if request.seed is None else request.seed,
+            seed=_seed(request.seed, float(temperature)),
         )
 
     def generate(
@@ -106,14 +106,14 @@ class DiffusionEngine(EmbeddedEngine):
             except StopIteration as done:
                 result: DiffusionResult = done.value
                 break
+            text = settled.update(view.answer)
             if self.live:
                 yield Refining(
-                    self.canvas_text(view.answer, params.mask_token_id),
+                    self.canvas_text(view.answer[settled.n_settled :], params.mask_token_id),
                     view.step,
                     view.total_steps,
                     int(np.count_nonzero(view.answer == params.mask_token_id)),
                 )
-            text = settled.update(view.answer)
             if text:
                 t_first = t_first or time.perf_counter()
                 yield TextDelta(text)
@@ -134,7 +134,9 @@ class DiffusionEngine(EmbeddedEngine):
                 break
             else:
                 piece = self._pieces.get(tok)
-                parts.append((piece if piece is not None else self._piece(tok)).decode("utf-8", errors="replace"))
+                parts.append(
+                    (piece if piece is not None else self._piece(tok)).decode("utf-8", errors="replace")
+                )
         return "".join(parts)
 
     def detokenize(self, tokens: list[int]) -> str:
@@ -184,6 +186,17 @@ class DiffusionEngine(EmbeddedEngine):
         )
 
 
+def _seed(seed: int | None, temperature: float) -> int:
+    """The request's seed; else a fixed one at temperature 0, so that "deterministic" holds (llama.cpp's
+    diffusion sampler still draws from the top-k/top-p candidates at temperature 0), else a random one."""
+    if seed is not None:
+        return seed
+    return FIXED_SEED if temperature == 0.0 else new_seed()
+
+
+FIXED_SEED = 0
+
+
 class _SettledText:
     """Text of the reply's settled prefix (up to the first mask), streamed once, stopped at end-of-text."""
 
@@ -194,6 +207,11 @@ class _SettledText:
         self._done = 0
         self.n_tokens = 0
         self.ended = False
+
+    @property
+    def n_settled(self) -> int:
+        """Answer positions already streamed as text (the live view shows the rest)."""
+        return self._done
 
     def update(self, answer: np.ndarray) -> str:
         if self.ended or self._stream.stopped:

@@ -1,9 +1,9 @@
 """The arithmetic of block-diffusion decoding, as llama.cpp's ``examples/diffusion/diffusion.cpp`` does it.
 
-Pure Python (numpy), no llama_cpp: how many masked positions to unmask at each step (timestep or block
-schedule, in ``float`` arithmetic as the C++ does it), how confident a sampled position is (confidence,
-entropy, margin), and the C++ standard library's ``std::mt19937`` with libstdc++'s
-``uniform_real_distribution``, so the random algorithms draw the same numbers as ``llama-diffusion-cli``.
+Pure Python (numpy), no llama_cpp: the parameters, how many masked positions to unmask at each step
+(timestep or block schedule, in ``float`` arithmetic as the C++ does it), and the C++ standard library's
+``std::mt19937`` with libstdc++'s ``uniform_real_distribution``, so the random algorithms draw the same
+numbers as ``llama-diffusion-cli``.
 """
 
 from __future__ import annotations
@@ -70,7 +70,9 @@ class DiffusionParams:
         if n_input <= 0:
             raise ValueError("the prompt is empty: diffusion needs at least one prompt token")
         if self.max_length <= n_input:
-            raise ValueError(f"the canvas ({self.max_length} tokens) has no room after the {n_input}-token prompt")
+            raise ValueError(
+                f"the canvas ({self.max_length} tokens) has no room after the {n_input}-token prompt"
+            )
         if (self.eps == 0) == (self.block_length == 0):
             raise ValueError("set exactly one of eps (timestep schedule) and block_length (block schedule)")
         if self.steps <= 0:
@@ -122,18 +124,6 @@ def transfer_count(
     s = one - F32(step + 1) / F32(total_steps) * (one - eps)
     p_transfer = (one - s / t) if step < total_steps - 1 else one
     return int(F32(remaining) * F32(p_transfer))
-
-
-_EPS = F32(1e-10)
-
-
-def entropy_confidence(p: np.ndarray) -> float:
-    """Minus the entropy of the kept candidates (float32, summed in order as the C++ loop does)."""
-    p = p.astype(F32, copy=False)
-    # logf is correctly rounded; log in double, rounded to float, gives the same number.
-    logs = np.log((p + _EPS).astype(np.float64)).astype(F32)
-    terms = p * logs
-    return float(-np.cumsum(terms, dtype=F32)[-1]) if len(terms) else 0.0
 
 
 class Mt19937:

@@ -162,7 +162,7 @@ def _load(
             raise EngineError(
                 f"{path.name} is not a diffusion model: diffusion decoding was asked for a model llama.cpp "
                 "decodes left to right.",
-                "Drop the diffusion options (or `decoding = \"diffusion\"` in the preset) for this model.",
+                'Drop the diffusion options (or `decoding = "diffusion"` in the preset) for this model.',
             )
         recurrent = bool(C.llama_model_is_recurrent(model) or C.llama_model_is_hybrid(model))
         if recurrent and speculative.enabled:
@@ -215,11 +215,13 @@ def _load(
 
 
 def _default_diffusion_plan(path: Path, settings: dict[str, Any]) -> DiffusionPlan:
-    """The header's defaults, the canvas as large as the settings' context."""
+    """The header's defaults, the canvas as large as the settings' context (at most the default canvas: every
+    step returns the logits of the whole canvas)."""
     from clover_local.gguf_header import read_local_header
-    from clover_local.plan.diffusion import plan_diffusion
+    from clover_local.plan.diffusion import DEFAULT_CANVAS, plan_diffusion
 
-    plan, _reasons = plan_diffusion(read_local_header(path), ctx=settings.get("n_ctx"))
+    ctx = min(int(settings.get("n_ctx") or DEFAULT_CANVAS), DEFAULT_CANVAS)
+    plan, _reasons = plan_diffusion(read_local_header(path), ctx=ctx)
     return plan
 
 

@@ -80,10 +80,11 @@ class TextDelta:
 
 @dataclass(frozen=True)
 class Refining:
-    """A diffusion step: the reply as it stands, masks still in it (for live views; streams ignore it)."""
+    """A diffusion step: the part of the reply still being refined (for live views; streams ignore it). The
+    settled part before it has come as :class:`TextDelta`."""
 
     text: str
-    """The answer so far, each masked position shown as :data:`MASK_GLYPH`."""
+    """The unsettled rest of the answer, from its first mask on, each mask shown as :data:`MASK_GLYPH`."""
     step: int
     total_steps: int
     masked: int

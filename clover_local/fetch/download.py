@@ -20,8 +20,8 @@ from huggingface_hub.errors import HfHubHTTPError
 from clover_local import settings
 from clover_local.errors import DownloadError, HubUnreachableError, NotEnoughDiskError, VerificationError
 from clover_local.fetch import cache, hub
-from clover_local.fetch.preflight import preflight_remote
 from clover_local.fetch.local import CachedGGUF, cached_ggufs, local_gguf, looks_like_path, packaged_model
+from clover_local.fetch.preflight import preflight_remote
 from clover_local.fetch.progress import ProgressCallback, ProgressTracker, format_bytes
 from clover_local.fetch.quants import files_for_name, is_model_gguf, quant_matches, select_quant_files
 from clover_local.fetch.transfer import fetch_blob, hash_file

@@ -67,13 +67,13 @@ def wants_diffusion(preset: Preset | None, model: ModelDescription) -> bool:
         raise UsageError(
             f"The preset asks for diffusion decoding, but {model.source or 'this model'} is a "
             f"{model.architecture.arch!r} model, which llama.cpp decodes left to right.",
-            "Remove `decoding = \"diffusion\"` from the preset, or choose a diffusion GGUF "
+            'Remove `decoding = "diffusion"` from the preset, or choose a diffusion GGUF '
             "(dream, llada, llada-moe, rnd1).",
         )
     if decoding == "autoregressive" and is_diffusion:
         raise UsageError(
             f"The preset asks for autoregressive decoding, but {model.architecture.arch!r} is a diffusion model.",
-            "Remove `decoding = \"autoregressive\"` from the preset: llama.cpp runs this model only as diffusion.",
+            'Remove `decoding = "autoregressive"` from the preset: llama.cpp runs this model only as diffusion.',
         )
     return is_diffusion
 

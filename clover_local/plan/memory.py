@@ -288,7 +288,9 @@ def place(
     # The CPU always runs the input layer and keeps the returned logits; it needs the full scratch when it
     # computes the output head or any layer (CPU-only or partial plans).
     cpu_busy = out_dev < 0 or n_cpu_moe > 0 or any(d < 0 for d in devices[:n])
-    r_compute = output_buffer_bytes(arch, n_outputs) + compute_buffer_bytes(arch, n_ubatch, holds_output=out_dev < 0)
+    r_compute = output_buffer_bytes(arch, n_outputs) + compute_buffer_bytes(
+        arch, n_ubatch, holds_output=out_dev < 0
+    )
     if not cpu_busy:
         r_compute = output_buffer_bytes(arch, n_outputs) + n_ubatch * arch.n_embd * 4 * 2
     return Placement(

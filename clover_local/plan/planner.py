@@ -414,7 +414,9 @@ def _plan_diffusion_model(
     load_mode, why_load = _load_mode(machine, fit)
     reasons.append(why_load)
     reasons.append("No speculative decoding: a diffusion model already writes many tokens per step.")
-    gpu_read, ram_read = memory.active_bytes_per_token(desc, fit.placement, canvas, fit.cache_type, fit.cache_type)
+    gpu_read, ram_read = memory.active_bytes_per_token(
+        desc, fit.placement, canvas, fit.cache_type, fit.cache_type
+    )
     tps, _notes = predict_tokens_per_s(machine, gpu_read, ram_read)
     if not desc.exact:
         reasons.append(f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file).")

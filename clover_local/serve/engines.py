@@ -76,6 +76,13 @@ def open_engine(
         )
     if speculative is not None and speculative != plan.speculative.enabled:
         plan = replace(plan, speculative=replace(plan.speculative, enabled=speculative))
+    diffusion_note: list[str] = []
+    if plan.diffusion is not None and choice.kind != "embedded":
+        # llama-server has no diffusion decoding (llama.cpp runs it only in examples/diffusion).
+        choice = EngineChoice("embedded", "diffusion model: llama-server cannot decode it")
+        diffusion_note.append(
+            "Diffusion model: served by the embedded engine (llama-server cannot decode it)."
+        )
     if choice.kind == "embedded":
         from clover_local.engine.loader import load_engine
         from clover_local.plan.llama_args import llama_cpp_kwargs
@@ -86,8 +93,9 @@ def open_engine(
             chat_template=plan.chat_template,
             sampling=preset.sampling,
             speculative=plan.speculative,
+            diffusion=plan.diffusion,
         )
-        notices = list(result.notices)
+        notices = diffusion_note + list(result.notices)
         if result.fallback_message:
             notices.insert(0, result.fallback_message)
         return OpenedEngine(result.engine, "embedded", tuple(notices))

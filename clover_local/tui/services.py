@@ -117,6 +117,7 @@ def load(
         sampling=preset.sampling,
         speculative=_speculative(preset, model_settings),
         progress=progress,
+        diffusion=plan.diffusion if plan is not None else None,
     )
     return Loaded(
         engine=result.engine,
