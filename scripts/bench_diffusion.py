@@ -24,6 +24,7 @@ from pathlib import Path
 from clover_local import settings
 from clover_local.engine.diffusion_schedule import Algorithm
 from clover_local.engine.loader import load_engine
+from clover_local.engine.types import ChatMessage
 from clover_local.gguf_header import read_local_header
 from clover_local.plan.diffusion import plan_diffusion
 from clover_local.testmodels import TinySpec, tiny_model, tiny_model_from_spec
@@ -80,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
             path, {"n_ctx": args.ub, "n_threads": args.threads, "n_gpu_layers": 0}, diffusion=plan
         ).engine
         runner = engine.runner
-        prompt = engine.tokenize(PROMPT, add_special=True, parse_special=True)
+        # The cli renders the prompt with the GGUF's chat template (it has no switch to turn that off).
+        prompt = engine.tokenize(
+            engine.render_prompt((ChatMessage("user", PROMPT),)), add_special=True, parse_special=True
+        )
         cli_s: list[float] = []
         eng_s: list[float] = []
         same = True

@@ -14,7 +14,7 @@ import pytest
 
 from clover_local import settings
 from clover_local.engine.diffusion_schedule import Algorithm
-from clover_local.engine.types import Finished, GenerationRequest, Refining, TextDelta
+from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, Refining, TextDelta
 
 if TYPE_CHECKING:
     from clover_local.engine.diffusion_engine import DiffusionEngine
@@ -109,7 +109,10 @@ def test_tokens_equal_llama_diffusion_cli(
     engine = load(model)
     try:
         runner = engine.runner
-        prompt = engine.tokenize(PROMPT, add_special=True, parse_special=True)
+        # The cli renders the prompt with the GGUF's chat template (it has no switch to turn that off).
+        prompt = engine.tokenize(
+            engine.render_prompt((ChatMessage("user", PROMPT),)), add_special=True, parse_special=True
+        )
         block = 32 if kind == "llada-moe" else 0
         params = runner.params(
             max_length=UB,

@@ -9,6 +9,7 @@ at the end on the timestep schedule), then one :class:`Finished` with :class:`Di
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections.abc import Iterator
@@ -140,12 +141,17 @@ class DiffusionEngine(EmbeddedEngine):
         return "".join(parts)
 
     def detokenize(self, tokens: list[int]) -> str:
-        """Text of ``tokens`` as llama-diffusion-cli prints it (control tokens, masks included, print nothing)."""
-        out = bytearray()
-        for tok in tokens:
-            piece = self._pieces.get(tok)
-            out += piece if piece is not None else self._piece(tok)
-        return out.decode("utf-8", errors="replace")
+        """Text of ``tokens`` as llama-diffusion-cli prints it (``common_detokenize(vocab, tokens, false)``:
+        control tokens, masks included, print nothing)."""
+        arr = (C.llama_token * max(1, len(tokens)))(*tokens)
+        size = max(64, 8 * len(tokens))
+        buf = ctypes.create_string_buffer(size)
+        n = C.llama_detokenize(self._vocab, arr, len(tokens), buf, size, False, False)
+        if n < 0:
+            size = -n
+            buf = ctypes.create_string_buffer(size)
+            n = C.llama_detokenize(self._vocab, arr, len(tokens), buf, size, False, False)
+        return buf.raw[: max(n, 0)].decode("utf-8", errors="replace")
 
     def _is_eog(self, tok: int) -> bool:
         known = self._eog.get(tok)
