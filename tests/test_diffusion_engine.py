@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 _REAL_CLI = settings.llama_server_dir() / "llama-diffusion-cli"
 PROMPT = "The capital of France is"
 UB = 96
-THREADS = 2
+THREADS = 1
 
 
 def diffusion_cli() -> Path:

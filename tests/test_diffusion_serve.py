@@ -24,7 +24,7 @@ def server() -> Iterator[BackgroundServer]:
     plan, _ = plan_diffusion(
         read_local_header(path), wishes=DiffusionWishes(block_length=16, steps_per_block=4), ctx=256
     )
-    engine = load_engine(path, {"n_ctx": 256, "n_threads": 2}, diffusion=plan).engine
+    engine = load_engine(path, {"n_ctx": 256, "n_threads": 1}, diffusion=plan).engine
     with BackgroundServer(engine, ApiConfig(MODEL)) as s:
         yield s
     engine.close()

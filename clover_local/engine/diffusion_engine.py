@@ -77,10 +77,13 @@ class DiffusionEngine(EmbeddedEngine):
         temperature = d.temperature if request.temperature is None else request.temperature
         if temperature < 0:
             raise UsageError(f"Temperature must be 0 or more, not {temperature}.")
-        n_blocks = canvas // plan.block_length if plan.schedule == "block" else 1
+        if plan.schedule == "block":
+            steps = plan.steps_per_block * (canvas // plan.block_length)
+        else:
+            steps = plan.timestep_steps(answer)
         return self._runner.params(
             max_length=canvas,
-            steps=plan.steps_per_block * n_blocks,
+            steps=steps,
             algorithm=parse_algorithm(plan.algorithm),
             eps=plan.eps if plan.schedule == "timestep" else 0.0,
             block_length=plan.block_length if plan.schedule == "block" else 0,

@@ -41,11 +41,9 @@ class DiffusionPlan:
     canvas: int
     """The most tokens (prompt + answer) one step decodes: n_ctx = n_batch = n_ubatch."""
 
-    def steps_for(self, answer: int) -> int:
-        """Total steps for an answer of ``answer`` tokens."""
-        if self.schedule == "timestep":
-            return self.steps_per_block
-        return self.steps_per_block * -(-answer // self.block_length)
+    def timestep_steps(self, answer: int) -> int:
+        """Timestep schedule: steps for an answer of ``answer`` tokens, at the planned tokens per step."""
+        return max(1, round(self.steps_per_block * answer / self.answer_length))
 
 
 @dataclass(frozen=True)
@@ -104,10 +102,11 @@ def plan_diffusion(
             return preset_value, "from the preset"
         return default, "default"
 
+    canvas = ctx or DEFAULT_CANVAS
     block_default = DEFAULT_BLOCK_LENGTH if arch in BLOCK_FAMILY else 0
     block_length, block_src = pick("block_length", block_default)
     assert isinstance(block_length, int)
-    answer, answer_src = pick("answer_length", DEFAULT_ANSWER)
+    answer, answer_src = pick("answer_length", min(DEFAULT_ANSWER, canvas // 2))
     assert isinstance(answer, int)
     algorithm, alg_src = pick("algorithm", "confidence")
     assert isinstance(algorithm, str)
@@ -116,7 +115,6 @@ def plan_diffusion(
     steps, steps_src = pick("steps_per_block", max(1, span // TOKENS_PER_STEP))
     assert isinstance(steps, int)
     eps = 0.0 if schedule == "block" else float(table.eps or DEFAULT_EPS)
-    canvas = ctx or DEFAULT_CANVAS
     if answer >= canvas:
         raise UsageError(
             f"An answer of {answer} tokens does not fit a {canvas}-token canvas (prompt + answer).",
