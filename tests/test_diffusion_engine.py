@@ -15,6 +15,7 @@ import pytest
 from clover_local import settings
 from clover_local.engine.diffusion_schedule import Algorithm
 from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, Refining, TextDelta
+from clover_local.gguf_header import read_local_header
 
 if TYPE_CHECKING:
     from clover_local.engine.diffusion_engine import DiffusionEngine
@@ -174,3 +175,63 @@ def test_diffusion_options_on_autoregressive_model_are_an_error(tmp_path: Path) 
     with pytest.raises(UsageError, match="decodes left to right"):
         header_diffusion_plan(tiny_model("llama"), None, DiffusionWishes(steps_per_block=8))
     assert header_diffusion_plan(tiny_model("llama"), None, None) == (None, [])
+
+
+@pytest.mark.parametrize("kind", ["dream", "llada-moe"])
+@pytest.mark.parametrize("canvas", [256, 1024])
+def test_planned_buffers_match_llama_cpp_load_log(kind: str, canvas: int) -> None:
+    """The plan's compute + output bytes for a canvas against what llama.cpp reserves (its load log) plus the
+    output buffer it grows to on the first step (canvas x vocabulary floats); no KV cache at all."""
+    from clover_local.engine.loader import load_engine
+    from clover_local.plan import memory
+    from clover_local.plan.diffusion import plan_diffusion
+    from clover_local.testmodels import tiny_model
+    from clover_local.testmodels_measure import parse_buffer_log
+
+    path = tiny_model(kind)
+    desc = read_local_header(path)
+    plan, _ = plan_diffusion(desc, ctx=canvas)
+    result = load_engine(path, {"n_ctx": canvas, "n_threads": THREADS, "flash_attn": True}, diffusion=plan)
+    result.engine.close()
+    logged = parse_buffer_log("\n".join(result.load_log))
+    assert "kv" not in logged
+    assert result.settings_used["n_ubatch"] == canvas
+    real = logged["compute"] + canvas * desc.architecture.n_vocab * 4
+    planned = memory.place(desc, ctx=canvas, n_gpus=0, n_gpu_layers=0, n_cpu_moe=0, n_ubatch=canvas)
+    assert planned.ram_kv == 0
+    assert 0.7 <= planned.ram_compute / real <= 1.3, (planned.ram_compute, logged)
+
+
+def test_run_json_gives_text_and_diffusion_stats(diffusion_models: dict[str, Path]) -> None:
+    import json
+    import sys
+
+    exe = Path(sys.executable).with_name("clover-local")
+    cmd = [str(exe), "run", "--model", str(diffusion_models["dream"]), "--prompt", PROMPT, "--json"]
+    cmd += ["--max-tokens", "48", "--temperature", "0", "--threads", str(THREADS), "--diffusion-steps", "12"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    stats = out["stats"]["diffusion"]
+    assert out["text"] and "\u2591" not in out["text"]
+    assert stats["schedule"] == "timestep" and stats["algorithm"] == "confidence"
+    assert 0 < stats["steps"] <= 12 and stats["answer_tokens"] == 48
+    assert stats["tokens_per_step"] == pytest.approx(48 / stats["steps"], rel=1e-3)
+    assert "Diffusion decoding (dream)" in done.stderr  # the plan's reasons, as notes
+
+
+def test_bench_compares_block_lengths_side_by_side(diffusion_models: dict[str, Path]) -> None:
+    import json
+    import sys
+
+    exe = Path(sys.executable).with_name("clover-local")
+    cmd = [str(exe), "bench", "--model", str(diffusion_models["llada-moe"]), "--rounds", "1", "--json"]
+    cmd += ["--threads", str(THREADS), "--max-tokens", "32", "--ctx", "256"]
+    cmd += ["--block-lengths", "16,8", "--tokens-per-step", "1,4"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout)["rows"]
+    assert [(r["block_length"], r["tokens_per_step"]) for r in rows] == [(16, 1), (16, 4), (8, 1), (8, 4)]
+    assert rows[0]["changed_vs_reference"] == 0.0
+    assert rows[1]["steps"] < rows[0]["steps"]
+    assert all(r["tokens_per_s_median"] > 0 for r in rows)
