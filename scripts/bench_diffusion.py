@@ -25,9 +25,9 @@ from clover_local import settings
 from clover_local.engine.diffusion_schedule import Algorithm
 from clover_local.engine.loader import load_engine
 from clover_local.engine.types import ChatMessage
-from clover_local.gguf_header import read_local_header
+from clover_local.gguf.header import read_local_header
 from clover_local.plan.diffusion import plan_diffusion
-from clover_local.testmodels import TinySpec, tiny_model, tiny_model_from_spec
+from clover_local.testing.models import TinySpec, tiny_model, tiny_model_from_spec
 
 PROMPT = "The capital of France is"
 BIG_DREAM = TinySpec(

@@ -63,7 +63,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
 
-    from clover_local.testmodels import gemma_path
+    from clover_local.testing.models import gemma_path
 
     model = gemma_path()
     size = model.stat().st_size

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clover_local.serve import http_client
+from clover_local.llamacpp import http_client
 
 SOURCE = """import json
 from dataclasses import dataclass
@@ -125,10 +125,10 @@ def main() -> int:
     args = parser.parse_args()
 
     from clover_local.commands.serve import local_model_file
+    from clover_local.llamacpp.server import find_llama_server, start_llama_server
     from clover_local.plan.report import plan_for
     from clover_local.serve.api import ApiConfig
     from clover_local.serve.engines import EngineChoice, choose_engine, open_engine
-    from clover_local.serve.llama_server import find_llama_server, start_llama_server
     from clover_local.serve.runner import BackgroundServer
 
     model = args.model or local_model_file(args.preset)

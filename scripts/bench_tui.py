@@ -33,7 +33,7 @@ from pathlib import Path
 from clover_local import user_prefs
 from clover_local.engine.types import ChatEngine, ChatMessage, Finished, GenerationRequest, TextDelta
 from clover_local.presets import load_preset
-from clover_local.testmodels import gemma_path
+from clover_local.testing.models import gemma_path
 from clover_local.tui import services
 
 _SOCKETS = itertools.count()

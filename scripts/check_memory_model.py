@@ -3,7 +3,7 @@
 
 For each model and context: the planner's prediction (``make_plan`` for Gemma with its preset on this
 machine's RAM; ``plan.memory.place`` for the tiny models, which have no preset: the same arithmetic), then a
-real load in a fresh process (``clover_local.testmodels_measure``): 512-token prefill + one decode. Columns:
+real load in a fresh process (``clover_local.testing.measure``): 512-token prefill + one decode. Columns:
 
 - ``predicted``: weights + KV cache + recurrent state + compute/output buffers, as the planner sums them.
 - ``reserved``: llama.cpp's own buffer sizes from its load log; ``pred/res`` checks the arithmetic.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clover_local.errors import CloverError
-from clover_local.testmodels_measure import MIB, LoadSettings, Measurement, measure_load
+from clover_local.testing.measure import MIB, LoadSettings, Measurement, measure_load
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Row:
 def predict_gemma(path: Path, settings: LoadSettings) -> tuple[int, int]:
     """(RAM total, of which compute/output buffers) from the real planner for this machine and context."""
     from clover_local.detect.simulate import parse_simulate
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
     from clover_local.plan.planner import make_plan
     from clover_local.plan.types import Wishes
     from clover_local.presets import load_preset
@@ -72,7 +72,7 @@ def predict_gemma(path: Path, settings: LoadSettings) -> tuple[int, int]:
 
 def predict_tiny(path: Path, settings: LoadSettings) -> tuple[int, int]:
     """(RAM total, of which compute/output) from the memory model for a CPU-only placement."""
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
     from clover_local.plan import memory
 
     p = memory.place(
@@ -89,7 +89,7 @@ def predict_tiny(path: Path, settings: LoadSettings) -> tuple[int, int]:
 
 
 def run(quick: bool) -> list[Row]:
-    from clover_local.testmodels import TINY_KINDS, gemma_path, tiny_model
+    from clover_local.testing.models import TINY_KINDS, gemma_path, tiny_model
 
     jobs: list[tuple[str, Path, LoadSettings, bool]] = []
     gemma_ctxs = (2048,) if quick else (2048, 16384)

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from clover_local.errors import CloverError
-from clover_local.testmodels import DIFFUSION_KINDS, TINY_KINDS, gemma_path, tiny_model
-from clover_local.testmodels_gguf import default_spec, write_tiny_gguf
+from clover_local.testing.gguf_writer import default_spec, write_tiny_gguf
+from clover_local.testing.models import DIFFUSION_KINDS, TINY_KINDS, gemma_path, tiny_model
 
 
 def _line(label: str, path: Path, seconds: float) -> str:

@@ -74,7 +74,7 @@ def hub_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
 @pytest.fixture(scope="session")
 def gemma_path() -> Path:
     """The real Gemma 3 270M Q4_K_M GGUF (assembled once into the test-models folder)."""
-    from clover_local.testmodels import gemma_path as build
+    from clover_local.testing.models import gemma_path as build
 
     return build()
 
@@ -82,6 +82,6 @@ def gemma_path() -> Path:
 @pytest.fixture(scope="session")
 def tiny_models() -> dict[str, Path]:
     """Tiny random GGUFs by kind: ``llama``, ``qwen3moe``, ``qwen35moe`` (built once, F16)."""
-    from clover_local.testmodels import TINY_KINDS, tiny_model
+    from clover_local.testing.models import TINY_KINDS, tiny_model
 
     return {kind: tiny_model(kind) for kind in TINY_KINDS}

@@ -13,7 +13,7 @@ from textual.screen import Screen
 from clover_local import user_prefs
 from clover_local.engine.types import ChatEngine
 from clover_local.presets import load_preset
-from clover_local.testmodels import gemma_path
+from clover_local.testing.models import gemma_path
 from clover_local.tui import services
 from clover_local.tui.app import CloverApp
 

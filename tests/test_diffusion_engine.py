@@ -15,7 +15,7 @@ import pytest
 from clover_local import settings
 from clover_local.engine.diffusion_schedule import Algorithm
 from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, Refining, TextDelta
-from clover_local.gguf_header import read_local_header
+from clover_local.gguf.header import read_local_header
 
 if TYPE_CHECKING:
     from clover_local.engine.diffusion_engine import DiffusionEngine
@@ -37,7 +37,7 @@ def diffusion_cli() -> Path:
 
 @pytest.fixture(scope="module")
 def diffusion_models() -> dict[str, Path]:
-    from clover_local.testmodels import DIFFUSION_KINDS, tiny_model
+    from clover_local.testing.models import DIFFUSION_KINDS, tiny_model
 
     return {kind: tiny_model(kind) for kind in DIFFUSION_KINDS}
 
@@ -88,7 +88,7 @@ def parse_cli_text(output: str) -> str:
 
 def load(model: Path) -> DiffusionEngine:
     from clover_local.engine.loader import load_engine
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
     from clover_local.plan.diffusion import plan_diffusion
 
     plan, _ = plan_diffusion(read_local_header(model), ctx=UB)
@@ -170,7 +170,7 @@ def test_diffusion_options_on_autoregressive_model_are_an_error(tmp_path: Path) 
     from clover_local.engine.session import header_diffusion_plan
     from clover_local.errors import UsageError
     from clover_local.plan.diffusion import DiffusionWishes
-    from clover_local.testmodels import tiny_model
+    from clover_local.testing.models import tiny_model
 
     with pytest.raises(UsageError, match="decodes left to right"):
         header_diffusion_plan(tiny_model("llama"), None, DiffusionWishes(steps_per_block=8))
@@ -185,8 +185,8 @@ def test_planned_buffers_match_llama_cpp_load_log(kind: str, canvas: int) -> Non
     from clover_local.engine.loader import load_engine
     from clover_local.plan import memory
     from clover_local.plan.diffusion import plan_diffusion
-    from clover_local.testmodels import tiny_model
-    from clover_local.testmodels_measure import parse_buffer_log
+    from clover_local.testing.measure import parse_buffer_log
+    from clover_local.testing.models import tiny_model
 
     path = tiny_model(kind)
     desc = read_local_header(path)

@@ -15,7 +15,7 @@ from clover_local.engine.diffusion_schedule import (
     transfer_counts_for_block,
 )
 from clover_local.errors import UsageError
-from clover_local.gguf_header import read_local_header
+from clover_local.gguf.header import read_local_header
 from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_diffusion
 
 VENDORED_ARCH = Path("/tmp/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp/src/llama-arch.cpp")
@@ -42,7 +42,7 @@ bool llm_arch_is_diffusion(const llm_arch & arch) {
 
 @pytest.fixture(scope="module")
 def headers() -> dict[str, object]:
-    from clover_local.testmodels import tiny_model
+    from clover_local.testing.models import tiny_model
 
     return {kind: read_local_header(tiny_model(kind)) for kind in ("dream", "llada-moe", "llama")}
 
@@ -167,7 +167,7 @@ def test_download_refuses_an_architecture_llama_cpp_cannot_load(hub_server: obje
     """The remote header is read before the download: an unknown architecture stops it, nothing fetched."""
     from clover_local import settings
     from clover_local.fetch.download import download_model, resolve_quant_files
-    from clover_local.testmodels import tiny_model
+    from clover_local.testing.models import tiny_model
 
     repo = "acme/Tiny-Diffusion-GGUF"
     hub_server.add_file(repo, "Tiny-Dream-F16.gguf", tiny_model("dream"))  # type: ignore[attr-defined]

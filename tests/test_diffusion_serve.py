@@ -9,11 +9,11 @@ import openai
 import pytest
 
 from clover_local.engine.loader import load_engine
-from clover_local.gguf_header import read_local_header
+from clover_local.gguf.header import read_local_header
 from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion
 from clover_local.serve.api import ApiConfig
 from clover_local.serve.runner import BackgroundServer
-from clover_local.testmodels import tiny_model
+from clover_local.testing.models import tiny_model
 
 MODEL = "tiny-llada-moe"
 

@@ -17,7 +17,7 @@ from test_tui_tmux import STATUS_DONE, Tmux
 
 from clover_local import user_prefs
 from clover_local.engine.types import MASK_GLYPH
-from clover_local.testmodels import tiny_model
+from clover_local.testing.models import tiny_model
 
 pytestmark = [
     pytest.mark.slow,

@@ -15,7 +15,7 @@ from clover_local.engine.loader import load_engine
 from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, GenerationStats, TextDelta
 from clover_local.errors import EngineError, UsageError
 from clover_local.plan.types import SpeculativePlan
-from clover_local.testmodels import gemma_path, tiny_model
+from clover_local.testing.models import gemma_path, tiny_model
 
 pytestmark = pytest.mark.slow
 

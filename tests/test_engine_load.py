@@ -12,9 +12,9 @@ import pytest
 from clover_local.engine import native
 from clover_local.engine.loader import load_engine
 from clover_local.errors import EngineError, UsageError
-from clover_local.gguf_header import read_local_header
+from clover_local.gguf.header import read_local_header
 from clover_local.plan.llama_args import n_cpu_moe_overrides
-from clover_local.testmodels import tiny_model
+from clover_local.testing.models import tiny_model
 
 pytestmark = pytest.mark.slow
 

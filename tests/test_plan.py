@@ -93,7 +93,7 @@ def test_more_vram_means_fewer_experts_in_ram_and_faster(clover) -> None:
 
 
 def test_n_cpu_moe_is_the_smallest_that_fits(clover) -> None:
-    from clover_local.model import describe_from_preset
+    from clover_local.gguf.model import describe_from_preset
     from clover_local.plan.fit import evaluate
 
     spec = "gpu=nvidia:12G,ram=32G"
@@ -243,7 +243,7 @@ def test_cli_bad_input_is_an_error_not_a_traceback(capsys: pytest.CaptureFixture
 
 @pytest.mark.slow
 def test_cli_plan_with_a_local_gguf_uses_exact_sizes(capsys: pytest.CaptureFixture[str]) -> None:
-    from clover_local.testmodels import gemma_path
+    from clover_local.testing.models import gemma_path
 
     path = str(gemma_path())
     code = main(["plan", "--preset", "gemma3-270m", "--model", path, "--simulate", "ram=16G", "--json"])

@@ -20,10 +20,11 @@ import pytest
 from helpers_serve import llama_server_path
 from hub_server import HubServer
 
-from clover_local import gguf_header, settings
+from clover_local import settings
 from clover_local.cli import main
+from clover_local.fetch import remote_header
 from clover_local.fetch.describe import describe_quants
-from clover_local.gguf_header import read_local_header
+from clover_local.gguf.header import read_local_header
 from clover_local.presets import Preset, load_preset
 
 REPO = "acme/Tiny-Clover-GGUF"
@@ -77,7 +78,7 @@ class TinyClover:
 @pytest.fixture
 def tiny_clover(hub_server: HubServer, monkeypatch: pytest.MonkeyPatch) -> TinyClover:
     """The user preset ``tiny-clover`` and its repo on the fake Hub (two quants and a README)."""
-    from clover_local.testmodels import tiny_model
+    from clover_local.testing.models import tiny_model
 
     presets = settings.user_presets_dir()
     presets.mkdir(parents=True, exist_ok=True)
@@ -86,7 +87,7 @@ def tiny_clover(hub_server: HubServer, monkeypatch: pytest.MonkeyPatch) -> TinyC
     for quant, path in files.items():
         hub_server.add_file(REPO, FILES[quant], path)
     hub_server.add_file(REPO, "README.md", "# Tiny Clover\n")
-    monkeypatch.setattr(gguf_header, "FIRST_READ_REMOTE", HEADER_READ)
+    monkeypatch.setattr(remote_header, "FIRST_READ_REMOTE", HEADER_READ)
     return TinyClover(load_preset("tiny-clover"), files)
 
 

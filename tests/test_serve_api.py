@@ -14,7 +14,7 @@ from clover_local.plan.types import SpeculativePlan
 from clover_local.presets import load_preset
 from clover_local.serve.api import ApiConfig, bind_warning
 from clover_local.serve.runner import BackgroundServer
-from clover_local.testmodels import gemma_path
+from clover_local.testing.models import gemma_path
 from tests.helpers_serve import RecordingEngine, raw_post, start_stream_and_hang_up, wait_until
 
 pytestmark = pytest.mark.slow

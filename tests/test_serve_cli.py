@@ -16,7 +16,7 @@ import openai
 import psutil
 import pytest
 
-from clover_local.serve.llama_server import free_port
+from clover_local.llamacpp.server import free_port
 from tests.helpers_serve import llama_server_path, wait_until
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from clover_local.engine.embedded import EmbeddedEngine
 from clover_local.engine.loader import load_engine
 from clover_local.engine.types import Finished, GenerationRequest, GenerationStats, TextDelta
 from clover_local.plan.types import SpeculativePlan
-from clover_local.testmodels import TINY_KINDS, gemma_path, tiny_model
+from clover_local.testing.models import TINY_KINDS, gemma_path, tiny_model
 
 pytestmark = pytest.mark.slow
 

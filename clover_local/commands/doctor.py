@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def llama_server_report(configured: str | None) -> dict[str, Any]:
     """What is known about the llama-server that ``serve --engine auto`` would use."""
-    from clover_local.serve.binary import built_info, capabilities, find_llama_server
+    from clover_local.llamacpp.binary import built_info, capabilities, find_llama_server
 
     try:
         binary = find_llama_server(configured)
@@ -87,8 +87,8 @@ def llama_cpp_python_report() -> dict[str, Any]:
 
 def fit_report(args: argparse.Namespace, fit_binary: str | None) -> dict[str, Any]:
     from clover_local.commands.serve import local_model_file
+    from clover_local.llamacpp.fit_params import compare, describe, run_fit_params
     from clover_local.plan.report import plan_for
-    from clover_local.serve.fit_compare import compare, describe, run_fit_params
 
     model = args.model or (local_model_file(args.preset) if args.preset else None)
     plan, preset = plan_for(args.preset, model=model, ctx=args.ctx)

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 def compare_fit(plan: Plan, preset: Preset, *, simulated: bool) -> dict[str, Any]:
     """Run ``llama-fit-params`` for the plan's model file and context and line its choice up with the plan's;
     ``{"shown": False, "why": ...}`` when it cannot be run or fails."""
-    from clover_local.serve.fit_compare import compare, describe, run_fit_params
+    from clover_local.llamacpp.fit_params import compare, describe, run_fit_params
 
     if simulated:
         return _not_shown(
@@ -100,7 +100,7 @@ def fit_params_binary() -> Path | None:
     PATH; None when there is none."""
     import shutil
 
-    from clover_local.serve.binary import find_llama_server
+    from clover_local.llamacpp.binary import find_llama_server
 
     server = find_llama_server()
     if server is not None:

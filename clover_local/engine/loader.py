@@ -16,13 +16,14 @@ from typing import Any
 
 from clover_local.engine.embedded import EmbeddedEngine, EngineParts
 from clover_local.errors import EngineError, OutOfMemoryError
+from clover_local.gguf.names import FFN_EXPS_REGEX
 from clover_local.plan.diffusion import DiffusionPlan
 from clover_local.plan.memory import rollback_snapshots
 from clover_local.plan.types import SpeculativePlan
 from clover_local.presets import SamplingDefaults
 
-ALL_EXPERTS_ON_CPU = r"\.ffn_(up|down|gate|gate_up)_exps\.=CPU"
-"""The override that keeps every routed expert in RAM (``--cpu-moe``)."""
+ALL_EXPERTS_ON_CPU = f"{FFN_EXPS_REGEX}=CPU"
+"""The override that keeps every routed expert in RAM (``--cpu-moe``: ``llm_ffn_exps_cpu_override``)."""
 
 _OOM_RE = re.compile(
     r"out of memory|failed to allocate|unable to allocate|cudaMalloc failed|ErrorOutOfDeviceMemory|"
@@ -217,7 +218,7 @@ def _load(
 def _default_diffusion_plan(path: Path, settings: dict[str, Any]) -> DiffusionPlan:
     """The header's defaults, the canvas as large as the settings' context (at most the default canvas: every
     step returns the logits of the whole canvas)."""
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
     from clover_local.plan.diffusion import DEFAULT_CANVAS, plan_diffusion
 
     ctx = min(int(settings.get("n_ctx") or DEFAULT_CANVAS), DEFAULT_CANVAS)

@@ -54,7 +54,7 @@ def planned_settings(
     """llama.cpp settings, the speculation plan, the chat template and (for diffusion models) the diffusion
     plan the planner picks for this machine."""
     from clover_local.detect import detect_machine
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
     from clover_local.plan.llama_args import llama_cpp_kwargs
     from clover_local.plan.planner import make_plan
     from clover_local.plan.types import Wishes
@@ -72,7 +72,7 @@ def header_diffusion_plan(
 ) -> tuple[DiffusionPlan | None, list[str]]:
     """For a GGUF without a preset: the diffusion plan its header calls for (None for autoregressive
     models; diffusion options for them are an error)."""
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
     from clover_local.plan.diffusion import plan_diffusion
 
     description = read_local_header(path)

@@ -6,7 +6,7 @@ For each quant, in order of preference:
 1. a local file: the ``local_path`` given, the file assembled from the preset's Python package (test
    models), or the quant already downloaded into the Hugging Face cache: its GGUF header, read locally;
 2. the GGUF header on the Hub, read with HTTP range requests (a few MB of a 23 GB file) and cached, so it
-   is read once and works offline afterwards (``clover_local.gguf_header``);
+   is read once and works offline afterwards (``clover_local.gguf.header``);
 3. the preset's estimate (its ``fallback_bytes``), with a note saying why nothing better was found.
 
 The Hub is asked at most once per repo listing and per header, with a short timeout per request
@@ -24,7 +24,7 @@ from pathlib import Path
 from clover_local import settings
 from clover_local.detect.units import format_bytes
 from clover_local.errors import CloverError, DownloadError, GGUFError, HubUnreachableError
-from clover_local.model import ModelDescription, describe_from_preset
+from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.presets import Preset, QuantSpec
 
 __all__ = ["QuantDescriptions", "describe_quants"]
@@ -114,7 +114,7 @@ class _LocalFiles:
 
     def _downloaded(self, quant: str) -> tuple[ModelDescription, str, Path] | None:
         from clover_local.fetch.download import cached_model_path
-        from clover_local.gguf_header import read_local_header
+        from clover_local.gguf.header import read_local_header
 
         path = cached_model_path(self.preset, quant)
         if path is None:
@@ -138,7 +138,7 @@ class _LocalFiles:
 
     @staticmethod
     def _read(path: Path, what: str) -> tuple[Path, ModelDescription]:
-        from clover_local.gguf_header import read_local_header
+        from clover_local.gguf.header import read_local_header
 
         path = Path(path).expanduser()
         if not path.is_file():
@@ -165,7 +165,7 @@ class _HubView:
         self, preset: Preset, quant: str, spec: QuantSpec, local_problem: str | None
     ) -> tuple[ModelDescription, str]:
         """The quant's header from the Hub (or the header cache), else the preset's estimate with why."""
-        from clover_local.gguf_header import read_remote_header
+        from clover_local.fetch.remote_header import read_remote_header
 
         try:
             filename = self._first_shard(spec)
@@ -203,7 +203,7 @@ class _HubView:
 
     def _repo_paths(self) -> list[str]:
         from clover_local.fetch import hub
-        from clover_local.gguf_header import cached_header_files
+        from clover_local.fetch.remote_header import cached_header_files
 
         if self._listing_error is not None:
             raise self._listing_error

@@ -2,7 +2,7 @@
 location, and turn every failure into a :class:`DownloadError` a person can act on.
 
 :func:`with_hub_errors` (with :func:`hub_error` and :func:`network_error`) is the one place Hub failures
-become messages: downloads and remote GGUF header reads (``clover_local.gguf_header``) both go through it.
+become messages: downloads and remote GGUF header reads (:mod:`clover_local.fetch.remote_header`) both go through it.
 
 The endpoint, token and offline switch are huggingface_hub's own (``HF_ENDPOINT``, ``HF_TOKEN`` or
 ``hf auth login``, ``HF_HUB_OFFLINE``), read when called so tests and the TUI can change them.

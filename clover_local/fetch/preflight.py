@@ -16,7 +16,7 @@ def preflight_remote(repo: str, filename: str, revision: str | None, label: str)
 
     None when there is nothing to check against (no llama-arch.cpp installed) or the header could not be
     read (the download itself then reports the Hub's error, or the file turns out not to be a GGUF)."""
-    from clover_local.gguf_header import read_remote_header
+    from clover_local.fetch.remote_header import read_remote_header
 
     support = installed_support()
     if support is None:

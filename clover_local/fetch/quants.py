@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from clover_local.errors import DownloadError
+from clover_local.gguf.names import SHARD_RE
 
-_SHARD_RE = re.compile(r"^(?P<base>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 _QUANT_TOKEN_RE = re.compile(
     r"(?<![A-Za-z0-9])((?:IQ|TQ|Q)\d(?:_[A-Z0-9]+)*|BF16|F16|F32|MXFP4(?:_MOE)?)(?![A-Za-z0-9])",
     re.IGNORECASE,
@@ -32,7 +32,7 @@ class ShardName:
 
 def shard_of(path: str) -> ShardName:
     """Split a GGUF path into its split base, shard index (1-based) and shard count."""
-    m = _SHARD_RE.match(path)
+    m = SHARD_RE.match(path)
     if m is None:
         return ShardName(base=path.removesuffix(".gguf").removesuffix(".GGUF"), index=1, count=1)
     return ShardName(base=m.group("base"), index=int(m.group("index")), count=int(m.group("count")))

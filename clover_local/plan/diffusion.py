@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from clover_local.errors import UsageError
-from clover_local.model import ModelDescription
+from clover_local.gguf.model import ModelDescription
 from clover_local.presets import DiffusionDefaults, Preset
 
 Schedule = Literal["block", "timestep"]

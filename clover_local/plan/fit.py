@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clover_local.detect.machine import Machine
-from clover_local.model import ModelDescription
+from clover_local.gguf.model import ModelDescription
 from clover_local.plan import memory
 from clover_local.plan.types import DeviceMemory, MemoryPlan
 

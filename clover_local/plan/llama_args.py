@@ -10,6 +10,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from clover_local.gguf.names import FFN_EXPS_REGEX
 from clover_local.plan.types import Plan
 from clover_local.presets import TEMPLATE_COMPLETION, TEMPLATE_FROM_GGUF
 
@@ -27,8 +28,6 @@ GGML_TYPES: dict[str, int] = {
 """ggml type ids (``ggml.h``) for ``type_k``/``type_v``."""
 SPLIT_MODES: dict[str, int] = {"none": 0, "layer": 1, "row": 2}
 """``LLAMA_SPLIT_MODE_*``."""
-FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
-"""``LLM_FFN_EXPS_REGEX`` in ``common/common.h``."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clover_local.model import ModelDescription
+from clover_local.gguf.model import ModelDescription
 from clover_local.plan.types import SpeculativePlan
 from clover_local.presets import Architecture
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from clover_local.detect.machine import Machine
 from clover_local.detect.units import format_bytes as fb
 from clover_local.errors import PlanError, UsageError
-from clover_local.model import ModelDescription, describe_from_preset
+from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.plan import memory
 from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_diffusion
 from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus

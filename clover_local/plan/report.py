@@ -82,7 +82,7 @@ def plan_for(
     machine = parse_simulate(simulate) if simulate is not None else detect_machine()
     wishes = Wishes(quant=quant, ctx=ctx, goal=goal)
     if model:
-        from clover_local.gguf_header import read_local_header
+        from clover_local.gguf.header import read_local_header
 
         path = Path(model).expanduser()
         if not path.is_file():

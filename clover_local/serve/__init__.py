@@ -1,1 +1,2 @@
-"""Serving: an OpenAI-compatible HTTP API over the embedded engine, and upstream llama-server processes."""
+"""Serving: the OpenAI-compatible HTTP API over any engine (the embedded one, or an upstream llama-server run
+through :mod:`clover_local.llamacpp`)."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 
 from clover_local.engine.types import ChatEngine
 from clover_local.errors import ServerError, UsageError
-from clover_local.serve.binary import ServerBinary, find_llama_server
+from clover_local.llamacpp.binary import ServerBinary, find_llama_server
 
 if TYPE_CHECKING:
     from clover_local.plan.types import Plan
@@ -100,8 +100,8 @@ def open_engine(
             notices.insert(0, result.fallback_message)
         return OpenedEngine(result.engine, "embedded", tuple(notices))
 
-    from clover_local.serve.llama_server import plan_server_argv, start_llama_server
-    from clover_local.serve.llama_server_engine import LlamaServerEngine
+    from clover_local.llamacpp.server import plan_server_argv, start_llama_server
+    from clover_local.llamacpp.server_engine import LlamaServerEngine
 
     process = start_llama_server(
         plan_server_argv(plan), binary=choice.binary, on_log=on_log, ready_timeout_s=ready_timeout_s

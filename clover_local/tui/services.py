@@ -17,7 +17,7 @@ from clover_local.detect.machine import Machine
 from clover_local.engine.types import ChatEngine
 from clover_local.fetch.describe import QuantDescriptions
 from clover_local.fetch.progress import DownloadProgress
-from clover_local.model import ModelDescription
+from clover_local.gguf.model import ModelDescription
 from clover_local.plan.types import Plan, SpeculativePlan, Wishes
 from clover_local.presets import Preset
 from clover_local.user_prefs import ModelSettings
@@ -69,7 +69,7 @@ def make_plan(
 @functools.lru_cache(maxsize=8)
 def _local_header(path: str, mtime_ns: int) -> ModelDescription:
     """A local GGUF's header, read once per file version (a 262k-token vocabulary takes most of a second)."""
-    from clover_local.gguf_header import read_local_header
+    from clover_local.gguf.header import read_local_header
 
     return read_local_header(Path(path))
 

@@ -1,13 +1,9 @@
-"""Read a GGUF's header, from a local file or from the Hub, into the :class:`ModelDescription` the planner uses.
+"""Read a GGUF's header from the Hub with HTTP range requests (the first few MB of a 23 GB file), cached by ETag,
+into the same :class:`ModelDescription` a local file gives (:mod:`clover_local.gguf.header`).
 
-The header holds the architecture numbers (layers, heads, experts, context, recurrent sizes) and the tensor
-table, which gives the exact bytes of every tensor: the planner then knows what is expert weight and what is
-not, layer by layer, before anything is downloaded. A remote header is read with HTTP range requests (the first
-few MB of a 23 GB file) and cached by ETag. Split GGUFs (``*-00001-of-00003.gguf``) are read shard by shard.
-Hub failures become messages in one place, :func:`clover_local.fetch.hub.with_hub_errors`.
-
-Parsing is :mod:`clover_local.gguf_parse` (why not ``gguf.GGUFReader`` is said there); turning the raw header
-into a description is :mod:`clover_local.gguf_describe`.
+Split GGUFs are read shard by shard. Hub failures become messages in one place,
+:func:`clover_local.fetch.hub.with_hub_errors`; the cache lives under ``<cache>/headers/`` and answers when the
+Hub cannot be reached (offline, or down).
 """
 
 from __future__ import annotations
@@ -16,59 +12,22 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import TypeVar
 
 from clover_local import settings
 from clover_local.errors import DownloadError, GGUFError, HubUnreachableError
-from clover_local.gguf_describe import describe
-from clover_local.gguf_parse import NeedMoreBytes, RawHeader, parse_header
-from clover_local.model import ModelDescription
+from clover_local.fetch.hub import RATE_LIMIT_RETRIES, with_hub_errors
+from clover_local.gguf.describe import describe
+from clover_local.gguf.header import check_shards, parse_growing, shard_names
+from clover_local.gguf.model import ModelDescription
+from clover_local.gguf.parse import NeedMoreBytes, RawHeader, parse_header
 
-__all__ = ["cached_header_files", "read_local_header", "read_remote_header", "shard_names"]
+__all__ = ["cached_header_files", "read_remote_header"]
 
 FIRST_READ_REMOTE = 2 * 1024 * 1024
 """Bytes fetched first from the Hub; a larger header (big vocabularies) is fetched in about doubling steps."""
-FIRST_READ_LOCAL = 16 * 1024 * 1024
-"""Bytes read first from a local file: reading is cheap, parsing again is not, so start big."""
-MAX_HEADER = 512 * 1024 * 1024
-"""A header larger than this is treated as corrupt rather than fetched."""
 
 T = TypeVar("T")
-_SPLIT_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
-
-
-def shard_names(filename: str) -> list[str]:
-    """All shard names of a split GGUF (``x-00001-of-00003.gguf`` -> three names); ``[filename]`` otherwise."""
-    m = _SPLIT_RE.match(filename)
-    if not m:
-        return [filename]
-    count = int(m.group("count"))
-    if count < 1:
-        raise GGUFError(f"{filename!r} names a split GGUF of {count} shards.")
-    return [f"{m.group('prefix')}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
-
-
-def read_local_header(path: Path) -> ModelDescription:
-    """Describe a local GGUF from its header alone (a split GGUF: give any shard, all are read)."""
-    path = Path(path)
-    headers: list[RawHeader] = []
-    total = 0
-    for name in shard_names(path.name):
-        shard = path.with_name(name)
-        try:
-            size = shard.stat().st_size
-        except FileNotFoundError:
-            missing = "it" if shard == path else f"shard {name}, next to {path.name}"
-            raise GGUFError(f"GGUF file not found: {missing} ({shard}).") from None
-        with shard.open("rb") as f:
-            headers.append(
-                _parse_growing(
-                    lambda start, end, f=f: _read_range(f, start, end), size, str(shard), FIRST_READ_LOCAL
-                )
-            )
-        total += size
-    _check_shards(headers, path.name)
-    return describe(headers, total, source=str(path))
 
 
 def read_remote_header(
@@ -89,8 +48,6 @@ def read_remote_header(
     network wait (None: huggingface_hub's defaults); ``retries`` how many 429/503 answers are waited out
     (None: as for downloads).
     """
-    from clover_local.fetch.hub import RATE_LIMIT_RETRIES
-
     access = _HubAccess(
         token=token,
         offline=offline,
@@ -103,67 +60,9 @@ def read_remote_header(
         header, size = _remote_shard_header(repo_id, name, revision, access)
         headers.append(header)
         total += size
-    _check_shards(headers, filename)
+    check_shards(headers, filename)
     rev = f"@{revision}" if revision else ""
     return describe(headers, total, source=f"hf://{repo_id}/{filename}{rev}")
-
-
-# -- parsing bytes that arrive in pieces ------------------------------------------------------------------
-
-
-def _parse_growing(read: Callable[[int, int], bytes], size: int, name: str, first: int) -> RawHeader:
-    """Parse a header, reading more (about doubling) each time the parser runs out, never past ``size``."""
-    buf = bytearray()
-    want = min(first, size)
-    while True:
-        if want > len(buf):
-            chunk = read(len(buf), want)
-            if not chunk:
-                break
-            buf += chunk
-        try:
-            return parse_header(buf)
-        except NeedMoreBytes as more:
-            if len(buf) >= size or more.needed > size:
-                break
-            if more.needed > MAX_HEADER:
-                raise GGUFError(
-                    f"{name}: the GGUF header claims to be over {MAX_HEADER >> 20} MiB: corrupt."
-                ) from None
-            want = min(size, max(more.needed, 2 * len(buf)))
-        except GGUFError as exc:
-            raise GGUFError(f"{name}: {exc.what}", exc.fix) from None
-    raise GGUFError(
-        f"{name} is truncated: its GGUF header does not fit in its {size} bytes.",
-        "Download it again; a partial download is not a model.",
-    )
-
-
-def _read_range(f: BinaryIO, start: int, end: int) -> bytes:
-    f.seek(start)
-    return f.read(end - start)
-
-
-def _check_shards(headers: list[RawHeader], filename: str) -> None:
-    """The shards must be the ones the name promises: each says it is shard i of n, with all the tensors."""
-    count = headers[0].kv.get("split.count")
-    if len(headers) == 1 and (count is None or int(count) == 1):
-        return
-    if len(headers) == 1:
-        raise GGUFError(
-            f"{filename} is one shard of {count}, but its name does not say which.",
-            "Keep the shards' names as llama.cpp writes them: NAME-00001-of-0000N.gguf.",
-        )
-    for i, header in enumerate(headers):
-        if header.kv.get("split.count") != len(headers) or header.kv.get("split.no") != i:
-            raise GGUFError(
-                f"{filename}: shard {i + 1} of {len(headers)} says it is shard "
-                f"{int(header.kv.get('split.no', -1)) + 1} of {header.kv.get('split.count')}: mixed-up shards."
-            )
-    expected = headers[0].kv.get("split.tensors.count")
-    found = sum(len(h.tensors) for h in headers)
-    if expected is not None and int(expected) != found:
-        raise GGUFError(f"{filename}: the shards hold {found} tensors, the first shard promises {expected}.")
 
 
 def cached_header_files(repo_id: str, revision: str | None = None) -> list[str]:
@@ -187,8 +86,6 @@ class _HubAccess:
     retries: int
 
     def call(self, call: Callable[[], T], repo_id: str, filename: str) -> T:
-        from clover_local.fetch.hub import with_hub_errors
-
         what = f"read the GGUF header of {filename} in {repo_id}"
         return with_hub_errors(call, repo=repo_id, what=what, filename=filename, retries=self.retries)
 
@@ -238,7 +135,7 @@ def _remote_shard_header(
             header_bytes[start:] = data
             return data
 
-        header = _parse_growing(fetch, meta.size, where, FIRST_READ_REMOTE)
+        header = parse_growing(fetch, meta.size, where, FIRST_READ_REMOTE)
         _write_atomically(cache, bytes(header_bytes[: header.header_bytes]))
     _write_atomically(ref, f"{cache.name}\n{meta.size}\n".encode())
     return header, meta.size

@@ -12,10 +12,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clover_local.serve.binary import Capabilities
+from clover_local.gguf.names import FFN_EXPS_REGEX
+from clover_local.llamacpp.binary import Capabilities
 
 _FLAG_RE = re.compile(r"^--?[A-Za-z]")
-_EXPERT_TENSORS = r"ffn_(up|down|gate|gate_up)_exps"
 _RENAMES: dict[str, tuple[str, ...]] = {
     "--spec-ngram-mod-n-max": ("--spec-draft-n-max", "--draft-max"),
     "--spec-ngram-mod-n-min": ("--spec-draft-n-min", "--draft-min"),
@@ -57,7 +57,7 @@ def split_flags(argv: Sequence[str]) -> list[tuple[str, str | None]]:
 def n_cpu_moe_override(n_layers: int) -> str:
     """``--override-tensor`` value keeping the routed experts of the first ``n_layers`` layers on the CPU."""
     layers = "|".join(str(i) for i in range(n_layers))
-    return rf"blk\.({layers})\.{_EXPERT_TENSORS}=CPU"
+    return rf"blk\.({layers}){FFN_EXPS_REGEX}=CPU"
 
 
 def adapt_args(argv: Sequence[str], caps: Capabilities) -> AdaptedArgs:

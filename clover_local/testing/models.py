@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clover_local.errors import CloverError
-from clover_local.testmodels_gguf import (
+from clover_local.testing.gguf_writer import (
     DIFFUSION_KINDS,
     TinyKind,
     TinySpec,
@@ -47,7 +47,7 @@ GEMMA_FILE_NAME = "gemma-3-270m-Q4_K_M.gguf"
 GENERATOR_VERSION = 1
 """Bump when the tiny-model writer changes its output for the same spec."""
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def models_dir() -> Path:

@@ -27,15 +27,15 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from clover_local.errors import ServerError
-from clover_local.serve import http_client
-from clover_local.serve.binary import (
+from clover_local.llamacpp import http_client
+from clover_local.llamacpp.binary import (
     Capabilities,
     ServerBinary,
     built_info,
     capabilities,
     find_llama_server,
 )
-from clover_local.serve.server_args import adapt_args, split_flags, with_endpoint
+from clover_local.llamacpp.server_args import adapt_args, split_flags, with_endpoint
 
 if TYPE_CHECKING:
     from clover_local.plan.types import Plan

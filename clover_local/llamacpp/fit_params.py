@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clover_local.errors import ServerError
-from clover_local.serve.binary import capabilities
-from clover_local.serve.server_args import split_flags
+from clover_local.llamacpp.binary import capabilities
+from clover_local.llamacpp.server_args import split_flags
 
 if TYPE_CHECKING:
     from clover_local.plan.types import Plan

@@ -1,6 +1,6 @@
 """Measure the memory llama.cpp really takes when it loads a GGUF, to check the planner's memory model against.
 
-Each measurement runs in a fresh Python process (``python -m clover_local.testmodels_measure``), so nothing a
+Each measurement runs in a fresh Python process (``python -m clover_local.testing.measure``), so nothing a
 previous load left behind (freed but not returned pages, the page cache mapped by an earlier ``Llama``) counts.
 The child loads the model with llama-cpp-python, prefills a prompt of ``prompt_tokens`` tokens (a full ubatch
 touches the activation part of the compute buffer), decodes one token, and reports:
@@ -91,7 +91,7 @@ def measure_load(model_path: Path, settings: LoadSettings, timeout_s: float = 60
 
     request = json.dumps({"model": str(model_path), "settings": asdict(settings)})
     proc = subprocess.run(
-        [sys.executable, "-m", "clover_local.testmodels_measure", request],
+        [sys.executable, "-m", "clover_local.testing.measure", request],
         capture_output=True,
         text=True,
         timeout=timeout_s,

@@ -12,8 +12,8 @@ from typing import Any
 import gguf
 
 from clover_local.errors import GGUFError
-from clover_local.gguf_parse import RawHeader
-from clover_local.model import DiffusionHeader, ModelDescription, TensorEntry
+from clover_local.gguf.model import DiffusionHeader, ModelDescription, TensorEntry
+from clover_local.gguf.parse import RawHeader
 from clover_local.presets import Architecture
 
 # llama.cpp's defaults when the GGUF does not say (src/models/<arch>.cpp at the vendored commit).

@@ -1,18 +1,16 @@
 """A model as the planner sees it: architecture numbers plus, when a GGUF header was read, exact tensor sizes.
 
 Built from a preset alone (sizes estimated from the preset's fallback bytes) or from a GGUF header,
-local or remote (``clover_local.gguf_header``), which gives exact bytes per tensor.
+local (:mod:`clover_local.gguf.header`) or remote (:mod:`clover_local.fetch.remote_header`), which gives exact
+bytes per tensor.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from clover_local.gguf.names import FFN_EXPS_RE, LAYER_RE
 from clover_local.presets import Architecture, Preset
-
-_LAYER_RE = re.compile(r"^blk\.(\d+)\.")
-_EXPERT_RE = re.compile(r"\.ffn_(up|down|gate|gate_up)_exps\.")
 
 
 @dataclass(frozen=True)
@@ -26,8 +24,8 @@ class TensorEntry:
 
     @staticmethod
     def classify(name: str, n_bytes: int) -> TensorEntry:
-        m = _LAYER_RE.match(name)
-        return TensorEntry(name, n_bytes, int(m.group(1)) if m else None, bool(_EXPERT_RE.search(name)))
+        m = LAYER_RE.match(name)
+        return TensorEntry(name, n_bytes, int(m.group(1)) if m else None, bool(FFN_EXPS_RE.search(name)))
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ from clover_local.engine.types import (
     TextDelta,
 )
 from clover_local.errors import ServerError
+from clover_local.llamacpp import http_client
+from clover_local.llamacpp.server import LlamaServerProcess
 from clover_local.presets import SamplingDefaults
-from clover_local.serve import http_client
-from clover_local.serve.llama_server import LlamaServerProcess
 
 
 class LlamaServerEngine:

@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from clover_local.testmodels_vocab import CHATML_TEMPLATE, TOKEN_NORMAL, Vocab, build_vocab
+from clover_local.testing.vocab import CHATML_TEMPLATE, TOKEN_NORMAL, Vocab, build_vocab
 
 TinyKind = Literal["llama", "qwen3moe", "qwen35moe", "dream", "llada-moe"]
 DIFFUSION_KINDS: tuple[TinyKind, ...] = ("dream", "llada-moe")
