@@ -380,7 +380,8 @@ class _Sampled:
 
 
 def _sample_positions(conf: np.ndarray, alg_temp: float, take: int, dist: Any) -> np.ndarray:
-    """The C++ ``alg_temp > 0`` branch: draw positions by softmax(confidence / alg_temp) with ``dist``."""
+    """The C++ ``alg_temp > 0`` branch: draw ``take`` distinct positions by softmax(confidence / alg_temp)
+    with ``dist``."""
     n = len(conf)
     arr = (C.llama_token_data * n)()
     view = np.ctypeslib.as_array(arr).view(_TOKEN_DATA).reshape(n)
@@ -394,7 +395,10 @@ def _sample_positions(conf: np.ndarray, alg_temp: float, take: int, dist: Any) -
     for _ in range(take):
         C.llama_sampler_apply(dist, ctypes.byref(cur))
         picked.append(int(cur.selected))
-        view["p"][cur.selected] = 0.0
+        # The C++ zeroes the pick's p, which its dist sampler recomputes from the logit, so a position can be
+        # drawn twice and a mask survive the last step; taking the pick out of the draw avoids that (the cli
+        # never sets alg_temp, so no cli output depends on it).
+        view["logit"][cur.selected] = -np.inf
         cur.selected = -1
     return np.asarray(picked, dtype=np.int64)
 
