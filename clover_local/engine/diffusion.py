@@ -36,10 +36,6 @@ from clover_local.engine.diffusion_schedule import (
 from clover_local.errors import EngineError
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
-
-
-PREFILTER_MIN_VOCAB = 4096
-"""Above this vocabulary size the top-k candidates are picked in numpy before the sampler chain runs."""
 _TOKEN_DATA_ARRAY = np.dtype(
     {
         "names": ["data", "size", "selected", "sorted"],
@@ -258,18 +254,24 @@ class DiffusionRunner:
         self, logits: np.ndarray, rows: np.ndarray, params: DiffusionParams, sampler: Any
     ) -> _Sampled:
         """Run the sampler chain over each of ``rows`` (logit rows), in order, as the C++ does position by
-        position. With top-k on and a large vocabulary, each row's top k candidates are picked out in numpy
-        first (the chain's ``top_k`` keeps exactly those), so the chain sorts k candidates, not the vocabulary."""
+        position. With top-k on, each row's top k candidates are picked out and sorted in numpy, all rows at
+        once (exactly what the chain's ``top_k`` keeps, in its order), so the chain only does top-p and the
+        draw. The one difference: candidates with exactly equal logits may come in another order."""
         n_rows = len(rows)
         k = params.top_k
-        if 0 < k < self.n_vocab and self.n_vocab > PREFILTER_MIN_VOCAB:
+        presorted = 0 < k < self.n_vocab
+        if presorted:
             sub = logits[rows]
             ids = np.argpartition(sub, self.n_vocab - k, axis=1)[:, self.n_vocab - k :]
-            ids.sort(axis=1)  # the C++ fills candidates in id order
+            # Highest logit first (ties by id), the order top_k's partial sort leaves; marked sorted, the chain
+            # then skips its sort of the vocabulary.
+            ids.sort(axis=1)
+            vals = np.take_along_axis(sub, ids, axis=1)
+            order = np.argsort(-vals, axis=1, kind="stable")
             width = k
             cand = self._candidate_rows(n_rows, width)
-            cand["id"] = ids
-            cand["logit"] = np.take_along_axis(sub, ids, axis=1)
+            cand["id"] = np.take_along_axis(ids, order, axis=1)
+            cand["logit"] = np.take_along_axis(vals, order, axis=1)
             cand["p"] = 0.0
         else:
             width = self.n_vocab
@@ -282,7 +284,7 @@ class DiffusionRunner:
         arrays["data"] = self._rows_base + np.arange(n_rows, dtype=np.uint64) * (width * _TOKEN_DATA.itemsize)
         arrays["size"] = width
         arrays["selected"] = -1
-        arrays["sorted"] = False
+        arrays["sorted"] = presorted
         apply = C.llama_sampler_apply
         for ptr in self._row_ptrs[:n_rows]:
             apply(sampler, ptr)
