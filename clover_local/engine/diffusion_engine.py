@@ -101,7 +101,9 @@ class DiffusionEngine(EmbeddedEngine):
         t0 = time.perf_counter()
         prompt = self._prompt_tokens(request)
         params = self.params_for(len(prompt), request)
-        settled = _SettledText(self, params.mask_token_id, request.stop)
+        answer = params.max_length - len(prompt)
+        limit = min(answer, max(1, min(request.max_tokens, self.plan.answer_length)))
+        settled = _SettledText(self, params.mask_token_id, request.stop, limit)
         steps = self._runner.steps(prompt, params, cancel)
         t_first: float | None = None
         while True:
@@ -113,7 +115,7 @@ class DiffusionEngine(EmbeddedEngine):
             text = settled.update(view.answer)
             if self.live:
                 yield Refining(
-                    self.canvas_text(view.answer[settled.n_settled :], params.mask_token_id),
+                    self.canvas_text(view.answer[settled.n_settled : limit], params.mask_token_id),
                     view.step,
                     view.total_steps,
                     int(np.count_nonzero(view.answer == params.mask_token_id)),
@@ -209,9 +211,11 @@ FIXED_SEED = 0
 class _SettledText:
     """Text of the reply's settled prefix (up to the first mask), streamed once, stopped at end-of-text."""
 
-    def __init__(self, engine: DiffusionEngine, mask_id: int, stop: tuple[str, ...]) -> None:
+    def __init__(self, engine: DiffusionEngine, mask_id: int, stop: tuple[str, ...], limit: int) -> None:
         self._engine = engine
         self._mask = mask_id
+        self._limit = limit
+        """At most this many tokens: the canvas may be longer (rounded up to whole blocks)."""
         self._stream = StopTextStream(stop)
         self._done = 0
         self.n_tokens = 0
@@ -225,6 +229,7 @@ class _SettledText:
     def update(self, answer: np.ndarray) -> str:
         if self.ended or self._stream.stopped:
             return ""
+        answer = answer[: self._limit]
         masked = np.flatnonzero(answer[self._done :] == self._mask)
         end = self._done + (int(masked[0]) if len(masked) else len(answer) - self._done)
         out: list[str] = []
