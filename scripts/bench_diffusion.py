@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 from clover_local import settings
+from clover_local.engine.diffusion_cli import parse_cli_output
 from clover_local.engine.diffusion_schedule import Algorithm
 from clover_local.engine.loader import load_engine
 from clover_local.engine.types import ChatMessage
@@ -44,12 +44,8 @@ def cli_run(
         "--diffusion-algorithm", str(int(Algorithm.CONFIDENCE)), "--diffusion-steps", str(steps), *schedule,
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
-    out = done.stdout + done.stderr
-    m = re.search(r"total time: ([0-9.]+)ms[^\n]*\n", out)
-    if not m:
-        raise SystemExit(f"no 'total time' in the cli's output:\n{out[-1500:]}")
-    text = out[m.end() :][1:].rsplit("\n", 1)[0]
-    return text, float(m.group(1)) / 1000.0
+    run = parse_cli_output(done.stdout + done.stderr)
+    return run.text, run.seconds
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,6 @@ from the same pinned llama.cpp by scripts/build-llama-server) on tiny random ``d
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import threading
 from pathlib import Path
@@ -78,12 +77,9 @@ def run_cli(model: Path, kind: str, algorithm: Algorithm, seed: int) -> str:
 
 
 def parse_cli_text(output: str) -> str:
-    """The generated text: what the cli prints after its ``total time: ...`` line, framed by newlines."""
-    marker = re.search(r"total time: [^\n]*\n", output)
-    assert marker, output[-2000:]
-    rest = output[marker.end() :]
-    assert rest.startswith("\n"), rest[:200]
-    return rest[1:].rsplit("\n", 1)[0]
+    from clover_local.engine.diffusion_cli import parse_cli_output
+
+    return parse_cli_output(output).text
 
 
 def load(model: Path) -> DiffusionEngine:
@@ -273,3 +269,17 @@ def test_every_algorithm_fills_the_canvas_and_a_seed_repeats_it(
                 assert first.unmasked == UB - len(prompt), (algorithm, block)
     finally:
         engine.close()
+
+
+def test_cli_output_is_parsed() -> None:
+    from clover_local.engine.diffusion_cli import parse_cli_output
+
+    sample = (
+        "load_tensors: CPU model buffer size = 1.53 MiB\n\rdiffusion step: 23/24 [====] 95%"
+        "\ntotal time: 412.50ms, time per step: 17.19ms, sampling time per step: 1.02ms\n"
+        "\n the answer\nsecond line\n~llama_context: CPU compute buffer size is 1.2 MiB\n"
+    )
+    run = parse_cli_output(sample)
+    assert run.text == " the answer\nsecond line" and run.seconds == pytest.approx(0.4125)
+    with pytest.raises(ValueError, match="total time"):
+        parse_cli_output("error: failed to load model")
