@@ -186,3 +186,23 @@ def test_download_refuses_an_architecture_llama_cpp_cannot_load(hub_server: obje
 
     path = download_model(repo, filename="Tiny-Dream-F16.gguf")  # a diffusion architecture it knows
     assert read_local_header(path).diffusion is not None
+
+
+def test_make_plan_for_a_diffusion_gguf(headers: dict[str, object]) -> None:
+    from clover_local.detect.simulate import parse_simulate
+    from clover_local.plan.llama_args import llama_cpp_kwargs
+    from clover_local.plan.planner import make_plan
+    from clover_local.plan.types import Wishes
+    from clover_local.presets import load_preset
+
+    machine = parse_simulate("ram=16G,cpu=4")
+    preset = load_preset("gemma3-270m")
+    plan = make_plan(machine, preset, headers["llada-moe"], Wishes(ctx=512), "x.gguf")
+    assert plan.diffusion is not None and plan.diffusion.canvas == 512
+    assert plan.ctx == plan.n_batch == plan.n_ubatch == 512
+    assert not plan.speculative.enabled and plan.memory.ram.kv_cache_bytes == 0
+    assert any("Diffusion decoding (llada-moe)" in r for r in plan.reasons)
+    kwargs = llama_cpp_kwargs(plan)
+    assert kwargs["n_ubatch"] == kwargs["n_batch"] == kwargs["n_ctx"] == 512
+    autoregressive = make_plan(machine, preset, headers["llama"], Wishes(ctx=2048), "y.gguf")
+    assert autoregressive.diffusion is None and autoregressive.n_ubatch == 512

@@ -414,10 +414,10 @@ def _plan_diffusion_model(
     load_mode, why_load = _load_mode(machine, fit)
     reasons.append(why_load)
     reasons.append("No speculative decoding: a diffusion model already writes many tokens per step.")
-    gpu_read, ram_read = memory.active_bytes_per_token(
-        desc, fit.placement, canvas, fit.cache_type, fit.cache_type
+    reasons.append(
+        "Speed is not predicted for diffusion (each step is one canvas-sized batch, compute-bound): "
+        "`clover-local bench --model FILE` measures block lengths and steps per block side by side."
     )
-    tps, _notes = predict_tokens_per_s(machine, gpu_read, ram_read)
     if not desc.exact:
         reasons.append(f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file).")
     return Plan(
@@ -431,7 +431,7 @@ def _plan_diffusion_model(
         fits=fit.fits,
         memory=fit.memory,
         speculative=SpeculativePlan(enabled=False),
-        predicted_tokens_per_s=round(tps, 1),
+        predicted_tokens_per_s=0.0,
         reasons=tuple(reasons),
         threads=threads,
         threads_batch=max(logical, threads),

@@ -153,7 +153,11 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
     )
     lines = [
         f"{preset.display_name}: {plan.quant} ({fb(plan.file_bytes)}), context {plan.ctx}, {where}, "
-        f"KV {plan.cache_type_k}, ~{plan.predicted_tokens_per_s:.0f} tokens/s (estimate)"
+        + (
+            f"diffusion ({plan.diffusion.schedule} schedule, {plan.diffusion.steps_per_block} steps per block)"
+            if plan.diffusion is not None
+            else f"KV {plan.cache_type_k}, ~{plan.predicted_tokens_per_s:.0f} tokens/s (estimate)"
+        )
         + ("" if plan.fits else "  [DOES NOT FIT WELL]"),
         "",
         f"{'memory':8} {'weights':>11} {'KV cache':>11} {'recurrent':>11} {'compute':>11} {'total':>11} "

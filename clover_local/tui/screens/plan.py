@@ -68,7 +68,9 @@ def describe_plan(plan: Plan) -> str:
     head = [
         f"{plan.quant} · {gigabytes(plan.file_bytes)}{est} · context {plan.ctx:,} tokens",
         f"{where}{experts} · speculative decoding {spec}",
-        f"Predicted speed: about {plan.predicted_tokens_per_s:.0f} tokens/s",
+        f"Predicted speed: about {plan.predicted_tokens_per_s:.0f} tokens/s"
+        if plan.diffusion is None
+        else f"Diffusion: {plan.diffusion.schedule} schedule, {plan.diffusion.steps_per_block} steps per block",
         "FITS" if plan.fits else "DOES NOT FIT: see the reasons",
     ]
     return "\n".join(head)
