@@ -26,10 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover_local.detect import detect_machine, parse_simulate
     from clover_local.detect.report import describe_machine, machine_to_dict
+    from clover_local.runtime import detect
 
-    machine = parse_simulate(args.simulate) if args.simulate is not None else detect_machine()
+    machine = detect(args.simulate)
     if args.json:
         print(json.dumps(machine_to_dict(machine), indent=2))
     else:

@@ -7,9 +7,13 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clover_local.commands.diffusion_args import add_diffusion_arguments, diffusion_wishes
 from clover_local.errors import UsageError
+
+if TYPE_CHECKING:
+    from clover_local.runtime import OpenedEngine
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -62,8 +66,24 @@ def _read_prompt(args: argparse.Namespace) -> str:
         raise UsageError(f"--prompt-file {path} is not UTF-8 text.") from None
 
 
+def _open(args: argparse.Namespace) -> OpenedEngine:
+    """The embedded engine on the plan for this machine; a GGUF given without a preset runs on llama.cpp's CPU
+    defaults (there is no preset to plan with)."""
+    from clover_local.presets import load_preset
+    from clover_local.runtime import open_engine, open_unplanned, plan_for, require_model
+
+    preset = load_preset(args.preset) if args.preset or not args.model else None
+    path = require_model(preset, args.model)
+    wishes = diffusion_wishes(args)
+    if preset is None:
+        return open_unplanned(
+            path, ctx=args.ctx, threads=args.threads, chat_template=args.template, diffusion=wishes
+        )
+    plan, preset = plan_for(preset, model=path, ctx=args.ctx, threads=args.threads, diffusion=wishes)
+    return open_engine(plan, preset, chat_template=args.template)
+
+
 def run(args: argparse.Namespace) -> int:
-    from clover_local.engine.session import open_embedded
     from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, TextDelta
 
     if args.max_tokens <= 0:
@@ -71,15 +91,8 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature is not None and args.temperature < 0:
         raise UsageError(f"--temperature must be 0 or more, not {args.temperature}.")
     text = _read_prompt(args)
-    opened = open_embedded(
-        model=args.model,
-        preset=args.preset,
-        ctx=args.ctx,
-        threads=args.threads,
-        chat_template=args.template,
-        diffusion=diffusion_wishes(args),
-    )
-    for note in opened.notes:
+    opened = _open(args)
+    for note in opened.notices:
         print(f"note: {note}", file=sys.stderr)
     messages = [ChatMessage("system", args.system)] if args.system else []
     messages.append(ChatMessage("user", text))
@@ -90,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         speculative=None if args.speculative is None else args.speculative == "on",
     )
-    engine = opened.result.engine
+    engine = opened.engine
     parts: list[str] = []
     stats = None
     try:

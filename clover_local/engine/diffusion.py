@@ -370,10 +370,10 @@ class _Sampled:
         return np.arange(len(self.selected))
 
     def ids(self) -> np.ndarray:
-        return self.cand["id"][self._rows(), self.selected]
+        return np.asarray(self.cand["id"][self._rows(), self.selected], dtype=np.int32)
 
     def selected_p(self) -> np.ndarray:
-        return self.cand["p"][self._rows(), self.selected].astype(np.float32)
+        return np.asarray(self.cand["p"][self._rows(), self.selected], dtype=np.float32)
 
     def margin(self) -> np.ndarray:
         p = self.cand["p"]
