@@ -6,7 +6,9 @@ functions, and under ``TYPE_CHECKING``):
 
 A module imports only from its own layer or below; no import cycle, between modules or between packages;
 nothing but ``clover_local.tui`` imports Textual; the pure packages (detect, gguf, plan) do no network I/O; and
-no product module imports the test-model writers (``clover_local.testing``, left out of the wheel).
+no product module imports the test-model writers (``clover_local.testing``, left out of the wheel); and the
+decisions that once drifted (the experts regex, the shard regex, llama-server's ``-m``) are written in one
+module each.
 """
 
 from __future__ import annotations
@@ -25,15 +27,18 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("clover_local.detect", "clover_local.gguf"),
     ("clover_local.plan",),
     ("clover_local.fetch",),
-    ("clover_local.engine", "clover_local.llamacpp"),
+    ("clover_local.engine", "clover_local.llamacpp", "clover_local.measure.records"),
     ("clover_local.runtime", "clover_local.conversations", "clover_local.measure"),
     ("clover_local.serve",),
     ("clover_local.tui",),
     ("clover_local.commands",),
     ("clover_local.cli", "clover_local.__main__"),
 )
-"""Lowest first. A module's layer is that of the longest name here that it is, or is inside."""
+"""Lowest first. A module's layer is that of the longest name here that it is, or is inside; that name is also
+its unit for the cycle check between packages (``measure.records``, which ``runtime`` reads, sits below the rest of
+``measure``, which runs plans through ``runtime``)."""
 TEST_ONLY = "clover_local.testing"
+LLAMA_BENCH_ARGV = ("clover_local.measure.llama_bench", "clover_local.commands.bench")
 PURE = ("clover_local.detect", "clover_local.gguf", "clover_local.plan")
 NETWORK = (
     "huggingface_hub",
@@ -144,13 +149,14 @@ def test_no_import_cycle_between_modules() -> None:
 
 def test_no_import_cycle_between_packages() -> None:
     def package(m: str) -> str:
-        parts = m.split(".")
-        return ".".join(parts[:2])
+        return max(
+            (o for names in LAYERS for o in names if m == o or m.startswith(o + ".")), key=len, default=m
+        )
 
     graph: dict[str, set[str]] = {}
     for m, deps in GRAPH.items():
         graph.setdefault(package(m), set()).update(
-            package(d) for d in deps if _ours(d) and d != "clover_local" and package(d) != package(m)
+            package(d) for d in deps if _ours(d) and package(d) not in ("clover_local", package(m))
         )
     cycle = _cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])
@@ -197,3 +203,52 @@ def test_the_checker_sees_an_upward_import_and_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
     assert "clover_local.settings" in _imports("clover_local.fetch.x", PACKAGE / "fetch" / "cache.py")
+
+
+def _runs_python(node: ast.AST) -> bool:
+    """``[sys.executable, "-m", "pkg.module", ...]``: Python's ``-m``, not llama.cpp's."""
+    return (
+        isinstance(node, ast.List)
+        and bool(node.elts)
+        and isinstance(node.elts[0], ast.Attribute)
+        and node.elts[0].attr == "executable"
+    )
+
+
+def _string_constants(path: Path) -> list[str]:
+    """String literals that build something: not docstrings (of modules, classes, functions or attributes), and
+    not members of a set or a comparison (``flag in {"-m", "-c"}`` reads flags, it does not write them), not a Python
+    command line."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            skipped.add(id(node.value))
+        elif isinstance(node, ast.Set | ast.Compare) or _runs_python(node):
+            skipped.update(id(child) for child in ast.walk(node))
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped
+    ]
+
+
+@pytest.mark.parametrize(
+    ("what", "needle", "owner"),
+    [
+        ("the routed-experts tensor regex", "ffn_(up|down|gate", "clover_local.gguf.names"),
+        ("the split-GGUF name regex", "-of-(?P<", "clover_local.gguf.names"),
+        ("llama-server's model flag", "-m", "clover_local.plan.llama_args"),
+    ],
+)
+def test_each_decision_is_written_once(what: str, needle: str, owner: str) -> None:
+    """The experts regex once drifted across four copies, and argv builders lost ``-m``: one owner each.
+    (``llama-bench`` is another tool with its own flags: its argv builders are not llama-server's.)"""
+    holders = sorted(
+        m
+        for m, path in MODULES.items()
+        if not m.startswith(TEST_ONLY)
+        and m not in LLAMA_BENCH_ARGV
+        and any(s == needle or (len(needle) > 2 and needle in s) for s in _string_constants(path))
+    )
+    assert holders == [owner], f"{what} is written in {holders}; only {owner} should hold it"

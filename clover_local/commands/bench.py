@@ -157,7 +157,9 @@ def _print_vs_llama_bench(report: object, bench: dict[str, object]) -> None:
     if not isinstance(tg, float):
         print(f"\nllama-bench failed: {bench.get('error')}")
         return
-    print(f"\nllama-bench tg{bench['argv'][bench['argv'].index('-n') + 1]}: {tg:.1f} tokens/s")  # type: ignore[union-attr,index]
+    argv = bench.get("argv")
+    n_gen = argv[argv.index("-n") + 1] if isinstance(argv, list) and "-n" in argv else "?"
+    print(f"\nllama-bench tg{n_gen}: {tg:.1f} tokens/s")
     for workload in sorted({s.workload for s in report.samples}):
         b = report.median("b", workload)
         if b:

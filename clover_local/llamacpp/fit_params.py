@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from clover_local.presets import Preset
 
 _EXPERT_LAYER_RE = re.compile(r"blk\\?\.\(?(\d+)\)?\\?\..*exps.*=(\S+)")
+_ALWAYS = {"-m", "-c"}
+"""The model file and the context: what llama-fit-params fits."""
 _PASS_THROUGH = {
     "-fa",
     "--flash-attn",
@@ -94,9 +96,9 @@ def fit_args(plan: Plan, fit_binary: Path) -> list[str]:
     from clover_local.plan.llama_args import llama_server_args
 
     caps = capabilities(fit_binary)
-    argv = ["-m", plan.model_path, "-c", str(plan.ctx)]
+    argv: list[str] = []
     for flag, value in split_flags(llama_server_args(plan)):
-        if flag in _PASS_THROUGH and caps.supports(flag):
+        if flag in _ALWAYS or (flag in _PASS_THROUGH and caps.supports(flag)):
             argv += [flag] if value is None else [flag, value]
     return argv
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +165,9 @@ def fit_params_summary(model: Path, plan: Plan) -> str | None:
     tool = server.sibling("llama-fit-params") if server else None
     if tool is None:
         return None
-    argv = [str(tool), "-m", str(model), "-c", str(plan.ctx), "-fa", "on"]
+    from clover_local.llamacpp.fit_params import fit_args
+
+    argv = [str(tool), *fit_args(replace(plan, model_path=str(model)), tool)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     except subprocess.TimeoutExpired:

@@ -138,7 +138,7 @@ def _f32_values(t: TensorPlan, rng: np.random.Generator) -> np.ndarray:
 
 def _tiled(pattern: np.ndarray, n_bytes: int) -> Iterator[memoryview]:
     left = n_bytes
-    view = memoryview(pattern)
+    view = pattern.data  # the array's own buffer, no copy
     while left > 0:
         take = min(left, len(pattern), _CHUNK)
         yield view[:take]
