@@ -42,6 +42,7 @@ __all__ = [
     "open_engine",
     "open_unplanned",
     "plan_for",
+    "preset_for_file",
     "require_model",
 ]
 
@@ -80,6 +81,23 @@ def find_model(preset: Preset | None, model: str | Path | None = None, quant: st
     if quant == "auto" and first.preset == preset.name and first.complete:
         return Path(first.model_path)
     return None
+
+
+def preset_for_file(path: str | Path) -> Preset:
+    """The preset a GGUF given without one belongs to, by its file name: the preset whose name or Hub repo
+    (``gemma-3-270m`` of ``ggml-org/gemma-3-270m-GGUF``) the name contains; else the default preset."""
+    from clover_local.presets import list_presets
+
+    def squash(text: str) -> str:
+        return "".join(ch for ch in text.lower() if ch.isalnum())
+
+    name = squash(Path(path).name)
+    for candidate in list_presets():
+        preset = load_preset(candidate)
+        repo = preset.repo.rsplit("/", 1)[-1].removesuffix("-GGUF").removesuffix("-gguf")
+        if squash(preset.name) in name or (repo and squash(repo) in name):
+            return preset
+    return load_preset(None)
 
 
 def require_model(preset: Preset | None, model: str | Path | None = None, quant: str = "auto") -> Path:

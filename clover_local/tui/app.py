@@ -17,7 +17,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.theme import Theme
 
-from clover_local import user_prefs
+from clover_local import runtime, user_prefs
 from clover_local.detect.machine import Machine
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset, load_preset
@@ -65,7 +65,7 @@ class CloverApp(App[None]):
         opts = self.options
         first = self.prefs.first_run
         if opts.model_path:
-            preset = load_preset(opts.preset or _preset_for_file(opts.model_path))
+            preset = load_preset(opts.preset) if opts.preset else runtime.preset_for_file(opts.model_path)
             key = model_key(preset, opts.model_path, preset_chosen=bool(opts.preset))
             self.run_flow(preset, opts.model_path, key)
         elif first.complete and not opts.preset and not opts.simulate:
@@ -148,12 +148,6 @@ class CloverApp(App[None]):
         for screen in self.screen_stack:
             if isinstance(screen, ChatScreen):
                 screen.action_stop()
-
-
-def _preset_for_file(model_path: str) -> str | None:
-    """The shipped test preset for the Gemma test file; otherwise the default preset."""
-    name = Path(model_path).name.lower()
-    return "gemma3-270m" if "gemma" in name and "270m" in name else None
 
 
 def run_app(options: StartOptions | None = None) -> int:
