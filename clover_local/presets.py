@@ -90,6 +90,25 @@ class SpeculativeDefaults:
 
 
 @dataclass(frozen=True)
+class DiffusionDefaults:
+    """A preset's ``[diffusion]`` table: how to decode a diffusion model. None: decide from the header."""
+
+    algorithm: str | None = None
+    """``confidence``, ``entropy``, ``margin``, ``random`` or ``origin``."""
+    block_length: int | None = None
+    """Block schedule (LLaDA-style): answer positions unmasked block after block. 0: timestep schedule."""
+    steps_per_block: int | None = None
+    """Denoising steps per block (the whole answer is one block on the timestep schedule)."""
+    answer_length: int | None = None
+    """Answer tokens per reply (the canvas is prompt + answer)."""
+    eps: float | None = None
+    """Timestep schedule's epsilon (Dream-style)."""
+
+
+DECODINGS = ("auto", "autoregressive", "diffusion")
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str
     display_name: str
@@ -108,6 +127,9 @@ class Preset:
     """A PyPI package that can assemble the GGUF locally (test models)."""
     source: Path | None = None
     """The TOML file this preset came from."""
+    decoding: str = "auto"
+    """``auto`` (from the GGUF's architecture), ``autoregressive`` or ``diffusion``."""
+    diffusion: DiffusionDefaults = field(default_factory=DiffusionDefaults)
 
 
 def shipped_presets_dir() -> Path:
@@ -255,7 +277,14 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
         raise PresetError(
             f"Preset {path}: key 'default_quant' names {default_quant!r}, not one of {sorted(quants)}."
         )
+    decoding = top.get("decoding", str, "auto")
+    if decoding not in DECODINGS:
+        raise PresetError(
+            f"Preset {path}: key 'decoding' must be one of {', '.join(DECODINGS)}, not {decoding!r}."
+        )
     return Preset(
+        decoding=decoding,
+        diffusion=_diffusion_table(top.sub("diffusion", required=False)),
         name=top.get("name", str, path.stem),
         display_name=top.get("display_name", str, path.stem),
         repo=top.get("repo", str),
@@ -270,4 +299,20 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
         license=top.get("license", str, ""),
         python_package=top.get("python_package", str, None),
         source=path,
+    )
+
+
+def _diffusion_table(t: _Reader) -> DiffusionDefaults:
+    algorithm = t.get("algorithm", str, None)
+    if algorithm is not None and algorithm not in ("confidence", "entropy", "margin", "random", "origin"):
+        raise t._fail("algorithm", "must be confidence, entropy, margin, random or origin")
+    block_length = t.get("block_length", int, None)
+    if block_length is not None and block_length < 0:
+        raise t._fail("block_length", "must be 0 (timestep schedule) or positive")
+    return DiffusionDefaults(
+        algorithm=algorithm,
+        block_length=block_length,
+        steps_per_block=t.get("steps_per_block", int, None, positive=True),
+        answer_length=t.get("answer_length", int, None, positive=True),
+        eps=t.get("eps", float, None, positive=True),
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clover_local.errors import ServerError, UsageError
+from clover_local.plan.diffusion import DiffusionPlan, DiffusionWishes
 from clover_local.plan.types import EngineKind, Goal, Plan, SpeculativePlan, Wishes
 from clover_local.presets import Preset, SamplingDefaults, load_preset
 
@@ -36,6 +37,7 @@ __all__ = [
     "OpenedEngine",
     "choose_engine",
     "detect",
+    "diffusion_plan_for_file",
     "find_model",
     "open_engine",
     "open_unplanned",
@@ -135,6 +137,7 @@ def plan_for(
     describe: bool = True,
     offline: bool = False,
     engine: EngineKind = "embedded",
+    diffusion: DiffusionWishes | None = None,
 ) -> tuple[Plan, Preset]:
     """The plan for ``preset`` on ``machine`` (None: ``simulate``'s described machine, else this one, detected).
 
@@ -161,6 +164,7 @@ def plan_for(
             wishes,
             str(path),
             speed_records=records,
+            diffusion_wishes=diffusion,
         )
         source = f"exact, from the local file {path}"
         return replace(
@@ -177,8 +181,12 @@ def plan_for(
             quants=None if quant == "auto" else [quant],  # an unknown quant: make_plan says so
         )
     if models is None:
-        return make_plan(machine, chosen, None, wishes, speed_records=records), chosen
-    plan = make_plan(machine, chosen, None, wishes, models=models.models, speed_records=records)
+        return make_plan(
+            machine, chosen, None, wishes, speed_records=records, diffusion_wishes=diffusion
+        ), chosen
+    plan = make_plan(
+        machine, chosen, None, wishes, models=models.models, speed_records=records, diffusion_wishes=diffusion
+    )
     local = models.paths.get(plan.quant)
     return replace(
         plan,
@@ -274,6 +282,11 @@ def open_engine(
     if speculative is not None and speculative != plan.speculative.enabled:
         plan = replace(plan, speculative=replace(plan.speculative, enabled=speculative))
     choice = choice or EngineChoice("embedded", "the default")
+    diffusion_notes: list[str] = []
+    if plan.diffusion is not None and choice.kind != "embedded":
+        # llama-server has no diffusion decoding (llama.cpp runs it only in examples/diffusion).
+        choice = EngineChoice("embedded", "diffusion model: llama-server cannot decode it")
+        diffusion_notes.append("Diffusion model: run by the embedded engine (llama-server cannot decode it).")
     if choice.kind == "embedded":
         from clover_local.engine.loader import load_engine
         from clover_local.plan.llama_args import llama_cpp_kwargs
@@ -285,8 +298,9 @@ def open_engine(
             sampling=preset.sampling,
             speculative=plan.speculative,
             progress=progress,
+            diffusion=plan.diffusion,
         )
-        notices = list(result.notices)
+        notices = diffusion_notes + list(result.notices)
         if result.fallback_message:
             notices.insert(0, result.fallback_message)
         return OpenedEngine(
@@ -304,24 +318,52 @@ def open_engine(
 
 
 def open_unplanned(
-    path: Path, *, ctx: int | None = None, threads: int | None = None, chat_template: str | None = None
+    path: Path,
+    *,
+    ctx: int | None = None,
+    threads: int | None = None,
+    chat_template: str | None = None,
+    diffusion: DiffusionWishes | None = None,
 ) -> OpenedEngine:
     """A GGUF given without a preset, in the embedded engine with llama.cpp's CPU defaults: a modest context,
-    physical cores, the GGUF's own chat template, self-speculation on."""
+    physical cores, the GGUF's own chat template, self-speculation on; a diffusion model with its header's
+    diffusion defaults on a 1K canvas (its reasons become notices)."""
     from clover_local.engine.loader import load_engine
     from clover_local.engine.native import default_threads
 
-    settings = {"n_ctx": ctx or 4096, "n_threads": threads or default_threads(), "n_gpu_layers": 0}
+    dplan, reasons = diffusion_plan_for_file(path, ctx, diffusion)
+    n_ctx = dplan.canvas if dplan is not None else ctx or 4096
+    settings = {"n_ctx": n_ctx, "n_threads": threads or default_threads(), "n_gpu_layers": 0}
     result = load_engine(
         path,
         settings,
         chat_template=chat_template or "gguf",
         sampling=SamplingDefaults(),
-        speculative=SpeculativePlan(enabled=True),
+        speculative=SpeculativePlan(enabled=dplan is None),
+        diffusion=dplan,
     )
-    notices = list(result.notices)
+    notices = reasons + list(result.notices)
     if result.fallback_message:
         notices.insert(0, result.fallback_message)
     return OpenedEngine(
         result.engine, "embedded", tuple(notices), str(result.placement), result.fallback_message
     )
+
+
+def diffusion_plan_for_file(
+    path: Path, ctx: int | None, wishes: DiffusionWishes | None
+) -> tuple[DiffusionPlan | None, list[str]]:
+    """For a GGUF without a preset: the diffusion plan its header calls for and why (None for autoregressive
+    models, for which diffusion options are an error)."""
+    from clover_local.plan.diffusion import plan_diffusion
+
+    description = _local_header(str(path), path.stat().st_mtime_ns)
+    if description.diffusion is None:
+        if wishes is not None and wishes != DiffusionWishes():
+            raise UsageError(
+                f"{path.name} is a {description.architecture.arch!r} model, which llama.cpp decodes left to "
+                "right: the diffusion options do not apply.",
+                "Drop the --diffusion-* options, or pick a diffusion GGUF (dream, llada, llada-moe, rnd1).",
+            )
+        return None, []
+    return plan_diffusion(description, wishes=wishes, ctx=ctx)

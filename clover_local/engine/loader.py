@@ -17,6 +17,7 @@ from typing import Any
 from clover_local.engine.embedded import EmbeddedEngine, EngineParts
 from clover_local.errors import EngineError, OutOfMemoryError
 from clover_local.gguf.names import FFN_EXPS_REGEX
+from clover_local.plan.diffusion import DiffusionPlan
 from clover_local.plan.memory import rollback_snapshots
 from clover_local.plan.types import SpeculativePlan
 from clover_local.plan.verify_cost import batch_costs
@@ -37,6 +38,7 @@ _SAFE_CTX = 4096
 @dataclass(frozen=True)
 class LoadResult:
     engine: EmbeddedEngine
+    """A :class:`~clover_local.engine.diffusion_engine.DiffusionEngine` for diffusion models."""
     settings_used: dict[str, Any]
     fallback_message: str | None
     """Set when the first attempt ran out of memory and a safer plan was loaded instead: what changed."""
@@ -56,8 +58,12 @@ def load_engine(
     sampling: SamplingDefaults | None = None,
     speculative: SpeculativePlan | None = None,
     progress: Callable[[float], None] | None = None,
+    diffusion: DiffusionPlan | None = None,
 ) -> LoadResult:
-    """Load ``model_path`` with ``settings``; on running out of memory, retry once with a safer plan."""
+    """Load ``model_path`` with ``settings``; on running out of memory, retry once with a safer plan.
+
+    A diffusion model is decoded as ``diffusion`` says (None: the defaults for its header); its context is
+    sized to the canvas (n_ctx = n_batch = n_ubatch)."""
     path = Path(model_path).expanduser()
     _check_file(path)
     spec = speculative if speculative is not None else SpeculativePlan(enabled=True)
@@ -65,7 +71,7 @@ def load_engine(
         # No plan's cost model (a file loaded with bare settings): the linear one for where the layers run.
         on_gpu = int(settings.get("n_gpu_layers", 0)) != 0
         spec = replace(spec, batch_costs=batch_costs(n_max_batch=spec.n_max + 1, on_gpu=on_gpu))
-    args = (path, chat_template, sampling or SamplingDefaults(), spec, progress)
+    args = (path, chat_template, sampling or SamplingDefaults(), spec, progress, diffusion)
     try:
         return _load(dict(settings), *args, fallback=None)
     except OutOfMemoryError as first:
@@ -128,6 +134,7 @@ def _load(
     sampling: SamplingDefaults,
     speculative: SpeculativePlan,
     progress: Callable[[float], None] | None,
+    diffusion: DiffusionPlan | None,
     *,
     fallback: str | None,
 ) -> LoadResult:
@@ -153,6 +160,16 @@ def _load(
         raise _load_error(path, log.text, "load the model")
     notices: list[str] = []
     try:
+        is_diffusion = bool(C.llama_model_is_diffusion(model))
+        if is_diffusion:
+            diffusion = diffusion or _default_diffusion_plan(path, settings)
+            params.context.n_ctx = params.context.n_batch = params.context.n_ubatch = diffusion.canvas
+        elif diffusion is not None:
+            raise EngineError(
+                f"{path.name} is not a diffusion model: diffusion decoding was asked for a model llama.cpp "
+                "decodes left to right.",
+                'Drop the diffusion options (or `decoding = "diffusion"` in the preset) for this model.',
+            )
         recurrent = bool(C.llama_model_is_recurrent(model) or C.llama_model_is_hybrid(model))
         if recurrent and speculative.enabled:
             # Keep a recurrent-state snapshot per drafted token so rejected drafts can be rolled back.
@@ -190,9 +207,17 @@ def _load(
         keep_alive=params.keep_alive,
         notices=notices,
     )
-    engine = EmbeddedEngine(parts)
+    if is_diffusion:
+        from clover_local.engine.diffusion_engine import DiffusionEngine
+
+        assert diffusion is not None
+        engine: EmbeddedEngine = DiffusionEngine(parts, diffusion)
+    else:
+        engine = EmbeddedEngine(parts)
     used = dict(settings)
     used["n_ctx"] = engine.n_ctx
+    if is_diffusion:
+        used["n_batch"] = used["n_ubatch"] = engine.n_ctx
     return LoadResult(
         engine=engine,
         settings_used=used,
@@ -201,6 +226,17 @@ def _load(
         notices=tuple(notices),
         load_log=tuple(log.lines + ctx_log.lines),
     )
+
+
+def _default_diffusion_plan(path: Path, settings: dict[str, Any]) -> DiffusionPlan:
+    """The header's defaults, the canvas as large as the settings' context (at most the default canvas: every
+    step returns the logits of the whole canvas)."""
+    from clover_local.gguf.header import read_local_header
+    from clover_local.plan.diffusion import DEFAULT_CANVAS, plan_diffusion
+
+    ctx = min(int(settings.get("n_ctx") or DEFAULT_CANVAS), DEFAULT_CANVAS)
+    plan, _reasons = plan_diffusion(read_local_header(path), ctx=ctx)
+    return plan
 
 
 def _load_error(path: Path, log_text: str, step: str) -> EngineError:

@@ -37,6 +37,23 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True)
+class DiffusionStats:
+    """How a diffusion reply was made: steps over the canvas instead of one token at a time."""
+
+    steps: int
+    """Denoising steps run (each decodes the whole canvas once)."""
+    answer_tokens: int
+    """Canvas positions after the prompt that were unmasked (the reply may end earlier, at end-of-text)."""
+    tokens_per_step: float
+    tokens_per_s: float
+    """Answer positions unmasked per second of generation."""
+    algorithm: str
+    schedule: str
+    block_length: int
+    steps_per_block: int
+
+
+@dataclass(frozen=True)
 class GenerationStats:
     prompt_tokens: int
     completion_tokens: int
@@ -50,6 +67,8 @@ class GenerationStats:
     drafted_tokens: int = 0
     accepted_tokens: int = 0
     finish_reason: FinishReason = "stop"
+    diffusion: DiffusionStats | None = None
+    """Set for diffusion models."""
 
 
 @dataclass(frozen=True)
@@ -60,11 +79,27 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class Refining:
+    """A diffusion step: the part of the reply still being refined (for live views; streams ignore it). The
+    settled part before it has come as :class:`TextDelta`."""
+
+    text: str
+    """The unsettled rest of the answer, from its first mask on, each mask shown as :data:`MASK_GLYPH`."""
+    step: int
+    total_steps: int
+    masked: int
+
+
+MASK_GLYPH = "\u2591"
+"""How a still-masked position looks in :class:`Refining` text (a light shade block)."""
+
+
+@dataclass(frozen=True)
 class Finished:
     stats: GenerationStats
 
 
-GenerationEvent = TextDelta | Finished
+GenerationEvent = TextDelta | Refining | Finished
 
 
 class ChatEngine(Protocol):

@@ -21,6 +21,7 @@ from clover_local import settings
 from clover_local.errors import DownloadError, HubUnreachableError, NotEnoughDiskError, VerificationError
 from clover_local.fetch import cache, hub
 from clover_local.fetch.local import CachedGGUF, cached_ggufs, local_gguf, looks_like_path, packaged_model
+from clover_local.fetch.preflight import preflight_remote
 from clover_local.fetch.progress import ProgressCallback, ProgressTracker, format_bytes
 from clover_local.fetch.quants import files_for_name, is_model_gguf, quant_matches, select_quant_files
 from clover_local.fetch.transfer import fetch_blob, hash_file
@@ -172,6 +173,7 @@ def fetch_resolved(
         return resolved.local_path(0)
     if resolved.offline:
         _not_cached(resolved.repo, resolved.quant, offline=True)
+    preflight_remote(resolved.repo, resolved.files[0].path, resolved.commit, resolved.quant)
     cache.remove_stale_partials(resolved.repo, set(resolved.repo_etags))
     locations = {
         i: _locate(resolved, i) for i, _ in enumerate(resolved.files) if not resolved.local_path(i).exists()

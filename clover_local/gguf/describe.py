@@ -12,7 +12,7 @@ from typing import Any
 import gguf
 
 from clover_local.errors import GGUFError
-from clover_local.gguf.model import ModelDescription, TensorEntry
+from clover_local.gguf.model import DiffusionHeader, ModelDescription, TensorEntry
 from clover_local.gguf.parse import RawHeader
 from clover_local.presets import Architecture
 
@@ -72,6 +72,22 @@ def describe(headers: list[RawHeader], file_bytes: int, source: str) -> ModelDes
         tensors=tensors,
         chat_template=template if isinstance(template, str) and template else None,
         source=source,
+        diffusion=_diffusion_header(kv, arch),
+    )
+
+
+def _diffusion_header(kv: dict[str, Any], arch: str) -> DiffusionHeader | None:
+    """The diffusion keys, for architectures the installed llama.cpp runs as diffusion models."""
+    from clover_local.arch_support import is_diffusion_arch
+
+    if not is_diffusion_arch(arch):
+        return None
+    shift = kv.get("diffusion.shift_logits")
+    mask = kv.get("tokenizer.ggml.mask_token_id")
+    return DiffusionHeader(
+        shift_logits=shift if isinstance(shift, bool) else True,
+        shift_logits_in_header=isinstance(shift, bool),
+        mask_token_id=mask if isinstance(mask, int) and not isinstance(mask, bool) else None,
     )
 
 

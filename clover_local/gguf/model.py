@@ -29,6 +29,17 @@ class TensorEntry:
 
 
 @dataclass(frozen=True)
+class DiffusionHeader:
+    """What a diffusion GGUF's header says about decoding it (``llama_model_is_diffusion`` architectures)."""
+
+    shift_logits: bool = True
+    """``diffusion.shift_logits``; llama.cpp's cli takes true when the key is absent (Dream)."""
+    shift_logits_in_header: bool = False
+    mask_token_id: int | None = None
+    """``tokenizer.ggml.mask_token_id``: the token the answer starts as."""
+
+
+@dataclass(frozen=True)
 class ModelDescription:
     architecture: Architecture
     file_bytes: int
@@ -39,6 +50,8 @@ class ModelDescription:
     chat_template: str | None = None
     """The template stored in the GGUF (``tokenizer.chat_template``), if any."""
     source: str = ""
+    diffusion: DiffusionHeader | None = None
+    """Set when the architecture decodes by diffusion: the whole canvas is one batch, there is no KV cache."""
 
     @property
     def exact(self) -> bool:
@@ -86,8 +99,14 @@ class ModelDescription:
 
 def describe_from_preset(preset: Preset, quant: str, file_bytes: int | None = None) -> ModelDescription:
     """A model description from the preset alone (no header): sizes are estimates."""
+    from clover_local.arch_support import is_diffusion_arch
+
     spec = preset.quants[quant]
+    diffusion = preset.decoding == "diffusion" or (
+        preset.decoding == "auto" and is_diffusion_arch(preset.architecture.arch)
+    )
     return ModelDescription(
+        diffusion=DiffusionHeader() if diffusion else None,
         architecture=preset.architecture,
         file_bytes=file_bytes or spec.fallback_bytes,
         quant=quant,

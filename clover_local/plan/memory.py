@@ -280,7 +280,10 @@ def place(
     devices = layer_devices(n, n_gpu_layers, n_gpus, tensor_split) if n_gpus else [-1] * (n + 1)
     dense = model.dense_bytes_per_layer()
     experts = model.expert_bytes_per_layer()
-    kv = kv_bytes_per_layer(arch, ctx, type_k, type_v, n_ubatch, n_seq)
+    # A diffusion model keeps no KV cache and returns the logits of the whole canvas (one ubatch) each step.
+    diffusion = model.diffusion is not None
+    kv = [0] * n if diffusion else kv_bytes_per_layer(arch, ctx, type_k, type_v, n_ubatch, n_seq)
+    n_outputs = n_ubatch if diffusion else 1
     rec = recurrent_bytes_per_layer(arch, n_seq * recurrent_copies)
     embd, output = embedding_and_output_bytes(model)
 
@@ -312,9 +315,11 @@ def place(
     # The CPU always runs the input layer and keeps the returned logits; it needs the full scratch when it
     # computes the output head or any layer (CPU-only or partial plans).
     cpu_busy = out_dev < 0 or n_cpu_moe > 0 or any(d < 0 for d in devices[:n])
-    r_compute = output_buffer_bytes(arch) + compute_buffer_bytes(arch, n_ubatch, holds_output=out_dev < 0)
+    r_compute = output_buffer_bytes(arch, n_outputs) + compute_buffer_bytes(
+        arch, n_ubatch, holds_output=out_dev < 0
+    )
     if not cpu_busy:
-        r_compute = output_buffer_bytes(arch) + n_ubatch * arch.n_embd * 4 * 2
+        r_compute = output_buffer_bytes(arch, n_outputs) + n_ubatch * arch.n_embd * 4 * 2
     return Placement(
         gpu_weights=tuple(g_w),
         gpu_kv=tuple(g_kv),

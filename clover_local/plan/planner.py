@@ -16,6 +16,7 @@ from clover_local.detect.units import format_bytes as fb
 from clover_local.errors import PlanError, UsageError
 from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.plan import memory
+from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_diffusion
 from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
 from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
 from clover_local.plan.speed import LayerWork, predict_tokens_per_s
@@ -42,6 +43,7 @@ def make_plan(
     model_path: str | None = None,
     *,
     models: Mapping[str, ModelDescription] | None = None,
+    diffusion_wishes: DiffusionWishes | None = None,
     speed_records: Sequence[SpeedRecord] = (),
 ) -> Plan:
     """Decide quant, context, placement and llama.cpp settings for ``preset`` on ``machine``.
@@ -53,6 +55,9 @@ def make_plan(
     """
     wishes = wishes or Wishes()
     candidates = _candidates(preset, model, models or {}, wishes)
+    first = next(iter(candidates.values()))
+    if wants_diffusion(preset, first):
+        return _plan_diffusion_model(machine, preset, candidates, wishes, model_path, diffusion_wishes)
     ctx_limit = min(preset.ctx_max, preset.architecture.n_ctx_train)
     if wishes.ctx is not None and not 256 <= wishes.ctx <= ctx_limit:
         raise UsageError(
@@ -458,4 +463,71 @@ def layer_work(desc: ModelDescription, placement: memory.Placement, n_gpus: int)
         moe=arch.n_expert > 0,
         cpu_layers=cpu_layers,
         cpu_expert_layers=cpu_experts,
+    )
+
+
+def _plan_diffusion_model(
+    machine: Machine,
+    preset: Preset,
+    candidates: dict[str, ModelDescription],
+    wishes: Wishes,
+    model_path: str | None,
+    diffusion_wishes: DiffusionWishes | None,
+) -> Plan:
+    """A diffusion model: the canvas (prompt + answer) is the context and one batch; no KV cache, no
+    speculation; placement and quant as for any model, with the compute and output buffers of the canvas."""
+    desc0 = next(iter(candidates.values()))
+    canvas_limit = min(preset.ctx_max, desc0.architecture.n_ctx_train)
+    if wishes.ctx is not None and not 256 <= wishes.ctx <= canvas_limit:
+        raise UsageError(
+            f"A canvas of {wishes.ctx} tokens is outside what {preset.display_name} supports.",
+            f"Pick --ctx between 256 and {canvas_limit}.",
+        )
+    dplan, dreasons = plan_diffusion(desc0, preset.diffusion, diffusion_wishes, wishes.ctx)
+    canvas = dplan.canvas
+    fits = {q: find_fit(machine, d, canvas, canvas) for q, d in candidates.items()}
+    quant, why_quant = _choose_quant(machine, candidates, fits, wishes)
+    desc, fit = candidates[quant], fits[quant]
+    reasons = [why_quant, *dreasons, *_placement_reasons(machine, desc, fit)]
+    if not fit.fits:
+        reasons.append(_does_not_fit_advice(machine, desc, fit, canvas))
+    physical, logical = machine.cpu.physical_cores, machine.cpu.logical_cores
+    threads = wishes.threads or physical
+    reasons.append(f"{threads} threads (physical cores); every step is one {canvas}-token batch.")
+    load_mode, why_load = _load_mode(machine, fit)
+    reasons.append(why_load)
+    reasons.append("No speculative decoding: a diffusion model already writes many tokens per step.")
+    reasons.append(
+        "Speed is not predicted for diffusion (each step is one canvas-sized batch, compute-bound): "
+        "`clover-local bench --model FILE` measures block lengths and steps per block side by side."
+    )
+    if not desc.exact:
+        reasons.append(f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file).")
+    return Plan(
+        preset=preset.name,
+        model_path=model_path,
+        quant=quant,
+        file_bytes=desc.file_bytes,
+        ctx=canvas,
+        n_gpu_layers=fit.n_gpu_layers,
+        n_cpu_moe=fit.n_cpu_moe,
+        fits=fit.fits,
+        memory=fit.memory,
+        speculative=SpeculativePlan(enabled=False),
+        predicted_tokens_per_s=0.0,
+        reasons=tuple(reasons),
+        threads=threads,
+        threads_batch=max(logical, threads),
+        n_batch=canvas,
+        n_ubatch=canvas,
+        flash_attn="on",
+        cache_type_k=fit.cache_type,
+        cache_type_v=fit.cache_type,
+        load_mode=load_mode,
+        tensor_split=fit.tensor_split,
+        chat_template=preset.chat_template,
+        backend=machine.offload_backend,
+        alternatives=_alternatives(machine, quant, candidates, fits),
+        estimated=not desc.exact,
+        diffusion=dplan,
     )

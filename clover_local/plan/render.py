@@ -47,7 +47,11 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
     )
     lines = [
         f"{preset.display_name}: {plan.quant} ({fb(plan.file_bytes)}), context {plan.ctx}, {where}, "
-        f"KV {plan.cache_type_k}, ~{plan.predicted_tokens_per_s:.0f} tokens/s (estimate)"
+        + (
+            f"diffusion ({plan.diffusion.schedule} schedule, {plan.diffusion.steps_per_block} steps per block)"
+            if plan.diffusion is not None
+            else f"KV {plan.cache_type_k}, ~{plan.predicted_tokens_per_s:.0f} tokens/s (estimate)"
+        )
         + ("" if plan.fits else "  [DOES NOT FIT WELL]"),
         "",
         f"{'memory':8} {'weights':>11} {'KV cache':>11} {'recurrent':>11} {'compute':>11} {'total':>11} "
@@ -76,7 +80,9 @@ def plan_summary(plan: Plan) -> str:
     head = [
         f"{plan.quant} · {gigabytes(plan.file_bytes)}{est} · context {plan.ctx:,} tokens",
         f"{where}{experts} · speculative decoding {spec}",
-        f"Predicted speed: about {plan.predicted_tokens_per_s:.0f} tokens/s",
+        f"Predicted speed: about {plan.predicted_tokens_per_s:.0f} tokens/s"
+        if plan.diffusion is None
+        else f"Diffusion: {plan.diffusion.schedule} schedule, {plan.diffusion.steps_per_block} steps per block",
         "FITS" if plan.fits else "DOES NOT FIT: see the reasons",
     ]
     return "\n".join(head)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from clover_local.plan.diffusion import DiffusionPlan
+
 Goal = Literal["quality", "speed"]
 LoadMode = Literal["auto", "mmap", "mlock", "mmap+mlock", "none"]
 FlashAttn = Literal["on", "off", "auto"]
@@ -133,3 +135,5 @@ class Plan:
     size_sources: tuple[tuple[str, str], ...] = ()
     """(quant, where its sizes came from) for each quant weighed, e.g. ``("Q4_K_M", "exact, from the GGUF
     header of X.gguf on the Hub")``; filled by ``runtime.plan_for`` (``fetch.describe``)."""
+    diffusion: DiffusionPlan | None = None
+    """Set for diffusion models: decode by denoising steps over the canvas (n_ctx = n_batch = n_ubatch)."""

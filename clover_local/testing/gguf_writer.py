@@ -1,7 +1,9 @@
-"""Write tiny random-weight GGUFs that the real llama.cpp loads and runs: llama, qwen3moe and qwen35moe.
+"""Write tiny random-weight GGUFs that the real llama.cpp loads and runs: llama, qwen3moe and qwen35moe,
+and the block-diffusion ``dream`` (dense, Qwen2-like) and ``llada-moe`` (MoE, Q/K norms).
 
-Key names and tensor shapes follow llama.cpp's loaders (``src/models/{llama,qwen3moe,qwen35moe}.cpp``) and
-``convert_hf_to_gguf.py``. Shapes below are written in numpy order, the reverse of ggml's ``ne``: a ggml
+Key names and tensor shapes follow llama.cpp's loaders (``src/models/{llama,qwen3moe,qwen35moe,dream,
+llada-moe}.cpp``) and ``convert_hf_to_gguf.py`` (``conversion/dream.py``, ``conversion/llada.py``: a mask
+token, ``causal_attention = false``, and for LLaDA-MoE ``diffusion.shift_logits = false``). Shapes below are written in numpy order, the reverse of ggml's ``ne``: a ggml
 ``{n_embd, n_vocab}`` tensor is a numpy ``(n_vocab, n_embd)`` array.
 """
 
@@ -15,7 +17,9 @@ import numpy as np
 
 from clover_local.testing.vocab import CHATML_TEMPLATE, TOKEN_NORMAL, Vocab, build_vocab
 
-TinyKind = Literal["llama", "qwen3moe", "qwen35moe"]
+TinyKind = Literal["llama", "qwen3moe", "qwen35moe", "dream", "llada-moe"]
+DIFFUSION_KINDS: tuple[TinyKind, ...] = ("dream", "llada-moe")
+"""Tiny kinds that llama.cpp runs as diffusion models (``llama_model_is_diffusion``)."""
 WeightType = Literal["f16", "q8_0"]
 
 
@@ -58,6 +62,12 @@ def default_spec(kind: TinyKind, weight_type: WeightType = "f16") -> TinySpec:
         return TinySpec(
             kind="qwen3moe", n_expert=8, n_expert_used=2, n_ff_exp=64, n_ff=128, weight_type=weight_type
         )
+    if kind == "dream":
+        return TinySpec(kind="dream", weight_type=weight_type)
+    if kind == "llada-moe":
+        return TinySpec(
+            kind="llada-moe", n_expert=8, n_expert_used=2, n_ff_exp=64, n_ff=128, weight_type=weight_type
+        )
     if kind == "qwen35moe":
         return TinySpec(
             kind="qwen35moe",
@@ -99,7 +109,7 @@ def write_tiny_gguf(spec: TinySpec, path: Path) -> None:
     """Write the model described by ``spec`` to ``path`` (overwrites)."""
     import gguf
 
-    vocab = build_vocab(spec.n_word_pieces)
+    vocab = build_vocab(spec.n_word_pieces, with_mask=spec.kind in DIFFUSION_KINDS)
     writer = gguf.GGUFWriter(str(path), spec.kind)
     _add_header(writer, spec, vocab)
     tensors = _tensors(spec, vocab)
@@ -161,6 +171,13 @@ def _add_header(writer: object, spec: TinySpec, vocab: Vocab) -> None:
         half = spec.n_rot // 2
         writer.add_rope_dimension_sections([half - 2 * (half // 3), half // 3, half // 3, 0])
 
+    if spec.kind in DIFFUSION_KINDS:
+        assert vocab.mask_id is not None
+        writer.add_causal_attention(False)
+        writer.add_mask_token_id(vocab.mask_id)
+        if spec.kind == "llada-moe":
+            writer.add_diffusion_shift_logits(False)  # as conversion/llada.py; Dream leaves it unset (true)
+
     writer.add_tokenizer_model("llama")
     writer.add_token_list(list(vocab.tokens))
     writer.add_token_scores(list(vocab.scores))
@@ -183,9 +200,9 @@ def _tensors(spec: TinySpec, vocab: Vocab) -> dict[str, np.ndarray]:
     }
     for il in range(spec.n_layer):
         p = f"blk.{il}."
-        if spec.kind == "llama":
+        if spec.kind in ("llama", "dream"):
             out.update(_llama_block(w, spec, p))
-        elif spec.kind == "qwen3moe":
+        elif spec.kind in ("qwen3moe", "llada-moe"):
             out.update(_qwen3moe_block(w, spec, p))
         else:
             out.update(_qwen35moe_block(w, spec, p, il))

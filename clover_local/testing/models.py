@@ -22,9 +22,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clover_local.errors import CloverError
-from clover_local.testing.gguf_writer import TinyKind, TinySpec, WeightType, default_spec, write_tiny_gguf
+from clover_local.testing.gguf_writer import (
+    DIFFUSION_KINDS,
+    TinyKind,
+    TinySpec,
+    WeightType,
+    default_spec,
+    write_tiny_gguf,
+)
 
 __all__ = [
+    "DIFFUSION_KINDS",
     "TINY_KINDS",
     "TinyKind",
     "TinySpec",
@@ -81,11 +89,14 @@ def gemma_path() -> Path:
 
 
 def tiny_model(kind: TinyKind, weight_type: WeightType = "f16") -> Path:
-    """A tiny random-weight GGUF of ``kind`` (``llama``, ``qwen3moe`` or ``qwen35moe``), built once.
+    """A tiny random-weight GGUF of ``kind`` (autoregressive ``llama``, ``qwen3moe``, ``qwen35moe``, or
+    diffusion ``dream``, ``llada-moe``), built once.
 
     ``weight_type`` ``q8_0`` quantizes the matrices (norms and SSM scalars stay F32)."""
-    if kind not in TINY_KINDS:
-        raise CloverError(f"Unknown tiny test model {kind!r}.", f"Use one of: {', '.join(TINY_KINDS)}.")
+    if kind not in TINY_KINDS + DIFFUSION_KINDS:
+        raise CloverError(
+            f"Unknown tiny test model {kind!r}.", f"Use one of: {', '.join(TINY_KINDS + DIFFUSION_KINDS)}."
+        )
     return tiny_model_from_spec(default_spec(kind, weight_type))
 
 

@@ -64,13 +64,16 @@ class Vocab:
     unk_id: int
     im_start_id: int
     im_end_id: int
+    mask_id: int | None = None
+    """The diffusion mask token (``<|mask|>``, last id), only in the vocabularies of diffusion models."""
 
     def __len__(self) -> int:
         return len(self.tokens)
 
 
-def build_vocab(n_word_pieces: int) -> Vocab:
-    """A deterministic SPM vocabulary: 3 specials, 2 ChatML controls, 256 bytes, then word pieces."""
+def build_vocab(n_word_pieces: int, with_mask: bool = False) -> Vocab:
+    """A deterministic SPM vocabulary: 3 specials, 2 ChatML controls, 256 bytes, then word pieces; with
+    ``with_mask`` a last control token ``<|mask|>`` for diffusion models."""
     tokens: list[str] = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
     types: list[int] = [TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL, TOKEN_CONTROL, TOKEN_CONTROL]
     scores: list[float] = [0.0] * len(tokens)
@@ -86,6 +89,12 @@ def build_vocab(n_word_pieces: int) -> Vocab:
             types.append(TOKEN_NORMAL)
             # Longer pieces win merges, so whole words come out as one token.
             scores.append(float(len(piece)))
+    mask_id = None
+    if with_mask:
+        mask_id = len(tokens)
+        tokens.append("<|mask|>")
+        types.append(TOKEN_CONTROL)
+        scores.append(0.0)
     return Vocab(
         tokens=tuple(tokens),
         scores=tuple(scores),
@@ -95,6 +104,7 @@ def build_vocab(n_word_pieces: int) -> Vocab:
         unk_id=0,
         im_start_id=3,
         im_end_id=4,
+        mask_id=mask_id,
     )
 
 

@@ -28,6 +28,7 @@ from clover_local.engine.types import (
     Finished,
     GenerationRequest,
     GenerationStats,
+    Refining,
     TextDelta,
 )
 from clover_local.errors import CloverError
@@ -154,6 +155,9 @@ class ChatScreen(Screen[None]):
         error: str | None = None
         pending: list[str] = []
         last_post = 0.0
+        last_refine = 0.0
+        if hasattr(self.engine, "live"):
+            self.engine.live = self.model_settings.diffusion_live  # diffusion engines: the live view
         try:
             for event in self.engine.generate(request, cancel):
                 if worker.is_cancelled:
@@ -167,6 +171,14 @@ class ChatScreen(Screen[None]):
                         reply.post_message(ReplyView.Delta("".join(pending)))
                         pending.clear()
                         last_post = now
+                elif isinstance(event, Refining):
+                    now = time.perf_counter()
+                    if now - last_refine >= POST_INTERVAL_S or event.masked == 0:
+                        if pending:
+                            reply.post_message(ReplyView.Delta("".join(pending)))
+                            pending.clear()
+                        reply.post_message(ReplyView.Refine(event.text, event.step, event.total_steps))
+                        last_refine = now
                 elif isinstance(event, Finished):
                     stats = event.stats
         except CloverError as exc:

@@ -44,6 +44,8 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
                     yield Input(str(getattr(self.current, name)), id=f"set-{name}")
                 yield Label("Speculative decoding")
                 yield Switch(self.current.speculative, id="set-speculative")
+                yield Label("Live diffusion view")
+                yield Switch(self.current.diffusion_live, id="set-diffusion_live")
                 yield Label("System prompt")
                 yield Input(self.current.system_prompt, placeholder="(none)", id="set-system_prompt")
             yield Static("", id="settings-error", markup=False)
@@ -76,6 +78,7 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
                 noun = "a whole number" if kind is int else "a number"
                 raise CloverError(f"{label}: {text!r} is not {noun}.") from None
         values["speculative"] = self.query_one("#set-speculative", Switch).value
+        values["diffusion_live"] = self.query_one("#set-diffusion_live", Switch).value
         values["system_prompt"] = self.query_one("#set-system_prompt", Input).value
         return replace(self.current, **values).validated()  # type: ignore[arg-type]
 

@@ -39,6 +39,15 @@ class ReplyView(Vertical):
             super().__init__()
             self.text = text
 
+    class Refine(Message, bubble=False):
+        """A diffusion step: the reply as it stands, masks included (posted from the generation thread)."""
+
+        def __init__(self, text: str, step: int, total_steps: int) -> None:
+            super().__init__()
+            self.text = text
+            self.step = step
+            self.total_steps = total_steps
+
     class Done(Message, bubble=False):
         """The engine finished, was stopped, or failed (posted from the generation thread)."""
 
@@ -77,6 +86,7 @@ class ReplyView(Vertical):
         ):
             yield Markdown(thinking, classes="thinking-text")
         yield Markdown(self.splitter.answer, classes="answer")
+        yield Static("", classes="canvas -empty", markup=False)
 
     def on_mount(self) -> None:
         if self.streaming:
@@ -97,7 +107,18 @@ class ReplyView(Vertical):
         self.deltas_shown += 1
         await self._write(self.splitter.feed(message.text))
 
+    def on_reply_view_refine(self, message: ReplyView.Refine) -> None:
+        """Show the diffusion canvas being refined in place, below the settled text."""
+        canvas = self.query_one(".canvas", Static)
+        canvas.remove_class("-empty")
+        canvas.update(message.text)
+        self.border_subtitle = f"diffusion step {message.step + 1}/{message.total_steps}"
+
     async def on_reply_view_done(self, message: ReplyView.Done) -> None:
+        canvas = self.query_one(".canvas", Static)
+        canvas.update("")
+        canvas.add_class("-empty")
+        self.border_subtitle = ""
         try:
             await self._write(self.splitter.flush())
         finally:

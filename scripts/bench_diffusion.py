@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Diffusion speed: the embedded engine against ``llama-diffusion-cli`` on the same generation (JSON out).
+
+    .venv/bin/python scripts/bench_diffusion.py --rounds 5 --out .bench/diffusion.json
+
+For each model (tiny random ``dream`` and ``llada-moe``, and a larger ``dream`` where decoding dominates):
+the same prompt, canvas, steps, algorithm, seed and threads through ``llama-diffusion-cli`` (its own
+``total time`` line: the generation loop, model loading excluded) and through the engine's runner (the same
+loop, timed the same way), interleaved; both outputs must be equal. Prints the median times and the speed
+ratio (cli time / engine time: above 1 means the engine is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from clover_local import settings
+from clover_local.engine.diffusion_cli import parse_cli_output
+from clover_local.engine.diffusion_schedule import Algorithm
+from clover_local.engine.loader import load_engine
+from clover_local.engine.types import ChatMessage
+from clover_local.gguf.header import read_local_header
+from clover_local.plan.diffusion import plan_diffusion
+from clover_local.testing.models import TinySpec, tiny_model, tiny_model_from_spec
+
+PROMPT = "The capital of France is"
+BIG_DREAM = TinySpec(
+    kind="dream", n_layer=6, n_embd=256, n_head=8, head_dim=32, n_head_kv=4, n_ff=768, seed=11
+)
+
+
+def cli_run(
+    cli: Path, model: Path, ub: int, steps: int, schedule: list[str], threads: int, seed: int
+) -> tuple[str, float]:
+    cmd = [
+        str(cli), "-m", str(model), "-p", PROMPT, "-ub", str(ub), "-b", str(ub), "-c", str(ub),
+        "-t", str(threads), "--temp", "0", "--seed", str(seed),
+        "--diffusion-algorithm", str(int(Algorithm.CONFIDENCE)), "--diffusion-steps", str(steps), *schedule,
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
+    run = parse_cli_output(done.stdout + done.stderr)
+    return run.text, run.seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ub", type=int, default=128, help="canvas (prompt + answer) tokens")
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--out", type=Path, default=Path(".bench/diffusion.json"))
+    args = parser.parse_args(argv)
+    cli = settings.llama_server_dir() / "llama-diffusion-cli"
+    if not cli.is_file():
+        print(f"{cli} is missing: run scripts/build-llama-server", file=sys.stderr)
+        return 1
+    models = {
+        "dream (tiny)": (tiny_model("dream"), ["--diffusion-eps", "0.001"], 0),
+        "llada-moe (tiny)": (tiny_model("llada-moe"), ["--diffusion-block-length", "32"], 32),
+        "dream (6x256)": (tiny_model_from_spec(BIG_DREAM), ["--diffusion-eps", "0.001"], 0),
+    }
+    report: dict[str, object] = {
+        "threads": args.threads,
+        "canvas": args.ub,
+        "steps": args.steps,
+        "models": {},
+    }
+    for label, (path, schedule, block) in models.items():
+        plan, _ = plan_diffusion(read_local_header(path), ctx=args.ub)
+        engine = load_engine(
+            path, {"n_ctx": args.ub, "n_threads": args.threads, "n_gpu_layers": 0}, diffusion=plan
+        ).engine
+        runner = engine.runner
+        # The cli renders the prompt with the GGUF's chat template (it has no switch to turn that off).
+        prompt = engine.tokenize(
+            engine.render_prompt((ChatMessage("user", PROMPT),)), add_special=True, parse_special=True
+        )
+        cli_s: list[float] = []
+        eng_s: list[float] = []
+        same = True
+        for r in range(args.rounds):
+            seed = 100 + r
+            text, seconds = cli_run(cli, path, args.ub, args.steps, schedule, args.threads, seed)
+            cli_s.append(seconds)
+            params = runner.params(
+                max_length=args.ub, steps=args.steps, algorithm=Algorithm.CONFIDENCE,
+                eps=0.0 if block else 0.001, block_length=block, temperature=0.0, seed=seed,
+            )  # fmt: skip
+            t0 = time.perf_counter()
+            result = runner.generate(prompt, params)
+            eng_s.append(time.perf_counter() - t0)
+            same &= engine.detokenize(result.tokens) == text
+        engine.close()
+        cli_med, eng_med = statistics.median(cli_s), statistics.median(eng_s)
+        row = {
+            "cli_s": round(cli_med, 4),
+            "engine_s": round(eng_med, 4),
+            "speed_ratio": round(cli_med / eng_med, 3),
+            "outputs_equal": same,
+        }
+        report["models"][label] = row  # type: ignore[index]
+        print(f"{label:<18} cli {cli_med * 1000:8.1f} ms  engine {eng_med * 1000:8.1f} ms  "
+              f"ratio {cli_med / eng_med:5.2f}  equal {same}")  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
