@@ -129,3 +129,13 @@ def test_a_model_loads_with_numpy_imported_first(gemma_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip()
+
+
+def test_doctor_measure_says_what_it_needs(capsys: pytest.CaptureFixture[str]) -> None:
+    from clover_local.cli import main
+
+    assert main(["doctor", "--measure", "--free", "lots"]) != 0
+    assert "'lots' is not a size like 12G" in capsys.readouterr().err
+    if not any(g.vendor == "nvidia" for g in __import__("clover_local.runtime").runtime.detect().gpus):
+        assert main(["doctor", "--measure"]) != 0
+        assert "needs an NVIDIA GPU" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import argparse
 import json
 from typing import Any
 
-from clover_local.errors import CloverError
+from clover_local.errors import CloverError, UsageError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -28,6 +28,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--ctx", type=int, metavar="N", help="context size for the plan and the fit")
     parser.add_argument("--llama-server", metavar="PATH", help="check this llama-server binary")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--measure",
+        action="store_true",
+        help="load the model on this machine's NVIDIA GPU with llama-bench and the embedded engine and put "
+        "planned next to real: GPU memory per process (NVML) and decode speed (scripts/check_gpu.py)",
+    )
+    parser.add_argument(
+        "--free",
+        default="",
+        metavar="SIZES",
+        help="with --measure: also emulate cards with this much free memory, e.g. 20G,12G (holds the rest)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -100,7 +112,44 @@ def fit_report(args: argparse.Namespace, fit_binary: str | None) -> dict[str, An
     return compare_fit(plan, preset, binary=Path(fit_binary))
 
 
+def measure(args: argparse.Namespace) -> int:
+    """Planned vs real on this GPU for the local model (``clover-local doctor --measure``)."""
+    from clover_local.detect.units import parse_size
+    from clover_local.measure.gpu_check import format_reports, run_case
+    from clover_local.presets import load_preset
+    from clover_local.runtime import require_model
+
+    frees = []
+    for part in (p.strip() for p in args.free.split(",") if p.strip()):
+        size = parse_size(part)
+        if not size:
+            raise UsageError(f"--free: {part!r} is not a size like 12G.")
+        frees.append(size)
+    from clover_local.runtime import detect
+
+    if not any(g.vendor == "nvidia" for g in detect().gpus):
+        raise UsageError(
+            "--measure needs an NVIDIA GPU (it reads each process's GPU memory through NVML); none was found.",
+            "Run it on the machine with the GPU; `clover-local plan` shows the plan on any machine.",
+        )
+    preset = args.preset or "clover-35b-a3b"
+    model = require_model(None if args.model else load_preset(preset), args.model)
+    engines = ("llama-bench", "embedded")
+    reports = [run_case("whole GPU", model, preset=preset, ctx=args.ctx, engines=engines)]
+    for free in frees:
+        name = f"{free / 1024**3:.0f} GiB free"
+        reports.append(
+            run_case(
+                name, model, preset=preset, free_bytes=free, ctx=args.ctx, engines=(*engines, "fit-params")
+            )
+        )
+    print(format_reports(reports))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.measure:
+        return measure(args)
     server = llama_server_report(args.llama_server)
     embedded = llama_cpp_python_report()
     out: dict[str, Any] = {"llama_server": server, "llama_cpp_python": embedded}
