@@ -18,6 +18,7 @@ from clover_local.plan.measured import SpeedRecord
 from clover_local.plan.planner import make_plan
 from clover_local.plan.types import Wishes
 from clover_local.presets import load_preset
+from tests.helpers_serve import llama_server_path
 
 GIB = 1024**3
 REPO = Path(__file__).resolve().parent.parent
@@ -43,12 +44,8 @@ def test_llama_bench_json_gives_the_decode_rate() -> None:
 
 def test_real_llama_bench_on_gemma_is_parsed(gemma_path: Path) -> None:
     """The real built llama-bench: its JSON is what the parser reads."""
-    from clover_local.llamacpp.binary import find_llama_server
 
-    server = find_llama_server()
-    bench = server.sibling("llama-bench") if server else None
-    if bench is None:
-        pytest.skip("llama-bench not built (scripts/build-llama-server)")
+    bench = llama_server_path().with_name("llama-bench")
     done = subprocess.run(
         [str(bench), "-m", str(gemma_path), "-t", "1", "-p", "0", "-n", "8", "-r", "1", "-o", "json"],
         capture_output=True,
