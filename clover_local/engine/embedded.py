@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from llama_cpp import llama_cpp as C
 
+from clover_local.engine import grammar, toolcalls
 from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
 from clover_local.engine.templates import TemplateChoice, renderer
@@ -175,15 +176,20 @@ class EmbeddedEngine:
             )
         max_new = min(request.max_tokens, self._n_ctx - len(prompt))
         n_cached = self._reuse_prefix(prompt)
+        gbnf = self._grammar(request)
         picker = TokenPicker(
             self._ctx,
             self._model,
             self._n_vocab,
             self._sampling_config(request),
             backend=self.backend_sampling,
+            grammar=gbnf,
         )
         try:
-            yield from self._generate_from(request, prompt, n_cached, max_new, picker, cancel, t0)
+            events = self._generate_from(request, prompt, n_cached, max_new, picker, cancel, t0)
+            if request.tools and request.tool_choice != "none":
+                events = toolcalls.split_events(events, self.tool_format, request.tools)
+            yield from events
         finally:
             picker.close()
 
@@ -353,7 +359,11 @@ class EmbeddedEngine:
     def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
         if (request.messages is None) == (request.prompt is None):
             raise UsageError("A generation request needs exactly one of messages and prompt.")
-        text = request.prompt if request.prompt is not None else self._render(request.messages or ())
+        if request.prompt is not None:
+            text = request.prompt
+        else:
+            tools = request.tools if request.tool_choice != "none" else ()
+            text = self._render(request.messages or (), tools=tools)
         tokens = self.tokenize(text, add_special=True, parse_special=True)
         if not tokens:
             raise UsageError("The prompt is empty.")
@@ -384,6 +394,20 @@ class EmbeddedEngine:
         return n_keep
 
     # --- helpers ----------------------------------------------------------------------------------------------
+
+    @property
+    def tool_format(self) -> toolcalls.ToolFormat:
+        """How this model writes tool calls (from its chat template; Hermes JSON when it has none)."""
+        source = self._parts.template.source if self._parts.template.kind == "jinja" else None
+        if not toolcalls.template_renders_tools(source):
+            return "hermes"
+        return toolcalls.detect_format(source)
+
+    def _grammar(self, request: GenerationRequest) -> str | None:
+        """The GBNF this request's output must follow: its JSON schema, or a forced tool call."""
+        if request.json_schema is not None:
+            return grammar.json_grammar(request.json_schema)
+        return toolcalls.call_grammar(request, self.tool_format)
 
     def _speculation_on(self, request: GenerationRequest) -> bool:
         wanted = self._parts.speculative.enabled if request.speculative is None else request.speculative

@@ -4,6 +4,12 @@ llama.cpp's own sampler chain (top-k, top-p, min-p, temperature, seeded RNG) for
 Both pick by *batch index*, so a speculative verification batch samples each drafted position in order; every
 emitted token consumes exactly one sample, so a seeded run gives the same tokens with and without speculation
 (up to llama.cpp's batched-vs-single numerical differences).
+
+A request with a grammar (structured output, forced tool calls) adds a :class:`GrammarGate`: the unconstrained
+pick is checked against the grammar alone (one token, cheap) and only when it breaks the grammar is the whole
+vocabulary masked and the pick made again (llama.cpp's ``common_sampler_sample`` does the same). Every picked
+token is then accepted into the grammar, in order, so a drafted token survives verification only when it is
+exactly what the constrained sampler picks at its position.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from typing import Any, cast
 
 import numpy as np
 from llama_cpp import llama_cpp as C
+
+from clover_local.errors import EngineError
 
 
 @dataclass(frozen=True)
@@ -52,17 +60,84 @@ class LogitsView:
         return self._array
 
 
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+assert _TOKEN_DATA.itemsize == ctypes.sizeof(C.llama_token_data)
+
+
+class GrammarGate:
+    """llama.cpp's grammar sampler for one generation: checks a token, masks a row, follows accepted tokens."""
+
+    def __init__(self, vocab: Any, n_vocab: int, gbnf: str) -> None:
+        self._smpl = C.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
+        if not self._smpl:
+            raise EngineError(
+                "llama.cpp could not parse the grammar built for this request.",
+                "Simplify the JSON schema (see llama.cpp's grammars/README.md for what it supports).",
+            )
+        self._one = (C.llama_token_data * 1)()
+        self._one_arr = C.llama_token_data_array(ctypes.cast(self._one, C.llama_token_data_p), 1, -1, False)
+        self._ids = np.arange(n_vocab, dtype=np.int32)
+        self._all = np.zeros(n_vocab, dtype=_TOKEN_DATA)
+        data = ctypes.cast(self._all.ctypes.data, C.llama_token_data_p)
+        self._all_arr = C.llama_token_data_array(data, n_vocab, -1, False)
+
+    def allows(self, token: int) -> bool:
+        self._one[0].id, self._one[0].logit, self._one[0].p = token, 0.0, 0.0
+        self._one_arr.size, self._one_arr.selected, self._one_arr.sorted = 1, -1, False
+        C.llama_sampler_apply(self._smpl, ctypes.byref(self._one_arr))
+        return bool(np.isfinite(self._one[0].logit))
+
+    def masked(self, logits: np.ndarray) -> Any:
+        """A token-data array of ``logits`` with every token the grammar forbids at -inf."""
+        self._all["id"] = self._ids
+        self._all["logit"] = logits
+        self._all_arr.size, self._all_arr.selected, self._all_arr.sorted = len(self._ids), -1, False
+        C.llama_sampler_apply(self._smpl, ctypes.byref(self._all_arr))
+        return self._all_arr
+
+    def best_allowed(self, logits: np.ndarray) -> int:
+        self.masked(logits)
+        best = int(self._all["logit"].argmax())
+        if not np.isfinite(self._all["logit"][best]):
+            raise EngineError(
+                "The grammar allows no token here (it cannot be completed with this vocabulary)."
+            )
+        return int(self._all["id"][best])
+
+    def accept(self, token: int) -> None:
+        C.llama_sampler_accept(self._smpl, token)
+
+    def close(self) -> None:
+        if self._smpl:
+            C.llama_sampler_free(self._smpl)
+            self._smpl = None
+
+
 class TokenPicker:
-    """Picks a token at a batch index; owns a llama.cpp sampler chain when one is needed."""
+    """Picks a token at a batch index; owns a llama.cpp sampler chain when one is needed, and the request's
+    grammar gate when it has one."""
 
     def __init__(
-        self, ctx: Any, model: Any, n_vocab: int, config: SamplingConfig, *, backend: bool = False
+        self,
+        ctx: Any,
+        model: Any,
+        n_vocab: int,
+        config: SamplingConfig,
+        *,
+        backend: bool = False,
+        grammar: str | None = None,
     ) -> None:
         self.config = config
         self._ctx = ctx
+        self._n_vocab = n_vocab
         self._view = LogitsView(ctx, n_vocab)
         self._chain: Any = None
         self._shortlist: Shortlist | None = None
+        self._keep: np.ndarray | None = None
+        self._gate: GrammarGate | None = None
+        if grammar is not None:
+            self._gate = GrammarGate(C.llama_model_get_vocab(model), n_vocab, grammar)
+            backend = False  # a grammar needs the logits on the host
         self.backend = False
         """The chain runs inside llama.cpp's graph on the model's device (``llama_set_sampler``): only the
         sampled token comes back, no logits are read on the host. Must be set before the decode it samples."""
@@ -104,6 +179,8 @@ class TokenPicker:
         Output rows and batch indices coincide here: the engine asks for logits either at the last token
         (one row) or at every token of a verification batch.
         """
+        if self._gate is not None:
+            return self._pick_constrained(row, n_rows, self._gate)
         if self._chain is None:
             return int(self._view.rows(n_rows)[row].argmax())
         if self.backend:  # llama_sampler_sample returns (and accepts) the token sampled in the graph
@@ -115,6 +192,35 @@ class TokenPicker:
         idx = row if n_rows > 1 else -1
         return int(C.llama_sampler_sample(self._chain, self._ctx, idx))
 
+    def _pick_constrained(self, row: int, n_rows: int, gate: GrammarGate) -> int:
+        logits = self._view.rows(n_rows)[row]
+        if self._chain is None:
+            token = int(logits.argmax())
+            if not gate.allows(token):
+                token = gate.best_allowed(logits)
+        else:
+            token = self._sample_chain(self._full_array(logits))
+            if not gate.allows(token):
+                token = self._sample_chain(gate.masked(logits))
+            C.llama_sampler_accept(self._chain, token)
+        gate.accept(token)
+        return token
+
+    def _full_array(self, logits: np.ndarray) -> Any:
+        data = np.zeros(self._n_vocab, dtype=_TOKEN_DATA)
+        data["id"] = np.arange(self._n_vocab, dtype=np.int32)
+        data["logit"] = logits
+        self._keep = data
+        return C.llama_token_data_array(
+            ctypes.cast(data.ctypes.data, C.llama_token_data_p), self._n_vocab, -1, False
+        )
+
+    def _sample_chain(self, arr: Any) -> int:
+        C.llama_sampler_apply(self._chain, ctypes.byref(arr))
+        if arr.selected < 0:
+            raise EngineError("The sampler chose no token (every token was masked).")
+        return int(arr.data[arr.selected].id)
+
     def close(self) -> None:
         if self.backend:
             C.llama_set_sampler(self._ctx, 0, None)
@@ -122,6 +228,9 @@ class TokenPicker:
         if self._chain is not None:
             C.llama_sampler_free(self._chain)
             self._chain = None
+        if self._gate is not None:
+            self._gate.close()
+            self._gate = None
 
 
 class Shortlist:

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clover_local.engine.types import ChatMessage
+from clover_local.engine.toolcalls import fallback_messages, template_message, template_renders_tools
+from clover_local.engine.types import ChatMessage, ToolSpec
 from clover_local.errors import EngineError
 
 TEMPLATE_GGUF = "gguf"
@@ -82,8 +83,9 @@ def render_jinja(
     bos_token: str,
     eos_token: str,
     add_generation_prompt: bool = True,
+    tools: Sequence[ToolSpec] = (),
 ) -> str:
-    """Render a Hugging Face style chat template in a sandbox."""
+    """Render a Hugging Face style chat template in a sandbox (with ``tools`` when there are some)."""
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -95,11 +97,13 @@ def render_jinja(
     )
     try:
         template = env.from_string(source)
+        extra = {"tools": [t.as_openai() for t in tools]} if tools else {}
         return template.render(
-            messages=[{"role": m.role, "content": m.content} for m in messages],
+            messages=[template_message(m) for m in messages],
             bos_token=bos_token,
             eos_token=eos_token,
             add_generation_prompt=add_generation_prompt,
+            **extra,
         )
     except EngineError:
         raise
@@ -141,10 +145,33 @@ def render_completion(messages: Sequence[ChatMessage]) -> str:
     return "\n\n".join(m.content for m in messages)
 
 
-def renderer(
+Renderer = Callable[..., str]
+"""``render(messages, tools=())`` -> prompt text."""
+
+
+def renderer(choice: TemplateChoice, *, bos_token: str, eos_token: str) -> Renderer:
+    """A function (messages, tools=()) -> prompt text for the chosen template. Tools, earlier calls and their
+    results go through the template when it shows them, else are written into the messages as plain text."""
+    if choice.kind == "jinja" and template_renders_tools(choice.source):
+        source = choice.source or ""
+
+        def render_with_tools(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> str:
+            return render_jinja(source, msgs, bos_token=bos_token, eos_token=eos_token, tools=tools)
+
+        return render_with_tools
+    plain = _plain_renderer(choice, bos_token=bos_token, eos_token=eos_token)
+
+    def render_folded(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> str:
+        if tools or any(m.role == "tool" or m.tool_calls for m in msgs):
+            msgs = fallback_messages(msgs, tools, "auto")
+        return plain(msgs)
+
+    return render_folded
+
+
+def _plain_renderer(
     choice: TemplateChoice, *, bos_token: str, eos_token: str
 ) -> Callable[[Sequence[ChatMessage]], str]:
-    """A function messages -> prompt text for the chosen template."""
     if choice.kind == "jinja":
         source = choice.source or ""
         return lambda msgs: render_jinja(source, msgs, bos_token=bos_token, eos_token=eos_token)

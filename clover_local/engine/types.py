@@ -5,17 +5,50 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
-Role = Literal["system", "user", "assistant"]
-FinishReason = Literal["stop", "length", "cancelled"]
+Role = Literal["system", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
+ToolChoice = Literal["auto", "none", "required"] | str
+"""``auto``, ``none``, ``required``, or the name of the one function the model must call."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model made (or made earlier, in a message fed back)."""
+
+    id: str
+    name: str
+    arguments: str
+    """The arguments as a JSON object text, as OpenAI sends them."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call: its name, description and JSON-schema parameters."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def as_openai(self) -> dict[str, Any]:
+        function: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
+        if self.description:
+            function["description"] = self.description
+        return {"type": "function", "function": function}
 
 
 @dataclass(frozen=True)
 class ChatMessage:
     role: Role
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Calls an assistant message made (fed back to the model in the next turn)."""
+    tool_call_id: str | None = None
+    """For ``tool`` messages: which call this is the result of."""
+    name: str | None = None
+    """For ``tool`` messages: the function's name, when the client gives it."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +67,12 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     speculative: bool | None = None
     """None: as the plan says."""
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool = False
+    """Allow more than one call in one reply (a forced choice then constrains to one or more)."""
+    json_schema: dict[str, Any] | None = None
+    """The reply must be JSON matching this schema (``{}``: any JSON object); enforced with a grammar."""
 
 
 @dataclass(frozen=True)
@@ -95,11 +134,19 @@ MASK_GLYPH = "\u2591"
 
 
 @dataclass(frozen=True)
+class ToolCallMade:
+    """A complete tool call the model emitted (its text is not also sent as ``TextDelta``)."""
+
+    index: int
+    call: ToolCall
+
+
+@dataclass(frozen=True)
 class Finished:
     stats: GenerationStats
 
 
-GenerationEvent = TextDelta | Refining | Finished
+GenerationEvent = TextDelta | Refining | ToolCallMade | Finished
 
 
 class ChatEngine(Protocol):

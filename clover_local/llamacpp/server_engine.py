@@ -20,10 +20,12 @@ from clover_local.engine.types import (
     GenerationRequest,
     GenerationStats,
     TextDelta,
+    ToolCallMade,
 )
 from clover_local.errors import ServerError
 from clover_local.llamacpp import http_client
 from clover_local.llamacpp.server import LlamaServerProcess
+from clover_local.llamacpp.server_tools import ToolCallCollector, agent_payload, openai_message
 from clover_local.presets import SamplingDefaults
 
 
@@ -100,11 +102,13 @@ class LlamaServerEngine:
         n_deltas = 0
         last: dict[str, Any] = {}
         finish: FinishReason = "stop"
+        calls = ToolCallCollector()
         try:
             for event in events:
                 if cancel is not None and cancel.is_set():
                     finish = "cancelled"
                     break
+                calls.add(event)
                 text, reason = _delta_of(event)
                 if text:
                     if first_token_at is None:
@@ -120,6 +124,8 @@ class LlamaServerEngine:
                     finish = "cancelled"
         finally:
             events.close()
+        for index, call in enumerate(calls.calls()):
+            yield ToolCallMade(index, call)
         elapsed = time.perf_counter() - started
         yield Finished(
             _stats(last, finish, n_deltas, elapsed, (first_token_at or time.perf_counter()) - started)
@@ -152,16 +158,19 @@ class LlamaServerEngine:
         if request.stop:
             sampling["stop"] = list(request.stop)
         if request.messages is not None:
-            messages = [{"role": m.role, "content": m.content} for m in request.messages]
             payload = {
                 "model": self._model_name or "default",
-                "messages": messages,
+                "messages": [openai_message(m) for m in request.messages],
                 "max_tokens": request.max_tokens,
                 "stream_options": {"include_usage": True},
                 **sampling,
+                **agent_payload(request),
             }
             return "/v1/chat/completions", payload
-        return "/completion", {"prompt": request.prompt, "n_predict": request.max_tokens, **sampling}
+        prompt: dict[str, Any] = {"prompt": request.prompt, "n_predict": request.max_tokens, **sampling}
+        if request.json_schema is not None:
+            prompt["json_schema"] = request.json_schema or {"type": "object"}
+        return "/completion", prompt
 
 
 def _delta_of(event: dict[str, Any]) -> tuple[str, FinishReason | None]:
@@ -173,13 +182,15 @@ def _delta_of(event: dict[str, Any]) -> tuple[str, FinishReason | None]:
         choice = choices[0]
         delta = choice.get("delta") or {}
         reason = choice.get("finish_reason")
-        return str(delta.get("content") or ""), (
-            "length" if reason == "length" else "stop"
-        ) if reason else None
+        return str(delta.get("content") or ""), _finish_of(reason) if reason else None
     text = str(event.get("content") or "")
     if event.get("stop"):
         return text, "length" if event.get("stop_type") == "limit" else "stop"
     return text, None
+
+
+def _finish_of(reason: str) -> FinishReason:
+    return "length" if reason == "length" else "tool_calls" if reason == "tool_calls" else "stop"
 
 
 def _stats(

@@ -1,7 +1,8 @@
 """An OpenAI-compatible HTTP server over any ``ChatEngine`` (the embedded one, or ``LlamaServerEngine``).
 
-Routes: ``/v1/chat/completions`` and ``/v1/completions`` (streamed as server-sent events or not),
-``/v1/models``, ``/health``. With an API key, every request without it gets 401. One generation runs at a
+Routes: ``/v1/chat/completions`` (with tools and structured output), ``/v1/completions``, OpenAI's
+``/v1/responses`` and Anthropic's ``/v1/messages`` (streamed as server-sent events or not), ``/v1/models``,
+``/health``; ``/v1/embeddings`` answers a named 400. With an API key, every request without it gets 401. One generation runs at a
 time (engines are not thread-safe); others wait their turn. A client that disconnects mid-stream cancels its
 generation, and bad requests get OpenAI-shaped 400s: the server keeps serving either way.
 """
@@ -25,9 +26,19 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from clover_local.engine.types import ChatEngine, Finished, GenerationEvent, GenerationRequest, TextDelta
+from clover_local.engine.types import (
+    ChatEngine,
+    Finished,
+    GenerationEvent,
+    GenerationRequest,
+    TextDelta,
+    ToolCall,
+    ToolCallMade,
+)
 from clover_local.errors import CloverError
+from clover_local.serve import anthropic_api, responses_api
 from clover_local.serve import openai_schema as oa
+from clover_local.serve import tools as agent
 from clover_local.serve.openai_schema import ApiError, ParsedRequest
 
 _END = object()
@@ -84,6 +95,9 @@ class OpenAIServer:
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/responses", self.responses, methods=["POST"]),
+            Route("/v1/messages", self.messages, methods=["POST"]),
+            Route("/v1/embeddings", self.embeddings, methods=["POST"]),
         ]
         return Starlette(
             routes=routes,
@@ -106,6 +120,79 @@ class OpenAIServer:
 
     async def completions(self, request: Request) -> Response:
         return await self._handle(request, chat=False)
+
+    async def responses(self, request: Request) -> Response:
+        return await self._handle_other(request, responses_api, oa_errors=True)
+
+    async def messages(self, request: Request) -> Response:
+        return await self._handle_other(request, anthropic_api, oa_errors=False)
+
+    async def embeddings(self, request: Request) -> Response:
+        exc = ApiError(
+            400,
+            "Embeddings are not supported: clover-local serves a generative model, which has no embedding "
+            "endpoint here. Use a dedicated embedding model.",
+            code="embeddings_not_supported",
+        )
+        return JSONResponse(exc.body(), status_code=400)
+
+    async def _handle_other(self, request: Request, api: Any, *, oa_errors: bool) -> Response:
+        """``/v1/responses`` and ``/v1/messages``: another request and reply shape around the same generation."""
+
+        def refuse(exc: ApiError) -> Response:
+            return JSONResponse(
+                exc.body() if oa_errors else anthropic_api.error_body(exc), status_code=exc.status
+            )
+
+        try:
+            parsed = api.parse(await _json_body(request), self.config.model_names)
+            gen_request = await asyncio.to_thread(self._fit_context, parsed)
+        except ApiError as exc:
+            return refuse(exc)
+        except CloverError as exc:
+            return refuse(ApiError(500, str(exc), type="server_error"))
+        if parsed.stream:
+            return StreamingResponse(
+                self._stream_other(api.EventWriter(parsed), gen_request),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        cancel = threading.Event()
+        watcher = asyncio.create_task(_cancel_on_disconnect(request, cancel))
+        parts: list[str] = []
+        calls: list[ToolCall] = []
+        finished: Finished | None = None
+        try:
+            async for event in self._events(gen_request, cancel):
+                if isinstance(event, TextDelta):
+                    parts.append(event.text)
+                elif isinstance(event, ToolCallMade):
+                    calls.append(event.call)
+                elif isinstance(event, Finished):
+                    finished = event
+        except CloverError as exc:
+            return refuse(ApiError(500, str(exc), type="server_error"))
+        finally:
+            watcher.cancel()
+        if finished is None:
+            return refuse(ApiError(500, "The engine ended without a result.", type="server_error"))
+        return JSONResponse(api.response(parsed, "".join(parts), calls, finished.stats))
+
+    async def _stream_other(self, writer: Any, request: GenerationRequest) -> AsyncIterator[str]:
+        for line in writer.start():
+            yield line
+        async for kind, payload in self._stream_events(request):
+            lines = (
+                writer.text(payload)
+                if kind == "text"
+                else writer.call(payload)
+                if kind == "call"
+                else writer.done(payload.stats)
+                if kind == "done"
+                else writer.error(payload)
+            )
+            for line in lines:
+                yield line
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
         try:
@@ -136,6 +223,7 @@ class OpenAIServer:
             prompt_tokens = sum(
                 self.engine.count_tokens(m.content) + oa.CHAT_OVERHEAD_TOKENS_PER_MESSAGE for m in messages
             )
+            prompt_tokens += agent.tool_prompt_tokens(req, self.engine.count_tokens)
         n_ctx = self.engine.n_ctx
         room = n_ctx - prompt_tokens
         if room < 1:
@@ -189,11 +277,14 @@ class OpenAIServer:
         cancel = threading.Event()
         watcher = asyncio.create_task(_cancel_on_disconnect(http_request, cancel))
         parts: list[str] = []
+        calls: list[ToolCall] = []
         finished: Finished | None = None
         try:
             async for event in self._events(request, cancel):
                 if isinstance(event, TextDelta):
                     parts.append(event.text)
+                elif isinstance(event, ToolCallMade):
+                    calls.append(event.call)
                 elif isinstance(event, Finished):
                     finished = event
         except CloverError as exc:
@@ -204,7 +295,12 @@ class OpenAIServer:
             return JSONResponse(oa.error_body("The engine ended without a result.", type="server_error"), 500)
         rid = oa.new_id("chatcmpl" if chat else "cmpl")
         build = oa.chat_response if chat else oa.completion_response
-        return JSONResponse(build(rid, parsed.model, "".join(parts), finished.stats))
+        body = build(rid, parsed.model, "".join(parts), finished.stats)
+        if calls:
+            message = body["choices"][0]["message"]
+            message["content"] = message["content"] or None
+            message["tool_calls"] = [agent.openai_call(c) for c in calls]
+        return JSONResponse(body)
 
     async def _stream_chat(self, request: GenerationRequest, parsed: ParsedRequest) -> AsyncIterator[str]:
         rid, created = oa.new_id("chatcmpl"), int(time.time())
@@ -212,6 +308,9 @@ class OpenAIServer:
         async for kind, payload in self._stream_events(request):
             if kind == "text":
                 yield _sse(oa.chat_chunk(rid, parsed.model, created, {"content": payload}, None))
+            elif kind == "call":
+                delta = {"tool_calls": [agent.openai_call(payload.call, payload.index)]}
+                yield _sse(oa.chat_chunk(rid, parsed.model, created, delta, None))
             elif kind == "done":
                 stats = payload.stats
                 last = oa.chat_chunk(rid, parsed.model, created, {}, oa.openai_finish(stats.finish_reason))
@@ -254,6 +353,8 @@ class OpenAIServer:
             async for event in self._events(request, cancel):
                 if isinstance(event, TextDelta):
                     yield "text", event.text
+                elif isinstance(event, ToolCallMade):
+                    yield "call", event
                 elif isinstance(event, Finished):
                     yield "done", event
         except CloverError as exc:

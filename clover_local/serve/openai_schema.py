@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, Role
+from clover_local.serve import tools as agent
 
 _ROLES: dict[str, Role] = {
     "system": "system",
@@ -68,8 +69,10 @@ def parse_chat(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     if not isinstance(raw_messages, list) or not raw_messages:
         raise ApiError(400, "'messages' must be a non-empty list of messages.", param="messages")
     messages = tuple(_message(m, i) for i, m in enumerate(raw_messages))
+    agent.check_tool_results(messages)
     common = _common(body, known_models, chat=True)
-    return ParsedRequest(GenerationRequest(messages=messages, **common.pop("fields")), **common)
+    fields = {**common.pop("fields"), **agent.agent_fields(body)}
+    return ParsedRequest(GenerationRequest(messages=messages, **fields), **common)
 
 
 def parse_completion(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
@@ -98,11 +101,13 @@ def _message(raw: Any, index: int) -> ChatMessage:
     param = f"messages[{index}]"
     if not isinstance(raw, dict):
         raise ApiError(400, f"{param} must be an object with 'role' and 'content'.", param=param)
+    if raw.get("role") == "tool":
+        return agent.parse_tool_message(raw, param)
     role = _ROLES.get(str(raw.get("role")))
     if role is None:
         raise ApiError(
             400,
-            f"{param}.role {raw.get('role')!r} is not supported; use system, user or assistant.",
+            f"{param}.role {raw.get('role')!r} is not supported; use system, user, assistant or tool.",
             param=f"{param}.role",
         )
     content = raw.get("content")
@@ -123,7 +128,12 @@ def _message(raw: Any, index: int) -> ChatMessage:
         content = ""
     if not isinstance(content, str):
         raise ApiError(400, f"{param}.content must be a string.", param=f"{param}.content")
-    return ChatMessage(role=role, content=content)
+    calls = (
+        agent.parse_assistant_calls(raw.get("tool_calls"), f"{param}.tool_calls")
+        if role == "assistant"
+        else ()
+    )
+    return ChatMessage(role=role, content=content, tool_calls=calls)
 
 
 def _common(body: dict[str, Any], known_models: tuple[str, ...], *, chat: bool) -> dict[str, Any]:
@@ -199,7 +209,7 @@ def new_id(prefix: str) -> str:
 
 
 def openai_finish(reason: str) -> str:
-    return "length" if reason == "length" else "stop"
+    return reason if reason in ("length", "tool_calls") else "stop"
 
 
 def usage(stats: GenerationStats) -> dict[str, Any]:

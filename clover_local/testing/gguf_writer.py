@@ -52,6 +52,8 @@ class TinySpec:
     seed: int = 7
     logit_scale: float = 0.35
     """Std of the output head: larger spreads the logits, so greedy text varies instead of repeating."""
+    chat_template: str | None = None
+    """Jinja chat template stored in the file; None: ChatML."""
 
 
 def default_spec(kind: TinyKind, weight_type: WeightType = "f16") -> TinySpec:
@@ -187,7 +189,7 @@ def _add_header(writer: object, spec: TinySpec, vocab: Vocab) -> None:
     writer.add_unk_token_id(vocab.unk_id)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    writer.add_chat_template(CHATML_TEMPLATE)
+    writer.add_chat_template(spec.chat_template or CHATML_TEMPLATE)
 
 
 def _tensors(spec: TinySpec, vocab: Vocab) -> dict[str, np.ndarray]:

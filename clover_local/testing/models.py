@@ -109,6 +109,8 @@ def tiny_model_from_spec(spec: TinySpec) -> Path:
 
 def _spec_hash(spec: TinySpec) -> str:
     fields = dataclasses.asdict(spec) | {"generator_version": GENERATOR_VERSION}
+    if fields["chat_template"] is None:  # the default keeps the names of files written before the field
+        del fields["chat_template"]
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -1,0 +1,101 @@
+"""GBNF grammars for structured output and forced tool calls, built from JSON schemas with llama-cpp-python's
+converter (``llama_cpp.llama_grammar.SchemaConverter``, a port of llama.cpp's ``json_schema_to_grammar``).
+
+Pure text in, text out: the grammar sampler that enforces them lives in :mod:`clover_local.engine.sampling`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from clover_local.engine.types import ToolSpec
+from clover_local.errors import UsageError
+
+ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def _converter() -> Any:
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+
+
+def _literal(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def json_grammar(schema: dict[str, Any] | None) -> str:
+    """A grammar whose sentences are exactly the JSON texts matching ``schema`` (None or ``{}``: any object)."""
+    converter = _converter()
+    try:
+        resolved = converter.resolve_refs(schema or ANY_JSON_OBJECT, "request")
+        converter.visit(resolved, "")
+        return str(converter.format_grammar())
+    except (
+        Exception
+    ) as exc:  # the converter raises plain exceptions (ValueError, KeyError, ...) on bad schemas
+        raise UsageError(f"This JSON schema cannot be turned into a grammar: {exc}") from None
+
+
+def call_object_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
+    """``{"name": ..., "arguments": {...}}`` for any of ``tools`` (Hermes / Qwen3 JSON tool calls)."""
+    variants = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": t.name}, "arguments": t.parameters or ANY_JSON_OBJECT},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for t in tools
+    ]
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def hermes_calls_grammar(tools: Sequence[ToolSpec], *, parallel: bool) -> str:
+    """``<tool_call>\\n{json}\\n</tool_call>``, once (or repeated when ``parallel``), then the end of the reply."""
+    converter = _converter()
+    try:
+        converter.visit(converter.resolve_refs(call_object_schema(tools), "request"), "call-json")
+    except Exception as exc:
+        raise UsageError(f"A tool's parameters cannot be turned into a grammar: {exc}") from None
+    call = 'call ::= "<tool_call>\\n" call-json "\\n</tool_call>"'
+    root = 'root ::= call ("\\n" call)*' if parallel else "root ::= call"
+    return "\n".join([root, call, str(converter.format_grammar())])
+
+
+def qwen3_coder_calls_grammar(tools: Sequence[ToolSpec], *, parallel: bool) -> str:
+    """Qwen3-Coder / Qwen3.5 XML calls: ``<tool_call>\\n<function=NAME>\\n<parameter=P>\\nVALUE\\n</parameter>\\n
+    </function>\\n</tool_call>``. String values are raw text; other values are JSON of their schema."""
+    converter = _converter()
+    functions: list[str] = []
+    for i, tool in enumerate(tools):
+        params = tool.parameters or {}
+        props: dict[str, Any] = params.get("properties") or {}
+        required = [p for p in params.get("required") or [] if p in props]
+        parts = [_literal(f"<function={tool.name}>\n")]
+        for j, name in enumerate(required):
+            rule = f"fn{i}-p{j}"
+            schema = props[name] if isinstance(props[name], dict) else {}
+            converter._add_rule(rule, _xml_value_rule(converter, schema, rule))
+            parts += [_literal(f"<parameter={name}>\n"), rule, _literal("\n</parameter>\n")]
+        parts.append(_literal("</function>"))
+        functions.append(" ".join(parts))
+    fn = "fn ::= " + " | ".join(f"( {f} )" for f in functions)
+    call = 'call ::= "<tool_call>\\n" fn "\\n</tool_call>"'
+    root = 'root ::= call ("\\n" call)*' if parallel else "root ::= call"
+    return "\n".join([root, call, fn, str(converter.format_grammar())])
+
+
+def _xml_value_rule(converter: Any, schema: dict[str, Any], name: str) -> str:
+    if schema.get("type") == "string" and "enum" not in schema and "const" not in schema:
+        limit = schema.get("maxLength")
+        return f"[^<\\n]{{1,{int(limit)}}}" if isinstance(limit, int) and limit > 0 else "[^<\\n]+"
+    if schema.get("type") == "string":
+        options = schema.get("enum") or [schema.get("const")]
+        return " | ".join(_literal(str(o)) for o in options)
+    try:
+        return str(converter.visit(converter.resolve_refs(schema, "request"), f"{name}-json"))
+    except Exception as exc:
+        raise UsageError(f"A tool's parameters cannot be turned into a grammar: {exc}") from None

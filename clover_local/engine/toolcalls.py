@@ -1,0 +1,301 @@
+"""Tool calls in the model's own words: which format a chat template uses, how tools and earlier calls reach a
+template that cannot show them, and how the model's text is split into content and :class:`ToolCall` values.
+
+Two formats, chosen from the template text as llama.cpp's ``common/chat.cpp`` chooses them:
+
+- ``hermes`` (Qwen3, Hermes 2 Pro, and the fallback): ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``
+- ``qwen3_coder`` (Qwen3-Coder, Qwen3.5/3.6, Clover's backbone): ``<tool_call>\\n<function=NAME>\\n<parameter=P>\\n
+  VALUE\\n</parameter>\\n</function>\\n</tool_call>``
+
+A template that never mentions ``tools`` (llama.cpp built-ins, plain completion, the tiny test models' ChatML)
+gets the tools described in a system message and the Hermes format, and earlier calls and results folded into
+ordinary text, which is what llama.cpp's generic handler does too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from clover_local.engine import grammar
+from clover_local.engine.types import (
+    ChatMessage,
+    Finished,
+    GenerationEvent,
+    GenerationRequest,
+    TextDelta,
+    ToolCall,
+    ToolCallMade,
+    ToolSpec,
+)
+
+ToolFormat = Literal["hermes", "qwen3_coder"]
+CALL_START = "<tool_call>"
+CALL_END = "</tool_call>"
+
+
+def detect_format(template_source: str | None) -> ToolFormat:
+    src = template_source or ""
+    if CALL_START in src and "<function=" in src and "<parameter=" in src:
+        return "qwen3_coder"
+    return "hermes"
+
+
+def template_renders_tools(template_source: str | None) -> bool:
+    """The Jinja template itself shows ``tools`` and tool messages (else we describe them ourselves)."""
+    return bool(template_source) and "tools" in (template_source or "")
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+# --- prompts ----------------------------------------------------------------------------------------------------
+
+
+def fallback_messages(
+    messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], choice: str
+) -> tuple[ChatMessage, ...]:
+    """Messages for a template that knows nothing of tools: a system note listing them and the call format,
+    earlier calls written as the model would write them, results as user turns."""
+    out: list[ChatMessage] = []
+    if tools and choice != "none":
+        note = _tools_note(tools)
+        if messages and messages[0].role == "system":
+            out.append(ChatMessage("system", messages[0].content + "\n\n" + note))
+            messages = messages[1:]
+        else:
+            out.append(ChatMessage("system", note))
+    for m in messages:
+        if m.role == "tool":
+            out.append(ChatMessage("user", f"<tool_response>\n{m.content}\n</tool_response>"))
+        elif m.tool_calls:
+            calls = "\n".join(format_call_hermes(c) for c in m.tool_calls)
+            out.append(ChatMessage("assistant", (m.content + "\n" if m.content else "") + calls))
+        else:
+            out.append(m)
+    return tuple(out)
+
+
+def _tools_note(tools: Sequence[ToolSpec]) -> str:
+    listed = "\n".join(json.dumps(t.as_openai(), ensure_ascii=False) for t in tools)
+    return (
+        "You may call one or more functions to assist with the user query.\n\n"
+        f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{listed}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
+        "</tool_call>"
+    )
+
+
+def format_call_hermes(call: ToolCall) -> str:
+    args = _arguments_object(call.arguments)
+    body = json.dumps({"name": call.name, "arguments": args}, ensure_ascii=False)
+    return f"{CALL_START}\n{body}\n{CALL_END}"
+
+
+def _arguments_object(arguments: str) -> Any:
+    try:
+        return json.loads(arguments) if arguments else {}
+    except ValueError:
+        return arguments
+
+
+def template_message(m: ChatMessage) -> dict[str, Any]:
+    """A message as Hugging Face chat templates read it (``tool_calls[].function.arguments`` as a mapping)."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": _arguments_object(c.arguments)},
+            }
+            for c in m.tool_calls
+        ]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    if m.name is not None:
+        out["name"] = m.name
+    return out
+
+
+def call_grammar(request: GenerationRequest, fmt: ToolFormat) -> str | None:
+    """The grammar a forced choice needs (``required`` or one named function); None when the model is free."""
+    choice = request.tool_choice
+    if not request.tools or choice in ("auto", "none"):
+        return None
+    tools = request.tools if choice == "required" else [t for t in request.tools if t.name == choice]
+    build = grammar.qwen3_coder_calls_grammar if fmt == "qwen3_coder" else grammar.hermes_calls_grammar
+    return build(tools, parallel=request.parallel_tool_calls)
+
+
+def without_tools(request: GenerationRequest) -> GenerationRequest:
+    return replace(request, tools=(), tool_choice="auto")
+
+
+# --- parsing ----------------------------------------------------------------------------------------------------
+
+_HERMES_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_FUNCTION_RE = re.compile(r"<function=([^>\n]+)>(.*?)(?:</function>|$)", re.DOTALL)
+_PARAM_RE = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?(?:</parameter>|(?=<parameter=)|$)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    content: str
+    calls: tuple[ToolCall, ...]
+
+
+def parse_reply(text: str, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> ParsedReply:
+    """Split a whole reply into the text before the first call and the calls (unparseable calls stay text)."""
+    start = text.find(CALL_START)
+    if start < 0:
+        return ParsedReply(text, ())
+    calls = parse_calls(text[start:], fmt, tools)
+    if not calls:
+        return ParsedReply(text, ())
+    return ParsedReply(text[:start].rstrip(), calls)
+
+
+def parse_calls(text: str, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> tuple[ToolCall, ...]:
+    calls: list[ToolCall] = []
+    for block in _HERMES_RE.findall(text):
+        call = _parse_block(block, fmt, tools)
+        if call is not None:
+            calls.append(call)
+    return tuple(calls)
+
+
+def _parse_block(block: str, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> ToolCall | None:
+    if block.lstrip().startswith("<function="):
+        return _parse_xml(block, tools)
+    try:
+        obj = json.loads(block)
+    except ValueError:
+        return _parse_xml(block, tools) if fmt == "qwen3_coder" else None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+    return ToolCall(new_call_id(), obj["name"], text)
+
+
+def _parse_xml(block: str, tools: Sequence[ToolSpec]) -> ToolCall | None:
+    match = _FUNCTION_RE.search(block)
+    if match is None:
+        return None
+    name = match.group(1).strip()
+    props = _properties(tools, name)
+    args: dict[str, Any] = {}
+    for pname, raw in _PARAM_RE.findall(match.group(2)):
+        args[pname.strip()] = _xml_value(raw, props.get(pname.strip()))
+    return ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))
+
+
+def _properties(tools: Sequence[ToolSpec], name: str) -> dict[str, Any]:
+    for t in tools:
+        if t.name == name:
+            props = (t.parameters or {}).get("properties")
+            return props if isinstance(props, dict) else {}
+    return {}
+
+
+def _xml_value(raw: str, schema: Any) -> Any:
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if kind == "string":
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+class CallSplitter:
+    """Streams a reply's text until a tool call starts; from there holds text back, and hands out each call
+    as soon as its closing tag arrives."""
+
+    def __init__(self, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> None:
+        self._fmt = fmt
+        self._tools = tools
+        self._pending = ""
+        self._in_calls = False
+        self._calls_text = ""
+        self._n_done = 0
+
+    def push(self, text: str) -> tuple[str, list[ToolCall]]:
+        """Text safe to show now, and calls completed by this piece."""
+        if self._in_calls:
+            self._calls_text += text
+            return "", self._new_complete_calls(final=False)
+        self._pending += text
+        at = self._pending.find(CALL_START)
+        if at >= 0:
+            shown, self._calls_text = self._pending[:at], self._pending[at:]
+            self._pending, self._in_calls = "", True
+            return shown.rstrip(), self._new_complete_calls(final=False)
+        keep = _partial_suffix(self._pending, CALL_START)
+        shown = self._pending[: len(self._pending) - keep]
+        self._pending = self._pending[len(shown) :]
+        return shown, []
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        """What is left at the end: held-back text, and calls with no closing tag (cut by max_tokens)."""
+        if not self._in_calls:
+            shown, self._pending = self._pending, ""
+            return shown, []
+        calls = self._new_complete_calls(final=True)
+        if self._n_done == 0:  # it looked like a call but was not one: give the text back
+            return self._calls_text, []
+        return "", calls
+
+    def _new_complete_calls(self, *, final: bool) -> list[ToolCall]:
+        text = self._calls_text
+        if not final:
+            end = text.rfind(CALL_END)
+            if end < 0:
+                return []
+            text = text[: end + len(CALL_END)]
+        calls = parse_calls(text, self._fmt, self._tools)
+        fresh = list(calls[self._n_done :])
+        self._n_done = len(calls)
+        return fresh
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest end of ``text`` that is a beginning of ``marker``."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def split_events(
+    events: Iterator[GenerationEvent], fmt: ToolFormat, tools: Sequence[ToolSpec]
+) -> Iterator[GenerationEvent]:
+    """An engine's text events with the tool calls taken out of the text and sent as :class:`ToolCallMade`;
+    the finish reason becomes ``tool_calls`` when the reply made any."""
+    splitter = CallSplitter(fmt, tools)
+    n_calls = 0
+    for event in events:
+        if isinstance(event, TextDelta):
+            text, calls = splitter.push(event.text)
+        elif isinstance(event, Finished):
+            text, calls = splitter.finish()
+        else:
+            yield event
+            continue
+        if text:
+            yield TextDelta(text)
+        for call in calls:
+            yield ToolCallMade(n_calls, call)
+            n_calls += 1
+        if isinstance(event, Finished):
+            stats = event.stats
+            if n_calls and stats.finish_reason == "stop":
+                stats = replace(stats, finish_reason="tool_calls")
+            yield Finished(stats)

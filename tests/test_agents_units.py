@@ -1,0 +1,293 @@
+"""Agent plumbing without a model: tool-call formats parsed and streamed, agent fields checked with named 400s,
+Responses and Anthropic bodies turned into the same generation requests, grammars built from schemas."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clover_local.engine import grammar, toolcalls
+from clover_local.engine.templates import render_jinja
+from clover_local.engine.types import (
+    ChatMessage,
+    Finished,
+    GenerationStats,
+    TextDelta,
+    ToolCall,
+    ToolCallMade,
+    ToolSpec,
+)
+from clover_local.serve import anthropic_api, responses_api
+from clover_local.serve import openai_schema as oa
+from clover_local.serve.openai_schema import ApiError
+from clover_local.testing.vocab import QWEN3_TOOLS_TEMPLATE
+
+MODELS = ("m",)
+WEATHER = ToolSpec(
+    "get_weather",
+    "Weather in a city",
+    {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"],
+    },
+)
+TOOL_JSON = {"type": "function", "function": {"name": WEATHER.name, "parameters": WEATHER.parameters}}
+
+
+def test_hermes_reply_is_split_into_text_and_calls() -> None:
+    text = (
+        'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    )
+    text += '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome", "days": 2}}\n</tool_call>'
+    reply = toolcalls.parse_reply(text, "hermes", [WEATHER])
+    assert reply.content == "Let me look."
+    assert [(c.name, json.loads(c.arguments)) for c in reply.calls] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_weather", {"city": "Rome", "days": 2}),
+    ]
+    assert len({c.id for c in reply.calls}) == 2
+
+
+def test_qwen3_coder_xml_values_follow_the_schema_types() -> None:
+    text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
+    text += "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+    (call,) = toolcalls.parse_reply(text, "qwen3_coder", [WEATHER]).calls
+    assert json.loads(call.arguments) == {"city": "New York", "days": 3}
+
+
+def test_text_that_only_looks_like_a_call_stays_text() -> None:
+    assert toolcalls.parse_reply("<tool_call> not json", "hermes", [WEATHER]).calls == ()
+
+
+@pytest.mark.parametrize("cut", [1, 3, 7, 12])
+def test_streamed_calls_are_held_back_and_handed_out_whole(cut: int) -> None:
+    text = 'Sure<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    pieces = [text[i : i + cut] for i in range(0, len(text), cut)]
+    stats = GenerationStats(1, 1, 0, 0.0, 0.0, 0.0, None)
+    events = list(
+        toolcalls.split_events(iter([*(TextDelta(p) for p in pieces), Finished(stats)]), "hermes", [WEATHER])
+    )
+    shown = "".join(e.text for e in events if isinstance(e, TextDelta))
+    calls = [e for e in events if isinstance(e, ToolCallMade)]
+    assert shown == "Sure"
+    assert [json.loads(c.call.arguments) for c in calls] == [{"city": "Oslo"}]
+    assert isinstance(events[-1], Finished) and events[-1].stats.finish_reason == "tool_calls"
+
+
+def test_format_comes_from_the_template() -> None:
+    assert toolcalls.detect_format(QWEN3_TOOLS_TEMPLATE) == "hermes"
+    xml = "{{ '<tool_call>\\n<function=' }}{{ '<parameter=' }}{% for t in tools %}{% endfor %}"
+    assert toolcalls.detect_format(xml) == "qwen3_coder"
+
+
+def test_the_template_sees_tools_calls_and_results() -> None:
+    call = ToolCall("call_1", "get_weather", '{"city": "Paris"}')
+    messages = [
+        ChatMessage("user", "Weather in Paris?"),
+        ChatMessage("assistant", "", tool_calls=(call,)),
+        ChatMessage("tool", "sunny", tool_call_id="call_1"),
+    ]
+    out = render_jinja(QWEN3_TOOLS_TEMPLATE, messages, bos_token="", eos_token="", tools=[WEATHER])
+    assert '"name": "get_weather"' in out and "<tools>" in out
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in out
+    assert "<tool_response>\nsunny\n</tool_response>" in out
+    assert out.endswith("<|im_start|>assistant\n")
+
+
+def test_a_template_without_tools_gets_them_written_in() -> None:
+    call = ToolCall("call_1", "get_weather", '{"city": "Paris"}')
+    msgs = toolcalls.fallback_messages(
+        [
+            ChatMessage("user", "hi"),
+            ChatMessage("assistant", "", tool_calls=(call,)),
+            ChatMessage("tool", "ok", tool_call_id="call_1"),
+        ],
+        [WEATHER],
+        "auto",
+    )
+    assert msgs[0].role == "system" and "get_weather" in msgs[0].content
+    assert "<tool_call>" in msgs[2].content
+    assert msgs[3] == ChatMessage("user", "<tool_response>\nok\n</tool_response>")
+
+
+def test_grammars_are_built_for_schemas_and_calls() -> None:
+    assert "root ::=" in grammar.json_grammar({"type": "object", "properties": {"a": {"type": "integer"}}})
+    hermes = grammar.hermes_calls_grammar([WEATHER], parallel=True)
+    assert hermes.startswith('root ::= call ("\\n" call)*') and "call-json ::=" in hermes
+    xml = grammar.qwen3_coder_calls_grammar([WEATHER], parallel=False)
+    assert '"<function=get_weather>\\n"' in xml and '"<parameter=city>\\n"' in xml
+
+
+def _chat(**extra: object) -> dict[str, object]:
+    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+def test_chat_agent_fields_reach_the_request() -> None:
+    body = _chat(
+        tools=[TOOL_JSON],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        parallel_tool_calls=True,
+    )
+    req = oa.parse_chat(body, MODELS).request
+    assert req.tools == (WEATHER.__class__("get_weather", "", WEATHER.parameters),)
+    assert req.tool_choice == "get_weather" and req.parallel_tool_calls
+    schema = {"type": "object", "properties": {"x": {"type": "string"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}
+    assert oa.parse_chat(_chat(response_format=fmt), MODELS).request.json_schema == schema
+    assert oa.parse_chat(_chat(response_format={"type": "json_object"}), MODELS).request.json_schema == {}
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools[0].function.name"),
+        ({"tools": [{"type": "retrieval"}]}, "tools[0]"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "strnig"}}}]},
+            "tools[0].function.parameters.type",
+        ),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]},
+            "tools[0].function.parameters",
+        ),
+        (
+            {"tools": [TOOL_JSON], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice",
+        ),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": 5}}}},
+            "response_format.json_schema.schema.type",
+        ),
+    ],
+)
+def test_bad_agent_fields_get_named_400s(extra: dict[str, object], param: str) -> None:
+    with pytest.raises(ApiError) as info:
+        oa.parse_chat(_chat(**extra), MODELS)
+    assert info.value.status == 400 and info.value.param == param
+
+
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [
+        ([{"role": "tool", "content": "x"}], "messages[0].tool_call_id"),
+        (
+            [{"role": "user", "content": "q"}, {"role": "tool", "content": "x", "tool_call_id": "call_9"}],
+            "messages[1].tool_call_id",
+        ),
+        (
+            [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{oops"}}],
+                }
+            ],
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        ([{"role": "assistant", "tool_calls": [{"id": "c"}]}], "messages[0].tool_calls[0]"),
+    ],
+)
+def test_malformed_tool_messages_get_named_400s(messages: list[object], param: str) -> None:
+    with pytest.raises(ApiError) as info:
+        oa.parse_chat({"model": "m", "messages": messages}, MODELS)
+    assert info.value.status == 400 and info.value.param == param
+
+
+def test_responses_input_becomes_chat_messages() -> None:
+    body = {
+        "model": "m",
+        "instructions": "Be brief.",
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+            {
+                "type": "function_call",
+                "call_id": "call_1",
+                "name": "get_weather",
+                "arguments": '{"city":"Oslo"}',
+            },
+            {"type": "function_call_output", "call_id": "call_1", "output": "rain"},
+        ],
+        "tools": [{"type": "function", "name": "get_weather", "parameters": WEATHER.parameters}],
+        "tool_choice": {"type": "function", "name": "get_weather"},
+        "max_output_tokens": 20,
+    }
+    req = responses_api.parse(body, MODELS).request
+    assert [m.role for m in req.messages or ()] == ["system", "user", "assistant", "tool"]
+    assert req.tool_choice == "get_weather" and req.max_tokens == 20
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0]"),
+        ({"reasoning": {"effort": "high"}}, "reasoning"),
+    ],
+)
+def test_responses_fields_it_cannot_honour_get_named_400s(extra: dict[str, object], param: str) -> None:
+    with pytest.raises(ApiError) as info:
+        responses_api.parse({"model": "m", "input": "hi", **extra}, MODELS)
+    assert info.value.param == param
+
+
+def test_anthropic_blocks_become_chat_messages() -> None:
+    body = {
+        "model": "m",
+        "max_tokens": 50,
+        "system": "Be brief.",
+        "messages": [
+            {"role": "user", "content": "Weather?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "rain"}],
+            },
+        ],
+        "tools": [{"name": "get_weather", "input_schema": WEATHER.parameters}],
+        "tool_choice": {"type": "any"},
+    }
+    req = anthropic_api.parse(body, MODELS).request
+    assert [m.role for m in req.messages or ()] == ["system", "user", "assistant", "tool"]
+    assert req.tool_choice == "required" and req.max_tokens == 50
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
+        (
+            {"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+            "messages[0].content[0]",
+        ),
+        (
+            {
+                "max_tokens": 5,
+                "thinking": {"type": "enabled"},
+                "messages": [{"role": "user", "content": "x"}],
+            },
+            "thinking",
+        ),
+        (
+            {
+                "max_tokens": 5,
+                "messages": [
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "y"}]}
+                ],
+            },
+            "messages[0].content[0].tool_use_id",
+        ),
+    ],
+)
+def test_anthropic_requests_it_cannot_honour_get_named_400s(body: dict[str, object], param: str) -> None:
+    with pytest.raises(ApiError) as info:
+        anthropic_api.parse({"model": "m", **body}, MODELS)
+    assert info.value.status == 400 and info.value.param == param
