@@ -72,3 +72,8 @@ class OutOfMemoryError(EngineError):
 
 class ServerError(CloverError):
     """The OpenAI-compatible server or an upstream llama-server failed."""
+
+
+class RequestRefused(CloverError):
+    """An engine refused one request as asked (a schema it cannot enforce, a field upstream llama-server
+    rejects): the server answers 400, and the engine keeps serving."""

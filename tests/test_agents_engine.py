@@ -135,7 +135,7 @@ def test_forced_tool_call_through_the_template(kind: TinyKind) -> None:
             messages=(ChatMessage("user", "Weather in Oslo?"),),
             tools=(WEATHER,),
             tool_choice="required",
-            max_tokens=100,
+            max_tokens=300,
             temperature=0,
         )
         text, calls, stats = _run(engine, request)

@@ -131,7 +131,7 @@ def test_json_schema_reply_on_gemma_validates(gemma: tuple[str, str]) -> None:
             "type": "json_schema",
             "json_schema": {"name": "person", "schema": PERSON, "strict": True},
         },
-        max_tokens=80,
+        max_tokens=200,
         temperature=0,
     )
     content = reply.choices[0].message.content or ""
@@ -160,7 +160,7 @@ def test_json_object_reply_parses(gemma: tuple[str, str]) -> None:
 def test_required_tool_call_is_well_formed(tiny: tuple[str, str]) -> None:
     _kind, url = tiny
     reply = _oa(url).chat.completions.create(
-        model="tiny", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=120, temperature=0
+        model="tiny", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=300, temperature=0
     )
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -177,7 +177,7 @@ def test_named_function_is_the_one_called_on_both_engines(tiny: tuple[str, str])
         messages=ASK,
         tools=TOOLS,
         tool_choice={"type": "function", "function": {"name": "get_time"}},
-        max_tokens=80,
+        max_tokens=200,
         temperature=0,
     )
     (call,) = reply.choices[0].message.tool_calls or []
@@ -207,7 +207,7 @@ def test_streamed_tool_call_matches_the_unstreamed_one(tiny: tuple[str, str]) ->
     _kind, url = tiny
     client = _oa(url)
     kwargs: dict[str, Any] = dict(
-        model="tiny", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=120, temperature=0
+        model="tiny", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=300, temperature=0
     )
     whole = client.chat.completions.create(**kwargs).choices[0].message.tool_calls or []
     names: dict[int, str] = {}
@@ -242,7 +242,7 @@ def test_both_engines_agree_on_a_forced_call() -> None:
                     messages=ASK,
                     tools=TOOLS[:1],
                     tool_choice="required",
-                    max_tokens=120,
+                    max_tokens=300,
                     temperature=0,
                 )
         finally:
@@ -316,7 +316,7 @@ def test_responses_text_tools_and_stream(tiny: tuple[str, str]) -> None:
         input=ASK,
         tools=flat_tools,
         tool_choice="required",
-        max_output_tokens=120,
+        max_output_tokens=300,
         temperature=0,
     )
     calls = [o for o in called.output if o.type == "function_call"]
@@ -327,7 +327,7 @@ def test_responses_text_tools_and_stream(tiny: tuple[str, str]) -> None:
             input=ASK,
             tools=flat_tools,
             tool_choice="required",
-            max_output_tokens=120,
+            max_output_tokens=300,
             temperature=0,
             stream=True,
         )
@@ -374,14 +374,14 @@ def test_anthropic_messages_with_a_tool(tiny: tuple[str, str]) -> None:
         for t in TOOLS
     ]
     reply = client.messages.create(
-        model="tiny", max_tokens=120, messages=ASK, tools=tools, tool_choice={"type": "any"}, temperature=0
+        model="tiny", max_tokens=300, messages=ASK, tools=tools, tool_choice={"type": "any"}, temperature=0
     )
     uses = [b for b in reply.content if b.type == "tool_use"]
     assert reply.stop_reason == "tool_use" and uses
     for use in uses:
         _check_call(use.name, use.input)  # type: ignore[arg-type]
     with client.messages.stream(
-        model="tiny", max_tokens=120, messages=ASK, tools=tools, tool_choice={"type": "any"}, temperature=0
+        model="tiny", max_tokens=300, messages=ASK, tools=tools, tool_choice={"type": "any"}, temperature=0
     ) as stream:
         final = stream.get_final_message()
     assert [(b.name, b.input) for b in final.content if b.type == "tool_use"] == [

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from clover_local.engine.types import ToolSpec
-from clover_local.errors import UsageError
+from clover_local.errors import RequestRefused
 
 ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
 
@@ -26,17 +26,58 @@ def _literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+MAX_INT_RANGE = 4096
+"""Integer ranges up to this many values are enforced as alternatives (the converter has no ``minimum``)."""
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def enforceable(schema: Any) -> Any:
+    """``schema`` with what llama-cpp-python's converter ignores made explicit: a bounded integer becomes the
+    ``enum`` of its values. A bound the grammar cannot enforce is refused by name rather than ignored."""
+    if isinstance(schema, list):
+        return [enforceable(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: enforceable(v) if k not in ("enum", "const", "default", "examples") else v for k, v in schema.items()}
+    bounds = {k: out.pop(k) for k in _BOUNDS if k in out}
+    if not bounds:
+        return out
+    if out.get("type") != "integer" or "enum" in out:
+        raise RequestRefused(
+            f"The schema bounds a {out.get('type', 'value')} with {', '.join(bounds)}: the embedded engine's grammar "
+            "enforces bounds only on integers.",
+            "Drop the bound, use an enum, or serve with --engine llama-server.",
+        )
+    lo = bounds.get("minimum", bounds.get("exclusiveMinimum", None))
+    hi = bounds.get("maximum", bounds.get("exclusiveMaximum", None))
+    if lo is None or hi is None or not all(isinstance(b, int | float) for b in (lo, hi)):
+        raise RequestRefused(
+            "The schema bounds an integer on one side only: the embedded engine's grammar enforces integer "
+            f"bounds as a range of at most {MAX_INT_RANGE} values.",
+            "Give both minimum and maximum, or serve with --engine llama-server.",
+        )
+    first = int(lo) + (1 if "exclusiveMinimum" in bounds and lo == int(lo) else 0)
+    last = int(hi) - (1 if "exclusiveMaximum" in bounds and hi == int(hi) else 0)
+    if last - first + 1 > MAX_INT_RANGE or last < first:
+        raise RequestRefused(
+            f"The integer range {first}..{last} is wider than the {MAX_INT_RANGE} values the embedded engine's "
+            "grammar enforces.",
+            "Narrow it, or serve with --engine llama-server.",
+        )
+    return {**{k: v for k, v in out.items() if k != "type"}, "enum": list(range(first, last + 1))}
+
+
 def json_grammar(schema: dict[str, Any] | None) -> str:
     """A grammar whose sentences are exactly the JSON texts matching ``schema`` (None or ``{}``: any object)."""
     converter = _converter()
     try:
-        resolved = converter.resolve_refs(schema or ANY_JSON_OBJECT, "request")
+        resolved = converter.resolve_refs(enforceable(schema or ANY_JSON_OBJECT), "request")
         converter.visit(resolved, "")
         return str(converter.format_grammar())
     except (
         Exception
     ) as exc:  # the converter raises plain exceptions (ValueError, KeyError, ...) on bad schemas
-        raise UsageError(f"This JSON schema cannot be turned into a grammar: {exc}") from None
+        raise RequestRefused(f"This JSON schema cannot be turned into a grammar: {exc}") from None
 
 
 def call_object_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
@@ -44,7 +85,7 @@ def call_object_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
     variants = [
         {
             "type": "object",
-            "properties": {"name": {"const": t.name}, "arguments": t.parameters or ANY_JSON_OBJECT},
+            "properties": {"name": {"const": t.name}, "arguments": enforceable(t.parameters or ANY_JSON_OBJECT)},
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }
@@ -59,7 +100,7 @@ def hermes_calls_grammar(tools: Sequence[ToolSpec], *, parallel: bool) -> str:
     try:
         converter.visit(converter.resolve_refs(call_object_schema(tools), "request"), "call-json")
     except Exception as exc:
-        raise UsageError(f"A tool's parameters cannot be turned into a grammar: {exc}") from None
+        raise RequestRefused(f"A tool's parameters cannot be turned into a grammar: {exc}") from None
     call = 'call ::= "<tool_call>\\n" call-json "\\n</tool_call>"'
     root = 'root ::= call ("\\n" call)*' if parallel else "root ::= call"
     return "\n".join([root, call, str(converter.format_grammar())])
@@ -96,6 +137,6 @@ def _xml_value_rule(converter: Any, schema: dict[str, Any], name: str) -> str:
         options = schema.get("enum") or [schema.get("const")]
         return " | ".join(_literal(str(o)) for o in options)
     try:
-        return str(converter.visit(converter.resolve_refs(schema, "request"), f"{name}-json"))
+        return str(converter.visit(converter.resolve_refs(enforceable(schema), "request"), f"{name}-json"))
     except Exception as exc:
-        raise UsageError(f"A tool's parameters cannot be turned into a grammar: {exc}") from None
+        raise RequestRefused(f"A tool's parameters cannot be turned into a grammar: {exc}") from None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from clover_local.errors import ServerError
+from clover_local.errors import RequestRefused, ServerError
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,8 @@ def stream(
     if resp.status != 200:
         answer = HttpResponse(resp.status, resp.read())
         conn.close()
-        raise ServerError(f"llama-server answered {resp.status}: {_error_text(answer.json())}")
+        error = RequestRefused if 400 <= resp.status < 500 else ServerError
+        raise error(f"llama-server answered {resp.status}: {_error_text(answer.json())}")
     return EventStream(conn, resp)
 
 

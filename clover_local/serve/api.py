@@ -35,7 +35,7 @@ from clover_local.engine.types import (
     ToolCall,
     ToolCallMade,
 )
-from clover_local.errors import CloverError
+from clover_local.errors import CloverError, RequestRefused
 from clover_local.serve import anthropic_api, responses_api
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import tools as agent
@@ -149,6 +149,8 @@ class OpenAIServer:
             gen_request = await asyncio.to_thread(self._fit_context, parsed)
         except ApiError as exc:
             return refuse(exc)
+        except RequestRefused as exc:
+            return refuse(ApiError(400, str(exc), code="request_refused"))
         except CloverError as exc:
             return refuse(ApiError(500, str(exc), type="server_error"))
         if parsed.stream:
@@ -170,6 +172,8 @@ class OpenAIServer:
                     calls.append(event.call)
                 elif isinstance(event, Finished):
                     finished = event
+        except RequestRefused as exc:
+            return refuse(ApiError(400, str(exc), code="request_refused"))
         except CloverError as exc:
             return refuse(ApiError(500, str(exc), type="server_error"))
         finally:
@@ -202,6 +206,8 @@ class OpenAIServer:
             gen_request = await asyncio.to_thread(self._fit_context, parsed)
         except ApiError as exc:
             return JSONResponse(exc.body(), status_code=exc.status)
+        except RequestRefused as exc:
+            return JSONResponse(oa.error_body(str(exc), code="request_refused"), status_code=400)
         except CloverError as exc:
             return JSONResponse(oa.error_body(str(exc), type="server_error"), status_code=500)
         if parsed.stream:
@@ -287,6 +293,8 @@ class OpenAIServer:
                     calls.append(event.call)
                 elif isinstance(event, Finished):
                     finished = event
+        except RequestRefused as exc:
+            return JSONResponse(oa.error_body(str(exc), code="request_refused"), status_code=400)
         except CloverError as exc:
             return JSONResponse(oa.error_body(str(exc), type="server_error"), status_code=500)
         finally:
@@ -357,6 +365,8 @@ class OpenAIServer:
                     yield "call", event
                 elif isinstance(event, Finished):
                     yield "done", event
+        except RequestRefused as exc:
+            yield "error", oa.error_body(str(exc), code="request_refused")
         except CloverError as exc:
             yield "error", oa.error_body(str(exc), type="server_error")
 
