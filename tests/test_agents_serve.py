@@ -374,14 +374,24 @@ def test_anthropic_messages_with_a_tool(tiny: tuple[str, str]) -> None:
         for t in TOOLS
     ]
     reply = client.messages.create(
-        model="tiny", max_tokens=300, messages=ASK, tools=tools, tool_choice={"type": "any"}, temperature=0
+        model="tiny",
+        max_tokens=300,
+        messages=ASK,
+        tools=tools,
+        tool_choice={"type": "any"},
+        extra_body={"temperature": 0},
     )
     uses = [b for b in reply.content if b.type == "tool_use"]
     assert reply.stop_reason == "tool_use" and uses
     for use in uses:
         _check_call(use.name, use.input)  # type: ignore[arg-type]
     with client.messages.stream(
-        model="tiny", max_tokens=300, messages=ASK, tools=tools, tool_choice={"type": "any"}, temperature=0
+        model="tiny",
+        max_tokens=300,
+        messages=ASK,
+        tools=tools,
+        tool_choice={"type": "any"},
+        extra_body={"temperature": 0},
     ) as stream:
         final = stream.get_final_message()
     assert [(b.name, b.input) for b in final.content if b.type == "tool_use"] == [
@@ -392,7 +402,7 @@ def test_anthropic_messages_with_a_tool(tiny: tuple[str, str]) -> None:
         max_tokens=16,
         tools=tools,
         tool_choice={"type": "none"},
-        temperature=0,
+        extra_body={"temperature": 0},
         messages=[
             *ASK,
             {"role": "assistant", "content": reply.content},  # type: ignore[list-item]
