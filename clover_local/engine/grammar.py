@@ -38,7 +38,7 @@ def enforceable(schema: Any) -> Any:
         return [enforceable(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: enforceable(v) if k not in ("enum", "const", "default", "examples") else v for k, v in schema.items()}
+    out = {k: _enforceable_field(k, v) for k, v in schema.items()}
     bounds = {k: out.pop(k) for k in _BOUNDS if k in out}
     if not bounds:
         return out
@@ -48,16 +48,14 @@ def enforceable(schema: Any) -> Any:
             "enforces bounds only on integers.",
             "Drop the bound, use an enum, or serve with --engine llama-server.",
         )
-    lo = bounds.get("minimum", bounds.get("exclusiveMinimum", None))
-    hi = bounds.get("maximum", bounds.get("exclusiveMaximum", None))
-    if lo is None or hi is None or not all(isinstance(b, int | float) for b in (lo, hi)):
+    first = _bound(bounds.get("minimum"), bounds.get("exclusiveMinimum"), +1)
+    last = _bound(bounds.get("maximum"), bounds.get("exclusiveMaximum"), -1)
+    if first is None or last is None:
         raise RequestRefused(
             "The schema bounds an integer on one side only: the embedded engine's grammar enforces integer "
             f"bounds as a range of at most {MAX_INT_RANGE} values.",
             "Give both minimum and maximum, or serve with --engine llama-server.",
         )
-    first = int(lo) + (1 if "exclusiveMinimum" in bounds and lo == int(lo) else 0)
-    last = int(hi) - (1 if "exclusiveMaximum" in bounds and hi == int(hi) else 0)
     if last - first + 1 > MAX_INT_RANGE or last < first:
         raise RequestRefused(
             f"The integer range {first}..{last} is wider than the {MAX_INT_RANGE} values the embedded engine's "
@@ -65,6 +63,28 @@ def enforceable(schema: Any) -> Any:
             "Narrow it, or serve with --engine llama-server.",
         )
     return {**{k: v for k, v in out.items() if k != "type"}, "enum": list(range(first, last + 1))}
+
+
+def _enforceable_field(key: str, value: Any) -> Any:
+    if key in ("enum", "const", "default", "examples"):
+        return value
+    if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, dict):
+        return {name: enforceable(sub) for name, sub in value.items()}
+    return enforceable(value)
+
+
+def _bound(inclusive: Any, exclusive: Any, step: int) -> int | None:
+    """The last allowed integer on one side (``step`` +1 for a lower bound, -1 for an upper one); draft-4
+    boolean ``exclusiveMinimum``/``exclusiveMaximum`` included."""
+    import math
+
+    if isinstance(exclusive, bool):
+        exclusive, inclusive = (inclusive if exclusive else None), (None if exclusive else inclusive)
+    if isinstance(inclusive, int | float) and not isinstance(inclusive, bool):
+        return math.ceil(inclusive) if step > 0 else math.floor(inclusive)
+    if isinstance(exclusive, int | float):
+        return math.floor(exclusive) + 1 if step > 0 else math.ceil(exclusive) - 1
+    return None
 
 
 def json_grammar(schema: dict[str, Any] | None) -> str:
@@ -85,7 +105,10 @@ def call_object_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
     variants = [
         {
             "type": "object",
-            "properties": {"name": {"const": t.name}, "arguments": enforceable(t.parameters or ANY_JSON_OBJECT)},
+            "properties": {
+                "name": {"const": t.name},
+                "arguments": enforceable(t.parameters or ANY_JSON_OBJECT),
+            },
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }

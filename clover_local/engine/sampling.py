@@ -64,6 +64,10 @@ _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float3
 assert _TOKEN_DATA.itemsize == ctypes.sizeof(C.llama_token_data)
 
 
+_TOP_CHECKED = 48
+"""Greedy picks under a grammar try this many best tokens one by one before masking the whole vocabulary."""
+
+
 class GrammarGate:
     """llama.cpp's grammar sampler for one generation: checks a token, masks a row, follows accepted tokens."""
 
@@ -96,6 +100,13 @@ class GrammarGate:
         return self._all_arr
 
     def best_allowed(self, logits: np.ndarray) -> int:
+        """The highest-logit token the grammar allows: the best few checked one by one (cheap), the whole
+        vocabulary masked only when none of them fits."""
+        k = min(_TOP_CHECKED, len(logits))
+        top = np.argpartition(logits, -k)[-k:]
+        for token in top[np.argsort(-logits[top], kind="stable")]:
+            if self.allows(int(token)):
+                return int(token)
         self.masked(logits)
         best = int(self._all["logit"].argmax())
         if not np.isfinite(self._all["logit"][best]):
