@@ -148,7 +148,11 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
         ("/v1/chat/completions", b"{not json", "invalid_json"),
         ("/v1/chat/completions", b"[1, 2]", "invalid_json"),
         ("/v1/chat/completions", b'{"model": "gemma3-270m", "messages": []}', "messages"),
-        ("/v1/chat/completions", b'{"messages": [{"role": "tool", "content": "x"}]}', "messages[0].role"),
+        (
+            "/v1/chat/completions",
+            b'{"messages": [{"role": "tool", "content": "x"}]}',
+            "messages[0].tool_call_id",
+        ),
         (
             "/v1/chat/completions",
             b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}',
@@ -214,7 +218,7 @@ def test_requests_run_one_at_a_time(client: openai.OpenAI, engine: RecordingEngi
 
 
 def test_unknown_route_is_openai_shaped(server: BackgroundServer) -> None:
-    status, body = raw_post(server.url, "/v1/embeddings", b"{}", AUTH)
+    status, body = raw_post(server.url, "/v1/audio/speech", b"{}", AUTH)
     assert status == 404
     assert body["error"]["code"] == "not_found"
 
