@@ -134,10 +134,6 @@ def call_grammar(request: GenerationRequest, fmt: ToolFormat) -> str | None:
     return build(tools, parallel=request.parallel_tool_calls)
 
 
-def without_tools(request: GenerationRequest) -> GenerationRequest:
-    return replace(request, tools=(), tool_choice="auto")
-
-
 # --- parsing ----------------------------------------------------------------------------------------------------
 
 _HERMES_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)

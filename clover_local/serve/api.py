@@ -2,8 +2,8 @@
 
 Routes: ``/v1/chat/completions`` (with tools and structured output), ``/v1/completions``, OpenAI's
 ``/v1/responses`` and Anthropic's ``/v1/messages`` (streamed as server-sent events or not), ``/v1/models``,
-``/health``; ``/v1/embeddings`` answers a named 400. With an API key, every request without it gets 401. One generation runs at a
-time (engines are not thread-safe); others wait their turn. A client that disconnects mid-stream cancels its
+``/health``; ``/v1/embeddings`` answers a named 400. With an API key, every request without it gets 401.
+One generation runs at a time (engines are not thread-safe); others wait their turn. A client that disconnects mid-stream cancels its
 generation, and bad requests get OpenAI-shaped 400s: the server keeps serving either way.
 """
 
@@ -159,42 +159,26 @@ class OpenAIServer:
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        cancel = threading.Event()
-        watcher = asyncio.create_task(_cancel_on_disconnect(request, cancel))
-        parts: list[str] = []
-        calls: list[ToolCall] = []
-        finished: Finished | None = None
         try:
-            async for event in self._events(gen_request, cancel):
-                if isinstance(event, TextDelta):
-                    parts.append(event.text)
-                elif isinstance(event, ToolCallMade):
-                    calls.append(event.call)
-                elif isinstance(event, Finished):
-                    finished = event
+            text, calls, finished = await self._collect(request, gen_request)
         except RequestRefused as exc:
             return refuse(ApiError(400, str(exc), code="request_refused"))
         except CloverError as exc:
             return refuse(ApiError(500, str(exc), type="server_error"))
-        finally:
-            watcher.cancel()
-        if finished is None:
-            return refuse(ApiError(500, "The engine ended without a result.", type="server_error"))
-        return JSONResponse(api.response(parsed, "".join(parts), calls, finished.stats))
+        return JSONResponse(api.response(parsed, text, calls, finished.stats))
 
     async def _stream_other(self, writer: Any, request: GenerationRequest) -> AsyncIterator[str]:
         for line in writer.start():
             yield line
         async for kind, payload in self._stream_events(request):
-            lines = (
-                writer.text(payload)
-                if kind == "text"
-                else writer.call(payload)
-                if kind == "call"
-                else writer.done(payload.stats)
-                if kind == "done"
-                else writer.error(payload)
-            )
+            if kind == "text":
+                lines = writer.text(payload)
+            elif kind == "call":
+                lines = writer.call(payload)
+            elif kind == "done":
+                lines = writer.done(payload.stats)
+            else:
+                lines = writer.error(payload)
             for line in lines:
                 yield line
 
@@ -277,9 +261,10 @@ class OpenAIServer:
         finally:
             cancel.set()  # no-op when finished; stops the engine when the client went away
 
-    async def _complete(
-        self, http_request: Request, request: GenerationRequest, parsed: ParsedRequest, *, chat: bool
-    ) -> Response:
+    async def _collect(
+        self, http_request: Request, request: GenerationRequest
+    ) -> tuple[str, list[ToolCall], Finished]:
+        """Run one generation to its end: its text, its tool calls, its stats (the engine's errors propagate)."""
         cancel = threading.Event()
         watcher = asyncio.create_task(_cancel_on_disconnect(http_request, cancel))
         parts: list[str] = []
@@ -293,17 +278,24 @@ class OpenAIServer:
                     calls.append(event.call)
                 elif isinstance(event, Finished):
                     finished = event
+        finally:
+            watcher.cancel()
+        if finished is None:
+            raise CloverError("The engine ended without a result.")
+        return "".join(parts), calls, finished
+
+    async def _complete(
+        self, http_request: Request, request: GenerationRequest, parsed: ParsedRequest, *, chat: bool
+    ) -> Response:
+        try:
+            text, calls, finished = await self._collect(http_request, request)
         except RequestRefused as exc:
             return JSONResponse(oa.error_body(str(exc), code="request_refused"), status_code=400)
         except CloverError as exc:
             return JSONResponse(oa.error_body(str(exc), type="server_error"), status_code=500)
-        finally:
-            watcher.cancel()
-        if finished is None:
-            return JSONResponse(oa.error_body("The engine ended without a result.", type="server_error"), 500)
         rid = oa.new_id("chatcmpl" if chat else "cmpl")
         build = oa.chat_response if chat else oa.completion_response
-        body = build(rid, parsed.model, "".join(parts), finished.stats)
+        body = build(rid, parsed.model, text, finished.stats)
         if calls:
             message = body["choices"][0]["message"]
             message["content"] = message["content"] or None
