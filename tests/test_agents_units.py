@@ -308,3 +308,33 @@ def test_integer_bounds_become_enums_and_other_bounds_are_refused() -> None:
     ):
         with pytest.raises(RequestRefused):
             grammar.json_grammar({"type": "object", "properties": {"x": bad}})
+
+
+def test_llama_server_gets_a_named_function_as_required_with_that_tool() -> None:
+    from clover_local.engine.types import GenerationRequest
+    from clover_local.llamacpp.server_tools import agent_payload
+
+    other = ToolSpec("get_time")
+    payload = agent_payload(GenerationRequest(prompt="x", tools=(WEATHER, other), tool_choice="get_time"))
+    assert payload["tool_choice"] == "required"
+    assert [t["function"]["name"] for t in payload["tools"]] == ["get_time"]
+    schema = agent_payload(GenerationRequest(prompt="x", json_schema={}))["response_format"]
+    assert schema["json_schema"]["schema"] == {"type": "object"}
+
+
+def test_llama_server_tool_call_deltas_are_put_back_together() -> None:
+    from clover_local.llamacpp.server_tools import ToolCallCollector
+
+    collector = ToolCallCollector()
+    pieces = [
+        {"index": 0, "id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
+        {"index": 0, "function": {"arguments": '{"city": '}},
+        {"index": 1, "id": "c2", "function": {"name": "get_time", "arguments": "{}"}},
+        {"index": 0, "function": {"arguments": '"Oslo"}'}},
+    ]
+    for piece in pieces:
+        collector.add({"choices": [{"delta": {"tool_calls": [piece]}}]})
+    assert collector.calls() == [
+        ToolCall("c1", "get_weather", '{"city": "Oslo"}'),
+        ToolCall("c2", "get_time", "{}"),
+    ]
