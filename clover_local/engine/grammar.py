@@ -19,7 +19,9 @@ ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
 def _converter() -> Any:
     from llama_cpp.llama_grammar import SchemaConverter
 
-    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    return SchemaConverter(  # type: ignore[no-untyped-call]
+        prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False
+    )
 
 
 def _literal(text: str) -> str:

@@ -86,7 +86,8 @@ class GrammarGate:
         self._all_arr = C.llama_token_data_array(data, n_vocab, -1, False)
 
     def allows(self, token: int) -> bool:
-        self._one[0].id, self._one[0].logit, self._one[0].p = token, 0.0, 0.0
+        cell: Any = self._one[0]
+        cell.id, cell.logit, cell.p = token, 0.0, 0.0
         self._one_arr.size, self._one_arr.selected, self._one_arr.sorted = 1, -1, False
         C.llama_sampler_apply(self._smpl, ctypes.byref(self._one_arr))
         return bool(np.isfinite(self._one[0].logit))

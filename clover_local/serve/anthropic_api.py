@@ -52,7 +52,7 @@ def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
                 code="unsupported_parameter",
             )
     max_tokens = body.get("max_tokens")
-    if not oa._is_int(max_tokens) or max_tokens < 1:
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise ApiError(400, "'max_tokens' is required and must be a positive integer.", param="max_tokens")
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
@@ -224,7 +224,7 @@ class EventWriter:
         return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields}, ensure_ascii=False)}\n\n"
 
     def start(self) -> list[str]:
-        message = {
+        message: dict[str, Any] = {
             "id": oa.new_id("msg"),
             "type": "message",
             "role": "assistant",
