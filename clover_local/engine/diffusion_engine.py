@@ -33,7 +33,7 @@ from clover_local.engine.types import (
     Refining,
     TextDelta,
 )
-from clover_local.errors import EngineError, UsageError
+from clover_local.errors import EngineError, RequestRefused, UsageError
 from clover_local.plan.diffusion import DiffusionPlan
 
 
@@ -98,6 +98,12 @@ class DiffusionEngine(EmbeddedEngine):
     ) -> Iterator[GenerationEvent]:
         if self._closed:
             raise EngineError("This engine was closed; load the model again.")
+        if request.tools or request.json_schema is not None:
+            raise RequestRefused(
+                "Tool calls and structured output are not supported for diffusion models (a grammar cannot "
+                "constrain positions unmasked out of order).",
+                "Send the request without tools / response_format.",
+            )
         t0 = time.perf_counter()
         prompt = self._prompt_tokens(request)
         params = self.params_for(len(prompt), request)
