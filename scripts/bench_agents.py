@@ -162,7 +162,7 @@ def main() -> int:
     configs: list[Config] = []
     with ExitStack() as stack:
         for name, choice, spec in engines:
-            opened = open_engine(choice, plan, preset, speculative=spec)
+            opened = open_engine(plan, preset, choice, speculative=spec)
             stack.callback(opened.engine.close)
             server = BackgroundServer(opened.engine, ApiConfig(MODEL))
             stack.enter_context(server)
