@@ -59,6 +59,11 @@ TOOLS = [
     {"type": "function", "function": {"name": "get_time", "description": "Clock", "parameters": TIME_PARAMS}},
 ]
 SCHEMAS = {"get_weather": WEATHER_PARAMS, "get_time": TIME_PARAMS}
+LLAMA_SERVER_TINY = (
+    "llama-server's grammar for a required call on this template lets free text come first "
+    "('root ::= \"<|im_start|>assistant\\n\" space until-N? tool-calls'), so a random model writes text until "
+    "max_tokens and never reaches the call: the llama-server tool path needs a model that calls tools (issue 15)"
+)
 ASK = [{"role": "user", "content": "What is the weather in Oslo for 3 days?"}]
 
 
@@ -74,6 +79,8 @@ def _open_engine(kind: str, model: str, *, template: str, argv: list[str]) -> Ch
 @pytest.fixture(scope="module", params=ENGINES)
 def tiny(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
     """(engine kind, base URL) of serve over the tiny tool-template model."""
+    if request.param == "llama-server":
+        pytest.skip(LLAMA_SERVER_TINY)
     path = str(tiny_model_from_spec(TinySpec(kind="llama", chat_template=QWEN3_TOOLS_TEMPLATE)))
     argv = ["-m", path, "-c", "2048", "-t", "2", "-np", "1", "--jinja"]
     engine = _open_engine(request.param, path, template="gguf", argv=argv)
@@ -229,6 +236,7 @@ def test_streamed_tool_call_matches_the_unstreamed_one(tiny: tuple[str, str]) ->
 
 def test_both_engines_agree_on_a_forced_call() -> None:
     """The same request on the same model through both engines: the same function, arguments that validate."""
+    pytest.skip(LLAMA_SERVER_TINY)
     path = str(tiny_model_from_spec(TinySpec(kind="llama", chat_template=QWEN3_TOOLS_TEMPLATE)))
     results = []
     for kind in ENGINES:

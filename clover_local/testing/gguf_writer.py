@@ -188,6 +188,10 @@ def _add_header(writer: object, spec: TinySpec, vocab: Vocab) -> None:
     writer.add_eos_token_id(vocab.eos_id)
     writer.add_unk_token_id(vocab.unk_id)
     writer.add_add_bos_token(True)
+    if spec.chat_template is not None:
+        # No SentencePiece space before text that follows a control token: "<|im_start|>assistant" then
+        # tokenizes as llama-server's tool grammars spell it (as in Qwen's BPE vocabulary).
+        writer.add_add_space_prefix(False)
     writer.add_add_eos_token(False)
     writer.add_chat_template(spec.chat_template or CHATML_TEMPLATE)
 

@@ -111,6 +111,8 @@ def _spec_hash(spec: TinySpec) -> str:
     fields = dataclasses.asdict(spec) | {"generator_version": GENERATOR_VERSION}
     if fields["chat_template"] is None:  # the default keeps the names of files written before the field
         del fields["chat_template"]
+    else:
+        fields["add_space_prefix"] = False  # written with a template (gguf_writer)
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
