@@ -12,7 +12,7 @@ import pytest
 
 from clover_local.detect import parse_simulate
 from clover_local.measure.gpu_check import CaseReport, EngineMeasure, format_reports
-from clover_local.measure.llama_bench import llama_bench_argv, parse_llama_bench_json
+from clover_local.measure.llama_bench import Placement, llama_bench_argv, parse_llama_bench_json
 from clover_local.measure.records import add_record, load_records, records_path
 from clover_local.plan.measured import SpeedRecord
 from clover_local.plan.planner import make_plan
@@ -28,7 +28,7 @@ def test_llama_bench_argv_follows_the_plan() -> None:
     plan = make_plan(
         parse_simulate("gpu=nvidia:12G,ram=64G,cpu=16"), load_preset("clover-35b-a3b"), None, Wishes()
     )
-    argv = llama_bench_argv(Path("llama-bench"), Path("m.gguf"), plan, n_gen=64)
+    argv = llama_bench_argv(Path("llama-bench"), Path("m.gguf"), Placement.of(plan), n_gen=64)
     assert argv[argv.index("-ngl") + 1] == "999"
     assert argv[argv.index("-ncmoe") + 1] == str(plan.n_cpu_moe) and plan.n_cpu_moe > 0
     assert argv[argv.index("-t") + 1] == str(plan.threads)
@@ -136,3 +136,28 @@ def test_doctor_measure_says_what_it_needs(capsys: pytest.CaptureFixture[str]) -
     if not any(g.vendor == "nvidia" for g in __import__("clover_local.runtime").runtime.detect().gpus):
         assert main(["doctor", "--measure"]) != 0
         assert "needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_records_llama_bench_and_plans_then_use_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], gemma_path: Path
+) -> None:
+    """`bench --llama-bench` measures the plan's placement with the real llama-bench and records it; the next
+    plan on this machine shows the measurement instead of the estimate. `--vs-llama-bench` reports engine (b)
+    against llama-bench with the same settings."""
+    from clover_local.cli import main
+    from clover_local.runtime import plan_for
+
+    monkeypatch.setenv("CLOVER_LLAMA_SERVER", str(llama_server_path()))
+    assert plan_for("gemma3-270m")[0].speed_source == "estimate"
+    assert main(["bench", "--llama-bench", "--preset", "gemma3-270m", "--max-tokens", "8"]) == 0
+    assert "Recorded in" in capsys.readouterr().out
+    (record,) = load_records()
+    plan = plan_for("gemma3-270m")[0]
+    assert plan.speed_source == "measured" and record.tokens_per_s > 0
+    assert plan.predicted_tokens_per_s == pytest.approx(record.tokens_per_s, abs=0.05)
+
+    args = ["bench", "--engines", "b", "--workloads", "summary", "--rounds", "1", "--max-tokens", "8"]
+    assert main([*args, "--vs-llama-bench", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["llama_bench"]["decode_tokens_per_s"] > 0 and report["llama_bench"]["n_gen"] == 8

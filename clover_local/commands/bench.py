@@ -6,8 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from clover_local.errors import UsageError
+
+if TYPE_CHECKING:
+    from clover_local.engine.benchmark import BenchReport
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -133,33 +137,29 @@ def _llama_bench_binary() -> Path:
     return bench
 
 
-def _llama_bench_same_settings(model: Path, settings: dict[str, object], n_gen: int) -> dict[str, object]:
+def _llama_bench_same_settings(model: Path, settings: dict[str, Any], n_gen: int) -> dict[str, Any]:
     """llama-bench with the benchmark's own settings (threads, GPU layers, flash attention)."""
-    import subprocess
+    from clover_local.errors import CloverError
+    from clover_local.measure.llama_bench import Placement, run_llama_bench
 
-    from clover_local.measure.llama_bench import parse_llama_bench_json
+    where = Placement(
+        n_gpu_layers=int(settings.get("n_gpu_layers", 0)),
+        threads=int(settings["n_threads"]),
+        flash_attn=bool(settings.get("flash_attn")),
+    )
+    try:
+        result = run_llama_bench(_llama_bench_binary(), model, where, n_gen=n_gen)
+    except CloverError as exc:
+        return {"error": str(exc)}
+    return {"decode_tokens_per_s": result.decode_tokens_per_s, "n_gen": n_gen, "argv": list(result.argv)}
 
-    ngl = int(settings.get("n_gpu_layers", 0))  # type: ignore[call-overload]
-    argv = [str(_llama_bench_binary()), "-m", str(model), "-t", str(settings["n_threads"])]
-    argv += ["-ngl", str(999 if ngl < 0 else ngl), "-fa", "1" if settings.get("flash_attn") else "0"]
-    argv += ["-p", "0", "-n", str(n_gen), "-r", "3", "-o", "json"]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:], "argv": argv}
-    return {"decode_tokens_per_s": parse_llama_bench_json(done.stdout), "argv": argv}
 
-
-def _print_vs_llama_bench(report: object, bench: dict[str, object]) -> None:
-    from clover_local.engine.benchmark import BenchReport
-
-    assert isinstance(report, BenchReport)
+def _print_vs_llama_bench(report: BenchReport, bench: dict[str, Any]) -> None:
     tg = bench.get("decode_tokens_per_s")
     if not isinstance(tg, float):
         print(f"\nllama-bench failed: {bench.get('error')}")
         return
-    argv = bench.get("argv")
-    n_gen = argv[argv.index("-n") + 1] if isinstance(argv, list) and "-n" in argv else "?"
-    print(f"\nllama-bench tg{n_gen}: {tg:.1f} tokens/s")
+    print(f"\nllama-bench tg{bench['n_gen']}: {tg:.1f} tokens/s")
     for workload in sorted({s.workload for s in report.samples}):
         b = report.median("b", workload)
         if b:

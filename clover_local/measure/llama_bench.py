@@ -20,16 +20,31 @@ class BenchResult:
     argv: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Placement:
+    """What llama-bench is told about where the model runs."""
+
+    n_gpu_layers: int
+    """-1: all."""
+    threads: int
+    flash_attn: bool
+    n_cpu_moe: int = 0
+
+    @staticmethod
+    def of(plan: Plan) -> Placement:
+        return Placement(plan.n_gpu_layers, plan.threads, plan.flash_attn == "on", plan.n_cpu_moe)
+
+
 def llama_bench_argv(
-    binary: Path, model: Path, plan: Plan, *, n_gen: int = 128, repetitions: int = 3
+    binary: Path, model: Path, where: Placement, *, n_gen: int = 128, repetitions: int = 3
 ) -> list[str]:
-    """llama-bench flags for the plan's placement (GPU layers, experts in RAM, threads, flash attention)."""
-    ngl = 999 if plan.n_gpu_layers < 0 else plan.n_gpu_layers
-    argv = [str(binary), "-m", str(model), "-ngl", str(ngl), "-t", str(plan.threads)]
-    argv += ["-fa", "1" if plan.flash_attn == "on" else "0", "-p", "0", "-n", str(n_gen)]
+    """llama-bench flags for a placement (GPU layers, experts in RAM, threads, flash attention): decode only."""
+    ngl = 999 if where.n_gpu_layers < 0 else where.n_gpu_layers
+    argv = [str(binary), "-m", str(model), "-ngl", str(ngl), "-t", str(where.threads)]
+    argv += ["-fa", "1" if where.flash_attn else "0", "-p", "0", "-n", str(n_gen)]
     argv += ["-r", str(repetitions), "-o", "json"]
-    if plan.n_cpu_moe:
-        argv += ["-ncmoe", str(plan.n_cpu_moe)]
+    if where.n_cpu_moe:
+        argv += ["-ncmoe", str(where.n_cpu_moe)]
     return argv
 
 
@@ -46,9 +61,11 @@ def parse_llama_bench_json(text: str) -> float:
 
 
 def run_llama_bench(
-    binary: Path, model: Path, plan: Plan, *, n_gen: int = 128, timeout_s: float = 900
+    binary: Path, model: Path, where: Plan | Placement, *, n_gen: int = 128, timeout_s: float = 900
 ) -> BenchResult:
-    argv = llama_bench_argv(binary, model, plan, n_gen=n_gen)
+    """llama-bench's decode speed for a plan's placement (or one given directly)."""
+    placement = where if isinstance(where, Placement) else Placement.of(where)
+    argv = llama_bench_argv(binary, model, placement, n_gen=n_gen)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
