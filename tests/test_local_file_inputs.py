@@ -43,12 +43,14 @@ def test_plan_describes_a_local_file_by_its_own_header(capsys: pytest.CaptureFix
     assert "Clover" not in first and "Gemma" in first, first
 
 
-@pytest.mark.parametrize("command", ["plan", "run"])
+@pytest.mark.parametrize("command", ["plan", "run", "chat"])
 @pytest.mark.parametrize("ctx", ["99999999", "0", str(GEMMA_TRAINED_CTX + 1)])
 def test_ctx_is_checked_against_the_files_trained_context(
     command: str, ctx: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    extra = ["--simulate", "ram=16G"] if command == "plan" else ["--prompt", "hi", "--max-tokens", "1"]
+    extra = {"plan": ["--simulate", "ram=16G"], "run": ["--prompt", "hi", "--max-tokens", "1"], "chat": []}[
+        command
+    ]
     assert main([command, "--model", str(gemma_path()), "--ctx", ctx, *extra]) == 2
     err = capsys.readouterr().err
     assert f"A context of {ctx} tokens" in err and str(GEMMA_TRAINED_CTX) in err and "Traceback" not in err

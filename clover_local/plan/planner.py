@@ -36,6 +36,22 @@ SPEED_CTX_SAMPLE = 4096
 N_BATCH, N_UBATCH = 2048, 512
 
 
+def context_limit(preset: Preset) -> int:
+    """The largest context a plan may use: the preset's maximum and the model's training context."""
+    return min(preset.ctx_max, preset.architecture.n_ctx_train)
+
+
+def check_context(ctx: int, preset: Preset) -> None:
+    """A UsageError unless ``ctx`` (``--ctx``) is between 256 and :func:`context_limit`: checked before
+    anything is allocated, so a wrong number is a sentence, not a failed allocation."""
+    limit = context_limit(preset)
+    if not 256 <= ctx <= limit:
+        raise UsageError(
+            f"A context of {ctx} tokens is outside what {preset.display_name} supports.",
+            f"Pick --ctx between 256 and {limit} (the preset's maximum and the model's training context).",
+        )
+
+
 def make_plan(
     machine: Machine,
     preset: Preset,
@@ -59,12 +75,9 @@ def make_plan(
     first = next(iter(candidates.values()))
     if wants_diffusion(preset, first):
         return _plan_diffusion_model(machine, preset, candidates, wishes, model_path, diffusion_wishes)
-    ctx_limit = min(preset.ctx_max, preset.architecture.n_ctx_train)
-    if wishes.ctx is not None and not 256 <= wishes.ctx <= ctx_limit:
-        raise UsageError(
-            f"A context of {wishes.ctx} tokens is outside what {preset.display_name} supports.",
-            f"Pick --ctx between 256 and {ctx_limit} (the preset's maximum and the model's training context).",
-        )
+    ctx_limit = context_limit(preset)
+    if wishes.ctx is not None:
+        check_context(wishes.ctx, preset)
     ctx = wishes.ctx or min(preset.ctx_default, ctx_limit)
     spec = preset.speculative
     enabled = spec.enabled if wishes.speculative is None else wishes.speculative
