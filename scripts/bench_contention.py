@@ -101,8 +101,8 @@ def open_engine(config: Config, plan: Plan, stack: ExitStack) -> ChatEngine:
         )
         stack.callback(result.engine.close)
         return result.engine
-    from clover_local.serve.llama_server import plan_server_argv, start_llama_server
-    from clover_local.serve.llama_server_engine import LlamaServerEngine
+    from clover_local.llamacpp.server import plan_server_argv, start_llama_server
+    from clover_local.llamacpp.server_engine import LlamaServerEngine
 
     process = start_llama_server([*plan_server_argv(plan), *config.extra_args])
     engine = LlamaServerEngine(process, model_name=preset.name, sampling=preset.sampling)
@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
-    from clover_local.serve.binary import find_llama_server
-    from clover_local.testmodels import gemma_path
+    from clover_local.llamacpp.binary import find_llama_server
+    from clover_local.testing.models import gemma_path
 
     machine = detect_machine()
     preset = load_preset("gemma3-270m")

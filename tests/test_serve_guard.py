@@ -13,16 +13,16 @@ from collections.abc import Iterator
 import pytest
 
 from clover_local.detect import parse_simulate
+from clover_local.llamacpp.binary import ServerBinary
 from clover_local.plan.planner import make_plan
 from clover_local.plan.types import Wishes
 from clover_local.presets import load_preset
 from clover_local.serve import request_guard as guard
 from clover_local.serve.api import ApiConfig
-from clover_local.serve.binary import ServerBinary
 from clover_local.serve.engines import EngineChoice, open_engine
 from clover_local.serve.openai_schema import ApiError
 from clover_local.serve.runner import BackgroundServer
-from clover_local.testmodels import gemma_path
+from clover_local.testing.models import gemma_path
 from tests.helpers_serve import llama_server_path, raw_post
 
 pytestmark = pytest.mark.slow
