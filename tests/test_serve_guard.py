@@ -17,9 +17,9 @@ from clover_local.llamacpp.binary import ServerBinary
 from clover_local.plan.planner import make_plan
 from clover_local.plan.types import Wishes
 from clover_local.presets import load_preset
+from clover_local.runtime import EngineChoice, open_engine
 from clover_local.serve import request_guard as guard
 from clover_local.serve.api import ApiConfig
-from clover_local.serve.engines import EngineChoice, open_engine
 from clover_local.serve.openai_schema import ApiError
 from clover_local.serve.runner import BackgroundServer
 from clover_local.testing.models import gemma_path
@@ -50,7 +50,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[BackgroundServer]:
     binary = ServerBinary(llama_server_path(), "test") if kind == "llama-server" else None
     preset = load_preset("gemma3-270m")
     plan = make_plan(parse_simulate("ram=16G,cpu=2"), preset, None, Wishes(ctx=1024), str(gemma_path()))
-    opened = open_engine(EngineChoice(kind, "test", binary), plan, preset)
+    opened = open_engine(plan, preset, EngineChoice(kind, "test", binary))
     tracebacks = _Tracebacks()
     logging.getLogger("uvicorn.error").addHandler(tracebacks)
     try:

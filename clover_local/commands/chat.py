@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import argparse
-
-from clover_local.errors import UsageError
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
