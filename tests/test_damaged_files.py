@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers_tui import wait_until
+from waiting import wait_until
 
 from clover_local import settings, user_files, user_prefs
 from clover_local.cli import main
@@ -68,7 +68,7 @@ async def test_the_app_starts_with_defaults_and_says_which_file_was_set_aside() 
     path.write_bytes(b'{"models":[1]}')
     app = CloverApp(StartOptions(preset="clover-35b-a3b"), machine=parse_simulate("ram=64G"))
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, PlanScreen), "the plan screen")
+        await wait_until(lambda: isinstance(app.screen, PlanScreen), "the plan screen", pilot=pilot)
         notes = [n.message for n in app._notifications]
         assert any(str(path) in n and "prefs.json.damaged" in n for n in notes), notes
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from helpers_tui import ScreenHost, gemma_engine, wait_until
+from helpers_tui import ScreenHost
 from textual.widgets import Input
+from waiting import wait_until
 
 from clover_local import user_prefs
 from clover_local.engine.types import ChatEngine
@@ -13,8 +14,6 @@ from clover_local.tui.screens.chat import ChatScreen
 from clover_local.tui.widgets.messages import ReplyView
 
 pytestmark = pytest.mark.slow
-
-__all__ = ["gemma_engine"]  # a fixture, used by name
 
 COUNTING = "Count from one to five hundred, one number per line."
 QUEUED = "And the moons of Mars?"
@@ -36,24 +35,24 @@ async def test_stopping_a_reply_puts_the_queued_message_back_in_the_input(gemma_
         prompt.value = COUNTING
         await pilot.press("enter")
         await wait_until(
-            pilot,
             lambda: screen._reply is not None and screen._reply.deltas_shown > 0,
             "the first reply to stream",
+            pilot=pilot,
         )
         prompt.value = QUEUED
         await pilot.press("enter")  # queued behind the streaming reply
         assert prompt.value == "" and screen.generating
         await pilot.press(*"also Venus")  # a third message, being typed
         await pilot.press("escape")
-        await wait_until(pilot, lambda: not screen.generating, "the stop")
+        await wait_until(lambda: not screen.generating, "the stop", pilot=pilot)
 
         assert screen.query(ReplyView).last().border_subtitle == "stopped"
         assert prompt.value == f"{QUEUED} also Venus", "the queued text and the typing are both kept"
-        await pilot.pause(0.3)
+        await pilot.pause()
         assert [m.role for m in screen.history] == ["user", "assistant"], "nothing was sent by itself"
 
         await pilot.press("enter")  # the person sends it when they want
         await wait_until(
-            pilot, lambda: not screen.generating and len(screen.history) == 4, "the second reply"
+            lambda: not screen.generating and len(screen.history) == 4, "the second reply", pilot=pilot
         )
         assert screen.history[2].content == f"{QUEUED} also Venus"
