@@ -192,7 +192,10 @@ def report(
     print("| engine, threads | idle tok/s | with one busy process | kept |")
     print("| --- | ---: | ---: | ---: |")
     for row in rows:
-        print(f"| {row['configuration']} | {row['idle']:.1f} | {row['busy']:.1f} | {row['kept']:.2f} |")
+        kept = (
+            f"{row['kept']:.2f}" if row["idle"] else "-"
+        )  # no token within the cap even without the competitor
+        print(f"| {row['configuration']} | {row['idle']:.1f} | {row['busy']:.1f} | {kept} |")
 
 
 if __name__ == "__main__":
