@@ -160,7 +160,9 @@ def plan_for(
 
         path = _checked_gguf(Path(model).expanduser())
         description = _local_header(str(path), path.stat().st_mtime_ns)
-        chosen = preset_from_header(chosen, description, path)  # a file that is not the preset's model: itself
+        chosen = preset_from_header(
+            chosen, description, path
+        )  # a file that is not the preset's model: itself
         plan = make_plan(
             machine,
             chosen,
