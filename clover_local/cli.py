@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from clover_local import __version__
 from clover_local.errors import CloverError
+from clover_local.user_files import take_notices
 
 COMMANDS = (
     "detect",
@@ -68,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Output piped into `head` and the like: stop quietly, as Unix tools do.
         sys.stderr.close()
         return 0
+    finally:
+        for notice in take_notices():  # damaged settings or presets that were set aside
+            print(f"warning: {notice}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Shipped presets live in the repository's ``presets/`` folder (``clover_local/_presets`` in a wheel); a
 file of the same name in :func:`clover_local.settings.user_presets_dir` overrides one. A broken preset
-raises :class:`PresetError` naming the file and the key.
+raises :class:`PresetError` naming the file and the key; a broken user override of a shipped preset is set
+aside (:mod:`clover_local.user_files`) and the shipped one is used.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from clover_local import settings
 from clover_local.errors import PresetError
+from clover_local.user_files import set_aside
 
 TEMPLATE_FROM_GGUF = "gguf"
 TEMPLATE_COMPLETION = "completion"
@@ -166,14 +168,36 @@ def load_preset(name: str | None = None) -> Preset:
         raise PresetError(
             f"No preset named {name!r}.", f"Known presets: {', '.join(sorted(files)) or 'none'}."
         )
-    return load_preset_file(files[name])
+    try:
+        return load_preset_file(files[name])
+    except PresetError as exc:
+        shipped = shipped_presets_dir() / files[name].name
+        if files[name] == shipped or not shipped.is_file():
+            raise
+        # A damaged user override of a shipped preset: keep it aside, run with the shipped one.
+        set_aside(files[name], exc.what.rstrip("."), f"the shipped preset {name!r} is used instead")
+        return load_preset_file(shipped)
 
 
 def load_preset_file(path: Path) -> Preset:
+    """A preset from a TOML file; :class:`PresetError` naming the file when it cannot be one."""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError:
         raise PresetError(f"Preset file {path} does not exist.") from None
+    except IsADirectoryError:
+        raise PresetError(
+            f"Preset {path} is a folder, not a preset file.", "Name a .toml file, or a preset by its name."
+        ) from None
+    except OSError as exc:
+        raise PresetError(f"Preset file {path} cannot be read: {exc.strerror or exc}.") from None
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PresetError(
+            f"Preset file {path} is not UTF-8 text (byte {data[exc.start]:#04x} at position {exc.start}).",
+            "Save it as UTF-8, or restore it from a copy.",
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise PresetError(f"Preset file {path} is not valid TOML: {exc}.") from None
     return _parse(raw, path)

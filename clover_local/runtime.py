@@ -156,11 +156,17 @@ def plan_for(
     records = load_records()  # decode speeds `bench --llama-bench` measured here: used instead of estimates
 
     if model:
+        from clover_local.plan.local_file import preset_from_header
+
         path = _checked_gguf(Path(model).expanduser())
+        description = _local_header(str(path), path.stat().st_mtime_ns)
+        chosen = preset_from_header(
+            chosen, description, path
+        )  # a file that is not the preset's model: itself
         plan = make_plan(
             machine,
             chosen,
-            _local_header(str(path), path.stat().st_mtime_ns),
+            description,
             wishes,
             str(path),
             speed_records=records,
@@ -332,6 +338,12 @@ def open_unplanned(
     from clover_local.engine.native import default_threads
 
     dplan, reasons = diffusion_plan_for_file(path, ctx, diffusion)
+    if dplan is None and ctx is not None:  # before anything is allocated: the file's own trained context
+        from clover_local.plan.local_file import preset_from_header
+        from clover_local.plan.planner import check_context
+
+        description = _local_header(str(path), path.stat().st_mtime_ns)
+        check_context(ctx, preset_from_header(load_preset(None), description, path))
     n_ctx = dplan.canvas if dplan is not None else ctx or 4096
     settings = {"n_ctx": n_ctx, "n_threads": threads or default_threads(), "n_gpu_layers": 0}
     result = load_engine(

@@ -1,7 +1,8 @@
 """Choices the app remembers: first-run answers and per-model chat settings, in one JSON file.
 
 Pure Python (no Textual). Stored at ``settings.config_dir() / "prefs.json"``. A damaged file is not fatal:
-the app starts with defaults and the next save rewrites it (people should not be locked out by a bad file).
+it is renamed aside (``prefs.json.damaged``, see :mod:`clover_local.user_files`), the person is told, and the
+app starts with defaults (people should not be locked out by a bad file, nor lose it to the next save).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from clover_local import settings
 from clover_local.errors import CloverError, UsageError
 from clover_local.presets import Preset
+from clover_local.user_files import set_aside
 
 
 @dataclass(frozen=True)
@@ -101,13 +103,28 @@ def prefs_path() -> Path:
 
 
 def load_prefs(path: Path | None = None) -> Prefs:
-    """Remembered choices; defaults when there are none or the file is damaged."""
+    """Remembered choices; defaults when there are none. A damaged file is renamed aside, with a
+    notice (:func:`clover_local.user_files.take_notices`), and defaults are used."""
     path = path or prefs_path()
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        return _parse(raw)
-    except (OSError, ValueError, TypeError, KeyError, UsageError):
+        text = path.read_bytes()
+    except FileNotFoundError:
         return Prefs()
+    except OSError as exc:
+        set_aside(
+            path, f"it cannot be read: {exc.strerror or exc}", "clover-local starts with default settings"
+        )
+        return Prefs()
+    try:
+        return _parse(json.loads(text.decode("utf-8")))
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 text: byte {text[exc.start]:#04x} at position {exc.start}"
+    except json.JSONDecodeError as exc:
+        problem = f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    except (ValueError, TypeError, UsageError) as exc:
+        problem = str(exc.what if isinstance(exc, UsageError) else exc).rstrip(".")
+    set_aside(path, problem, "clover-local starts with default settings")
+    return Prefs()
 
 
 def save_prefs(prefs: Prefs, path: Path | None = None) -> Path:
@@ -130,17 +147,51 @@ def save_prefs(prefs: Prefs, path: Path | None = None) -> Path:
     return path
 
 
-def _parse(raw: dict[str, Any]) -> Prefs:
-    fr = raw.get("first_run") or {}
+def _parse(raw: object) -> Prefs:
+    """Prefs from the decoded JSON; ValueError saying which part is wrong when it is not what
+    :func:`save_prefs` writes."""
+    top = _object(raw, "the file")
+    fr = _object(top.get("first_run", {}), "first_run")
     first_run = FirstRun(
-        preset=str(fr.get("preset", "")),
-        quant=str(fr.get("quant", "")),
-        ctx=int(fr.get("ctx", 0)),
-        model_path=str(fr.get("model_path", "")),
+        preset=_text(fr, "preset", "first_run"),
+        quant=_text(fr, "quant", "first_run"),
+        ctx=_integer(fr, "ctx", "first_run"),
+        model_path=_text(fr, "model_path", "first_run"),
     )
     known = set(ModelSettings.__dataclass_fields__)
-    models = {
-        str(k): ModelSettings(**{f: v for f, v in dict(v).items() if f in known}).validated()
-        for k, v in (raw.get("models") or {}).items()
-    }
-    return Prefs(first_run=first_run, models=models, theme=str(raw.get("theme", "")))
+    models: dict[str, ModelSettings] = {}
+    for key, value in _object(top.get("models", {}), "models").items():
+        where = f"models.{key}"
+        fields = {f: v for f, v in _object(value, where).items() if f in known}
+        for name, v in fields.items():
+            wanted = type(getattr(ModelSettings(), name))
+            ok = isinstance(v, wanted) and (wanted is bool or not isinstance(v, bool))
+            if wanted is float and isinstance(v, int) and not isinstance(v, bool):
+                fields[name], ok = float(v), True
+            if not ok:
+                raise ValueError(f"{where}.{name} should be {wanted.__name__}, not {v!r}")
+        models[key] = ModelSettings(**fields).validated()
+    theme = top.get("theme", "")
+    if not isinstance(theme, str):
+        raise ValueError(f"theme should be text, not {theme!r}")
+    return Prefs(first_run=first_run, models=models, theme=theme)
+
+
+def _object(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} should be a JSON object, not {json.dumps(value)[:40]}")
+    return value
+
+
+def _text(table: dict[str, Any], key: str, where: str) -> str:
+    value = table.get(key, "")
+    if not isinstance(value, str):
+        raise ValueError(f"{where}.{key} should be text, not {json.dumps(value)[:40]}")
+    return value
+
+
+def _integer(table: dict[str, Any], key: str, where: str) -> int:
+    value = table.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{where}.{key} should be a whole number, not {json.dumps(value)[:40]}")
+    return value

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import argparse
-
-from clover_local.errors import UsageError
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -25,11 +24,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run(args: argparse.Namespace) -> int:
     model_path = _resolve_model(args.model, args.preset)
-    if args.ctx is not None and args.ctx < 256:
-        raise UsageError(f"--ctx {args.ctx} is too small.", "Use at least 256 tokens.")
+    if args.ctx is not None:
+        _check_ctx(args.ctx, args.preset, model_path)
     from clover_local.tui.app import StartOptions, run_app
 
     return run_app(StartOptions(preset=args.preset, model_path=model_path, ctx=args.ctx))
+
+
+def _check_ctx(ctx: int, preset_name: str | None, model_path: str | None) -> None:
+    """--ctx against the model's limit (its own header's when the file is known), before the app starts."""
+    from clover_local.plan.planner import check_context
+    from clover_local.presets import load_preset
+
+    preset = load_preset(preset_name)
+    if model_path:
+        from clover_local.gguf.header import read_local_header
+        from clover_local.plan.local_file import preset_from_header
+
+        preset = preset_from_header(preset, read_local_header(Path(model_path)), Path(model_path))
+    check_context(ctx, preset)
 
 
 def _resolve_model(model: str | None, preset_name: str | None) -> str | None:

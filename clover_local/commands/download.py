@@ -155,11 +155,13 @@ class ProgressPrinter:
         self._log_every = log_every_s
         self._last = float("-inf")
         self._width = 0
+        self._phase = ""
 
     def __call__(self, p: DownloadProgress) -> None:
         now = time.monotonic()
+        new_phase, self._phase = p.phase != self._phase, p.phase
         if self._json:
-            if p.phase == "done" or now - self._last >= 1.0:
+            if new_phase or now - self._last >= 1.0:
                 self._last = now
                 print(json.dumps({"event": "progress", **asdict(p)}), file=self._stream, flush=True)
             return
@@ -168,7 +170,7 @@ class ProgressPrinter:
             self._stream.write("\r" + line.ljust(self._width))
             self._width = len(line)
             self._stream.flush()
-        elif p.phase == "done" or now - self._last >= self._log_every:
+        elif new_phase or now - self._last >= self._log_every:
             self._last = now
             print(line, file=self._stream, flush=True)
 

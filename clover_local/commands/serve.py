@@ -81,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
     opened = open_engine(plan, preset, choice, speculative=args.speculative, on_log=on_log)
     for notice in opened.notices:
         print(f"note: {notice}", file=sys.stderr)
-    model_file = Path(plan.model_path or "").stem
-    config = ApiConfig(model_id=preset.name, aliases=(model_file,) if model_file else (), api_key=api_key)
+    config = ApiConfig.for_model(preset.name, plan.model_path, api_key)
     print(
         f"serving {config.model_id} on http://{args.host}:{args.port}/v1 "
         f"(context {opened.engine.n_ctx} tokens{', API key required' if api_key else ''}); Ctrl-C stops",

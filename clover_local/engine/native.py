@@ -193,15 +193,19 @@ def build_params(settings: dict[str, Any], *, n_rs_seq: int = 0) -> NativeParams
 
 
 def default_threads() -> int:
-    """Physical cores (llama.cpp's own default), at least one."""
+    """The planner's generation threads for this machine (physical cores less one, at least one)."""
+    import os
+
+    from clover_local.plan.threads import plan_threads
+
     try:
         import psutil
 
-        return max(1, psutil.cpu_count(logical=False) or 1)
+        physical, logical = psutil.cpu_count(logical=False), psutil.cpu_count(logical=True)
     except Exception:  # psutil missing or unsupported platform
-        import os
-
-        return max(1, (os.cpu_count() or 2) // 2)
+        physical = logical = None
+    logical = logical or os.cpu_count() or 2
+    return plan_threads(physical or max(1, logical // 2), logical).threads
 
 
 class LogCapture:

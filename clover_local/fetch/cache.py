@@ -15,7 +15,6 @@ import contextlib
 import os
 import re
 import shutil
-import stat
 import time
 import uuid
 from pathlib import Path
@@ -26,6 +25,8 @@ _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # huggingface_hub 2.x writes `<etag>.<8 hex>.incomplete`, unique per process; we adopt or remove those.
 _HF_TMP_RE = re.compile(r"^(?P<etag>[^.]+)\.[0-9a-f]{8}\.incomplete$")
+# huggingface_hub (and earlier clover-local versions) touch `tmp_<uuid4>` beside the blobs to read permissions.
+_PROBE_RE = re.compile(r"^tmp_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 CORRUPT_SUFFIX = ".corrupt"
 
 
@@ -102,16 +103,26 @@ def link_snapshot(repo: str, commit: str, filename: str, etag: str) -> Path:
 
 
 def move_into_place(partial: Path, blob: Path) -> None:
-    """Give the finished file the cache folder's permissions (not the umask's), then rename it."""
-    probe = partial.parent / f"tmp_{uuid.uuid4()}"
-    try:
-        probe.touch()
-        os.chmod(partial, stat.S_IMODE(probe.stat().st_mode))
-    except OSError:
-        pass
-    finally:
-        probe.unlink(missing_ok=True)
+    """Give the finished file the permissions a new file gets (huggingface_hub makes blobs
+    readable as a new file would be, not 0600), then rename it: one atomic step, nothing else
+    written, so a kill at any point leaves either the partial or the blob."""
+    umask = _current_umask()
+    if umask is not None:
+        with contextlib.suppress(OSError):
+            os.chmod(partial, 0o666 & ~umask)
     os.replace(partial, blob)
+
+
+def _current_umask() -> int | None:
+    """The process's umask, read without changing it (``os.umask`` sets it, racing other
+    threads); None where the OS does not say (the partial then keeps the mode it was created with)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def adopt_orphaned_partials(repo: str, etag: str) -> int:
@@ -149,13 +160,21 @@ def hf_partials(repo: str, etag: str | None = None) -> list[Path]:
 
 def remove_stale_partials(repo: str, live_etags: set[str], *, min_age_s: float = 3600.0) -> list[Path]:
     """Delete partial files that can never be finished: for blobs the repo no longer has, and
-    huggingface_hub leftovers untouched for ``min_age_s`` (a live download writes every second)."""
+    huggingface_hub leftovers untouched for ``min_age_s`` (a live download writes every second),
+    and empty permission probes that old."""
     blobs = repo_folder(repo) / "blobs"
     if not blobs.is_dir():
         return []
     removed = []
     now = time.time()
     for path in blobs.iterdir():
+        if _PROBE_RE.match(path.name):
+            # an empty permission probe (`tmp_<uuid>`) left by a process killed while it existed
+            with contextlib.suppress(OSError):
+                if not path.stat().st_size and now - path.stat().st_mtime >= min_age_s:
+                    path.unlink()
+                    removed.append(path)
+            continue
         if not path.name.endswith(".incomplete"):
             continue
         hf_tmp = _HF_TMP_RE.match(path.name)

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-Phase = Literal["checking", "downloading", "verifying", "done"]
-"""``checking``: reading what is already on disk (resumed partials); ``downloading``: bytes arriving;
+Phase = Literal["waiting", "checking", "downloading", "verifying", "done"]
+"""``waiting``: another process (clover-local or ``hf``) is downloading the same file and holds its lock;
+``checking``: reading what is already on disk (resumed partials); ``downloading``: bytes arriving;
 ``verifying``: hashing against the Hub's sha256; ``done``: all files in place."""
 
 SPEED_WINDOW_S = 5.0
@@ -163,6 +164,8 @@ def status_line(p: DownloadProgress) -> str:
     """One line for a terminal: phase, file, bytes, percent, speed, ETA."""
     shard = f" [{p.file_index + 1}/{p.file_count}]" if p.file_count > 1 else ""
     name = p.file.rsplit("/", 1)[-1]
+    if p.phase == "waiting":
+        return f"waiting     {name}{shard}: another download of this file is running; continuing when it ends"
     pct = 100.0 * p.fraction
     line = f"{p.phase:<11} {name}{shard}  {format_bytes(p.done)} / {format_bytes(p.total)} ({pct:4.1f}%)"
     if p.phase in ("downloading", "verifying", "checking") and p.speed_bps > 0:

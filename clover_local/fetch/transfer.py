@@ -61,26 +61,30 @@ def fetch_blob(
     lock = cache.lock_path(repo, location.etag)
     lock.parent.mkdir(parents=True, exist_ok=True)
     blob.parent.mkdir(parents=True, exist_ok=True)
-    with _hold_lock(lock, cancel):
+    with _hold_lock(lock, cancel, on_wait=lambda: tracker.start("waiting", index)):
         if blob.exists():  # another process finished it while we waited
             return blob
         partial = cache.partial_path(repo, location.etag)
         already = cache.adopt_orphaned_partials(repo, location.etag)
-        if already > location.size:
+        if already > location.size:  # not this file's bytes (the file changed, or a foreign write)
             partial.unlink()
             already = 0
         hasher = hashlib.sha256()
         if already:
             tracker.start("checking", index)
             _hash_into(partial, hasher, tracker, cancel, limit=already)
-        tracker.start("downloading", index, already)
-        with partial.open("ab", buffering=0) as f:  # unbuffered: what write() returned is on disk
-            writer = _HashingWriter(f, hasher, tracker, cancel)
-            _transfer_with_retries(
-                location, writer, relocate, cancel, sleep, filename=filename, partial=partial
-            )
+        if already < location.size:
+            tracker.start("downloading", index, already)
+            with partial.open("ab", buffering=0) as f:  # unbuffered: what write() returned is on disk
+                writer = _HashingWriter(f, hasher, tracker, cancel)
+                _transfer_with_retries(
+                    location, writer, relocate, cancel, sleep, filename=filename, partial=partial
+                )
+            hasher = writer.hasher  # hashed on the way in: no second pass over the file
+        # else: an earlier run got every byte but was stopped before the rename; asking the server
+        # for `bytes=SIZE-` would only get 416, so the partial is verified and put in place as is.
         tracker.start("verifying", index)
-        digest = writer.hexdigest()  # hashed on the way in: no second pass over the file
+        digest = hasher.hexdigest()
         tracker.advance(location.size)
         if sha256 and digest != sha256:
             moved = cache.quarantine_blob(repo, location.etag, partial)
@@ -237,19 +241,28 @@ class _HashingWriter:
     def flush(self) -> None:
         self._f.flush()
 
-    def hexdigest(self) -> str:
-        """The sha256 of the whole file (the resumed prefix was hashed before the transfer)."""
-        return self._hasher.hexdigest()
+    @property
+    def hasher(self) -> hashlib._Hash:
+        """The sha256 of the whole file so far (the resumed prefix was hashed before the transfer)."""
+        return self._hasher
 
 
 class _hold_lock:
-    """Hold huggingface_hub's per-blob lock, waiting as long as needed but staying cancellable."""
+    """Hold huggingface_hub's per-blob lock, waiting as long as needed but staying cancellable;
+    ``on_wait`` runs once, at once, when another process holds it (so the person is told why
+    nothing moves)."""
 
-    def __init__(self, path: Path, cancel: threading.Event | None) -> None:
+    def __init__(self, path: Path, cancel: threading.Event | None, on_wait: Callable[[], None]) -> None:
         self._lock = filelock.FileLock(str(path), mode=0o664)
         self._cancel = cancel
+        self._on_wait = on_wait
 
     def __enter__(self) -> None:
+        try:
+            self._lock.acquire(timeout=0)
+            return
+        except filelock.Timeout:
+            self._on_wait()
         while True:
             try:
                 self._lock.acquire(timeout=0.5)

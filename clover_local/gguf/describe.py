@@ -65,6 +65,7 @@ def describe(headers: list[RawHeader], file_bytes: int, source: str) -> ModelDes
         if getattr(architecture, field) <= 0:
             raise GGUFError(f"{source}: the GGUF header gives no usable {field} for architecture {arch!r}.")
     template = kv.get("tokenizer.chat_template")
+    name = kv.get("general.name")
     return ModelDescription(
         architecture=architecture,
         file_bytes=file_bytes,
@@ -73,6 +74,7 @@ def describe(headers: list[RawHeader], file_bytes: int, source: str) -> ModelDes
         chat_template=template if isinstance(template, str) and template else None,
         source=source,
         diffusion=_diffusion_header(kv, arch),
+        name=name.strip() if isinstance(name, str) and name.strip() else None,
     )
 
 

@@ -58,9 +58,23 @@ def read_local_header(path: Path) -> ModelDescription:
             headers.append(
                 parse_growing(functools.partial(_read_range, f), size, str(shard), FIRST_READ_LOCAL)
             )
+        _check_complete(headers[-1], size, shard)
         total += size
     check_shards(headers, path.name)
     return describe(headers, total, source=str(path))
+
+
+def _check_complete(header: RawHeader, size: int, path: Path) -> None:
+    """A GGUF whose tensor table reaches past the end of the file was cut short (an interrupted copy
+    or download): say so before anything is planned or loaded from it."""
+    needed = header.data_offset + max((t.offset + t.n_bytes for t in header.tensors), default=0)
+    if size < needed:
+        raise GGUFError(
+            f"{path} is truncated: its tensor table needs {needed:,} bytes but the file has {size:,}"
+            f" ({needed - size:,} missing).",
+            "Download or copy it again (`clover-local download` continues an interrupted download;"
+            " `clover-local verify` checks a downloaded file).",
+        )
 
 
 # -- parsing bytes that arrive in pieces ------------------------------------------------------------------

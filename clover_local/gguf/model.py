@@ -52,6 +52,8 @@ class ModelDescription:
     source: str = ""
     diffusion: DiffusionHeader | None = None
     """Set when the architecture decodes by diffusion: the whole canvas is one batch, there is no KV cache."""
+    name: str | None = None
+    """The model's own name (``general.name`` in the GGUF header), if it gives one."""
 
     @property
     def exact(self) -> bool:

@@ -20,6 +20,7 @@ from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_d
 from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
 from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
 from clover_local.plan.speed import LayerWork, predict_tokens_per_s
+from clover_local.plan.threads import plan_threads
 from clover_local.plan.types import Alternative, DeviceMemory, LoadMode, Plan, SpeculativePlan, Wishes
 from clover_local.plan.verify_cost import batch_costs
 from clover_local.presets import TEMPLATE_COMPLETION, TEMPLATE_FROM_GGUF, Preset
@@ -33,6 +34,22 @@ KV_SHARE_LIMIT = 0.10
 SPEED_CTX_SAMPLE = 4096
 """Context filled when predicting decode speed (KV read per token)."""
 N_BATCH, N_UBATCH = 2048, 512
+
+
+def context_limit(preset: Preset) -> int:
+    """The largest context a plan may use: the preset's maximum and the model's training context."""
+    return min(preset.ctx_max, preset.architecture.n_ctx_train)
+
+
+def check_context(ctx: int, preset: Preset) -> None:
+    """A UsageError unless ``ctx`` (``--ctx``) is between 256 and :func:`context_limit`: checked before
+    anything is allocated, so a wrong number is a sentence, not a failed allocation."""
+    limit = context_limit(preset)
+    if not 256 <= ctx <= limit:
+        raise UsageError(
+            f"A context of {ctx} tokens is outside what {preset.display_name} supports.",
+            f"Pick --ctx between 256 and {limit} (the preset's maximum and the model's training context).",
+        )
 
 
 def make_plan(
@@ -58,12 +75,9 @@ def make_plan(
     first = next(iter(candidates.values()))
     if wants_diffusion(preset, first):
         return _plan_diffusion_model(machine, preset, candidates, wishes, model_path, diffusion_wishes)
-    ctx_limit = min(preset.ctx_max, preset.architecture.n_ctx_train)
-    if wishes.ctx is not None and not 256 <= wishes.ctx <= ctx_limit:
-        raise UsageError(
-            f"A context of {wishes.ctx} tokens is outside what {preset.display_name} supports.",
-            f"Pick --ctx between 256 and {ctx_limit} (the preset's maximum and the model's training context).",
-        )
+    ctx_limit = context_limit(preset)
+    if wishes.ctx is not None:
+        check_context(wishes.ctx, preset)
     ctx = wishes.ctx or min(preset.ctx_default, ctx_limit)
     spec = preset.speculative
     enabled = spec.enabled if wishes.speculative is None else wishes.speculative
@@ -89,12 +103,8 @@ def make_plan(
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, ctx))
 
-    physical, logical = machine.cpu.physical_cores, machine.cpu.logical_cores
-    threads = wishes.threads or physical
-    reasons.append(
-        f"{threads} threads for generation (physical cores: more only contend for memory bandwidth), "
-        f"{max(logical, threads)} for prompt processing (logical cores)."
-    )
+    threads = plan_threads(machine.cpu.physical_cores, machine.cpu.logical_cores, wishes.threads)
+    reasons.append(threads.reason)
     reasons.append(
         "Flash attention on: llama.cpp supports it on every backend here, it keeps the compute buffer small "
         "at long context, and a quantized KV cache needs it."
@@ -123,7 +133,7 @@ def make_plan(
         desc, fit.placement, min(ctx, SPEED_CTX_SAMPLE), fit.cache_type, fit.cache_type
     )
     tps, speed_notes = predict_tokens_per_s(
-        machine, gpu_read, ram_read, layer_work(desc, fit.placement, len(machine.gpus)), threads
+        machine, gpu_read, ram_read, layer_work(desc, fit.placement, len(machine.gpus)), threads.threads
     )
     estimate = tps
     tps, speed_source, speed_why = apply_measurements(
@@ -168,8 +178,8 @@ def make_plan(
         speed_source=speed_source,
         estimated_tokens_per_s=round(estimate, 1),
         reasons=tuple(reasons),
-        threads=threads,
-        threads_batch=max(logical, threads),
+        threads=threads.threads,
+        threads_batch=threads.threads_batch,
         n_batch=N_BATCH,
         n_ubatch=N_UBATCH,
         flash_attn="on",
@@ -491,9 +501,8 @@ def _plan_diffusion_model(
     reasons = [why_quant, *dreasons, *_placement_reasons(machine, desc, fit)]
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, canvas))
-    physical, logical = machine.cpu.physical_cores, machine.cpu.logical_cores
-    threads = wishes.threads or physical
-    reasons.append(f"{threads} threads (physical cores); every step is one {canvas}-token batch.")
+    threads = plan_threads(machine.cpu.physical_cores, machine.cpu.logical_cores, wishes.threads)
+    reasons.append(f"{threads.reason.rstrip('.')}; every step is one {canvas}-token batch.")
     load_mode, why_load = _load_mode(machine, fit)
     reasons.append(why_load)
     reasons.append("No speculative decoding: a diffusion model already writes many tokens per step.")
@@ -516,8 +525,8 @@ def _plan_diffusion_model(
         speculative=SpeculativePlan(enabled=False),
         predicted_tokens_per_s=0.0,
         reasons=tuple(reasons),
-        threads=threads,
-        threads_batch=max(logical, threads),
+        threads=threads.threads,
+        threads_batch=threads.threads_batch,
         n_batch=canvas,
         n_ubatch=canvas,
         flash_attn="on",

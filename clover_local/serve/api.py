@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -38,6 +39,7 @@ from clover_local.engine.types import (
 from clover_local.errors import CloverError, RequestRefused
 from clover_local.serve import anthropic_api, responses_api
 from clover_local.serve import openai_schema as oa
+from clover_local.serve import request_guard as guard
 from clover_local.serve import tools as agent
 from clover_local.serve.openai_schema import ApiError, ParsedRequest
 
@@ -50,10 +52,21 @@ class ApiConfig:
     """The name clients pass as ``model`` (``/v1/models`` lists it)."""
     aliases: tuple[str, ...] = ()
     api_key: str | None = None
+    max_body_bytes: int = guard.MAX_BODY_BYTES
 
     @property
     def model_names(self) -> tuple[str, ...]:
         return (self.model_id, *self.aliases)
+
+    @staticmethod
+    def for_model(preset_name: str, model_path: str | None, api_key: str | None = None) -> ApiConfig:
+        """Serve ``model_path`` under the preset's name, and under the GGUF's file name with and
+        without ``.gguf`` (what people copy from `ls` or from `/v1/models` of other servers)."""
+        names: list[str] = []
+        if model_path:
+            path = Path(model_path)
+            names = [n for n in dict.fromkeys((path.name, path.stem)) if n and n != preset_name]
+        return ApiConfig(model_id=preset_name, aliases=tuple(names), api_key=api_key)
 
 
 class _ApiKeyMiddleware:
@@ -101,7 +114,10 @@ class OpenAIServer:
         ]
         return Starlette(
             routes=routes,
-            middleware=[Middleware(_ApiKeyMiddleware, api_key=self.config.api_key)],
+            middleware=[
+                Middleware(guard.BodySizeLimit, max_bytes=self.config.max_body_bytes),
+                Middleware(_ApiKeyMiddleware, api_key=self.config.api_key),
+            ],
             exception_handlers={HTTPException: _http_error},  # type: ignore[dict-item]
         )
 
@@ -372,11 +388,9 @@ async def _cancel_on_disconnect(request: Request, cancel: threading.Event) -> No
 
 
 async def _json_body(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
+    body = guard.decode_json(await request.body())
+    guard.refuse_unsupported(body)
+    return body
 
 
 def _sse(data: dict[str, Any]) -> str:

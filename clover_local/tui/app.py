@@ -17,7 +17,7 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.theme import Theme
 
-from clover_local import runtime, user_prefs
+from clover_local import runtime, user_files, user_prefs
 from clover_local.detect.machine import Machine
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset, load_preset
@@ -59,6 +59,13 @@ class CloverApp(App[None]):
         self.prefs = user_prefs.load_prefs()
 
     def on_mount(self) -> None:
+        try:
+            self._start()
+        finally:
+            for notice in user_files.take_notices():  # a damaged settings file or preset, set aside
+                self.notify(notice, title="A file was set aside", severity="warning", timeout=30)
+
+    def _start(self) -> None:
         if self.prefs.theme and self.prefs.theme in self.available_themes:
             self.theme = self.prefs.theme
         self.theme_changed_signal.subscribe(self, self._remember_theme)

@@ -17,8 +17,6 @@ from clover_local.plan.types import Plan
 from clover_local.presets import Preset
 from clover_local.user_prefs import ModelSettings
 
-SMALL_MACHINE_CORES = 4
-
 
 def describe_models(preset: Preset) -> QuantDescriptions:
     """Exact sizes per quant before downloading (a downloaded file, else the GGUF header read on the Hub with
@@ -30,23 +28,12 @@ def describe_models(preset: Preset) -> QuantDescriptions:
 
 def plan_to_load(plan: Plan, model_settings: ModelSettings) -> Plan:
     """The plan the app loads, and shows as the llama-server command: the planned one with the person's context
-    and speculation choice, and decode threads that leave the UI a core on small machines."""
+    and speculation choice (its threads already leave a core free, for this UI too: ``plan.threads``)."""
     return replace(
         plan,
         ctx=model_settings.ctx,
-        threads=ui_decode_threads(plan.threads),
         speculative=replace(plan.speculative, enabled=model_settings.speculative),
     )
-
-
-def ui_decode_threads(planned: int) -> int:
-    """Decode threads when the app's own UI thread runs beside the engine.
-
-    On a machine with few cores, llama.cpp's threads spin-wait for each other: if one of them loses its core
-    to the UI (rendering streamed text), every token waits. Measured on a 2-core machine: 2 decode threads
-    beside the chat were 10x slower than 1. So small machines leave one core to the UI.
-    """
-    return max(1, planned - 1) if planned <= SMALL_MACHINE_CORES else planned
 
 
 def download(

@@ -16,6 +16,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Static
@@ -115,7 +116,10 @@ class ChatScreen(Screen[None]):
             return
         if self.generating:
             self._pending.append(text)
-            self.notify("Queued: it is sent when this reply ends.", timeout=3)
+            self.notify(
+                "Queued: it is sent when this reply ends (Esc stops the reply and puts it back here).",
+                timeout=3,
+            )
             return
         await self.send(text)
 
@@ -217,9 +221,22 @@ class ChatScreen(Screen[None]):
     # Actions
 
     def action_stop(self) -> None:
-        if self.generating:
-            self._cancel.set()
-            self._pending.clear()
+        """Stop the reply. Messages queued behind it go back into the input (with whatever is being
+        typed after them), unsent but never lost: Enter sends them."""
+        if not self.generating:
+            return
+        self._cancel.set()
+        queued, self._pending = self._pending, []
+        if not queued:
+            return
+        try:
+            prompt = self.query_one("#prompt", Input)
+        except NoMatches:  # the screen is closing
+            return
+        prompt.value = " ".join([*queued, prompt.value.strip()]).strip()
+        prompt.cursor_position = len(prompt.value)
+        prompt.focus()
+        self.notify("Stopped. Your queued message is back in the input: Enter sends it.", timeout=5)
 
     async def action_regenerate(self) -> None:
         if self.generating or not self.history or self.history[-1].role != "assistant":

@@ -26,6 +26,7 @@ from clover_local.presets import Preset
 from clover_local.tui import services
 
 PHASE_WORDS = {
+    "waiting": "Waiting for another download of this file to finish",
     "checking": "Checking what is already on disk",
     "downloading": "Downloading",
     "verifying": "Verifying (sha256)",

@@ -1,0 +1,44 @@
+"""How many CPU threads llama.cpp gets: the one place that decides it, for both engines.
+
+llama.cpp's CPU threads meet at a barrier after every operation of the graph and wait there by spinning
+(``ggml_barrier`` in ggml-cpu.c spins on an atomic; there is no sleeping wait). When the threads fill every
+core and any other process wants one (a browser, a build, the chat UI itself), one thread loses its core for
+a scheduler time slice while the others spin at the barrier, burning the very CPU it needs: decoding drops
+from ~56 to ~0.5 tokens/s on a 2-core machine with one busy process. Leaving one core to the rest of the
+machine keeps it usable: the cost when the machine is idle is one core's share of the work, small where
+decoding is limited by memory bandwidth, and bounded on small machines (measured in the README,
+``scripts/bench_contention.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    threads: int
+    """Generation (decode) threads: llama.cpp ``-t`` / ``n_threads``."""
+    threads_batch: int
+    """Prompt-processing threads: ``-tb`` / ``n_threads_batch``."""
+    reason: str
+
+
+def plan_threads(physical_cores: int, logical_cores: int, wanted: int | None = None) -> ThreadPlan:
+    """Threads for a machine with these cores: one core left free for everything else (at least one
+    thread); ``wanted`` (``--threads``) is honoured for generation."""
+    physical = max(1, physical_cores)
+    logical = max(physical, logical_cores)
+    threads = wanted if wanted and wanted > 0 else max(1, physical - 1)
+    batch = max(threads, logical - 1)
+    if wanted and wanted > 0:
+        why = f"{threads} threads for generation (as asked)"
+    elif physical > 1:
+        why = (
+            f"{threads} threads for generation (physical cores less one: llama.cpp's threads spin-wait for each "
+            "other, so one thread sharing a core with another busy program stalls them all; a free core keeps "
+            "decoding steady when something else runs)"
+        )
+    else:
+        why = "1 thread for generation (one core)"
+    return ThreadPlan(threads, batch, f"{why}, {batch} for prompt processing (logical cores less one).")

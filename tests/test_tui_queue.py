@@ -1,0 +1,58 @@
+"""A message typed while a reply streams is never lost when that reply is stopped (real Gemma 3 270M)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers_tui import ScreenHost
+from textual.widgets import Input
+from waiting import wait_until
+
+from clover_local import user_prefs
+from clover_local.engine.types import ChatEngine
+from clover_local.presets import load_preset
+from clover_local.tui.screens.chat import ChatScreen
+from clover_local.tui.widgets.messages import ReplyView
+
+pytestmark = pytest.mark.slow
+
+COUNTING = "Count from one to five hundred, one number per line."
+QUEUED = "And the moons of Mars?"
+
+
+def _host(engine: ChatEngine) -> ScreenHost:
+    base = user_prefs.ModelSettings.from_preset(load_preset("gemma3-270m"))
+    settings = user_prefs.ModelSettings(**{**base.__dict__, "max_tokens": 900, "ctx": 1024})
+    return ScreenHost(lambda: ChatScreen(engine, "gemma3-270m", settings))
+
+
+async def test_stopping_a_reply_puts_the_queued_message_back_in_the_input(gemma_engine: ChatEngine) -> None:
+    app = _host(gemma_engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        prompt = screen.query_one("#prompt", Input)
+        await pilot.click("#prompt")
+        prompt.value = COUNTING
+        await pilot.press("enter")
+        await wait_until(
+            lambda: screen._reply is not None and screen._reply.deltas_shown > 0,
+            "the first reply to stream",
+            pilot=pilot,
+        )
+        prompt.value = QUEUED
+        await pilot.press("enter")  # queued behind the streaming reply
+        assert prompt.value == "" and screen.generating
+        await pilot.press(*"also Venus")  # a third message, being typed
+        await pilot.press("escape")
+        await wait_until(lambda: not screen.generating, "the stop", pilot=pilot)
+
+        assert screen.query(ReplyView).last().border_subtitle == "stopped"
+        assert prompt.value == f"{QUEUED} also Venus", "the queued text and the typing are both kept"
+        await pilot.pause()
+        assert [m.role for m in screen.history] == ["user", "assistant"], "nothing was sent by itself"
+
+        await pilot.press("enter")  # the person sends it when they want
+        await wait_until(
+            lambda: not screen.generating and len(screen.history) == 4, "the second reply", pilot=pilot
+        )
+        assert screen.history[2].content == f"{QUEUED} also Venus"
