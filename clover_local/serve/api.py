@@ -41,6 +41,7 @@ from clover_local.serve import anthropic_api, responses_api
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import request_guard as guard
 from clover_local.serve import tools as agent
+from clover_local.serve.api_errors import error_body
 from clover_local.serve.openai_schema import ApiError, ParsedRequest
 
 _END = object()
@@ -84,7 +85,7 @@ class _ApiKeyMiddleware:
         auth = headers.get(b"authorization", b"")
         given = auth[7:].strip() if auth[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"")
         if not hmac.compare_digest(given, self.key):
-            body = oa.error_body(
+            body = error_body(
                 "Incorrect or missing API key. Send it as 'Authorization: Bearer <key>'.",
                 code="invalid_api_key",
             )
@@ -207,9 +208,9 @@ class OpenAIServer:
         except ApiError as exc:
             return JSONResponse(exc.body(), status_code=exc.status)
         except RequestRefused as exc:
-            return JSONResponse(oa.error_body(str(exc), code="request_refused"), status_code=400)
+            return JSONResponse(error_body(str(exc), code="request_refused"), status_code=400)
         except CloverError as exc:
-            return JSONResponse(oa.error_body(str(exc), type="server_error"), status_code=500)
+            return JSONResponse(error_body(str(exc), type="server_error"), status_code=500)
         if parsed.stream:
             stream = self._stream_chat if chat else self._stream_completion
             return StreamingResponse(
@@ -306,9 +307,9 @@ class OpenAIServer:
         try:
             text, calls, finished = await self._collect(http_request, request)
         except RequestRefused as exc:
-            return JSONResponse(oa.error_body(str(exc), code="request_refused"), status_code=400)
+            return JSONResponse(error_body(str(exc), code="request_refused"), status_code=400)
         except CloverError as exc:
-            return JSONResponse(oa.error_body(str(exc), type="server_error"), status_code=500)
+            return JSONResponse(error_body(str(exc), type="server_error"), status_code=500)
         rid = oa.new_id("chatcmpl" if chat else "cmpl")
         build = oa.chat_response if chat else oa.completion_response
         body = build(rid, parsed.model, text, finished.stats)
@@ -374,9 +375,9 @@ class OpenAIServer:
                 elif isinstance(event, Finished):
                     yield "done", event
         except RequestRefused as exc:
-            yield "error", oa.error_body(str(exc), code="request_refused")
+            yield "error", error_body(str(exc), code="request_refused")
         except CloverError as exc:
-            yield "error", oa.error_body(str(exc), type="server_error")
+            yield "error", error_body(str(exc), type="server_error")
 
 
 async def _cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
@@ -400,7 +401,7 @@ def _sse(data: dict[str, Any]) -> str:
 async def _http_error(request: Request, exc: HTTPException) -> Response:
     code = "not_found" if exc.status_code == 404 else None
     message = f"{request.method} {request.url.path}: {exc.detail}"
-    return JSONResponse(oa.error_body(message, code=code), status_code=exc.status_code)
+    return JSONResponse(error_body(message, code=code), status_code=exc.status_code)
 
 
 def create_app(engine: ChatEngine, config: ApiConfig) -> Starlette:

@@ -13,6 +13,7 @@ from typing import Any
 
 from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, Role
 from clover_local.serve import tools as agent
+from clover_local.serve.api_errors import ApiError
 
 _ROLES: dict[str, Role] = {
     "system": "system",
@@ -22,35 +23,6 @@ _ROLES: dict[str, Role] = {
 }
 CHAT_OVERHEAD_TOKENS_PER_MESSAGE = 6
 """Template tokens around each message (turn markers, role, newlines): enough for the common templates."""
-
-
-class ApiError(Exception):
-    """A request the server refuses, with OpenAI's error fields."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        code: str | None = None,
-        param: str | None = None,
-        type: str = "invalid_request_error",
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.param = param
-        self.type = type
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.message, code=self.code, param=self.param, type=self.type)
-
-
-def error_body(
-    message: str, *, code: str | None = None, param: str | None = None, type: str = "invalid_request_error"
-) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from clover_local.serve import openai_schema as oa
+from clover_local.serve.api_errors import error_body
 from clover_local.serve.openai_schema import ApiError
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -85,7 +85,7 @@ class BodySizeLimit:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         mib = self.max_bytes / (1024 * 1024)
-        body = oa.error_body(
+        body = error_body(
             f"The request body is larger than this server accepts ({mib:g} MiB).",
             code="request_too_large",
         )

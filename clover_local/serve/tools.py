@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from clover_local.engine.types import ChatMessage, GenerationRequest, ToolCall, ToolSpec
-from clover_local.serve import openai_schema as oa
+from clover_local.serve import api_errors as oa
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _SCHEMA_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}

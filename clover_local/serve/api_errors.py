@@ -1,0 +1,34 @@
+"""The error a request is refused with, in OpenAI's shape: shared by every route and request parser."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """A request the server refuses, with OpenAI's error fields."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.type = type
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, code=self.code, param=self.param, type=self.type)
+
+
+def error_body(
+    message: str, *, code: str | None = None, param: str | None = None, type: str = "invalid_request_error"
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
