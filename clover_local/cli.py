@@ -28,6 +28,7 @@ COMMANDS = (
     "chat",
     "serve",
     "doctor",
+    "worker",
 )
 
 

@@ -22,14 +22,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         metavar="SPEC",
         help="describe a machine instead of detecting it, e.g. ram=32G,gpu=nvidia:12G,cpu=16 (see README)",
     )
+    from clover_local.plan.report import add_rpc_options
+
+    add_rpc_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover_local.detect import detect_machine, parse_simulate
     from clover_local.detect.report import describe_machine, machine_to_dict
+    from clover_local.plan.report import machine_for
 
-    machine = parse_simulate(args.simulate) if args.simulate is not None else detect_machine()
+    machine = machine_for(args.simulate, args.rpc, args.link)
     if args.json:
         print(json.dumps(machine_to_dict(machine), indent=2))
     else:

@@ -8,6 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from clover_local.engine.types import ChatEngine
 from clover_local.errors import UsageError
 
 
@@ -43,6 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="chat template: gguf, completion (plain text, for base models) or a llama.cpp built-in name",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object: text and stats")
+    from clover_local.plan.report import add_rpc_options
+
+    add_rpc_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -69,14 +73,18 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature is not None and args.temperature < 0:
         raise UsageError(f"--temperature must be 0 or more, not {args.temperature}.")
     text = _read_prompt(args)
-    opened = open_embedded(
-        model=args.model,
-        preset=args.preset,
-        ctx=args.ctx,
-        threads=args.threads,
-        chat_template=args.template,
-    )
-    for note in opened.notes:
+    if args.rpc is not None:
+        engine, notes = _open_pooled(args)
+    else:
+        opened = open_embedded(
+            model=args.model,
+            preset=args.preset,
+            ctx=args.ctx,
+            threads=args.threads,
+            chat_template=args.template,
+        )
+        engine, notes = opened.result.engine, opened.notes
+    for note in notes:
         print(f"note: {note}", file=sys.stderr)
     messages = [ChatMessage("system", args.system)] if args.system else []
     messages.append(ChatMessage("user", text))
@@ -87,7 +95,6 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         speculative=None if args.speculative is None else args.speculative == "on",
     )
-    engine = opened.result.engine
     parts: list[str] = []
     stats = None
     try:
@@ -118,3 +125,28 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
+
+
+def _open_pooled(args: argparse.Namespace) -> tuple[ChatEngine, tuple[str, ...]]:
+    """With ``--rpc``: plan over this machine and the workers, and run it in llama-server (the embedded engine
+    has no RPC backend)."""
+    from clover_local.commands.serve import local_model_file
+    from clover_local.plan.report import plan_for
+    from clover_local.serve.engines import choose_engine, open_engine
+
+    if args.template is not None or args.threads is not None:
+        raise UsageError("--template and --threads are not used with --rpc (llama-server takes the plan's).")
+    model = args.model or local_model_file(args.preset)
+    plan, preset = plan_for(args.preset, model=model, ctx=args.ctx, rpc=args.rpc, link=args.link)
+    opened = open_engine(
+        choose_engine("llama-server"),
+        plan,
+        preset,
+        speculative=None if args.speculative is None else args.speculative == "on",
+    )
+    share = plan.network.share if plan.network else 0.0
+    pooled = (
+        f"pooled with {', '.join(plan.rpc_servers)} over RPC: predicted ~{plan.predicted_tokens_per_s:.0f} "
+        f"tokens/s, {share:.0%} of it on the network (alone: ~{plan.alone_tokens_per_s or 0:.0f} tokens/s)"
+    )
+    return opened.engine, (pooled, *opened.notices)

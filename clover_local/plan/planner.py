@@ -46,6 +46,10 @@ def make_plan(
     per quant (e.g. from remote headers) so Q4_K_M and Q8_0 are weighed with exact sizes; quants missing from both
     are described from the preset's fallback sizes.
     """
+    if machine.workers:  # devices lent by other machines (llama.cpp RPC): planned as one machine
+        from clover_local.plan.pooled import pooled_plan
+
+        return pooled_plan(machine, preset, model, wishes, model_path, models=models)
     wishes = wishes or Wishes()
     candidates = _candidates(preset, model, models or {}, wishes)
     ctx_limit = min(preset.ctx_max, preset.architecture.n_ctx_train)

@@ -35,7 +35,44 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         help="plan for a described machine, e.g. ram=32G,gpu=nvidia:12G (see README)",
     )
     parser.add_argument("--model", metavar="PATH", help="a local GGUF: plan with its exact tensor sizes")
+    add_rpc_options(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_rpc_options(parser: argparse.ArgumentParser) -> None:
+    """``--rpc`` and ``--link``: pool devices other machines lend through llama.cpp's RPC backend."""
+    parser.add_argument(
+        "--rpc",
+        metavar="[KIND@]HOST:PORT,...",
+        help="workers started with `clover-local worker` on other machines: their devices are read and planned "
+        "with this machine's (KIND: cpu, gpu:nvidia, gpu:amd, gpu:intel, gpu:apple; see README)",
+    )
+    parser.add_argument(
+        "--link",
+        metavar="BW[/RTT]",
+        help="the network to the workers, e.g. 1Gbit/0.5ms or 300MB/s (default: measured through the worker)",
+    )
+
+
+def machine_for(simulate: str | None, rpc: str | None, link: str | None = None) -> Machine:
+    """This machine (or the ``--simulate`` one) with the ``--rpc`` workers read through the RPC protocol."""
+    from clover_local.detect import detect_machine, parse_simulate
+
+    machine = parse_simulate(simulate) if simulate is not None else detect_machine()
+    if link is not None and rpc is None:
+        raise UsageError(
+            "--link describes the network to --rpc workers.", "Add --rpc HOST:PORT, or drop --link."
+        )
+    if rpc is None:
+        return machine
+    if machine.workers:
+        raise UsageError(
+            "Workers are given twice: with --rpc and with rpc= in --simulate.",
+            "Describe them one way: --rpc probes real workers, rpc= describes imagined ones.",
+        )
+    from clover_local.rpc.probe import probe_workers
+
+    return replace(machine, workers=probe_workers(rpc, link=link))
 
 
 def add_size_options(parser: argparse.ArgumentParser) -> None:
@@ -57,6 +94,8 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Preset]:
         goal=args.goal,
         simulate=args.simulate,
         offline=getattr(args, "offline", False),
+        rpc=getattr(args, "rpc", None),
+        link=getattr(args, "link", None),
     )
 
 
@@ -69,17 +108,18 @@ def plan_for(
     goal: Goal = "quality",
     simulate: str | None = None,
     offline: bool = False,
+    rpc: str | None = None,
+    link: str | None = None,
 ) -> tuple[Plan, Preset]:
     """Detect (or simulate) the machine, describe the model (a local file's header, else each quant's from
     ``describe_quants``), and plan. A quant already on this machine is planned with its file as the model."""
     from pathlib import Path
 
-    from clover_local.detect import detect_machine, parse_simulate
     from clover_local.plan.planner import make_plan
     from clover_local.presets import load_preset
 
     preset = load_preset(preset_name)
-    machine = parse_simulate(simulate) if simulate is not None else detect_machine()
+    machine = machine_for(simulate, rpc, link)
     wishes = Wishes(quant=quant, ctx=ctx, goal=goal)
     if model:
         from clover_local.gguf.header import read_local_header
@@ -151,17 +191,18 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
         if plan.n_gpu_layers < 0
         else f"{plan.n_gpu_layers} layers on the GPU"
     )
+    width = max([8, *(len(d.name) for d in plan.memory.gpus)])
     lines = [
         f"{preset.display_name}: {plan.quant} ({fb(plan.file_bytes)}), context {plan.ctx}, {where}, "
         f"KV {plan.cache_type_k}, ~{plan.predicted_tokens_per_s:.0f} tokens/s (estimate)"
         + ("" if plan.fits else "  [DOES NOT FIT WELL]"),
         "",
-        f"{'memory':8} {'weights':>11} {'KV cache':>11} {'recurrent':>11} {'compute':>11} {'total':>11} "
+        f"{'memory':{width}} {'weights':>11} {'KV cache':>11} {'recurrent':>11} {'compute':>11} {'total':>11} "
         f"{'available':>11} {'margin':>10}",
     ]
     for d in (*plan.memory.gpus, plan.memory.ram):
         lines.append(
-            f"{d.name:8} {fb(d.weights_bytes):>11} {fb(d.kv_cache_bytes):>11} {fb(d.recurrent_state_bytes):>11} "
+            f"{d.name:{width}} {fb(d.weights_bytes):>11} {fb(d.kv_cache_bytes):>11} {fb(d.recurrent_state_bytes):>11} "
             f"{fb(d.compute_bytes):>11} {fb(d.used_bytes):>11} {fb(d.capacity_bytes):>11} {fb(d.margin_bytes):>10}"
             + ("" if d.fits else "  short")
         )

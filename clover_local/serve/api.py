@@ -92,6 +92,12 @@ class OpenAIServer:
         )
 
     async def health(self, request: Request) -> Response:
+        problem = getattr(self.engine, "problem", None)
+        error = problem() if callable(problem) else None
+        if error:  # e.g. the llama-server behind it stopped because a worker (RPC) was lost
+            return JSONResponse(
+                {"status": "error", "model": self.config.model_id, "error": error}, status_code=503
+            )
         return JSONResponse({"status": "ok", "model": self.config.model_id, "busy": self._lock.locked()})
 
     async def models(self, request: Request) -> Response:

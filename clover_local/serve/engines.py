@@ -74,6 +74,12 @@ def open_engine(
             "No local model file to serve.",
             "Download it first (clover-local download), or pass --model PATH.",
         )
+    if plan.rpc_servers and choice.kind == "embedded":
+        raise UsageError(
+            f"The plan pools other machines' devices (--rpc {','.join(plan.rpc_servers)}), but the embedded engine "
+            "(llama-cpp-python's wheel) has no RPC backend.",
+            "Use --engine llama-server (scripts/build-llama-server builds one with RPC), or drop --rpc.",
+        )
     if speculative is not None and speculative != plan.speculative.enabled:
         plan = replace(plan, speculative=replace(plan.speculative, enabled=speculative))
     if choice.kind == "embedded":
