@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clover_local.plan.types import Plan
+    from clover_local.presets import Preset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -24,6 +29,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--binary", default="llama-server", help="llama-server binary (default: llama-server)"
     )
+    parser.add_argument(
+        "--engine",
+        choices=("llama-server", "vllm", "sglang"),
+        default="llama-server",
+        help="llama-server (default), or the command for a GPU server with vLLM or SGLang (the path beyond RPC)",
+    )
+    parser.add_argument(
+        "--hf-model",
+        metavar="REPO",
+        help="vLLM/SGLang: the safetensors repo (default: the GGUF repo without -GGUF)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -32,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from clover_local.plan.report import plan_from_args
 
     plan, preset = plan_from_args(args)
+    if args.engine != "llama-server":
+        return _print_gpu_server_command(args, plan, preset)
     argv = [args.binary]
     if plan.model_path is None:
         argv += ["-hf", f"{preset.repo}:{plan.quant}"]
@@ -41,5 +59,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not plan.fits:
             print("# warning: this plan does not fit well; see `clover-local plan` for why")
+        print(shlex.join(argv))
+    return 0
+
+
+def _print_gpu_server_command(args: argparse.Namespace, plan: Plan, preset: Preset) -> int:
+    from clover_local.plan.server_engines import notes, sglang_argv, vllm_argv
+
+    build = vllm_argv if args.engine == "vllm" else sglang_argv
+    argv = build(plan, preset, args.hf_model)
+    if args.json:
+        print(
+            json.dumps(
+                {"engine": args.engine, "argv": argv, "command": shlex.join(argv), "notes": notes(plan)}
+            )
+        )
+    else:
+        for note in notes(plan):
+            print(f"# {note}")
         print(shlex.join(argv))
     return 0
