@@ -21,6 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--ctx", type=int, metavar="N", help="context size in tokens (default: saved or preset)"
     )
+    from clover_local.plan.report import add_rpc_options
+
+    add_rpc_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -28,9 +31,20 @@ def run(args: argparse.Namespace) -> int:
     model_path = _resolve_model(args.model, args.preset)
     if args.ctx is not None and args.ctx < 256:
         raise UsageError(f"--ctx {args.ctx} is too small.", "Use at least 256 tokens.")
+    if args.link is not None:
+        raise UsageError("chat measures the link to the workers itself; --link is for plan and command.")
+    if args.rpc is not None and model_path is None:
+        raise UsageError(
+            "chat --rpc needs the model on disk.",
+            "Download it first (clover-local download), or pass --model PATH.",
+        )
+    if args.rpc is not None:
+        from clover_local.detect.remote import parse_rpc
+
+        parse_rpc(args.rpc)  # a typo is said now, not inside the app
     from clover_local.tui.app import StartOptions, run_app
 
-    return run_app(StartOptions(preset=args.preset, model_path=model_path, ctx=args.ctx))
+    return run_app(StartOptions(preset=args.preset, model_path=model_path, ctx=args.ctx, rpc=args.rpc))
 
 
 def _resolve_model(model: str | None, preset_name: str | None) -> str | None:

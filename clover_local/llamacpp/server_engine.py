@@ -79,6 +79,9 @@ class LlamaServerEngine:
         return self._n_ctx
 
     def count_tokens(self, text: str) -> int:
+        gone = self.problem()
+        if gone:
+            raise ServerError(gone)
         resp = http_client.request(
             self.base_url, "POST", "/tokenize", {"content": text, "add_special": False}, api_key=self._api_key
         )

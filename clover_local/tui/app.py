@@ -31,6 +31,8 @@ class StartOptions:
     simulate: str | None = None
     """Plan for a described machine (``--simulate`` syntax) instead of this one."""
     ctx: int | None = None
+    rpc: str | None = None
+    """Workers lending devices over llama.cpp RPC (``--rpc``): the model then runs in llama-server."""
 
 
 def model_key(preset: Preset, model_path: str | None, *, preset_chosen: bool = True) -> str:
@@ -91,7 +93,9 @@ class CloverApp(App[None]):
             settings = replace(settings, ctx=self.options.ctx)
         elif plan is not None:
             settings = replace(settings, ctx=plan.ctx)
-        screen = LaunchScreen(model_path, preset, settings, plan, auto_continue=auto_continue, key=key)
+        screen = LaunchScreen(
+            model_path, preset, settings, plan, auto_continue=auto_continue, key=key, rpc=self.options.rpc
+        )
         if len(self.screen_stack) > 1:
             self.switch_screen(screen)
         else:

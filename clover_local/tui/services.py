@@ -23,8 +23,13 @@ from clover_local.presets import Preset
 from clover_local.user_prefs import ModelSettings
 
 
-def detect(simulate: str | None = None) -> Machine:
-    """The real machine, or a described one (``--simulate`` syntax)."""
+def detect(simulate: str | None = None, rpc: str | None = None) -> Machine:
+    """The real machine, or a described one (``--simulate`` syntax), with the ``--rpc`` workers when given
+    (read through the RPC protocol: network I/O, call from a worker)."""
+    if rpc:
+        from clover_local.plan.report import machine_for
+
+        return machine_for(simulate, rpc)
     if simulate:
         from clover_local.detect import parse_simulate
 
@@ -102,6 +107,8 @@ def load(
     """Load the model as the plan says (or with the person's context when there is no plan)."""
     from clover_local.engine.loader import load_engine
 
+    if plan is not None and plan.rpc_servers:
+        return _load_pooled(preset, model_settings, plan)
     if plan is not None:
         from clover_local.plan.llama_args import llama_cpp_kwargs
 
@@ -123,6 +130,34 @@ def load(
         placement=str(result.placement),
         fallback_message=result.fallback_message,
         settings_used=dict(result.settings_used),
+    )
+
+
+def _load_pooled(preset: Preset, model_settings: ModelSettings, plan: Plan) -> Loaded:
+    """A plan with workers runs in llama-server (llama-cpp-python's wheel has no RPC backend)."""
+    from dataclasses import replace
+
+    from clover_local.detect.units import format_bytes
+    from clover_local.serve.engines import choose_engine, open_engine
+
+    opened = open_engine(
+        choose_engine("llama-server"),
+        replace(plan, ctx=model_settings.ctx),
+        preset,
+        speculative=model_settings.speculative,
+    )
+    devices = "; ".join(
+        f"{d.name} {format_bytes(d.used_bytes)}" for d in (*plan.memory.gpus, plan.memory.ram)
+    )
+    placement = (
+        f"Pooled with {', '.join(plan.rpc_servers)} over RPC, in llama-server: {devices}; "
+        f"predicted ~{plan.predicted_tokens_per_s:.0f} tokens/s"
+    )
+    return Loaded(
+        engine=opened.engine,
+        placement=placement,
+        fallback_message="; ".join(opened.notices) or None,
+        settings_used={},
     )
 
 

@@ -56,8 +56,11 @@ class LaunchScreen(Screen[None]):
         *,
         auto_continue: bool = False,
         key: str = "",
+        rpc: str | None = None,
     ) -> None:
         super().__init__()
+        self.rpc = rpc
+        """Workers (``--rpc``) to plan with when no plan is given."""
         self.key = key or preset.name
         """What the model's settings are saved under."""
         self.model_path = model_path
@@ -113,8 +116,12 @@ class LaunchScreen(Screen[None]):
             # (GPU layers, experts, threads). Without a plan the model still loads, with llama.cpp's defaults.
             try:
                 ctx = self.model_settings.ctx
-                plan = services.make_plan(services.detect(), self.preset, "auto", ctx, self.model_path)
-            except CloverError:
+                machine = services.detect(rpc=self.rpc)
+                plan = services.make_plan(machine, self.preset, "auto", ctx, self.model_path)
+            except CloverError as exc:
+                if self.rpc:  # workers were asked for: loading without them would hide the problem
+                    self.post_message(LaunchScreen.Ready(None, str(exc)))
+                    return
                 plan = None
             else:
                 self.post_message(LaunchScreen.Planned(plan))
