@@ -177,6 +177,11 @@ def test_every_pooled_plan_fits_per_device_and_says_whether_pooling_pays(spec: s
     machine = parse_simulate(spec)
     alone = make_plan(parse_simulate(re.sub(r",(rpc|link)=[^,]+", "", spec)), clover, None, Wishes())
     lent = [d for w in machine.workers for d in w.devices]
+    if not plan.rpc_servers:  # this machine's GPU holds everything and is faster alone: workers left out
+        assert any(r.startswith("Workers not used") for r in plan.reasons)
+        assert plan.memory == alone.memory and "--rpc" not in llama_server_args(plan)
+        assert plan.alone_tokens_per_s == alone.predicted_tokens_per_s
+        return
     assert len(plan.memory.gpus) == len(machine.gpus) + len(lent)
     assert [d.name for d in plan.memory.gpus[len(machine.gpus) :]] == [d.label for d in lent]
     if plan.fits:

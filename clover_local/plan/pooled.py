@@ -126,6 +126,17 @@ def pooled_plan(
         share=net_s / total_s if total_s > 0 else 0.0,
         links=describe_links({e: links[e] for e in links}),
     )
+    if _alone_on_gpu(machine, alone) and tps < alone.predicted_tokens_per_s:
+        return replace(
+            alone,
+            reasons=(
+                *alone.reasons,
+                f"Workers not used ({', '.join(w.endpoint for w in machine.workers)}): this machine's GPU memory "
+                f"holds everything, and pooling would be slower (~{tps:.0f} vs ~{alone.predicted_tokens_per_s:.0f} "
+                "tokens/s predicted), so --rpc is left out.",
+            ),
+            alone_tokens_per_s=alone.predicted_tokens_per_s,
+        )
     reasons = [_rename(r, names) for r in plan.reasons]
     reasons = [
         _speed_reason(tps, device_s, network, desc) if r.startswith("Predicted decode ~") else r
@@ -146,6 +157,11 @@ def pooled_plan(
         alone_tokens_per_s=alone.predicted_tokens_per_s,
         backend=machine.offload_backend if uses_gpus(machine) else "rpc",
     )
+
+
+def _alone_on_gpu(machine: Machine, alone: Plan) -> bool:
+    """This machine alone runs everything from its GPU memory (nothing a worker could speed up)."""
+    return uses_gpus(machine) and alone.fits and alone.n_gpu_layers < 0 and alone.n_cpu_moe == 0
 
 
 def _device_names(machine: Machine, remote: tuple[RemoteDevice, ...]) -> list[str]:
