@@ -131,6 +131,7 @@ def _open_pooled(args: argparse.Namespace) -> tuple[ChatEngine, tuple[str, ...]]
     """With ``--rpc``: plan over this machine and the workers, and run it in llama-server (the embedded engine
     has no RPC backend)."""
     from clover_local.commands.serve import local_model_file
+    from clover_local.plan.pooled import pooling_summary
     from clover_local.plan.report import plan_for
     from clover_local.serve.engines import choose_engine, open_engine
 
@@ -144,9 +145,5 @@ def _open_pooled(args: argparse.Namespace) -> tuple[ChatEngine, tuple[str, ...]]
         preset,
         speculative=None if args.speculative is None else args.speculative == "on",
     )
-    share = plan.network.share if plan.network else 0.0
-    pooled = (
-        f"pooled with {', '.join(plan.rpc_servers)} over RPC: predicted ~{plan.predicted_tokens_per_s:.0f} "
-        f"tokens/s, {share:.0%} of it on the network (alone: ~{plan.alone_tokens_per_s or 0:.0f} tokens/s)"
-    )
-    return opened.engine, (pooled, *opened.notices)
+    summary = pooling_summary(plan)
+    return opened.engine, (*([summary] if summary else []), *opened.notices)

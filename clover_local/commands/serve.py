@@ -94,6 +94,11 @@ def run(args: argparse.Namespace) -> int:
         print(warning, file=sys.stderr)
     resolve_model(args)
     plan, preset = plan_from_args(args)
+    from clover_local.plan.pooled import pooling_summary
+
+    summary = pooling_summary(plan)
+    if summary:
+        print(f"note: {summary}", file=sys.stderr)
     choice = choose_engine(args.engine, args.llama_server)
     print(f"engine: {choice.kind} ({choice.why})", file=sys.stderr)
     on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None

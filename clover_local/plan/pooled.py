@@ -255,3 +255,17 @@ def _versus_alone(alone: Plan, plan: Plan, tps: float) -> str:
             "unless you need the memory."
         )
     return f"{head}: {verdict}"
+
+
+def pooling_summary(plan: Plan) -> str | None:
+    """One line for ``serve`` and ``run``: which workers the plan uses and what the network costs, or why the
+    workers were left out; None for a plan made without workers."""
+    if plan.alone_tokens_per_s is None:
+        return None
+    if not plan.rpc_servers:
+        return next((r for r in plan.reasons if r.startswith("Workers not used")), None)
+    share = plan.network.share if plan.network else 0.0
+    return (
+        f"pooled with {', '.join(plan.rpc_servers)} over RPC: predicted ~{plan.predicted_tokens_per_s:.0f} tokens/s, "
+        f"{share:.0%} of the time on the network (this machine alone: ~{plan.alone_tokens_per_s:.0f} tokens/s)"
+    )
