@@ -31,14 +31,14 @@ sys.path.insert(0, str(ROOT))
 
 from clover_local.detect import detect_machine, parse_simulate  # noqa: E402
 from clover_local.engine.types import ChatMessage, Finished, GenerationRequest  # noqa: E402
+from clover_local.llamacpp.rpc_server import start_worker  # noqa: E402
+from clover_local.llamacpp.server import free_port, plan_server_argv, start_llama_server  # noqa: E402
+from clover_local.llamacpp.server_engine import LlamaServerEngine  # noqa: E402
 from clover_local.plan.planner import make_plan  # noqa: E402
 from clover_local.plan.report import machine_for  # noqa: E402
 from clover_local.plan.types import Plan, Wishes  # noqa: E402
 from clover_local.presets import load_preset  # noqa: E402
-from clover_local.rpc.worker import start_worker  # noqa: E402
-from clover_local.serve.llama_server import free_port, plan_server_argv, start_llama_server  # noqa: E402
-from clover_local.serve.llama_server_engine import LlamaServerEngine  # noqa: E402
-from clover_local.testmodels import gemma_path  # noqa: E402
+from clover_local.testing.models import gemma_path  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 

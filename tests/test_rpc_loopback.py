@@ -22,17 +22,17 @@ from clover_local import settings
 from clover_local.detect import parse_simulate
 from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, TextDelta
 from clover_local.errors import ServerError
+from clover_local.llamacpp.binary import ServerBinary
+from clover_local.llamacpp.rpc_server import WorkerProcess, start_worker
+from clover_local.llamacpp.server import free_port, plan_server_argv, start_llama_server
+from clover_local.llamacpp.server_engine import LlamaServerEngine
 from clover_local.plan import memory
 from clover_local.plan.planner import make_plan
 from clover_local.plan.types import Plan, Wishes
 from clover_local.presets import load_preset
 from clover_local.rpc.probe import probe_workers
 from clover_local.rpc.protocol import probe_worker
-from clover_local.rpc.worker import WorkerProcess, start_worker
-from clover_local.serve.binary import ServerBinary
-from clover_local.serve.llama_server import free_port, plan_server_argv, start_llama_server
-from clover_local.serve.llama_server_engine import LlamaServerEngine
-from clover_local.testmodels import gemma_path
+from clover_local.testing.models import gemma_path
 from tests.helpers_serve import llama_server_path, wait_until
 
 pytestmark = pytest.mark.slow

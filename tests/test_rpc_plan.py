@@ -254,7 +254,7 @@ def test_link_without_rpc_is_refused(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_unreachable_worker_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    from clover_local.serve.llama_server import free_port
+    from clover_local.llamacpp.server import free_port
 
     port = free_port()
     assert main(["plan", "--offline", "--rpc", f"127.0.0.1:{port}"]) == 1

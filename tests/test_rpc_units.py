@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
+from clover_local.llamacpp.rpc_server import WorkerDevice, rpc_spec
+from clover_local.llamacpp.server import free_port
 from clover_local.rpc.failures import explain_rpc_failure, rpc_endpoints
-from clover_local.rpc.worker import WorkerDevice, rpc_spec
-from clover_local.serve.llama_server import free_port
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover_local.rpc.worker import lan_addresses, rpc_spec, start_worker
+    from clover_local.llamacpp.rpc_server import lan_addresses, rpc_spec, start_worker
 
     host = args.host.strip()
     endpoint = f"{host}:{args.port}"

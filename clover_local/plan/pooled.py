@@ -17,7 +17,7 @@ from dataclasses import replace
 from clover_local.detect.machine import Gpu, Machine
 from clover_local.detect.remote import Link, RemoteDevice
 from clover_local.detect.units import format_bytes as fb
-from clover_local.model import ModelDescription, describe_from_preset
+from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.plan import memory
 from clover_local.plan.fit import uses_gpus
 from clover_local.plan.network import describe_links, network_cost_per_token

@@ -130,7 +130,7 @@ class WorkerProcess:
     """One running ``rpc-server``; :func:`start_worker` makes one."""
 
     def __init__(self, argv: list[str], host: str, port: int, on_log: Callable[[str], None] | None) -> None:
-        from clover_local.serve.llama_server import _popen, _signal_group
+        from clover_local.llamacpp.server import _popen, _signal_group
 
         self.argv, self.host, self.port = argv, host, port
         self._signal_group = _signal_group
