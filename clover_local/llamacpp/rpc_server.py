@@ -137,6 +137,8 @@ class WorkerProcess:
         self._tail: collections.deque[str] = collections.deque(maxlen=200)
         self._on_log = on_log
         self.devices: list[WorkerDevice] = []
+        self._greeted = threading.Event()
+        """Set once rpc-server flushed its start-up lines (it flushes when it accepts a client)."""
         try:
             self._proc = _popen(argv, dict(os.environ))
         except OSError as exc:
@@ -160,6 +162,8 @@ class WorkerProcess:
             m = _DEVICE_LINE_RE.match(line)
             if m:
                 self.devices.append(WorkerDevice(m["name"], m["desc"], int(m["total"]), int(m["free"])))
+            if "Accepted client connection" in line:
+                self._greeted.set()
             if self._on_log is not None:
                 with contextlib.suppress(Exception):
                     self._on_log(line)
@@ -183,7 +187,7 @@ class WorkerProcess:
                     + self.log_tail()
                 )
             try:
-                return probe_worker(probe_host, self.port, measure=False, timeout_s=2.0)
+                report = probe_worker(probe_host, self.port, measure=False, timeout_s=2.0)
             except RpcError:
                 if time.monotonic() > deadline:
                     self.stop()
@@ -191,7 +195,11 @@ class WorkerProcess:
                         f"rpc-server did not answer on {self.endpoint} after {timeout_s:.0f} s. Its last lines:\n"
                         + self.log_tail()
                     ) from None
-            time.sleep(0.2)
+                time.sleep(0.2)
+                continue
+            # rpc-server prints its devices with printf into a pipe: they arrive when it flushes, on accepting us
+            self._greeted.wait(timeout=10.0)
+            return report
 
     def wait(self) -> int:
         return self._proc.wait()
