@@ -6,3 +6,7 @@ Textual, and ``llama_cpp`` is imported lazily where it is used.
 """
 
 __version__ = "0.1.0"
+
+from clover_local._native import preload_llama_library as _preload_llama_library
+
+_preload_llama_library()  # before anything imports numpy: see clover_local._native

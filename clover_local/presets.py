@@ -180,7 +180,7 @@ class _Reader:
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             names = " or ".join(k.__name__ for k in kinds)
             raise self._fail(key, f"must be {names}, not {type(value).__name__} {value!r}")
-        if positive and value <= 0:
+        if positive and isinstance(value, int | float) and value <= 0:
             raise self._fail(key, f"must be positive, not {value!r}")
         return value
 

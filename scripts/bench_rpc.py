@@ -35,9 +35,9 @@ from clover_local.llamacpp.rpc_server import start_worker  # noqa: E402
 from clover_local.llamacpp.server import free_port, plan_server_argv, start_llama_server  # noqa: E402
 from clover_local.llamacpp.server_engine import LlamaServerEngine  # noqa: E402
 from clover_local.plan.planner import make_plan  # noqa: E402
-from clover_local.plan.report import machine_for  # noqa: E402
 from clover_local.plan.types import Plan, Wishes  # noqa: E402
 from clover_local.presets import load_preset  # noqa: E402
+from clover_local.runtime import detect  # noqa: E402
 from clover_local.testing.models import gemma_path  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -72,7 +72,7 @@ def main() -> int:
     workers = [start_worker("127.0.0.1", free_port(), threads=threads) for _ in range(2)]
     try:
         rpc = ",".join(f"cpu@{w.endpoint}" for w in workers)
-        pooled_machine = machine_for(None, rpc)
+        pooled_machine = detect(None, rpc)
         a, b = workers
         split_machine = parse_simulate(
             f"ram={machine.memory.total_bytes},cpu={threads},rpc=cpu:1060M@{a.endpoint},"

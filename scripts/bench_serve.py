@@ -124,14 +124,14 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    from clover_local.commands.serve import local_model_file
-    from clover_local.llamacpp.server import find_llama_server, start_llama_server
-    from clover_local.plan.report import plan_for
+    from clover_local.llamacpp.binary import find_llama_server
+    from clover_local.llamacpp.server import start_llama_server
+    from clover_local.presets import load_preset
+    from clover_local.runtime import EngineChoice, choose_engine, open_engine, plan_for, require_model
     from clover_local.serve.api import ApiConfig
-    from clover_local.serve.engines import EngineChoice, choose_engine, open_engine
     from clover_local.serve.runner import BackgroundServer
 
-    model = args.model or local_model_file(args.preset)
+    model = str(require_model(None if args.model else load_preset(args.preset), args.model))
     plan, preset = plan_for(args.preset, model=model, ctx=args.ctx)
     binary = find_llama_server()
     configs: list[Config] = []
@@ -151,7 +151,7 @@ def main() -> int:
                 ("serve llama-server, speculation off", choice, False),
             ]
         for name, choice, spec in engines:
-            opened = open_engine(choice, plan, preset, speculative=spec)
+            opened = open_engine(plan, preset, choice, speculative=spec)
             stack.callback(opened.engine.close)
             server = BackgroundServer(opened.engine, ApiConfig(BENCH_MODEL))
             stack.enter_context(server)

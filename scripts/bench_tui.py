@@ -30,7 +30,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from clover_local import user_prefs
+from clover_local import runtime, user_prefs
 from clover_local.engine.types import ChatEngine, ChatMessage, Finished, GenerationRequest, TextDelta
 from clover_local.presets import load_preset
 from clover_local.testing.models import gemma_path
@@ -118,8 +118,8 @@ def main() -> int:
     settings = replace(
         user_prefs.ModelSettings.from_preset(preset), max_tokens=args.tokens, ctx=2048, speculative=False
     )
-    loaded = services.load(str(gemma_path()), preset, settings, None, lambda _: None)
-    engine = loaded.engine
+    plan, _ = runtime.plan_for(preset, model=gemma_path(), ctx=settings.ctx)
+    engine = runtime.open_engine(services.plan_to_load(plan, settings), preset).engine
     request = GenerationRequest(
         messages=(ChatMessage("user", PROMPT),),
         max_tokens=settings.max_tokens,

@@ -12,6 +12,8 @@ import pytest
 if TYPE_CHECKING:
     from hub_server import HubServer
 
+    from clover_local.engine.types import ChatEngine
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -85,3 +87,19 @@ def tiny_models() -> dict[str, Path]:
     from clover_local.testing.models import TINY_KINDS, tiny_model
 
     return {kind: tiny_model(kind) for kind in TINY_KINDS}
+
+
+@pytest.fixture(scope="session")
+def gemma_engine(gemma_path: Path) -> Iterator[ChatEngine]:
+    """The real Gemma 3 270M in the embedded engine, planned for this machine with a 1024-token context as the
+    app loads it (one UI core left on small machines), loaded once per session."""
+    from clover_local import runtime, user_prefs
+    from clover_local.presets import load_preset
+    from clover_local.tui.services import plan_to_load
+
+    preset = load_preset("gemma3-270m")
+    settings = user_prefs.ModelSettings(ctx=1024, speculative=True)
+    plan, _ = runtime.plan_for(preset, model=gemma_path, ctx=settings.ctx)
+    engine = runtime.open_engine(plan_to_load(plan, settings), preset).engine
+    yield engine
+    engine.close()

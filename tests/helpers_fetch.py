@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from hub_server import HubServer
 
 REPO = "acme/Clover-Tiny-GGUF"
@@ -36,12 +33,3 @@ def add_shards(hub: HubServer, repo: str, base: str, sizes: list[int]) -> dict[s
 
 def bytes_served_total(hub: HubServer, repo: str, paths: list[str]) -> int:
     return sum(hub.bytes_served(repo, p) for p in paths)
-
-
-def wait_until(predicate: Callable[[], bool], what: str, limit_s: float = 60.0) -> None:
-    """Poll ``predicate``; fail (naming ``what``) only if it never holds within a generous limit."""
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"never happened: {what}")
-        time.sleep(0.02)

@@ -8,8 +8,7 @@ import json
 import os
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,15 +82,6 @@ class RecordingEngine:
 
     def close(self) -> None:
         self.inner.close()
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until true; fail (not a speed assertion: the limit is generous) otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def raw_post(base_url: str, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:

@@ -1,42 +1,15 @@
-"""Helpers for the TUI tests: wait for a condition instead of sleeping, and a host app for one screen."""
+"""Helpers for the TUI tests: a host app for one screen, and an engine for pictures that never generates."""
 
 from __future__ import annotations
 
-import asyncio
+import threading
 from collections.abc import Callable, Iterator
 
-import pytest
 from textual.app import App
-from textual.pilot import Pilot
 from textual.screen import Screen
 
-from clover_local import user_prefs
-from clover_local.engine.types import ChatEngine
-from clover_local.presets import load_preset
-from clover_local.testing.models import gemma_path
-from clover_local.tui import services
+from clover_local.engine.types import GenerationEvent, GenerationRequest
 from clover_local.tui.app import CloverApp
-
-
-async def wait_until(pilot: Pilot, predicate: Callable[[], bool], what: str, limit_s: float = 120.0) -> None:
-    """Let the app run until ``predicate()`` holds. ``limit_s`` only keeps a broken test from hanging."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"gave up waiting for: {what}")
-        await pilot.pause(0.02)
-
-
-@pytest.fixture(scope="session")
-def gemma_engine() -> Iterator[ChatEngine]:
-    """The real Gemma 3 270M, loaded once per session with a small context (import this fixture to use it)."""
-    preset = load_preset("gemma3-270m")
-    loaded = services.load(
-        str(gemma_path()), preset, user_prefs.ModelSettings(ctx=1024, speculative=True), None, lambda _: None
-    )
-    yield loaded.engine
-    loaded.engine.close()
 
 
 class ScreenHost(App[None]):
@@ -50,3 +23,33 @@ class ScreenHost(App[None]):
 
     def on_mount(self) -> None:
         self.push_screen(self._make_screen())
+
+
+class StillEngine:
+    """A ``ChatEngine`` for snapshot tests, which show a saved conversation and never generate: its name and
+    context are those of the Gemma test model loaded with a 1024-token context, so the pictures are the same
+    without loading a model. Generating is a test bug and fails loudly."""
+
+    model_name = "Gemma 3 270m"
+    n_ctx = 1024
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def generate(
+        self, request: GenerationRequest, cancel: threading.Event | None = None
+    ) -> Iterator[GenerationEvent]:
+        raise AssertionError("a snapshot test asked the still engine to generate")
+
+    def close(self) -> None:
+        pass
+
+
+def steady_cursors(app: App[object]) -> None:
+    """Stop every input's cursor from blinking, shown, so a picture does not depend on when it is taken (the
+    blink flips every 0.5 s, and a busy machine takes pictures late)."""
+    from textual.widgets import Input
+
+    for screen in app.screen_stack:
+        for field in screen.query(Input):
+            field.cursor_blink = False  # Input then shows the cursor steadily

@@ -121,6 +121,8 @@ def test_sizes_are_binary(text: str, size: int | None) -> None:
         ("unified=64G,ram=32G", "ram=32G"),
         ("ram", "ram"),
         ("disk=", "disk="),
+        ("gpu=nvidia:12G@fast", "gpu=nvidia:12G@fast"),
+        ("gpu=nvidia:12G@936", "gpu=nvidia:12G@936"),
     ],
 )
 def test_bad_specs_name_the_bad_part_and_the_accepted_forms(spec: str, named: str) -> None:
@@ -128,3 +130,9 @@ def test_bad_specs_name_the_bad_part_and_the_accepted_forms(spec: str, named: st
         parse_simulate(spec)
     assert f"{named!r}" in info.value.what
     assert "gpu=nvidia:12G" in (info.value.fix or "")
+
+
+def test_a_gpu_can_be_described_with_its_memory_bandwidth() -> None:
+    m = parse_simulate("gpu=nvidia:12G@4.8TB/s,gpu=nvidia:16G@936GB/s,gpu=amd:24G")
+    assert [g.bandwidth_bytes_per_s for g in m.gpus] == [4.8e12, 936e9, None]
+    assert [g.total_bytes for g in m.gpus] == [12 * GIB, 16 * GIB, 24 * GIB]

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers_fetch import REPO, gguf_bytes, sha256, wait_until
+from helpers_fetch import REPO, gguf_bytes, sha256
 from hub_server import HubServer
+from waiting import wait_until
 
 from clover_local.cli import main
 from clover_local.fetch import cache

@@ -175,7 +175,7 @@ def test_run_command_rejects_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["run", "--model", str(tiny_model("llama")), "--prompt-file", str(missing)]) == 2
     assert "nope.txt" in capsys.readouterr().err
     assert main(["run", "--model", str(tmp_path / "none.gguf"), "--prompt", "x"]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "No GGUF file at" in capsys.readouterr().err
 
 
 def test_bench_command_reports_all_four_engines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,6 +11,7 @@ from clover_local.engine.templates import choose_template, render_completion, re
 from clover_local.engine.textstream import StopTextStream
 from clover_local.engine.types import ChatMessage
 from clover_local.errors import EngineError
+from clover_local.plan.verify_cost import batch_costs, distinct_experts
 
 
 def test_stream_never_splits_a_utf8_character() -> None:
@@ -60,26 +61,58 @@ def test_drafter_without_match_drafts_nothing() -> None:
 
 
 def test_controller_drafts_long_when_guesses_are_right_and_verification_is_cheap() -> None:
-    c = DraftController(n_min=2, n_max=16)
-    c.record_plain(0.020)
+    c = DraftController(n_min=2, n_max=16, costs=batch_costs(n_max_batch=17, on_gpu=True))
     for _ in range(5):
-        c.record(16, 16, seconds=0.020 + 16 * 0.002, match_size=12)
-    assert c.slope() == pytest.approx(0.1)
+        c.record(16, 16, match_size=12)
     assert c.choose(16, match_size=12) >= 12
     assert c.choose(1, match_size=12) == 0  # fewer than n_min available
     assert c.acceptance == 1.0
 
 
 def test_controller_stops_drafting_where_it_does_not_pay_and_probes_less_often() -> None:
-    c = DraftController(n_min=2, n_max=16)
-    c.record_plain(0.020)
+    c = DraftController(n_min=2, n_max=16, costs=batch_costs(n_max_batch=17, on_gpu=False))
     for _ in range(4):
-        c.record(4, 0, seconds=0.020 + 4 * 0.006, match_size=2)
+        c.record(4, 0, match_size=2)
     choices = [c.choose(8, match_size=2) for _ in range(24)]
     probes = [i for i, k in enumerate(choices) if k]
     assert probes == [7, 23]  # one probe after 8 plain steps, the next one only after 16 more
     assert c.choose(8, match_size=12) > 0  # a long match has its own (optimistic) estimate
     assert c.acceptance == 0.0
+
+
+def test_controller_decides_from_tokens_alone_so_two_runs_draft_alike() -> None:
+    """No timing goes in: the same accept/reject history gives the same decisions, on any machine load."""
+    costs = batch_costs(n_max_batch=17, on_gpu=False)
+    history = [(4, 4, 6), (6, 2, 3), (2, 0, 2), (8, 8, 12), (5, 1, 6)]
+
+    def run() -> list[int]:
+        c = DraftController(n_min=2, n_max=16, costs=costs)
+        out = []
+        for drafted, accepted, size in history:
+            out.append(c.choose(12, match_size=size))
+            c.record(drafted, accepted, match_size=size)
+        return out
+
+    assert run() == run()
+
+
+def test_moe_verification_reads_more_experts_so_drafting_needs_better_guesses() -> None:
+    """Clover's shape: 8 of 256 experts per token. A batch of 8 touches ~7.5x the experts of one token, so a
+    draft that pays on a dense model does not pay there at the prior's 60% acceptance."""
+    assert distinct_experts(256, 8, 1) == pytest.approx(8)
+    assert distinct_experts(256, 8, 8) == pytest.approx(256 * (1 - (248 / 256) ** 8))
+    moe = batch_costs(
+        n_max_batch=17, on_gpu=True, dense_bytes=1.0, expert_bytes=1.0, n_expert=256, n_expert_used=8
+    )
+    dense = batch_costs(n_max_batch=17, on_gpu=True)
+    assert moe[0] == dense[0] == 1.0
+    assert moe[7] > 3 * dense[7]  # half the bytes read ~7.5 times over
+    assert DraftController(2, 16, dense).choose(16, match_size=3) > 0
+    assert DraftController(2, 16, moe).choose(16, match_size=3) == 0
+    sure = DraftController(2, 16, moe)
+    for _ in range(20):
+        sure.record(8, 8, match_size=12)
+    assert sure.choose(16, match_size=12) >= 4  # a copy the model keeps agreeing with still pays
 
 
 def test_gguf_without_template_falls_back_to_completion_with_a_notice() -> None:

@@ -8,9 +8,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers_fetch import REPO, add_shards, gguf_bytes, sha256, wait_until
+from helpers_fetch import REPO, add_shards, gguf_bytes, sha256
 from hub_server import HubServer
 from huggingface_hub import constants, hf_hub_download
+from waiting import wait_until
 
 from clover_local.errors import (
     DownloadCancelled,

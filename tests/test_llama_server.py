@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers_serve import llama_server_path
+from waiting import wait_until
 
 from clover_local.detect import parse_simulate
 from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, TextDelta
@@ -28,7 +30,6 @@ from clover_local.plan.planner import make_plan
 from clover_local.plan.types import Plan, Wishes
 from clover_local.presets import load_preset
 from clover_local.testing.models import gemma_path
-from tests.helpers_serve import llama_server_path, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -199,7 +200,7 @@ def test_llama_server_dies_with_a_killed_parent(binary: ServerBinary, tmp_path: 
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-    wait_until(lambda: not _alive(child), timeout_s=30, what="llama-server to die with its parent")
+    wait_until(lambda: not _alive(child), limit_s=30, what="llama-server to die with its parent")
 
 
 def test_llama_fit_params_next_to_the_plan(binary: ServerBinary) -> None:

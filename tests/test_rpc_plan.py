@@ -17,7 +17,7 @@ from clover_local.plan import memory
 from clover_local.plan.llama_args import llama_cpp_kwargs, llama_server_args
 from clover_local.plan.network import network_cost_per_token
 from clover_local.plan.planner import make_plan
-from clover_local.plan.report import plan_to_dict
+from clover_local.plan.render import plan_to_dict
 from clover_local.plan.types import Plan, Wishes
 from clover_local.presets import load_preset
 
@@ -265,12 +265,12 @@ def test_unreachable_worker_is_a_clear_error(capsys: pytest.CaptureFixture[str])
 def test_the_embedded_engine_refuses_a_pooled_plan(tmp_path) -> None:
     from dataclasses import replace
 
-    from clover_local.serve.engines import EngineChoice, open_engine
+    from clover_local.runtime import EngineChoice, open_engine
 
     gemma = load_preset("gemma3-270m")
     plan = replace(pooled("ram=16G,rpc=cpu:8G@127.0.0.1:50052", gemma), model_path=str(tmp_path / "m.gguf"))
     with pytest.raises(UsageError, match="no RPC backend"):
-        open_engine(EngineChoice("embedded", "test"), plan, gemma)
+        open_engine(plan, gemma, EngineChoice("embedded", "test"))
 
 
 # --- beyond RPC: vLLM and SGLang commands ----------------------------------------------------------------

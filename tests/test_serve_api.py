@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import openai
 import pytest
+from helpers_serve import RecordingEngine, raw_post, start_stream_and_hang_up
+from waiting import wait_until
 
 from clover_local.engine.loader import load_engine
 from clover_local.plan.types import SpeculativePlan
@@ -15,7 +17,6 @@ from clover_local.presets import load_preset
 from clover_local.serve.api import ApiConfig, bind_warning
 from clover_local.serve.runner import BackgroundServer
 from clover_local.testing.models import gemma_path
-from tests.helpers_serve import RecordingEngine, raw_post, start_stream_and_hang_up, wait_until
 
 pytestmark = pytest.mark.slow
 

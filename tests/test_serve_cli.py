@@ -15,9 +15,10 @@ from pathlib import Path
 import openai
 import psutil
 import pytest
+from helpers_serve import llama_server_path
+from waiting import wait_until
 
 from clover_local.llamacpp.server import free_port
-from tests.helpers_serve import llama_server_path, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +60,7 @@ def _start_serve(engine: str, extra_env: dict[str, str]) -> tuple[subprocess.Pop
         except openai.APIConnectionError:
             return False
 
-    wait_until(ready, timeout_s=300, what="clover-local serve to answer")
+    wait_until(ready, limit_s=300, what="clover-local serve to answer")
     return proc, base
 
 
@@ -111,7 +112,7 @@ def test_ctrl_c_stops_serve_and_its_llama_server(served: tuple[str, subprocess.P
     assert f"engine: {engine}" in out
     assert "serving gemma3-270m on http://127.0.0.1:" in out
     for child in children:
-        wait_until(lambda c=child: not _running(c), timeout_s=30, what=f"child {child.pid} to stop")
+        wait_until(lambda c=child: not _running(c), limit_s=30, what=f"child {child.pid} to stop")
 
 
 def _running(p: psutil.Process) -> bool:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from helpers_tui import ScreenHost, gemma_engine, wait_until
+from helpers_tui import ScreenHost
 from textual.widgets import Input, Markdown, OptionList, Static
+from waiting import wait_until
 
 from clover_local import conversations, user_prefs
 from clover_local.engine.types import ChatEngine
@@ -14,8 +15,6 @@ from clover_local.tui.screens.modals import ConversationPicker, HelpScreen, Sett
 from clover_local.tui.widgets.messages import ReplyView
 
 pytestmark = pytest.mark.slow
-
-__all__ = ["gemma_engine"]  # a fixture, used by name
 
 PROMPT = "Write a list of the planets of the solar system."
 COUNTING = "Count from one to five hundred, one number per line."
@@ -46,7 +45,7 @@ async def test_reply_streams_into_markdown_and_status_shows_stats(gemma_engine: 
         screen = app.screen
         assert isinstance(screen, ChatScreen)
         await _send(pilot, PROMPT)
-        await wait_until(pilot, lambda: _reply_done(screen, 2), "the reply")
+        await wait_until(lambda: _reply_done(screen, 2), "the reply", pilot=pilot)
         reply = screen.query(ReplyView).last()
         assert reply.deltas_shown > 1, "the reply arrived in more than one piece"
         answer = reply.query_one(".answer", Markdown).source
@@ -66,12 +65,12 @@ async def test_escape_stops_a_long_reply(gemma_engine: ChatEngine) -> None:
         assert isinstance(screen, ChatScreen)
         await _send(pilot, COUNTING)
         await wait_until(
-            pilot,
             lambda: bool(screen.query(ReplyView)) and screen.query(ReplyView).last().deltas_shown >= 3,
             "first tokens",
+            pilot=pilot,
         )
         await pilot.press("escape")
-        await wait_until(pilot, lambda: _reply_done(screen, 2), "the stop")
+        await wait_until(lambda: _reply_done(screen, 2), "the stop", pilot=pilot)
         assert screen.last_stats is not None and screen.last_stats.finish_reason == "cancelled"
         assert screen.last_stats.completion_tokens < 900
         assert screen.query(ReplyView).last().border_subtitle == "stopped"
@@ -84,14 +83,14 @@ async def test_input_stays_usable_while_streaming(gemma_engine: ChatEngine) -> N
         assert isinstance(screen, ChatScreen)
         await _send(pilot, COUNTING)
         await wait_until(
-            pilot,
             lambda: screen.generating and screen._reply is not None and screen._reply.deltas_shown > 0,
             "the reply to stream",
+            pilot=pilot,
         )
         await _send(pilot, "And the moons of Mars?")
         assert screen.query_one("#prompt", Input).value == "", "typed and sent while the reply streams"
         assert screen.generating, "the second message waits for the first reply"
-        await wait_until(pilot, lambda: _reply_done(screen, 4), "both replies")
+        await wait_until(lambda: _reply_done(screen, 4), "both replies", pilot=pilot)
         assert [m.role for m in screen.history] == ["user", "assistant", "user", "assistant"]
         assert screen.history[2].content == "And the moons of Mars?"
 
@@ -102,10 +101,10 @@ async def test_regenerate_and_edit_last(gemma_engine: ChatEngine) -> None:
         screen = app.screen
         assert isinstance(screen, ChatScreen)
         await _send(pilot, PROMPT)
-        await wait_until(pilot, lambda: _reply_done(screen, 2), "the reply")
+        await wait_until(lambda: _reply_done(screen, 2), "the reply", pilot=pilot)
         first = screen.history[-1].content
         await pilot.press("ctrl+r")
-        await wait_until(pilot, lambda: screen.replies_done == 2, "the regenerated reply")
+        await wait_until(lambda: screen.replies_done == 2, "the regenerated reply", pilot=pilot)
         assert len(screen.history) == 2 and len(screen.query(ReplyView)) == 1
         assert screen.history[-1].content == first, "greedy sampling regenerates the same reply"
         await pilot.press("ctrl+g")
@@ -119,7 +118,7 @@ async def test_conversation_saves_and_loads(gemma_engine: ChatEngine) -> None:
         screen = app.screen
         assert isinstance(screen, ChatScreen)
         await _send(pilot, PROMPT)
-        await wait_until(pilot, lambda: _reply_done(screen, 2), "the reply")
+        await wait_until(lambda: _reply_done(screen, 2), "the reply", pilot=pilot)
         said = list(screen.history)
         await pilot.press("ctrl+y")
         assert app.clipboard == screen.query(ReplyView).last().answer
@@ -129,10 +128,10 @@ async def test_conversation_saves_and_loads(gemma_engine: ChatEngine) -> None:
         await pilot.press("ctrl+n")
         assert screen.history == [] and not screen.query(ReplyView)
         await pilot.press("ctrl+o")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConversationPicker), "the picker")
+        await wait_until(lambda: isinstance(app.screen, ConversationPicker), "the picker", pilot=pilot)
         app.screen.query_one(OptionList).focus()
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen is screen, "back to the chat")
+        await wait_until(lambda: app.screen is screen, "back to the chat", pilot=pilot)
         await pilot.pause()
         assert screen.history == said
         assert screen.query(ReplyView).last().query_one(".answer", Markdown).source == said[-1].content
@@ -143,7 +142,7 @@ async def test_settings_are_saved_per_model_and_help_lists_keys(gemma_engine: Ch
     async with app.run_test(size=(80, 24)) as pilot:
         screen = app.screen
         await pilot.press("f2")
-        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen), "settings")
+        await wait_until(lambda: isinstance(app.screen, SettingsScreen), "settings", pilot=pilot)
         app.screen.query_one("#set-temperature", Input).value = "0.4"
         app.screen.query_one("#set-top_k", Input).value = "seven"
         await pilot.click("#settings-save")
@@ -154,13 +153,13 @@ async def test_settings_are_saved_per_model_and_help_lists_keys(gemma_engine: Ch
         top_k.value = "7"
         top_k.focus()
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen is screen, "settings to close")
+        await wait_until(lambda: app.screen is screen, "settings to close", pilot=pilot)
         saved = user_prefs.load_prefs().settings_for("gemma3-270m")
         assert (saved.temperature, saved.top_k) == (0.4, 7)
         assert isinstance(screen, ChatScreen) and screen.model_settings.top_k == 7
         app.push_screen(HelpScreen())
-        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        await wait_until(lambda: isinstance(app.screen, HelpScreen), "help", pilot=pilot)
         await pilot.pause()
         assert "Ctrl+R" in str(app.screen.query_one("#help-text", Static).render())
         await pilot.press("escape")
-        await wait_until(pilot, lambda: app.screen is screen, "help to close")
+        await wait_until(lambda: app.screen is screen, "help to close", pilot=pilot)

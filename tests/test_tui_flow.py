@@ -3,20 +3,21 @@ chat with the real Gemma 3 270M; the next start goes straight to chat."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers_tui import ScreenHost, wait_until
+from helpers_tui import ScreenHost
 from hub_server import HubServer
 from textual.screen import Screen
 from textual.widgets import Button, Input, Select, Static
+from waiting import wait_until
 
-from clover_local import settings, user_prefs
+from clover_local import runtime, settings, user_prefs
 from clover_local.detect import parse_simulate
 from clover_local.presets import load_preset
 from clover_local.testing.models import gemma_path, tiny_model
-from clover_local.tui import services
 from clover_local.tui.app import CloverApp, StartOptions
 from clover_local.tui.screens.chat import ChatScreen
 from clover_local.tui.screens.download import DownloadScreen
@@ -49,7 +50,7 @@ async def test_plan_updates_live_when_quant_and_context_change() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
         assert isinstance(screen, PlanScreen)
-        await wait_until(pilot, lambda: screen.plan is not None, "the first plan")
+        await wait_until(lambda: screen.plan is not None, "the first plan", pilot=pilot)
         first = screen.plan
         assert first is not None
         assert len(screen.query(MemoryView)) == 2, "one bar for the GPU, one for RAM"
@@ -59,11 +60,13 @@ async def test_plan_updates_live_when_quant_and_context_change() -> None:
         assert "GPU0" in str(screen.query_one("#machine-panel", Static).render())
         other = "Q8_0" if first.quant == "Q4_K_M" else "Q4_K_M"
         screen.query_one("#quant", Select).value = other
-        await wait_until(pilot, lambda: screen.plan is not None and screen.plan.quant == other, "the re-plan")
+        await wait_until(
+            lambda: screen.plan is not None and screen.plan.quant == other, "the re-plan", pilot=pilot
+        )
         assert other in str(screen.query_one("#plan-summary", Static).render())
         screen.query_one("#ctx", Select).value = 8192
         await wait_until(
-            pilot, lambda: screen.plan is not None and screen.plan.ctx == 8192, "the re-plan for ctx"
+            lambda: screen.plan is not None and screen.plan.ctx == 8192, "the re-plan for ctx", pilot=pilot
         )
         assert screen.plan is not None and screen.plan.quant == other
         assert "8,192" in str(screen.query_one("#plan-summary", Static).render())
@@ -75,7 +78,7 @@ async def test_plan_with_a_local_gguf_uses_its_header() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         screen = app.screen
         assert isinstance(screen, PlanScreen)
-        await wait_until(pilot, lambda: screen.plan is not None, "the first plan")
+        await wait_until(lambda: screen.plan is not None, "the first plan", pilot=pilot)
         box = screen.query_one("#local-path", Input)
         box.value = "/nowhere/model.gguf"
         box.focus()
@@ -83,7 +86,7 @@ async def test_plan_with_a_local_gguf_uses_its_header() -> None:
         assert screen.model_path is None
         box.value = str(path)
         await pilot.press("enter")
-        await wait_until(pilot, lambda: screen.model_path == str(path.resolve()), "the local file")
+        await wait_until(lambda: screen.model_path == str(path.resolve()), "the local file", pilot=pilot)
         assert screen.plan is not None and screen.plan.estimated is False, "exact sizes from the GGUF header"
         assert screen.plan.file_bytes <= path.stat().st_size
         assert not screen.query_one("#plan-run-local", Button).disabled
@@ -94,24 +97,28 @@ async def test_download_shows_progress_pauses_and_resumes(hub_server: HubServer)
     hub_server.add_file(REPO, FILE, data)
     hub_server.knobs(REPO, FILE).throttle_bps = max(len(data) // 3, 1)
     preset = replace(load_preset("gemma3-270m"), repo=REPO, python_package=None)
-    plan = services.make_plan(parse_simulate("ram=16G,cpu=4"), preset, "Q4_K_M", 1024, None)
+    plan, _ = runtime.plan_for(
+        preset, quant="Q4_K_M", ctx=1024, machine=parse_simulate("ram=16G,cpu=4"), describe=False
+    )
     results: list[str | None] = []
     screen = DownloadScreen(preset, plan)
     app = ScreenHost(Screen)
     async with app.run_test(size=(80, 24)) as pilot:
         app.push_screen(screen, results.append)
-        await wait_until(pilot, lambda: screen.last is not None and screen.last.done > 0, "bytes to arrive")
+        await wait_until(
+            lambda: screen.last is not None and screen.last.done > 0, "bytes to arrive", pilot=pilot
+        )
         assert "Downloading" in str(screen.query_one("#download-status", Static).render())
         assert "Disk left" in str(screen.query_one("#disk-left", Static).render())
         await pilot.press("p")
-        await wait_until(pilot, lambda: not screen.running, "the pause")
+        await wait_until(lambda: not screen.running, "the pause", pilot=pilot)
         assert "Paused" in str(screen.query_one("#download-status", Static).render())
-        await wait_until(pilot, lambda: hub_server.streams_open == 0, "the cut stream to end")
+        await wait_until(lambda: hub_server.streams_open == 0, "the cut stream to end", pilot=pilot)
         served = hub_server.bytes_served(REPO, FILE)
         assert served < len(data)
         hub_server.knobs(REPO, FILE).throttle_bps = None
         await pilot.press("p")
-        await wait_until(pilot, lambda: bool(results), "the download to finish")
+        await wait_until(lambda: bool(results), "the download to finish", pilot=pilot)
     assert hub_server.bytes_served(REPO, FILE) < len(data) + served, "the resume did not start over"
     assert results[0] is not None and Path(results[0]).read_bytes() == data
     assert screen.last is not None and screen.last.phase == "done" and screen.last.done == len(data)
@@ -126,28 +133,32 @@ async def test_first_run_flow_downloads_launches_chats_and_is_remembered(hub_ser
     async with app.run_test(size=(80, 24)) as pilot:
         plan_screen = app.screen
         assert isinstance(plan_screen, PlanScreen)
-        await wait_until(pilot, lambda: plan_screen.plan is not None, "the plan")
+        await wait_until(lambda: plan_screen.plan is not None, "the plan", pilot=pilot)
         await pilot.press("d")
-        await wait_until(pilot, lambda: isinstance(app.screen, LaunchScreen), "download, then launch", 300)
+        await wait_until(
+            lambda: isinstance(app.screen, LaunchScreen), "download, then launch", 300, pilot=pilot
+        )
         launch = app.screen
         assert isinstance(launch, LaunchScreen)
-        await wait_until(pilot, lambda: launch.loaded is not None, "the model to load")
-        assert "llama-server" in launch.command and "-c " in launch.command
+        await wait_until(lambda: launch.loaded is not None, "the model to load", pilot=pilot)
+        argv = shlex.split(launch.command)
+        assert argv[0] == "llama-server" and "-c" in argv
+        assert argv[argv.index("-m") + 1] == str(launch.model_path), "the command runs the downloaded file"
         assert str(launch.query_one("#launch-placement", Static).render()).strip()
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen), "the chat")
+        await wait_until(lambda: isinstance(app.screen, ChatScreen), "the chat", pilot=pilot)
         chat = app.screen
         assert isinstance(chat, ChatScreen)
         chat.query_one("#prompt", Input).value = "The three primary colours are"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: chat.replies_done == 1, "the reply")
+        await wait_until(lambda: chat.replies_done == 1, "the reply", pilot=pilot)
         assert chat.query(ReplyView).last().answer.strip()
     first = user_prefs.load_prefs().first_run
     assert first.preset == "gemma-hub" and first.complete and Path(first.model_path).name == FILE
 
     again = CloverApp()
     async with again.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: isinstance(again.screen, ChatScreen), "straight to chat", 300)
+        await wait_until(lambda: isinstance(again.screen, ChatScreen), "straight to chat", 300, pilot=pilot)
 
 
 async def test_plan_screen_replaces_estimates_with_the_hubs_gguf_header(hub_server: HubServer) -> None:
@@ -160,7 +171,10 @@ async def test_plan_screen_replaces_estimates_with_the_hubs_gguf_header(hub_serv
         plan_screen = app.screen
         assert isinstance(plan_screen, PlanScreen)
         await wait_until(
-            pilot, lambda: plan_screen.plan is not None and not plan_screen.plan.estimated, "exact sizes", 60
+            lambda: plan_screen.plan is not None and not plan_screen.plan.estimated,
+            "exact sizes",
+            60,
+            pilot=pilot,
         )
         plan = plan_screen.plan
         assert plan is not None
@@ -179,7 +193,9 @@ def _slow_marker(request: pytest.FixtureRequest) -> None:
 
 async def test_download_error_is_shown_in_words(hub_server: HubServer) -> None:
     preset = replace(load_preset("gemma3-270m"), repo="test-org/no-such-repo", python_package=None)
-    plan = services.make_plan(parse_simulate("ram=16G,cpu=4"), preset, "Q4_K_M", 1024, None)
+    plan, _ = runtime.plan_for(
+        preset, quant="Q4_K_M", ctx=1024, machine=parse_simulate("ram=16G,cpu=4"), describe=False
+    )
     screen = DownloadScreen(preset, plan)
     app = ScreenHost(Screen)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -187,7 +203,7 @@ async def test_download_error_is_shown_in_words(hub_server: HubServer) -> None:
         await pilot.pause()
         error = screen.query_one("#download-error", Static)
         await wait_until(
-            pilot, lambda: not screen.running and bool(str(error.render()).strip()), "the failure"
+            lambda: not screen.running and bool(str(error.render()).strip()), "the failure", pilot=pilot
         )
         text = str(error.render())
         assert "test-org/no-such-repo" in text and "Traceback" not in text
@@ -201,7 +217,7 @@ async def test_theme_choice_is_remembered() -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         app.theme = "textual-light"
         await wait_until(
-            pilot, lambda: user_prefs.load_prefs().theme == "textual-light", "the theme to be saved"
+            lambda: user_prefs.load_prefs().theme == "textual-light", "the theme to be saved", pilot=pilot
         )
     again = CloverApp(StartOptions(preset="gemma3-270m"), machine=machine)
     async with again.run_test(size=(80, 24)) as pilot:
@@ -224,11 +240,11 @@ async def test_a_file_that_cannot_load_is_explained_and_esc_goes_back(tmp_path: 
     app = CloverApp(StartOptions(preset="gemma3-270m", model_path=str(broken), simulate="ram=16G,cpu=4"))
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(
-            pilot, lambda: isinstance(app.screen, LaunchScreen) and app.screen.failed, "the failure"
+            lambda: isinstance(app.screen, LaunchScreen) and app.screen.failed, "the failure", pilot=pilot
         )
         launch = app.screen
         assert "Could not load" in str(launch.query_one("#launch-title", Static).render())
         reason = str(launch.query_one("#launch-placement", Static).render())
         assert reason.strip() and "Traceback" not in reason
         await pilot.press("escape")
-        await wait_until(pilot, lambda: isinstance(app.screen, PlanScreen), "back to the plan")
+        await wait_until(lambda: isinstance(app.screen, PlanScreen), "back to the plan", pilot=pilot)

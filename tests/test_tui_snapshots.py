@@ -1,21 +1,20 @@
 """Pictures of the main screens at 80x24 and 120x40 (pytest-textual-snapshot). Deterministic: a simulated
-machine, a fixed conversation, no generation. Update after a deliberate change with ``--snapshot-update``."""
+machine, a fixed conversation, an engine that never generates (no model is loaded). Update after a deliberate change with ``--snapshot-update``."""
 
 from __future__ import annotations
 
 import pytest
-from helpers_tui import ScreenHost, gemma_engine, wait_until
+from helpers_tui import ScreenHost, StillEngine, steady_cursors
 from textual.pilot import Pilot
+from waiting import wait_until
 
 from clover_local import conversations, user_prefs
 from clover_local.detect import parse_simulate
-from clover_local.engine.types import ChatEngine, ChatMessage
+from clover_local.engine.types import ChatMessage
 from clover_local.tui.app import CloverApp, StartOptions
 from clover_local.tui.screens.chat import ChatScreen
 from clover_local.tui.screens.modals import HelpScreen, SettingsScreen
 from clover_local.tui.screens.plan import PlanScreen
-
-__all__ = ["gemma_engine"]  # a fixture, used by name
 
 pytestmark = pytest.mark.slow
 SIZES = [(80, 24), (120, 40)]
@@ -44,8 +43,11 @@ def _plan_app() -> CloverApp:
 
 async def _plan_ready(pilot: Pilot) -> None:
     await wait_until(
-        pilot, lambda: isinstance(pilot.app.screen, PlanScreen) and pilot.app.screen.plan is not None, "plan"
+        lambda: isinstance(pilot.app.screen, PlanScreen) and pilot.app.screen.plan is not None,
+        "plan",
+        pilot=pilot,
     )
+    steady_cursors(pilot.app)
     await pilot.pause()
 
 
@@ -54,45 +56,48 @@ def test_plan_screen(snap_compare, size: tuple[int, int]) -> None:  # type: igno
     assert snap_compare(_plan_app(), terminal_size=size, run_before=_plan_ready)
 
 
-def _chat_app(engine: ChatEngine) -> ScreenHost:
+def _chat_app() -> ScreenHost:
     settings = user_prefs.ModelSettings(max_tokens=16, ctx=1024)
-    return ScreenHost(lambda: ChatScreen(engine, "gemma3-270m", settings))
+    return ScreenHost(lambda: ChatScreen(StillEngine(), "gemma3-270m", settings))
 
 
 async def _show_conversation(pilot: Pilot) -> None:
     screen = pilot.app.screen
     assert isinstance(screen, ChatScreen)
     await screen.show_conversation(CONVERSATION)
+    steady_cursors(pilot.app)
     await pilot.pause()
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_chat_screen(snap_compare, gemma_engine: ChatEngine, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
-    assert snap_compare(_chat_app(gemma_engine), terminal_size=size, run_before=_show_conversation)
+def test_chat_screen(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(_chat_app(), terminal_size=size, run_before=_show_conversation)
 
 
-def test_chat_screen_light_theme(snap_compare, gemma_engine: ChatEngine) -> None:  # type: ignore[no-untyped-def]
+def test_chat_screen_light_theme(snap_compare) -> None:  # type: ignore[no-untyped-def]
     async def light(pilot: Pilot) -> None:
         pilot.app.theme = "textual-light"
         await _show_conversation(pilot)
 
-    assert snap_compare(_chat_app(gemma_engine), terminal_size=(80, 24), run_before=light)
+    assert snap_compare(_chat_app(), terminal_size=(80, 24), run_before=light)
 
 
-def test_settings_dialog(snap_compare, gemma_engine: ChatEngine) -> None:  # type: ignore[no-untyped-def]
+def test_settings_dialog(snap_compare) -> None:  # type: ignore[no-untyped-def]
     async def open_settings(pilot: Pilot) -> None:
         await pilot.press("f2")
-        await wait_until(pilot, lambda: isinstance(pilot.app.screen, SettingsScreen), "settings")
+        await wait_until(lambda: isinstance(pilot.app.screen, SettingsScreen), "settings", pilot=pilot)
+        steady_cursors(pilot.app)
         await pilot.pause()
 
-    assert snap_compare(_chat_app(gemma_engine), terminal_size=(80, 24), run_before=open_settings)
+    assert snap_compare(_chat_app(), terminal_size=(80, 24), run_before=open_settings)
 
 
 def test_help_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
     async def open_help(pilot: Pilot) -> None:
         await _plan_ready(pilot)
         await pilot.press("f1")
-        await wait_until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen), "help")
+        await wait_until(lambda: isinstance(pilot.app.screen, HelpScreen), "help", pilot=pilot)
+        steady_cursors(pilot.app)
         await pilot.pause()
 
     assert snap_compare(_plan_app(), terminal_size=(80, 24), run_before=open_help)

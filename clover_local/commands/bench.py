@@ -32,6 +32,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
     parser.add_argument("--out", metavar="FILE", help="also write the JSON report to FILE")
     parser.add_argument("--show", metavar="FILE", help="print the table of a saved JSON report and exit")
+    parser.add_argument(
+        "--llama-bench",
+        action="store_true",
+        help="measure decode with llama-bench at the plan's placement on this machine and record it: later "
+        "plans use the measurement instead of the estimate",
+    )
+    parser.add_argument(
+        "--vs-llama-bench",
+        action="store_true",
+        help="also run llama-bench with the same settings and report engine (b) against it",
+    )
     parser.set_defaults(func=run)
 
 
@@ -44,9 +55,11 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"--show {args.show}: not a saved benchmark report ({exc}).") from None
         return 0
+    if args.llama_bench:
+        return _record_llama_bench(args)
     from clover_local.engine.native import default_threads
-    from clover_local.engine.session import resolve_model_path
     from clover_local.presets import load_preset
+    from clover_local.runtime import require_model
 
     workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
@@ -59,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rounds <= 0 or args.max_tokens <= 1 or args.ctx < 256:
         raise UsageError("--rounds must be positive, --max-tokens above 1 and --ctx at least 256.")
     preset = None if args.model else load_preset(args.preset or "gemma3-270m")
-    path = resolve_model_path(args.model, preset)
+    path = require_model(preset, args.model)
     # Plain CPU settings both llama-cpp-python and the engine understand, so the comparison is like for like.
     settings = {
         "n_ctx": args.ctx,
@@ -78,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         progress=lambda line: print(line, file=sys.stderr),
     )
     data = report.to_json()
+    if args.vs_llama_bench:
+        data["llama_bench"] = _llama_bench_same_settings(Path(path), settings, args.max_tokens)
     if args.out:
         Path(args.out).write_text(json.dumps(data, indent=2), encoding="utf-8")
     if args.json:
@@ -88,4 +103,92 @@ def run(args: argparse.Namespace) -> int:
         )
         print("decode tokens/s (after the first token), greedy\n")
         print(format_table(report))
+        if args.vs_llama_bench:
+            _print_vs_llama_bench(report, data["llama_bench"])
+    return 0
+
+
+def _llama_bench_binary() -> Path:
+    from clover_local.llamacpp.binary import find_llama_server
+
+    server = find_llama_server()
+    bench = server.sibling("llama-bench") if server else None
+    if bench is None:
+        raise UsageError(
+            "llama-bench was not found (it is built next to llama-server).",
+            "Build it with scripts/build-llama-server.",
+        )
+    return bench
+
+
+def _llama_bench_same_settings(model: Path, settings: dict[str, object], n_gen: int) -> dict[str, object]:
+    """llama-bench with the benchmark's own settings (threads, GPU layers, flash attention)."""
+    import subprocess
+
+    from clover_local.measure.llama_bench import parse_llama_bench_json
+
+    ngl = int(settings.get("n_gpu_layers", 0))  # type: ignore[call-overload]
+    argv = [str(_llama_bench_binary()), "-m", str(model), "-t", str(settings["n_threads"])]
+    argv += ["-ngl", str(999 if ngl < 0 else ngl), "-fa", "1" if settings.get("flash_attn") else "0"]
+    argv += ["-p", "0", "-n", str(n_gen), "-r", "3", "-o", "json"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:], "argv": argv}
+    return {"decode_tokens_per_s": parse_llama_bench_json(done.stdout), "argv": argv}
+
+
+def _print_vs_llama_bench(report: object, bench: dict[str, object]) -> None:
+    from clover_local.engine.benchmark import BenchReport
+
+    assert isinstance(report, BenchReport)
+    tg = bench.get("decode_tokens_per_s")
+    if not isinstance(tg, float):
+        print(f"\nllama-bench failed: {bench.get('error')}")
+        return
+    argv = bench.get("argv")
+    n_gen = argv[argv.index("-n") + 1] if isinstance(argv, list) and "-n" in argv else "?"
+    print(f"\nllama-bench tg{n_gen}: {tg:.1f} tokens/s")
+    for workload in sorted({s.workload for s in report.samples}):
+        b = report.median("b", workload)
+        if b:
+            print(f"  {workload}: (b) engine / llama-bench = {b / tg:.2f}")
+
+
+def _record_llama_bench(args: argparse.Namespace) -> int:
+    """Plan for this machine, run llama-bench at that placement, record it for the planner."""
+    import datetime
+
+    from clover_local.measure.llama_bench import run_llama_bench
+    from clover_local.measure.records import add_record
+    from clover_local.plan.measured import SpeedRecord, machine_key, model_key
+    from clover_local.runtime import plan_for
+
+    preset = args.preset or ("clover-35b-a3b" if args.model else "gemma3-270m")
+    plan, _ = plan_for(preset, model=args.model, ctx=args.ctx)
+    if not plan.model_path:
+        raise UsageError(
+            "The planned model is not downloaded, so it cannot be measured.",
+            f"Run `clover-local download --preset {preset}` first, or pass --model PATH.",
+        )
+    from clover_local.detect import detect_machine
+    from clover_local.gguf.header import read_local_header
+
+    desc = read_local_header(Path(plan.model_path))
+    result = run_llama_bench(_llama_bench_binary(), Path(plan.model_path), plan, n_gen=args.max_tokens)
+    record = SpeedRecord(
+        machine=machine_key(detect_machine()),
+        model=model_key(desc.quant, desc.file_bytes),
+        n_gpu_layers=plan.n_gpu_layers,
+        n_cpu_moe=plan.n_cpu_moe,
+        tokens_per_s=round(result.decode_tokens_per_s, 2),
+        predicted_tokens_per_s=plan.estimated_tokens_per_s,
+        when=datetime.date.today().isoformat(),
+    )
+    where = add_record(record)
+    print(
+        f"llama-bench: {record.tokens_per_s:.1f} tokens/s decode at the plan's placement "
+        f"(GPU layers {plan.n_gpu_layers}, experts of {plan.n_cpu_moe} layers in RAM); "
+        f"the estimate was {plan.estimated_tokens_per_s:.1f}. Recorded in {where}: plans on this machine now "
+        "use it."
+    )
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from clover_local.errors import UsageError
 
@@ -21,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--ctx", type=int, metavar="N", help="context size in tokens (default: saved or preset)"
     )
-    from clover_local.plan.report import add_rpc_options
+    from clover_local.commands.options import add_rpc_options
 
     add_rpc_options(parser)
     parser.set_defaults(func=run)
@@ -52,25 +51,10 @@ def _resolve_model(model: str | None, preset_name: str | None) -> str | None:
 
     None means "not on disk yet": the app then opens on the plan screen to choose and download it.
     """
-    if model:
-        path = Path(model).expanduser()
-        if not path.is_file():
-            raise UsageError(f"No GGUF file at {path}.", "Give the path of a .gguf file (--model PATH).")
-        if path.suffix.lower() != ".gguf":
-            raise UsageError(f"{path} is not a .gguf file.", "llama.cpp loads GGUF files only.")
-        return str(path.resolve())
-    if preset_name is None:
-        return None
     from clover_local.presets import load_preset
+    from clover_local.runtime import find_model
 
-    preset = load_preset(preset_name)
-    if preset.python_package:
-        from clover_local.fetch.local import packaged_model
-
-        packaged = packaged_model(preset)
-        if packaged is not None:
-            return str(packaged)
-    from clover_local import user_prefs
-
-    first = user_prefs.load_prefs().first_run
-    return first.model_path if first.preset == preset.name and first.complete else None
+    if not model and preset_name is None:
+        return None
+    found = find_model(None if model else load_preset(preset_name), model)
+    return str(found) if found is not None else None

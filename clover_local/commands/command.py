@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from clover_local.plan.report import add_plan_options, add_size_options
+    from clover_local.commands.options import add_plan_options, add_size_options
 
     parser = subparsers.add_parser(
         "command",
@@ -44,16 +44,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
+    from clover_local.commands.options import plan_from_args
     from clover_local.plan.llama_args import llama_server_args
-    from clover_local.plan.report import plan_from_args
 
     plan, preset = plan_from_args(args)
     if args.engine != "llama-server":
         return _print_gpu_server_command(args, plan, preset)
-    argv = [args.binary]
-    if plan.model_path is None:
-        argv += ["-hf", f"{preset.repo}:{plan.quant}"]
-    argv += llama_server_args(plan)
+    argv = [args.binary, *llama_server_args(plan, hf_repo=preset.repo)]
     if args.json:
         print(json.dumps({"argv": argv, "command": shlex.join(argv), "fits": plan.fits}))
     else:

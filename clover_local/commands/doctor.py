@@ -86,28 +86,18 @@ def llama_cpp_python_report() -> dict[str, Any]:
 
 
 def fit_report(args: argparse.Namespace, fit_binary: str | None) -> dict[str, Any]:
-    from clover_local.commands.serve import local_model_file
-    from clover_local.llamacpp.fit_params import compare, describe, run_fit_params
-    from clover_local.plan.report import plan_for
-
-    model = args.model or (local_model_file(args.preset) if args.preset else None)
-    plan, preset = plan_for(args.preset, model=model, ctx=args.ctx)
-    if fit_binary is None:
-        return {"available": False, "why": "no llama-fit-params next to llama-server or on PATH"}
+    """The plan for the model next to llama-fit-params' fit (``llamacpp.fit_params.compare_fit``)."""
     from pathlib import Path
 
-    try:
-        fit = run_fit_params(plan, Path(fit_binary))
-    except CloverError as exc:
-        return {"available": True, "error": str(exc)}
-    comparison = compare(plan, fit, preset.architecture.n_layers)
-    return {
-        "available": True,
-        "rows": [list(r) for r in comparison.rows],
-        "differences": list(comparison.differences),
-        "raw": fit.raw,
-        "text": describe(comparison),
-    }
+    from clover_local.llamacpp.fit_params import compare_fit
+    from clover_local.presets import load_preset
+    from clover_local.runtime import plan_for, require_model
+
+    model = require_model(None if args.model else load_preset(args.preset), args.model)
+    plan, preset = plan_for(args.preset, model=model, ctx=args.ctx)
+    if fit_binary is None:
+        return {"shown": False, "why": "no llama-fit-params next to llama-server or on PATH"}
+    return compare_fit(plan, preset, binary=Path(fit_binary))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -149,10 +139,8 @@ def _text(out: dict[str, Any]) -> list[str]:
     if "fit" in out:
         fit = out["fit"]
         lines += ["", "plan vs llama.cpp's own fit (llama-fit-params)"]
-        if not fit["available"]:
-            lines.append(f"  not available: {fit['why']}")
-        elif "error" in fit:
-            lines.append(f"  {fit['error']}")
-        else:
+        if fit["shown"]:
             lines += [f"  {line}" if line else "" for line in fit["text"]]
+        else:
+            lines.append(f"  not shown: {fit['why']}")
     return lines

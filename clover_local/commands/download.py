@@ -131,13 +131,10 @@ def auto_quant(preset: Preset) -> tuple[str, str]:
     from clover_local.fetch.download import fallback_quant
 
     try:
-        from clover_local.detect import detect_machine
-        from clover_local.fetch.describe import describe_quants
-        from clover_local.plan.planner import make_plan
+        from clover_local.runtime import plan_for
 
-        described = describe_quants(preset)
-        plan = make_plan(detect_machine(), preset, models=described.models)
-        sizes = "".join(f"\n  sizes of {note}" for note in described.notes)
+        plan, _ = plan_for(preset)
+        sizes = "".join(f"\n  sizes of {quant}: {text}" for quant, text in plan.size_sources)
         return (
             plan.quant,
             f"Quant {plan.quant}: the planner's choice for this machine (`clover-local plan` says why).{sizes}",

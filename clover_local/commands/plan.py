@@ -5,16 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
-from typing import Any
-
-from clover_local.errors import CloverError
-from clover_local.plan.types import Plan
-from clover_local.presets import Preset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from clover_local.plan.report import add_plan_options, add_size_options
+    from clover_local.commands.options import add_plan_options, add_size_options
 
     parser = subparsers.add_parser(
         "plan",
@@ -38,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover_local.plan.report import describe_plan, plan_from_args, plan_to_dict
+    from clover_local.commands.options import plan_from_args
+    from clover_local.llamacpp.fit_params import compare_fit
+    from clover_local.plan.render import describe_plan, plan_to_dict
 
     plan, preset = plan_from_args(args)
     fit = compare_fit(plan, preset, simulated=args.simulate is not None) if args.compare_fit else None
@@ -57,57 +53,3 @@ def run(args: argparse.Namespace) -> int:
             lines.append(f"  not shown: {fit['why']}")
     print("\n".join(lines))
     return 0
-
-
-def compare_fit(plan: Plan, preset: Preset, *, simulated: bool) -> dict[str, Any]:
-    """Run ``llama-fit-params`` for the plan's model file and context and line its choice up with the plan's;
-    ``{"shown": False, "why": ...}`` when it cannot be run or fails."""
-    from clover_local.llamacpp.fit_params import compare, describe, run_fit_params
-
-    if simulated:
-        return _not_shown(
-            "--simulate describes another machine, while llama-fit-params fits the devices of this one."
-        )
-    if plan.model_path is None:
-        return _not_shown(
-            f"llama-fit-params reads the model file, and {preset.display_name} {plan.quant} is not on this "
-            f"machine: download it (`clover-local download --preset {preset.name} --quant {plan.quant}`) "
-            "or pass --model PATH."
-        )
-    try:
-        binary = fit_params_binary()
-        if binary is None:
-            return _not_shown(
-                "no llama-fit-params binary: scripts/build-llama-server builds it next to llama-server "
-                "(or put llama.cpp's on PATH)."
-            )
-        fit = run_fit_params(plan, binary)
-    except CloverError as exc:
-        return _not_shown(str(exc))
-    comparison = compare(plan, fit, preset.architecture.n_layers)
-    return {
-        "shown": True,
-        "binary": str(binary),
-        "rows": [list(row) for row in comparison.rows],
-        "differences": list(comparison.differences),
-        "raw": fit.raw,
-        "text": describe(comparison),
-    }
-
-
-def fit_params_binary() -> Path | None:
-    """``llama-fit-params`` next to the llama-server clover-local would use (built or configured), else on
-    PATH; None when there is none."""
-    import shutil
-
-    from clover_local.llamacpp.binary import find_llama_server
-
-    server = find_llama_server()
-    if server is not None:
-        return server.sibling("llama-fit-params")
-    found = shutil.which("llama-fit-params")
-    return Path(found) if found else None
-
-
-def _not_shown(why: str) -> dict[str, Any]:
-    return {"shown": False, "why": why}

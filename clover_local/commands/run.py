@@ -7,9 +7,13 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from clover_local.engine.types import ChatEngine
 from clover_local.errors import UsageError
+
+if TYPE_CHECKING:
+    from clover_local.presets import Preset
+    from clover_local.runtime import OpenedEngine
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -44,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="chat template: gguf, completion (plain text, for base models) or a llama.cpp built-in name",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object: text and stats")
-    from clover_local.plan.report import add_rpc_options
+    from clover_local.commands.options import add_rpc_options
 
     add_rpc_options(parser)
     parser.set_defaults(func=run)
@@ -64,8 +68,51 @@ def _read_prompt(args: argparse.Namespace) -> str:
         raise UsageError(f"--prompt-file {path} is not UTF-8 text.") from None
 
 
+def _open(args: argparse.Namespace) -> OpenedEngine:
+    """The embedded engine on the plan for this machine; a GGUF given without a preset runs on llama.cpp's CPU
+    defaults (there is no preset to plan with)."""
+    from clover_local.presets import load_preset
+    from clover_local.runtime import open_engine, open_unplanned, plan_for, require_model
+
+    preset = load_preset(args.preset) if args.preset or not args.model else None
+    path = require_model(preset, args.model)
+    if args.rpc is not None:
+        return _open_pooled(args, preset, path)
+    if preset is None:
+        return open_unplanned(path, ctx=args.ctx, threads=args.threads, chat_template=args.template)
+    plan, preset = plan_for(preset, model=path, ctx=args.ctx, threads=args.threads)
+    return open_engine(plan, preset, chat_template=args.template)
+
+
+def _open_pooled(args: argparse.Namespace, preset: Preset | None, path: Path) -> OpenedEngine:
+    """With ``--rpc``: plan over this machine and the workers, and run it in llama-server (the embedded engine
+    has no RPC backend)."""
+    from dataclasses import replace
+
+    from clover_local.plan.pooled import pooling_summary
+    from clover_local.runtime import choose_engine, open_engine, plan_for, preset_for_file
+
+    if args.template is not None:
+        raise UsageError("--template is not used with --rpc (llama-server takes the preset's template).")
+    plan, chosen = plan_for(
+        preset or preset_for_file(path),
+        model=path,
+        ctx=args.ctx,
+        threads=args.threads,
+        rpc=args.rpc,
+        link=args.link,
+    )
+    opened = open_engine(
+        plan,
+        chosen,
+        choose_engine("llama-server"),
+        speculative=None if args.speculative is None else args.speculative == "on",
+    )
+    summary = pooling_summary(plan)
+    return replace(opened, notices=(*([summary] if summary else []), *opened.notices))
+
+
 def run(args: argparse.Namespace) -> int:
-    from clover_local.engine.session import open_embedded
     from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, TextDelta
 
     if args.max_tokens <= 0:
@@ -73,18 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature is not None and args.temperature < 0:
         raise UsageError(f"--temperature must be 0 or more, not {args.temperature}.")
     text = _read_prompt(args)
-    if args.rpc is not None:
-        engine, notes = _open_pooled(args)
-    else:
-        opened = open_embedded(
-            model=args.model,
-            preset=args.preset,
-            ctx=args.ctx,
-            threads=args.threads,
-            chat_template=args.template,
-        )
-        engine, notes = opened.result.engine, opened.notes
-    for note in notes:
+    opened = _open(args)
+    for note in opened.notices:
         print(f"note: {note}", file=sys.stderr)
     messages = [ChatMessage("system", args.system)] if args.system else []
     messages.append(ChatMessage("user", text))
@@ -95,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         speculative=None if args.speculative is None else args.speculative == "on",
     )
+    engine = opened.engine
     parts: list[str] = []
     stats = None
     try:
@@ -125,25 +163,3 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
-
-
-def _open_pooled(args: argparse.Namespace) -> tuple[ChatEngine, tuple[str, ...]]:
-    """With ``--rpc``: plan over this machine and the workers, and run it in llama-server (the embedded engine
-    has no RPC backend)."""
-    from clover_local.commands.serve import local_model_file
-    from clover_local.plan.pooled import pooling_summary
-    from clover_local.plan.report import plan_for
-    from clover_local.serve.engines import choose_engine, open_engine
-
-    if args.template is not None or args.threads is not None:
-        raise UsageError("--template and --threads are not used with --rpc (llama-server takes the plan's).")
-    model = args.model or local_model_file(args.preset)
-    plan, preset = plan_for(args.preset, model=model, ctx=args.ctx, rpc=args.rpc, link=args.link)
-    opened = open_engine(
-        choose_engine("llama-server"),
-        plan,
-        preset,
-        speculative=None if args.speculative is None else args.speculative == "on",
-    )
-    summary = pooling_summary(plan)
-    return opened.engine, (*([summary] if summary else []), *opened.notices)

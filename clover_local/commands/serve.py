@@ -11,7 +11,7 @@ from clover_local.errors import UsageError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from clover_local.plan.report import add_plan_options
+    from clover_local.commands.options import add_plan_options
 
     parser = subparsers.add_parser(
         "serve",
@@ -60,30 +60,11 @@ def read_api_key(args: argparse.Namespace) -> str | None:
     raise UsageError(f"--api-key-file {path} holds no key.", "Put the key on the first line.")
 
 
-def resolve_model(args: argparse.Namespace) -> None:
-    """Fill ``args.model`` with the GGUF to serve: the one given, else the preset's downloaded (or test) file."""
-    args.model = args.model or local_model_file(args.preset, args.quant)
-
-
-def local_model_file(preset_name: str | None, quant: str = "auto") -> str:
-    """The preset's downloaded (or packaged test) GGUF, or a UsageError saying how to get it."""
-    from clover_local.engine.model_source import find_model_file
-    from clover_local.presets import load_preset
-
-    preset = load_preset(preset_name)
-    path = find_model_file(preset, quant)
-    if path is None:
-        raise UsageError(
-            f"{preset.display_name} is not downloaded yet.",
-            f"Run `clover-local download --preset {preset.name}` first, or pass --model PATH.",
-        )
-    return str(path)
-
-
 def run(args: argparse.Namespace) -> int:
-    from clover_local.plan.report import plan_from_args
+    from clover_local.commands.options import plan_from_args
+    from clover_local.presets import load_preset
+    from clover_local.runtime import choose_engine, open_engine, require_model
     from clover_local.serve.api import ApiConfig, bind_warning
-    from clover_local.serve.engines import choose_engine, open_engine
     from clover_local.serve.runner import serve_forever
 
     if not 0 < args.port < 65536:
@@ -92,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     warning = bind_warning(args.host, api_key)
     if warning:
         print(warning, file=sys.stderr)
-    resolve_model(args)
+    args.model = require_model(None if args.model else load_preset(args.preset), args.model, args.quant)
     plan, preset = plan_from_args(args)
     from clover_local.plan.pooled import pooling_summary
 
@@ -102,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     choice = choose_engine(args.engine, args.llama_server)
     print(f"engine: {choice.kind} ({choice.why})", file=sys.stderr)
     on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None
-    opened = open_engine(choice, plan, preset, speculative=args.speculative, on_log=on_log)
+    opened = open_engine(plan, preset, choice, speculative=args.speculative, on_log=on_log)
     for notice in opened.notices:
         print(f"note: {notice}", file=sys.stderr)
     model_file = Path(plan.model_path or "").stem

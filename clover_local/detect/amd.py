@@ -52,7 +52,8 @@ def load_amdsmi() -> ModuleType | None:
         import amdsmi
     except Exception:  # ImportError, or the package present without its native library
         return None
-    return amdsmi
+    module: ModuleType = amdsmi
+    return module
 
 
 def probe_amdsmi(amdsmi: ModuleType | Any | None) -> tuple[list[Gpu], ProbeResult]:

@@ -16,7 +16,8 @@ def load_nvml() -> ModuleType | None:
         import pynvml
     except ImportError:
         return None
-    return pynvml
+    module: ModuleType = pynvml
+    return module
 
 
 def probe_nvidia(nvml: ModuleType | Any | None) -> tuple[list[Gpu], ProbeResult]:

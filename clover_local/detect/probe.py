@@ -41,7 +41,8 @@ def run_sysctl(key: str) -> str | None:
 
 
 def _cpu_count(logical: bool) -> int | None:
-    return psutil.cpu_count(logical=logical)
+    count: int | None = psutil.cpu_count(logical=logical)
+    return count
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,9 @@ def detect_machine(models_dir: Path | None = None, inputs: ProbeInputs | None = 
     memory = soft("memory", lambda: probe_memory(inp.virtual_memory), Memory(0, 0))
     disk = soft("disk", lambda: probe_disk(models_dir), Disk(str(models_dir), 0, 0))
     gpus: list[Gpu] = []
-    gpus += soft("nvidia", lambda: probe_nvidia(inp.load_nvml()), [])
+    gpus += soft("nvidia", lambda: probe_nvidia(inp.load_nvml()), list[Gpu]())
     if inp.system == "linux":
-        amd = soft("amd", lambda: probe_amd_sysfs(inp.sysfs_root), [])
+        amd: list[Gpu] = soft("amd", lambda: probe_amd_sysfs(inp.sysfs_root), [])
         if not amd:
             amd = soft("amdsmi", lambda: probe_amdsmi(inp.load_amdsmi()), [])
         gpus += amd

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from clover_local.detect.machine import Gpu, Machine
-from clover_local.detect.units import format_bytes
+from clover_local.detect.units import format_bytes, gigabytes
 
 
 def machine_to_dict(machine: Machine) -> dict[str, Any]:
@@ -66,3 +66,30 @@ def _gpu_lines(position: int, gpu: Gpu) -> list[str]:
     if gpu.note:
         lines.append(f"         {gpu.note}")
     return lines
+
+
+def machine_summary(machine: Machine) -> str:
+    """The machine in a few lines (the app's plan screen): CPU, RAM, disk, each GPU, the llama.cpp build."""
+    gib = gigabytes
+    lines = [
+        f"CPU   {machine.cpu.model or 'unknown'} ({machine.cpu.physical_cores} cores)",
+        f"RAM   {gib(machine.memory.available_bytes)} free of {gib(machine.memory.total_bytes)}",
+        f"Disk  {gib(machine.disk.free_bytes)} free" + _where(machine.disk.path),
+    ]
+    for g in machine.gpus:
+        kind = "unified" if g.unified else "VRAM"
+        lines.append(f"GPU{g.index}  {g.name}: {gib(g.free_bytes)} free of {gib(g.total_bytes)} {kind}")
+    if not machine.gpus:
+        lines.append("GPU   none found: the CPU runs the model")
+    build = machine.build
+    backends = ", ".join(build.backends) or "cpu"
+    version = build.version or "not installed"
+    lines.append(f"llama.cpp  llama-cpp-python {version}, backends: {backends}")
+    lines.extend(f"hint  {h}" for h in machine.hints)
+    if machine.simulated:
+        lines.append("(simulated machine)")
+    return "\n".join(lines)
+
+
+def _where(path: str) -> str:
+    return f" in {path}" if path and not path.startswith("(") else ""

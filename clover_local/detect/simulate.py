@@ -3,7 +3,8 @@
 Spec: comma-separated ``key=value`` parts, e.g. ``ram=32G,gpu=nvidia:12G,gpu=nvidia:24G,cpu=16``.
 
 - ``ram=SIZE``       system RAM (default 16G)
-- ``gpu=VENDOR:SIZE`` a discrete GPU, repeat for several; VENDOR is nvidia, amd or intel
+- ``gpu=VENDOR:SIZE[@BANDWIDTH]`` a discrete GPU, repeat for several; VENDOR is nvidia, amd or intel;
+  BANDWIDTH its memory bandwidth (``@4.8TB/s``, ``@936GB/s``; default: a typical card of that size)
 - ``unified=SIZE``   Apple Silicon with SIZE of unified memory: RAM = SIZE and one ``apple`` GPU whose memory
   is the Metal working-set limit (:func:`clover_local.detect.apple.metal_working_set`, the real probe's rule)
 - ``cpu=N``          CPU cores (default 8)
@@ -21,7 +22,7 @@ A simulated GPU is idle (free = total). Available RAM is total minus what the OS
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import NoReturn, get_args
 
 from clover_local.detect.apple import apple_gpu
 from clover_local.detect.hints import build_hints
@@ -43,7 +44,7 @@ from clover_local.detect.remote import (
     parse_link,
     parse_simulated_device,
 )
-from clover_local.detect.units import GIB, format_bytes, parse_size
+from clover_local.detect.units import GIB, format_bytes, parse_bandwidth, parse_size
 from clover_local.errors import UsageError
 
 DEFAULT_RAM_BYTES = 16 * GIB
@@ -52,7 +53,8 @@ DEFAULT_DISK_BYTES = 500 * GIB
 SIMULATED_BUILD_VERSION = "0.3.36"
 
 ACCEPTED_FORMS = (
-    "ram=32G, gpu=nvidia:12G (repeatable; vendor nvidia|amd|intel), unified=64G (Apple Silicon), "
+    "ram=32G, gpu=nvidia:12G or gpu=nvidia:12G@936GB/s (repeatable; vendor nvidia|amd|intel; optional "
+    "memory bandwidth in GB/s or TB/s), unified=64G (Apple Silicon), "
     "cpu=16, disk=500G, backend=cuda|metal|vulkan|rocm|sycl|cpu, rpc=gpu:nvidia:12G@HOST:PORT (repeatable), "
     "link=1Gbit/0.5ms; sizes in K/M/G/T (binary) or bytes, "
     "parts separated by commas"
@@ -148,7 +150,11 @@ def simulated_workers(rpc_specs: list[str], link_text: str | None) -> tuple[Work
 
 
 def _parse_gpu(index: int, value: str) -> Gpu:
-    vendor, sep, size_text = value.partition(":")
+    card, at, bandwidth_text = value.partition("@")
+    bandwidth = parse_bandwidth(bandwidth_text) if at else None
+    if at and bandwidth is None:
+        _bad(f"gpu={value}", f"{bandwidth_text.strip()!r} is not a memory bandwidth like 936GB/s or 4.8TB/s")
+    vendor, sep, size_text = card.partition(":")
     vendor = vendor.strip().lower()
     if not sep or vendor not in _DISCRETE_VENDORS:
         _bad(
@@ -160,10 +166,11 @@ def _parse_gpu(index: int, value: str) -> Gpu:
     label = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}[vendor]
     return Gpu(
         index=index,
-        vendor=vendor,  # type: ignore[arg-type]  # checked against _DISCRETE_VENDORS above
+        vendor=vendor,  # checked against _DISCRETE_VENDORS above
         name=f"Simulated {label} GPU ({format_bytes(size)})",
         total_bytes=size,
         free_bytes=size,
+        bandwidth_bytes_per_s=bandwidth,
         source="simulated",
     )
 
@@ -203,5 +210,5 @@ def _count(singles: dict[str, str], key: str, default: int) -> int:
     return int(text)
 
 
-def _bad(part: str, why: str) -> None:
+def _bad(part: str, why: str) -> NoReturn:
     raise UsageError(f"--simulate: bad part {part!r}: {why}", f"accepted forms: {ACCEPTED_FORMS}")

@@ -23,6 +23,23 @@ def parse_size(text: str) -> int | None:
     return int(float(number) * _UNITS[unit.upper()])
 
 
+def gigabytes(n: int) -> str:
+    """Binary gigabytes whatever the size (``0.3 GiB``), as the planner's reasons and ``--simulate`` sizes use them."""
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+_BANDWIDTH_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([GT])B/s\s*$", re.IGNORECASE)
+
+
+def parse_bandwidth(text: str) -> float | None:
+    """``936GB/s`` or ``4.8TB/s`` -> bytes per second (decimal units, as bandwidth is quoted); None otherwise."""
+    m = _BANDWIDTH_RE.match(text)
+    if not m:
+        return None
+    value = float(m.group(1)) * (1e12 if m.group(2).upper() == "T" else 1e9)
+    return value if value > 0 else None
+
+
 def format_bytes(n: int | float) -> str:
     """``12.0 GiB``, ``512.0 MiB``: one decimal, binary units."""
     value = float(n)

@@ -3,18 +3,18 @@
 The idea is llama.cpp's ``ngram-mod`` / prompt lookup: when the last few tokens appeared before, guess that
 what followed them then follows them now (code rewrites, summaries that quote, repeated structure). Longer
 matches are tried first because they guess better. A :class:`DraftController` picks the draft length from the
-acceptance rate and the measured cost of verification, and drafts nothing where that does not pay (probing
+acceptance rate and a fixed model of what verification costs (never from timings, so replies do not change
+with machine load), and drafts nothing where that does not pay (probing
 again now and then), so free chat does not pay for speculation it cannot use. Pure Python, no llama_cpp.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from clover_local.plan.types import SpeculativePlan
+from clover_local.plan.verify_cost import cost_of
 
 
 class NgramDrafter:
@@ -67,29 +67,29 @@ class NgramDrafter:
 
 
 class DraftController:
-    """Decides how many drafted tokens to verify, from what speculation has cost and earned so far.
+    """Decides how many drafted tokens to verify, from token statistics and a fixed cost model, never from
+    timings: the same request then drafts the same way whatever the machine's load, so it gives the same text
+    (llama.cpp's batched evaluation is not bit-identical to one-token evaluation, so *how* tokens were verified
+    can change a near-tie).
 
-    It keeps, per n-gram match size, a decaying estimate ``p`` of how often a drafted token is right, and
-    timings of plain one-token steps and of verification batches (a batch of ``m`` tokens costs about
-    ``t1 * (1 + s * (m - 1))``). A draft of ``k`` tokens yields ``(1 - p**(k+1)) / (1 - p)`` tokens on average,
-    so it picks the ``k`` that maximises tokens per second and drafts nothing where no ``k`` beats plain
-    decoding. While it is not drafting it still probes now and then (less often each time a probe fails), so
-    a copy that starts later in the reply is picked up.
+    It keeps, per n-gram match size, a decaying estimate ``p`` of how often a drafted token is right. A draft
+    of ``k`` tokens yields ``(1 - p**(k+1)) / (1 - p)`` tokens on average and costs ``costs[k]`` (a batch of
+    ``k + 1`` tokens relative to a one-token step, :mod:`clover_local.plan.verify_cost`), so it picks the ``k``
+    that maximises tokens per unit of cost and drafts nothing where no ``k`` beats plain decoding. While it is
+    not drafting it still probes now and then (less often each time a probe fails), so a copy that starts later
+    in the reply is picked up.
     """
 
-    SLOPE_MIN, SLOPE_MAX = 0.05, 0.6
-    """Bounds on the measured relative cost of an extra verified token (2 CPU threads, 270M model: ~0.2-0.3)."""
     MARGIN = 1.1
-    """Expected speed-up a draft must promise: timings are noisy, a wrong guess only wastes time."""
+    """Expected speed-up a draft must promise: the cost model is an estimate, a wrong guess only wastes time."""
     DECAY = 0.9
 
-    def __init__(self, n_min: int = 2, n_max: int = 16) -> None:
+    def __init__(self, n_min: int = 2, n_max: int = 16, costs: Sequence[float] = ()) -> None:
         self.n_min = max(1, n_min)
         self.n_max = max(self.n_min, n_max)
+        self.costs = tuple(costs)
         self._hits: dict[int, float] = {}
         self._trials: dict[int, float] = {}
-        self._t1: deque[float] = deque(maxlen=32)
-        self._extra: deque[float] = deque(maxlen=32)
         self._since_probe = 0
         self._probe_every = 8
         self.drafted = 0
@@ -100,25 +100,20 @@ class DraftController:
         """Estimated chance that a drafted token from a match of this size is right (prior 0.6)."""
         return (self._hits.get(match_size, 0.0) + 1.2) / (self._trials.get(match_size, 0.0) + 2.0)
 
-    def slope(self) -> float:
-        """Cost of each extra token in a verification batch, relative to a one-token step (medians of recent
-        timings, so one step slowed down by another program does not switch speculation off)."""
-        if self._t1 and self._extra:
-            t1 = statistics.median(self._t1)
-            if t1 > 0:
-                return min(max(statistics.median(self._extra) / t1, self.SLOPE_MIN), self.SLOPE_MAX)
-        return 0.3
+    def batch_cost(self, m: int) -> float:
+        """Cost of verifying a batch of ``m`` tokens, relative to a one-token step."""
+        return cost_of(self.costs, m)
 
     def choose(self, available: int, match_size: int) -> int:
         """How many of ``available`` drafted tokens to verify now (0: decode one token plainly)."""
         limit = min(available, self.n_max)
         if limit < self.n_min:
             return 0
-        p, s = self.p(match_size), self.slope()
+        p = self.p(match_size)
         best_k, best_gain = 0, self.MARGIN
         for k in range(self.n_min, limit + 1):
             expected = (1 - p ** (k + 1)) / (1 - p) if p < 1 else k + 1.0
-            gain = expected / (1 + s * k)
+            gain = expected / self.batch_cost(k + 1)
             if gain > best_gain:
                 best_k, best_gain = k, gain
         if best_k:
@@ -130,11 +125,7 @@ class DraftController:
             return min(limit, max(self.n_min, 4))
         return 0
 
-    def record_plain(self, seconds: float) -> None:
-        """A one-token step took ``seconds`` (decode and pick)."""
-        self._t1.append(seconds)
-
-    def record(self, drafted: int, accepted: int, seconds: float | None = None, match_size: int = 0) -> None:
+    def record(self, drafted: int, accepted: int, match_size: int = 0) -> None:
         """A verification step drafted ``drafted`` tokens of which the first ``accepted`` were right."""
         self.steps += 1
         self.drafted += drafted
@@ -144,8 +135,6 @@ class DraftController:
         self._trials[match_size] = self._trials.get(match_size, 0.0) * self.DECAY + trials
         if accepted * 2 >= drafted:
             self._probe_every = 8
-        if seconds is not None and self._t1 and drafted > 0:
-            self._extra.append(max(seconds - statistics.median(self._t1), 0.0) / drafted)
 
     @property
     def acceptance(self) -> float | None:

@@ -50,6 +50,7 @@ class EngineParts:
     speculative: SpeculativePlan
     recurrent: bool
     keep_alive: list[Any] = field(default_factory=list)
+    backend_sampling: bool = False
     notices: list[str] = field(default_factory=list)
 
 
@@ -93,6 +94,8 @@ class EmbeddedEngine:
             parts.template, bos_token=self._special_text(self._bos), eos_token=self._special_text(self._eos())
         )
         self._closed = False
+        self.backend_sampling = parts.backend_sampling
+        """Sample inside llama.cpp's graph on the model's device (GPU plans) instead of on the host."""
         self.drafter_factory: Callable[[SpeculativePlan], Drafter] = default_drafter
         """Makes the drafter for each generation (tests swap in drafters that guess on purpose)."""
 
@@ -172,6 +175,28 @@ class EmbeddedEngine:
             )
         max_new = min(request.max_tokens, self._n_ctx - len(prompt))
         n_cached = self._reuse_prefix(prompt)
+        picker = TokenPicker(
+            self._ctx,
+            self._model,
+            self._n_vocab,
+            self._sampling_config(request),
+            backend=self.backend_sampling,
+        )
+        try:
+            yield from self._generate_from(request, prompt, n_cached, max_new, picker, cancel, t0)
+        finally:
+            picker.close()
+
+    def _generate_from(
+        self,
+        request: GenerationRequest,
+        prompt: list[int],
+        n_cached: int,
+        max_new: int,
+        picker: TokenPicker,
+        cancel: threading.Event | None,
+        t0: float,
+    ) -> Iterator[GenerationEvent]:
         if not self._decode(prompt[n_cached:], n_cached, all_logits=False, cancel=cancel):
             if not C.llama_memory_seq_rm(self._mem, 0, n_cached, -1):
                 C.llama_memory_clear(self._mem, True)
@@ -182,11 +207,7 @@ class EmbeddedEngine:
             return
         self._kv_tokens.extend(prompt[n_cached:])
         t_prefill = time.perf_counter()
-        picker = TokenPicker(self._ctx, self._model, self._n_vocab, self._sampling_config(request))
-        try:
-            yield from self._generate_loop(request, prompt, n_cached, max_new, picker, cancel, t0, t_prefill)
-        finally:
-            picker.close()
+        yield from self._generate_loop(request, prompt, n_cached, max_new, picker, cancel, t0, t_prefill)
 
     # --- generation -------------------------------------------------------------------------------------------
 
@@ -203,7 +224,7 @@ class EmbeddedEngine:
     ) -> Iterator[GenerationEvent]:
         spec = self._speculation_on(request)
         plan = self._parts.speculative
-        controller = DraftController(plan.n_min, plan.n_max)
+        controller = DraftController(plan.n_min, plan.n_max, plan.batch_costs)
         drafter = self.drafter_factory(plan) if spec else None
         stream = StopTextStream(request.stop)
         run = _Run()
@@ -251,17 +272,13 @@ class EmbeddedEngine:
                 if room >= controller.n_min:
                     candidate = drafter.draft(min(plan.n_max, room))
                     draft = candidate[: controller.choose(len(candidate), drafter.last_match)]
-            t_step = time.perf_counter()
             if not draft:
                 self._decode([last], base, all_logits=False)
                 kv.append(last)
                 new = [picker.pick(0, 1)]
-                controller.record_plain(time.perf_counter() - t_step)
             else:
                 new = self._verify(last, draft, base, picker)
-                controller.record(
-                    len(draft), len(new) - 1, time.perf_counter() - t_step, match_size=drafter.last_match
-                )
+                controller.record(len(draft), len(new) - 1, match_size=drafter.last_match)
             if drafter is not None:
                 drafter.extend(new)
         tail = stream.flush()

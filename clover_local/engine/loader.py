@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from clover_local.errors import EngineError, OutOfMemoryError
 from clover_local.gguf.names import FFN_EXPS_REGEX
 from clover_local.plan.memory import rollback_snapshots
 from clover_local.plan.types import SpeculativePlan
+from clover_local.plan.verify_cost import batch_costs
 from clover_local.presets import SamplingDefaults
 
 ALL_EXPERTS_ON_CPU = f"{FFN_EXPS_REGEX}=CPU"
@@ -60,6 +61,10 @@ def load_engine(
     path = Path(model_path).expanduser()
     _check_file(path)
     spec = speculative if speculative is not None else SpeculativePlan(enabled=True)
+    if not spec.batch_costs:
+        # No plan's cost model (a file loaded with bare settings): the linear one for where the layers run.
+        on_gpu = int(settings.get("n_gpu_layers", 0)) != 0
+        spec = replace(spec, batch_costs=batch_costs(n_max_batch=spec.n_max + 1, on_gpu=on_gpu))
     args = (path, chat_template, sampling or SamplingDefaults(), spec, progress)
     try:
         return _load(dict(settings), *args, fallback=None)
@@ -154,6 +159,11 @@ def _load(
             params.context.n_rs_seq = rollback_snapshots(speculative)
             params.context.n_ubatch = max(params.context.n_ubatch, speculative.n_max + 2)
             params.context.n_batch = max(params.context.n_batch, params.context.n_ubatch)
+        if speculative.enabled:
+            # A verification batch has up to n_max + 1 outputs: backend sampling needs room for each.
+            params.context.n_outputs_max_per_seq = max(
+                params.context.n_outputs_max_per_seq, speculative.n_max + 1
+            )
         with native.LogCapture() as ctx_log:
             ctx = C.llama_init_from_model(model, params.context)
         if not ctx:
@@ -174,6 +184,7 @@ def _load(
         sampling=sampling,
         speculative=speculative,
         recurrent=recurrent,
+        backend_sampling=bool(settings.get("backend_sampling", False)),
         keep_alive=params.keep_alive,
         notices=notices,
     )
@@ -228,9 +239,9 @@ def placement_summary(lines: list[str]) -> str:
         for m in _BUFFER_RE.finditer(line):
             sizes.setdefault(m.group(2), {}).setdefault(m.group(1), 0.0)
             sizes[m.group(2)][m.group(1)] += float(m.group(3))
-        m = _OFFLOAD_RE.search(line)
-        if m:
-            offloaded = f"{m.group(1)}/{m.group(2)} layers on GPU"
+        offload = _OFFLOAD_RE.search(line)
+        if offload:
+            offloaded = f"{offload.group(1)}/{offload.group(2)} layers on GPU"
         if "buffer type overridden to" in line:
             overridden += 1
     names = {"model": "weights", "KV": "KV cache", "RS": "recurrent state", "compute": "compute"}

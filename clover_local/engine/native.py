@@ -51,8 +51,9 @@ SETTINGS_KEYS = frozenset(
 )
 """``llama_cpp.Llama.__init__`` keyword names we honour, plus ``tensor_buft_overrides`` (``"<regex>=CPU"``)."""
 
-IGNORED_KEYS = frozenset({"model_path", "chat_format", "verbose"})
-"""Keys ``llama_cpp_kwargs`` may carry that the loader takes elsewhere (path, template) or not at all."""
+IGNORED_KEYS = frozenset({"model_path", "chat_format", "verbose", "backend_sampling"})
+"""Keys ``llama_cpp_kwargs`` may carry that the loader takes elsewhere (path, template, the engine's
+sampling place) or not at all."""
 
 
 class _BuftOverride(ctypes.Structure):
@@ -60,7 +61,10 @@ class _BuftOverride(ctypes.Structure):
 
 
 def _lib_dir() -> Path:
-    return Path(llama_cpp.__file__).resolve().parent / "lib"
+    """Where llama-cpp-python's libraries are: ``LLAMA_CPP_LIB_PATH`` when set (as llama_cpp itself reads it)."""
+    from clover_local._native import llama_lib_dir
+
+    return llama_lib_dir() or Path(llama_cpp.__file__).resolve().parent / "lib"
 
 
 _cpu_buft_cache: list[int] = []

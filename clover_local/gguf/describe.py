@@ -33,32 +33,32 @@ def describe(headers: list[RawHeader], file_bytes: int, source: str) -> ModelDes
     names = {t.name for t in tensors}
     keys = _ArchKeys(kv, arch, source)
 
-    n_layers = keys.int("block_count")
-    n_embd = keys.int("embedding_length")
-    n_head = keys.int("attention.head_count", 0)
-    head_dim = keys.int("attention.key_length", n_embd // n_head if n_head else 0)
+    n_layers = keys.integer("block_count")
+    n_embd = keys.integer("embedding_length")
+    n_head = keys.integer("attention.head_count", 0)
+    head_dim = keys.integer("attention.key_length", n_embd // n_head if n_head else 0)
     expert_bytes = sum(t.n_bytes for t in tensors if t.is_expert)
     weight_bytes = sum(t.n_bytes for t in tensors) or 1
-    n_expert_shared = keys.int("expert_shared_count", 0)
+    n_expert_shared = keys.integer("expert_shared_count", 0)
     if not n_expert_shared and any("_shexp." in n for n in names):
         n_expert_shared = 1  # Qwen MoE: one shared expert, present as tensors but not as a key
 
     architecture = Architecture(
         arch=arch,
         n_layers=n_layers,
-        n_head_kv=keys.int("attention.head_count_kv", n_head),
+        n_head_kv=keys.integer("attention.head_count_kv", n_head),
         head_dim=head_dim,
         n_embd=n_embd,
         n_vocab=_vocab_size(kv, keys),
-        n_ctx_train=keys.int("context_length"),
+        n_ctx_train=keys.integer("context_length"),
         full_attention_interval=_full_attention_interval(keys, arch),
-        n_expert=keys.int("expert_count", 0),
-        n_expert_used=keys.int("expert_used_count", 0),
+        n_expert=keys.integer("expert_count", 0),
+        n_expert_used=keys.integer("expert_used_count", 0),
         n_expert_shared=n_expert_shared,
-        expert_ffn=keys.int("expert_feed_forward_length", 0),
+        expert_ffn=keys.integer("expert_feed_forward_length", 0),
         recurrent_state_bytes=_recurrent_state_bytes(keys, n_layers, arch),
         expert_weight_fraction=round(expert_bytes / weight_bytes, 4),
-        sliding_window=keys.int("attention.sliding_window", 0),
+        sliding_window=keys.integer("attention.sliding_window", 0),
         sliding_window_pattern=_swa_pattern(keys, arch),
     )
     for field in ("n_layers", "n_embd", "n_ctx_train", "n_head_kv", "head_dim", "n_vocab"):
@@ -98,7 +98,7 @@ class _ArchKeys:
     def raw(self, key: str) -> Any:
         return self.kv.get(f"{self.arch}.{key}")
 
-    def int(self, key: str, default: int | None = None) -> int:
+    def integer(self, key: str, default: int | None = None) -> int:
         """The key's value; for a per-layer array, the largest (memory must fit the largest layer)."""
         value = self.raw(key)
         if value is None:
@@ -120,7 +120,7 @@ class _ArchKeys:
 
 def _full_attention_interval(keys: _ArchKeys, arch: str) -> int | None:
     """Hybrid models: every Nth layer attends, the others are recurrent. None: all layers attend."""
-    value = keys.int("full_attention_interval", 0)
+    value = keys.integer("full_attention_interval", 0)
     if value:
         return value
     if keys.has("ssm.state_size"):
@@ -132,12 +132,12 @@ def _vocab_size(kv: dict[str, Any], keys: _ArchKeys) -> int:
     tokens = kv.get("tokenizer.ggml.tokens")
     if isinstance(tokens, list) and tokens:
         return len(tokens)
-    return keys.int("vocab_size", 0)
+    return keys.integer("vocab_size", 0)
 
 
 def _swa_pattern(keys: _ArchKeys, arch: str) -> int:
     """Every Nth layer is global attention; 0 when the model has no sliding window."""
-    if not keys.int("attention.sliding_window", 0):
+    if not keys.integer("attention.sliding_window", 0):
         return 0
     value = keys.raw("attention.sliding_window_pattern")
     if isinstance(value, int) and not isinstance(value, bool):
@@ -155,17 +155,17 @@ def _recurrent_state_bytes(keys: _ArchKeys, n_layers: int, arch: str) -> int:
     recurrent layer, in F32. Recurrent layers are those flagged in ``attention.recurrent_layers``, else all but
     every ``full_attention_interval``-th, else those with no KV heads, else (pure SSM) all.
     """
-    d_state = keys.int("ssm.state_size", 0)
-    d_inner = keys.int("ssm.inner_size", 0)
+    d_state = keys.integer("ssm.state_size", 0)
+    d_inner = keys.integer("ssm.inner_size", 0)
     if not d_state or not d_inner:
         return 0
-    d_conv = keys.int("ssm.conv_kernel", 0)
-    n_group = keys.int("ssm.group_count", 0)
+    d_conv = keys.integer("ssm.conv_kernel", 0)
+    n_group = keys.integer("ssm.group_count", 0)
     per_layer = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
-    n_main = n_layers - keys.int("nextn_predict_layers", 0)
+    n_main = n_layers - keys.integer("nextn_predict_layers", 0)
     flags = keys.raw("attention.recurrent_layers")
     kv_heads = keys.per_layer("attention.head_count_kv", n_main)
-    interval = keys.int("full_attention_interval", 0) or _FULL_ATTENTION_INTERVAL_DEFAULT.get(arch, 0)
+    interval = keys.integer("full_attention_interval", 0) or _FULL_ATTENTION_INTERVAL_DEFAULT.get(arch, 0)
     if isinstance(flags, list):
         n_recurrent = sum(bool(f) for f in flags[:n_main])
     elif interval:

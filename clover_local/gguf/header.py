@@ -11,6 +11,7 @@ is :mod:`clover_local.fetch.remote_header`, which uses :func:`parse_growing` and
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -55,9 +56,7 @@ def read_local_header(path: Path) -> ModelDescription:
             raise GGUFError(f"GGUF file not found: {missing} ({shard}).") from None
         with shard.open("rb") as f:
             headers.append(
-                parse_growing(
-                    lambda start, end, f=f: _read_range(f, start, end), size, str(shard), FIRST_READ_LOCAL
-                )
+                parse_growing(functools.partial(_read_range, f), size, str(shard), FIRST_READ_LOCAL)
             )
         total += size
     check_shards(headers, path.name)

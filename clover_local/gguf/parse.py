@@ -75,7 +75,7 @@ class RawHeader:
 
 
 class _Cursor:
-    def __init__(self, buf: bytes | memoryview) -> None:
+    def __init__(self, buf: bytes | bytearray | memoryview) -> None:
         self.buf = memoryview(buf)
         self.pos = 0
 
@@ -124,13 +124,13 @@ class _Cursor:
         if kind in _SCALARS:
             dtype = np.dtype(_SCALARS[kind])
             self.need(n * dtype.itemsize)
-            values = np.frombuffer(self.buf, dtype=dtype, count=n, offset=self.pos).tolist()
+            values: list[Any] = np.frombuffer(self.buf, dtype=dtype, count=n, offset=self.pos).tolist()
             self.pos += n * dtype.itemsize
             return values
         return [self.value(item_type) for _ in range(n)]
 
 
-def parse_header(buf: bytes | memoryview) -> RawHeader:
+def parse_header(buf: bytes | bytearray | memoryview) -> RawHeader:
     """Parse a GGUF header from the first bytes of a file.
 
     Raises :class:`NeedMoreBytes` when ``buf`` ends inside the header and :class:`GGUFError` when the bytes

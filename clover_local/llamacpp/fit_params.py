@@ -13,16 +13,19 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from clover_local.errors import ServerError
-from clover_local.llamacpp.binary import capabilities
+from clover_local.errors import CloverError, ServerError
+from clover_local.llamacpp.binary import capabilities, find_llama_server
 from clover_local.llamacpp.server_args import split_flags
 
 if TYPE_CHECKING:
     from clover_local.plan.types import Plan
+    from clover_local.presets import Preset
 
 _EXPERT_LAYER_RE = re.compile(r"blk\\?\.\(?(\d+)\)?\\?\..*exps.*=(\S+)")
+_ALWAYS = {"-m", "-c"}
+"""The model file and the context: what llama-fit-params fits."""
 _PASS_THROUGH = {
     "-fa",
     "--flash-attn",
@@ -93,9 +96,9 @@ def fit_args(plan: Plan, fit_binary: Path) -> list[str]:
     from clover_local.plan.llama_args import llama_server_args
 
     caps = capabilities(fit_binary)
-    argv = ["-m", plan.model_path, "-c", str(plan.ctx)]
+    argv: list[str] = []
     for flag, value in split_flags(llama_server_args(plan)):
-        if flag in _PASS_THROUGH and caps.supports(flag):
+        if flag in _ALWAYS or (flag in _PASS_THROUGH and caps.supports(flag)):
             argv += [flag] if value is None else [flag, value]
     return argv
 
@@ -174,3 +177,56 @@ def _layers_text(layers: tuple[int, ...]) -> str:
 
 def _split_text(split: tuple[float, ...]) -> str:
     return ",".join(f"{s:g}" for s in split) if len(split) > 1 else "-"
+
+
+def fit_params_binary() -> Path | None:
+    """``llama-fit-params`` next to the llama-server clover-local would use (built or configured), else on
+    PATH; None when there is none."""
+    import shutil
+
+    server = find_llama_server()
+    if server is not None:
+        return server.sibling("llama-fit-params")
+    found = shutil.which("llama-fit-params")
+    return Path(found) if found else None
+
+
+def compare_fit(
+    plan: Plan, preset: Preset, *, simulated: bool = False, binary: Path | None = None
+) -> dict[str, Any]:
+    """The one comparison of a plan with llama.cpp's own fit (``plan --compare-fit``, ``doctor``): run
+    ``llama-fit-params`` (``binary``, else :func:`fit_params_binary`) for the plan's model file and context and
+    line its choice up with the plan's; ``{"shown": False, "why": ...}`` when it cannot be run or fails."""
+    if simulated:
+        return _not_shown(
+            "--simulate describes another machine, while llama-fit-params fits the devices of this one."
+        )
+    if plan.model_path is None:
+        return _not_shown(
+            f"llama-fit-params reads the model file, and {preset.display_name} {plan.quant} is not on this "
+            f"machine: download it (`clover-local download --preset {preset.name} --quant {plan.quant}`) "
+            "or pass --model PATH."
+        )
+    try:
+        binary = binary or fit_params_binary()
+        if binary is None:
+            return _not_shown(
+                "no llama-fit-params binary: scripts/build-llama-server builds it next to llama-server "
+                "(or put llama.cpp's on PATH)."
+            )
+        fit = run_fit_params(plan, binary)
+    except CloverError as exc:
+        return _not_shown(str(exc))
+    comparison = compare(plan, fit, preset.architecture.n_layers)
+    return {
+        "shown": True,
+        "binary": str(binary),
+        "rows": [list(row) for row in comparison.rows],
+        "differences": list(comparison.differences),
+        "raw": fit.raw,
+        "text": describe(comparison),
+    }
+
+
+def _not_shown(why: str) -> dict[str, Any]:
+    return {"shown": False, "why": why}

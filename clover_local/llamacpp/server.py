@@ -35,7 +35,7 @@ from clover_local.llamacpp.binary import (
     capabilities,
     find_llama_server,
 )
-from clover_local.llamacpp.server_args import adapt_args, split_flags, with_endpoint
+from clover_local.llamacpp.server_args import adapt_args, with_endpoint
 
 if TYPE_CHECKING:
     from clover_local.plan.types import Plan
@@ -66,16 +66,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def plan_server_argv(plan: Plan) -> list[str]:
-    """The plan's ``llama-server`` flags (the same ones ``clover-local command`` prints), model included."""
+    """The plan's ``llama-server`` flags (the same ones ``clover-local command`` prints), ``-m`` included."""
     from clover_local.plan.llama_args import llama_server_args
 
-    argv = list(llama_server_args(plan))
-    flags = {flag for flag, _ in split_flags(argv)}
-    if not flags & {"-m", "--model"}:
-        if not plan.model_path:
-            raise ServerError("The plan has no model file yet.", "Download it first: clover-local download.")
-        argv = ["-m", plan.model_path, *argv]
-    return argv
+    if not plan.model_path:
+        raise ServerError("The plan has no model file yet.", "Download it first: clover-local download.")
+    return llama_server_args(plan)
 
 
 class LlamaServerProcess:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from clover_local.detect.machine import Machine
 from clover_local.gguf.model import ModelDescription
 from clover_local.plan import memory
+from clover_local.plan.memory import Placement
 from clover_local.plan.types import DeviceMemory, MemoryPlan
 
 KV_TYPES_BY_PREFERENCE = ("f16", "q8_0")
@@ -30,7 +31,7 @@ class Fit:
     tensor_split: tuple[float, ...]
     cache_type: str
     memory: MemoryPlan
-    placement: memory.Placement
+    placement: Placement
     recurrent_copies: int = 1
     """Copies of the recurrent state held per sequence (1 + rollback snapshots for speculation)."""
 

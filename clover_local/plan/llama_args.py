@@ -143,9 +143,13 @@ def settings(plan: Plan) -> list[Setting]:
     return rows
 
 
-def llama_server_args(plan: Plan) -> list[str]:
-    """argv for upstream ``llama-server`` (without the binary); ``-m`` only when the plan knows the local file."""
+def llama_server_args(plan: Plan, *, hf_repo: str | None = None) -> list[str]:
+    """argv for upstream ``llama-server`` (without the binary): the one place it is rendered. The model is
+    ``-m PATH`` when the plan knows the local file, else ``-hf REPO:QUANT`` when ``hf_repo`` is given (the server
+    then fetches it from Hugging Face itself), else left out."""
     argv: list[str] = []
+    if not plan.model_path and hf_repo:
+        argv += ["-hf", f"{hf_repo}:{plan.quant}"]
     for row in settings(plan):
         if row.flag is not None:
             argv.append(row.flag)
@@ -160,6 +164,7 @@ def llama_cpp_kwargs(plan: Plan) -> dict[str, Any]:
     return {row.kwarg: row.kwarg_value for row in settings(plan) if row.kwarg is not None}
 
 
-def shell_command(plan: Plan, binary: str = "llama-server") -> str:
-    """The whole ``llama-server`` command line, shell-quoted, ready to paste."""
-    return shlex.join([binary, *llama_server_args(plan)])
+def shell_command(plan: Plan, binary: str = "llama-server", *, hf_repo: str | None = None) -> str:
+    """The whole ``llama-server`` command line, shell-quoted, ready to paste (``hf_repo``: as for
+    :func:`llama_server_args`)."""
+    return shlex.join([binary, *llama_server_args(plan, hf_repo=hf_repo)])

@@ -8,7 +8,8 @@ bandwidth-bound and Q4_K_M reads half the bytes), else the smallest quant, with 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from clover_local.detect.machine import Machine
 from clover_local.detect.units import format_bytes as fb
@@ -16,8 +17,10 @@ from clover_local.errors import PlanError, UsageError
 from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.plan import memory
 from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
-from clover_local.plan.speed import predict_tokens_per_s
+from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
+from clover_local.plan.speed import LayerWork, predict_tokens_per_s
 from clover_local.plan.types import Alternative, DeviceMemory, LoadMode, Plan, SpeculativePlan, Wishes
+from clover_local.plan.verify_cost import batch_costs
 from clover_local.presets import TEMPLATE_COMPLETION, TEMPLATE_FROM_GGUF, Preset
 
 CPU_COMFORT = 0.75
@@ -39,17 +42,21 @@ def make_plan(
     model_path: str | None = None,
     *,
     models: Mapping[str, ModelDescription] | None = None,
+    speed_records: Sequence[SpeedRecord] = (),
 ) -> Plan:
     """Decide quant, context, placement and llama.cpp settings for ``preset`` on ``machine``.
 
     ``model``: the description of one local GGUF (its quant is then the only candidate). ``models``: descriptions
     per quant (e.g. from remote headers) so Q4_K_M and Q8_0 are weighed with exact sizes; quants missing from both
-    are described from the preset's fallback sizes.
+    are described from the preset's fallback sizes. ``speed_records``: decode speeds measured on this machine
+    (:mod:`clover_local.plan.measured`), used instead of the estimate where they apply.
     """
     if machine.workers:  # devices lent by other machines (llama.cpp RPC): planned as one machine
         from clover_local.plan.pooled import pooled_plan
 
-        return pooled_plan(machine, preset, model, wishes, model_path, models=models)
+        return pooled_plan(
+            make_plan, machine, preset, model, wishes, model_path, models=models, speed_records=speed_records
+        )
     wishes = wishes or Wishes()
     candidates = _candidates(preset, model, models or {}, wishes)
     ctx_limit = min(preset.ctx_max, preset.architecture.n_ctx_train)
@@ -105,16 +112,37 @@ def make_plan(
     gpu_read, ram_read = memory.active_bytes_per_token(
         desc, fit.placement, min(ctx, SPEED_CTX_SAMPLE), fit.cache_type, fit.cache_type
     )
-    tps, speed_notes = predict_tokens_per_s(machine, gpu_read, ram_read)
-    reasons.append(
-        f"Predicted decode ~{tps:.0f} tokens/s: an estimate from memory bandwidth at {SPEED_CTX_SAMPLE} tokens of "
-        f"context, not a measurement ({'; '.join(speed_notes)}); run `clover-local bench` to measure."
+    tps, speed_notes = predict_tokens_per_s(
+        machine, gpu_read, ram_read, layer_work(desc, fit.placement, len(machine.gpus)), threads
     )
+    estimate = tps
+    tps, speed_source, speed_why = apply_measurements(
+        estimate,
+        speed_records,
+        machine=machine_key(machine),
+        model=model_key(desc.quant, desc.file_bytes),
+        n_gpu_layers=fit.n_gpu_layers,
+        n_cpu_moe=fit.n_cpu_moe,
+    )
+    if speed_source == "estimate":
+        reasons.append(
+            f"Predicted decode ~{tps:.0f} tokens/s: an estimate from memory bandwidth and per-layer kernel costs "
+            f"at {SPEED_CTX_SAMPLE} tokens of context, not a measurement ({'; '.join(speed_notes)}); "
+            "run `clover-local bench --llama-bench` to measure."
+        )
+    else:
+        reasons.append(f"Decode ~{tps:.0f} tokens/s: {speed_why} (the estimate alone: ~{estimate:.0f}).")
     if not desc.exact:
         reasons.append(
             f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file); "
             "with the GGUF header they become exact."
         )
+    speculative = replace(
+        speculative,
+        batch_costs=verification_costs(
+            desc, speculative, on_gpu=uses_gpus(machine) and fit.n_gpu_layers != 0
+        ),
+    )
     return Plan(
         preset=preset.name,
         model_path=model_path,
@@ -127,6 +155,8 @@ def make_plan(
         memory=fit.memory,
         speculative=speculative,
         predicted_tokens_per_s=round(tps, 1),
+        speed_source=speed_source,
+        estimated_tokens_per_s=round(estimate, 1),
         reasons=tuple(reasons),
         threads=threads,
         threads_batch=max(logical, threads),
@@ -380,3 +410,44 @@ def _alternatives(
 
 def _over(d: DeviceMemory) -> int:
     return d.used_bytes + d.margin_bytes - d.capacity_bytes
+
+
+def verification_costs(
+    desc: ModelDescription, speculative: SpeculativePlan, *, on_gpu: bool
+) -> tuple[float, ...]:
+    """The fixed cost model the drafter decides with (:mod:`clover_local.plan.verify_cost`) for this model and
+    placement: routed experts read per distinct expert, everything else once per batch."""
+    arch = desc.architecture
+    experts = sum(desc.expert_bytes_per_layer())
+    share = arch.n_expert_used / arch.n_expert if arch.n_expert else 0.0
+    _, output = memory.embedding_and_output_bytes(desc)
+    return batch_costs(
+        n_max_batch=speculative.n_max + 1,
+        on_gpu=on_gpu,
+        dense_bytes=sum(desc.dense_bytes_per_layer()) + output,
+        expert_bytes=experts * share,
+        n_expert=arch.n_expert,
+        n_expert_used=arch.n_expert_used,
+    )
+
+
+def layer_work(desc: ModelDescription, placement: memory.Placement, n_gpus: int) -> LayerWork:
+    """Which device runs each layer per token (for the speed model's fixed per-layer costs)."""
+    arch = desc.architecture
+    recurrent = set(memory.recurrent_layers(arch))
+    gpu_layers, gpu_rec = [0] * n_gpus, [0] * n_gpus
+    cpu_layers = cpu_experts = 0
+    for il, d in enumerate(placement.devices[: arch.n_layers]):
+        if d < 0:
+            cpu_layers += 1
+            continue
+        gpu_layers[d] += 1
+        gpu_rec[d] += il in recurrent
+        cpu_experts += il < placement.n_cpu_moe and arch.n_expert > 0
+    return LayerWork(
+        gpu_layers=tuple(gpu_layers),
+        gpu_recurrent_layers=tuple(gpu_rec),
+        moe=arch.n_expert > 0,
+        cpu_layers=cpu_layers,
+        cpu_expert_layers=cpu_experts,
+    )

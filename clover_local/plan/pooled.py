@@ -11,7 +11,7 @@ is compared with this machine planned alone: pooling often loses to keeping expe
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from clover_local.detect.machine import Gpu, Machine
@@ -20,6 +20,7 @@ from clover_local.detect.units import format_bytes as fb
 from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.plan import memory
 from clover_local.plan.fit import uses_gpus
+from clover_local.plan.measured import SpeedRecord
 from clover_local.plan.network import describe_links, network_cost_per_token
 from clover_local.plan.speed import DEFAULT_RAM_BANDWIDTH, gpu_bandwidth
 from clover_local.plan.types import MemoryPlan, NetworkCost, Plan, Wishes
@@ -70,6 +71,7 @@ def as_one_machine(machine: Machine) -> Machine:
 
 
 def pooled_plan(
+    plan_one: Callable[..., Plan],
     machine: Machine,
     preset: Preset,
     model: ModelDescription | None,
@@ -77,14 +79,22 @@ def pooled_plan(
     model_path: str | None,
     *,
     models: Mapping[str, ModelDescription] | None,
+    speed_records: Sequence[SpeedRecord] = (),
 ) -> Plan:
     """The plan over this machine and its workers, with the network in the predicted speed and a comparison
-    with this machine alone in the reasons."""
-    from clover_local.plan.planner import make_plan
-
-    alone = make_plan(replace(machine, workers=()), preset, model, wishes, model_path, models=models)
+    with this machine alone in the reasons. ``plan_one`` is the planner for one machine (``make_plan``, passed
+    in by it: this module sits beside it, not above it)."""
+    alone = plan_one(
+        replace(machine, workers=()),
+        preset,
+        model,
+        wishes,
+        model_path,
+        models=models,
+        speed_records=speed_records,
+    )
     one = as_one_machine(machine)
-    plan = make_plan(one, preset, model, wishes, model_path, models=models)
+    plan = plan_one(one, preset, model, wishes, model_path, models=models)
     desc = (
         model
         if model is not None

@@ -67,7 +67,7 @@ def sglang_argv(
     plan: Plan, preset: Preset, model: str | None = None, host: str = "127.0.0.1", port: int = 30000
 ) -> list[str]:
     return [
-        "python",
+        "python3",
         "-m",
         "sglang.launch_server",
         "--model-path",

@@ -1,12 +1,19 @@
-"""Predicted decode speed from memory bandwidth: generating a token reads every active byte once.
+"""Predicted decode speed: generating a token reads every active byte once, and runs every layer's kernels.
 
-An estimate, not a measurement: bytes read per token on each device divided by that device's bandwidth, the
-times summed (layers run one after another), scaled by an efficiency llama.cpp typically reaches on MoE decode.
+An estimate, not a measurement. Per device: bytes read per token over the bandwidth llama.cpp reaches there,
+plus a fixed cost per layer (on a GPU a decode step is bound as much by kernel launches and their latency as by
+bandwidth: measured on an H200, Clover's 40 layers take ~3.4 ms per token whatever the bytes, so bandwidth alone
+predicted 6x too fast), plus a fixed cost for each token that crosses between GPU and CPU when experts or
+layers are offloaded. Times add up (layers run one after another). The constants below were fitted to
+llama-bench runs of a Clover-shaped Q4_K_M on one H200 (all on the GPU, and with 5 and 23 layers' experts in
+RAM) and of Gemma 3 270M on a 2-core CPU; `clover-local bench --llama-bench` records this machine's own numbers,
+which the planner then uses instead (:mod:`clover_local.plan.measured`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from clover_local.detect.machine import Gpu, Machine
 
@@ -15,6 +22,19 @@ DEFAULT_RAM_BANDWIDTH = 50 * GB
 """Desktop dual-channel DDR4/DDR5, conservatively."""
 BANDWIDTH_EFFICIENCY = 0.7
 """Share of the peak bandwidth llama.cpp reaches while decoding."""
+RAM_BYTES_PER_THREAD = 7 * GB
+"""Weight bytes one decode thread reads per second (2 threads on the 2-core development VM: ~14 GB/s)."""
+GPU_LAYER_SECONDS = 40e-6
+"""Fixed GPU time of one attention layer per token (its ~15 kernels' launches and latency)."""
+GPU_RECURRENT_EXTRA_SECONDS = 40e-6
+"""Extra for a recurrent layer (Gated DeltaNet: convolution, gating and state-update kernels)."""
+GPU_MOE_EXTRA_SECONDS = 15e-6
+"""Extra for a MoE layer's routing (top-k, gather, expert matmuls by id)."""
+CPU_LAYER_SECONDS = 15e-6
+"""Fixed CPU time of one layer per token (the threads meet at a barrier after each operation)."""
+HYBRID_TOKEN_SECONDS = 1.7e-3
+"""Per token, when layers or experts run on both a GPU and the CPU: scheduling, synchronisation and copies
+between them (measured: 1.6-1.8 ms on the H200 host with 5 and with 23 layers' experts in RAM)."""
 
 # (max memory in GiB, bandwidth in GB/s) by vendor: a typical card of that size, conservatively.
 _DISCRETE_TABLE: dict[str, tuple[tuple[float, float], ...]] = {
@@ -45,29 +65,83 @@ def gpu_bandwidth(gpu: Gpu, ram_bytes: int) -> tuple[float, str]:
 
 
 def ram_bandwidth(machine: Machine) -> float:
-    """System RAM bandwidth; on Apple Silicon the CPU reads the same unified memory as the GPU."""
+    """Peak system RAM bandwidth; on Apple Silicon the CPU reads the same unified memory as the GPU.
+
+    Without a measurement: a dual-channel desktop up to 8 logical cores, a workstation (quad channel) up to 16,
+    a server above that. The CPU reaches it only with enough threads: see :func:`ram_read_rate`."""
     for gpu in machine.gpus:
         if gpu.unified:
             return gpu_bandwidth(gpu, machine.memory.total_bytes)[0]
-    return DEFAULT_RAM_BANDWIDTH
+    cores = machine.cpu.logical_cores
+    return DEFAULT_RAM_BANDWIDTH * (1 if cores <= 8 else 2 if cores <= 16 else 4)
+
+
+def ram_read_rate(machine: Machine, threads: int | None) -> float:
+    """Bytes per second llama.cpp's CPU backend reads weights at while decoding: the RAM's share
+    (:data:`BANDWIDTH_EFFICIENCY`), or what the decode threads can pull, whichever is less."""
+    peak = ram_bandwidth(machine) * BANDWIDTH_EFFICIENCY
+    n = threads or machine.cpu.physical_cores or 1
+    return min(peak, n * RAM_BYTES_PER_THREAD)
+
+
+@dataclass(frozen=True)
+class LayerWork:
+    """What each device runs per generated token, for the fixed costs beside the bytes read."""
+
+    gpu_layers: tuple[int, ...] = ()
+    """Layers on each GPU."""
+    gpu_recurrent_layers: tuple[int, ...] = ()
+    """Of those, recurrent ones (Gated DeltaNet, Mamba): more kernels per layer."""
+    moe: bool = False
+    cpu_layers: int = 0
+    """Whole layers on the CPU."""
+    cpu_expert_layers: int = 0
+    """Layers on a GPU whose routed experts run on the CPU (``--n-cpu-moe``)."""
+
+
+def gpu_layer_seconds(recurrent: bool, moe: bool) -> float:
+    """Fixed time one layer takes on a GPU per token whatever its bytes: kernel launches and their latency."""
+    return (
+        GPU_LAYER_SECONDS
+        + (GPU_RECURRENT_EXTRA_SECONDS if recurrent else 0.0)
+        + (GPU_MOE_EXTRA_SECONDS if moe else 0.0)
+    )
 
 
 def predict_tokens_per_s(
-    machine: Machine, gpu_bytes: Sequence[float], ram_bytes: float
+    machine: Machine,
+    gpu_bytes: Sequence[float],
+    ram_bytes: float,
+    work: LayerWork | None = None,
+    threads: int | None = None,
 ) -> tuple[float, list[str]]:
-    """Tokens per second for the bytes read per token on each GPU and in RAM, with one note per device."""
+    """Tokens per second for the bytes read per token on each GPU and in RAM, plus the fixed per-layer cost on
+    each device, with one note per device."""
+    work = work or LayerWork()
     seconds = 0.0
     notes: list[str] = []
     for gpu, n_bytes in zip(machine.gpus, gpu_bytes, strict=False):
-        if n_bytes <= 0:
+        i = gpu.index
+        n_layers = work.gpu_layers[i] if i < len(work.gpu_layers) else 0
+        if n_bytes <= 0 and n_layers == 0:
             continue
         bw, source = gpu_bandwidth(gpu, machine.memory.total_bytes)
-        seconds += n_bytes / bw
-        notes.append(f"gpu{gpu.index}: {n_bytes / GB:.2f} GB per token at {bw / GB:.0f} GB/s ({source})")
+        n_rec = work.gpu_recurrent_layers[i] if i < len(work.gpu_recurrent_layers) else 0
+        fixed = n_rec * gpu_layer_seconds(True, work.moe) + (n_layers - n_rec) * gpu_layer_seconds(
+            False, work.moe
+        )
+        seconds += n_bytes / (bw * BANDWIDTH_EFFICIENCY) + fixed
+        notes.append(
+            f"gpu{i}: {n_bytes / GB:.2f} GB per token at {bw / GB:.0f} GB/s ({source}) "
+            f"+ {fixed * 1e3:.1f} ms of kernel launches for {n_layers} layers"
+        )
     if ram_bytes > 0:
-        bw = ram_bandwidth(machine)
-        seconds += ram_bytes / bw
-        notes.append(f"RAM: {ram_bytes / GB:.2f} GB per token at {bw / GB:.0f} GB/s")
+        rate = ram_read_rate(machine, threads)
+        seconds += ram_bytes / rate + work.cpu_layers * CPU_LAYER_SECONDS
+        notes.append(f"RAM: {ram_bytes / GB:.2f} GB per token at {rate / GB:.0f} GB/s as read by the CPU")
+    if any(work.gpu_layers) and (work.cpu_layers or work.cpu_expert_layers):
+        seconds += HYBRID_TOKEN_SECONDS
+        notes.append(f"GPU and CPU hand over each token: +{HYBRID_TOKEN_SECONDS * 1e3:.1f} ms")
     if seconds <= 0:
         return 0.0, notes
-    return BANDWIDTH_EFFICIENCY / seconds, notes
+    return 1.0 / seconds, notes

@@ -61,6 +61,9 @@ class SpeculativePlan:
     n_match: int = 24
     n_min: int = 2
     n_max: int = 16
+    batch_costs: tuple[float, ...] = ()
+    """Relative cost of verifying 1, 2, ... tokens in one batch (``plan.verify_cost``); fixed when the plan is
+    made so drafting never depends on timings. Empty: a linear CPU-like model."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ class Plan:
     memory: MemoryPlan
     speculative: SpeculativePlan
     predicted_tokens_per_s: float
-    """An estimate from memory bandwidth, not a measurement."""
+    """Decode tokens/s: measured on this machine, calibrated from measurements, or estimated (``speed_source``)."""
     reasons: tuple[str, ...]
     threads: int
     threads_batch: int
@@ -124,6 +127,10 @@ class Plan:
     alternatives: tuple[Alternative, ...] = field(default=())
     estimated: bool = True
     """True when sizes came from the preset, not an exact GGUF tensor table."""
+    speed_source: str = "estimate"
+    """``measured``, ``calibrated`` or ``estimate`` (:mod:`clover_local.plan.measured`)."""
+    estimated_tokens_per_s: float = 0.0
+    """The speed model's own estimate, whatever ``speed_source`` says."""
     rpc_servers: tuple[str, ...] = ()
     """Workers (``host:port``) whose devices the plan uses through llama.cpp's RPC backend (``--rpc``)."""
     network: NetworkCost | None = None
@@ -132,4 +139,4 @@ class Plan:
     """With workers: the predicted speed of this machine planned alone, for comparison."""
     size_sources: tuple[tuple[str, str], ...] = ()
     """(quant, where its sizes came from) for each quant weighed, e.g. ``("Q4_K_M", "exact, from the GGUF
-    header of X.gguf on the Hub")``; filled by ``plan.report.plan_from_args`` (``fetch.describe``)."""
+    header of X.gguf on the Hub")``; filled by ``runtime.plan_for`` (``fetch.describe``)."""

@@ -71,7 +71,7 @@ class BackgroundServer:
         _check_bindable(host, port)
         self.host, self.port = host, port
         self._server = uvicorn.Server(_config(engine, config, host, port, log_level))
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._server.install_signal_handlers = lambda: None  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.run, name="clover-api", daemon=True)
 
     @property

@@ -1,7 +1,9 @@
 """The clover-local app: from a bare machine to a running chat, and the chat itself afterwards.
 
-Start-up decides the first screen: a GGUF given on the command line (or remembered from the first run) goes
-to the launch screen and on to chat; otherwise the machine-and-plan screen starts the first-run flow.
+The App owns the flow: screens return results (``dismiss``) and :meth:`CloverApp.run_flow` chains them,
+plan -> download -> launch -> chat, going back to the plan after a cancelled download or a failed load. A GGUF
+given on the command line (or remembered from the first run) starts at the launch screen. No screen imports the
+App.
 """
 
 from __future__ import annotations
@@ -10,15 +12,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
+from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.theme import Theme
 
-from clover_local import user_prefs
+from clover_local import runtime, user_prefs
 from clover_local.detect.machine import Machine
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset, load_preset
-from clover_local.tui import services
 
 
 @dataclass(frozen=True)
@@ -65,52 +67,66 @@ class CloverApp(App[None]):
         opts = self.options
         first = self.prefs.first_run
         if opts.model_path:
-            preset = load_preset(opts.preset or _preset_for_file(opts.model_path))
+            preset = load_preset(opts.preset) if opts.preset else runtime.preset_for_file(opts.model_path)
             key = model_key(preset, opts.model_path, preset_chosen=bool(opts.preset))
-            self.launch(opts.model_path, preset, auto_continue=True, key=key)
+            self.run_flow(preset, opts.model_path, key)
         elif first.complete and not opts.preset and not opts.simulate:
-            self.launch(first.model_path, load_preset(first.preset or None), auto_continue=True)
+            self.run_flow(load_preset(first.preset or None), first.model_path)
         else:
-            from clover_local.tui.screens.plan import PlanScreen
+            self.run_flow(load_preset(opts.preset))
 
-            self.push_screen(PlanScreen(load_preset(opts.preset), self.machine, simulate=opts.simulate))
-
-    def launch(
-        self,
-        model_path: str,
-        preset: Preset,
-        plan: Plan | None = None,
-        *,
-        auto_continue: bool = False,
-        key: str | None = None,
-    ) -> None:
-        """Load a model (launch screen), then chat with it; ``key`` names its saved settings."""
+    @work(exclusive=True, group="flow")
+    async def run_flow(self, preset: Preset, model_path: str | None = None, key: str | None = None) -> None:
+        """plan -> download -> launch -> chat. With ``model_path`` (a file given or remembered) it starts at the
+        launch and goes straight on to chat; ``key`` names the model's saved settings (default: the preset's)."""
+        from clover_local.tui.screens.chat import ChatScreen
+        from clover_local.tui.screens.download import DownloadScreen
         from clover_local.tui.screens.launch import LaunchScreen
+        from clover_local.tui.screens.plan import PlanScreen
 
-        key = key or preset.name
+        plan: Plan | None = None
+        direct = model_path is not None
+        while True:
+            if model_path is None:
+                plan = await self.push_screen_wait(
+                    PlanScreen(preset, self.machine, simulate=self.options.simulate, initial=plan)
+                )
+                if plan.model_path is None:
+                    downloaded = await self.push_screen_wait(DownloadScreen(preset, plan))
+                    if downloaded is None:
+                        continue
+                    plan = replace(plan, model_path=downloaded)
+                model_path = plan.model_path
+                assert model_path is not None
+                self._remember_first_run(preset, plan.quant, plan.ctx, model_path)
+                key = None
+            key = key or preset.name
+            settings = self._settings_for(key, preset, plan)
+            launch = LaunchScreen(
+                model_path, preset, settings, plan, auto_continue=direct, key=key, rpc=self.options.rpc
+            )
+            opened = await self.push_screen_wait(launch)
+            if opened is None:  # the load failed: back to the plan
+                model_path, direct = None, False
+                continue
+            await self.push_screen(
+                ChatScreen(opened.engine, key, settings, info=opened.fallback_message or "")
+            )
+            return
+
+    def _settings_for(self, key: str, preset: Preset, plan: Plan | None) -> user_prefs.ModelSettings:
+        """The model's saved settings, with the context given on the command line, else the plan's."""
         settings = self.prefs.settings_for(key, preset)
         if self.options.ctx:
-            settings = replace(settings, ctx=self.options.ctx)
-        elif plan is not None:
-            settings = replace(settings, ctx=plan.ctx)
-        screen = LaunchScreen(
-            model_path, preset, settings, plan, auto_continue=auto_continue, key=key, rpc=self.options.rpc
-        )
-        if len(self.screen_stack) > 1:
-            self.switch_screen(screen)
-        else:
-            self.push_screen(screen)
+            return replace(settings, ctx=self.options.ctx)
+        if plan is not None:
+            return replace(settings, ctx=plan.ctx)
+        return settings
 
-    def remember_first_run(self, preset: Preset, quant: str, ctx: int, model_path: str) -> None:
+    def _remember_first_run(self, preset: Preset, quant: str, ctx: int, model_path: str) -> None:
         first = user_prefs.FirstRun(preset=preset.name, quant=quant, ctx=ctx, model_path=model_path)
         self.prefs = self.prefs.with_first_run(first)
         self._save_prefs()
-
-    def open_chat(self, loaded: services.Loaded, key: str, settings: user_prefs.ModelSettings) -> None:
-        from clover_local.tui.screens.chat import ChatScreen
-
-        info = loaded.fallback_message or ""
-        self.switch_screen(ChatScreen(loaded.engine, key, settings, info=info))
 
     def action_help(self) -> None:
         from clover_local.tui.screens.modals import HelpScreen
@@ -136,12 +152,6 @@ class CloverApp(App[None]):
         for screen in self.screen_stack:
             if isinstance(screen, ChatScreen):
                 screen.action_stop()
-
-
-def _preset_for_file(model_path: str) -> str | None:
-    """The shipped test preset for the Gemma test file; otherwise the default preset."""
-    name = Path(model_path).name.lower()
-    return "gemma3-270m" if "gemma" in name and "270m" in name else None
 
 
 def run_app(options: StartOptions | None = None) -> int:

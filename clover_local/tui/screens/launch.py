@@ -1,7 +1,11 @@
-"""Launch: load the model with progress, then say what went where, any fallback, and the llama-server command."""
+"""Launch: load the model with progress, then say what went where, any fallback, and the llama-server command.
+
+Dismisses with the opened engine (the person chose to chat) or None (back to the plan after a failed load); the
+App decides what comes next."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 from textual import work
@@ -13,14 +17,17 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, ProgressBar, Static
 from textual.worker import get_current_worker
 
+from clover_local import runtime
 from clover_local.errors import CloverError
+from clover_local.plan.llama_args import shell_command
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
+from clover_local.runtime import OpenedEngine
 from clover_local.tui import services
 from clover_local.user_prefs import ModelSettings
 
 
-class LaunchScreen(Screen[None]):
+class LaunchScreen(Screen[OpenedEngine | None]):
     """Loads ``model_path`` in a worker; on success offers (or goes straight to) the chat."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -42,7 +49,7 @@ class LaunchScreen(Screen[None]):
             self.plan = plan
 
     class Ready(Message, bubble=False):
-        def __init__(self, loaded: services.Loaded | None, error: str | None) -> None:
+        def __init__(self, loaded: OpenedEngine | None, error: str | None) -> None:
             super().__init__()
             self.loaded = loaded
             self.error = error
@@ -60,7 +67,7 @@ class LaunchScreen(Screen[None]):
     ) -> None:
         super().__init__()
         self.rpc = rpc
-        """Workers (``--rpc``) to plan with when no plan is given."""
+        """Workers (``--rpc``) to plan with when no plan is given; a plan with workers runs in llama-server."""
         self.key = key or preset.name
         """What the model's settings are saved under."""
         self.model_path = model_path
@@ -68,7 +75,7 @@ class LaunchScreen(Screen[None]):
         self.model_settings = model_settings
         self.plan = plan
         self.auto_continue = auto_continue
-        self.loaded: services.Loaded | None = None
+        self.loaded: OpenedEngine | None = None
         self.failed = False
         self.command = ""
 
@@ -90,13 +97,14 @@ class LaunchScreen(Screen[None]):
 
     def _show_command(self) -> None:
         if self.plan is not None:
-            try:
-                self.command = services.llama_server_command(self.plan)
-            except CloverError as exc:
-                self.command = f"(not available: {exc})"
+            self.command = shell_command(self._plan_to_load(self.plan))
         else:
-            self.command = _plain_server_command(self.model_path, self.model_settings)
+            self.command = "(planning for this machine…)"
         self.query_one("#launch-command", Static).update(self.command)
+
+    def _plan_to_load(self, plan: Plan) -> Plan:
+        """The plan with this screen's model file and the person's settings: what is loaded and shown."""
+        return services.plan_to_load(replace(plan, model_path=self.model_path), self.model_settings)
 
     def on_launch_screen_planned(self, message: Planned) -> None:
         self.plan = message.plan
@@ -110,23 +118,18 @@ class LaunchScreen(Screen[None]):
             if not worker.is_cancelled:
                 self.post_message(LaunchScreen.Progress(float(fraction)))
 
-        plan = self.plan
-        if plan is None:
-            # A file given directly, or remembered from the first run: plan it for this machine as it is now
-            # (GPU layers, experts, threads). Without a plan the model still loads, with llama.cpp's defaults.
-            try:
-                ctx = self.model_settings.ctx
-                machine = services.detect(rpc=self.rpc)
-                plan = services.make_plan(machine, self.preset, "auto", ctx, self.model_path)
-            except CloverError as exc:
-                if self.rpc:  # workers were asked for: loading without them would hide the problem
-                    self.post_message(LaunchScreen.Ready(None, str(exc)))
-                    return
-                plan = None
-            else:
-                self.post_message(LaunchScreen.Planned(plan))
         try:
-            loaded = services.load(self.model_path, self.preset, self.model_settings, plan, progress)
+            plan = self.plan
+            if plan is None:
+                # A file given directly, or remembered from the first run: plan it for this machine as it is
+                # now (GPU layers, experts, threads).
+                plan, _ = runtime.plan_for(
+                    self.preset, model=self.model_path, ctx=self.model_settings.ctx, rpc=self.rpc
+                )
+                self.post_message(LaunchScreen.Planned(plan))
+            # llama-cpp-python's wheel has no RPC backend: a plan with workers runs in llama-server
+            choice = runtime.choose_engine("llama-server") if plan.rpc_servers else None
+            loaded = runtime.open_engine(self._plan_to_load(plan), self.preset, choice, progress=progress)
         except CloverError as exc:
             self.post_message(LaunchScreen.Ready(None, str(exc)))
             return
@@ -165,33 +168,13 @@ class LaunchScreen(Screen[None]):
 
     def action_chat(self) -> None:
         if self.loaded is not None:
-            from clover_local.tui.app import CloverApp
-
-            app = self.app
-            assert isinstance(app, CloverApp)
-            app.open_chat(self.loaded, self.key, self.model_settings)
+            self.dismiss(self.loaded)
 
     def action_back(self) -> None:
         """After a failed load: back to the plan screen to choose differently."""
-        if not self.failed:
-            return
-        from clover_local.tui.app import CloverApp
-        from clover_local.tui.screens.plan import PlanScreen
-
-        app = self.app
-        machine, simulate = (
-            (app.machine, app.options.simulate) if isinstance(app, CloverApp) else (None, None)
-        )
-        app.switch_screen(PlanScreen(self.preset, machine, simulate=simulate))
+        if self.failed:
+            self.dismiss(None)
 
     def action_copy_command(self) -> None:
         self.app.copy_to_clipboard(self.command)
         self.notify("llama-server command copied.", timeout=3)
-
-
-def _plain_server_command(model_path: str, model_settings: ModelSettings) -> str:
-    """Without a plan (a GGUF given directly): the settings the person chose, as llama-server flags."""
-    import shlex
-
-    args = ["llama-server", "-m", model_path, "-c", str(model_settings.ctx), "--jinja"]
-    return shlex.join(args)

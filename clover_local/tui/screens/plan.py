@@ -2,10 +2,12 @@
 
 Changing the quant or the context re-plans at once (the planner is pure and fast). A local GGUF can be chosen
 instead of downloading. Detection runs in a worker so the screen paints before any probe (or llama_cpp) loads.
+Dismisses with the chosen plan: its ``model_path`` is the local file to run, or None to download the quant first.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -18,63 +20,22 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
+from clover_local import runtime
 from clover_local.detect.machine import Machine
+from clover_local.detect.report import machine_summary
 from clover_local.errors import CloverError
 from clover_local.fetch.describe import QuantDescriptions
+from clover_local.plan.render import plan_summary
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
 from clover_local.tui import services
-from clover_local.tui.widgets.memory import MemoryView, gigabytes, legend
+from clover_local.tui.widgets.memory import MemoryView, legend
 
 CTX_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 NARROW_WIDTH = 110
 
 
-def describe_machine(machine: Machine) -> str:
-    """The detected machine in a few lines: CPU, RAM, disk, each GPU, the llama.cpp build."""
-    gib = gigabytes
-    lines = [
-        f"CPU   {machine.cpu.model or 'unknown'} ({machine.cpu.physical_cores} cores)",
-        f"RAM   {gib(machine.memory.available_bytes)} free of {gib(machine.memory.total_bytes)}",
-        f"Disk  {gib(machine.disk.free_bytes)} free" + _where(machine.disk.path),
-    ]
-    for g in machine.gpus:
-        kind = "unified" if g.unified else "VRAM"
-        lines.append(f"GPU{g.index}  {g.name}: {gib(g.free_bytes)} free of {gib(g.total_bytes)} {kind}")
-    if not machine.gpus:
-        lines.append("GPU   none found: the CPU runs the model")
-    build = machine.build
-    backends = ", ".join(build.backends) or "cpu"
-    version = build.version or "not installed"
-    lines.append(f"llama.cpp  llama-cpp-python {version}, backends: {backends}")
-    lines.extend(f"hint  {h}" for h in machine.hints)
-    if machine.simulated:
-        lines.append("(simulated machine)")
-    return "\n".join(lines)
-
-
-def _where(path: str) -> str:
-    return f" in {path}" if path and not path.startswith("(") else ""
-
-
-def describe_plan(plan: Plan) -> str:
-    """The recommendation in words: quant, context, offload, speed, and the planner's reasons."""
-    where = "all layers on GPU" if plan.n_gpu_layers == -1 else f"{plan.n_gpu_layers} layers on GPU"
-    if plan.backend == "cpu":
-        where = "CPU only"
-    experts = f", experts of {plan.n_cpu_moe} layers in RAM" if plan.n_cpu_moe else ""
-    spec = "on" if plan.speculative.enabled else "off"
-    est = " (estimated sizes)" if plan.estimated else ""
-    head = [
-        f"{plan.quant} · {gigabytes(plan.file_bytes)}{est} · context {plan.ctx:,} tokens",
-        f"{where}{experts} · speculative decoding {spec}",
-        f"Predicted speed: about {plan.predicted_tokens_per_s:.0f} tokens/s",
-        "FITS" if plan.fits else "DOES NOT FIT: see the reasons",
-    ]
-    return "\n".join(head)
-
-
-class PlanScreen(Screen[None]):
+class PlanScreen(Screen[Plan]):
     """The first-run screen: choose quant and context (or a local GGUF), then download or launch."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -96,10 +57,17 @@ class PlanScreen(Screen[None]):
             self.models = models
 
     def __init__(
-        self, preset: Preset, machine: Machine | None = None, *, simulate: str | None = None
+        self,
+        preset: Preset,
+        machine: Machine | None = None,
+        *,
+        simulate: str | None = None,
+        initial: Plan | None = None,
     ) -> None:
         super().__init__()
         self.preset = preset
+        self.initial = initial
+        """A plan chosen before (back from a cancelled download): its quant and context are preselected."""
         self.machine = machine
         self.simulate = simulate
         self.plan: Plan | None = None
@@ -116,8 +84,9 @@ class PlanScreen(Screen[None]):
         quants = [("quant: auto", "auto"), *((f"quant: {q}", q) for q in self.preset.quants)]
         ctxs = [("ctx: auto", 0), *((f"ctx: {c:,}", c) for c in CTX_CHOICES if c <= self.preset.ctx_max)]
         with Horizontal(id="plan-controls"):
-            yield Select(quants, value="auto", allow_blank=False, id="quant")
-            yield Select(ctxs, value=0, allow_blank=False, id="ctx")
+            quant, ctx = self._initial_choices()
+            yield Select(quants, value=quant, allow_blank=False, id="quant")
+            yield Select(ctxs, value=ctx, allow_blank=False, id="ctx")
             yield Input(placeholder="or a local .gguf path, then Enter", id="local-path")
         with VerticalScroll(id="plan-body"), Horizontal(id="plan-columns"):
             yield Static("Detecting this machine…", id="machine-panel", markup=False)
@@ -134,6 +103,14 @@ class PlanScreen(Screen[None]):
             yield Button("Run local file", id="plan-run-local", disabled=True)
         yield Footer()
 
+    def _initial_choices(self) -> tuple[str, int]:
+        plan = self.initial
+        if plan is None:
+            return "auto", 0
+        quant = plan.quant if plan.quant in self.preset.quants else "auto"
+        ctx = plan.ctx if plan.ctx in CTX_CHOICES and plan.ctx <= self.preset.ctx_max else 0
+        return quant, ctx
+
     def on_mount(self) -> None:
         self.query_one("#plan-columns").set_class(self.app.size.width < NARROW_WIDTH, "-narrow")
         if self.machine is not None:
@@ -147,7 +124,7 @@ class PlanScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="detect")
     def _detect(self) -> None:
         try:
-            machine = services.detect(self.simulate)
+            machine = runtime.detect(self.simulate)
         except CloverError as exc:
             self.post_message(PlanScreen.MachineReady(None, str(exc)))
             return
@@ -170,7 +147,7 @@ class PlanScreen(Screen[None]):
 
     def _machine_ready(self, machine: Machine) -> None:
         self.machine = machine
-        self.query_one("#machine-panel", Static).update(describe_machine(machine))
+        self.query_one("#machine-panel", Static).update(machine_summary(machine))
         self.replan()
 
     def on_select_changed(self, event: Select.Changed) -> None:
@@ -184,7 +161,15 @@ class PlanScreen(Screen[None]):
         quant = str(self.query_one("#quant", Select).value)
         ctx = int(self.query_one("#ctx", Select).value or 0) or None  # type: ignore[arg-type]
         try:
-            plan = services.make_plan(self.machine, self.preset, quant, ctx, self.model_path, self.models)
+            plan, _ = runtime.plan_for(
+                self.preset,
+                model=self.model_path,
+                quant=quant,
+                ctx=ctx,
+                machine=self.machine,
+                models=self.models,
+                describe=False,
+            )
         except CloverError as exc:
             self.plan = None
             self.query_one("#plan-summary", Static).update(str(exc))
@@ -198,7 +183,7 @@ class PlanScreen(Screen[None]):
         self.plan = plan
         self.plan_count += 1
         summary = self.query_one("#plan-summary", Static)
-        summary.update(describe_plan(plan))
+        summary.update(plan_summary(plan))
         summary.set_class(not plan.fits, "error")
         bars = self.query_one("#memory-bars", Vertical)
         bars.remove_children()
@@ -234,26 +219,9 @@ class PlanScreen(Screen[None]):
         self.query_one("#local-path", Input).focus()
 
     def action_download(self) -> None:
-        if self.plan is None or self.model_path is not None:
-            return
-        from clover_local.tui.screens.download import DownloadScreen
-
-        self.app.push_screen(DownloadScreen(self.preset, self.plan), self._downloaded)
-
-    def _downloaded(self, path: str | None) -> None:
-        if path and self.plan is not None:
-            self._launch(path)
+        if self.plan is not None and self.model_path is None:
+            self.dismiss(replace(self.plan, model_path=None))
 
     def action_run_local(self) -> None:
-        if self.model_path is not None:
-            self._launch(self.model_path)
-
-    def _launch(self, path: str) -> None:
-        from clover_local.tui.app import CloverApp
-
-        app = self.app
-        assert isinstance(app, CloverApp)
-        plan = self.plan
-        if plan is not None:
-            app.remember_first_run(self.preset, plan.quant, plan.ctx, path)
-        app.launch(path, self.preset, plan)
+        if self.plan is not None and self.model_path is not None:
+            self.dismiss(replace(self.plan, model_path=self.model_path))

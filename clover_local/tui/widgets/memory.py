@@ -7,6 +7,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual.widget import Widget
 
+from clover_local.detect.units import gigabytes
 from clover_local.plan.types import DeviceMemory
 
 SEGMENTS: tuple[tuple[str, str, str], ...] = (
@@ -39,11 +40,6 @@ def memory_segments(device: DeviceMemory, width: int) -> list[tuple[str, int]]:
         i = max(range(len(cells)), key=lambda k: cells[k][1])
         cells[i] = (cells[i][0], max(cells[i][1] + diff, 0))
     return [(k, c) for k, c in cells if c > 0]
-
-
-def gigabytes(n: int) -> str:
-    """Binary gigabytes, as the planner's reasons and ``--simulate`` sizes use them."""
-    return f"{n / (1 << 30):.1f} GiB"
 
 
 class MemoryView(Widget):

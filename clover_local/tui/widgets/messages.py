@@ -8,6 +8,8 @@ arrive faster than the widget can render.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
@@ -112,7 +114,7 @@ class ReplyView(Vertical):
     async def on_unmount(self) -> None:
         await self._stop_streams()
 
-    async def _write(self, parts: list[tuple[str, str]]) -> None:
+    async def _write(self, parts: Sequence[tuple[str, str]]) -> None:
         for part, text in parts:
             if part == "thinking":
                 if self._thinking_stream is None:

@@ -1,0 +1,68 @@
+"""Options shared by the commands that plan (``plan``, ``command``, ``serve``), and the plan they ask for."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clover_local.plan.types import Plan
+    from clover_local.presets import Preset
+
+
+def add_plan_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preset", metavar="NAME", help="preset name or path to a .toml (default: clover-35b-a3b)"
+    )
+    parser.add_argument("--quant", default="auto", metavar="auto|Q4_K_M|Q8_0", help="quant (default: auto)")
+    parser.add_argument("--ctx", type=int, metavar="N", help="context size in tokens (default: decided)")
+    parser.add_argument("--goal", choices=("quality", "speed"), default="quality", help="what to favour")
+    parser.add_argument(
+        "--simulate",
+        metavar="SPEC",
+        help="plan for a described machine, e.g. ram=32G,gpu=nvidia:12G (see README)",
+    )
+    parser.add_argument("--model", metavar="PATH", help="a local GGUF: plan with its exact tensor sizes")
+    add_rpc_options(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_rpc_options(parser: argparse.ArgumentParser) -> None:
+    """``--rpc`` and ``--link``: pool devices other machines lend through llama.cpp's RPC backend."""
+    parser.add_argument(
+        "--rpc",
+        metavar="[KIND@]HOST:PORT,...",
+        help="workers started with `clover-local worker` on other machines: their devices are read and planned "
+        "with this machine's (KIND: cpu, gpu:nvidia, gpu:amd, gpu:intel, gpu:apple; see README)",
+    )
+    parser.add_argument(
+        "--link",
+        metavar="BW[/RTT]",
+        help="the network to the workers, e.g. 1Gbit/0.5ms or 300MB/s (default: measured through the worker)",
+    )
+
+
+def add_size_options(parser: argparse.ArgumentParser) -> None:
+    """Options of commands that read GGUF headers from the Hub (``plan``, ``command``)."""
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="ask no server: sizes from downloaded files and headers read before, else the preset's estimate",
+    )
+
+
+def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Preset]:
+    """:func:`clover_local.runtime.plan_for` with the options of :func:`add_plan_options` (and ``--offline``)."""
+    from clover_local.runtime import plan_for
+
+    return plan_for(
+        args.preset,
+        model=args.model,
+        quant=args.quant,
+        ctx=args.ctx,
+        goal=args.goal,
+        simulate=args.simulate,
+        offline=getattr(args, "offline", False),
+        rpc=getattr(args, "rpc", None),
+        link=getattr(args, "link", None),
+    )

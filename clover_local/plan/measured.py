@@ -1,0 +1,80 @@
+"""Decode speeds measured on this machine (llama-bench runs that ``clover-local bench --llama-bench`` records),
+used by the planner instead of its estimate. Pure: the records are read elsewhere and passed in.
+
+A record names the machine (CPU and GPUs), the model file (quant and size) and the placement it was measured
+at (GPU layers, experts in RAM), with the measured tokens/s and what the speed model predicted for that same
+placement. The planner then says, for its own placement:
+
+- *measured*: a record of this machine, model and placement: its tokens/s;
+- *calibrated*: records of this machine and model at other placements: the model's estimate scaled by how far
+  off it was there (the median ratio measured / predicted);
+- *estimate*: none of either.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from clover_local.detect.machine import Machine
+
+SpeedSource = Literal["measured", "calibrated", "estimate"]
+
+
+@dataclass(frozen=True)
+class SpeedRecord:
+    machine: str
+    """:func:`machine_key` of the machine it was measured on."""
+    model: str
+    """:func:`model_key` of the file."""
+    n_gpu_layers: int
+    n_cpu_moe: int
+    tokens_per_s: float
+    """Decode (llama-bench ``tg``) tokens per second."""
+    predicted_tokens_per_s: float
+    """What the speed model predicted for this placement when it was measured."""
+    tool: str = "llama-bench"
+    when: str = ""
+
+
+def machine_key(machine: Machine) -> str:
+    """What identifies a machine for speed records: CPU model and cores, each GPU and its memory, the backend."""
+    gpus = ",".join(f"{g.name}:{g.total_bytes // 2**30}G" for g in machine.gpus)
+    return f"{machine.cpu.model}/{machine.cpu.logical_cores}c|{gpus or 'no gpu'}|{machine.offload_backend}"
+
+
+def model_key(quant: str | None, file_bytes: int) -> str:
+    """What identifies a model file for speed records: its quant and exact size."""
+    return f"{quant or '?'}:{file_bytes}"
+
+
+def apply_measurements(
+    estimate: float,
+    records: Sequence[SpeedRecord],
+    *,
+    machine: str,
+    model: str,
+    n_gpu_layers: int,
+    n_cpu_moe: int,
+) -> tuple[float, SpeedSource, str]:
+    """The speed to show for a placement, where it comes from, and a sentence saying so."""
+    mine = [r for r in records if r.machine == machine and r.model == model and r.tokens_per_s > 0]
+    same = [r for r in mine if r.n_gpu_layers == n_gpu_layers and r.n_cpu_moe == n_cpu_moe]
+    if same:
+        latest = same[-1]
+        return (
+            latest.tokens_per_s,
+            "measured",
+            f"measured with {latest.tool} on this machine{' on ' + latest.when if latest.when else ''}",
+        )
+    ratios = [r.tokens_per_s / r.predicted_tokens_per_s for r in mine if r.predicted_tokens_per_s > 0]
+    if ratios:
+        ratio = statistics.median(ratios)
+        return (
+            estimate * ratio,
+            "calibrated",
+            f"the estimate x{ratio:.2f}, as measured at {len(ratios)} other placement(s) of this model here",
+        )
+    return estimate, "estimate", "an estimate, not a measurement"

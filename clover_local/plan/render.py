@@ -1,0 +1,83 @@
+"""A plan for people and programs: the ``--json`` object (:func:`plan_to_dict`), the terminal report with a
+memory table per device (:func:`describe_plan`, ``clover-local plan``) and the app's short summary
+(:func:`plan_summary`, the plan screen). Pure: no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from clover_local.detect.units import format_bytes as fb
+from clover_local.detect.units import gigabytes
+from clover_local.plan.llama_args import llama_cpp_kwargs, llama_server_args
+from clover_local.plan.types import DeviceMemory, Plan
+from clover_local.presets import Preset
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """The ``--json`` object: the plan's fields, per-device memory with totals, argv and kwargs."""
+    out = asdict(plan)
+    out["memory"] = {
+        "gpu_bytes": plan.memory.gpu_bytes,
+        "ram_bytes": plan.memory.ram.used_bytes,
+        "gpus": [_device(d) for d in plan.memory.gpus],
+        "ram": _device(plan.memory.ram),
+    }
+    out["reasons"] = list(plan.reasons)
+    out["size_sources"] = dict(plan.size_sources)
+    out["llama_server_args"] = llama_server_args(plan)
+    out["llama_cpp_kwargs"] = llama_cpp_kwargs(plan)
+    return out
+
+
+def _device(d: DeviceMemory) -> dict[str, Any]:
+    return {**asdict(d), "used_bytes": d.used_bytes, "fits": d.fits}
+
+
+def describe_plan(plan: Plan, preset: Preset) -> list[str]:
+    """Text for people: the recommendation, a memory table per device, the reasons and the alternatives."""
+    where = (
+        "CPU only"
+        if plan.n_gpu_layers == 0
+        else "all layers on the GPU"
+        if plan.n_cpu_moe == 0 and plan.n_gpu_layers < 0
+        else f"GPU, experts of {plan.n_cpu_moe} layers in RAM"
+        if plan.n_gpu_layers < 0
+        else f"{plan.n_gpu_layers} layers on the GPU"
+    )
+    width = max([8, *(len(d.name) for d in plan.memory.gpus)])
+    lines = [
+        f"{preset.display_name}: {plan.quant} ({fb(plan.file_bytes)}), context {plan.ctx}, {where}, "
+        f"KV {plan.cache_type_k}, ~{plan.predicted_tokens_per_s:.0f} tokens/s (estimate)"
+        + ("" if plan.fits else "  [DOES NOT FIT WELL]"),
+        "",
+        f"{'memory':{width}} {'weights':>11} {'KV cache':>11} {'recurrent':>11} {'compute':>11} {'total':>11} "
+        f"{'available':>11} {'margin':>10}",
+    ]
+    for d in (*plan.memory.gpus, plan.memory.ram):
+        lines.append(
+            f"{d.name:{width}} {fb(d.weights_bytes):>11} {fb(d.kv_cache_bytes):>11} {fb(d.recurrent_state_bytes):>11} "
+            f"{fb(d.compute_bytes):>11} {fb(d.used_bytes):>11} {fb(d.capacity_bytes):>11} {fb(d.margin_bytes):>10}"
+            + ("" if d.fits else "  short")
+        )
+    lines += ["", "Why:"] + [f"  - {r}" for r in plan.reasons]
+    if plan.alternatives:
+        lines += ["", "Alternatives:"] + [f"  - {a.quant}: {a.why_not}" for a in plan.alternatives]
+    return lines
+
+
+def plan_summary(plan: Plan) -> str:
+    """The recommendation in four lines (the app's plan screen): quant, context, offload, speed, whether it fits."""
+    where = "all layers on GPU" if plan.n_gpu_layers == -1 else f"{plan.n_gpu_layers} layers on GPU"
+    if plan.backend == "cpu":
+        where = "CPU only"
+    experts = f", experts of {plan.n_cpu_moe} layers in RAM" if plan.n_cpu_moe else ""
+    spec = "on" if plan.speculative.enabled else "off"
+    est = " (estimated sizes)" if plan.estimated else ""
+    head = [
+        f"{plan.quant} · {gigabytes(plan.file_bytes)}{est} · context {plan.ctx:,} tokens",
+        f"{where}{experts} · speculative decoding {spec}",
+        f"Predicted speed: about {plan.predicted_tokens_per_s:.0f} tokens/s",
+        "FITS" if plan.fits else "DOES NOT FIT: see the reasons",
+    ]
+    return "\n".join(head)

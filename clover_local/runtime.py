@@ -1,0 +1,350 @@
+"""The one place each of these is decided, for the commands, the TUI and ``serve`` alike:
+
+- :func:`find_model`: which local GGUF a person means (a path, a preset's packaged or downloaded file, or the
+  file the first run chose);
+- :func:`plan_for`: the plan for this machine (or a described one), with the best sizes at hand (a local file's
+  header, each quant's described sizes, else the preset's estimates); the plan carries the model path once it
+  is known, so ``plan.llama_args`` renders ``-m`` wherever the plan is shown or run;
+- :func:`choose_engine` and :func:`open_engine`: which engine runs the plan (embedded llama-cpp-python or an
+  upstream ``llama-server``), loaded exactly as the plan says.
+
+Heavy modules (llama_cpp, huggingface_hub) are imported inside the functions, so the app paints before they load.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from clover_local.errors import ServerError, UsageError
+from clover_local.plan.types import Goal, Plan, SpeculativePlan, Wishes
+from clover_local.presets import Preset, SamplingDefaults, load_preset
+
+if TYPE_CHECKING:
+    from clover_local.detect.machine import Machine
+    from clover_local.engine.types import ChatEngine
+    from clover_local.fetch.describe import QuantDescriptions
+    from clover_local.gguf.model import ModelDescription
+    from clover_local.llamacpp.binary import ServerBinary
+
+__all__ = [
+    "ENGINE_CHOICES",
+    "EngineChoice",
+    "OpenedEngine",
+    "choose_engine",
+    "detect",
+    "find_model",
+    "open_engine",
+    "open_unplanned",
+    "plan_for",
+    "preset_for_file",
+    "require_model",
+]
+
+EngineKind = Literal["embedded", "llama-server"]
+ENGINE_CHOICES = ("auto", "embedded", "llama-server")
+
+
+# -- which model file -------------------------------------------------------------------------------------
+
+
+def find_model(preset: Preset | None, model: str | Path | None = None, quant: str = "auto") -> Path | None:
+    """The local GGUF (first shard) to run, without touching the network; None when it is not on this machine.
+
+    ``model``, when given, is that file (a :class:`UsageError` when it is not a ``.gguf`` file). Otherwise the
+    preset's: the file assembled from its Python package (test presets), else the newest download of ``quant``
+    (``auto``: the preset's default) in the Hugging Face cache, else the file the app's first run chose for it.
+    """
+    if model:
+        return _checked_gguf(Path(model).expanduser())
+    if preset is None:
+        return None
+    if preset.python_package:
+        from clover_local.fetch.local import packaged_model
+
+        packaged = packaged_model(preset)
+        if packaged is not None:
+            return packaged
+    from clover_local.fetch.download import cached_model_path
+
+    cached = cached_model_path(preset, None if quant == "auto" else quant)
+    if cached is not None:
+        return cached
+    from clover_local import user_prefs
+
+    first = user_prefs.load_prefs().first_run
+    if quant == "auto" and first.preset == preset.name and first.complete:
+        return Path(first.model_path)
+    return None
+
+
+def preset_for_file(path: str | Path) -> Preset:
+    """The preset a GGUF given without one belongs to, by its file name: the preset whose name or Hub repo
+    (``gemma-3-270m`` of ``ggml-org/gemma-3-270m-GGUF``) the name contains; else the default preset."""
+    from clover_local.presets import list_presets
+
+    def squash(text: str) -> str:
+        return "".join(ch for ch in text.lower() if ch.isalnum())
+
+    name = squash(Path(path).name)
+    for candidate in list_presets():
+        preset = load_preset(candidate)
+        repo = preset.repo.rsplit("/", 1)[-1].removesuffix("-GGUF").removesuffix("-gguf")
+        if squash(preset.name) in name or (repo and squash(repo) in name):
+            return preset
+    return load_preset(None)
+
+
+def require_model(preset: Preset | None, model: str | Path | None = None, quant: str = "auto") -> Path:
+    """:func:`find_model`, or a :class:`UsageError` saying how to get the file."""
+    found = find_model(preset, model, quant)
+    if found is not None:
+        return found
+    if preset is None:
+        raise UsageError("No model given.", "Pass --model PATH (a .gguf file) or --preset NAME.")
+    raise UsageError(
+        f"{preset.display_name} is not downloaded yet.",
+        f"Run `clover-local download --preset {preset.name}` first, or pass --model PATH.",
+    )
+
+
+def _checked_gguf(path: Path) -> Path:
+    if not path.is_file():
+        raise UsageError(f"No GGUF file at {path}.", "Give the path of a local .gguf file (--model PATH).")
+    if path.suffix.lower() != ".gguf":
+        raise UsageError(f"{path} is not a .gguf file.", "llama.cpp loads GGUF files only.")
+    return path.resolve()
+
+
+# -- the plan ---------------------------------------------------------------------------------------------
+
+
+def plan_for(
+    preset: Preset | str | None,
+    *,
+    model: str | Path | None = None,
+    quant: str = "auto",
+    ctx: int | None = None,
+    goal: Goal = "quality",
+    threads: int | None = None,
+    machine: Machine | None = None,
+    simulate: str | None = None,
+    models: QuantDescriptions | None = None,
+    describe: bool = True,
+    offline: bool = False,
+    rpc: str | None = None,
+    link: str | None = None,
+) -> tuple[Plan, Preset]:
+    """The plan for ``preset`` on ``machine`` (None: ``simulate``'s described machine, else this one, detected).
+
+    Sizes: ``model`` (a local GGUF) gives exact ones from its header, and it is the only candidate; else
+    ``models`` (each quant's described sizes); else, with ``describe``, each quant is described now
+    (``fetch.describe.describe_quants``: a downloaded file, the GGUF header on the Hub, else the preset's
+    estimate; ``offline`` asks no server); else the preset's estimates. The plan names its model file whenever
+    one is on this machine, and says in its reasons where the sizes came from.
+    """
+    chosen = preset if isinstance(preset, Preset) else load_preset(preset)
+    machine = machine or detect(simulate, rpc, link)
+    wishes = Wishes(quant="auto" if model else quant, ctx=ctx, goal=goal, threads=threads)
+    from clover_local.measure.records import load_records
+    from clover_local.plan.planner import make_plan
+
+    records = load_records()  # decode speeds `bench --llama-bench` measured here: used instead of estimates
+
+    if model:
+        path = _checked_gguf(Path(model).expanduser())
+        plan = make_plan(
+            machine,
+            chosen,
+            _local_header(str(path), path.stat().st_mtime_ns),
+            wishes,
+            str(path),
+            speed_records=records,
+        )
+        source = f"exact, from the local file {path}"
+        return replace(
+            plan,
+            reasons=(*plan.reasons, f"Sizes of {plan.quant}: {source}."),
+            size_sources=((plan.quant, source),),
+        ), chosen
+    if models is None and describe:
+        from clover_local.fetch.describe import describe_quants
+
+        models = describe_quants(
+            chosen,
+            offline=True if offline else None,
+            quants=None if quant == "auto" else [quant],  # an unknown quant: make_plan says so
+        )
+    if models is None:
+        return make_plan(machine, chosen, None, wishes, speed_records=records), chosen
+    plan = make_plan(machine, chosen, None, wishes, models=models.models, speed_records=records)
+    local = models.paths.get(plan.quant)
+    return replace(
+        plan,
+        model_path=str(local) if local is not None else None,
+        reasons=(*plan.reasons, *(f"Sizes of {q}: {text}." for q, text in models.sources.items())),
+        size_sources=tuple(models.sources.items()),
+    ), chosen
+
+
+def detect(simulate: str | None = None, rpc: str | None = None, link: str | None = None) -> Machine:
+    """This machine, detected, or a described one (``--simulate`` syntax), with the ``--rpc`` workers read
+    through the RPC protocol (their devices, free memory and the link; ``link`` gives the network instead)."""
+    from clover_local.detect import detect_machine, parse_simulate
+
+    machine = parse_simulate(simulate) if simulate is not None else detect_machine()
+    if link is not None and rpc is None:
+        raise UsageError(
+            "--link describes the network to --rpc workers.", "Add --rpc HOST:PORT, or drop --link."
+        )
+    if rpc is None:
+        return machine
+    if machine.workers:
+        raise UsageError(
+            "Workers are given twice: with --rpc and with rpc= in --simulate.",
+            "Describe them one way: --rpc probes real workers, rpc= describes imagined ones.",
+        )
+    from clover_local.rpc.probe import probe_workers
+
+    return replace(machine, workers=probe_workers(rpc, link=link))
+
+
+@functools.lru_cache(maxsize=8)
+def _local_header(path: str, mtime_ns: int) -> ModelDescription:
+    """A local GGUF's header, read once per file version (a 262k-token vocabulary takes most of a second)."""
+    from clover_local.gguf.header import read_local_header
+
+    return read_local_header(Path(path))
+
+
+# -- the engine -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    kind: EngineKind
+    why: str
+    binary: ServerBinary | None = None
+
+
+@dataclass(frozen=True)
+class OpenedEngine:
+    engine: ChatEngine
+    kind: EngineKind
+    notices: tuple[str, ...]
+    """Warnings and facts for the person: flags dropped for this llama-server, a safer plan loaded, ..."""
+    placement: str = ""
+    """Where the weights, KV cache and experts went, in words (the embedded engine's load log)."""
+    fallback_message: str | None = None
+    """Set when the first load ran out of memory and a safer plan was loaded instead: what changed."""
+
+
+def choose_engine(wanted: str = "embedded", configured_binary: str | None = None) -> EngineChoice:
+    """Which engine to run and why; ``wanted`` is ``auto`` (llama-server when one is found: upstream builds have
+    every backend and the newest kernels; else the embedded engine), ``embedded`` or ``llama-server``."""
+    if wanted not in ENGINE_CHOICES:
+        raise UsageError(f"--engine {wanted!r} is not one of {', '.join(ENGINE_CHOICES)}.")
+    if wanted == "embedded":
+        return EngineChoice("embedded", "asked for with --engine embedded")
+    from clover_local.llamacpp.binary import find_llama_server
+
+    binary = find_llama_server(configured_binary)
+    if wanted == "llama-server":
+        if binary is None:
+            raise ServerError(
+                "--engine llama-server: no llama-server was found (CLOVER_LLAMA_SERVER, the built one, PATH).",
+                "Build one with scripts/build-llama-server, or use --engine embedded.",
+            )
+        return EngineChoice("llama-server", f"asked for; using {binary.path} ({binary.source})", binary)
+    if binary is not None:
+        return EngineChoice("llama-server", f"found {binary.path} ({binary.source})", binary)
+    return EngineChoice(
+        "embedded",
+        "no llama-server found (build one with scripts/build-llama-server); using llama-cpp-python",
+    )
+
+
+def open_engine(
+    plan: Plan,
+    preset: Preset,
+    choice: EngineChoice | None = None,
+    *,
+    speculative: bool | None = None,
+    chat_template: str | None = None,
+    progress: Callable[[float], None] | None = None,
+    on_log: Callable[[str], None] | None = None,
+    ready_timeout_s: float = 600.0,
+) -> OpenedEngine:
+    """Load the plan's model file as the plan says, in the chosen engine (None: embedded).
+
+    ``speculative`` overrides the plan's choice; ``chat_template`` the preset's (the embedded engine only).
+    """
+    model_path = plan.model_path
+    if not model_path:
+        raise UsageError(
+            "No local model file to run.",
+            "Download it first (clover-local download), or pass --model PATH.",
+        )
+    if speculative is not None and speculative != plan.speculative.enabled:
+        plan = replace(plan, speculative=replace(plan.speculative, enabled=speculative))
+    choice = choice or EngineChoice("embedded", "the default")
+    if plan.rpc_servers and choice.kind == "embedded":
+        raise UsageError(
+            f"The plan pools other machines' devices (--rpc {','.join(plan.rpc_servers)}), but the embedded engine "
+            "(llama-cpp-python's wheel) has no RPC backend.",
+            "Use --engine llama-server (scripts/build-llama-server builds one with RPC), or drop --rpc.",
+        )
+    if choice.kind == "embedded":
+        from clover_local.engine.loader import load_engine
+        from clover_local.plan.llama_args import llama_cpp_kwargs
+
+        result = load_engine(
+            model_path,
+            llama_cpp_kwargs(plan),
+            chat_template=chat_template or plan.chat_template,
+            sampling=preset.sampling,
+            speculative=plan.speculative,
+            progress=progress,
+        )
+        notices = list(result.notices)
+        if result.fallback_message:
+            notices.insert(0, result.fallback_message)
+        return OpenedEngine(
+            result.engine, "embedded", tuple(notices), str(result.placement), result.fallback_message
+        )
+
+    from clover_local.llamacpp.server import plan_server_argv, start_llama_server
+    from clover_local.llamacpp.server_engine import LlamaServerEngine
+
+    process = start_llama_server(
+        plan_server_argv(plan), binary=choice.binary, on_log=on_log, ready_timeout_s=ready_timeout_s
+    )
+    engine = LlamaServerEngine(process, model_name=preset.name, sampling=preset.sampling)
+    return OpenedEngine(engine, "llama-server", process.warnings)
+
+
+def open_unplanned(
+    path: Path, *, ctx: int | None = None, threads: int | None = None, chat_template: str | None = None
+) -> OpenedEngine:
+    """A GGUF given without a preset, in the embedded engine with llama.cpp's CPU defaults: a modest context,
+    physical cores, the GGUF's own chat template, self-speculation on."""
+    from clover_local.engine.loader import load_engine
+    from clover_local.engine.native import default_threads
+
+    settings = {"n_ctx": ctx or 4096, "n_threads": threads or default_threads(), "n_gpu_layers": 0}
+    result = load_engine(
+        path,
+        settings,
+        chat_template=chat_template or "gguf",
+        sampling=SamplingDefaults(),
+        speculative=SpeculativePlan(enabled=True),
+    )
+    notices = list(result.notices)
+    if result.fallback_message:
+        notices.insert(0, result.fallback_message)
+    return OpenedEngine(
+        result.engine, "embedded", tuple(notices), str(result.placement), result.fallback_message
+    )

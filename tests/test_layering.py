@@ -1,0 +1,258 @@
+"""The package's layering, read from the source with ``ast`` (every import counts: module level, inside
+functions, and under ``TYPE_CHECKING``):
+
+    base (errors, settings, presets, user_prefs)  <-  detect, gguf  <-  plan  <-  fetch  <-  engine, llamacpp
+        <-  runtime, conversations, measure  <-  serve  <-  tui  <-  commands  <-  cli
+
+A module imports only from its own layer or below; no import cycle, between modules or between packages;
+nothing but ``clover_local.tui`` imports Textual; the pure packages (detect, gguf, plan) do no network I/O; and
+no product module imports the test-model writers (``clover_local.testing``, left out of the wheel); and the
+decisions that once drifted (the experts regex, the shard regex, llama-server's ``-m``) are written in one
+module each.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "clover_local"
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("clover_local", "clover_local.errors", "clover_local.settings"),
+    ("clover_local.presets",),
+    ("clover_local.user_prefs",),
+    ("clover_local.detect", "clover_local.gguf"),
+    ("clover_local.plan",),
+    ("clover_local.fetch",),
+    ("clover_local.engine", "clover_local.llamacpp", "clover_local.rpc", "clover_local.measure.records"),
+    ("clover_local.runtime", "clover_local.conversations", "clover_local.measure"),
+    ("clover_local.serve",),
+    ("clover_local.tui",),
+    ("clover_local.commands",),
+    ("clover_local.cli", "clover_local.__main__"),
+)
+"""Lowest first. A module's layer is that of the longest name here that it is, or is inside; that name is also
+its unit for the cycle check between packages (``measure.records``, which ``runtime`` reads, sits below the rest of
+``measure``, which runs plans through ``runtime``)."""
+TEST_ONLY = "clover_local.testing"
+LLAMA_BENCH_ARGV = ("clover_local.measure.llama_bench", "clover_local.commands.bench")
+OTHER_ENGINES_ARGV = ("clover_local.plan.server_engines",)
+"""vLLM and SGLang commands (``python3 -m sglang.launch_server``): other tools, with their own flags."""
+PURE = ("clover_local.detect", "clover_local.gguf", "clover_local.plan")
+NETWORK = (
+    "huggingface_hub",
+    "httpx",
+    "httpx2",
+    "hf_xet",
+    "urllib.request",
+    "http.client",
+    "uvicorn",
+    "starlette",
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every module ``name`` imports, resolved to a module of this package where it is one (``from
+    clover_local import settings`` is ``clover_local.settings``), else the imported name as written."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                candidate = f"{module}.{alias.name}"
+                found.add(candidate if candidate in MODULES else module)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _layer(module: str) -> int:
+    best, best_len = -1, -1
+    for index, names in enumerate(LAYERS):
+        for owner in names:
+            if (module == owner or module.startswith(owner + ".")) and len(owner) > best_len:
+                best, best_len = index, len(owner)
+    return best
+
+
+def _ours(module: str) -> bool:
+    return module == "clover_local" or module.startswith("clover_local.")
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = [m for m in MODULES if _layer(m) < 0 and not m.startswith(TEST_ONLY)]
+    assert not unplaced, f"add these to LAYERS in {Path(__file__).name}: {unplaced}"
+
+
+def test_no_upward_import() -> None:
+    upward = [
+        f"{m} (layer {_layer(m)}) imports {d} (layer {_layer(d)})"
+        for m, deps in GRAPH.items()
+        if not m.startswith(TEST_ONLY)
+        for d in sorted(deps)
+        if _ours(d) and not d.startswith(TEST_ONLY) and _layer(d) > _layer(m)
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle in ``graph`` (as a path that returns to its start), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)) is not None:
+            return found
+    return None
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph = {m: {d for d in deps if d in MODULES and d != m} for m, deps in GRAPH.items()}
+    # A package's __init__ is imported on the way to any of its modules: that is not a dependency on its siblings.
+    cycle = _cycle({m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()})
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_no_import_cycle_between_packages() -> None:
+    def package(m: str) -> str:
+        return max(
+            (o for names in LAYERS for o in names if m == o or m.startswith(o + ".")), key=len, default=m
+        )
+
+    graph: dict[str, set[str]] = {}
+    for m, deps in GRAPH.items():
+        graph.setdefault(package(m), set()).update(
+            package(d) for d in deps if _ours(d) and package(d) not in ("clover_local", package(m))
+        )
+    cycle = _cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_only_the_tui_imports_textual() -> None:
+    offenders = [
+        f"{m} imports {d}"
+        for m, deps in GRAPH.items()
+        if not m.startswith("clover_local.tui")
+        for d in deps
+        if d == "textual" or d.startswith("textual.")
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize("pure", PURE)
+def test_pure_packages_do_no_network_io(pure: str) -> None:
+    offenders = [
+        f"{m} imports {d}"
+        for m, deps in GRAPH.items()
+        if m == pure or m.startswith(pure + ".")
+        for d in deps
+        if d.startswith(NETWORK) or (_ours(d) and _layer(d) >= _layer("clover_local.fetch"))
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_product_never_imports_the_test_model_writers() -> None:
+    offenders = [
+        f"{m} imports {d}"
+        for m, deps in GRAPH.items()
+        if not m.startswith(TEST_ONLY)
+        for d in deps
+        if d.startswith(TEST_ONLY)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_checker_sees_an_upward_import_and_a_cycle() -> None:
+    """The rules above are not vacuous: a planner importing the fetch step, and two modules importing each
+    other, are caught."""
+    assert _layer("clover_local.plan.planner") < _layer("clover_local.fetch.describe")
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+    assert "clover_local.settings" in _imports("clover_local.fetch.x", PACKAGE / "fetch" / "cache.py")
+
+
+def _runs_python(node: ast.AST) -> bool:
+    """``[sys.executable, "-m", "pkg.module", ...]``: Python's ``-m``, not llama.cpp's."""
+    return (
+        isinstance(node, ast.List)
+        and bool(node.elts)
+        and isinstance(node.elts[0], ast.Attribute)
+        and node.elts[0].attr == "executable"
+    )
+
+
+def _string_constants(path: Path) -> list[str]:
+    """String literals that build something: not docstrings (of modules, classes, functions or attributes), and
+    not members of a set or a comparison (``flag in {"-m", "-c"}`` reads flags, it does not write them), not a Python
+    command line."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            skipped.add(id(node.value))
+        elif isinstance(node, ast.Set | ast.Compare) or _runs_python(node):
+            skipped.update(id(child) for child in ast.walk(node))
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped
+    ]
+
+
+@pytest.mark.parametrize(
+    ("what", "needle", "owner"),
+    [
+        ("the routed-experts tensor regex", "ffn_(up|down|gate", "clover_local.gguf.names"),
+        ("the split-GGUF name regex", "-of-(?P<", "clover_local.gguf.names"),
+        ("llama-server's model flag", "-m", "clover_local.plan.llama_args"),
+    ],
+)
+def test_each_decision_is_written_once(what: str, needle: str, owner: str) -> None:
+    """The experts regex once drifted across four copies, and argv builders lost ``-m``: one owner each.
+    (``llama-bench``, vLLM and SGLang are other tools with their own flags: their argv builders are not
+    llama-server's.)"""
+    holders = sorted(
+        m
+        for m, path in MODULES.items()
+        if not m.startswith(TEST_ONLY)
+        and m not in LLAMA_BENCH_ARGV
+        and m not in OTHER_ENGINES_ARGV
+        and any(s == needle or (len(needle) > 2 and needle in s) for s in _string_constants(path))
+    )
+    assert holders == [owner], f"{what} is written in {holders}; only {owner} should hold it"

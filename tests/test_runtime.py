@@ -1,0 +1,83 @@
+"""``clover_local.runtime``: the one place the model file, the plan and the engine are decided."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clover_local import runtime, user_prefs
+from clover_local.detect import parse_simulate
+from clover_local.errors import UsageError
+from clover_local.plan.llama_args import llama_server_args
+from clover_local.presets import load_preset
+
+
+@pytest.mark.parametrize(
+    ("file_name", "preset"),
+    [
+        ("gemma-3-270m-Q4_K_M.gguf", "gemma3-270m"),  # the Hub repo's name, ggml-org/gemma-3-270m-GGUF
+        ("gemma3-270m.gguf", "gemma3-270m"),  # the preset's name (the packaged test model's file)
+        ("Clover-35B-A3B-Preview-Q8_0-00001-of-00002.gguf", "clover-35b-a3b"),
+        ("something-else.gguf", "clover-35b-a3b"),  # unknown: the default preset
+    ],
+)
+def test_a_file_without_a_preset_gets_the_preset_its_name_says(file_name: str, preset: str) -> None:
+    assert runtime.preset_for_file(Path("/models") / file_name).name == preset
+
+
+def test_a_given_model_must_be_a_gguf_file(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="No GGUF file at"):
+        runtime.find_model(None, tmp_path / "missing.gguf")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a model")
+    with pytest.raises(UsageError, match=r"is not a \.gguf file"):
+        runtime.find_model(None, notes)
+
+
+def test_a_missing_download_says_how_to_get_it() -> None:
+    clover = load_preset("clover-35b-a3b")
+    assert runtime.find_model(clover) is None
+    with pytest.raises(UsageError) as raised:
+        runtime.require_model(clover)
+    assert "clover-local download --preset clover-35b-a3b" in (raised.value.fix or "")
+
+
+def test_the_file_the_first_run_chose_is_found(tmp_path: Path) -> None:
+    chosen = tmp_path / "my-clover-Q4_K_M.gguf"
+    chosen.write_bytes(b"GGUF")
+    first = user_prefs.FirstRun(preset="clover-35b-a3b", quant="Q4_K_M", ctx=4096, model_path=str(chosen))
+    user_prefs.save_prefs(user_prefs.Prefs().with_first_run(first))
+    assert runtime.find_model(load_preset("clover-35b-a3b")) == chosen
+    assert runtime.find_model(load_preset("clover-35b-a3b"), quant="Q8_0") is None, (
+        "another quant: not that file"
+    )
+
+
+def test_a_packaged_preset_needs_no_download(gemma_path: Path) -> None:
+    found = runtime.find_model(load_preset("gemma3-270m"))
+    assert found is not None and found.read_bytes() == gemma_path.read_bytes()
+
+
+def test_the_plan_for_a_local_file_carries_it_into_the_argv(gemma_path: Path) -> None:
+    plan, preset = runtime.plan_for(
+        "gemma3-270m", model=gemma_path, ctx=1024, machine=parse_simulate("ram=16G,cpu=4")
+    )
+    assert preset.name == "gemma3-270m" and not plan.estimated
+    assert plan.model_path == str(gemma_path.resolve())
+    argv = llama_server_args(plan)
+    assert argv[:2] == ["-m", str(gemma_path.resolve())]
+    assert any(reason.startswith("Sizes of Q4_K_M: exact, from the local file") for reason in plan.reasons)
+
+
+def test_opening_a_plan_without_a_file_says_to_download_first() -> None:
+    plan, preset = runtime.plan_for("clover-35b-a3b", machine=parse_simulate("ram=64G,cpu=8"), describe=False)
+    assert plan.model_path is None
+    with pytest.raises(UsageError, match="No local model file"):
+        runtime.open_engine(plan, preset)
+
+
+def test_an_unknown_engine_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="--engine"):
+        runtime.choose_engine("vllm")
+    assert runtime.choose_engine("embedded").kind == "embedded"

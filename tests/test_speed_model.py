@@ -1,0 +1,117 @@
+"""The speed model against measurements: three placements of a Clover-shaped Q4_K_M on an H200 (issue 10's
+table, ``tests/data/h200_clover_shaped.json``) and Gemma 3 270M on this project's 2-core CPU machine must all be
+predicted within 25%; recorded llama-bench runs replace or calibrate the estimate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clover_local.detect.machine import Cpu, Disk, Gpu, LlamaBuild, Machine, Memory
+from clover_local.gguf.model import ModelDescription, TensorEntry
+from clover_local.plan import memory
+from clover_local.plan.measured import SpeedRecord, machine_key, model_key
+from clover_local.plan.planner import layer_work, make_plan
+from clover_local.plan.speed import predict_tokens_per_s
+from clover_local.presets import load_preset
+from clover_local.testing.clover_shaped import tensor_plan
+
+GIB = 1024**3
+DATA = json.loads((Path(__file__).parent / "data" / "h200_clover_shaped.json").read_text())
+
+
+def clover_shaped() -> ModelDescription:
+    """The exact tensor table of the Clover-shaped file (no need to write its 19.7 GiB)."""
+    entries = tuple(TensorEntry.classify(t.name, t.n_bytes) for t in tensor_plan())
+    return ModelDescription(
+        architecture=load_preset("clover-35b-a3b").architecture,
+        file_bytes=sum(e.n_bytes for e in entries),
+        quant="Q4_K_M",
+        tensors=entries,
+        source="clover-shaped tensor plan",
+    )
+
+
+def h200(free_gib: float) -> Machine:
+    m = DATA["machine"]
+    return Machine(
+        cpu=Cpu("H200 host", m["cores"], m["cores"]),
+        memory=Memory(m["ram_gib"] * GIB, (m["ram_gib"] - 8) * GIB),
+        disk=Disk("/", 64 * GIB, 40 * GIB),
+        gpus=(
+            Gpu(
+                0,
+                "nvidia",
+                "NVIDIA H200",
+                int(m["gpu_total_gib"] * GIB),
+                int(free_gib * GIB),
+                bandwidth_bytes_per_s=m["bandwidth_tb_s"] * 1e12,
+            ),
+        ),
+        build=LlamaBuild("0.3.36", True, ("cuda", "cpu")),
+    )
+
+
+def predicted(machine: Machine, desc: ModelDescription, ctx: int, n_gpu_layers: int, n_cpu_moe: int) -> float:
+    placement = memory.place(
+        desc, ctx=ctx, n_gpus=len(machine.gpus), n_gpu_layers=n_gpu_layers, n_cpu_moe=n_cpu_moe
+    )
+    gpu, ram = memory.active_bytes_per_token(desc, placement, min(ctx, 4096))
+    work = layer_work(desc, placement, len(machine.gpus))
+    return predict_tokens_per_s(machine, gpu, ram, work, machine.cpu.physical_cores)[0]
+
+
+@pytest.mark.parametrize("case", DATA["cases"], ids=[c["name"] for c in DATA["cases"]])
+def test_gpu_speed_within_a_quarter_of_llama_bench(case: dict) -> None:
+    desc = clover_shaped()
+    tps = predicted(h200(case["gpu_free_gib"]), desc, case["ctx"], -1, case["n_cpu_moe"])
+    assert tps == pytest.approx(case["decode_tokens_per_s"], rel=0.25), tps
+
+
+def test_cpu_speed_within_a_quarter_of_the_two_core_machine(gemma_path: Path) -> None:
+    """Gemma 3 270M Q4_K_M, CPU, 2 threads: 64-72 tokens/s measured (README engine benchmark)."""
+    from clover_local.gguf.header import read_local_header
+
+    desc = read_local_header(gemma_path)
+    machine = Machine(
+        cpu=Cpu("2-core VM", 2, 2), memory=Memory(24 * GIB, 22 * GIB), disk=Disk("/", 100 * GIB, 80 * GIB)
+    )
+    assert predicted(machine, desc, 2048, 0, 0) == pytest.approx(68.0, rel=0.25)
+
+
+def test_recorded_runs_replace_or_calibrate_the_estimate() -> None:
+    desc = clover_shaped()
+    machine = h200(20.0)
+    preset = load_preset("clover-35b-a3b")
+    plain = make_plan(machine, preset, desc)
+    assert plain.speed_source == "estimate"
+    key = dict(machine=machine_key(machine), model=model_key(desc.quant, desc.file_bytes))
+    here = SpeedRecord(
+        **key,
+        n_gpu_layers=plain.n_gpu_layers,
+        n_cpu_moe=plain.n_cpu_moe,
+        tokens_per_s=150.0,
+        predicted_tokens_per_s=plain.estimated_tokens_per_s,
+        when="2026-11-30",
+    )
+    measured = make_plan(machine, preset, desc, speed_records=[here])
+    assert (measured.speed_source, measured.predicted_tokens_per_s) == ("measured", 150.0)
+    assert any("measured with llama-bench on this machine on 2026-11-30" in r for r in measured.reasons)
+
+    elsewhere = SpeedRecord(
+        **key, n_gpu_layers=-1, n_cpu_moe=plain.n_cpu_moe + 7, tokens_per_s=100.0, predicted_tokens_per_s=80.0
+    )
+    calibrated = make_plan(machine, preset, desc, speed_records=[elsewhere])
+    assert calibrated.speed_source == "calibrated"
+    assert calibrated.predicted_tokens_per_s == pytest.approx(plain.estimated_tokens_per_s * 1.25, rel=0.01)
+
+    other_machine = SpeedRecord(
+        **{**key, "machine": "another"},
+        n_gpu_layers=-1,
+        n_cpu_moe=0,
+        tokens_per_s=1.0,
+        predicted_tokens_per_s=2.0,
+    )
+    assert make_plan(machine, preset, desc, speed_records=[other_machine]).speed_source == "estimate"
