@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -189,8 +190,9 @@ def test_worker_refuses_a_taken_port(workers: list[WorkerProcess]) -> None:
 def test_split_over_two_workers_loads_the_planned_buffers_and_answers_like_local(
     workers: list[WorkerProcess], binary: ServerBinary
 ) -> None:
-    local = _local_plan()
     split = _split_plan(workers)
+    # the same settings on this machine alone (memory is tight on the described workers: a q8_0 KV cache)
+    local = replace(_local_plan(), cache_type_k=split.cache_type_k, cache_type_v=split.cache_type_v)
     devices = memory.layer_devices(18, split.n_gpu_layers, 2, split.tensor_split)
     assert {-1, 0, 1} <= set(devices[:18]), devices  # layers on this machine and on both workers
     argv = plan_server_argv(split)
