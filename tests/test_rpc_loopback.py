@@ -18,11 +18,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from clover_local import settings
 from clover_local.detect import parse_simulate
 from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, TextDelta
 from clover_local.errors import ServerError
+from clover_local.gguf.header import read_local_header
 from clover_local.llamacpp.binary import ServerBinary
 from clover_local.llamacpp.rpc_server import WorkerProcess, start_worker
 from clover_local.llamacpp.server import free_port, plan_server_argv, start_llama_server
@@ -34,7 +36,7 @@ from clover_local.presets import load_preset
 from clover_local.rpc.probe import probe_workers
 from clover_local.rpc.protocol import probe_worker
 from clover_local.testing.models import gemma_path
-from tests.helpers_serve import llama_server_path, wait_until
+from tests.helpers_serve import llama_server_path
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +85,7 @@ def _local_plan() -> Plan:
     return make_plan(
         parse_simulate("ram=16G,cpu=2"),
         load_preset("gemma3-270m"),
-        None,
+        read_local_header(gemma_path()),
         Wishes(ctx=2048, speculative=False),
         str(gemma_path()),
     )
@@ -95,7 +97,7 @@ def _split_plan(workers: list[WorkerProcess]) -> Plan:
     return make_plan(
         parse_simulate(spec),
         load_preset("gemma3-270m"),
-        None,
+        read_local_header(gemma_path()),
         Wishes(ctx=2048, speculative=False),
         str(gemma_path()),
     )
@@ -197,8 +199,14 @@ def test_split_over_two_workers_loads_the_planned_buffers_and_answers_like_local
     assert {-1, 0, 1} <= set(devices[:18]), devices  # layers on this machine and on both workers
     argv = plan_server_argv(split)
     assert argv[argv.index("--rpc") + 1] == f"{workers[0].endpoint},{workers[1].endpoint}"
+    # Workers keep weights in plain CPU buffers; this machine would repack Q4_K for other kernels, whose sums
+    # round differently. Without repacking, both run the same kernels, so greedy replies can be compared.
+    argv.append("--no-repack")
+    argv.append("-v")  # the load log with each buffer's size (llama.cpp logs it below the default verbosity)
 
-    with start_llama_server(plan_server_argv(local), binary=binary, ready_timeout_s=300) as server:
+    with start_llama_server(
+        [*plan_server_argv(local), "--no-repack"], binary=binary, ready_timeout_s=300
+    ) as server:
         local_text, _ = _reply(LlamaServerEngine(server, owns_process=False))
     log: list[str] = []
     with start_llama_server(argv, binary=binary, on_log=log.append, ready_timeout_s=300) as server:
