@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from clover_local.detect import detect_machine, parse_simulate  # noqa: E402
 from clover_local.engine.types import ChatMessage, Finished, GenerationRequest  # noqa: E402
+from clover_local.gguf.header import read_local_header  # noqa: E402
 from clover_local.llamacpp.rpc_server import start_worker  # noqa: E402
 from clover_local.llamacpp.server import free_port, plan_server_argv, start_llama_server  # noqa: E402
 from clover_local.llamacpp.server_engine import LlamaServerEngine  # noqa: E402
@@ -66,6 +67,7 @@ def main() -> int:
 
     preset = load_preset("gemma3-270m")
     model = str(gemma_path())
+    desc = read_local_header(gemma_path())  # exact sizes, as `plan --model` uses
     wishes = Wishes(ctx=2048, speculative=False)
     machine = detect_machine()
     threads = machine.cpu.physical_cores
@@ -84,9 +86,9 @@ def main() -> int:
             workers=tuple(replace(w, link=links[i]) for i, w in enumerate(split_machine.workers)),
         )
         rows = [
-            ("local", make_plan(machine, preset, None, wishes, model)),
-            ("2 workers", make_plan(pooled_machine, preset, None, wishes, model)),
-            ("3-way split", make_plan(split_machine, preset, None, wishes, model)),
+            ("local", make_plan(machine, preset, desc, wishes, model)),
+            ("2 workers", make_plan(pooled_machine, preset, desc, wishes, model)),
+            ("3-way split", make_plan(split_machine, preset, desc, wishes, model)),
         ]
         print(f"links: {'; '.join(w.link.source for w in pooled_machine.workers)}", file=sys.stderr)
         print(
