@@ -29,6 +29,7 @@ COMMANDS = (
     "chat",
     "serve",
     "doctor",
+    "worker",
 )
 
 

@@ -138,6 +138,8 @@ def plan_for(
     offline: bool = False,
     engine: EngineKind = "embedded",
     diffusion: DiffusionWishes | None = None,
+    rpc: str | None = None,
+    link: str | None = None,
 ) -> tuple[Plan, Preset]:
     """The plan for ``preset`` on ``machine`` (None: ``simulate``'s described machine, else this one, detected).
 
@@ -148,7 +150,7 @@ def plan_for(
     one is on this machine, and says in its reasons where the sizes came from.
     """
     chosen = preset if isinstance(preset, Preset) else load_preset(preset)
-    machine = machine or detect(simulate)
+    machine = machine or detect(simulate, rpc, link)
     wishes = Wishes(quant="auto" if model else quant, ctx=ctx, goal=goal, threads=threads, engine=engine)
     from clover_local.measure.records import load_records
     from clover_local.plan.planner import make_plan
@@ -202,11 +204,26 @@ def plan_for(
     ), chosen
 
 
-def detect(simulate: str | None = None) -> Machine:
-    """This machine, detected, or a described one (``--simulate`` syntax)."""
+def detect(simulate: str | None = None, rpc: str | None = None, link: str | None = None) -> Machine:
+    """This machine, detected, or a described one (``--simulate`` syntax), with the ``--rpc`` workers read
+    through the RPC protocol (their devices, free memory and the link; ``link`` gives the network instead)."""
     from clover_local.detect import detect_machine, parse_simulate
 
-    return parse_simulate(simulate) if simulate is not None else detect_machine()
+    machine = parse_simulate(simulate) if simulate is not None else detect_machine()
+    if link is not None and rpc is None:
+        raise UsageError(
+            "--link describes the network to --rpc workers.", "Add --rpc HOST:PORT, or drop --link."
+        )
+    if rpc is None:
+        return machine
+    if machine.workers:
+        raise UsageError(
+            "Workers are given twice: with --rpc and with rpc= in --simulate.",
+            "Describe them one way: --rpc probes real workers, rpc= describes imagined ones.",
+        )
+    from clover_local.rpc.probe import probe_workers
+
+    return replace(machine, workers=probe_workers(rpc, link=link))
 
 
 @functools.lru_cache(maxsize=8)
@@ -293,6 +310,12 @@ def open_engine(
         # llama-server has no diffusion decoding (llama.cpp runs it only in examples/diffusion).
         choice = EngineChoice("embedded", "diffusion model: llama-server cannot decode it")
         diffusion_notes.append("Diffusion model: run by the embedded engine (llama-server cannot decode it).")
+    if plan.rpc_servers and choice.kind == "embedded":
+        raise UsageError(
+            f"The plan pools other machines' devices (--rpc {','.join(plan.rpc_servers)}), but the embedded engine "
+            "(llama-cpp-python's wheel) has no RPC backend.",
+            "Use --engine llama-server (scripts/build-llama-server builds one with RPC), or drop --rpc.",
+        )
     if choice.kind == "embedded":
         from clover_local.engine.loader import load_engine
         from clover_local.plan.llama_args import llama_cpp_kwargs

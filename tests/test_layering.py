@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("clover_local.detect", "clover_local.gguf"),
     ("clover_local.plan",),
     ("clover_local.fetch",),
-    ("clover_local.engine", "clover_local.llamacpp", "clover_local.measure.records"),
+    ("clover_local.engine", "clover_local.llamacpp", "clover_local.rpc", "clover_local.measure.records"),
     ("clover_local.runtime", "clover_local.conversations", "clover_local.measure"),
     ("clover_local.serve",),
     ("clover_local.tui",),
@@ -39,6 +39,8 @@ its unit for the cycle check between packages (``measure.records``, which ``runt
 ``measure``, which runs plans through ``runtime``)."""
 TEST_ONLY = "clover_local.testing"
 LLAMA_BENCH_ARGV = ("clover_local.measure.llama_bench", "clover_local.commands.bench")
+OTHER_ENGINES_ARGV = ("clover_local.plan.server_engines",)
+"""vLLM and SGLang commands (``python3 -m sglang.launch_server``): other tools, with their own flags."""
 PURE = ("clover_local.detect", "clover_local.gguf", "clover_local.plan")
 NETWORK = (
     "huggingface_hub",
@@ -243,12 +245,14 @@ def _string_constants(path: Path) -> list[str]:
 )
 def test_each_decision_is_written_once(what: str, needle: str, owner: str) -> None:
     """The experts regex once drifted across four copies, and argv builders lost ``-m``: one owner each.
-    (``llama-bench`` is another tool with its own flags: its argv builders are not llama-server's.)"""
+    (``llama-bench``, vLLM and SGLang are other tools with their own flags: their argv builders are not
+    llama-server's.)"""
     holders = sorted(
         m
         for m, path in MODULES.items()
         if not m.startswith(TEST_ONLY)
         and m not in LLAMA_BENCH_ARGV
+        and m not in OTHER_ENGINES_ARGV
         and any(s == needle or (len(needle) > 2 and needle in s) for s in _string_constants(path))
     )
     assert holders == [owner], f"{what} is written in {holders}; only {owner} should hold it"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from clover_local.errors import UsageError
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser(
@@ -19,6 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--ctx", type=int, metavar="N", help="context size in tokens (default: saved or preset)"
     )
+    from clover_local.commands.options import add_rpc_options
+
+    add_rpc_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -26,9 +31,20 @@ def run(args: argparse.Namespace) -> int:
     model_path = _resolve_model(args.model, args.preset)
     if args.ctx is not None:
         _check_ctx(args.ctx, args.preset, model_path)
+    if args.link is not None:
+        raise UsageError("chat measures the link to the workers itself; --link is for plan and command.")
+    if args.rpc is not None and model_path is None:
+        raise UsageError(
+            "chat --rpc needs the model on disk.",
+            "Download it first (clover-local download), or pass --model PATH.",
+        )
+    if args.rpc is not None:
+        from clover_local.detect.remote import parse_rpc
+
+        parse_rpc(args.rpc)  # a typo is said now, not inside the app
     from clover_local.tui.app import StartOptions, run_app
 
-    return run_app(StartOptions(preset=args.preset, model_path=model_path, ctx=args.ctx))
+    return run_app(StartOptions(preset=args.preset, model_path=model_path, ctx=args.ctx, rpc=args.rpc))
 
 
 def _check_ctx(ctx: int, preset_name: str | None, model_path: str | None) -> None:

@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clover_local.plan.types import Plan
+    from clover_local.presets import Preset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -24,6 +29,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--binary", default="llama-server", help="llama-server binary (default: llama-server)"
     )
+    parser.add_argument(
+        "--engine",
+        choices=("llama-server", "vllm", "sglang"),
+        default="llama-server",
+        help="llama-server (default), or the command for a GPU server with vLLM or SGLang (the path beyond RPC)",
+    )
+    parser.add_argument(
+        "--hf-model",
+        metavar="REPO",
+        help="vLLM/SGLang: the safetensors repo (default: the GGUF repo without -GGUF)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -32,11 +48,31 @@ def run(args: argparse.Namespace) -> int:
     from clover_local.plan.llama_args import llama_server_args
 
     plan, preset = plan_from_args(args, engine="llama-server")
+    if args.engine != "llama-server":
+        return _print_gpu_server_command(args, plan, preset)
     argv = [args.binary, *llama_server_args(plan, hf_repo=preset.repo)]
     if args.json:
         print(json.dumps({"argv": argv, "command": shlex.join(argv), "fits": plan.fits}))
     else:
         if not plan.fits:
             print("# warning: this plan does not fit well; see `clover-local plan` for why")
+        print(shlex.join(argv))
+    return 0
+
+
+def _print_gpu_server_command(args: argparse.Namespace, plan: Plan, preset: Preset) -> int:
+    from clover_local.plan.server_engines import notes, sglang_argv, vllm_argv
+
+    build = vllm_argv if args.engine == "vllm" else sglang_argv
+    argv = build(plan, preset, args.hf_model)
+    if args.json:
+        print(
+            json.dumps(
+                {"engine": args.engine, "argv": argv, "command": shlex.join(argv), "notes": notes(plan)}
+            )
+        )
+    else:
+        for note in notes(plan):
+            print(f"# {note}")
         print(shlex.join(argv))
     return 0

@@ -22,6 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         metavar="SPEC",
         help="describe a machine instead of detecting it, e.g. ram=32G,gpu=nvidia:12G,cpu=16 (see README)",
     )
+    from clover_local.commands.options import add_rpc_options
+
+    add_rpc_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -29,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from clover_local.detect.report import describe_machine, machine_to_dict
     from clover_local.runtime import detect
 
-    machine = detect(args.simulate)
+    machine = detect(args.simulate, args.rpc, args.link)
     if args.json:
         print(json.dumps(machine_to_dict(machine), indent=2))
     else:

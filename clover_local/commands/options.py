@@ -23,7 +23,23 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         help="plan for a described machine, e.g. ram=32G,gpu=nvidia:12G (see README)",
     )
     parser.add_argument("--model", metavar="PATH", help="a local GGUF: plan with its exact tensor sizes")
+    add_rpc_options(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_rpc_options(parser: argparse.ArgumentParser) -> None:
+    """``--rpc`` and ``--link``: pool devices other machines lend through llama.cpp's RPC backend."""
+    parser.add_argument(
+        "--rpc",
+        metavar="[KIND@]HOST:PORT,...",
+        help="workers started with `clover-local worker` on other machines: their devices are read and planned "
+        "with this machine's (KIND: cpu, gpu:nvidia, gpu:amd, gpu:intel, gpu:apple; see README)",
+    )
+    parser.add_argument(
+        "--link",
+        metavar="BW[/RTT]",
+        help="the network to the workers, e.g. 1Gbit/0.5ms or 300MB/s (default: measured through the worker)",
+    )
 
 
 def add_size_options(parser: argparse.ArgumentParser) -> None:
@@ -49,4 +65,6 @@ def plan_from_args(args: argparse.Namespace, engine: EngineKind = "embedded") ->
         simulate=args.simulate,
         offline=getattr(args, "offline", False),
         engine=engine,
+        rpc=getattr(args, "rpc", None),
+        link=getattr(args, "link", None),
     )

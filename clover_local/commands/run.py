@@ -13,6 +13,7 @@ from clover_local.commands.diffusion_args import add_diffusion_arguments, diffus
 from clover_local.errors import UsageError
 
 if TYPE_CHECKING:
+    from clover_local.presets import Preset
     from clover_local.runtime import OpenedEngine
 
 
@@ -49,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object: text and stats")
     add_diffusion_arguments(parser)
+    from clover_local.commands.options import add_rpc_options
+
+    add_rpc_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -75,12 +79,42 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     preset = load_preset(args.preset) if args.preset or not args.model else None
     path = require_model(preset, args.model)
     wishes = diffusion_wishes(args)
+    if args.rpc is not None:
+        return _open_pooled(args, preset, path)
     if preset is None:
         return open_unplanned(
             path, ctx=args.ctx, threads=args.threads, chat_template=args.template, diffusion=wishes
         )
     plan, preset = plan_for(preset, model=path, ctx=args.ctx, threads=args.threads, diffusion=wishes)
     return open_engine(plan, preset, chat_template=args.template)
+
+
+def _open_pooled(args: argparse.Namespace, preset: Preset | None, path: Path) -> OpenedEngine:
+    """With ``--rpc``: plan over this machine and the workers, and run it in llama-server (the embedded engine
+    has no RPC backend)."""
+    from dataclasses import replace
+
+    from clover_local.plan.pooled import pooling_summary
+    from clover_local.runtime import choose_engine, open_engine, plan_for, preset_for_file
+
+    if args.template is not None:
+        raise UsageError("--template is not used with --rpc (llama-server takes the preset's template).")
+    plan, chosen = plan_for(
+        preset or preset_for_file(path),
+        model=path,
+        ctx=args.ctx,
+        threads=args.threads,
+        rpc=args.rpc,
+        link=args.link,
+    )
+    opened = open_engine(
+        plan,
+        chosen,
+        choose_engine("llama-server"),
+        speculative=None if args.speculative is None else args.speculative == "on",
+    )
+    summary = pooling_summary(plan)
+    return replace(opened, notices=(*([summary] if summary else []), *opened.notices))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -76,6 +76,11 @@ def run(args: argparse.Namespace) -> int:
     args.model = require_model(None if args.model else load_preset(args.preset), args.model, args.quant)
     choice = choose_engine(args.engine, args.llama_server)
     plan, preset = plan_from_args(args, engine=choice.kind)
+    from clover_local.plan.pooled import pooling_summary
+
+    summary = pooling_summary(plan)
+    if summary:
+        print(f"note: {summary}", file=sys.stderr)
     print(f"engine: {choice.kind} ({choice.why})", file=sys.stderr)
     on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None
     opened = open_engine(plan, preset, choice, speculative=args.speculative, on_log=on_log)

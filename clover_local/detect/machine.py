@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from clover_local.detect.remote import Worker
+
 GpuVendor = Literal["nvidia", "amd", "intel", "apple"]
 Backend = Literal["cuda", "metal", "vulkan", "rocm", "sycl", "cpu"]
 
@@ -87,6 +89,8 @@ class Machine:
     hints: tuple[str, ...] = ()
     """Advice for the person, e.g. how to rebuild llama-cpp-python with CUDA for the card it found."""
     simulated: bool = False
+    workers: tuple[Worker, ...] = ()
+    """Other machines lending devices through llama.cpp's RPC backend (``--rpc``, or ``rpc=`` when simulated)."""
 
     @property
     def unified_memory(self) -> bool:

@@ -32,6 +32,16 @@ def describe_machine(machine: Machine) -> list[str]:
     if not machine.gpus:
         lines.append("  GPU    none usable (see the probes below)")
     lines += [line for position, gpu in enumerate(machine.gpus) for line in _gpu_lines(position, gpu)]
+    for worker in machine.workers:
+        link = worker.link
+        lines.append(
+            f"  Worker {worker.endpoint} ({worker.source or 'rpc'}): link {link.bandwidth_bytes_per_s / 1e6:.0f} MB/s, "
+            f"{link.rtt_s * 1e3:.2f} ms round trip ({link.source})"
+        )
+        lines += [
+            f"    {d.label} [{d.kind}]: {format_bytes(d.free_bytes)} free / {format_bytes(d.total_bytes)}"
+            for d in worker.devices
+        ]
     version = build.version or "not installed"
     lines.append(
         f"  Build  llama-cpp-python {version}; GPU offload {'yes' if build.gpu_offload else 'no'}; "

@@ -9,6 +9,9 @@ Spec: comma-separated ``key=value`` parts, e.g. ``ram=32G,gpu=nvidia:12G,gpu=nvi
   is the Metal working-set limit (:func:`clover_local.detect.apple.metal_working_set`, the real probe's rule)
 - ``cpu=N``          CPU cores (default 8)
 - ``disk=SIZE``      free disk where models are stored (default 500G)
+- ``rpc=KIND:SIZE@HOST:PORT`` a device lent by another machine through llama.cpp's RPC backend, repeatable
+  (``gpu:nvidia:12G@192.168.1.20:50052``, ``cpu:32G@192.168.1.21:50052``); ``link=1Gbit[/0.5ms]`` the network
+  to every worker (default: gigabit Ethernet). See ``clover_local.detect.remote``.
 - ``backend=NAME``   the llama.cpp build: cuda, metal, vulkan, rocm, sycl or cpu (default: from the GPUs,
   nvidia -> cuda, amd -> rocm, intel -> vulkan, apple -> metal, none -> cpu)
 
@@ -34,6 +37,13 @@ from clover_local.detect.machine import (
     Memory,
     ProbeResult,
 )
+from clover_local.detect.remote import (
+    Worker,
+    WorkerSpec,
+    number_devices,
+    parse_link,
+    parse_simulated_device,
+)
 from clover_local.detect.units import GIB, format_bytes, parse_bandwidth, parse_size
 from clover_local.errors import UsageError
 
@@ -45,7 +55,8 @@ SIMULATED_BUILD_VERSION = "0.3.36"
 ACCEPTED_FORMS = (
     "ram=32G, gpu=nvidia:12G or gpu=nvidia:12G@936GB/s (repeatable; vendor nvidia|amd|intel; optional "
     "memory bandwidth in GB/s or TB/s), unified=64G (Apple Silicon), "
-    "cpu=16, disk=500G, backend=cuda|metal|vulkan|rocm|sycl|cpu; sizes in K/M/G/T (binary) or bytes, "
+    "cpu=16, disk=500G, backend=cuda|metal|vulkan|rocm|sycl|cpu, rpc=gpu:nvidia:12G@HOST:PORT (repeatable), "
+    "link=1Gbit/0.5ms; sizes in K/M/G/T (binary) or bytes, "
     "parts separated by commas"
 )
 _DISCRETE_VENDORS: tuple[GpuVendor, ...] = ("nvidia", "amd", "intel")
@@ -55,7 +66,7 @@ _DEFAULT_BACKEND: dict[GpuVendor, Backend] = {
     "intel": "vulkan",
     "apple": "metal",
 }
-_SINGLE_KEYS = ("ram", "unified", "cpu", "disk", "backend")
+_SINGLE_KEYS = ("ram", "unified", "cpu", "disk", "backend", "link")
 
 
 def os_reserved_bytes(total_ram_bytes: int) -> int:
@@ -67,6 +78,7 @@ def parse_simulate(spec: str) -> Machine:
     """Build the :class:`Machine` that ``spec`` describes; raises ``UsageError`` naming the bad part."""
     singles: dict[str, str] = {}
     gpu_specs: list[str] = []
+    rpc_specs: list[str] = []
     for raw in spec.split(","):
         part = raw.strip()
         if not part:
@@ -77,6 +89,8 @@ def parse_simulate(spec: str) -> Machine:
             _bad(part, "expected key=value")
         if key == "gpu":
             gpu_specs.append(value)
+        elif key == "rpc":
+            rpc_specs.append(value)
         elif key in _SINGLE_KEYS:
             if key in singles:
                 _bad(part, f"{key}= given twice")
@@ -118,7 +132,21 @@ def parse_simulate(spec: str) -> Machine:
         probes=(ProbeResult("simulate", True, f"described by --simulate {spec!r}"),),
         hints=build_hints(gpu_tuple, build),
         simulated=True,
+        workers=simulated_workers(rpc_specs, singles.get("link")),
     )
+
+
+def simulated_workers(rpc_specs: list[str], link_text: str | None) -> tuple[Worker, ...]:
+    """The ``rpc=`` parts grouped by worker (in order of first mention), each device free = total."""
+    link = parse_link(link_text, "--simulate link=") if link_text else None
+    if link is not None and not rpc_specs:
+        _bad(f"link={link_text}", "link= describes the network to rpc= workers; add an rpc= part")
+    grouped: dict[str, tuple[WorkerSpec, list[tuple[str, int, int]]]] = {}
+    for value in rpc_specs:
+        kind, size, spec = parse_simulated_device(value)
+        grouped.setdefault(spec.endpoint, (spec, []))[1].append((kind, size, size))
+    links = {endpoint: link for endpoint in grouped} if link is not None else {}
+    return number_devices(list(grouped.values()), links, "simulated")
 
 
 def _parse_gpu(index: int, value: str) -> Gpu:

@@ -164,6 +164,30 @@ class LlamaServerProcess:
                 )
             time.sleep(0.2)
 
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """The exit code once the server has exited, waiting up to ``timeout_s``; None while it runs."""
+        if self._proc is None:
+            return None
+        try:
+            return self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def exit_reason(self) -> str:
+        """Why the server stopped, for people: its exit code, what it means when workers (RPC) are involved,
+        and its last lines."""
+        from clover_local.rpc.failures import explain_rpc_failure
+
+        code = self._proc.returncode if self._proc else None
+        self._join_reader()
+        tail = self.log_tail(40)
+        why = explain_rpc_failure(tail, self.argv)
+        return (
+            f"llama-server stopped (exit code {code})"
+            + (f": {why}" if why else "")
+            + (f" Its last lines:\n{self.log_tail(8)}" if tail else "")
+        )
+
     def _join_reader(self) -> None:
         if self._reader is not None:
             self._reader.join(timeout=2.0)

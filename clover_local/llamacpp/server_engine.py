@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from clover_local.engine.types import (
@@ -81,6 +81,9 @@ class LlamaServerEngine:
         return self._n_ctx
 
     def count_tokens(self, text: str) -> int:
+        gone = self.problem()
+        if gone:
+            raise ServerError(gone)
         resp = http_client.request(
             self.base_url, "POST", "/tokenize", {"content": text, "add_special": False}, api_key=self._api_key
         )
@@ -95,16 +98,24 @@ class LlamaServerEngine:
         """Stream the reply; setting ``cancel`` closes the connection, which stops llama-server's slot."""
         if (request.messages is None) == (request.prompt is None):
             raise ServerError("A request needs exactly one of messages and prompt.")
+        gone = self.problem()
+        if gone:
+            raise ServerError(gone)
         path, payload = self._payload(request)
         started = time.perf_counter()
         first_token_at: float | None = None
-        events = http_client.stream(self.base_url, path, payload, api_key=self._api_key)
+        try:
+            events = http_client.stream(self.base_url, path, payload, api_key=self._api_key)
+        except ServerError:
+            self._raise_if_exited()
+            raise
         n_deltas = 0
         last: dict[str, Any] = {}
         finish: FinishReason = "stop"
         calls = ToolCallCollector()
+        ended = False
         try:
-            for event in events:
+            for event in self._watched(events):
                 if cancel is not None and cancel.is_set():
                     finish = "cancelled"
                     break
@@ -116,12 +127,15 @@ class LlamaServerEngine:
                     n_deltas += 1
                     yield TextDelta(text)
                 if reason is not None:
-                    finish = reason
+                    finish, ended = reason, True
                 if "timings" in event or "usage" in event:
                     last = {**last, **event}
+                    ended = True
             else:
                 if cancel is not None and cancel.is_set():
                     finish = "cancelled"
+                elif not ended:
+                    self._raise_if_exited()  # the stream closed without an end: did the server die?
         finally:
             events.close()
         for index, call in enumerate(calls.calls()):
@@ -130,6 +144,24 @@ class LlamaServerEngine:
         yield Finished(
             _stats(last, finish, n_deltas, elapsed, (first_token_at or time.perf_counter()) - started)
         )
+
+    def problem(self) -> str | None:
+        """Why this engine cannot answer (its llama-server has exited), or None while it can."""
+        if self._process is not None and self._process.pid is not None and not self._process.running:
+            return self._process.exit_reason()
+        return None
+
+    def _raise_if_exited(self, wait_s: float = 5.0) -> None:
+        if self._process is not None and self._process.wait_exit(wait_s) is not None:
+            raise ServerError(self._process.exit_reason())
+
+    def _watched(self, events: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """The stream's events; a broken stream from a server that died says why it died."""
+        try:
+            yield from events
+        except ServerError:
+            self._raise_if_exited()
+            raise
 
     def close(self) -> None:
         if self._process is not None and self._owns:

@@ -61,6 +61,10 @@ def settings(plan: Plan) -> list[Setting]:
     """Every llama.cpp setting the plan decides, once."""
     use_mmap, use_mlock = _load_mode_kwargs(plan.load_mode)
     rows: list[Setting] = []
+    if plan.rpc_servers:
+        # Devices lent by other machines (tools/rpc); llama-cpp-python's wheel has no RPC backend, so no kwarg:
+        # the engines refuse such a plan on the embedded engine.
+        rows.append(Setting("--rpc", ",".join(plan.rpc_servers), None))
     if plan.model_path:
         rows.append(Setting("-m", plan.model_path, "model_path", plan.model_path))
     rows += [

@@ -70,6 +70,12 @@ def make_plan(
     are described from the preset's fallback sizes. ``speed_records``: decode speeds measured on this machine
     (:mod:`clover_local.plan.measured`), used instead of the estimate where they apply.
     """
+    if machine.workers:  # devices lent by other machines (llama.cpp RPC): planned as one machine
+        from clover_local.plan.pooled import pooled_plan
+
+        return pooled_plan(
+            make_plan, machine, preset, model, wishes, model_path, models=models, speed_records=speed_records
+        )
     wishes = wishes or Wishes()
     candidates = _candidates(preset, model, models or {}, wishes)
     first = next(iter(candidates.values()))

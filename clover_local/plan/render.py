@@ -45,6 +45,7 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
         if plan.n_gpu_layers < 0
         else f"{plan.n_gpu_layers} layers on the GPU"
     )
+    width = max([8, *(len(d.name) for d in plan.memory.gpus)])
     lines = [
         f"{preset.display_name}: {plan.quant} ({fb(plan.file_bytes)}), context {plan.ctx}, {where}, "
         + (
@@ -54,12 +55,12 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
         )
         + ("" if plan.fits else "  [DOES NOT FIT WELL]"),
         "",
-        f"{'memory':8} {'weights':>11} {'KV cache':>11} {'recurrent':>11} {'compute':>11} {'total':>11} "
+        f"{'memory':{width}} {'weights':>11} {'KV cache':>11} {'recurrent':>11} {'compute':>11} {'total':>11} "
         f"{'available':>11} {'margin':>10}",
     ]
     for d in (*plan.memory.gpus, plan.memory.ram):
         lines.append(
-            f"{d.name:8} {fb(d.weights_bytes):>11} {fb(d.kv_cache_bytes):>11} {fb(d.recurrent_state_bytes):>11} "
+            f"{d.name:{width}} {fb(d.weights_bytes):>11} {fb(d.kv_cache_bytes):>11} {fb(d.recurrent_state_bytes):>11} "
             f"{fb(d.compute_bytes):>11} {fb(d.used_bytes):>11} {fb(d.capacity_bytes):>11} {fb(d.margin_bytes):>10}"
             + ("" if d.fits else "  short")
         )

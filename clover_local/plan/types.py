@@ -91,6 +91,22 @@ class Alternative:
 
 
 @dataclass(frozen=True)
+class NetworkCost:
+    """What one generated token costs on the network when devices of other machines are pooled (RPC)."""
+
+    seconds_per_token: float
+    bytes_per_token: int
+    transfers: int
+    """Tensors sent or received per token (activations at each boundary, logits when the head is remote)."""
+    round_trips: int
+    """Waits for a worker's answer per token (one each time computation comes back from a worker)."""
+    share: float
+    """The network's share of the predicted time per token."""
+    links: tuple[str, ...] = ()
+    """One line per worker: its link and where the figures came from."""
+
+
+@dataclass(frozen=True)
 class Plan:
     preset: str
     model_path: str | None
@@ -132,6 +148,12 @@ class Plan:
     """``measured``, ``calibrated`` or ``estimate`` (:mod:`clover_local.plan.measured`)."""
     estimated_tokens_per_s: float = 0.0
     """The speed model's own estimate, whatever ``speed_source`` says."""
+    rpc_servers: tuple[str, ...] = ()
+    """Workers (``host:port``) whose devices the plan uses through llama.cpp's RPC backend (``--rpc``)."""
+    network: NetworkCost | None = None
+    """The network's part of the predicted time, when workers are pooled."""
+    alone_tokens_per_s: float | None = None
+    """With workers: the predicted speed of this machine planned alone, for comparison."""
     size_sources: tuple[tuple[str, str], ...] = ()
     """(quant, where its sizes came from) for each quant weighed, e.g. ``("Q4_K_M", "exact, from the GGUF
     header of X.gguf on the Hub")``; filled by ``runtime.plan_for`` (``fetch.describe``)."""

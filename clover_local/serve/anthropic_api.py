@@ -13,7 +13,8 @@ from typing import Any
 from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, ToolCall, ToolCallMade
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import tools as agent
-from clover_local.serve.openai_schema import ApiError, ParsedRequest
+from clover_local.serve.api_errors import ApiError
+from clover_local.serve.openai_schema import ParsedRequest
 
 _KNOWN = {
     "model",

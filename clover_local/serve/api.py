@@ -41,8 +41,8 @@ from clover_local.serve import anthropic_api, responses_api
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import request_guard as guard
 from clover_local.serve import tools as agent
-from clover_local.serve.api_errors import error_body
-from clover_local.serve.openai_schema import ApiError, ParsedRequest
+from clover_local.serve.api_errors import ApiError, error_body
+from clover_local.serve.openai_schema import ParsedRequest
 
 _END = object()
 
@@ -123,6 +123,12 @@ class OpenAIServer:
         )
 
     async def health(self, request: Request) -> Response:
+        problem = getattr(self.engine, "problem", None)
+        error = problem() if callable(problem) else None
+        if error:  # e.g. the llama-server behind it stopped because a worker (RPC) was lost
+            return JSONResponse(
+                {"status": "error", "model": self.config.model_id, "error": error}, status_code=503
+            )
         return JSONResponse({"status": "ok", "model": self.config.model_id, "busy": self._lock.locked()})
 
     async def models(self, request: Request) -> Response:

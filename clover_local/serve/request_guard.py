@@ -14,8 +14,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from clover_local.serve.api_errors import error_body
-from clover_local.serve.openai_schema import ApiError
+from clover_local.serve.api_errors import ApiError, error_body
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """Largest request body accepted: a 262K-token prompt is about 1 MB of text, so this leaves room for JSON

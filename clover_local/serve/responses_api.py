@@ -15,7 +15,8 @@ from typing import Any
 from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, ToolCall, ToolCallMade
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import tools as agent
-from clover_local.serve.openai_schema import ApiError, ParsedRequest
+from clover_local.serve.api_errors import ApiError
+from clover_local.serve.openai_schema import ParsedRequest
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _KNOWN = {

@@ -33,6 +33,8 @@ class StartOptions:
     simulate: str | None = None
     """Plan for a described machine (``--simulate`` syntax) instead of this one."""
     ctx: int | None = None
+    rpc: str | None = None
+    """Workers lending devices over llama.cpp RPC (``--rpc``): the model then runs in llama-server."""
 
 
 def model_key(preset: Preset, model_path: str | None, *, preset_chosen: bool = True) -> str:
@@ -107,7 +109,9 @@ class CloverApp(App[None]):
                 key = None
             key = key or preset.name
             settings = self._settings_for(key, preset, plan)
-            launch = LaunchScreen(model_path, preset, settings, plan, auto_continue=direct, key=key)
+            launch = LaunchScreen(
+                model_path, preset, settings, plan, auto_continue=direct, key=key, rpc=self.options.rpc
+            )
             opened = await self.push_screen_wait(launch)
             if opened is None:  # the load failed: back to the plan
                 model_path, direct = None, False

@@ -63,8 +63,11 @@ class LaunchScreen(Screen[OpenedEngine | None]):
         *,
         auto_continue: bool = False,
         key: str = "",
+        rpc: str | None = None,
     ) -> None:
         super().__init__()
+        self.rpc = rpc
+        """Workers (``--rpc``) to plan with when no plan is given; a plan with workers runs in llama-server."""
         self.key = key or preset.name
         """What the model's settings are saved under."""
         self.model_path = model_path
@@ -120,9 +123,13 @@ class LaunchScreen(Screen[OpenedEngine | None]):
             if plan is None:
                 # A file given directly, or remembered from the first run: plan it for this machine as it is
                 # now (GPU layers, experts, threads).
-                plan, _ = runtime.plan_for(self.preset, model=self.model_path, ctx=self.model_settings.ctx)
+                plan, _ = runtime.plan_for(
+                    self.preset, model=self.model_path, ctx=self.model_settings.ctx, rpc=self.rpc
+                )
                 self.post_message(LaunchScreen.Planned(plan))
-            loaded = runtime.open_engine(self._plan_to_load(plan), self.preset, progress=progress)
+            # llama-cpp-python's wheel has no RPC backend: a plan with workers runs in llama-server
+            choice = runtime.choose_engine("llama-server") if plan.rpc_servers else None
+            loaded = runtime.open_engine(self._plan_to_load(plan), self.preset, choice, progress=progress)
         except CloverError as exc:
             self.post_message(LaunchScreen.Ready(None, str(exc)))
             return

@@ -1,0 +1,261 @@
+"""Run llama.cpp's ``rpc-server`` on this machine so another machine's ``llama-server --rpc`` can use its devices.
+
+The binary is built by ``scripts/build-llama-server`` next to ``llama-server`` (CMake target
+``ggml-rpc-server``, installed as ``rpc-server``). The child gets its own process group and dies with
+clover-local (as ``llama-server`` does); ready means it answers the RPC handshake on its own address.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from clover_local import settings
+from clover_local.detect.remote import DEFAULT_PORT
+from clover_local.errors import CloverError, ServerError
+from clover_local.rpc.protocol import RpcError, WorkerReport, probe_worker
+
+BINARY_NAMES = ("rpc-server", "ggml-rpc-server")
+_DEVICE_LINE_RE = re.compile(
+    r"^\s+(?P<name>[A-Za-z]+\d*): (?P<desc>.*) \((?P<total>\d+) MiB, (?P<free>\d+) MiB free\)"
+)
+_KIND_BY_BACKEND = {
+    "cpu": "cpu",
+    "cuda": "gpu:nvidia",
+    "rocm": "gpu:amd",
+    "mtl": "gpu:apple",
+    "sycl": "gpu:intel",
+}
+LOOPBACK = ("127.0.0.1", "localhost")
+
+
+@dataclass(frozen=True)
+class WorkerDevice:
+    """A device the worker lends, as ``rpc-server`` prints it when it starts."""
+
+    name: str
+    description: str
+    total_mib: int
+    free_mib: int
+
+    @property
+    def kind(self) -> str:
+        """The ``--rpc`` KIND for this device: ``cpu``, ``gpu:nvidia``... or ``unknown``."""
+        backend = re.sub(r"\d+$", "", self.name).lower()
+        if backend in _KIND_BY_BACKEND:
+            return _KIND_BY_BACKEND[backend]
+        desc = self.description.lower()
+        for vendor in ("nvidia", "amd", "intel", "apple"):
+            if vendor in desc or (vendor == "amd" and "radeon" in desc):
+                return f"gpu:{vendor}"
+        return "unknown"
+
+
+def find_rpc_server() -> Path | None:
+    """``CLOVER_RPC_SERVER``, else the one ``scripts/build-llama-server`` installed, else ``PATH``."""
+    override = os.environ.get(settings.ENV_PREFIX + "RPC_SERVER")
+    if override:
+        path = Path(override).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ServerError(
+                f"CLOVER_RPC_SERVER ({override}) is not an executable file.", "Fix the path, or unset it."
+            )
+        return path
+    for name in BINARY_NAMES:
+        built = settings.llama_server_dir() / name
+        if built.is_file() and os.access(built, os.X_OK):
+            return built
+    for name in BINARY_NAMES:
+        found = shutil.which(name)
+        if found:
+            return Path(found)
+    return None
+
+
+def rpc_server_argv(
+    binary: Path,
+    host: str,
+    port: int,
+    devices: str | None = None,
+    threads: int | None = None,
+    cache: bool = False,
+) -> list[str]:
+    """The ``rpc-server`` command line (flags of ``tools/rpc/rpc-server.cpp``)."""
+    argv = [str(binary), "--host", host, "--port", str(port)]
+    if devices:
+        argv += ["--device", devices]
+    if threads:
+        argv += ["--threads", str(threads)]
+    if cache:
+        argv.append("--cache")
+    return argv
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise ServerError(
+                f"Cannot listen on {host}:{port}: {exc.strerror}.",
+                "Another worker (or program) holds the port: choose another with --port, or name an address of "
+                "this machine with --host.",
+            ) from None
+
+
+def lan_addresses() -> list[str]:
+    """This machine's IPv4 addresses other machines may reach (loopback and link-local left out)."""
+    import psutil
+
+    out = []
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family == socket.AF_INET and not a.address.startswith(("127.", "169.254.")):
+                out.append(a.address)
+    return sorted(set(out))
+
+
+class WorkerProcess:
+    """One running ``rpc-server``; :func:`start_worker` makes one."""
+
+    def __init__(self, argv: list[str], host: str, port: int, on_log: Callable[[str], None] | None) -> None:
+        from clover_local.llamacpp.server import _popen, _signal_group
+
+        self.argv, self.host, self.port = argv, host, port
+        self._signal_group = _signal_group
+        self._tail: collections.deque[str] = collections.deque(maxlen=200)
+        self._on_log = on_log
+        self.devices: list[WorkerDevice] = []
+        self._greeted = threading.Event()
+        """Set once rpc-server flushed its start-up lines (it flushes when it accepts a client)."""
+        try:
+            self._proc = _popen(argv, dict(os.environ))
+        except OSError as exc:
+            raise ServerError(f"Could not start {argv[0]}: {exc.strerror}.") from None
+        self._reader = threading.Thread(target=self._read, name="rpc-server-log", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            self._tail.append(line)
+            m = _DEVICE_LINE_RE.match(line)
+            if m:
+                self.devices.append(WorkerDevice(m["name"], m["desc"], int(m["total"]), int(m["free"])))
+            if "Accepted client connection" in line:
+                self._greeted.set()
+            if self._on_log is not None:
+                with contextlib.suppress(Exception):
+                    self._on_log(line)
+
+    def log_tail(self, n: int = 20) -> str:
+        return "\n".join(list(self._tail)[-n:])
+
+    def running(self) -> bool:
+        return self._proc.poll() is None
+
+    def wait_ready(self, timeout_s: float = 60.0) -> WorkerReport:
+        """Until the worker answers the RPC handshake on its address (checked the way the main machine will
+        ask); raises ``ServerError`` with its last lines if it exits or does not answer in time."""
+        probe_host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if not self.running():
+                self._reader.join(timeout=2)
+                raise ServerError(
+                    f"rpc-server exited (code {self._proc.returncode}) before it was ready. Its last lines:\n"
+                    + self.log_tail()
+                )
+            try:
+                report = probe_worker(probe_host, self.port, measure=False, timeout_s=2.0)
+            except RpcError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise ServerError(
+                        f"rpc-server did not answer on {self.endpoint} after {timeout_s:.0f} s. Its last lines:\n"
+                        + self.log_tail()
+                    ) from None
+                time.sleep(0.2)
+                continue
+            # rpc-server prints its devices with printf into a pipe: they arrive when it flushes, on accepting us
+            self._greeted.wait(timeout=10.0)
+            return report
+
+    def wait(self) -> int:
+        return self._proc.wait()
+
+    def stop(self, timeout_s: float = 5.0) -> int | None:
+        """SIGTERM its process group, SIGKILL after ``timeout_s``; returns the exit code."""
+        if self._proc.poll() is None:
+            self._signal_group(self._proc, signal.SIGTERM)
+            try:
+                self._proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self._signal_group(self._proc, signal.SIGKILL)
+                self._proc.wait(timeout=5.0)
+        self._reader.join(timeout=2)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        return self._proc.returncode
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_worker(
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    *,
+    devices: str | None = None,
+    threads: int | None = None,
+    cache: bool = False,
+    binary: Path | None = None,
+    on_log: Callable[[str], None] | None = None,
+    ready_timeout_s: float = 60.0,
+) -> WorkerProcess:
+    """Start ``rpc-server`` on ``host:port`` and return once it answers the RPC handshake."""
+    binary = binary or find_rpc_server()
+    if binary is None:
+        raise ServerError(
+            "No rpc-server was found (CLOVER_RPC_SERVER, the one scripts/build-llama-server builds, PATH).",
+            "Build it with scripts/build-llama-server (it builds rpc-server next to llama-server).",
+        )
+    if not 0 < port < 65536:
+        raise CloverError(f"--port {port} is not a port number (1-65535).")
+    check_port_free(host, port)
+    worker = WorkerProcess(rpc_server_argv(binary, host, port, devices, threads, cache), host, port, on_log)
+    try:
+        worker.wait_ready(ready_timeout_s)
+    except BaseException:
+        worker.stop()
+        raise
+    return worker
+
+
+def rpc_spec(devices: Sequence[WorkerDevice], address: str, port: int) -> str:
+    """What to give the main machine's ``--rpc``: ``KIND@ADDRESS:PORT`` (KIND from the first device)."""
+    kind = devices[0].kind if devices else "unknown"
+    return f"{address}:{port}" if kind == "unknown" else f"{kind}@{address}:{port}"
