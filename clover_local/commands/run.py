@@ -71,10 +71,11 @@ def _read_prompt(args: argparse.Namespace) -> str:
 
 
 def _open(args: argparse.Namespace) -> OpenedEngine:
-    """The embedded engine on the plan for this machine; a GGUF given without a preset runs on llama.cpp's CPU
-    defaults (there is no preset to plan with)."""
+    """The embedded engine on the plan for this machine. A GGUF given without a preset is planned exactly as a
+    preset's file is (GPU layers, experts, context), as the preset its name says or as itself (its own header);
+    ``--preset NAME --model FILE``: that file with that preset's settings."""
     from clover_local.presets import load_preset
-    from clover_local.runtime import open_engine, open_unplanned, plan_for, require_model
+    from clover_local.runtime import open_engine, plan_for, preset_for_file, require_model
 
     preset = load_preset(args.preset) if args.preset or not args.model else None
     path = require_model(preset, args.model)
@@ -82,9 +83,7 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     if args.rpc is not None:
         return _open_pooled(args, preset, path)
     if preset is None:
-        return open_unplanned(
-            path, ctx=args.ctx, threads=args.threads, chat_template=args.template, diffusion=wishes
-        )
+        preset = preset_for_file(path)
     plan, preset = plan_for(preset, model=path, ctx=args.ctx, threads=args.threads, diffusion=wishes)
     return open_engine(plan, preset, chat_template=args.template)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ [A-Z] ")
 _TOTAL = re.compile(r"total time: ([0-9.]+)ms[^\n]*\n")
 _LOG_LINE = re.compile(r"\n(?:~?llama_\w*|ggml_\w+|common_\w+|~\w+):")
 
@@ -26,7 +27,7 @@ def parse_cli_output(output: str) -> CliRun:
     marker = _TOTAL.search(output)
     if marker is None:
         raise ValueError("no 'total time' line: the cli did not finish a generation")
-    rest = output[marker.end() :]
+    rest = _PREFIX.sub("", output[marker.end() :], count=1)  # llama.cpp's log prefix, when it writes one
     if not rest.startswith("\n"):
         raise ValueError("no blank line after 'total time'")
     rest = rest[1:]
