@@ -161,3 +161,31 @@ def test_bench_records_llama_bench_and_plans_then_use_it(
     assert main([*args, "--vs-llama-bench", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["llama_bench"]["decode_tokens_per_s"] > 0 and report["llama_bench"]["n_gen"] == 8
+
+
+def test_run_model_file_is_planned_for_this_machines_gpu(
+    monkeypatch: pytest.MonkeyPatch, gemma_path: Path
+) -> None:
+    """`run --model FILE` plans like a preset's file: on a machine with a GPU, layers go to the GPU (it used to
+    load every file on the CPU with a 4K context)."""
+    import argparse
+
+    from clover_local import runtime
+    from clover_local.commands import run as run_command
+
+    seen = {}
+
+    def capture(plan, preset, *args, **kwargs):
+        seen["plan"] = plan
+        raise SystemExit(0)
+
+    monkeypatch.setattr(runtime, "detect", lambda *a, **k: parse_simulate("gpu=nvidia:12G,ram=32G"))
+    monkeypatch.setattr(runtime, "open_engine", capture)
+    parser = argparse.ArgumentParser()
+    run_command.register(parser.add_subparsers())
+    args = parser.parse_args(["run", "--model", str(gemma_path), "--prompt", "hi"])
+    with pytest.raises(SystemExit):
+        run_command._open(args)
+    plan = seen["plan"]
+    assert plan.n_gpu_layers == -1 and plan.backend == "cuda" and plan.model_path == str(gemma_path)
+    assert plan.ctx > 4096  # the file's own context limit (32768), planned, not a fixed 4K
