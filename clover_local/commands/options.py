@@ -23,7 +23,22 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         help="plan for a described machine, e.g. ram=32G,gpu=nvidia:12G (see README)",
     )
     parser.add_argument("--model", metavar="PATH", help="a local GGUF: plan with its exact tensor sizes")
+    add_spec_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_spec_option(parser: argparse.ArgumentParser) -> None:
+    """``--spec MODE``: which self-speculation (``plan.speculation``); shared by plan, command, run, chat, serve."""
+    from clover_local.plan.speculation import SPEC_MODES
+
+    parser.add_argument(
+        "--spec",
+        choices=SPEC_MODES,
+        default="auto",
+        metavar="MODE",
+        help="self-speculation: auto (decided from the files, the placement and bench), mtp, dflash, dspark,"
+        " eagle3 (a drafter head from the model's files), ngram (lookup in the context) or off",
+    )
 
 
 def add_size_options(parser: argparse.ArgumentParser) -> None:
@@ -49,4 +64,5 @@ def plan_from_args(args: argparse.Namespace, engine: EngineKind = "embedded") ->
         simulate=args.simulate,
         offline=getattr(args, "offline", False),
         engine=engine,
+        spec=getattr(args, "spec", "auto"),
     )

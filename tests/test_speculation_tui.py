@@ -1,0 +1,51 @@
+"""The TUI's speculation setting: the settings dialog offers the modes, saves the one picked with the model's
+settings, and the launch plan uses it (``services.make_plan(..., spec=...)``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from helpers_tui import ScreenHost, wait_until
+from textual.widgets import Select
+
+from clover_local.detect import parse_simulate
+from clover_local.plan.speculation import SPEC_MODES
+from clover_local.presets import load_preset
+from clover_local.testing.models import tiny_mtp_model
+from clover_local.tui import services
+from clover_local.tui.screens.modals import SettingsScreen
+from clover_local.user_prefs import ModelSettings
+
+
+def test_settings_dialog_saves_the_speculation_mode() -> None:
+    results: list[ModelSettings | None] = []
+
+    async def run() -> None:
+        screen = SettingsScreen(ModelSettings(), 4096)
+        host = ScreenHost(lambda: screen)
+        async with host.run_test(size=(80, 24)) as pilot:
+            await wait_until(pilot, lambda: host.screen is screen, "settings dialog")
+            select = screen.query_one("#set-spec_mode", Select)
+            assert [value for _, value in select._options] == list(SPEC_MODES)
+            assert select.value == "auto"
+            select.value = "off"
+            results.append(screen.read_form())
+            select.value = "mtp"
+            results.append(screen.read_form())
+
+    asyncio.run(run())
+    off, mtp = results
+    assert off is not None and (off.spec_mode, off.speculative) == ("off", False)
+    assert mtp is not None and (mtp.spec_mode, mtp.speculative) == ("mtp", True)
+
+
+def test_launch_plan_follows_the_setting() -> None:
+    model, _ = tiny_mtp_model("embedded")
+    preset = load_preset("clover-35b-a3b")
+    machine = parse_simulate("gpu=nvidia:8G,ram=16G")
+    auto = services.make_plan(machine, preset, "auto", 2048, str(model))
+    assert auto.speculative.mode == "mtp"  # every expert on the GPU: the head
+    ngram = services.make_plan(machine, preset, "auto", 2048, str(model), spec="ngram")
+    assert ngram.speculative.mode == "ngram"
+    off = services.make_plan(machine, preset, "auto", 2048, str(model), spec="off")
+    assert not off.speculative.enabled
