@@ -20,6 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--ctx", type=int, metavar="N", help="context size in tokens (default: saved or preset)"
     )
+    from clover_local.commands.options import add_spec_option
+
+    add_spec_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -29,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--ctx {args.ctx} is too small.", "Use at least 256 tokens.")
     from clover_local.tui.app import StartOptions, run_app
 
-    return run_app(StartOptions(preset=args.preset, model_path=model_path, ctx=args.ctx))
+    return run_app(StartOptions(preset=args.preset, model_path=model_path, ctx=args.ctx, spec=args.spec))
 
 
 def _resolve_model(model: str | None, preset_name: str | None) -> str | None:

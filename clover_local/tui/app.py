@@ -33,6 +33,8 @@ class StartOptions:
     simulate: str | None = None
     """Plan for a described machine (``--simulate`` syntax) instead of this one."""
     ctx: int | None = None
+    spec: str | None = None
+    """``--spec``: the speculation mode for this session (None: the saved setting)."""
 
 
 def model_key(preset: Preset, model_path: str | None, *, preset_chosen: bool = True) -> str:
@@ -111,12 +113,15 @@ class CloverApp(App[None]):
             return
 
     def _settings_for(self, key: str, preset: Preset, plan: Plan | None) -> user_prefs.ModelSettings:
-        """The model's saved settings, with the context given on the command line, else the plan's."""
+        """The model's saved settings, with the context given on the command line, else the plan's, and the
+        speculation mode given with ``--spec``."""
         settings = self.prefs.settings_for(key, preset)
         if self.options.ctx:
-            return replace(settings, ctx=self.options.ctx)
-        if plan is not None:
-            return replace(settings, ctx=plan.ctx)
+            settings = replace(settings, ctx=self.options.ctx)
+        elif plan is not None:
+            settings = replace(settings, ctx=plan.ctx)
+        if self.options.spec and self.options.spec != "auto":
+            settings = replace(settings, spec_mode=self.options.spec, speculative=self.options.spec != "off")
         return settings
 
     def _remember_first_run(self, preset: Preset, quant: str, ctx: int, model_path: str) -> None:

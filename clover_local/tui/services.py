@@ -30,13 +30,21 @@ def describe_models(preset: Preset) -> QuantDescriptions:
 
 def plan_to_load(plan: Plan, model_settings: ModelSettings) -> Plan:
     """The plan the app loads, and shows as the llama-server command: the planned one with the person's context
-    and speculation choice, and decode threads that leave the UI a core on small machines."""
+    (speculation off when they turned it off; the mode itself is planned: :func:`spec_mode`), and decode threads
+    that leave the UI a core on small machines."""
     return replace(
         plan,
         ctx=model_settings.ctx,
         threads=ui_decode_threads(plan.threads),
-        speculative=replace(plan.speculative, enabled=model_settings.speculative),
+        speculative=replace(
+            plan.speculative, enabled=plan.speculative.enabled and model_settings.speculative
+        ),
     )
+
+
+def spec_mode(model_settings: ModelSettings) -> str:
+    """The ``--spec`` mode the person's settings ask the plan for."""
+    return model_settings.spec_mode if model_settings.speculative else "off"
 
 
 def ui_decode_threads(planned: int) -> int:

@@ -117,10 +117,13 @@ class LaunchScreen(Screen[OpenedEngine | None]):
 
         try:
             plan = self.plan
-            if plan is None:
+            wanted = services.spec_mode(self.model_settings)
+            if plan is None or plan.speculative.requested != wanted:
                 # A file given directly, or remembered from the first run: plan it for this machine as it is
-                # now (GPU layers, experts, threads).
-                plan, _ = runtime.plan_for(self.preset, model=self.model_path, ctx=self.model_settings.ctx)
+                # now (GPU layers, experts, threads); planned again for another speculation mode.
+                plan, _ = runtime.plan_for(
+                    self.preset, model=self.model_path, ctx=self.model_settings.ctx, spec=wanted
+                )
                 self.post_message(LaunchScreen.Planned(plan))
             loaded = runtime.open_engine(self._plan_to_load(plan), self.preset, progress=progress)
         except CloverError as exc:
