@@ -75,7 +75,9 @@ def binary() -> ServerBinary:
 def serve_once(binary: ServerBinary, plan: Plan, max_tokens: int = 48) -> tuple[GenerationStats, str]:
     """Start llama-server on the plan, one greedy reply; its stats and the server's log."""
     lines: list[str] = []
-    process = start_llama_server(plan_server_argv(plan), binary=binary, on_log=lines.append)
+    # -lv 4: llama.cpp's load lines (the KV cache sizes) are logged at trace level in llama-server.
+    argv = [*plan_server_argv(plan), "-lv", "4"]
+    process = start_llama_server(argv, binary=binary, on_log=lines.append)
     try:
         engine = LlamaServerEngine(
             process, model_name="tiny", sampling=load_preset("clover-35b-a3b").sampling
@@ -120,7 +122,7 @@ def test_bench_spec_modes_side_by_side_then_auto_uses_them(
     monkeypatch.setenv("CLOVER_LLAMA_SERVER", str(binary.path))
     model, _ = tiny_mtp_model("sidecar")
     args = ["bench", "--spec-modes", "off,ngram,mtp,dflash", "--model", str(model), "--rounds", "1"]
-    args += ["--max-tokens", "32", "--ctx", "1024", "--threads", "1", "--workloads", "code_rewrite", "--json"]
+    args += ["--max-tokens", "32", "--ctx", "2048", "--threads", "1", "--workloads", "code_rewrite", "--json"]
     assert main(args) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["modes"] == ["off", "ngram", "mtp", "dflash"]
