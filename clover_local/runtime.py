@@ -208,11 +208,11 @@ def plan_for(
     return _with_speculation(plan, chosen, described, models.sidecars.get(plan.quant, {}), spec), chosen
 
 
-Sidecars = Mapping[DraftKind, tuple[str, "ModelDescription | None"]]
+_Sidecars = Mapping[DraftKind, tuple[str, "ModelDescription | None"]]
 
 
 def _with_speculation(
-    plan: Plan, preset: Preset, desc: ModelDescription | None, sidecars: Sidecars, spec: str
+    plan: Plan, preset: Preset, desc: ModelDescription | None, sidecars: _Sidecars, spec: str
 ) -> Plan:
     """The plan with its speculation mode chosen among the heads offered (``plan.speculation``), using
     ``bench --spec-modes``'s measurements of this model on this machine when there are any. A diffusion plan
