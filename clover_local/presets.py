@@ -57,6 +57,10 @@ class Architecture:
     sliding_window: int = 0
     sliding_window_pattern: int = 0
     """Every Nth layer is global attention, the others use the sliding window (Gemma 3)."""
+    n_nextn_layers: int = 0
+    """Multi-token-prediction blocks stored after the trunk (``{arch}.nextn_predict_layers``): blocks
+    ``n_layers .. n_layers + n_nextn_layers - 1``; llama.cpp counts them in ``block_count`` but runs them only
+    in an MTP draft context, and skips their weights unless asked to load them (``load_mtp``)."""
 
     @property
     def is_moe(self) -> bool:

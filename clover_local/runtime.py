@@ -14,12 +14,13 @@ Heavy modules (llama_cpp, huggingface_hub) are imported inside the functions, so
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clover_local.errors import ServerError, UsageError
+from clover_local.gguf.names import DraftKind
 from clover_local.plan.diffusion import DiffusionPlan, DiffusionWishes
 from clover_local.plan.types import EngineKind, Goal, Plan, SpeculativePlan, Wishes
 from clover_local.presets import Preset, SamplingDefaults, load_preset
@@ -32,13 +33,16 @@ if TYPE_CHECKING:
     from clover_local.llamacpp.binary import ServerBinary
 
 __all__ = [
+    "EMBEDDED_SPEC_MODES",
     "ENGINE_CHOICES",
     "EngineChoice",
     "OpenedEngine",
     "choose_engine",
     "detect",
     "diffusion_plan_for_file",
+    "engine_for_speculation",
     "find_model",
+    "local_sidecars",
     "open_engine",
     "open_unplanned",
     "plan_for",
@@ -140,6 +144,7 @@ def plan_for(
     diffusion: DiffusionWishes | None = None,
     rpc: str | None = None,
     link: str | None = None,
+    spec: str = "auto",
 ) -> tuple[Plan, Preset]:
     """The plan for ``preset`` on ``machine`` (None: ``simulate``'s described machine, else this one, detected).
 
@@ -148,6 +153,10 @@ def plan_for(
     (``fetch.describe.describe_quants``: a downloaded file, the GGUF header on the Hub, else the preset's
     estimate; ``offline`` asks no server); else the preset's estimates. The plan names its model file whenever
     one is on this machine, and says in its reasons where the sizes came from.
+
+    ``spec``: the self-speculation mode asked for (``--spec``, :mod:`clover_local.plan.speculation`), chosen among
+    the drafter heads the files offer: inside the model file, or sidecars beside it (downloaded, or on the Hub
+    with their headers read first), with ``bench --spec-modes``'s measurements when there are any.
     """
     chosen = preset if isinstance(preset, Preset) else load_preset(preset)
     machine = machine or detect(simulate, rpc, link)
@@ -175,11 +184,13 @@ def plan_for(
             diffusion_wishes=diffusion,
         )
         source = f"exact, from the local file {path}"
-        return replace(
+        plan = replace(
             plan,
             reasons=(*plan.reasons, f"Sizes of {plan.quant}: {source}."),
             size_sources=((plan.quant, source),),
-        ), chosen
+        )
+        desc = _local_header(str(path), path.stat().st_mtime_ns)
+        return _with_speculation(plan, chosen, desc, local_sidecars(path), spec), chosen
     if models is None and describe:
         from clover_local.fetch.describe import describe_quants
 
@@ -189,19 +200,57 @@ def plan_for(
             quants=None if quant == "auto" else [quant],  # an unknown quant: make_plan says so
         )
     if models is None:
-        return make_plan(
-            machine, chosen, None, wishes, speed_records=records, diffusion_wishes=diffusion
-        ), chosen
+        plan = make_plan(machine, chosen, None, wishes, speed_records=records, diffusion_wishes=diffusion)
+        return _with_speculation(plan, chosen, None, {}, spec), chosen
     plan = make_plan(
         machine, chosen, None, wishes, models=models.models, speed_records=records, diffusion_wishes=diffusion
     )
     local = models.paths.get(plan.quant)
-    return replace(
+    plan = replace(
         plan,
         model_path=str(local) if local is not None else None,
         reasons=(*plan.reasons, *(f"Sizes of {q}: {text}." for q, text in models.sources.items())),
         size_sources=tuple(models.sources.items()),
-    ), chosen
+    )
+    described = models.models.get(plan.quant)
+    return _with_speculation(plan, chosen, described, models.sidecars.get(plan.quant, {}), spec), chosen
+
+
+_Sidecars = Mapping[DraftKind, tuple[str, "ModelDescription | None"]]
+
+
+def _with_speculation(
+    plan: Plan, preset: Preset, desc: ModelDescription | None, sidecars: _Sidecars, spec: str
+) -> Plan:
+    """The plan with its speculation mode chosen among the heads offered (``plan.speculation``), using
+    ``bench --spec-modes``'s measurements of this model on this machine when there are any. A diffusion plan
+    drafts nothing; without a description (the preset's estimates) only n-gram and off can be chosen."""
+    from clover_local.gguf.model import describe_from_preset
+    from clover_local.measure.records import load_spec_ratios
+    from clover_local.plan.speculation import offered_heads, plan_speculation
+
+    if plan.diffusion is not None:
+        return plan
+    if desc is None:
+        desc = describe_from_preset(preset, plan.quant)
+    measured = load_spec_ratios(plan.model_path or f"{plan.preset}:{plan.quant}")
+    return plan_speculation(plan, desc, offered_heads(desc, sidecars), spec, measured)
+
+
+def local_sidecars(model: Path) -> dict[DraftKind, tuple[str, ModelDescription | None]]:
+    """Drafter sidecars beside a local GGUF, picked by llama.cpp's rules (``mtp-<name>`` ...), with headers."""
+    from clover_local.errors import CloverError
+    from clover_local.fetch.sidecars import draft_sidecars
+
+    names = [p.name for p in model.parent.iterdir() if p.is_file()]
+    out: dict[DraftKind, tuple[str, ModelDescription | None]] = {}
+    for kind, name in draft_sidecars(names, model.name).items():
+        path = model.parent / name
+        try:
+            out[kind] = (str(path), _local_header(str(path), path.stat().st_mtime_ns))
+        except CloverError:
+            out[kind] = (str(path), None)
+    return out
 
 
 def detect(simulate: str | None = None, rpc: str | None = None, link: str | None = None) -> Machine:
@@ -281,6 +330,34 @@ def choose_engine(wanted: str = "embedded", configured_binary: str | None = None
     )
 
 
+EMBEDDED_SPEC_MODES = ("off", "ngram", "mtp")
+"""Speculation modes the embedded engine runs itself (``engine.mtp`` for the MTP head); the sidecar drafters
+DFlash, DSpark and EAGLE-3 run only in llama-server."""
+
+
+def engine_for_speculation(
+    choice: EngineChoice, plan: Plan, configured_binary: str | None = None
+) -> EngineChoice:
+    """``choice``, unless the plan's speculation needs a drafter the embedded engine does not run (DFlash,
+    DSpark, EAGLE-3): then llama-server on the same plan, saying why (or an error saying how to get one)."""
+    mode = plan.speculative.mode if plan.speculative.enabled else "off"
+    if choice.kind != "embedded" or mode in EMBEDDED_SPEC_MODES or plan.diffusion is not None:
+        return choice
+    from clover_local.llamacpp.binary import find_llama_server
+
+    binary = find_llama_server(configured_binary)
+    if binary is None:
+        raise ServerError(
+            f"Speculation by the {mode} head runs only in llama-server, and no llama-server was found.",
+            "Build one with scripts/build-llama-server, or pick --spec ngram (or off) for the embedded engine.",
+        )
+    why = (
+        f"the {mode} drafter runs only in llama-server (the embedded engine drafts by n-gram or MTP);"
+        f" using {binary.path}"
+    )
+    return EngineChoice("llama-server", why, binary)
+
+
 def open_engine(
     plan: Plan,
     preset: Preset,
@@ -304,12 +381,15 @@ def open_engine(
         )
     if speculative is not None and speculative != plan.speculative.enabled:
         plan = replace(plan, speculative=replace(plan.speculative, enabled=speculative))
-    choice = choice or EngineChoice("embedded", "the default")
-    diffusion_notes: list[str] = []
+    first = choice or EngineChoice("embedded", "the default")
+    choice = engine_for_speculation(first, plan)
+    engine_notes: list[str] = []
+    if choice is not first:
+        engine_notes.append(f"Engine: llama-server ({choice.why}).")
     if plan.diffusion is not None and choice.kind != "embedded":
         # llama-server has no diffusion decoding (llama.cpp runs it only in examples/diffusion).
         choice = EngineChoice("embedded", "diffusion model: llama-server cannot decode it")
-        diffusion_notes.append("Diffusion model: run by the embedded engine (llama-server cannot decode it).")
+        engine_notes.append("Diffusion model: run by the embedded engine (llama-server cannot decode it).")
     if plan.rpc_servers and choice.kind == "embedded":
         raise UsageError(
             f"The plan pools other machines' devices (--rpc {','.join(plan.rpc_servers)}), but the embedded engine "
@@ -329,7 +409,7 @@ def open_engine(
             progress=progress,
             diffusion=plan.diffusion,
         )
-        notices = diffusion_notes + list(result.notices)
+        notices = engine_notes + list(result.notices)
         if result.fallback_message:
             notices.insert(0, result.fallback_message)
         return OpenedEngine(
@@ -343,7 +423,7 @@ def open_engine(
         plan_server_argv(plan), binary=choice.binary, on_log=on_log, ready_timeout_s=ready_timeout_s
     )
     engine = LlamaServerEngine(process, model_name=preset.name, sampling=preset.sampling)
-    return OpenedEngine(engine, "llama-server", process.warnings)
+    return OpenedEngine(engine, "llama-server", (*engine_notes, *process.warnings))
 
 
 def open_unplanned(
@@ -353,10 +433,11 @@ def open_unplanned(
     threads: int | None = None,
     chat_template: str | None = None,
     diffusion: DiffusionWishes | None = None,
+    speculative: bool = True,
 ) -> OpenedEngine:
     """A GGUF given without a preset, in the embedded engine with llama.cpp's CPU defaults: a modest context,
-    physical cores, the GGUF's own chat template, self-speculation on; a diffusion model with its header's
-    diffusion defaults on a 1K canvas (its reasons become notices)."""
+    physical cores, the GGUF's own chat template, n-gram self-speculation unless ``speculative`` is False; a
+    diffusion model with its header's diffusion defaults on a 1K canvas (its reasons become notices)."""
     from clover_local.engine.loader import load_engine
     from clover_local.engine.native import default_threads
 
@@ -374,7 +455,7 @@ def open_unplanned(
         settings,
         chat_template=chat_template or "gguf",
         sampling=SamplingDefaults(),
-        speculative=SpeculativePlan(enabled=dplan is None),
+        speculative=SpeculativePlan(enabled=speculative and dplan is None),
         diffusion=dplan,
     )
     notices = reasons + list(result.notices)

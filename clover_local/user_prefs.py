@@ -29,7 +29,10 @@ class ModelSettings:
     ctx: int = 4096
     """Context size in tokens; a change reloads the model."""
     speculative: bool = True
-    """Self-speculative (n-gram) decoding."""
+    """Self-speculative decoding on (per reply); off when ``spec_mode`` is ``off``."""
+    spec_mode: str = "auto"
+    """Which speculation (``--spec``): auto, mtp, dflash, dspark, eagle3, ngram or off (``plan.speculation``).
+    A drafter head runs in llama-server; a change reloads the model."""
     system_prompt: str = ""
     max_tokens: int = 1024
     diffusion_live: bool = True

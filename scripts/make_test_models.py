@@ -6,6 +6,8 @@ Models go to ``$CLOVER_TEST_MODELS``, else ``<repo>/.models``.
 
 ``--kind KIND --out PATH`` writes one tiny model (any tiny kind, the diffusion ``dream`` and ``llada-moe``
 included) to ``PATH`` instead: ``scripts/make_test_models.py --kind dream --out /tmp/dream.gguf``.
+``--kind qwen35moe-mtp --mtp embedded|sidecar --out PATH`` writes the tiny qwen35moe with a
+multi-token-prediction head in the file (``blk.<n_layer>.nextn.*``) or as ``mtp-<name>`` beside it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from pathlib import Path
 
 from clover_local.errors import CloverError
 from clover_local.testing.gguf_writer import default_spec, write_tiny_gguf
-from clover_local.testing.models import DIFFUSION_KINDS, TINY_KINDS, gemma_path, tiny_model
+from clover_local.testing.models import (
+    DIFFUSION_KINDS,
+    TINY_KINDS,
+    gemma_path,
+    tiny_model,
+    tiny_mtp_model,
+    write_mtp_model,
+)
 
 
 def _line(label: str, path: Path, seconds: float) -> str:
@@ -27,12 +36,27 @@ def _line(label: str, path: Path, seconds: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny-only", action="store_true", help="skip the real Gemma 3 270M")
-    parser.add_argument("--kind", choices=TINY_KINDS + DIFFUSION_KINDS, help="write only this tiny model")
+    parser.add_argument(
+        "--kind", choices=(*TINY_KINDS, *DIFFUSION_KINDS, "qwen35moe-mtp"), help="write only this tiny model"
+    )
     parser.add_argument("--out", type=Path, help="with --kind: the file to write")
     parser.add_argument("--weight-type", choices=("f16", "q8_0"), default="f16", help="with --kind")
+    parser.add_argument(
+        "--mtp",
+        choices=("embedded", "sidecar"),
+        default="embedded",
+        help="qwen35moe-mtp: where the head goes",
+    )
     args = parser.parse_args(argv)
     if (args.kind is None) != (args.out is None):
         parser.error("--kind and --out go together")
+    if args.kind == "qwen35moe-mtp":
+        t0 = time.perf_counter()
+        model, side = write_mtp_model(args.mtp, args.out, args.weight_type)
+        print(_line(f"{args.kind} {args.mtp}", model, time.perf_counter() - t0))
+        if side is not None:
+            print(_line("  mtp sidecar", side, 0.0))
+        return 0
     if args.kind is not None:
         t0 = time.perf_counter()
         write_tiny_gguf(default_spec(args.kind, args.weight_type), args.out)
@@ -44,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 path = tiny_model(kind, weight_type)
                 print(_line(f"{kind} {weight_type}", path, time.perf_counter() - t0))
+        for mtp in ("embedded", "sidecar"):
+            t0 = time.perf_counter()
+            model, _ = tiny_mtp_model(mtp)
+            print(_line(f"qwen35moe-mtp {mtp}", model, time.perf_counter() - t0))
         if not args.tiny_only:
             t0 = time.perf_counter()
             path = gemma_path()

@@ -36,6 +36,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
     parser.add_argument("--out", metavar="FILE", help="also write the JSON report to FILE")
     parser.add_argument("--show", metavar="FILE", help="print the table of a saved JSON report and exit")
+    parser.add_argument(
+        "--spec-modes",
+        metavar="LIST",
+        help="instead: each speculation mode side by side, e.g. off,ngram,mtp (off = plain decoding), on the"
+        " plan for this machine; the ratios are remembered for --spec auto",
+    )
+    parser.add_argument(
+        "--spec-engine",
+        choices=("llama-server", "embedded"),
+        default="llama-server",
+        help="engine for --spec-modes (embedded: off, ngram, mtp)",
+    )
     group = parser.add_argument_group("diffusion models (compared against themselves, not llama-cpp-python)")
     group.add_argument(
         "--block-lengths",
@@ -69,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.llama_bench:
         return _record_llama_bench(args)
+    if args.spec_modes:
+        return _bench_spec_modes(args)
     from clover_local.engine.native import default_threads
     from clover_local.presets import load_preset
     from clover_local.runtime import require_model
@@ -121,6 +135,64 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(report))
         if args.vs_llama_bench:
             _print_vs_llama_bench(report, data["llama_bench"])
+    return 0
+
+
+def _bench_spec_modes(args: argparse.Namespace) -> int:
+    """``bench --spec-modes``: one engine per mode on this machine's plan; table, JSON, remembered ratios."""
+    from clover_local.engine.benchmark import WORKLOADS
+    from clover_local.measure.records import save_spec_ratios
+    from clover_local.measure.spec_bench import format_spec_table, opener, run_spec_bench
+    from clover_local.plan.speculation import SPEC_MODES
+    from clover_local.presets import load_preset
+    from clover_local.runtime import EMBEDDED_SPEC_MODES, EngineChoice, choose_engine, plan_for, require_model
+
+    modes = [m.strip() for m in args.spec_modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in SPEC_MODES or m == "auto"]
+    workloads = {w.strip(): WORKLOADS[w.strip()] for w in args.workloads.split(",") if w.strip() in WORKLOADS}
+    if bad or not modes or not workloads:
+        raise UsageError(
+            f"--spec-modes {args.spec_modes!r}: unknown mode(s) {', '.join(bad) or '(none)'} or no known"
+            " workload.",
+            f"Modes: {', '.join(m for m in SPEC_MODES if m != 'auto')}; workloads: {', '.join(WORKLOADS)}.",
+        )
+    preset = load_preset(args.preset)
+    path = require_model(None if args.model else preset, args.model)
+    if args.spec_engine == "embedded":
+        bad = [m for m in modes if m not in EMBEDDED_SPEC_MODES]
+        if bad:
+            raise UsageError(
+                f"The embedded engine does not run {', '.join(bad)}.",
+                "Use --spec-engine llama-server for them.",
+            )
+        choice = EngineChoice("embedded", "bench --spec-engine embedded")
+    else:
+        choice = choose_engine("llama-server")
+    report = run_spec_bench(
+        lambda mode: plan_for(
+            preset, model=path, ctx=args.ctx, threads=args.threads, engine=choice.kind, spec=mode
+        )[0],
+        modes,
+        workloads,
+        opener=opener(preset, choice),
+        engine_name=choice.kind,
+        rounds=args.rounds,
+        max_tokens=args.max_tokens,
+        progress=lambda line: print(line, file=sys.stderr),
+    )
+    data = report.to_json()
+    if report.ratios():
+        data["saved_to"] = str(save_spec_ratios(str(path), report.ratios(), engine=choice.kind))
+    if args.out:
+        Path(args.out).write_text(json.dumps(data, indent=2), encoding="utf-8")
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(f"{report.model}, {choice.kind}, {args.max_tokens} tokens, median of {args.rounds}, greedy")
+        print("decode tokens/s per mode (off = plain decoding)\n")
+        print(format_spec_table(report))
+        if "saved_to" in data:
+            print(f"\nRemembered for --spec auto: {data['saved_to']}")
     return 0
 
 

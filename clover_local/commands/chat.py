@@ -24,6 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     from clover_local.commands.options import add_rpc_options
 
     add_rpc_options(parser)
+    from clover_local.commands.options import add_spec_option
+
+    add_spec_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -44,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
         parse_rpc(args.rpc)  # a typo is said now, not inside the app
     from clover_local.tui.app import StartOptions, run_app
 
-    return run_app(StartOptions(preset=args.preset, model_path=model_path, ctx=args.ctx, rpc=args.rpc))
+    return run_app(
+        StartOptions(preset=args.preset, model_path=model_path, ctx=args.ctx, rpc=args.rpc, spec=args.spec)
+    )
 
 
 def _check_ctx(ctx: int, preset_name: str | None, model_path: str | None) -> None:

@@ -4,6 +4,7 @@ clover-local download                          # the default preset, quant chose
 clover-local download --quant Q8_0
 clover-local download --repo org/name --quant Q4_K_M
 clover-local download --repo org/name --file Model-Q4_K_M-00001-of-00002.gguf
+clover-local download --no-draft               # without the drafter sidecars (mtp-, dflash-...) for the quant
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     add_model_arguments(parser)
     parser.add_argument(
+        "--no-draft",
+        action="store_true",
+        help="skip the drafter sidecars (mtp-, dflash-, dspark-, eagle3- files) the repo has for the quant",
+    )
+    parser.add_argument(
         "--json", action="store_true", help="print the result as JSON (progress as JSON lines on stderr)"
     )
     parser.set_defaults(func=run)
@@ -56,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if target.note:
         print(target.note, file=sys.stderr)
-    resolved = resolve_quant_files(target.repo, target.pattern, args.revision, filename=args.file)
+    resolved = resolve_quant_files(
+        target.repo, target.pattern, args.revision, filename=args.file, drafts=not args.no_draft
+    )
     printer = ProgressPrinter(sys.stderr, as_json=args.json)
     try:
         path = fetch_resolved(resolved, progress=printer)
@@ -73,16 +81,25 @@ def run(args: argparse.Namespace) -> int:
         "path": str(path),
         "total_bytes": resolved.total_bytes,
         "files": [
-            {"path": f.path, "size": f.size, "sha256": f.sha256, "local_path": str(resolved.local_path(i))}
+            {
+                "path": f.path,
+                "size": f.size,
+                "sha256": f.sha256,
+                "local_path": str(resolved.local_path(i)),
+                "draft": f.draft,
+            }
             for i, f in enumerate(resolved.files)
         ],
+        "sidecars": {kind: str(p) for kind, p in resolved.sidecars.items()},
     }
-    shards = f" ({len(resolved.files)} files)" if len(resolved.files) > 1 else ""
-    _report(
-        args,
-        result,
-        f"Ready: {resolved.repo} {target.quant}{shards}, {format_bytes(resolved.total_bytes)}\n{path}",
-    )
+    n_model = len(resolved.model_files)
+    shards = f" ({n_model} files)" if n_model > 1 else ""
+    lines = [
+        f"Ready: {resolved.repo} {target.quant}{shards}, {format_bytes(resolved.total_bytes)}",
+        str(path),
+    ]
+    lines += [f"  {kind} sidecar: {p}" for kind, p in resolved.sidecars.items()]
+    _report(args, result, "\n".join(lines))
     return 0
 
 

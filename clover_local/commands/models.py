@@ -40,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
                     "complete": m.complete,
                     "commit": m.commit,
                     "refs": list(m.refs),
+                    "sidecars": [
+                        {"kind": kind, "path": str(path), "size_bytes": size}
+                        for kind, path, size in m.sidecars
+                    ],
                 }
                 for m in models
             ],
@@ -55,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         shards = f", {m.n_shards} shards" if m.n_shards > 1 else ""
         state = "" if m.complete else "  (incomplete: run `clover-local download` to finish)"
         print(f"{m.repo}  {m.quant or '?'}  {format_bytes(m.size_bytes)}{shards}{state}\n    {m.path}")
+        for kind, path, size in m.sidecars:
+            print(f"    + {kind} sidecar, {format_bytes(size)}: {path.name}")
     for repo, path, n in partials:
         print(f"{repo}  unfinished download, {format_bytes(n)} so far: {path.name}")
     return 0

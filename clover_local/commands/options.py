@@ -24,6 +24,7 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--model", metavar="PATH", help="a local GGUF: plan with its exact tensor sizes")
     add_rpc_options(parser)
+    add_spec_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -39,6 +40,20 @@ def add_rpc_options(parser: argparse.ArgumentParser) -> None:
         "--link",
         metavar="BW[/RTT]",
         help="the network to the workers, e.g. 1Gbit/0.5ms or 300MB/s (default: measured through the worker)",
+    )
+
+
+def add_spec_option(parser: argparse.ArgumentParser) -> None:
+    """``--spec MODE``: which self-speculation (``plan.speculation``); shared by plan, command, run, chat, serve."""
+    from clover_local.plan.speculation import SPEC_MODES
+
+    parser.add_argument(
+        "--spec",
+        choices=SPEC_MODES,
+        default="auto",
+        metavar="MODE",
+        help="self-speculation: auto (decided from the files, the placement and bench), mtp, dflash, dspark,"
+        " eagle3 (a drafter head from the model's files), ngram (lookup in the context) or off",
     )
 
 
@@ -67,4 +82,5 @@ def plan_from_args(args: argparse.Namespace, engine: EngineKind = "embedded") ->
         engine=engine,
         rpc=getattr(args, "rpc", None),
         link=getattr(args, "link", None),
+        spec=getattr(args, "spec", "auto"),
     )

@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--speculative", choices=("on", "off"), help="self-speculative decoding (default: the preset's)"
     )
+    from clover_local.commands.options import add_spec_option
+
+    add_spec_option(parser)
     parser.add_argument("--ctx", type=int, metavar="N", help="context size in tokens (default: planned)")
     parser.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: planned)")
     parser.add_argument(
@@ -77,14 +80,18 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     from clover_local.presets import load_preset
     from clover_local.runtime import open_engine, plan_for, preset_for_file, require_model
 
-    preset = load_preset(args.preset) if args.preset or not args.model else None
+    # A drafter head needs a plan: a bare --model is then planned under the default preset (its header gives sizes).
+    planned = args.preset or not args.model or args.spec not in ("auto", "ngram", "off")
+    preset = load_preset(args.preset) if planned else None
     path = require_model(preset, args.model)
     wishes = diffusion_wishes(args)
     if args.rpc is not None:
         return _open_pooled(args, preset, path)
     if preset is None:
         preset = preset_for_file(path)
-    plan, preset = plan_for(preset, model=path, ctx=args.ctx, threads=args.threads, diffusion=wishes)
+    plan, preset = plan_for(
+        preset, model=path, ctx=args.ctx, threads=args.threads, diffusion=wishes, spec=args.spec
+    )
     return open_engine(plan, preset, chat_template=args.template)
 
 

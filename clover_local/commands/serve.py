@@ -32,11 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--engine", choices=("auto", "embedded", "llama-server"), default="auto", help="default: auto"
     )
     parser.add_argument("--llama-server", metavar="PATH", help="the llama-server binary to use")
-    spec = parser.add_mutually_exclusive_group()
-    spec.add_argument(
-        "--spec", dest="speculative", action="store_true", default=None, help="force self-speculation on"
+    parser.add_argument(
+        "--no-spec", dest="spec", action="store_const", const="off", help="same as --spec off"
     )
-    spec.add_argument("--no-spec", dest="speculative", action="store_false", help="turn self-speculation off")
     parser.add_argument("--verbose", action="store_true", help="print llama-server's log and every request")
     parser.set_defaults(func=run)
 
@@ -63,7 +61,7 @@ def read_api_key(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from clover_local.commands.options import plan_from_args
     from clover_local.presets import load_preset
-    from clover_local.runtime import choose_engine, open_engine, require_model
+    from clover_local.runtime import choose_engine, engine_for_speculation, open_engine, require_model
     from clover_local.serve.api import ApiConfig, bind_warning
     from clover_local.serve.runner import serve_forever
 
@@ -76,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     args.model = require_model(None if args.model else load_preset(args.preset), args.model, args.quant)
     choice = choose_engine(args.engine, args.llama_server)
     plan, preset = plan_from_args(args, engine=choice.kind)
+    choice = engine_for_speculation(choice, plan, args.llama_server)
     from clover_local.plan.pooled import pooling_summary
 
     summary = pooling_summary(plan)
@@ -83,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {summary}", file=sys.stderr)
     print(f"engine: {choice.kind} ({choice.why})", file=sys.stderr)
     on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None
-    opened = open_engine(plan, preset, choice, speculative=args.speculative, on_log=on_log)
+    opened = open_engine(plan, preset, choice, on_log=on_log)
     for notice in opened.notices:
         print(f"note: {notice}", file=sys.stderr)
     config = ApiConfig.for_model(preset.name, plan.model_path, api_key)

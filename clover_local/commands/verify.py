@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
                 "sha256": c.actual_sha256,
                 "expected_sha256": c.expected_sha256,
                 "ok": c.ok,
+                "draft": c.draft,
             }
             for c in checks
         ]
@@ -60,5 +61,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         for c in checks:
             how = "matches the Hub" if c.expected_sha256 else "no sha256 to compare with"
-            print(f"ok  {c.filename}  sha256 {c.actual_sha256}  ({how})")
+            role = f" [{c.draft} sidecar]" if c.draft else ""
+            print(f"ok  {c.filename}{role}  sha256 {c.actual_sha256}  ({how})")
     return 0

@@ -53,6 +53,8 @@ class EngineParts:
     keep_alive: list[Any] = field(default_factory=list)
     backend_sampling: bool = False
     notices: list[str] = field(default_factory=list)
+    mtp: Any = None
+    """The MTP draft head (``engine.mtp.MtpHead``) when the plan drafts with it; None otherwise."""
 
 
 @dataclass
@@ -97,6 +99,7 @@ class EmbeddedEngine:
         self._closed = False
         self.backend_sampling = parts.backend_sampling
         """Sample inside llama.cpp's graph on the model's device (GPU plans) instead of on the host."""
+        self._mtp = parts.mtp
         self.drafter_factory: Callable[[SpeculativePlan], Drafter] = default_drafter
         """Makes the drafter for each generation (tests swap in drafters that guess on purpose)."""
 
@@ -135,6 +138,8 @@ class EmbeddedEngine:
         if self._closed:
             return
         self._closed = True
+        if self._mtp is not None:
+            self._mtp.close()
         C.llama_batch_free(self._batch)
         C.llama_free(self._ctx)
         C.llama_model_free(self._model)
@@ -143,6 +148,8 @@ class EmbeddedEngine:
         """Forget the KV cache (the next prompt is evaluated from scratch)."""
         C.llama_memory_clear(self._mem, True)
         self._kv_tokens.clear()
+        if self._mtp is not None:
+            self._mtp.clear()
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt text the chat template makes of these messages."""
@@ -231,7 +238,8 @@ class EmbeddedEngine:
         spec = self._speculation_on(request)
         plan = self._parts.speculative
         controller = DraftController(plan.n_min, plan.n_max, plan.batch_costs)
-        drafter = self.drafter_factory(plan) if spec else None
+        mtp = self._mtp if spec else None
+        drafter = self.drafter_factory(plan) if spec and mtp is None else None
         stream = StopTextStream(request.stop)
         run = _Run()
         kv = self._kv_tokens
@@ -273,7 +281,10 @@ class EmbeddedEngine:
                 run.finish = "length"
                 break
             draft: list[int] = []
-            if drafter is not None and not self._spec_broken:
+            if mtp is not None and not self._spec_broken:
+                # llama-server's budget (get_n_draft_max): what the reply and the context still allow.
+                draft = mtp.draft(last, base, min(max_new - run.n_out - 1, self._n_ctx - base - 2))
+            elif drafter is not None and not self._spec_broken:
                 room = min(max_new - run.n_out - 1, self._n_ctx - base - 1, self._n_batch - 1)
                 if room >= controller.n_min:
                     candidate = drafter.draft(min(plan.n_max, room))
@@ -284,7 +295,10 @@ class EmbeddedEngine:
                 new = [picker.pick(0, 1)]
             else:
                 new = self._verify(last, draft, base, picker)
-                controller.record(len(draft), len(new) - 1, match_size=drafter.last_match)
+                if mtp is not None:
+                    mtp.accept(len(new) - 1)
+                match = drafter.last_match if drafter is not None else 0
+                controller.record(len(draft), len(new) - 1, match_size=match)
             if drafter is not None:
                 drafter.extend(new)
         tail = stream.flush()
@@ -311,6 +325,8 @@ class EmbeddedEngine:
             if not C.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
                 self._recover_from_failed_rollback(n_keep)
             del kv[n_keep:]
+            if self._mtp is not None:
+                self._mtp.truncate(n_keep)
         return new
 
     def _recover_from_failed_rollback(self, n_keep: int) -> None:
@@ -319,6 +335,8 @@ class EmbeddedEngine:
         kept = self._kv_tokens[:n_keep]
         C.llama_memory_clear(self._mem, True)
         self._kv_tokens.clear()
+        if self._mtp is not None:
+            self._mtp.clear()
         self._decode(kept, 0, all_logits=False)
         self._kv_tokens.extend(kept)
         self._spec_broken = True
@@ -343,6 +361,8 @@ class EmbeddedEngine:
                 self._b_logits[m - 1] = 1
             self._batch.n_tokens = m
             rc = C.llama_decode(self._ctx, self._batch)
+            if rc == 0 and self._mtp is not None:
+                self._mtp.process(tokens[off : off + m], start + off)
             if rc != 0:
                 self._kv_tokens.clear()
                 C.llama_memory_clear(self._mem, True)
@@ -391,6 +411,8 @@ class EmbeddedEngine:
             kv.clear()
         else:
             del kv[n_keep:]
+        if self._mtp is not None:
+            self._mtp.truncate(n_keep)
         return n_keep
 
     # --- helpers ----------------------------------------------------------------------------------------------

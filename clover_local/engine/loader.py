@@ -144,6 +144,9 @@ def _load(
 
     C.llama_backend_init()
     params = native.build_params(settings)
+    mtp_on = speculative.enabled and speculative.mode == "mtp"
+    if mtp_on and speculative.head == "embedded":
+        params.model.load_mtp = True  # the head's blocks are skipped unless asked for
     if progress is not None:
 
         @C.llama_progress_callback
@@ -185,6 +188,16 @@ def _load(
             ctx = C.llama_init_from_model(model, params.context)
         if not ctx:
             raise _load_error(path, ctx_log.text, "create the context")
+        mtp = None
+        if mtp_on:
+            from clover_local.engine.mtp import open_mtp_head
+
+            sidecar = speculative.sidecar if speculative.head == "sidecar" else None
+            with native.LogCapture() as mtp_log:
+                mtp = open_mtp_head(
+                    model, ctx, params.model, params.context, sidecar, speculative.draft_n_max
+                )
+            ctx_log.lines.extend(mtp_log.lines)
         choice = templates.choose_template(
             chat_template, templates.gguf_chat_template(model), templates.builtin_template_names()
         )
@@ -206,6 +219,7 @@ def _load(
         backend_sampling=bool(settings.get("backend_sampling", int(settings.get("n_gpu_layers", 0)) != 0)),
         keep_alive=params.keep_alive,
         notices=notices,
+        mtp=mtp,
     )
     if is_diffusion:
         from clover_local.engine.diffusion_engine import DiffusionEngine

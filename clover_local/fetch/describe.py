@@ -24,6 +24,7 @@ from pathlib import Path
 from clover_local import settings
 from clover_local.detect.units import format_bytes
 from clover_local.errors import CloverError, DownloadError, GGUFError, HubUnreachableError
+from clover_local.fetch.sidecars import DraftKind
 from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.presets import Preset, QuantSpec
 
@@ -42,6 +43,9 @@ class QuantDescriptions:
     """Quant name -> the note's text without the quant (``exact, from the downloaded file X.gguf``)."""
     paths: dict[str, Path] = field(default_factory=dict)
     """Quants present on this machine -> the file llama.cpp would load (first shard)."""
+    sidecars: dict[str, dict[DraftKind, tuple[str, ModelDescription | None]]] = field(default_factory=dict)
+    """Quant -> drafter sidecars the repo has for it (``fetch.sidecars`` ranking): kind -> (local path when
+    downloaded, else the repo file name; its header when it could be read, exact like the model's)."""
 
     @property
     def exact(self) -> bool:
@@ -74,6 +78,7 @@ def describe_quants(
     models: dict[str, ModelDescription] = {}
     sources: dict[str, str] = {}
     paths: dict[str, Path] = {}
+    sidecars: dict[str, dict[DraftKind, tuple[str, ModelDescription | None]]] = {}
     wanted = set(preset.quants if quants is None else quants)
     for quant, spec in preset.quants.items():
         if quant not in wanted:
@@ -81,10 +86,34 @@ def describe_quants(
         found = local.describe(quant, spec)
         if found is not None:
             models[quant], sources[quant], paths[quant] = found
+            # A downloaded quant runs with the sidecars downloaded with it (none after --no-draft).
+            sidecars[quant] = _local_sidecars(preset, quant)
             continue
         models[quant], sources[quant] = hub.describe(preset, quant, spec, local.problems.get(quant))
+        sidecars[quant] = hub.sidecars(spec)
     notes = tuple(f"{q}: {text}" for q, text in sources.items())
-    return QuantDescriptions(models=models, notes=notes, sources=sources, paths=paths)
+    return QuantDescriptions(models=models, notes=notes, sources=sources, paths=paths, sidecars=sidecars)
+
+
+def _local_sidecars(preset: Preset, quant: str) -> dict[DraftKind, tuple[str, ModelDescription | None]]:
+    """Drafter sidecars downloaded with the quant, described from their headers."""
+    from clover_local.fetch.download import cached_sidecars
+
+    if preset.python_package:
+        return {}
+    out: dict[DraftKind, tuple[str, ModelDescription | None]] = {}
+    for kind, path in cached_sidecars(preset, quant).items():
+        out[kind] = (str(path), _read_or_none(path))
+    return out
+
+
+def _read_or_none(path: Path) -> ModelDescription | None:
+    from clover_local.gguf.header import read_local_header
+
+    try:
+        return read_local_header(path)
+    except CloverError:
+        return None
 
 
 class _LocalFiles:
@@ -188,6 +217,32 @@ class _HubView:
             why = f"{local_problem}; {why}"
         estimate = describe_from_preset(preset, quant)
         return estimate, f"estimated from the preset ({format_bytes(estimate.file_bytes)}): {why}"
+
+    def sidecars(self, spec: QuantSpec) -> dict[DraftKind, tuple[str, ModelDescription | None]]:
+        """The drafter sidecars the repo lists for the quant, each with its header read like the model's
+        (None when it cannot be read: offline and never cached, say). Empty when the repo is not reachable."""
+        from clover_local.fetch.download import sidecars_for
+        from clover_local.fetch.remote_header import read_remote_header
+
+        try:
+            paths = self._repo_paths()
+            model_file = self._first_shard(spec)
+        except CloverError:
+            return {}
+        out: dict[DraftKind, tuple[str, ModelDescription | None]] = {}
+        for kind, name in sidecars_for(paths, model_file, spec.pattern).items():
+            try:
+                desc: ModelDescription | None = read_remote_header(
+                    self.repo, name, offline=self.down is not None, timeout_s=self.timeout_s, retries=0
+                )
+            except HubUnreachableError as exc:
+                if self.down is None:
+                    self.down = _unreachable(exc)
+                desc = None
+            except CloverError:
+                desc = None
+            out[kind] = (name, desc)
+        return out
 
     def _first_shard(self, spec: QuantSpec) -> str:
         """The quant's file (first shard) in the repo listing, or among cached headers without the Hub."""

@@ -24,6 +24,7 @@ from clover_local.fetch.local import CachedGGUF, cached_ggufs, local_gguf, looks
 from clover_local.fetch.preflight import preflight_remote
 from clover_local.fetch.progress import ProgressCallback, ProgressTracker, format_bytes
 from clover_local.fetch.quants import files_for_name, is_model_gguf, quant_matches, select_quant_files
+from clover_local.fetch.sidecars import DraftKind, draft_sidecars, gguf_role
 from clover_local.fetch.transfer import fetch_blob, hash_file
 from clover_local.presets import Preset
 
@@ -34,6 +35,7 @@ __all__ = [
     "ResolvedFiles",
     "cached_ggufs",
     "cached_model_path",
+    "cached_sidecars",
     "download_model",
     "local_gguf",
     "resolve_quant_files",
@@ -50,11 +52,14 @@ class RemoteFile:
     size: int
     sha256: str | None
     """What the bytes must hash to (the Hub's LFS sha256); None for small non-LFS files."""
+    draft: DraftKind | None = None
+    """For a drafter sidecar (``mtp-``, ``dflash-``...): its kind; None for the model's own shards."""
 
 
 @dataclass(frozen=True)
 class ResolvedFiles:
-    """The files of one quant at one commit: shards in order, the first is what llama.cpp loads."""
+    """The files of one quant at one commit: shards in order, the first is what llama.cpp loads, then the
+    drafter sidecars chosen for it (one per kind the repo offers), as ``llama-server -hf`` would pick them."""
 
     repo: str
     revision: str
@@ -78,6 +83,16 @@ class ResolvedFiles:
     def is_cached(self) -> bool:
         return all(self.local_path(i).exists() for i in range(len(self.files)))
 
+    @property
+    def model_files(self) -> tuple[RemoteFile, ...]:
+        """The model's own shards, without sidecars."""
+        return tuple(f for f in self.files if f.draft is None)
+
+    @property
+    def sidecars(self) -> dict[DraftKind, Path]:
+        """Drafter kind -> where its sidecar is (or will be) in the cache."""
+        return {f.draft: self.local_path(i) for i, f in enumerate(self.files) if f.draft is not None}
+
 
 @dataclass(frozen=True)
 class FileCheck:
@@ -90,6 +105,8 @@ class FileCheck:
     actual_sha256: str
     moved_to: Path | None = None
     """Where a corrupt blob was moved aside (out of use)."""
+    draft: DraftKind | None = None
+    """The drafter kind when the file is a sidecar (``mtp-``...), None for the model's shards."""
 
     @property
     def ok(self) -> bool:
@@ -97,21 +114,29 @@ class FileCheck:
 
 
 def resolve_quant_files(
-    repo: str, quant: str | None = None, revision: str | None = None, *, filename: str | None = None
+    repo: str,
+    quant: str | None = None,
+    revision: str | None = None,
+    *,
+    filename: str | None = None,
+    drafts: bool = True,
 ) -> ResolvedFiles:
     """List ``repo`` on the Hub and pick the files of ``quant`` (a pattern matched in the file names)
-    or of the split that ``filename`` belongs to. Offline, or with the Hub unreachable, resolves from
-    the cache instead; raises :class:`DownloadError` when neither can answer."""
+    or of the split that ``filename`` belongs to, plus (``drafts``) the best drafter sidecar of each kind
+    the repo has for them. Offline, or with the Hub unreachable, resolves from the cache instead; raises
+    :class:`DownloadError` when neither can answer."""
     if not quant and not filename:
         raise DownloadError("Say which quant (e.g. Q4_K_M) or which file to download.")
     revision = revision or "main"
     label = quant or filename or ""
     if settings.hf_offline():
-        return _resolve_from_cache(repo, revision, quant, filename) or _not_cached(repo, label, offline=True)
+        return _resolve_from_cache(repo, revision, quant, filename, drafts) or _not_cached(
+            repo, label, offline=True
+        )
     try:
         listing = hub.list_repo(repo, revision)
     except HubUnreachableError:
-        cached = _resolve_from_cache(repo, revision, quant, filename)
+        cached = _resolve_from_cache(repo, revision, quant, filename, drafts)
         if cached is None:
             raise
         return cached
@@ -121,14 +146,26 @@ def resolve_quant_files(
         if filename
         else select_quant_files(repo, entries, quant or "")
     )
+    files = [RemoteFile(p, entries[p].size, entries[p].sha256) for p in paths]
+    if drafts:
+        for kind, p in sidecars_for(list(entries), paths[0], quant).items():
+            files.append(RemoteFile(p, entries[p].size, entries[p].sha256, draft=kind))
     return ResolvedFiles(
         repo=repo,
         revision=revision,
         commit=listing.commit,
         quant=label,
-        files=tuple(RemoteFile(p, entries[p].size, entries[p].sha256) for p in paths),
+        files=tuple(files),
         repo_etags=frozenset(e.etag for e in listing.entries if e.etag),
     )
+
+
+def sidecars_for(paths: list[str], model_path: str, quant: str | None) -> dict[DraftKind, str]:
+    """The drafter sidecars that go with the model file ``model_path`` (none when it is itself a sidecar):
+    llama.cpp's ranking with the quant asked for as the tag (the file's own quant for ``--file``)."""
+    if gguf_role(model_path) != "model":
+        return {}
+    return draft_sidecars(paths, model_path, quant or "")
 
 
 def download_model(
@@ -140,12 +177,13 @@ def download_model(
     progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
     free_space: FreeSpace | None = None,
+    drafts: bool = True,
 ) -> Path:
     """Make a model's GGUF available locally and return the path llama.cpp loads (the first shard).
 
     ``model`` is a preset (object or name), a repo id (``org/name``) or a local GGUF path (returned
-    as is after a check). Interrupted downloads resume; finished files are verified against the Hub's
-    sha256; ``cancel`` stops between chunks (keeping what arrived); ``progress`` gets
+    as is after a check). ``drafts``: also fetch the drafter sidecars the repo has for the quant.
+    Interrupted downloads resume; finished files are verified against the Hub's sha256; ``cancel`` stops between chunks (keeping what arrived); ``progress`` gets
     :class:`DownloadProgress` snapshots. ``free_space`` (bytes free at a path) is for tests.
     """
     if isinstance(model, Path) or (isinstance(model, str) and looks_like_path(model)):
@@ -153,7 +191,7 @@ def download_model(
     if isinstance(model, Preset | str) and (packaged := packaged_model(model)) is not None:
         return packaged
     repo, quant = repo_and_quant(model, quant, filename)
-    resolved = resolve_quant_files(repo, quant, revision, filename=filename)
+    resolved = resolve_quant_files(repo, quant, revision, filename=filename, drafts=drafts)
     return fetch_resolved(resolved, progress=progress, cancel=cancel, free_space=free_space)
 
 
@@ -197,28 +235,37 @@ def verify_files(
     filename: str | None = None,
     progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
+    drafts: bool = True,
 ) -> list[FileCheck]:
-    """Hash a downloaded model's files against the Hub's sha256 (from the cache's blob names when
-    offline). A corrupt blob is moved aside and unlinked from the snapshot, then
+    """Hash a downloaded model's files (and, ``drafts``, its drafter sidecars) against the Hub's sha256
+    (from the cache's blob names when offline). A corrupt blob is moved aside and unlinked from the snapshot, then
     :class:`VerificationError` says what to do. A local GGUF path is hashed and reported."""
     if isinstance(model, Path) or (isinstance(model, str) and looks_like_path(model)):
         path = local_gguf(model)
         return [FileCheck(path.name, path, path.stat().st_size, None, hash_file(path))]
     repo, quant = repo_and_quant(model, quant, filename)
-    resolved = resolve_quant_files(repo, quant, revision, filename=filename)
-    missing = [f.path for i, f in enumerate(resolved.files) if not resolved.local_path(i).exists()]
+    resolved = resolve_quant_files(repo, quant, revision, filename=filename, drafts=drafts)
+    missing = [
+        f.path
+        for i, f in enumerate(resolved.files)
+        if f.draft is None and not resolved.local_path(i).exists()
+    ]
     if missing:
         raise DownloadError(
             f"{repo} {resolved.quant} is not fully downloaded (missing: {', '.join(missing)}).",
             "Run `clover-local download` first.",
         )
-    tracker = ProgressTracker(progress, [(f.path, f.size) for f in resolved.files])
+    # Sidecars not downloaded (``download --no-draft``) are not the model's: skip them.
+    present = [i for i in range(len(resolved.files)) if resolved.local_path(i).exists()]
+    tracker = ProgressTracker(progress, [(resolved.files[i].path, resolved.files[i].size) for i in present])
     checks: list[FileCheck] = []
-    for i, f in enumerate(resolved.files):
+    for n, i in enumerate(present):
+        f = resolved.files[i]
         pointer = resolved.local_path(i)
         blob = pointer.resolve()
-        tracker.start("verifying", i)
-        check = FileCheck(f.path, pointer, blob.stat().st_size, f.sha256, hash_file(blob, tracker, cancel))
+        tracker.start("verifying", n)
+        digest = hash_file(blob, tracker, cancel)
+        check = FileCheck(f.path, pointer, blob.stat().st_size, f.sha256, digest, draft=f.draft)
         if not check.ok:
             check = replace(check, moved_to=cache.quarantine_blob(repo, blob.name, blob))
         checks.append(check)
@@ -236,8 +283,15 @@ def verify_files(
 def cached_model_path(model: str | Preset, quant: str | None = None) -> Path | None:
     """The cached first shard of a model, without touching the network; None when not downloaded."""
     repo, quant = repo_and_quant(model, quant, None)
-    resolved = _resolve_from_cache(repo, "main", quant, None)
+    resolved = _resolve_from_cache(repo, "main", quant, None, drafts=False)
     return resolved.local_path(0) if resolved else None
+
+
+def cached_sidecars(model: str | Preset, quant: str | None = None) -> dict[DraftKind, Path]:
+    """The drafter sidecars downloaded for a model's quant (kind -> path), without touching the network."""
+    repo, quant = repo_and_quant(model, quant, None)
+    resolved = _resolve_from_cache(repo, "main", quant, None, drafts=True)
+    return resolved.sidecars if resolved else {}
 
 
 def repo_and_quant(model: str | Preset, quant: str | None, filename: str | None) -> tuple[str, str | None]:
@@ -260,7 +314,7 @@ def fallback_quant(preset: Preset) -> str:
 
 
 def _resolve_from_cache(
-    repo: str, revision: str, quant: str | None, filename: str | None
+    repo: str, revision: str, quant: str | None, filename: str | None, drafts: bool = True
 ) -> ResolvedFiles | None:
     """The quant's files as the cache holds them (snapshot of the commit ``revision`` last pointed to)."""
     commit = cache.read_ref(repo, revision)
@@ -279,12 +333,14 @@ def _resolve_from_cache(
             paths = select_quant_files(repo, present, quant or "")
         except DownloadError:
             return None  # e.g. a split with shards not downloaded yet
+    kinds: dict[str, DraftKind | None] = dict.fromkeys(paths)
+    if drafts:
+        kinds |= {p: kind for kind, p in sidecars_for(present, paths[0], quant).items()}
     files = []
-    for p in paths:
+    for p, kind in kinds.items():
         blob = (snapshot / p).resolve()
-        files.append(
-            RemoteFile(p, blob.stat().st_size, blob.name if cache.looks_like_sha256(blob.name) else None)
-        )
+        sha = blob.name if cache.looks_like_sha256(blob.name) else None
+        files.append(RemoteFile(p, blob.stat().st_size, sha, draft=kind))
     return ResolvedFiles(repo, revision, commit, quant or filename or "", tuple(files), offline=True)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from clover_local import settings
 from clover_local.errors import CloverError, GGUFError
 from clover_local.fetch.quants import group_shards, missing_shards, quant_of, shard_of
+from clover_local.fetch.sidecars import DraftKind, draft_sidecars, gguf_role
 from clover_local.presets import Preset
 
 GGUF_MAGIC = b"GGUF"
@@ -35,6 +36,8 @@ class CachedGGUF:
     quant: str | None
     complete: bool
     """False when some shards of a split are missing (a download still to finish)."""
+    sidecars: tuple[tuple[DraftKind, Path, int], ...] = ()
+    """Drafter sidecars downloaded beside it that llama.cpp would pair with it: (kind, path, bytes)."""
 
 
 def looks_like_path(text: str) -> bool:
@@ -98,13 +101,11 @@ def cached_ggufs() -> list[CachedGGUF]:
         if repo.repo_type != "model":
             continue
         for rev in sorted(repo.revisions, key=lambda r: r.last_modified, reverse=True):
-            by_name = {
-                f.file_path.relative_to(rev.snapshot_path).as_posix(): f
-                for f in rev.files
-                if f.file_name.lower().endswith(".gguf") and not f.file_name.lower().startswith("mmproj")
-            }
+            every = {f.file_path.relative_to(rev.snapshot_path).as_posix(): f for f in rev.files}
+            by_name = {name: f for name, f in every.items() if gguf_role(name) == "model"}
             for group in group_shards(by_name).values():
                 first = group[0]
+                drafts = draft_sidecars(every, first)
                 found.append(
                     CachedGGUF(
                         repo=repo.repo_id,
@@ -116,6 +117,10 @@ def cached_ggufs() -> list[CachedGGUF]:
                         size_bytes=sum(by_name[n].size_on_disk for n in group),
                         quant=quant_of(first),
                         complete=not missing_shards(group) and shard_of(first).index == 1,
+                        sidecars=tuple(
+                            (kind, every[name].file_path, every[name].size_on_disk)
+                            for kind, name in drafts.items()
+                        ),
                     )
                 )
     return found

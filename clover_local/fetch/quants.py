@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from clover_local.errors import DownloadError
+from clover_local.fetch.sidecars import gguf_role
 from clover_local.gguf.names import SHARD_RE
 
 _QUANT_TOKEN_RE = re.compile(
@@ -39,9 +40,9 @@ def shard_of(path: str) -> ShardName:
 
 
 def is_model_gguf(path: str) -> bool:
-    """A GGUF holding model weights (not a vision projector ``mmproj-*``)."""
-    name = path.rsplit("/", 1)[-1].lower()
-    return name.endswith(".gguf") and not name.startswith("mmproj")
+    """A GGUF holding model weights: not a sidecar (``mmproj``, ``imatrix``, ``mtp-``, ``eagle3-``,
+    ``dflash-``, ``dspark-``), by llama.cpp's rule (:func:`clover_local.fetch.sidecars.gguf_role`)."""
+    return gguf_role(path) == "model"
 
 
 def quant_matches(path: str, pattern: str) -> bool:

@@ -33,7 +33,9 @@ def describe(headers: list[RawHeader], file_bytes: int, source: str) -> ModelDes
     names = {t.name for t in tensors}
     keys = _ArchKeys(kv, arch, source)
 
-    n_layers = keys.integer("block_count")
+    # llama.cpp: n_layer() = block_count - nextn_predict_layers; MTP blocks come after the trunk.
+    n_nextn = keys.integer("nextn_predict_layers", 0)
+    n_layers = keys.integer("block_count") - n_nextn
     n_embd = keys.integer("embedding_length")
     n_head = keys.integer("attention.head_count", 0)
     head_dim = keys.integer("attention.key_length", n_embd // n_head if n_head else 0)
@@ -56,10 +58,11 @@ def describe(headers: list[RawHeader], file_bytes: int, source: str) -> ModelDes
         n_expert_used=keys.integer("expert_used_count", 0),
         n_expert_shared=n_expert_shared,
         expert_ffn=keys.integer("expert_feed_forward_length", 0),
-        recurrent_state_bytes=_recurrent_state_bytes(keys, n_layers, arch),
+        recurrent_state_bytes=_recurrent_state_bytes(keys, n_layers + n_nextn, arch),
         expert_weight_fraction=round(expert_bytes / weight_bytes, 4),
         sliding_window=keys.integer("attention.sliding_window", 0),
         sliding_window_pattern=_swa_pattern(keys, arch),
+        n_nextn_layers=n_nextn,
     )
     for field in ("n_layers", "n_embd", "n_ctx_train", "n_head_kv", "head_dim", "n_vocab"):
         if getattr(architecture, field) <= 0:

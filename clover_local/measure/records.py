@@ -1,4 +1,5 @@
-"""Decode speeds measured on this machine, kept in ``$CLOVER_DATA_DIR/speed-records.json`` for the planner.
+"""Decode speeds measured on this machine, kept in ``$CLOVER_DATA_DIR/speed-records.json`` for the planner, and
+the speculation modes ``bench --spec-modes`` compared (``speculation-bench.json``), for ``--spec auto``.
 
 ``clover-local bench --llama-bench`` appends a record per run; planning reads them back
 (:func:`clover_local.plan.measured.apply_measurements` decides what they mean for a plan).
@@ -48,5 +49,48 @@ def add_record(record: SpeedRecord, path: Path | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+# -- speculation modes (``bench --spec-modes``) -------------------------------------------------------------
+
+
+def spec_records_path() -> Path:
+    return settings.data_dir() / "speculation-bench.json"
+
+
+def spec_model_key(model: str) -> str:
+    """``/x/y/Model-Q4_K_M.gguf`` -> ``Model-Q4_K_M.gguf`` (the same quant file on another path is the same
+    model); ``preset:quant`` (before download) unchanged."""
+    return Path(model).name if model.endswith(".gguf") else model
+
+
+def load_spec_ratios(model: str, path: Path | None = None) -> dict[str, float]:
+    """Speculation mode -> decode speed ratio over plain decoding, as ``bench --spec-modes`` measured it for
+    ``model`` here; empty when never measured (or the file is unreadable: a bad file must never stop planning)."""
+    try:
+        data = json.loads((path or spec_records_path()).read_text(encoding="utf-8"))
+        ratios = data[spec_model_key(model)]["ratios"]
+        return {str(m): float(r) for m, r in ratios.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def save_spec_ratios(model: str, ratios: dict[str, float], engine: str, path: Path | None = None) -> Path:
+    """Remember ``ratios`` (mode -> ratio over plain) for ``model``, replacing earlier ones; written atomically."""
+    import time
+
+    path = path or spec_records_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            data = {}
+    except (OSError, ValueError):
+        data = {}
+    data[spec_model_key(model)] = {"ratios": dict(ratios), "engine": engine, "measured_at": time.time()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path

@@ -77,17 +77,20 @@ def settings(plan: Plan) -> list[Setting]:
             -1 if plan.n_gpu_layers < 0 else plan.n_gpu_layers,
         ),
     ]
+    head_ot = list(plan.speculative.head_overrides) if plan.speculative.enabled else []
     if plan.n_cpu_moe > 0:
         rows.append(
             Setting(
                 "--n-cpu-moe",
                 str(plan.n_cpu_moe),
                 "tensor_buft_overrides",
-                n_cpu_moe_overrides(plan.n_cpu_moe),
+                n_cpu_moe_overrides(plan.n_cpu_moe) + head_ot,
             )
         )
     else:
-        rows.append(Setting(None, None, "tensor_buft_overrides", []))
+        rows.append(Setting(None, None, "tensor_buft_overrides", head_ot))
+    if head_ot:  # an embedded MTP head's experts stay in RAM with the trunk's
+        rows.append(Setting("-ot", ",".join(head_ot), None))
     # llama-cpp-python has no "auto": the planner only decides on or off; auto maps to on (llama.cpp's auto
     # turns it on wherever the backend supports it, which every backend at this commit does).
     rows.append(Setting("-fa", plan.flash_attn, "flash_attn", plan.flash_attn != "off"))
@@ -127,19 +130,42 @@ def settings(plan: Plan) -> list[Setting]:
         # With Jinja on (the default at this commit) --chat-template takes its value as Jinja source, so a
         # built-in name like "gemma" would become the template text itself; built-in names need --no-jinja.
         rows.append(Setting("--no-jinja", None, None))
+    rows += _speculation_rows(plan)
+    # --fit (default on at this commit) re-fits every parameter still at its default to free device memory, and
+    # may add its own tensor overrides or shrink the context; the plan has already decided all of that, so fitting
+    # again could only make llama-server disagree with the embedded engine.
+    rows.append(Setting("--fit", "off", None))
+    return rows
+
+
+def _speculation_rows(plan: Plan) -> list[Setting]:
+    """``--spec-type`` and its flags (``plan.speculation`` chose the mode). The embedded engine drafts itself
+    from ``plan.speculative``; llama-cpp-python has no keyword for any of these, except loading an MTP head."""
     spec = plan.speculative
-    if spec.enabled:
-        # The embedded engine drafts itself from plan.speculative; llama-cpp-python has no such keyword.
-        rows += [
+    if not spec.enabled:
+        return []
+    if spec.type == "ngram-mod":
+        return [
             Setting("--spec-type", spec.type, None),
             Setting("--spec-ngram-mod-n-match", str(spec.n_match), None),
             Setting("--spec-ngram-mod-n-min", str(spec.n_min), None),
             Setting("--spec-ngram-mod-n-max", str(spec.n_max), None),
         ]
-    # --fit (default on at this commit) re-fits every parameter still at its default to free device memory, and
-    # may add its own tensor overrides or shrink the context; the plan has already decided all of that, so fitting
-    # again could only make llama-server disagree with the embedded engine.
-    rows.append(Setting("--fit", "off", None))
+    rows = [
+        Setting("--spec-type", spec.type, None),
+        Setting("--spec-draft-n-max", str(spec.draft_n_max), None),
+    ]
+    if spec.head == "sidecar" and spec.sidecar:
+        rows += [
+            Setting("-md", spec.sidecar, None),
+            # A second model: place it like the trunk (all on the GPU(s), or none on a CPU plan) ...
+            Setting("-ngld", "0" if plan.n_gpu_layers == 0 else "all", None),
+            # ... with its KV cache in the trunk's type (llama.cpp's draft default is f16 whatever -ctk says).
+            Setting("-ctkd", plan.cache_type_k, None),
+            Setting("-ctvd", plan.cache_type_v, None),
+        ]
+        if spec.head_experts_in_ram:
+            rows.append(Setting("-cmoed", None, None))
     return rows
 
 

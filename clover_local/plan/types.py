@@ -70,15 +70,49 @@ class MemoryPlan:
 
 
 @dataclass(frozen=True)
+class DraftMemory:
+    """What a draft head adds on one device (``plan.speculation``): its weights, its own KV cache, and the draft
+    context's compute buffer. Already counted in the plan's ``memory``; listed here to say what is the draft's."""
+
+    device: str
+    weights_bytes: int = 0
+    kv_cache_bytes: int = 0
+    recurrent_state_bytes: int = 0
+    compute_bytes: int = 0
+
+    @property
+    def used_bytes(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes + self.recurrent_state_bytes + self.compute_bytes
+
+
+@dataclass(frozen=True)
 class SpeculativePlan:
     enabled: bool
     type: str = "ngram-mod"
+    """llama.cpp's ``--spec-type``: ``ngram-mod``, or a drafter (``draft-mtp``, ``draft-dflash``...)."""
     n_match: int = 24
     n_min: int = 2
     n_max: int = 16
     batch_costs: tuple[float, ...] = ()
     """Relative cost of verifying 1, 2, ... tokens in one batch (``plan.verify_cost``); fixed when the plan is
     made so drafting never depends on timings. Empty: a linear CPU-like model."""
+    mode: str = "ngram"
+    """``ngram``, ``mtp``, ``dflash``, ``dspark``, ``eagle3`` or ``off`` (``plan.speculation``)."""
+    requested: str = "auto"
+    """What the person asked for (``--spec``)."""
+    head: str | None = None
+    """Where the drafter's weights are: ``embedded`` (MTP blocks in the model file) or ``sidecar``."""
+    sidecar: str | None = None
+    """The drafter file llama.cpp loads with ``-md`` (a local path; the repo file name before download)."""
+    draft_n_max: int = 3
+    """Tokens a drafter head proposes per step (``--spec-draft-n-max``)."""
+    head_experts_in_ram: bool = False
+    """The head's routed experts stay in RAM, as the trunk's do under ``--n-cpu-moe``."""
+    head_overrides: tuple[str, ...] = ()
+    """``<regex>=CPU`` tensor overrides that keep an embedded head's experts in RAM (``-ot``)."""
+    draft_memory: tuple[DraftMemory, ...] = ()
+    why: str = ""
+    """One sentence: why this mode."""
 
 
 @dataclass(frozen=True)

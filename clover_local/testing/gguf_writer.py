@@ -21,6 +21,7 @@ TinyKind = Literal["llama", "qwen3moe", "qwen35moe", "dream", "llada-moe"]
 DIFFUSION_KINDS: tuple[TinyKind, ...] = ("dream", "llada-moe")
 """Tiny kinds that llama.cpp runs as diffusion models (``llama_model_is_diffusion``)."""
 WeightType = Literal["f16", "q8_0"]
+MtpPlacement = Literal["none", "embedded", "sidecar"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ class TinySpec:
     """Std of the output head: larger spreads the logits, so greedy text varies instead of repeating."""
     chat_template: str | None = None
     """Jinja chat template stored in the file; None: ChatML."""
+    mtp: MtpPlacement = "none"
+    """qwen35moe: a multi-token-prediction head (one full-attention MoE block, ``blk.<n_layer>.nextn.*``),
+    inside the file (``embedded``) or in a separate ``mtp-`` file (``sidecar``, see :func:`write_tiny_mtp`)."""
 
 
 def default_spec(kind: TinyKind, weight_type: WeightType = "f16") -> TinySpec:
@@ -108,13 +112,37 @@ class _Weights:
 
 
 def write_tiny_gguf(spec: TinySpec, path: Path) -> None:
-    """Write the model described by ``spec`` to ``path`` (overwrites)."""
+    """Write the model described by ``spec`` to ``path`` (overwrites). With ``spec.mtp == "embedded"``
+    the MTP head is in the file; with ``"sidecar"`` the file is the trunk alone (write the head with
+    :func:`write_tiny_mtp`)."""
+    vocab = build_vocab(spec.n_word_pieces, with_mask=spec.kind in DIFFUSION_KINDS)
+    tensors = _tensors(spec, vocab)
+    with_head = spec.mtp == "embedded"
+    if not with_head:
+        tensors = {k: v for k, v in tensors.items() if _layer_of(k) != spec.n_layer}
+    _write(spec, vocab, tensors, path, with_head)
+
+
+def write_tiny_mtp(spec: TinySpec, path: Path) -> None:
+    """Write the ``mtp-`` sidecar of a ``spec.mtp == "sidecar"`` model: the same header (block count
+    ``n_layer + 1``, ``nextn_predict_layers`` 1), the token embedding, output norm and head, and the MTP
+    block only, as llama.cpp's ``mtp_only`` loader expects (``src/models/qwen35moe.cpp``)."""
+    if spec.kind != "qwen35moe" or spec.mtp != "sidecar":
+        raise ValueError("an MTP sidecar needs a qwen35moe spec with mtp='sidecar'")
+    vocab = build_vocab(spec.n_word_pieces, with_mask=spec.kind in DIFFUSION_KINDS)
+    tensors = {k: v for k, v in _tensors(spec, vocab).items() if _layer_of(k) in (None, spec.n_layer)}
+    _write(spec, vocab, tensors, path, with_head=True)
+
+
+def _layer_of(name: str) -> int | None:
+    return int(name.split(".")[1]) if name.startswith("blk.") else None
+
+
+def _write(spec: TinySpec, vocab: Vocab, tensors: dict[str, np.ndarray], path: Path, with_head: bool) -> None:
     import gguf
 
-    vocab = build_vocab(spec.n_word_pieces, with_mask=spec.kind in DIFFUSION_KINDS)
     writer = gguf.GGUFWriter(str(path), spec.kind)
-    _add_header(writer, spec, vocab)
-    tensors = _tensors(spec, vocab)
+    _add_header(writer, spec, vocab, with_head)
     for name, array in tensors.items():
         _add_tensor(writer, name, array, spec.weight_type)
     writer.write_header_to_file()
@@ -136,7 +164,7 @@ def _add_tensor(writer: object, name: str, array: np.ndarray, weight_type: Weigh
         writer.add_tensor(name, array.astype(np.float16))
 
 
-def _add_header(writer: object, spec: TinySpec, vocab: Vocab) -> None:
+def _add_header(writer: object, spec: TinySpec, vocab: Vocab, with_head: bool = False) -> None:
     import gguf
 
     assert isinstance(writer, gguf.GGUFWriter)
@@ -147,7 +175,10 @@ def _add_header(writer: object, spec: TinySpec, vocab: Vocab) -> None:
     )
     writer.add_context_length(spec.n_ctx_train)
     writer.add_embedding_length(spec.n_embd)
-    writer.add_block_count(spec.n_layer)
+    # llama.cpp counts an MTP block among the blocks: n_layer() = block_count - nextn_predict_layers.
+    writer.add_block_count(spec.n_layer + (1 if with_head else 0))
+    if with_head:
+        writer.add_uint32(f"{spec.kind}.nextn_predict_layers", 1)
     writer.add_feed_forward_length(spec.n_ff)
     writer.add_head_count(spec.n_head)
     writer.add_head_count_kv(spec.n_head_kv)
@@ -212,6 +243,9 @@ def _tensors(spec: TinySpec, vocab: Vocab) -> dict[str, np.ndarray]:
             out.update(_qwen3moe_block(w, spec, p))
         else:
             out.update(_qwen35moe_block(w, spec, p, il))
+    if spec.mtp != "none":
+        # Drawn after the trunk, so the trunk's weights are the same with or without a head.
+        out.update(_qwen35moe_mtp_block(w, spec, f"blk.{spec.n_layer}."))
     return out
 
 
@@ -311,4 +345,31 @@ def _qwen35moe_block(w: _Weights, spec: TinySpec, p: str, il: int) -> dict[str, 
             p + "ffn_down_shexp.weight": w.matrix(e, f),
         }
     )
+    return out
+
+
+def _qwen35moe_mtp_block(w: _Weights, spec: TinySpec, p: str) -> dict[str, np.ndarray]:
+    """The MTP head: a full-attention decoder block with the MoE FFN, plus ``nextn.*`` (``eh_proj`` mixes
+    the next token's normed embedding with the trunk's hidden state; ``shared_head_norm`` before the LM
+    head). ``eh_proj`` passes the embedding half through nearly unchanged, so the head's guess leans on
+    the token it is given, as the trunk's does: drafts are then sometimes accepted, which tests want."""
+    e = spec.n_embd
+    eh_proj = w.matrix(e, 2 * e, std=0.02)
+    eh_proj[:, :e] += np.eye(e, dtype=np.float32)  # ggml_concat(e_norm, h_norm): embedding first
+    out = {
+        p + "attn_norm.weight": w.norm(e),
+        p + "post_attention_norm.weight": w.norm(e),
+        **_attention(w, spec, p, q_mult=2),
+        p + "attn_q_norm.weight": w.norm(spec.head_dim),
+        p + "attn_k_norm.weight": w.norm(spec.head_dim),
+        **_experts(w, spec, p),
+        p + "ffn_gate_inp_shexp.weight": w.matrix(e, std=1.0 / np.sqrt(e)),
+        p + "ffn_gate_shexp.weight": w.matrix(spec.n_ff_shexp, e),
+        p + "ffn_up_shexp.weight": w.matrix(spec.n_ff_shexp, e),
+        p + "ffn_down_shexp.weight": w.matrix(e, spec.n_ff_shexp),
+        p + "nextn.eh_proj.weight": eh_proj,
+        p + "nextn.enorm.weight": w.norm(e),
+        p + "nextn.hnorm.weight": w.norm(e),
+        p + "nextn.shared_head_norm.weight": w.norm(e),
+    }
     return out

@@ -24,11 +24,13 @@ from pathlib import Path
 from clover_local.errors import CloverError
 from clover_local.testing.gguf_writer import (
     DIFFUSION_KINDS,
+    MtpPlacement,
     TinyKind,
     TinySpec,
     WeightType,
     default_spec,
     write_tiny_gguf,
+    write_tiny_mtp,
 )
 
 __all__ = [
@@ -40,6 +42,8 @@ __all__ = [
     "models_dir",
     "tiny_model",
     "tiny_model_from_spec",
+    "tiny_mtp_model",
+    "write_mtp_model",
 ]
 
 TINY_KINDS: tuple[TinyKind, ...] = ("llama", "qwen3moe", "qwen35moe")
@@ -107,12 +111,47 @@ def tiny_model_from_spec(spec: TinySpec) -> Path:
     return _build_once(target, lambda tmp: write_tiny_gguf(spec, tmp), stamp=key)
 
 
+def tiny_mtp_model(mtp: MtpPlacement, weight_type: WeightType = "f16") -> tuple[Path, Path | None]:
+    """The tiny qwen35moe with a multi-token-prediction head, built once: ``(model, sidecar)``.
+
+    ``embedded``: the head is in the model file (sidecar None); ``sidecar``: the model file is the trunk
+    and the head is ``mtp-<model name>`` beside it, the name llama.cpp's ``-hf`` looks for."""
+    if mtp not in ("embedded", "sidecar"):
+        raise CloverError(f"Unknown MTP placement {mtp!r}.", "Use embedded or sidecar.")
+    spec = dataclasses.replace(default_spec("qwen35moe", weight_type), mtp=mtp)
+    key = _spec_hash(spec)
+    target = models_dir() / f"tiny-qwen35moe-mtp-{mtp}-{spec.weight_type}-{key}.gguf"
+    model = _build_once(target, lambda tmp: write_tiny_gguf(spec, tmp), stamp=key)
+    if mtp == "embedded":
+        return model, None
+    side = target.with_name("mtp-" + target.name)
+    return model, _build_once(side, lambda tmp: write_tiny_mtp(spec, tmp), stamp=key)
+
+
+def write_mtp_model(
+    mtp: MtpPlacement, out: Path, weight_type: WeightType = "f16"
+) -> tuple[Path, Path | None]:
+    """Write the tiny MTP model to ``out`` (and, for ``sidecar``, ``mtp-<name>`` beside it)."""
+    if mtp not in ("embedded", "sidecar"):
+        raise CloverError(f"Unknown MTP placement {mtp!r}.", "Use embedded or sidecar.")
+    spec = dataclasses.replace(default_spec("qwen35moe", weight_type), mtp=mtp)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_tiny_gguf(spec, out)
+    if mtp == "embedded":
+        return out, None
+    side = out.with_name("mtp-" + out.name)
+    write_tiny_mtp(spec, side)
+    return out, side
+
+
 def _spec_hash(spec: TinySpec) -> str:
     fields = dataclasses.asdict(spec) | {"generator_version": GENERATOR_VERSION}
     if fields["chat_template"] is None:  # the default keeps the names of files written before the field
         del fields["chat_template"]
     else:
         fields["add_space_prefix"] = False  # written with a template (gguf_writer)
+    if spec.mtp == "none":
+        del fields["mtp"]  # models without a head keep the names (and files) they had before MTP heads
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -35,6 +35,8 @@ class StartOptions:
     ctx: int | None = None
     rpc: str | None = None
     """Workers lending devices over llama.cpp RPC (``--rpc``): the model then runs in llama-server."""
+    spec: str | None = None
+    """``--spec``: the speculation mode for this session (None: the saved setting)."""
 
 
 def model_key(preset: Preset, model_path: str | None, *, preset_chosen: bool = True) -> str:
@@ -122,12 +124,15 @@ class CloverApp(App[None]):
             return
 
     def _settings_for(self, key: str, preset: Preset, plan: Plan | None) -> user_prefs.ModelSettings:
-        """The model's saved settings, with the context given on the command line, else the plan's."""
+        """The model's saved settings, with the context given on the command line, else the plan's, and the
+        speculation mode given with ``--spec``."""
         settings = self.prefs.settings_for(key, preset)
         if self.options.ctx:
-            return replace(settings, ctx=self.options.ctx)
-        if plan is not None:
-            return replace(settings, ctx=plan.ctx)
+            settings = replace(settings, ctx=self.options.ctx)
+        elif plan is not None:
+            settings = replace(settings, ctx=plan.ctx)
+        if self.options.spec and self.options.spec != "auto":
+            settings = replace(settings, spec_mode=self.options.spec, speculative=self.options.spec != "off")
         return settings
 
     def _remember_first_run(self, preset: Preset, quant: str, ctx: int, model_path: str) -> None:

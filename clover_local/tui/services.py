@@ -28,12 +28,20 @@ def describe_models(preset: Preset) -> QuantDescriptions:
 
 def plan_to_load(plan: Plan, model_settings: ModelSettings) -> Plan:
     """The plan the app loads, and shows as the llama-server command: the planned one with the person's context
-    and speculation choice (its threads already leave a core free, for this UI too: ``plan.threads``)."""
+    and speculation choice (speculation off when they turned it off; the mode itself is planned: :func:`spec_mode`).
+    Its threads already leave a core free, for this UI too (``plan.threads``)."""
     return replace(
         plan,
         ctx=model_settings.ctx,
-        speculative=replace(plan.speculative, enabled=model_settings.speculative),
+        speculative=replace(
+            plan.speculative, enabled=plan.speculative.enabled and model_settings.speculative
+        ),
     )
+
+
+def spec_mode(model_settings: ModelSettings) -> str:
+    """The ``--spec`` mode the person's settings ask the plan for."""
+    return model_settings.spec_mode if model_settings.speculative else "off"
 
 
 def download(

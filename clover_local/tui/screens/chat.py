@@ -149,7 +149,7 @@ class ChatScreen(Screen[None]):
             temperature=s.temperature,
             top_p=s.top_p,
             top_k=s.top_k,
-            speculative=s.speculative,
+            speculative=None if s.speculative else False,  # on: as the plan chose (auto may have said off)
         )
 
     @work(thread=True, exclusive=True, group="reply")
@@ -336,14 +336,16 @@ class ChatScreen(Screen[None]):
         if new is None:
             return
         ctx_changed = new.ctx != self.model_settings.ctx
+        mode_changed = new.spec_mode != self.model_settings.spec_mode
         self.model_settings = new
         prefs = user_prefs.load_prefs().with_model_settings(self.model_key, new)
         try:
             user_prefs.save_prefs(prefs)
         except CloverError as exc:
             self.notify(str(exc), severity="error")
-        if ctx_changed:
-            self.notify(f"Context {new.ctx} applies the next time the model loads.", timeout=5)
+        if ctx_changed or mode_changed:
+            what = f"Context {new.ctx}" if ctx_changed else f"Speculation {new.spec_mode}"
+            self.notify(f"{what} applies the next time the model loads.", timeout=5)
         else:
             self.notify("Settings saved for this model.", timeout=3)
 

@@ -21,6 +21,7 @@ from textual.widgets import Button, Footer, ProgressBar, Static
 from clover_local import settings
 from clover_local.errors import CloverError, DownloadCancelled
 from clover_local.fetch.progress import DownloadProgress, format_bytes, format_duration
+from clover_local.fetch.sidecars import draft_kind_of
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
 from clover_local.tui import services
@@ -38,6 +39,9 @@ def describe_progress(p: DownloadProgress) -> str:
     """One line of numbers under the bars."""
     shard = f"file {p.file_index + 1} of {p.file_count}: " if p.file_count > 1 else ""
     name = p.file.rsplit("/", 1)[-1]
+    kind = draft_kind_of(name)
+    if kind is not None:
+        name += f" ({kind} draft head for self-speculation)"
     line = f"{PHASE_WORDS.get(p.phase, p.phase)} · {shard}{name} · {format_bytes(p.done)} of {format_bytes(p.total)}"
     if p.speed_bps > 0:
         line += f" · {format_bytes(p.speed_bps)}/s · ETA {format_duration(p.eta_s)}"

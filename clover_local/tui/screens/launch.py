@@ -120,11 +120,12 @@ class LaunchScreen(Screen[OpenedEngine | None]):
 
         try:
             plan = self.plan
-            if plan is None:
+            wanted = services.spec_mode(self.model_settings)
+            if plan is None or plan.speculative.requested != wanted:
                 # A file given directly, or remembered from the first run: plan it for this machine as it is
-                # now (GPU layers, experts, threads).
+                # now (GPU layers, experts, threads); planned again for another speculation mode.
                 plan, _ = runtime.plan_for(
-                    self.preset, model=self.model_path, ctx=self.model_settings.ctx, rpc=self.rpc
+                    self.preset, model=self.model_path, ctx=self.model_settings.ctx, spec=wanted, rpc=self.rpc
                 )
                 self.post_message(LaunchScreen.Planned(plan))
             # llama-cpp-python's wheel has no RPC backend: a plan with workers runs in llama-server

@@ -9,13 +9,23 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, OptionList, Static, Switch
+from textual.widgets import Button, Input, Label, OptionList, Select, Static, Switch
 from textual.widgets.option_list import Option
 
 from clover_local import conversations
 from clover_local.errors import CloverError
+from clover_local.plan.speculation import SPEC_MODES
 from clover_local.user_prefs import ModelSettings
 
+SPEC_MODE_LABELS = {
+    "auto": "auto (decided by the plan)",
+    "mtp": "MTP head of the model",
+    "dflash": "DFlash sidecar (llama-server)",
+    "dspark": "DSpark sidecar (llama-server)",
+    "eagle3": "EAGLE-3 sidecar (llama-server)",
+    "ngram": "n-gram lookup",
+    "off": "off",
+}
 _NUMBER_FIELDS: tuple[tuple[str, str, type], ...] = (
     ("temperature", "Temperature", float),
     ("top_p", "Top-p", float),
@@ -43,7 +53,13 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
                     yield Label(label)
                     yield Input(str(getattr(self.current, name)), id=f"set-{name}")
                 yield Label("Speculative decoding")
-                yield Switch(self.current.speculative, id="set-speculative")
+                mode = self.current.spec_mode if self.current.speculative else "off"
+                yield Select(
+                    [(SPEC_MODE_LABELS.get(m, m), m) for m in SPEC_MODES],
+                    value=mode if mode in SPEC_MODES else "auto",
+                    allow_blank=False,
+                    id="set-spec_mode",
+                )
                 yield Label("Live diffusion view")
                 yield Switch(self.current.diffusion_live, id="set-diffusion_live")
                 yield Label("System prompt")
@@ -77,7 +93,9 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
             except ValueError:
                 noun = "a whole number" if kind is int else "a number"
                 raise CloverError(f"{label}: {text!r} is not {noun}.") from None
-        values["speculative"] = self.query_one("#set-speculative", Switch).value
+        mode = str(self.query_one("#set-spec_mode", Select).value)
+        values["spec_mode"] = mode
+        values["speculative"] = mode != "off"
         values["diffusion_live"] = self.query_one("#set-diffusion_live", Switch).value
         values["system_prompt"] = self.query_one("#set-system_prompt", Input).value
         return replace(self.current, **values).validated()  # type: ignore[arg-type]
