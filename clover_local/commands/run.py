@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,7 +92,12 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     plan, preset = plan_for(
         preset, model=path, ctx=args.ctx, threads=args.threads, diffusion=wishes, spec=args.spec
     )
-    return open_engine(plan, preset, chat_template=args.template)
+    opened = open_engine(plan, preset, chat_template=args.template)
+    if plan.diffusion is None:
+        return opened
+    # How a diffusion model will be decoded is worth saying every time (steps, blocks, algorithm).
+    said = tuple(r for r in plan.reasons if r.startswith("Diffusion decoding"))
+    return replace(opened, notices=(*said, *opened.notices))
 
 
 def _open_pooled(args: argparse.Namespace, preset: Preset | None, path: Path) -> OpenedEngine:
