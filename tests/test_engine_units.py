@@ -76,8 +76,11 @@ def test_controller_stops_drafting_where_it_does_not_pay_and_probes_less_often()
     choices = [c.choose(8, match_size=2) for _ in range(24)]
     probes = [i for i, k in enumerate(choices) if k]
     assert probes == [7, 23]  # one probe after 8 plain steps, the next one only after 16 more
-    assert c.choose(8, match_size=12) > 0  # a long match has its own (optimistic) estimate
     assert c.acceptance == 0.0
+    for _ in range(3):
+        c.record(8, 8, match_size=12)
+    assert c.choose(8, match_size=12) > 0  # a long match has its own estimate: drafting pays there
+    assert c.choose(8, match_size=2) == 0
 
 
 def test_controller_decides_from_tokens_alone_so_two_runs_draft_alike() -> None:

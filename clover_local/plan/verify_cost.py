@@ -10,7 +10,7 @@ modelled from the model and the backend, once, when the plan is made:
   token chosen at random, ``m`` tokens touch ``E * (1 - (1 - k/E) ** m)`` experts on average, so on a MoE model
   (Clover: 8 of 256) a batch of 8 reads ~7.5x the expert bytes of one token.
 - **compute**: each extra token adds ``slope`` of a one-token step: small on a GPU (a decode step there is bound
-  by memory and kernel launches), about a quarter on a CPU (measured 0.2-0.3 on 2 threads with Gemma 3 270M).
+  by memory and kernel launches), 0.4 on a CPU (measured 0.2-0.3 on 2 threads with Gemma 3 270M, more on one).
 
 ``costs[m - 1]`` is the relative cost of a batch of ``m`` tokens (``costs[0] == 1``).
 """
@@ -19,8 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-CPU_SLOPE = 0.25
-"""Extra cost of each further token in a batch on a CPU, relative to a one-token step."""
+CPU_SLOPE = 0.4
+"""Extra cost of each further token in a batch on a CPU, relative to a one-token step: 0.2-0.3 measured with 2
+decode threads, more with 1 (plans leave a core free, so a 2-core machine decodes on one); at 0.25 free chat on
+one thread ran 0.81x plain, drafting where it did not pay."""
 GPU_SLOPE = 0.03
 """The same on a GPU backend, where one-token decoding leaves the compute units mostly idle."""
 
