@@ -2,8 +2,9 @@
 streamed), structured output that validates, the Responses API, Anthropic's Messages API, and an agent loop
 that runs to its end.
 
-Models: a tiny random model whose GGUF holds Qwen3's tool-calling template (its words mean nothing: the
-grammar makes forced calls well-formed, so the checks are on form), and the real Gemma 3 270M, a *base*
+Models: a tiny random model whose GGUF holds Qwen3's tool-calling template and whose weights are wired to open
+a ``<tool_call>`` where a turn starts, as a tool-calling model does (``TinySpec.tool_caller``; its words mean
+nothing: the grammar makes calls well-formed, so the checks are on form), and the real Gemma 3 270M, a *base*
 model, for JSON schemas (the grammar makes the JSON valid; the content is only as good as a 270M model).
 """
 
@@ -59,11 +60,7 @@ TOOLS = [
     {"type": "function", "function": {"name": "get_time", "description": "Clock", "parameters": TIME_PARAMS}},
 ]
 SCHEMAS = {"get_weather": WEATHER_PARAMS, "get_time": TIME_PARAMS}
-LLAMA_SERVER_TINY = (
-    "llama-server's grammar for a required call on this template lets free text come first "
-    "('root ::= \"<|im_start|>assistant\\n\" space until-N? tool-calls'), so a random model writes text until "
-    "max_tokens and never reaches the call: the llama-server tool path needs a model that calls tools (issue 15)"
-)
+TOOL_MODEL = TinySpec(kind="llama", chat_template=QWEN3_TOOLS_TEMPLATE, tool_caller=True)
 ASK = [{"role": "user", "content": "What is the weather in Oslo for 3 days?"}]
 
 
@@ -79,9 +76,7 @@ def _open_engine(kind: str, model: str, *, template: str, argv: list[str]) -> Ch
 @pytest.fixture(scope="module", params=ENGINES)
 def tiny(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
     """(engine kind, base URL) of serve over the tiny tool-template model."""
-    if request.param == "llama-server":
-        pytest.skip(LLAMA_SERVER_TINY)
-    path = str(tiny_model_from_spec(TinySpec(kind="llama", chat_template=QWEN3_TOOLS_TEMPLATE)))
+    path = str(tiny_model_from_spec(TOOL_MODEL))
     argv = ["-m", path, "-c", "2048", "-t", "2", "-np", "1", "--jinja"]
     engine = _open_engine(request.param, path, template="gguf", argv=argv)
     with BackgroundServer(engine, ApiConfig("tiny", api_key=KEY)) as server:
@@ -236,8 +231,7 @@ def test_streamed_tool_call_matches_the_unstreamed_one(tiny: tuple[str, str]) ->
 
 def test_both_engines_agree_on_a_forced_call() -> None:
     """The same request on the same model through both engines: the same function, arguments that validate."""
-    pytest.skip(LLAMA_SERVER_TINY)
-    path = str(tiny_model_from_spec(TinySpec(kind="llama", chat_template=QWEN3_TOOLS_TEMPLATE)))
+    path = str(tiny_model_from_spec(TOOL_MODEL))
     results = []
     for kind in ENGINES:
         engine = _open_engine(

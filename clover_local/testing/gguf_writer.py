@@ -58,6 +58,12 @@ class TinySpec:
     mtp: MtpPlacement = "none"
     """qwen35moe: a multi-token-prediction head (one full-attention MoE block, ``blk.<n_layer>.nextn.*``),
     inside the file (``embedded``) or in a separate ``mtp-`` file (``sidecar``, see :func:`write_tiny_mtp`)."""
+    tool_caller: bool = False
+    """llama only: Qwen's ``<tool_call>``/``</tool_call>`` tokens in the vocabulary, and weights wired so that the
+    model behaves like a tool-calling one: after a newline (the end of ``<|im_start|>assistant\n``) it opens a
+    call, and after closing one it ends its turn. What goes inside the call stays random: a grammar makes it
+    well-formed. Real tool-calling models are not on the package index, and llama-server's grammar for a
+    required call lets free text come first, so a plain random model never reaches the call there."""
 
 
 def default_spec(kind: TinyKind, weight_type: WeightType = "f16") -> TinySpec:
@@ -115,7 +121,9 @@ def write_tiny_gguf(spec: TinySpec, path: Path) -> None:
     """Write the model described by ``spec`` to ``path`` (overwrites). With ``spec.mtp == "embedded"``
     the MTP head is in the file; with ``"sidecar"`` the file is the trunk alone (write the head with
     :func:`write_tiny_mtp`)."""
-    vocab = build_vocab(spec.n_word_pieces, with_mask=spec.kind in DIFFUSION_KINDS)
+    if spec.tool_caller and spec.kind != "llama":
+        raise ValueError("tool_caller is wired for the llama kind only")
+    vocab = _vocab(spec)
     tensors = _tensors(spec, vocab)
     with_head = spec.mtp == "embedded"
     if not with_head:
@@ -129,9 +137,15 @@ def write_tiny_mtp(spec: TinySpec, path: Path) -> None:
     block only, as llama.cpp's ``mtp_only`` loader expects (``src/models/qwen35moe.cpp``)."""
     if spec.kind != "qwen35moe" or spec.mtp != "sidecar":
         raise ValueError("an MTP sidecar needs a qwen35moe spec with mtp='sidecar'")
-    vocab = build_vocab(spec.n_word_pieces, with_mask=spec.kind in DIFFUSION_KINDS)
+    vocab = _vocab(spec)
     tensors = {k: v for k, v in _tensors(spec, vocab).items() if _layer_of(k) in (None, spec.n_layer)}
     _write(spec, vocab, tensors, path, with_head=True)
+
+
+def _vocab(spec: TinySpec) -> Vocab:
+    return build_vocab(
+        spec.n_word_pieces, with_mask=spec.kind in DIFFUSION_KINDS, tool_tokens=spec.tool_caller
+    )
 
 
 def _layer_of(name: str) -> int | None:
@@ -246,7 +260,46 @@ def _tensors(spec: TinySpec, vocab: Vocab) -> dict[str, np.ndarray]:
     if spec.mtp != "none":
         # Drawn after the trunk, so the trunk's weights are the same with or without a head.
         out.update(_qwen35moe_mtp_block(w, spec, f"blk.{spec.n_layer}."))
+    if spec.tool_caller:
+        _wire_tool_calls(out, spec, vocab)
     return out
+
+
+TOOL_WIRING: dict[str, float] = {"strength": 8.0, "open": 2.0, "close": 1.5, "end": 2.0, "newline": 2.0, "brace": 1.5}
+"""Residual value of a wired dimension at its trigger token, and the output head's gain from it into
+``<tool_call>``, ``</tool_call>``, end-of-turn, the newline after ``<tool_call>`` and ``</tool_call>`` after a
+closing brace (part of a tool-caller's cache key)."""
+
+
+def _wire_tool_calls(tensors: dict[str, np.ndarray], spec: TinySpec, vocab: Vocab) -> None:
+    """Four residual dimensions that no layer writes to carry "the input token is a newline" (dim 0),
+    "... is ``</tool_call>``" (dim 1), "... is ``<tool_call>``" (dim 2) and "... ends with ``}``" (dim 3)
+    straight to the output head, which reads dim 0 into ``<tool_call>`` (or, where a grammar allows only
+    closing, ``</tool_call>``), dim 1 into end-of-turn, dim 2 into a newline and dim 3 into ``</tool_call>``
+    (where a grammar allows it: after the call's last brace). So: Qwen's ``<tool_call>\n{...}\n</tool_call>``,
+    once, then the end of the turn. Applied after all weights are drawn, so the rest of the model
+    is the plain random llama of the same seed."""
+    assert vocab.tool_call_id is not None and vocab.tool_call_end_id is not None
+    newline = vocab.tokens.index("<0x0A>")
+    embd = tensors["token_embd.weight"]
+    embd[:, :4] = 0.0
+    embd[newline, 0] = TOOL_WIRING["strength"]
+    embd[vocab.tool_call_end_id, 1] = TOOL_WIRING["strength"]
+    embd[vocab.tool_call_id, 2] = TOOL_WIRING["strength"]
+    for i, text in enumerate(vocab.tokens):
+        if text.endswith("}"):
+            embd[i, 3] = TOOL_WIRING["strength"]
+    for name, array in tensors.items():
+        if name.endswith(("attn_output.weight", "ffn_down.weight")):
+            array[:4, :] = 0.0
+    head = tensors["output.weight"]
+    head[:, :4] = 0.0
+    head[vocab.tool_call_id, 0] = TOOL_WIRING["open"] * TOOL_WIRING["strength"]
+    # Where a grammar forbids opening (right after a call's JSON), the newline closes the call.
+    head[vocab.tool_call_end_id, 0] = TOOL_WIRING["close"] * TOOL_WIRING["strength"]
+    head[vocab.eos_id, 1] = TOOL_WIRING["end"] * TOOL_WIRING["strength"]
+    head[newline, 2] = TOOL_WIRING["newline"] * TOOL_WIRING["strength"]
+    head[vocab.tool_call_end_id, 3] = TOOL_WIRING["brace"] * TOOL_WIRING["strength"]
 
 
 def _output_head(w: _Weights, spec: TinySpec, vocab: Vocab) -> np.ndarray:

@@ -24,6 +24,7 @@ from pathlib import Path
 from clover_local.errors import CloverError
 from clover_local.testing.gguf_writer import (
     DIFFUSION_KINDS,
+    TOOL_WIRING,
     MtpPlacement,
     TinyKind,
     TinySpec,
@@ -152,6 +153,10 @@ def _spec_hash(spec: TinySpec) -> str:
         fields["add_space_prefix"] = False  # written with a template (gguf_writer)
     if spec.mtp == "none":
         del fields["mtp"]  # models without a head keep the names (and files) they had before MTP heads
+    if spec.tool_caller:
+        fields["tool_wiring"] = TOOL_WIRING
+    else:
+        del fields["tool_caller"]
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 

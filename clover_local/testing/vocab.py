@@ -16,6 +16,7 @@ from dataclasses import dataclass
 TOKEN_NORMAL = 1
 TOKEN_UNKNOWN = 2
 TOKEN_CONTROL = 3
+TOKEN_USER_DEFINED = 4
 TOKEN_BYTE = 6
 
 SPACE = "\u2581"  # SentencePiece's visible space
@@ -98,14 +99,19 @@ class Vocab:
     im_end_id: int
     mask_id: int | None = None
     """The diffusion mask token (``<|mask|>``, last id), only in the vocabularies of diffusion models."""
+    tool_call_id: int | None = None
+    tool_call_end_id: int | None = None
+    """Qwen's ``<tool_call>`` and ``</tool_call>`` (user-defined tokens, as in Qwen's vocabulary), only with
+    ``tool_tokens``."""
 
     def __len__(self) -> int:
         return len(self.tokens)
 
 
-def build_vocab(n_word_pieces: int, with_mask: bool = False) -> Vocab:
+def build_vocab(n_word_pieces: int, with_mask: bool = False, tool_tokens: bool = False) -> Vocab:
     """A deterministic SPM vocabulary: 3 specials, 2 ChatML controls, 256 bytes, then word pieces; with
-    ``with_mask`` a last control token ``<|mask|>`` for diffusion models."""
+    ``with_mask`` a last control token ``<|mask|>`` for diffusion models; with ``tool_tokens`` Qwen's
+    ``<tool_call>`` and ``</tool_call>`` at the end."""
     tokens: list[str] = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
     types: list[int] = [TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_CONTROL, TOKEN_CONTROL, TOKEN_CONTROL]
     scores: list[float] = [0.0] * len(tokens)
@@ -127,6 +133,13 @@ def build_vocab(n_word_pieces: int, with_mask: bool = False) -> Vocab:
         tokens.append("<|mask|>")
         types.append(TOKEN_CONTROL)
         scores.append(0.0)
+    tool_ids: list[int | None] = [None, None]
+    if tool_tokens:
+        for k, text in enumerate(("<tool_call>", "</tool_call>")):
+            tool_ids[k] = len(tokens)
+            tokens.append(text)
+            types.append(TOKEN_USER_DEFINED)
+            scores.append(0.0)
     return Vocab(
         tokens=tuple(tokens),
         scores=tuple(scores),
@@ -137,6 +150,8 @@ def build_vocab(n_word_pieces: int, with_mask: bool = False) -> Vocab:
         im_start_id=3,
         im_end_id=4,
         mask_id=mask_id,
+        tool_call_id=tool_ids[0],
+        tool_call_end_id=tool_ids[1],
     )
 
 
