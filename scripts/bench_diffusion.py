@@ -6,8 +6,10 @@
 For each model (tiny random ``dream`` and ``llada-moe``, and a larger ``dream`` where decoding dominates):
 the same prompt, canvas, steps, algorithm, seed and threads through ``llama-diffusion-cli`` (its own
 ``total time`` line: the generation loop, model loading excluded) and through the engine's runner (the same
-loop, timed the same way), interleaved; both outputs must be equal. Prints the median times and the speed
-ratio (cli time / engine time: above 1 means the engine is faster).
+loop, timed the same way), interleaved, and which one goes first alternates from round to round; both outputs
+must be equal. Prints the median times and the speed ratio: the median over rounds of (cli time / engine time)
+within each round, so that a slow moment of a shared machine hits both sides of the ratio it lands in (above 1
+means the engine is faster).
 """
 
 from __future__ import annotations
@@ -86,27 +88,35 @@ def main(argv: list[str] | None = None) -> int:
         same = True
         for r in range(args.rounds):
             seed = 100 + r
-            text, seconds = cli_run(cli, path, args.ub, args.steps, schedule, args.threads, seed)
-            cli_s.append(seconds)
             params = runner.params(
                 max_length=args.ub, steps=args.steps, algorithm=Algorithm.CONFIDENCE,
                 eps=0.0 if block else 0.001, block_length=block, temperature=0.0, seed=seed,
             )  # fmt: skip
-            t0 = time.perf_counter()
-            result = runner.generate(prompt, params)
-            eng_s.append(time.perf_counter() - t0)
+            if r % 2:
+                t0 = time.perf_counter()
+                result = runner.generate(prompt, params)
+                eng_s.append(time.perf_counter() - t0)
+            text, seconds = cli_run(cli, path, args.ub, args.steps, schedule, args.threads, seed)
+            cli_s.append(seconds)
+            if not r % 2:
+                t0 = time.perf_counter()
+                result = runner.generate(prompt, params)
+                eng_s.append(time.perf_counter() - t0)
             same &= engine.detokenize(result.tokens) == text
         engine.close()
         cli_med, eng_med = statistics.median(cli_s), statistics.median(eng_s)
+        ratios = sorted(c / e for c, e in zip(cli_s, eng_s, strict=True))
+        ratio = statistics.median(ratios)
         row = {
             "cli_s": round(cli_med, 4),
             "engine_s": round(eng_med, 4),
-            "speed_ratio": round(cli_med / eng_med, 3),
+            "speed_ratio": round(ratio, 3),
+            "speed_ratio_range": [round(ratios[0], 3), round(ratios[-1], 3)],
             "outputs_equal": same,
         }
         report["models"][label] = row  # type: ignore[index]
         print(f"{label:<18} cli {cli_med * 1000:8.1f} ms  engine {eng_med * 1000:8.1f} ms  "
-              f"ratio {cli_med / eng_med:5.2f}  equal {same}")  # fmt: skip
+              f"ratio {ratio:5.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})  equal {same}")  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2), encoding="utf-8")
     return 0
