@@ -43,7 +43,17 @@ def test_drafter_continues_the_latest_earlier_occurrence() -> None:
     d = NgramDrafter(match_sizes=(3, 2))
     d.extend([1, 2, 3, 4, 5, 6, 9, 1, 2, 3])
     assert d.draft(3) == [4, 5, 6]
-    assert d.draft(10) == [4, 5, 6, 9, 1, 2, 3]
+    # Past the end, the copy goes on over its own guess: the pattern repeats (as chained lookups draft it).
+    assert d.draft(10) == [4, 5, 6, 9, 1, 2, 3, 4, 5, 6]
+
+
+def test_drafter_drafts_a_repeating_line_to_the_full_length() -> None:
+    """A line repeated in the reply (period 3 here) matches its previous copy, a few tokens back; the draft is
+    not cut where the sequence ends but continues the period, so verification batches stay long."""
+    d = NgramDrafter(match_sizes=(4, 2))
+    d.extend([9, 8, 1, 2, 3, 1, 2, 3, 1, 2, 3])
+    assert d.draft(8) == [1, 2, 3, 1, 2, 3, 1, 2]
+    assert d.last_match == 4
 
 
 def test_drafter_prefers_the_longest_match() -> None:
