@@ -13,7 +13,7 @@ import gguf
 
 from clover_local.errors import GGUFError
 from clover_local.gguf.model import DiffusionHeader, ModelDescription, TensorEntry
-from clover_local.gguf.parse import RawHeader
+from clover_local.gguf.parse import RawHeader, StringArray
 from clover_local.presets import Architecture
 
 # llama.cpp's defaults when the GGUF does not say (src/models/<arch>.cpp at the vendored commit).
@@ -151,7 +151,7 @@ def _full_attention_interval(keys: _ArchKeys, arch: str) -> int | None:
 
 def _vocab_size(kv: dict[str, Any], keys: _ArchKeys) -> int:
     tokens = kv.get("tokenizer.ggml.tokens")
-    if isinstance(tokens, list) and tokens:
+    if isinstance(tokens, list | StringArray) and tokens:
         return len(tokens)
     return keys.integer("vocab_size", 0)
 

@@ -93,7 +93,9 @@ class LaunchScreen(Screen[OpenedEngine | None]):
 
     def on_mount(self) -> None:
         self._show_command()
-        self._load()
+        # After the first paint: planning and loading run Python (headers, llama_cpp's import) that would
+        # otherwise hold the GIL while Textual draws this screen.
+        self.call_after_refresh(self._load)
 
     def _show_command(self) -> None:
         if self.plan is not None:

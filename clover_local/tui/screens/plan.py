@@ -116,7 +116,7 @@ class PlanScreen(Screen[Plan]):
         if self.machine is not None:
             self._machine_ready(self.machine)
         else:
-            self._detect()
+            self.call_after_refresh(self._detect)  # after the first paint (detection imports llama_cpp)
 
     def on_resize(self) -> None:
         self.query_one("#plan-columns").set_class(self.app.size.width < NARROW_WIDTH, "-narrow")
