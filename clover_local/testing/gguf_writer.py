@@ -265,7 +265,14 @@ def _tensors(spec: TinySpec, vocab: Vocab) -> dict[str, np.ndarray]:
     return out
 
 
-TOOL_WIRING: dict[str, float] = {"strength": 8.0, "open": 2.0, "close": 1.5, "end": 2.0, "newline": 2.0, "brace": 1.5}
+TOOL_WIRING: dict[str, float] = {
+    "strength": 8.0,
+    "open": 2.0,
+    "close": 1.5,
+    "end": 2.0,
+    "newline": 2.0,
+    "brace": 1.5,
+}
 """Residual value of a wired dimension at its trigger token, and the output head's gain from it into
 ``<tool_call>``, ``</tool_call>``, end-of-turn, the newline after ``<tool_call>`` and ``</tool_call>`` after a
 closing brace (part of a tool-caller's cache key)."""
