@@ -36,8 +36,10 @@ from clover_local.errors import CloverError
 from clover_local.tui.thinking import strip_thinking
 from clover_local.tui.widgets.messages import ReplyView, UserMessage
 
-POST_INTERVAL_S = 1 / 20
-"""At most this often the generation thread hands new text to the screen (the first token goes at once)."""
+POST_INTERVAL_S = 1 / 10
+"""At most this often the generation thread hands new text to the screen (the first token goes at once). Ten
+updates a second still reads as a stream; at twenty the rendering (which holds the GIL) slowed the engine's
+loop to 0.95 of its headless rate on 2 cores, at ten it keeps up (0.99-1.00, ``scripts/bench_tui.py``)."""
 
 
 def format_status(stats: GenerationStats | None, n_ctx: int, *, generating: bool = False) -> str:
