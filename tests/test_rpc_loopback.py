@@ -273,3 +273,44 @@ def test_a_worker_killed_mid_reply_is_reported_not_a_hang(binary: ServerBinary) 
     finally:
         for w in pair:
             w.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_rpc_server_started_from_a_worker_thread_outlives_the_thread_and_dies_with_us(tmp_path: Path) -> None:
+    """rpc-server gets PR_SET_PDEATHSIG like llama-server, which fires when the *thread* that forked it ends:
+    started from a short-lived thread (as the TUI starts things) it must live on, and still die on kill -9
+    of clover-local."""
+    binary = rpc_server_path()
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import threading, time\n"
+        "from pathlib import Path\n"
+        "from clover_local.llamacpp.rpc_server import start_worker\n"
+        "from clover_local.llamacpp.server import free_port\n"
+        "box = []\n"
+        "t = threading.Thread(target=lambda: box.append(start_worker(\n"
+        f"    '127.0.0.1', free_port(), threads=1, binary=Path({str(binary)!r}), ready_timeout_s=120)))\n"
+        "t.start(); t.join()\n"
+        "time.sleep(1.0)\n"
+        "print(box[0]._proc.pid, box[0]._proc.poll() is None, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = parent.stdout.readline() if parent.stdout else ""
+        pid_text, running = line.split()
+        child = int(pid_text)
+        assert running == "True"
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+
+    def gone() -> bool:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return True
+        status = Path(f"/proc/{child}/status")
+        return status.exists() and "zombie" in status.read_text()
+
+    wait_until(gone, limit_s=30, what="rpc-server to die with its parent")

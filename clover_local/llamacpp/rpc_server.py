@@ -24,6 +24,7 @@ from pathlib import Path
 from clover_local import settings
 from clover_local.detect.remote import DEFAULT_PORT
 from clover_local.errors import CloverError, ServerError
+from clover_local.llamacpp.children import signal_group, spawn_child
 from clover_local.rpc.protocol import RpcError, WorkerReport, probe_worker
 
 BINARY_NAMES = ("rpc-server", "ggml-rpc-server")
@@ -130,19 +131,13 @@ class WorkerProcess:
     """One running ``rpc-server``; :func:`start_worker` makes one."""
 
     def __init__(self, argv: list[str], host: str, port: int, on_log: Callable[[str], None] | None) -> None:
-        from clover_local.llamacpp.server import _popen, _signal_group
-
         self.argv, self.host, self.port = argv, host, port
-        self._signal_group = _signal_group
         self._tail: collections.deque[str] = collections.deque(maxlen=200)
         self._on_log = on_log
         self.devices: list[WorkerDevice] = []
         self._greeted = threading.Event()
         """Set once rpc-server flushed its start-up lines (it flushes when it accepts a client)."""
-        try:
-            self._proc = _popen(argv, dict(os.environ))
-        except OSError as exc:
-            raise ServerError(f"Could not start {argv[0]}: {exc.strerror}.") from None
+        self._proc = spawn_child(argv, dict(os.environ))
         self._reader = threading.Thread(target=self._read, name="rpc-server-log", daemon=True)
         self._reader.start()
 
@@ -207,11 +202,11 @@ class WorkerProcess:
     def stop(self, timeout_s: float = 5.0) -> int | None:
         """SIGTERM its process group, SIGKILL after ``timeout_s``; returns the exit code."""
         if self._proc.poll() is None:
-            self._signal_group(self._proc, signal.SIGTERM)
+            signal_group(self._proc, signal.SIGTERM)
             try:
                 self._proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                self._signal_group(self._proc, signal.SIGKILL)
+                signal_group(self._proc, signal.SIGKILL)
                 self._proc.wait(timeout=5.0)
         self._reader.join(timeout=2)
         if self._proc.stdout is not None:

@@ -13,18 +13,15 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
-import ctypes
 import os
-import queue
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from clover_local.errors import ServerError
 from clover_local.llamacpp import http_client
@@ -35,6 +32,7 @@ from clover_local.llamacpp.binary import (
     capabilities,
     find_llama_server,
 )
+from clover_local.llamacpp.children import signal_group, spawn_child
 from clover_local.llamacpp.server_args import adapt_args, with_endpoint
 
 if TYPE_CHECKING:
@@ -54,7 +52,6 @@ __all__ = [
 
 LogCallback = Callable[[str], None]
 _LOG_TAIL_LINES = 200
-_PR_SET_PDEATHSIG = 1
 _live: weakref.WeakSet[LlamaServerProcess] = weakref.WeakSet()
 
 
@@ -122,7 +119,7 @@ class LlamaServerProcess:
         env = dict(os.environ)
         if self.api_key:
             env["LLAMA_API_KEY"] = self.api_key
-        self._proc = _spawn_child(self.command_line(), env)
+        self._proc = spawn_child(self.command_line(), env)
         _live.add(self)
         self._reader = threading.Thread(target=self._read_log, name="llama-server-log", daemon=True)
         self._reader.start()
@@ -198,11 +195,11 @@ class LlamaServerProcess:
         if proc is None:
             return None
         if proc.poll() is None:
-            _signal_group(proc, signal.SIGTERM)
+            signal_group(proc, signal.SIGTERM)
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGKILL)
+                signal_group(proc, signal.SIGKILL)
                 proc.wait(timeout=5.0)
         self._join_reader()
         if proc.stdout is not None:
@@ -267,87 +264,6 @@ def _check_port_free(host: str, port: int) -> None:
             raise ServerError(
                 f"Port {port} on {host} is taken ({exc.strerror}).", "Choose another with --port."
             ) from None
-
-
-# --- spawning: a child that dies with us -------------------------------------------------------------------
-
-_libc: Any = None
-if sys.platform.startswith("linux"):
-    try:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        _libc = None
-
-
-def _die_with_parent(parent_pid: int) -> Callable[[], None]:
-    def setup() -> None:  # runs in the child between fork and exec: only async-signal-safe calls
-        if _libc is not None:
-            _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-            if os.getppid() != parent_pid:  # the parent died before prctl took effect
-                os._exit(1)
-
-    return setup
-
-
-def _popen(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-        preexec_fn=_die_with_parent(os.getpid()) if _libc is not None else None,
-    )
-
-
-_spawn_queue: queue.Queue[tuple[list[str], dict[str, str], queue.Queue[Any]]] = queue.Queue()
-_spawner_lock = threading.Lock()
-_spawner: threading.Thread | None = None
-
-
-def _spawner_loop() -> None:
-    while True:
-        cmd, env, reply = _spawn_queue.get()
-        try:
-            reply.put(_popen(cmd, env))
-        except BaseException as exc:
-            reply.put(exc)
-
-
-def _spawn_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """Popen from a thread that lives as long as the process.
-
-    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child exits, so a child started from a
-    short-lived worker thread (the TUI loads engines in workers) would be killed when that worker ends."""
-    global _spawner
-    if threading.current_thread() is threading.main_thread() or _libc is None:
-        return _wrap_spawn_error(cmd, env)
-    with _spawner_lock:
-        if _spawner is None or not _spawner.is_alive():
-            _spawner = threading.Thread(target=_spawner_loop, name="llama-server-spawner", daemon=True)
-            _spawner.start()
-    reply: queue.Queue[Any] = queue.Queue()
-    _spawn_queue.put((cmd, env, reply))
-    result = reply.get()
-    if isinstance(result, BaseException):
-        raise ServerError(f"Could not start {cmd[0]}: {result}.") from None
-    return result  # type: ignore[no-any-return]
-
-
-def _wrap_spawn_error(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    try:
-        return _popen(cmd, env)
-    except OSError as exc:
-        raise ServerError(f"Could not start {cmd[0]}: {exc.strerror}.") from None
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
 
 
 @atexit.register
