@@ -71,19 +71,19 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             {
                 "drafted": k,
-                "batch_ms": round(batch * 1000, 1),
-                "batch_in_steps": round(batch / step, 2),
-                "ceiling": round((k + 1) * step / batch, 2),
+                "batch_ms": round(batch * 1000, 3),
+                "batch_in_steps": round(batch / step, 4),
+                "ceiling": round((k + 1) * step / batch, 4),
             }
         )
-    report = {"model": str(model), "threads": args.threads, "step_ms": round(step * 1000, 1), "batches": rows}
+    report = {"model": str(model), "threads": args.threads, "step_ms": round(step * 1000, 3), "batches": rows}
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     print(f"{model.name}, {args.threads} thread(s): one step {step * 1000:.1f} ms")
     print(f"{'drafted':>8} {'batch ms':>9} {'in steps':>9} {'ceiling':>8}")
     for r in rows:
-        print(f"{r['drafted']:>8} {r['batch_ms']:>9} {r['batch_in_steps']:>9} {r['ceiling']:>7}x")
+        print(f"{r['drafted']:>8} {r['batch_ms']:>9.1f} {r['batch_in_steps']:>9.2f} {r['ceiling']:>7.2f}x")
     return 0
 
 
