@@ -23,7 +23,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,33 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clover_local.llamacpp import http_client
+from clover_local.testing.serve_bench import BENCH_MODEL, ORDERS_HEAD, post, reply_figures
 
-SOURCE = """import json
-from dataclasses import dataclass
-
-
-@dataclass
-class Order:
-    order_id: int
-    customer: str
-    total_cents: int
-    paid: bool = False
-
-
-def load_orders(path):
-    with open(path) as f:
-        rows = json.load(f)
-    return [Order(**row) for row in rows]
-
-
-def unpaid_orders(orders):
-    return [order for order in orders if not order.paid]
-
-
-def total_unpaid(orders):
-    return sum(order.total_cents for order in unpaid_orders(orders))
-"""
 WRITE_FILE = {
     "type": "function",
     "function": {
@@ -71,8 +45,7 @@ WRITE_FILE = {
         },
     },
 }
-ASK = f"Here is orders.py:\n```python\n{SOURCE}```\nRename the function unpaid_orders to open_orders and write the file."
-MODEL = "bench-model"
+ASK = f"Here is orders.py:\n```python\n{ORDERS_HEAD}```\nRename the function unpaid_orders to open_orders and write the file."
 
 
 @dataclass
@@ -83,34 +56,17 @@ class Config:
 
 
 def _post(cfg: Config, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
-    started = time.perf_counter()
-    resp = http_client.request(cfg.url, "POST", "/v1/chat/completions", body, timeout_s=900)
-    wall = time.perf_counter() - started
-    data = resp.json()
-    if resp.status != 200:
-        raise SystemExit(f"{cfg.name}: HTTP {resp.status}: {data}")
-    return data, wall
-
-
-def _figures(data: dict[str, Any], wall: float) -> dict[str, float]:
-    t = data.get("timings") or {}
-    drafted = float(t.get("draft_n") or 0)
-    return {
-        "seconds": wall,
-        "tokens": float(data["usage"]["completion_tokens"]),
-        "decode_tps": float(t.get("predicted_per_second") or 0.0),
-        "acceptance": float(t.get("draft_n_accepted") or 0) / drafted if drafted else float("nan"),
-    }
+    return post(cfg.url, "/v1/chat/completions", body, name=cfg.name)
 
 
 def agent_run(cfg: Config, max_tokens: int) -> list[dict[str, float]]:
     """Both steps of one agent run; the figures of each."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": ASK}]
-    common = {"model": MODEL, "temperature": 0, "tools": [WRITE_FILE]}
+    common = {"model": BENCH_MODEL, "temperature": 0, "tools": [WRITE_FILE]}
     data, wall = _post(
         cfg, {**common, "messages": messages, "tool_choice": "required", "max_tokens": max_tokens}
     )
-    first = _figures(data, wall)
+    first = reply_figures(data, wall)
     message = data["choices"][0]["message"]
     calls = message.get("tool_calls") or []
     first["complete_call"] = float(bool(calls))
@@ -121,7 +77,7 @@ def agent_run(cfg: Config, max_tokens: int) -> list[dict[str, float]]:
         messages.append({"role": "assistant", "content": message.get("content") or ""})
         messages.append({"role": "user", "content": "The file was written."})
     data, wall = _post(cfg, {**common, "messages": messages, "tool_choice": "none", "max_tokens": 48})
-    return [first, _figures(data, wall)]
+    return [first, reply_figures(data, wall)]
 
 
 def main() -> int:
@@ -164,7 +120,7 @@ def main() -> int:
         for name, choice, spec in engines:
             opened = open_engine(plan, preset, choice, speculative=spec)
             stack.callback(opened.engine.close)
-            server = BackgroundServer(opened.engine, ApiConfig(MODEL))
+            server = BackgroundServer(opened.engine, ApiConfig(BENCH_MODEL))
             stack.enter_context(server)
             configs.append(Config(name, server.url))
         for cfg in configs:  # warm-up: page in weights

@@ -19,7 +19,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,51 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clover_local.llamacpp import http_client
+from clover_local.testing.serve_bench import BENCH_MODEL, ORDERS_SOURCE, post, reply_figures
 
-SOURCE = """import json
-from dataclasses import dataclass
-
-
-@dataclass
-class Order:
-    order_id: int
-    customer: str
-    total_cents: int
-    paid: bool = False
-
-
-def load_orders(path):
-    with open(path) as f:
-        rows = json.load(f)
-    return [Order(**row) for row in rows]
-
-
-def unpaid_orders(orders):
-    return [order for order in orders if not order.paid]
-
-
-def total_unpaid(orders):
-    return sum(order.total_cents for order in unpaid_orders(orders))
-
-
-def orders_by_customer(orders):
-    result = {}
-    for order in orders:
-        result.setdefault(order.customer, []).append(order)
-    return result
-
-
-def mark_paid(orders, order_id):
-    for order in orders:
-        if order.order_id == order_id:
-            order.paid = True
-            return order
-    raise KeyError(order_id)
-"""
-PROMPT = (
-    f"Original file:\n```python\n{SOURCE}```\n\nThe same file after renaming Order to Invoice:\n```python\n"
-)
+PROMPT = f"Original file:\n```python\n{ORDERS_SOURCE}```\n\nThe same file after renaming Order to Invoice:\n```python\n"
 
 
 @dataclass
@@ -84,32 +41,13 @@ class Config:
 
 def one_request(cfg: Config, max_tokens: int) -> dict[str, float]:
     payload = {
-        "model": BENCH_MODEL,  # llama-server serves one model and ignores the name
+        "model": BENCH_MODEL,
         "prompt": PROMPT,
         "max_tokens": max_tokens,
         "temperature": 0,
         "stop": ["```"],
     }
-    started = time.perf_counter()
-    resp = http_client.request(
-        cfg.url, "POST", "/v1/completions", payload, api_key=cfg.api_key, timeout_s=600
-    )
-    wall = time.perf_counter() - started
-    body = resp.json()
-    if resp.status != 200:
-        raise SystemExit(f"{cfg.name}: HTTP {resp.status}: {body}")
-    t = body.get("timings") or {}
-    n = int(body["usage"]["completion_tokens"])
-    drafted = float(t.get("draft_n") or 0)
-    return {
-        "decode_tps": float(t.get("predicted_per_second") or 0.0),
-        "end_to_end_tps": n / wall if wall else 0.0,
-        "tokens": n,
-        "acceptance": (float(t.get("draft_n_accepted") or 0) / drafted) if drafted else float("nan"),
-    }
-
-
-BENCH_MODEL = "bench-model"
+    return reply_figures(*post(cfg.url, "/v1/completions", payload, name=cfg.name, api_key=cfg.api_key))
 
 
 def main() -> int:

@@ -13,7 +13,7 @@ from typing import Any
 from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, ToolCall, ToolCallMade
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import tools as agent
-from clover_local.serve.api_errors import ApiError
+from clover_local.serve.api_errors import ApiError, json_object
 from clover_local.serve.openai_schema import ParsedRequest
 
 _KNOWN = {
@@ -42,16 +42,7 @@ def error_body(exc: ApiError) -> dict[str, Any]:
 
 def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     """Validate a ``/v1/messages`` body into a generation request."""
-    if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
-    for key in body:
-        if key not in _KNOWN:
-            raise ApiError(
-                400,
-                f"'{key}' is not supported by this server's /v1/messages.",
-                param=key,
-                code="unsupported_parameter",
-            )
+    body = json_object(body, known=_KNOWN, route="/v1/messages")
     max_tokens = body.get("max_tokens")
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise ApiError(400, "'max_tokens' is required and must be a positive integer.", param="max_tokens")

@@ -13,7 +13,7 @@ from typing import Any
 
 from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, Role
 from clover_local.serve import tools as agent
-from clover_local.serve.api_errors import ApiError
+from clover_local.serve.api_errors import ApiError, json_object
 
 _ROLES: dict[str, Role] = {
     "system": "system",
@@ -36,7 +36,7 @@ class ParsedRequest:
 
 def parse_chat(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     """Validate a ``/v1/chat/completions`` body."""
-    body = _object(body)
+    body = json_object(body)
     raw_messages = body.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:
         raise ApiError(400, "'messages' must be a non-empty list of messages.", param="messages")
@@ -49,7 +49,7 @@ def parse_chat(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
 
 def parse_completion(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     """Validate a ``/v1/completions`` body (one prompt string)."""
-    body = _object(body)
+    body = json_object(body)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
@@ -61,12 +61,6 @@ def parse_completion(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
         raise ApiError(400, "'suffix' (fill-in-the-middle) is not supported.", param="suffix")
     common = _common(body, known_models, chat=False)
     return ParsedRequest(GenerationRequest(prompt=prompt, **common.pop("fields")), **common)
-
-
-def _object(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
-    return body
 
 
 def _message(raw: Any, index: int) -> ChatMessage:

@@ -15,7 +15,7 @@ from typing import Any
 from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, ToolCall, ToolCallMade
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import tools as agent
-from clover_local.serve.api_errors import ApiError
+from clover_local.serve.api_errors import ApiError, json_object
 from clover_local.serve.openai_schema import ParsedRequest
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
@@ -48,16 +48,7 @@ _IGNORED_DEFAULTS = {
 
 def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     """Validate a ``/v1/responses`` body into a generation request."""
-    if not isinstance(body, dict):
-        raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
-    for key in body:
-        if key not in _KNOWN:
-            raise ApiError(
-                400,
-                f"'{key}' is not supported by this server's /v1/responses.",
-                param=key,
-                code="unsupported_parameter",
-            )
+    body = json_object(body, known=_KNOWN, route="/v1/responses")
     for key, allowed in _IGNORED_DEFAULTS.items():
         if body.get(key) not in allowed:
             raise ApiError(
