@@ -12,24 +12,13 @@ import pytest
 from clover_local.cli import main
 from clover_local.engine.embedded import EmbeddedEngine
 from clover_local.engine.loader import load_engine
-from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, GenerationStats, TextDelta
+from clover_local.engine.types import ChatMessage, GenerationRequest
 from clover_local.errors import EngineError, UsageError
 from clover_local.plan.types import SpeculativePlan
 from clover_local.testing.models import gemma_path, tiny_model
+from tests.helpers_engine import generate_text
 
 pytestmark = pytest.mark.slow
-
-
-def _generate(engine: EmbeddedEngine, request: GenerationRequest) -> tuple[str, GenerationStats]:
-    parts: list[str] = []
-    finished: list[Finished] = []
-    for event in engine.generate(request):
-        if isinstance(event, TextDelta):
-            parts.append(event.text)
-        else:
-            finished.append(event)
-    assert len(finished) == 1  # exactly one Finished, last
-    return "".join(parts), finished[0].stats
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +37,14 @@ def tiny_chat() -> Iterator[EmbeddedEngine]:
 
 def test_stop_string_ends_the_reply_and_is_not_shown(gemma: EmbeddedEngine) -> None:
     req = GenerationRequest(prompt="1, 2, 3, 4, 5,", max_tokens=40, temperature=0, stop=("9",))
-    text, stats = _generate(gemma, req)
+    text, stats = generate_text(gemma, req)
     assert text.startswith(" 6, 7, 8")
     assert "9" not in text
     assert stats.finish_reason == "stop"
 
 
 def test_stats_describe_the_reply(gemma: EmbeddedEngine) -> None:
-    text, stats = _generate(
+    text, stats = generate_text(
         gemma, GenerationRequest(prompt="The capital of France is", max_tokens=12, temperature=0)
     )
     assert "France" in text
@@ -92,24 +81,24 @@ def test_gguf_jinja_template_of_the_tiny_model(tiny_chat: EmbeddedEngine) -> Non
 
 def test_next_turn_reuses_the_cache_of_the_shared_prefix(tiny_chat: EmbeddedEngine) -> None:
     turn1 = (ChatMessage("user", "hello there"),)
-    reply, stats1 = _generate(tiny_chat, GenerationRequest(messages=turn1, max_tokens=20, temperature=0))
+    reply, stats1 = generate_text(tiny_chat, GenerationRequest(messages=turn1, max_tokens=20, temperature=0))
     turn2 = (*turn1, ChatMessage("assistant", reply), ChatMessage("user", "and then?"))
-    warm, stats2 = _generate(tiny_chat, GenerationRequest(messages=turn2, max_tokens=20, temperature=0))
+    warm, stats2 = generate_text(tiny_chat, GenerationRequest(messages=turn2, max_tokens=20, temperature=0))
     assert stats2.cached_tokens >= stats1.prompt_tokens
     tiny_chat.reset_cache()
-    cold, stats3 = _generate(tiny_chat, GenerationRequest(messages=turn2, max_tokens=20, temperature=0))
+    cold, stats3 = generate_text(tiny_chat, GenerationRequest(messages=turn2, max_tokens=20, temperature=0))
     assert stats3.cached_tokens == 0
     assert warm == cold
 
 
 def test_prompt_longer_than_the_context_is_a_clear_error(tiny_chat: EmbeddedEngine) -> None:
     with pytest.raises(EngineError, match="the context holds 512"):
-        _generate(tiny_chat, GenerationRequest(prompt="word " * 800, max_tokens=4))
+        generate_text(tiny_chat, GenerationRequest(prompt="word " * 800, max_tokens=4))
 
 
 def test_request_needs_exactly_one_of_messages_and_prompt(tiny_chat: EmbeddedEngine) -> None:
     with pytest.raises(UsageError, match="exactly one"):
-        _generate(tiny_chat, GenerationRequest(max_tokens=4))
+        generate_text(tiny_chat, GenerationRequest(max_tokens=4))
 
 
 def test_eos_ends_the_reply_with_stop() -> None:
@@ -117,7 +106,7 @@ def test_eos_ends_the_reply_with_stop() -> None:
     # out: either way the reason is reported and matches the length.
     result = load_engine(tiny_model("llama"), {"n_ctx": 256}, chat_template="completion")
     try:
-        _, stats = _generate(
+        _, stats = generate_text(
             result.engine, GenerationRequest(prompt="hi", max_tokens=30, temperature=1.5, seed=3)
         )
     finally:
@@ -201,7 +190,7 @@ def test_speculation_plan_off_means_no_drafts(tiny_chat: EmbeddedEngine) -> None
         speculative=SpeculativePlan(enabled=False),
     )
     try:
-        _, stats = _generate(
+        _, stats = generate_text(
             result.engine, GenerationRequest(prompt="a b a b a b a b", max_tokens=16, temperature=0)
         )
     finally:
@@ -214,9 +203,9 @@ def test_hybrid_model_reuses_its_cache_on_the_next_turn() -> None:
     engine = result.engine
     try:
         turn1 = (ChatMessage("user", "hello there"),)
-        reply, stats1 = _generate(engine, GenerationRequest(messages=turn1, max_tokens=12, temperature=0))
+        reply, stats1 = generate_text(engine, GenerationRequest(messages=turn1, max_tokens=12, temperature=0))
         turn2 = (*turn1, ChatMessage("assistant", reply), ChatMessage("user", "more"))
-        _, stats2 = _generate(engine, GenerationRequest(messages=turn2, max_tokens=12, temperature=0))
+        _, stats2 = generate_text(engine, GenerationRequest(messages=turn2, max_tokens=12, temperature=0))
     finally:
         engine.close()
     assert stats2.cached_tokens >= stats1.prompt_tokens

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from clover_local.engine.loader import load_engine
-from clover_local.engine.types import Finished, GenerationRequest, GenerationStats, TextDelta
+from clover_local.engine.types import GenerationRequest, GenerationStats
 from clover_local.gguf.header import read_local_header
 from clover_local.llamacpp.binary import ServerBinary
 from clover_local.llamacpp.server import plan_server_argv, start_llama_server
@@ -20,6 +20,7 @@ from clover_local.plan.llama_args import llama_cpp_kwargs
 from clover_local.plan.types import Plan
 from clover_local.presets import SamplingDefaults
 from clover_local.testing.models import tiny_mtp_model
+from tests.helpers_engine import generate_text
 from tests.helpers_serve import llama_server_path
 from tests.test_speculation_server import mtp_plan
 
@@ -45,16 +46,11 @@ def embedded_replies(plan: Plan) -> list[tuple[str, GenerationStats]]:
     try:
         for prompt in PROMPTS:
             engine.reset_cache()
-            text, stats = [], None
-            for event in engine.generate(
-                GenerationRequest(prompt=prompt, max_tokens=MAX_TOKENS, temperature=0.0)
-            ):
-                if isinstance(event, TextDelta):
-                    text.append(event.text)
-                elif isinstance(event, Finished):
-                    stats = event.stats
-            assert stats is not None
-            out.append(("".join(text), stats))
+            out.append(
+                generate_text(
+                    engine, GenerationRequest(prompt=prompt, max_tokens=MAX_TOKENS, temperature=0.0)
+                )
+            )
     finally:
         engine.close()
     return out
@@ -88,16 +84,11 @@ def test_embedded_mtp_matches_llama_server_draft_mtp(where: str) -> None:
         process = start_llama_server(plan_server_argv(plan), binary=binary)
         try:
             engine = LlamaServerEngine(process, model_name="tiny", sampling=GREEDY)
-            text, stats = [], None
-            for event in engine.generate(
-                GenerationRequest(prompt=prompt, max_tokens=MAX_TOKENS, temperature=0.0)
-            ):
-                if isinstance(event, TextDelta):
-                    text.append(event.text)
-                elif isinstance(event, Finished):
-                    stats = event.stats
-            assert stats is not None
-            theirs.append(("".join(text), stats))
+            theirs.append(
+                generate_text(
+                    engine, GenerationRequest(prompt=prompt, max_tokens=MAX_TOKENS, temperature=0.0)
+                )
+            )
         finally:
             process.stop()
     table = [

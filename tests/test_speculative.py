@@ -18,9 +18,10 @@ import pytest
 
 from clover_local.engine.embedded import EmbeddedEngine
 from clover_local.engine.loader import load_engine
-from clover_local.engine.types import Finished, GenerationRequest, GenerationStats, TextDelta
+from clover_local.engine.types import GenerationRequest, TextDelta
 from clover_local.plan.types import SpeculativePlan
 from clover_local.testing.models import TINY_KINDS, gemma_path, tiny_model
+from tests.helpers_engine import generate_text
 
 pytestmark = pytest.mark.slow
 
@@ -50,23 +51,9 @@ class OracleDrafter:
         return guess
 
 
-def _generate(
-    engine: EmbeddedEngine, request: GenerationRequest, cancel: threading.Event | None = None
-) -> tuple[str, GenerationStats]:
-    parts: list[str] = []
-    stats = None
-    for event in engine.generate(request, cancel):
-        if isinstance(event, TextDelta):
-            parts.append(event.text)
-        elif isinstance(event, Finished):
-            stats = event.stats
-    assert stats is not None
-    return "".join(parts), stats
-
-
 def _plain_reference(engine: EmbeddedEngine, request: GenerationRequest) -> tuple[str, list[int]]:
     """Plain decoding's text and exact tokens (prompt and reply, as left in the cache)."""
-    text, stats = _generate(engine, replace(request, speculative=False))
+    text, stats = generate_text(engine, replace(request, speculative=False))
     assert stats.draft_acceptance is None
     return text, list(engine.cached_tokens)
 
@@ -95,7 +82,7 @@ def test_greedy_speculation_matches_plain_decoding_with_partial_rollbacks(
     tiny_engine.drafter_factory = lambda plan: OracleDrafter(reference)
     try:
         tiny_engine.reset_cache()
-        spec, stats = _generate(
+        spec, stats = generate_text(
             tiny_engine, GenerationRequest(prompt=PROMPT, max_tokens=64, temperature=0, speculative=True)
         )
     finally:
@@ -113,8 +100,8 @@ def test_seeded_sampling_with_speculation_gives_the_plain_samples(tiny_engine: E
     assert plain == again  # the seed makes sampling reproducible
     tiny_engine.drafter_factory = lambda plan: OracleDrafter(reference)
     try:
-        spec, stats = _generate(tiny_engine, replace(req, speculative=True))
-        spec_again, _ = _generate(tiny_engine, replace(req, speculative=True))
+        spec, stats = generate_text(tiny_engine, replace(req, speculative=True))
+        spec_again, _ = generate_text(tiny_engine, replace(req, speculative=True))
     finally:
         tiny_engine.drafter_factory = _default_factory()
     assert 0 < stats.accepted_tokens < stats.drafted_tokens
@@ -137,10 +124,10 @@ def test_ngram_drafts_from_a_repeated_prompt_are_accepted_and_exact() -> None:
     engine = result.engine
     try:
         prompt = "the cat sat on the mat and the dog sat on the log " * 6
-        plain, _ = _generate(
+        plain, _ = generate_text(
             engine, GenerationRequest(prompt=prompt, max_tokens=60, temperature=0, speculative=False)
         )
-        spec, stats = _generate(
+        spec, stats = generate_text(
             engine, GenerationRequest(prompt=prompt, max_tokens=60, temperature=0, speculative=True)
         )
     finally:
@@ -167,11 +154,11 @@ def test_verification_asks_llama_cpp_for_logits_only_at_drafted_positions(
         return int(real_decode(ctx, batch))
 
     try:
-        first, _ = _generate(engine, GenerationRequest(prompt=PROMPT, max_tokens=60, temperature=0))
+        first, _ = generate_text(engine, GenerationRequest(prompt=PROMPT, max_tokens=60, temperature=0))
         prompt = (PROMPT + first + "\n") * 3 + PROMPT  # longer than n_batch: prefilled in chunks
         assert engine.count_tokens(prompt) > 64
         monkeypatch.setattr(C, "llama_decode", spy)
-        _, stats = _generate(
+        _, stats = generate_text(
             engine, GenerationRequest(prompt=prompt, max_tokens=60, temperature=0, speculative=True)
         )
     finally:
@@ -222,7 +209,7 @@ def test_hybrid_model_without_snapshots_recovers_and_stops_speculating() -> None
             engine, GenerationRequest(prompt=PROMPT, max_tokens=40, temperature=0)
         )
         engine.drafter_factory = lambda plan: OracleDrafter(reference)
-        spec, _ = _generate(
+        spec, _ = generate_text(
             engine, GenerationRequest(prompt=PROMPT, max_tokens=40, temperature=0, speculative=True)
         )
     finally:
@@ -251,10 +238,10 @@ def perimeter(width, height):
 
 def test_gemma_short_greedy_outputs_match_with_speculation(gemma: EmbeddedEngine) -> None:
     prompt = f"Original file:\n```python\n{CODE}```\n\nThe same file after renaming width to w:\n```python\n"
-    plain, _ = _generate(
+    plain, _ = generate_text(
         gemma, GenerationRequest(prompt=prompt, max_tokens=48, temperature=0, speculative=False)
     )
-    spec, stats = _generate(
+    spec, stats = generate_text(
         gemma, GenerationRequest(prompt=prompt, max_tokens=48, temperature=0, speculative=True)
     )
     assert spec == plain
