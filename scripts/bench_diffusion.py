@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from clover_local import settings
-from clover_local.engine.diffusion_cli import parse_cli_output
+from clover_local.engine.diffusion_cli import run_cli
 from clover_local.engine.diffusion_schedule import Algorithm
 from clover_local.engine.loader import load_engine
 from clover_local.engine.types import ChatMessage
@@ -39,15 +38,14 @@ BIG_DREAM = TinySpec(
 
 def cli_run(
     cli: Path, model: Path, ub: int, steps: int, schedule: list[str], threads: int, seed: int
-) -> tuple[str, float]:
+) -> tuple[str, float, float | None]:
     cmd = [
         str(cli), "-m", str(model), "-p", PROMPT, "-ub", str(ub), "-b", str(ub), "-c", str(ub),
         "-t", str(threads), "--temp", "0", "--seed", str(seed),
         "--diffusion-algorithm", str(int(Algorithm.CONFIDENCE)), "--diffusion-steps", str(steps), *schedule,
     ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
-    run = parse_cli_output(done.stdout + done.stderr)
-    return run.text, run.seconds
+    run = run_cli(cmd, timeout_s=600)
+    return run.text, run.seconds, run.sampling_s_per_step
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         cli_s: list[float] = []
         eng_s: list[float] = []
+        cli_other: list[float] = []
+        eng_other: list[float] = []
         same = True
         for r in range(args.rounds):
             seed = 100 + r
@@ -96,12 +96,15 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 result = runner.generate(prompt, params)
                 eng_s.append(time.perf_counter() - t0)
-            text, seconds = cli_run(cli, path, args.ub, args.steps, schedule, args.threads, seed)
+            text, seconds, sampling = cli_run(cli, path, args.ub, args.steps, schedule, args.threads, seed)
             cli_s.append(seconds)
+            if sampling is not None:
+                cli_other.append(sampling)
             if not r % 2:
                 t0 = time.perf_counter()
                 result = runner.generate(prompt, params)
                 eng_s.append(time.perf_counter() - t0)
+            eng_other.append((result.seconds - result.decode_seconds) / max(result.steps_run, 1))
             same &= engine.detokenize(result.tokens) == text
         engine.close()
         cli_med, eng_med = statistics.median(cli_s), statistics.median(eng_s)
@@ -112,11 +115,16 @@ def main(argv: list[str] | None = None) -> int:
             "engine_s": round(eng_med, 4),
             "speed_ratio": round(ratio, 3),
             "speed_ratio_range": [round(ratios[0], 3), round(ratios[-1], 3)],
+            # Everything a step does besides decoding the canvas (sampling, unmasking), per step.
+            "cli_other_ms_per_step": round(statistics.median(cli_other) * 1000, 3) if cli_other else None,
+            "engine_other_ms_per_step": round(statistics.median(eng_other) * 1000, 3),
             "outputs_equal": same,
         }
         report["models"][label] = row  # type: ignore[index]
         print(f"{label:<18} cli {cli_med * 1000:8.1f} ms  engine {eng_med * 1000:8.1f} ms  "
-              f"ratio {ratio:5.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})  equal {same}")  # fmt: skip
+              f"ratio {ratio:5.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})  equal {same}  "
+              f"besides decoding: cli {row['cli_other_ms_per_step']} ms/step, "
+              f"engine {row['engine_other_ms_per_step']} ms/step")  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2), encoding="utf-8")
     return 0

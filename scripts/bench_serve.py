@@ -8,9 +8,14 @@ slows all of them alike; the figure per configuration is the median over rounds.
 
 Configurations: llama-server with default flags (``-m MODEL --port P``: the baseline, 1.00x); ``serve`` with
 the embedded engine, speculation on and off; ``serve`` with the llama-server engine (the plan's flags),
-speculation on and off. The llama-server ones are skipped when no binary is found.
+speculation on and off. The llama-server ones are skipped when no binary is found. The last column is each
+engine's speed with speculation over its own speed without.
 
-    .venv/bin/python scripts/bench_serve.py [--preset gemma3-270m] [--rounds 5] [--json]
+``--in-process``: the same request through the engines' ``generate`` directly (embedded and llama-server
+engines, speculation on and off, no HTTP in between and no by-hand baseline): how the two drafters compare
+without the server around them.
+
+    .venv/bin/python scripts/bench_serve.py [--preset gemma3-270m] [--rounds 5] [--in-process] [--json]
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +40,16 @@ PROMPT = f"Original file:\n```python\n{ORDERS_SOURCE}```\n\nThe same file after 
 @dataclass
 class Config:
     name: str
-    url: str
+    url: str = ""
     api_key: str | None = None
+    engine: Any = None
+    """With ``--in-process``: the ChatEngine the request goes to directly."""
     runs: list[dict[str, float]] = field(default_factory=list)
 
 
 def one_request(cfg: Config, max_tokens: int) -> dict[str, float]:
+    if cfg.engine is not None:
+        return _in_process(cfg.engine, max_tokens)
     payload = {
         "model": BENCH_MODEL,
         "prompt": PROMPT,
@@ -48,6 +58,23 @@ def one_request(cfg: Config, max_tokens: int) -> dict[str, float]:
         "stop": ["```"],
     }
     return reply_figures(*post(cfg.url, "/v1/completions", payload, name=cfg.name, api_key=cfg.api_key))
+
+
+def _in_process(engine: Any, max_tokens: int) -> dict[str, float]:
+    from clover_local.engine.types import Finished, GenerationRequest
+
+    request = GenerationRequest(prompt=PROMPT, max_tokens=max_tokens, temperature=0, stop=("```",))
+    started = time.perf_counter()
+    finished = [e for e in engine.generate(request) if isinstance(e, Finished)]
+    wall = time.perf_counter() - started
+    stats = finished[-1].stats
+    return {
+        "seconds": wall,
+        "tokens": float(stats.completion_tokens),
+        "decode_tps": stats.decode_tokens_per_s,
+        "end_to_end_tps": stats.completion_tokens / wall if wall else 0.0,
+        "acceptance": stats.draft_acceptance if stats.draft_acceptance is not None else float("nan"),
+    }
 
 
 def main() -> int:
@@ -59,6 +86,7 @@ def main() -> int:
     parser.add_argument("--ctx", type=int, default=4096)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=400)
+    parser.add_argument("--in-process", action="store_true", help="call the engines directly, no HTTP")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -74,7 +102,7 @@ def main() -> int:
     binary = find_llama_server()
     configs: list[Config] = []
     with ExitStack() as stack:
-        if binary is not None:
+        if binary is not None and not args.in_process:
             baseline = start_llama_server(["-m", model], binary=binary, adapt=False)
             stack.callback(baseline.stop)
             configs.append(Config("llama-server by hand (default flags)", baseline.url))
@@ -91,6 +119,9 @@ def main() -> int:
         for name, choice, spec in engines:
             opened = open_engine(plan, preset, choice, speculative=spec)
             stack.callback(opened.engine.close)
+            if args.in_process:
+                configs.append(Config(name.removeprefix("serve "), engine=opened.engine))
+                continue
             server = BackgroundServer(opened.engine, ApiConfig(BENCH_MODEL))
             stack.enter_context(server)
             configs.append(Config(name, server.url))
@@ -99,9 +130,10 @@ def main() -> int:
         for _ in range(args.rounds):
             for cfg in configs:
                 cfg.runs.append(one_request(cfg, args.max_tokens))
-    report = summarize(configs, binary is not None)
+    report = summarize(configs, binary is not None and not args.in_process)
     report["plan"] = {"threads": plan.threads, "ctx": plan.ctx, "n_gpu_layers": plan.n_gpu_layers}
     report["model"] = Path(model).name
+    report["in_process"] = args.in_process
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -122,9 +154,13 @@ def summarize(configs: list[Config], has_baseline: bool) -> dict[str, Any]:
             }
         )
     base = rows[0] if has_baseline else None
+    by_name = {row["name"]: row for row in rows}
     for row in rows:
         row["decode_ratio"] = row["decode_tps"] / base["decode_tps"] if base else None
         row["end_to_end_ratio"] = row["end_to_end_tps"] / base["end_to_end_tps"] if base else None
+        plain = by_name.get(row["name"].replace("speculation on", "speculation off"))
+        has_plain = "speculation on" in row["name"] and plain is not None
+        row["speculation_gain"] = row["decode_tps"] / plain["decode_tps"] if has_plain and plain else None
     return {
         "rounds": len(configs[0].runs) if configs else 0,
         "rows": rows,
@@ -136,15 +172,18 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"model {report['model']}, {report['rounds']} rounds, medians; plan {report['plan']}")
     print(
         f"{'configuration':<40} {'decode t/s':>10} {'ratio':>6} {'end-to-end t/s':>14} {'ratio':>6} {'accept':>7}"
+        f" {'spec/plain':>10}"
     )
     for r in report["rows"]:
         ratio = f"{r['decode_ratio']:.2f}x" if r["decode_ratio"] else "-"
         e2e_ratio = f"{r['end_to_end_ratio']:.2f}x" if r["end_to_end_ratio"] else "-"
         acc = "-" if r["acceptance"] != r["acceptance"] else f"{r['acceptance']:.0%}"
+        gain = f"{r['speculation_gain']:.2f}x" if r["speculation_gain"] else "-"
         print(
             f"{r['name']:<40} {r['decode_tps']:>10.1f} {ratio:>6} {r['end_to_end_tps']:>14.1f} {e2e_ratio:>6} {acc:>7}"
+            f" {gain:>10}"
         )
-    if report["baseline"] is None:
+    if report["baseline"] is None and not report.get("in_process"):
         print("(no llama-server found: no baseline; build one with scripts/build-llama-server)")
 
 
