@@ -155,7 +155,8 @@ def test_bench_records_llama_bench_and_plans_then_use_it(
     (record,) = load_records()
     plan = plan_for("gemma3-270m")[0]
     assert plan.speed_source == "measured" and record.tokens_per_s > 0
-    assert plan.predicted_tokens_per_s == pytest.approx(record.tokens_per_s, abs=0.05)
+    # The plan shows the measurement as it shows every speed, to 0.1 token/s (29.75 measured -> 29.8).
+    assert plan.predicted_tokens_per_s == round(record.tokens_per_s, 1)
 
     args = ["bench", "--engines", "b", "--workloads", "summary", "--rounds", "1", "--max-tokens", "8"]
     assert main([*args, "--vs-llama-bench", "--json"]) == 0
