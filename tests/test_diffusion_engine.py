@@ -282,3 +282,37 @@ def test_cli_output_is_parsed() -> None:
     assert run.sampling_s_per_step == pytest.approx(0.00102)
     with pytest.raises(ValueError, match="total time"):
         parse_cli_output("error: failed to load model")
+
+
+@pytest.mark.parametrize(("n_vocab", "k"), [(825, 40), (41, 40), (100, 40), (262_144, 40), (1000, 1)])
+def test_top_k_cut_keeps_every_row_s_top_k_in_id_order(n_vocab: int, k: int) -> None:
+    """The numpy cut before the chain's ``top_k`` (``_top_k_superset``) must keep each row's k highest logits,
+    ties at the k-th included, in id order; NaN rows make it decline (the chain then sees the whole row)."""
+    import numpy as np
+
+    from clover_local.engine.diffusion import _top_k_superset
+
+    rng = np.random.default_rng(n_vocab + k)
+    sub = (rng.standard_normal((7, n_vocab)) * 3).astype(np.float32)
+    sub[1, :] = 0.5  # a row of ties
+    sub[2, rng.choice(n_vocab, min(k + 3, n_vocab), replace=False)] = 9.0  # ties right at the top
+    cut = _top_k_superset(sub, k)
+    assert cut is not None
+    cols, vals, counts = cut
+    assert int(counts.sum()) == len(cols) == len(vals)
+    start = 0
+    for row in range(len(sub)):
+        ids = cols[start : start + counts[row]]
+        start += counts[row]
+        kth = np.sort(sub[row])[-k]
+        must = np.flatnonzero(sub[row] >= kth)
+        assert set(must.tolist()) <= set(ids.tolist())
+        assert np.all(np.diff(ids) > 0)
+        assert np.array_equal(sub[row, ids], vals[start - counts[row] : start])
+    random_rows = counts[[0, 3, 4, 5, 6]]
+    assert n_vocab <= k + 1 or int(random_rows.max()) < n_vocab  # it does cut, not hand the row over whole
+
+    for col in (5, n_vocab - 1):  # in the sets, and in the tail they leave out
+        row = sub.copy()
+        row[3, col] = np.nan
+        assert _top_k_superset(row, k) is None
