@@ -173,7 +173,6 @@ class DiffusionRunner:
                 "Load the model with n_ubatch = n_batch = n_ctx >= prompt + answer length.",
             )
         tokens = self._prepare_batch(prompt, params)
-        self._b_token[: params.max_length] = tokens
         C.llama_set_causal_attn(self._ctx, False)
         rng = Mt19937(params.seed)
         sampler = _sampler_chain(params)
@@ -245,12 +244,14 @@ class DiffusionRunner:
         np.ctypeslib.as_array(self._batch.pos, shape=(self._batch_size,))[:n] = np.arange(n, dtype=np.int32)
         np.ctypeslib.as_array(self._batch.logits, shape=(self._batch_size,))[:n] = 1
         self._batch.n_tokens = n
-        tokens = np.full(n, params.mask_token_id, dtype=np.int32)
+        # The canvas is the batch's own token array: unmasking writes straight into what the next step decodes.
+        tokens: np.ndarray = self._b_token[:n]
+        tokens[:] = params.mask_token_id
         tokens[: len(prompt)] = prompt
         return tokens
 
     def _decode(self, n: int) -> np.ndarray:
-        """Decode the canvas (``self._b_token`` holds its tokens) and view the logits of every position."""
+        """Decode the canvas (the batch holds its tokens) and view the logits of every position."""
         rc = C.llama_decode(self._ctx, self._batch)
         if rc != 0:
             raise EngineError(f"llama_decode failed on the diffusion canvas (code {rc}).")
@@ -293,10 +294,10 @@ class DiffusionRunner:
             starts = np.arange(n_rows, dtype=np.int64) * width
         # One llama_token_data_array per row, filled at once; the loop only calls the sampler.
         arrays = self._row_arrays_for(n_rows)
-        arrays["data"] = self._cand_base + starts.astype(np.uint64) * np.uint64(_TOKEN_DATA.itemsize)
-        arrays["size"] = sizes
-        arrays["selected"] = -1
-        arrays["sorted"] = False
+        words = arrays.view(np.int64).reshape(n_rows, 4)  # data, size, selected, sorted (+ padding)
+        words[:, 0] = starts * _TOKEN_DATA.itemsize + self._cand_base
+        words[:, 1] = sizes
+        words[:, 2:] = (-1, 0)
         apply, chain = _APPLY, ctypes.cast(sampler, ctypes.c_void_p).value
         for ptr in self._row_ptrs[:n_rows]:
             apply(chain, ptr)
@@ -345,7 +346,6 @@ class DiffusionRunner:
             if chosen.any():
                 got = self._sample_rows(logits, rows[chosen], params, sampler)
                 tokens[mask_positions[chosen]] = got.ids()
-            self._b_token[: len(tokens)] = tokens
             return
 
         got = self._sample_rows(logits, rows, params, sampler)
@@ -366,7 +366,6 @@ class DiffusionRunner:
             else:
                 order = _sample_positions(conf, params.alg_temp, take, dist)
             tokens[mask_positions[order]] = sampled[order]
-        self._b_token[: len(tokens)] = tokens
 
 
 @dataclass
