@@ -13,7 +13,10 @@ engine's speed with speculation over its own speed without.
 
 ``--in-process``: the same request through the engines' ``generate`` directly (embedded and llama-server
 engines, speculation on and off, no HTTP in between and no by-hand baseline): how the two drafters compare
-without the server around them.
+without the server around them. Each request there starts from an empty cache (``reset_cache``), so every
+round writes what a fresh start writes: with the prompt cached, llama.cpp evaluates only its last token, a
+near-tie can flip, and the same engine wrote 293 tokens one way and 400 the other. The table shows each
+configuration's token count and a hash of its text, so whether two rows wrote the same text is plain.
 
     .venv/bin/python scripts/bench_serve.py [--preset gemma3-270m] [--rounds 5] [--in-process] [--json]
 """
@@ -21,6 +24,7 @@ without the server around them.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -61,15 +65,23 @@ def one_request(cfg: Config, max_tokens: int) -> dict[str, float]:
 
 
 def _in_process(engine: Any, max_tokens: int) -> dict[str, float]:
-    from clover_local.engine.types import Finished, GenerationRequest
+    from clover_local.engine.types import Finished, GenerationRequest, TextDelta
 
     request = GenerationRequest(prompt=PROMPT, max_tokens=max_tokens, temperature=0, stop=("```",))
+    engine.reset_cache()
     started = time.perf_counter()
-    finished = [e for e in engine.generate(request) if isinstance(e, Finished)]
+    text: list[str] = []
+    finished: list[Finished] = []
+    for event in engine.generate(request):
+        if isinstance(event, TextDelta):
+            text.append(event.text)
+        elif isinstance(event, Finished):
+            finished.append(event)
     wall = time.perf_counter() - started
     stats = finished[-1].stats
     return {
         "seconds": wall,
+        "text_hash": float(int(hashlib.sha256("".join(text).encode()).hexdigest()[:8], 16)),
         "tokens": float(stats.completion_tokens),
         "decode_tps": stats.decode_tokens_per_s,
         "end_to_end_tps": stats.completion_tokens / wall if wall else 0.0,
@@ -142,7 +154,7 @@ def main() -> int:
 
 
 def summarize(configs: list[Config], has_baseline: bool) -> dict[str, Any]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for cfg in configs:
         rows.append(
             {
@@ -151,6 +163,7 @@ def summarize(configs: list[Config], has_baseline: bool) -> dict[str, Any]:
                 "end_to_end_tps": statistics.median(r["end_to_end_tps"] for r in cfg.runs),
                 "tokens": statistics.median(r["tokens"] for r in cfg.runs),
                 "acceptance": statistics.median(r["acceptance"] for r in cfg.runs),
+                "text": _text_label(cfg.runs),
             }
         )
     base = rows[0] if has_baseline else None
@@ -168,11 +181,19 @@ def summarize(configs: list[Config], has_baseline: bool) -> dict[str, Any]:
     }
 
 
+def _text_label(runs: list[dict[str, float]]) -> str:
+    """The text's hash when every round wrote the same text, "varies" when not, "-" when not recorded."""
+    hashes = {int(r["text_hash"]) for r in runs if "text_hash" in r}
+    if not hashes:
+        return "-"
+    return f"{hashes.pop():08x}" if len(hashes) == 1 else "varies"
+
+
 def print_table(report: dict[str, Any]) -> None:
     print(f"model {report['model']}, {report['rounds']} rounds, medians; plan {report['plan']}")
     print(
         f"{'configuration':<40} {'decode t/s':>10} {'ratio':>6} {'end-to-end t/s':>14} {'ratio':>6} {'accept':>7}"
-        f" {'spec/plain':>10}"
+        f" {'spec/plain':>10} {'tokens':>6} {'text':>8}"
     )
     for r in report["rows"]:
         ratio = f"{r['decode_ratio']:.2f}x" if r["decode_ratio"] else "-"
@@ -181,7 +202,7 @@ def print_table(report: dict[str, Any]) -> None:
         gain = f"{r['speculation_gain']:.2f}x" if r["speculation_gain"] else "-"
         print(
             f"{r['name']:<40} {r['decode_tps']:>10.1f} {ratio:>6} {r['end_to_end_tps']:>14.1f} {e2e_ratio:>6} {acc:>7}"
-            f" {gain:>10}"
+            f" {gain:>10} {r['tokens']:>6.0f} {r['text']:>8}"
         )
     if report["baseline"] is None and not report.get("in_process"):
         print("(no llama-server found: no baseline; build one with scripts/build-llama-server)")

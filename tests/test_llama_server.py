@@ -116,6 +116,24 @@ def test_plan_argv_starts_and_serves(server: LlamaServerProcess) -> None:
     assert "server is listening" in log or "listening" in server.log_tail(200)
 
 
+def test_reset_cache_evaluates_the_next_prompt_from_scratch(server: LlamaServerProcess) -> None:
+    """``reset_cache`` is what the embedded engine's is: the next request reuses nothing (``cache_prompt:
+    false``), the one after it reuses the prompt again."""
+    engine = LlamaServerEngine(server, owns_process=False)
+    request = GenerationRequest(prompt=COPY_PROMPT + "# reset\n", max_tokens=4, temperature=0.0)
+
+    def cached() -> int:
+        events = list(engine.generate(request))
+        assert isinstance(events[-1], Finished)
+        return events[-1].stats.cached_tokens
+
+    cached()
+    assert cached() > 10  # the same prompt again: its prefix is reused
+    engine.reset_cache()
+    assert cached() == 0
+    assert cached() > 10
+
+
 def test_chat_uses_the_gemma_template(server: LlamaServerProcess) -> None:
     engine = LlamaServerEngine(server, owns_process=False)
     request = GenerationRequest(messages=(ChatMessage("user", "Say yes."),), max_tokens=8, temperature=0.0)
