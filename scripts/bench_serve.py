@@ -24,7 +24,6 @@ configuration's token count and a hash of its text, so whether two rows wrote th
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import sys
@@ -36,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clover_local.testing.serve_bench import BENCH_MODEL, ORDERS_SOURCE, post, reply_figures
+from clover_local.testing.serve_bench import BENCH_MODEL, ORDERS_SOURCE, post, reply_figures, text_hash
 
 PROMPT = f"Original file:\n```python\n{ORDERS_SOURCE}```\n\nThe same file after renaming Order to Invoice:\n```python\n"
 
@@ -60,6 +59,7 @@ def one_request(cfg: Config, max_tokens: int) -> dict[str, float]:
         "max_tokens": max_tokens,
         "temperature": 0,
         "stop": ["```"],
+        "cache_prompt": False,  # every round writes what a fresh start writes (see --in-process)
     }
     return reply_figures(*post(cfg.url, "/v1/completions", payload, name=cfg.name, api_key=cfg.api_key))
 
@@ -81,7 +81,7 @@ def _in_process(engine: Any, max_tokens: int) -> dict[str, float]:
     stats = finished[-1].stats
     return {
         "seconds": wall,
-        "text_hash": float(int(hashlib.sha256("".join(text).encode()).hexdigest()[:8], 16)),
+        "text_hash": text_hash("".join(text)),
         "tokens": float(stats.completion_tokens),
         "decode_tps": stats.decode_tokens_per_s,
         "end_to_end_tps": stats.completion_tokens / wall if wall else 0.0,

@@ -89,6 +89,10 @@ def test_next_turn_reuses_the_cache_of_the_shared_prefix(tiny_chat: EmbeddedEngi
     cold, stats3 = generate_text(tiny_chat, GenerationRequest(messages=turn2, max_tokens=20, temperature=0))
     assert stats3.cached_tokens == 0
     assert warm == cold
+    # cache_prompt=False is the same as a reset before the request
+    again = GenerationRequest(messages=turn2, max_tokens=20, temperature=0, cache_prompt=False)
+    uncached, stats4 = generate_text(tiny_chat, again)
+    assert stats4.cached_tokens == 0 and uncached == cold
 
 
 def test_prompt_longer_than_the_context_is_a_clear_error(tiny_chat: EmbeddedEngine) -> None:

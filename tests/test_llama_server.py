@@ -5,6 +5,7 @@ Skipped when no binary is found, except in CI, where a missing binary fails (CI 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -122,8 +123,8 @@ def test_reset_cache_evaluates_the_next_prompt_from_scratch(server: LlamaServerP
     engine = LlamaServerEngine(server, owns_process=False)
     request = GenerationRequest(prompt=COPY_PROMPT + "# reset\n", max_tokens=4, temperature=0.0)
 
-    def cached() -> int:
-        events = list(engine.generate(request))
+    def cached(cache_prompt: bool = True) -> int:
+        events = list(engine.generate(dataclasses.replace(request, cache_prompt=cache_prompt)))
         assert isinstance(events[-1], Finished)
         return events[-1].stats.cached_tokens
 
@@ -132,6 +133,7 @@ def test_reset_cache_evaluates_the_next_prompt_from_scratch(server: LlamaServerP
     engine.reset_cache()
     assert cached() == 0
     assert cached() > 10
+    assert cached(cache_prompt=False) == 0  # per request, as the OpenAI API's cache_prompt passes it
 
 
 def test_chat_uses_the_gemma_template(server: LlamaServerProcess) -> None:

@@ -105,6 +105,24 @@ def test_text_completion_copies_code(client: openai.OpenAI) -> None:
     assert streamed == reply.choices[0].text
 
 
+def test_cache_prompt_false_evaluates_the_prompt_again(client: openai.OpenAI) -> None:
+    """llama-server's ``cache_prompt`` extension: false reuses nothing of the cache, and the reply is what a
+    fresh start writes."""
+
+    def ask(**extra: object) -> tuple[str, int]:
+        reply = client.completions.create(
+            model=MODEL, prompt=COPY_PROMPT, max_tokens=12, temperature=0, stop=["```"], extra_body=extra
+        )
+        assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
+        return reply.choices[0].text, reply.usage.prompt_tokens_details.cached_tokens or 0
+
+    ask()
+    warm_text, warm_cached = ask()
+    cold_text, cold_cached = ask(cache_prompt=False)
+    assert warm_cached > 10 and cold_cached == 0
+    assert "(a, b):" in cold_text and "(a, b):" in warm_text
+
+
 def test_alias_is_accepted_and_models_lists_both(client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list()] == [MODEL, "gemma"]
     reply = client.completions.create(model="gemma", prompt="One, two,", max_tokens=3)
@@ -160,6 +178,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
         ),
         ("/v1/completions", b'{"prompt": 5}', "prompt"),
         ("/v1/completions", b'{"prompt": "x", "temperature": "hot"}', "temperature"),
+        ("/v1/completions", b'{"prompt": "x", "cache_prompt": "no"}', "cache_prompt"),
     ],
 )
 def test_bad_requests_get_clear_400s(

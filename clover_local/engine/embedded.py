@@ -182,6 +182,8 @@ class EmbeddedEngine:
                 "Shorten the conversation or plan a larger context (--ctx).",
             )
         max_new = min(request.max_tokens, self._n_ctx - len(prompt))
+        if not request.cache_prompt:
+            self.reset_cache()
         n_cached = self._reuse_prefix(prompt)
         gbnf = self._grammar(request)
         picker = TokenPicker(

@@ -73,6 +73,10 @@ class GenerationRequest:
     """Allow more than one call in one reply (a forced choice then constrains to one or more)."""
     json_schema: dict[str, Any] | None = None
     """The reply must be JSON matching this schema (``{}``: any JSON object); enforced with a grammar."""
+    cache_prompt: bool = True
+    """Reuse what the engine's cache holds of this prompt (llama-server's ``cache_prompt``). False evaluates the
+    whole prompt again: then the reply does not depend on earlier requests (with a cached prefix, llama.cpp
+    evaluates the rest of the prompt in other batches, and a near-tie in the logits can flip)."""
 
 
 @dataclass(frozen=True)

@@ -190,7 +190,7 @@ class LlamaServerEngine:
             "min_p": s.min_p if request.min_p is None else request.min_p,
             "repeat_penalty": s.repeat_penalty,
             "stream": True,
-            "cache_prompt": self._cache_prompt,
+            "cache_prompt": self._cache_prompt and request.cache_prompt,
             "timings_per_token": False,
         }
         if request.seed is not None:

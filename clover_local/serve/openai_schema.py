@@ -125,9 +125,7 @@ def _common(body: dict[str, Any], known_models: tuple[str, ...], *, chat: bool) 
         stop = [stop]
     if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)):
         raise ApiError(400, "'stop' must be a string or a list of strings.", param="stop")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise ApiError(400, "'stream' must be true or false.", param="stream")
+    stream = _flag(body, "stream", False)
     options = body.get("stream_options") or {}
     include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
     fields: dict[str, Any] = {
@@ -138,6 +136,7 @@ def _common(body: dict[str, Any], known_models: tuple[str, ...], *, chat: bool) 
         "min_p": _number(body, "min_p", 0.0, 1.0),
         "seed": _integer(body, "seed"),
         "stop": tuple(s for s in (stop or []) if s),
+        "cache_prompt": _flag(body, "cache_prompt", True),
     }
     return {
         "fields": fields,
@@ -146,6 +145,13 @@ def _common(body: dict[str, Any], known_models: tuple[str, ...], *, chat: bool) 
         "include_usage": include_usage,
         "max_tokens_given": max_tokens is not None,
     }
+
+
+def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
+    v = body.get(key, default)
+    if not isinstance(v, bool):
+        raise ApiError(400, f"'{key}' must be true or false.", param=key)
+    return v
 
 
 def _is_int(v: Any) -> bool:

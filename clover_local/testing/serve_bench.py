@@ -3,6 +3,7 @@ a reply: one code file to rewrite, one request helper, the figures llama.cpp-sty
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -72,13 +73,22 @@ def post(
     return data, wall
 
 
+def text_hash(text: str) -> float:
+    """A reply's text as a number (32 bits of its sha256), so benchmark rows can show whether texts agree."""
+    return float(int(hashlib.sha256(text.encode()).hexdigest()[:8], 16))
+
+
 def reply_figures(data: dict[str, Any], wall: float) -> dict[str, float]:
-    """Seconds, tokens, decode tokens/s and draft acceptance (NaN when nothing was drafted) of one reply."""
+    """Seconds, tokens, decode tokens/s, draft acceptance (NaN when nothing was drafted) and the text's hash of
+    one reply."""
     t = data.get("timings") or {}
     drafted = float(t.get("draft_n") or 0)
     tokens = float(data["usage"]["completion_tokens"])
+    choice = (data.get("choices") or [{}])[0]
+    text = choice.get("text") or (choice.get("message") or {}).get("content") or ""
     return {
         "seconds": wall,
+        "text_hash": text_hash(text),
         "tokens": tokens,
         "decode_tps": float(t.get("predicted_per_second") or 0.0),
         "end_to_end_tps": tokens / wall if wall else 0.0,
