@@ -47,6 +47,37 @@ from clover_local.serve.openai_schema import ParsedRequest
 _END = object()
 
 
+class _Mailbox:
+    """Hands items from the generation thread to the event loop, waking the loop once per batch of items
+    rather than once per token: each wake-up is a syscall and a hand-over of the GIL that the decoding thread
+    then waits for (a verified draft yields up to 17 tokens at once)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._items: list[Any] = []
+        self._guard = threading.Lock()
+        self._ready = asyncio.Event()
+
+    def post(self, item: Any) -> None:
+        """From any thread."""
+        with self._guard:
+            self._items.append(item)
+            wake = len(self._items) == 1
+        if wake:
+            self.loop.call_soon_threadsafe(self._ready.set)
+
+    async def take(self) -> list[Any]:
+        """On the loop: every item posted since the last take, waiting for at least one."""
+        while True:
+            with self._guard:
+                items, self._items = self._items, []
+                if not items:
+                    self._ready.clear()  # a post after this sees an empty list and sets it again
+            if items:
+                return items
+            await self._ready.wait()
+
+
 @dataclass(frozen=True)
 class ApiConfig:
     model_id: str
@@ -255,18 +286,17 @@ class OpenAIServer:
         """Run the engine in a thread and yield its events; the lock is freed only when that thread ends,
         so a cancelled generation never overlaps the next one."""
         await self._lock.acquire()
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        mailbox = _Mailbox(asyncio.get_running_loop())
 
         def work() -> None:
             try:
                 for event in self.engine.generate(request, cancel):
-                    loop.call_soon_threadsafe(queue.put_nowait, event)
+                    mailbox.post(event)
             except BaseException as exc:
-                loop.call_soon_threadsafe(queue.put_nowait, exc)
+                mailbox.post(exc)
             finally:
-                loop.call_soon_threadsafe(queue.put_nowait, _END)
-                loop.call_soon_threadsafe(self._lock.release)
+                mailbox.post(_END)
+                mailbox.loop.call_soon_threadsafe(self._lock.release)
 
         try:
             threading.Thread(target=work, name="clover-serve-generate", daemon=True).start()
@@ -275,12 +305,12 @@ class OpenAIServer:
             raise
         try:
             while True:
-                item = await queue.get()
-                if item is _END:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+                for item in await mailbox.take():
+                    if item is _END:
+                        return
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
         finally:
             cancel.set()  # no-op when finished; stops the engine when the client went away
 
