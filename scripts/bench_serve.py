@@ -86,6 +86,7 @@ def _in_process(engine: Any, max_tokens: int) -> dict[str, float]:
         "decode_tps": stats.decode_tokens_per_s,
         "end_to_end_tps": stats.completion_tokens / wall if wall else 0.0,
         "acceptance": stats.draft_acceptance if stats.draft_acceptance is not None else float("nan"),
+        "drafted": float(stats.drafted_tokens),
     }
 
 
@@ -164,6 +165,7 @@ def summarize(configs: list[Config], has_baseline: bool) -> dict[str, Any]:
                 "tokens": statistics.median(r["tokens"] for r in cfg.runs),
                 "acceptance": statistics.median(r["acceptance"] for r in cfg.runs),
                 "text": _text_label(cfg.runs),
+                "drafted_per_round": [int(r.get("drafted", 0)) for r in cfg.runs],
             }
         )
     base = rows[0] if has_baseline else None
@@ -193,7 +195,7 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"model {report['model']}, {report['rounds']} rounds, medians; plan {report['plan']}")
     print(
         f"{'configuration':<40} {'decode t/s':>10} {'ratio':>6} {'end-to-end t/s':>14} {'ratio':>6} {'accept':>7}"
-        f" {'spec/plain':>10} {'tokens':>6} {'text':>8}"
+        f" {'spec/plain':>10} {'tokens':>6} {'text':>8}  drafted per round"
     )
     for r in report["rows"]:
         ratio = f"{r['decode_ratio']:.2f}x" if r["decode_ratio"] else "-"
@@ -202,7 +204,7 @@ def print_table(report: dict[str, Any]) -> None:
         gain = f"{r['speculation_gain']:.2f}x" if r["speculation_gain"] else "-"
         print(
             f"{r['name']:<40} {r['decode_tps']:>10.1f} {ratio:>6} {r['end_to_end_tps']:>14.1f} {e2e_ratio:>6} {acc:>7}"
-            f" {gain:>10} {r['tokens']:>6.0f} {r['text']:>8}"
+            f" {gain:>10} {r['tokens']:>6.0f} {r['text']:>8}  {' '.join(map(str, r['drafted_per_round']))}"
         )
     if report["baseline"] is None and not report.get("in_process"):
         print("(no llama-server found: no baseline; build one with scripts/build-llama-server)")

@@ -93,4 +93,5 @@ def reply_figures(data: dict[str, Any], wall: float) -> dict[str, float]:
         "decode_tps": float(t.get("predicted_per_second") or 0.0),
         "end_to_end_tps": tokens / wall if wall else 0.0,
         "acceptance": float(t.get("draft_n_accepted") or 0) / drafted if drafted else float("nan"),
+        "drafted": drafted,
     }
