@@ -13,7 +13,10 @@ engine's speed with speculation over its own speed without.
 
 ``--in-process``: the same request through the engines' ``generate`` directly (embedded and llama-server
 engines, speculation on and off, no HTTP in between and no by-hand baseline): how the two drafters compare
-without the server around them. Each request there starts from an empty cache (``reset_cache``), so every
+without the server around them. ``--fresh`` adds a new llama-server process for every request, whose
+``ngram-mod`` table then starts empty as the embedded drafter's does: llama-server keeps that table across
+requests, so from the second identical request on it drafts the reply's opening from the one before. Each
+request there starts from an empty cache (``reset_cache``), so every
 round writes what a fresh start writes: with the prompt cached, llama.cpp evaluates only its last token, a
 near-tie can flip, and the same engine wrote 293 tokens one way and 400 the other. The table shows each
 configuration's token count and a hash of its text, so whether two rows wrote the same text is plain.
@@ -28,8 +31,10 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +52,16 @@ class Config:
     api_key: str | None = None
     engine: Any = None
     """With ``--in-process``: the ChatEngine the request goes to directly."""
+    reopen: Callable[[], Any] | None = None
+    """With ``--fresh``: opens a new engine (a new llama-server process) for every request."""
     runs: list[dict[str, float]] = field(default_factory=list)
 
 
 def one_request(cfg: Config, max_tokens: int) -> dict[str, float]:
     if cfg.engine is not None:
+        if cfg.reopen is not None:
+            cfg.engine.close()
+            cfg.engine = cfg.reopen()
         return _in_process(cfg.engine, max_tokens)
     payload = {
         "model": BENCH_MODEL,
@@ -62,6 +72,16 @@ def one_request(cfg: Config, max_tokens: int) -> dict[str, float]:
         "cache_prompt": False,  # every round writes what a fresh start writes (see --in-process)
     }
     return reply_figures(*post(cfg.url, "/v1/completions", payload, name=cfg.name, api_key=cfg.api_key))
+
+
+def _close_engine(cfg: Config) -> None:
+    cfg.engine.close()
+
+
+def _reopen(plan: Any, preset: Any, choice: Any, spec: bool) -> Any:
+    from clover_local.runtime import open_engine
+
+    return open_engine(plan, preset, choice, speculative=spec).engine
 
 
 def _in_process(engine: Any, max_tokens: int) -> dict[str, float]:
@@ -100,6 +120,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=400)
     parser.add_argument("--in-process", action="store_true", help="call the engines directly, no HTTP")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="with --in-process: a new llama-server for every request (its ngram-mod table starts empty)",
+    )
+    parser.add_argument(
+        "--only",
+        default="",
+        help="run only the configurations whose name contains this (e.g. 'speculation on')",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -129,12 +159,17 @@ def main() -> int:
                 ("serve llama-server, speculation on", choice, True),
                 ("serve llama-server, speculation off", choice, False),
             ]
+        engines = [e for e in engines if args.only in e[0]]
         for name, choice, spec in engines:
             opened = open_engine(plan, preset, choice, speculative=spec)
-            stack.callback(opened.engine.close)
             if args.in_process:
-                configs.append(Config(name.removeprefix("serve "), engine=opened.engine))
+                cfg = Config(name.removeprefix("serve "), engine=opened.engine)
+                if args.fresh and choice.kind == "llama-server":
+                    cfg.reopen = partial(_reopen, plan, preset, choice, spec)
+                stack.callback(_close_engine, cfg)
+                configs.append(cfg)
                 continue
+            stack.callback(opened.engine.close)
             server = BackgroundServer(opened.engine, ApiConfig(BENCH_MODEL))
             stack.enter_context(server)
             configs.append(Config(name, server.url))
@@ -166,6 +201,7 @@ def summarize(configs: list[Config], has_baseline: bool) -> dict[str, Any]:
                 "acceptance": statistics.median(r["acceptance"] for r in cfg.runs),
                 "text": _text_label(cfg.runs),
                 "drafted_per_round": [int(r.get("drafted", 0)) for r in cfg.runs],
+                "decode_tps_per_round": [round(r["decode_tps"], 1) for r in cfg.runs],
             }
         )
     base = rows[0] if has_baseline else None
