@@ -5,8 +5,8 @@
 
 For each model (tiny random ``dream`` and ``llada-moe``, and a larger ``dream`` where decoding dominates):
 the same prompt, canvas, steps, algorithm, seed and threads through ``llama-diffusion-cli`` (its own
-``total time`` line: the generation loop, model loading excluded) and through the engine's runner (the same
-loop, timed the same way), interleaved, and which one goes first alternates from round to round; both outputs
+``total time`` line: the generation loop, after the sampler chain and batch are set up) and through the
+engine's runner (its ``seconds``: the same loop, timed from the same point), interleaved, and which one goes first alternates from round to round; both outputs
 must be equal. Prints the median times and the speed ratio: the median over rounds of (cli time / engine time)
 within each round, so that a slow moment of a shared machine hits both sides of the ratio it lands in (above 1
 means the engine is faster).
@@ -18,11 +18,11 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from clover_local import settings
 from clover_local.engine.diffusion_cli import run_cli
+from clover_local.engine.diffusion_engine import DiffusionEngine
 from clover_local.engine.diffusion_schedule import Algorithm
 from clover_local.engine.loader import load_engine
 from clover_local.engine.types import ChatMessage
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = load_engine(
             path, {"n_ctx": args.ub, "n_threads": args.threads, "n_gpu_layers": 0}, diffusion=plan
         ).engine
+        assert isinstance(engine, DiffusionEngine)
         runner = engine.runner
         # The cli renders the prompt with the GGUF's chat template (it has no switch to turn that off).
         prompt = engine.tokenize(
@@ -93,17 +94,15 @@ def main(argv: list[str] | None = None) -> int:
                 eps=0.0 if block else 0.001, block_length=block, temperature=0.0, seed=seed,
             )  # fmt: skip
             if r % 2:
-                t0 = time.perf_counter()
                 result = runner.generate(prompt, params)
-                eng_s.append(time.perf_counter() - t0)
+                eng_s.append(result.seconds)
             text, seconds, sampling = cli_run(cli, path, args.ub, args.steps, schedule, args.threads, seed)
             cli_s.append(seconds)
             if sampling is not None:
                 cli_other.append(sampling)
             if not r % 2:
-                t0 = time.perf_counter()
                 result = runner.generate(prompt, params)
-                eng_s.append(time.perf_counter() - t0)
+                eng_s.append(result.seconds)
             eng_other.append((result.seconds - result.decode_seconds) / max(result.steps_run, 1))
             same &= engine.detokenize(result.tokens) == text
         engine.close()

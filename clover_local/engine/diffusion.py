@@ -16,6 +16,7 @@ decoded; the cli decodes them once and finds nothing to do, so the tokens are th
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -421,18 +422,15 @@ def _top_k_superset(sub: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np
     for k = 40, whatever the vocabulary. Returns (column ids, logits, per-row counts), rows one after another
     and ids in order within a row; None for a NaN logit (only the whole row then gives the chain's answer)."""
     n_rows, n_vocab = sub.shape
+    if n_rows == 0 or math.isnan(sub.sum()):  # NaN anywhere (or +inf beside -inf): the whole rows then
+        return None
     stride = max(1, n_vocab // (2 * k))
     n_sets = n_vocab // stride
     set_max = sub[:, : n_sets * stride].reshape(n_rows, stride, n_sets).max(axis=1)
-    if n_rows == 0 or np.isnan(set_max).any() or np.isnan(sub[:, n_sets * stride :]).any():
-        return None
     bound = np.partition(set_max, n_sets - k, axis=1)[:, n_sets - k]
     keep = sub >= bound[:, None]
-    counts = np.count_nonzero(keep, axis=1)
-    if int(counts.min()) < k:
-        return None
     flat = np.flatnonzero(keep)
-    return (flat % n_vocab).astype(np.int32), sub.reshape(-1)[flat], counts
+    return flat % n_vocab, sub.reshape(-1)[flat], np.count_nonzero(keep, axis=1)
 
 
 def _sample_positions(conf: np.ndarray, alg_temp: float, take: int, dist: Any) -> np.ndarray:
