@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from clover_local.detect.machine import Machine
 from clover_local.detect.units import format_bytes as fb
@@ -20,7 +21,7 @@ from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_d
 from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
 from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
 from clover_local.plan.speed import LayerWork, predict_tokens_per_s
-from clover_local.plan.threads import plan_threads
+from clover_local.plan.threads import ThreadPlan, plan_threads
 from clover_local.plan.types import Alternative, DeviceMemory, LoadMode, Plan, SpeculativePlan, Wishes
 from clover_local.plan.verify_cost import batch_costs
 from clover_local.presets import TEMPLATE_COMPLETION, TEMPLATE_FROM_GGUF, Preset
@@ -169,37 +170,64 @@ def make_plan(
             desc, speculative, on_gpu=uses_gpus(machine) and fit.n_gpu_layers != 0
         ),
     )
+    return _assemble_plan(
+        machine,
+        preset,
+        model_path,
+        quant,
+        candidates,
+        fits,
+        threads,
+        load_mode,
+        reasons,
+        ctx=ctx,
+        speculative=speculative,
+        predicted_tokens_per_s=round(tps, 1),
+        speed_source=speed_source,
+        estimated_tokens_per_s=round(estimate, 1),
+        n_batch=N_BATCH,
+        n_ubatch=N_UBATCH,
+        engine=wishes.engine,
+    )
+
+
+def _assemble_plan(
+    machine: Machine,
+    preset: Preset,
+    model_path: str | None,
+    quant: str,
+    candidates: Mapping[str, ModelDescription],
+    fits: Mapping[str, Fit],
+    threads: ThreadPlan,
+    load_mode: LoadMode,
+    reasons: Sequence[str],
+    **decoding: Any,
+) -> Plan:
+    """The :class:`Plan` of the chosen quant: what every plan takes from its fit, threads and preset, plus
+    ``decoding`` (context, batches, speculation, speed: what autoregressive and diffusion plans decide apart)."""
+    desc, fit = candidates[quant], fits[quant]
     return Plan(
         preset=preset.name,
         model_path=model_path,
         quant=quant,
         file_bytes=desc.file_bytes,
-        ctx=ctx,
         n_gpu_layers=fit.n_gpu_layers,
         n_cpu_moe=fit.n_cpu_moe,
         fits=fit.fits,
         memory=fit.memory,
-        speculative=speculative,
-        predicted_tokens_per_s=round(tps, 1),
-        speed_source=speed_source,
-        estimated_tokens_per_s=round(estimate, 1),
         reasons=tuple(reasons),
         threads=threads.threads,
         threads_batch=threads.threads_batch,
-        n_batch=N_BATCH,
-        n_ubatch=N_UBATCH,
         flash_attn="on",
         cache_type_k=fit.cache_type,
         cache_type_v=fit.cache_type,
         load_mode=load_mode,
-        split_mode="layer",
-        main_gpu=0,
         tensor_split=fit.tensor_split,
         chat_template=preset.chat_template,
         backend=machine.offload_backend,
-        engine=wishes.engine,
         alternatives=_alternatives(machine, quant, candidates, fits),
         estimated=not desc.exact,
+        **decoding,
     )
 
 
@@ -518,31 +546,20 @@ def _plan_diffusion_model(
     )
     if not desc.exact:
         reasons.append(f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file).")
-    return Plan(
-        preset=preset.name,
-        model_path=model_path,
-        quant=quant,
-        file_bytes=desc.file_bytes,
+    return _assemble_plan(
+        machine,
+        preset,
+        model_path,
+        quant,
+        candidates,
+        fits,
+        threads,
+        load_mode,
+        reasons,
         ctx=canvas,
-        n_gpu_layers=fit.n_gpu_layers,
-        n_cpu_moe=fit.n_cpu_moe,
-        fits=fit.fits,
-        memory=fit.memory,
         speculative=SpeculativePlan(enabled=False),
         predicted_tokens_per_s=0.0,
-        reasons=tuple(reasons),
-        threads=threads.threads,
-        threads_batch=threads.threads_batch,
         n_batch=canvas,
         n_ubatch=canvas,
-        flash_attn="on",
-        cache_type_k=fit.cache_type,
-        cache_type_v=fit.cache_type,
-        load_mode=load_mode,
-        tensor_split=fit.tensor_split,
-        chat_template=preset.chat_template,
-        backend=machine.offload_backend,
-        alternatives=_alternatives(machine, quant, candidates, fits),
-        estimated=not desc.exact,
         diffusion=dplan,
     )
