@@ -26,46 +26,20 @@ from clover_local.fetch import remote_header
 from clover_local.fetch.describe import describe_quants
 from clover_local.gguf.header import read_local_header
 from clover_local.presets import Preset, load_preset
+from clover_local.testing.presets import tiny_qwen35moe_preset
 
 REPO = "acme/Tiny-Clover-GGUF"
 FILES = {"F16": "Tiny-Clover-F16.gguf", "Q8_0": "Tiny-Clover-Q8_0.gguf"}
 HEADER_READ = 32 * 1024
 """First range read for these tests: the tiny model's header (28.8 KB) fits, its 2.9-5.4 MB of weights not."""
 
-PRESET = """
-name = "tiny-clover"
-display_name = "Tiny Clover (test)"
-repo = "acme/Tiny-Clover-GGUF"
-default_quant = "auto"
-
-[quants.F16]
-pattern = "F16"
-fallback_bytes = 1_000_000      # wrong on purpose: the real file is 5.4 MB
-
-[quants.Q8_0]
-pattern = "Q8_0"
-fallback_bytes = 90_000_000     # wrong on purpose: the real file is 2.9 MB
-
-[architecture]
-arch = "qwen35moe"
-n_layers = 8
-full_attention_interval = 4
-n_head_kv = 2
-head_dim = 64
-n_embd = 128
-n_vocab = 824
-n_ctx_train = 4096
-n_expert = 8
-n_expert_used = 2
-n_expert_shared = 1
-expert_ffn = 64
-recurrent_state_bytes = 116_736
-expert_weight_fraction = 0.59
-
-[context]
-default = 2048
-max = 4096
-"""
+PRESET = tiny_qwen35moe_preset(
+    "tiny-clover",
+    "acme/Tiny-Clover-GGUF",
+    # both wrong on purpose: the real files are 5.4 MB and 2.9 MB
+    {"F16": 1_000_000, "Q8_0": 90_000_000},
+    extra_architecture="expert_weight_fraction = 0.59\n",
+)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from clover_local.plan.speculation import HeadOffer, offered_heads, plan_specula
 from clover_local.plan.types import EngineKind, Wishes
 from clover_local.presets import load_preset
 from clover_local.testing.models import tiny_mtp_model
+from clover_local.testing.presets import tiny_qwen35moe_preset
 
 CLOVER = load_preset("clover-35b-a3b")
 
@@ -211,35 +212,7 @@ def test_bench_measurements_steer_auto(
 
 
 HUB_REPO = "acme/Tiny-MTP-GGUF"
-PRESET = """
-name = "tiny-mtp"
-display_name = "Tiny MTP (test)"
-repo = "acme/Tiny-MTP-GGUF"
-default_quant = "F16"
-
-[quants.F16]
-pattern = "F16"
-fallback_bytes = 6_000_000
-
-[architecture]
-arch = "qwen35moe"
-n_layers = 8
-full_attention_interval = 4
-n_head_kv = 2
-head_dim = 64
-n_embd = 128
-n_vocab = 824
-n_ctx_train = 4096
-n_expert = 8
-n_expert_used = 2
-n_expert_shared = 1
-expert_ffn = 64
-recurrent_state_bytes = 116_736
-
-[context]
-default = 2048
-max = 4096
-"""
+PRESET = tiny_qwen35moe_preset("tiny-mtp", HUB_REPO, {"F16": 6_000_000}, default_quant="F16")
 
 
 def test_hub_sidecar_header_is_read_before_download(
