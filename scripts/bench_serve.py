@@ -16,7 +16,7 @@ engines, speculation on and off, no HTTP in between and no by-hand baseline): ho
 without the server around them. ``--fresh`` adds a new llama-server process for every request, whose
 ``ngram-mod`` table then starts empty as the embedded drafter's does: llama-server keeps that table across
 requests, so from the second identical request on it drafts the reply's opening from the one before. Each
-request there starts from an empty cache (``reset_cache``), so every
+request there starts from an empty cache (``cache_prompt`` false), so every
 round writes what a fresh start writes: with the prompt cached, llama.cpp evaluates only its last token, a
 near-tie can flip, and the same engine wrote 293 tokens one way and 400 the other. The table shows each
 configuration's token count and a hash of its text, so whether two rows wrote the same text is plain.
@@ -87,8 +87,10 @@ def _reopen(plan: Any, preset: Any, choice: Any, spec: bool) -> Any:
 def _in_process(engine: Any, max_tokens: int) -> dict[str, float]:
     from clover_local.engine.types import Finished, GenerationRequest, TextDelta
 
-    request = GenerationRequest(prompt=PROMPT, max_tokens=max_tokens, temperature=0, stop=("```",))
-    engine.reset_cache()
+    # cache_prompt=False: every round writes what a fresh start writes (as the HTTP rounds ask for it)
+    request = GenerationRequest(
+        prompt=PROMPT, max_tokens=max_tokens, temperature=0, stop=("```",), cache_prompt=False
+    )
     started = time.perf_counter()
     text: list[str] = []
     finished: list[Finished] = []

@@ -117,9 +117,9 @@ def test_plan_argv_starts_and_serves(server: LlamaServerProcess) -> None:
     assert "server is listening" in log or "listening" in server.log_tail(200)
 
 
-def test_reset_cache_evaluates_the_next_prompt_from_scratch(server: LlamaServerProcess) -> None:
-    """``reset_cache`` is what the embedded engine's is: the next request reuses nothing (``cache_prompt:
-    false``), the one after it reuses the prompt again."""
+def test_cache_prompt_false_evaluates_the_prompt_from_scratch(server: LlamaServerProcess) -> None:
+    """A request with ``cache_prompt`` false reuses nothing of llama-server's cache; the next one reuses the
+    prompt again."""
     engine = LlamaServerEngine(server, owns_process=False)
     request = GenerationRequest(prompt=COPY_PROMPT + "# reset\n", max_tokens=4, temperature=0.0)
 
@@ -130,10 +130,9 @@ def test_reset_cache_evaluates_the_next_prompt_from_scratch(server: LlamaServerP
 
     cached()
     assert cached() > 10  # the same prompt again: its prefix is reused
-    engine.reset_cache()
-    assert cached() == 0
+    assert cached(cache_prompt=False) == 0
     assert cached() > 10
-    assert cached(cache_prompt=False) == 0  # per request, as the OpenAI API's cache_prompt passes it
+    assert cached(cache_prompt=False) == 0
 
 
 def test_chat_uses_the_gemma_template(server: LlamaServerProcess) -> None:

@@ -57,7 +57,6 @@ class LlamaServerEngine:
         self._sampling = sampling or SamplingDefaults()
         self._model_name = model_name
         self._n_ctx: int | None = None
-        self._cache_prompt = True
 
     @property
     def process(self) -> LlamaServerProcess | None:
@@ -103,7 +102,6 @@ class LlamaServerEngine:
         if gone:
             raise ServerError(gone)
         path, payload = self._payload(request)
-        self._cache_prompt = True  # a reset lasts one request
         started = time.perf_counter()
         first_token_at: float | None = None
         try:
@@ -165,12 +163,6 @@ class LlamaServerEngine:
             self._raise_if_exited()
             raise
 
-    def reset_cache(self) -> None:
-        """The next request is evaluated from scratch (``cache_prompt: false``), as the embedded engine's
-        ``reset_cache`` does it: with a cached prefix llama.cpp evaluates only the rest of the prompt, in other
-        batches, and a near-tie in the logits can then flip, so the same prompt can get another greedy text."""
-        self._cache_prompt = False
-
     def close(self) -> None:
         if self._process is not None and self._owns:
             self._process.stop()
@@ -190,7 +182,7 @@ class LlamaServerEngine:
             "min_p": s.min_p if request.min_p is None else request.min_p,
             "repeat_penalty": s.repeat_penalty,
             "stream": True,
-            "cache_prompt": self._cache_prompt and request.cache_prompt,
+            "cache_prompt": request.cache_prompt,
             "timings_per_token": False,
         }
         if request.seed is not None:
