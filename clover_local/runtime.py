@@ -196,7 +196,7 @@ def plan_for(
             size_sources=((plan.quant, source),),
         )
         desc = _local_header(str(path), path.stat().st_mtime_ns)
-        return _with_speculation(plan, chosen, desc, local_sidecars(path), spec), chosen
+        return _with_speculation(plan, chosen, desc, local_sidecars(path), spec, machine), chosen
     if models is None and describe:
         from clover_local.fetch.describe import describe_quants
 
@@ -207,7 +207,7 @@ def plan_for(
         )
     if models is None:
         plan = make_plan(machine, chosen, None, wishes, speed_records=records, diffusion_wishes=diffusion)
-        return _with_speculation(plan, chosen, None, {}, spec), chosen
+        return _with_speculation(plan, chosen, None, {}, spec, machine), chosen
     plan = make_plan(
         machine, chosen, None, wishes, models=models.models, speed_records=records, diffusion_wishes=diffusion
     )
@@ -219,18 +219,26 @@ def plan_for(
         size_sources=tuple(models.sources.items()),
     )
     described = models.models.get(plan.quant)
-    return _with_speculation(plan, chosen, described, models.sidecars.get(plan.quant, {}), spec), chosen
+    return _with_speculation(
+        plan, chosen, described, models.sidecars.get(plan.quant, {}), spec, machine
+    ), chosen
 
 
 _Sidecars = Mapping[DraftKind, tuple[str, "ModelDescription | None"]]
 
 
 def _with_speculation(
-    plan: Plan, preset: Preset, desc: ModelDescription | None, sidecars: _Sidecars, spec: str
+    plan: Plan,
+    preset: Preset,
+    desc: ModelDescription | None,
+    sidecars: _Sidecars,
+    spec: str,
+    machine: Machine,
 ) -> Plan:
     """The plan with its speculation mode chosen among the heads offered (``plan.speculation``), using
-    ``bench --spec-modes``'s measurements of this model on this machine when there are any. A diffusion plan
-    drafts nothing; without a description (the preset's estimates) only n-gram and off can be chosen."""
+    ``bench --spec-modes``'s measurements of this model on this machine when there are any, and the verification
+    costs the engine measured here (:func:`with_measured_costs`). A diffusion plan drafts nothing; without a
+    description (the preset's estimates) only n-gram and off can be chosen."""
     from clover_local.gguf.model import describe_from_preset
     from clover_local.measure.records import load_spec_ratios
     from clover_local.plan.speculation import offered_heads, plan_speculation
@@ -240,7 +248,41 @@ def _with_speculation(
     if desc is None:
         desc = describe_from_preset(preset, plan.quant)
     measured = load_spec_ratios(plan.model_path or f"{plan.preset}:{plan.quant}")
-    return plan_speculation(plan, desc, offered_heads(desc, sidecars), spec, measured)
+    return with_measured_costs(
+        plan_speculation(plan, desc, offered_heads(desc, sidecars), spec, measured), machine
+    )
+
+
+def with_measured_costs(plan: Plan, machine: Machine) -> Plan:
+    """The plan keyed for this machine's verification costs, and using them when the engine has measured them
+    (``engine.verify_probe``; until then the fixed model, and the engine measures at its first load)."""
+    from clover_local.measure.records import load_verify_costs
+    from clover_local.plan.measured import measured_verify_costs, verify_costs_key
+
+    spec = plan.speculative
+    key = verify_costs_key(
+        machine,
+        plan.quant,
+        plan.file_bytes,
+        n_gpu_layers=plan.n_gpu_layers,
+        n_cpu_moe=plan.n_cpu_moe,
+        threads=plan.threads,
+        threads_batch=plan.threads_batch,
+    )
+    found = measured_verify_costs(load_verify_costs(), key, spec.n_max + 1)
+    if found is None:
+        return replace(plan, speculative=replace(spec, costs_key=key))
+    costs = found.costs[: spec.n_max + 1]
+    reason = (
+        f"Verification cost measured here{' on ' + found.when if found.when else ''}: a batch of {len(costs)} "
+        f"tokens costs {costs[-1]:.1f} plain steps of {found.step_ms:.1f} ms, so drafting gains at most "
+        f"{len(costs) / costs[-1]:.2f}x; the drafter decides with these fixed numbers, never with timings."
+    )
+    return replace(
+        plan,
+        speculative=replace(spec, batch_costs=costs, costs_source="measured", costs_key=key),
+        reasons=(*plan.reasons, reason) if spec.enabled and spec.mode == "ngram" else plan.reasons,
+    )
 
 
 def local_sidecars(model: Path) -> dict[DraftKind, tuple[str, ModelDescription | None]]:
@@ -364,6 +406,33 @@ def engine_for_speculation(
     return EngineChoice("llama-server", why, binary)
 
 
+def _measure_costs_once(engine: object, plan: Plan) -> str | None:
+    """At an n-gram drafting plan's first load on this machine, time what verifying a draft costs here
+    (``engine.verify_probe``) and keep it for every later plan; returns a notice saying so. Later loads read
+    the kept numbers through :func:`plan_for`, so drafting decisions never depend on timings."""
+    from clover_local.engine.embedded import EmbeddedEngine
+
+    spec = plan.speculative
+    wanted = spec.enabled and spec.mode == "ngram" and spec.costs_source != "measured" and spec.costs_key
+    if not wanted or not isinstance(engine, EmbeddedEngine) or engine.n_ctx < spec.n_max + 8:
+        return None
+    import time
+
+    from clover_local.engine.verify_probe import measure_batch_costs
+    from clover_local.measure.records import add_verify_costs
+    from clover_local.plan.measured import VerifyCostRecord
+
+    measured = measure_batch_costs(engine, spec.n_max + 1)
+    add_verify_costs(
+        VerifyCostRecord(spec.costs_key, measured.costs, measured.step_ms, time.strftime("%Y-%m-%d"))
+    )
+    engine.use_batch_costs(measured.costs)
+    return (
+        f"Measured what verifying a draft costs here (once, kept for later loads): {len(measured.costs)} tokens "
+        f"cost {measured.costs[-1]:.1f} plain steps, so speculation gains at most {measured.ceiling:.2f}x."
+    )
+
+
 def open_engine(
     plan: Plan,
     preset: Preset,
@@ -416,6 +485,9 @@ def open_engine(
             diffusion=plan.diffusion,
         )
         notices = engine_notes + list(result.notices)
+        measured = _measure_costs_once(result.engine, plan) if result.fallback_message is None else None
+        if measured:
+            notices.append(measured)
         if result.fallback_message:
             notices.insert(0, result.fallback_message)
         return OpenedEngine(

@@ -14,7 +14,7 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -375,6 +375,41 @@ class EmbeddedEngine:
                     )
                 raise EngineError(f"llama.cpp failed to evaluate the prompt (llama_decode returned {rc}).")
         return True
+
+    # --- measuring ---------------------------------------------------------------------------------------------
+
+    def use_batch_costs(self, costs: Sequence[float]) -> None:
+        """Draft with this verification cost table from now on (measured here: ``engine.verify_probe``)."""
+        self._parts.speculative = replace(self._parts.speculative, batch_costs=tuple(costs))
+
+    def time_batches(
+        self, context: Sequence[int], sizes: Sequence[int], rounds: int, budget_s: float
+    ) -> dict[int, list[float]]:
+        """Seconds llama.cpp takes to evaluate a batch of ``m`` tokens with logits on every row (what verifying
+        ``m - 1`` drafted tokens costs) after ``context``, for each ``m`` in ``sizes``, interleaved over
+        ``rounds`` (fewer once ``budget_s`` is spent, never fewer than two). The cache is empty afterwards."""
+        self.reset_cache()
+        base = len(context)
+        times: dict[int, list[float]] = {m: [] for m in sizes}
+        follow = list(context[: max(sizes)]) or [self._bos]
+        started = time.perf_counter()
+        try:
+            self._decode(context, 0, all_logits=False)
+            for r in range(rounds):
+                if r >= 2 and time.perf_counter() - started > budget_s:
+                    break
+                for m in sizes:
+                    batch = (follow * (m // len(follow) + 1))[:m]
+                    t0 = time.perf_counter()
+                    self._decode(batch, base, all_logits=m > 1)
+                    times[m].append(time.perf_counter() - t0)
+                    if not C.llama_memory_seq_rm(self._mem, 0, base, -1):
+                        # A recurrent state without snapshots cannot drop the batch: evaluate the context again.
+                        C.llama_memory_clear(self._mem, True)
+                        self._decode(context, 0, all_logits=False)
+        finally:
+            self.reset_cache()
+        return times
 
     # --- prompt and cache -------------------------------------------------------------------------------------
 

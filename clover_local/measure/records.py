@@ -13,7 +13,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from clover_local import settings
-from clover_local.plan.measured import SpeedRecord
+from clover_local.plan.measured import SpeedRecord, VerifyCostRecord
 
 _MAX_RECORDS = 200
 
@@ -92,5 +92,42 @@ def save_spec_ratios(model: str, ratios: dict[str, float], engine: str, path: Pa
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+# -- verification costs (the embedded engine measures them at first load) ------------------------------------
+
+
+def verify_costs_path() -> Path:
+    return settings.data_dir() / "verify-costs.json"
+
+
+def load_verify_costs(path: Path | None = None) -> list[VerifyCostRecord]:
+    """Every usable verification cost table (a damaged file gives none: the plan then uses its model)."""
+    try:
+        raw = json.loads((path or verify_costs_path()).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    out: list[VerifyCostRecord] = []
+    for item in raw if isinstance(raw, list) else []:
+        try:
+            costs = tuple(float(c) for c in item["costs"])
+            out.append(
+                VerifyCostRecord(str(item["key"]), costs, float(item["step_ms"]), str(item.get("when", "")))
+            )
+        except (TypeError, KeyError, ValueError):
+            continue
+    return out
+
+
+def add_verify_costs(record: VerifyCostRecord, path: Path | None = None) -> Path:
+    """Keep ``record`` (replacing an earlier one of the same key), written atomically."""
+    path = path or verify_costs_path()
+    kept = [asdict(r) for r in load_verify_costs(path) if r.key != record.key][-(_MAX_RECORDS - 1) :]
+    kept.append(asdict(record))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path

@@ -78,3 +78,46 @@ def apply_measurements(
             f"the estimate x{ratio:.2f}, as measured at {len(ratios)} other placement(s) of this model here",
         )
     return estimate, "estimate", "an estimate, not a measurement"
+
+
+# -- what verifying a draft costs here (measured by the engine at first load) --------------------------------
+
+
+@dataclass(frozen=True)
+class VerifyCostRecord:
+    """A verification cost table measured on this machine (``engine.verify_probe``)."""
+
+    key: str
+    """:func:`verify_costs_key` of the machine, model file and placement it was measured at."""
+    costs: tuple[float, ...]
+    """``costs[m - 1]``: a batch of ``m`` tokens relative to one plain decoding step."""
+    step_ms: float
+    when: str = ""
+
+
+def verify_costs_key(
+    machine: Machine,
+    quant: str | None,
+    file_bytes: int,
+    *,
+    n_gpu_layers: int,
+    n_cpu_moe: int,
+    threads: int,
+    threads_batch: int,
+) -> str:
+    """What a verification cost table depends on: the machine, the model file, where its layers run and the
+    threads that run one token and a batch."""
+    return (
+        f"{machine_key(machine)}|{model_key(quant, file_bytes)}|ngl={n_gpu_layers},moe={n_cpu_moe},"
+        f"t={threads},tb={threads_batch}"
+    )
+
+
+def measured_verify_costs(
+    records: Sequence[VerifyCostRecord], key: str, n_max_batch: int
+) -> VerifyCostRecord | None:
+    """The latest table measured for ``key`` that covers batches of up to ``n_max_batch`` tokens."""
+    for record in reversed(records):
+        if record.key == key and len(record.costs) >= n_max_batch and record.costs[:1] == (1.0,):
+            return record
+    return None

@@ -96,6 +96,12 @@ class SpeculativePlan:
     batch_costs: tuple[float, ...] = ()
     """Relative cost of verifying 1, 2, ... tokens in one batch (``plan.verify_cost``); fixed when the plan is
     made so drafting never depends on timings. Empty: a linear CPU-like model."""
+    costs_source: str = "model"
+    """``measured`` (timed on this machine by the engine, ``engine.verify_probe``) or ``model`` (the fixed model
+    of ``plan.verify_cost``, until the engine has measured)."""
+    costs_key: str = ""
+    """Where this plan's measured costs are kept (``plan.measured.verify_costs_key``); empty: never measured (a
+    plan made without a machine to key it by)."""
     mode: str = "ngram"
     """``ngram``, ``mtp``, ``dflash``, ``dspark``, ``eagle3`` or ``off`` (``plan.speculation``)."""
     requested: str = "auto"

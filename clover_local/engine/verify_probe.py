@@ -1,0 +1,92 @@
+"""What verifying a draft costs on this machine, for this model: measured once on the loaded engine.
+
+The drafter decides how long a draft to verify from a cost table (``costs[m - 1]``: a batch of ``m`` tokens with
+logits on every row, relative to one plain decoding step; :class:`clover_local.engine.drafter.DraftController`).
+A model of that table (:mod:`clover_local.plan.verify_cost`) is only a guess: on one CPU a 17-token batch costs 5
+steps, on another 8, and a GPU hardly notices it. So the engine times it itself, once, at its first load: a
+plain step and batches of 2 to ``n_max + 1`` tokens after the same context, interleaved over a few rounds,
+the fastest round of each kept. The result is stored with the machine's speed records (``measure.records``) and then used as a
+fixed number: drafting never reads a clock while it generates, so the same request gives the same text
+whatever the machine's load, and another machine gets its own costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clover_local.engine.embedded import EmbeddedEngine
+
+CONTEXT_TEXT = (
+    "def total(order):\n    return sum(line.price * line.qty for line in order.lines)\n\n"
+    "The quick brown fox jumps over the lazy dog. "
+) * 8
+"""What the batches follow: ordinary text and code (the cost hardly depends on which tokens)."""
+CONTEXT_TOKENS = 128
+ROUNDS = 5
+BUDGET_S = 6.0
+"""Rounds stop once this much time is spent (at least two rounds run): a large model on a CPU measures less
+precisely rather than keeping its first load waiting."""
+
+
+@dataclass(frozen=True)
+class MeasuredCosts:
+    costs: tuple[float, ...]
+    """``costs[m - 1]``: a batch of ``m`` tokens relative to one step (``costs[0] == 1``)."""
+    step_ms: float
+    """One plain decoding step, milliseconds (median)."""
+    rounds: int
+
+    @property
+    def ceiling(self) -> float:
+        """The most speculation can gain here: the longest batch's tokens per unit of cost at 100% acceptance."""
+        return len(self.costs) / self.costs[-1] if self.costs else 1.0
+
+
+def probe_sizes(n_max_batch: int) -> tuple[int, ...]:
+    """Batch sizes to time: 1 to 3 (whether short drafts pay at all), then doubling, and the largest; the rest are
+    interpolated (past a few tokens a batch's cost grows about linearly)."""
+    top = max(2, n_max_batch)
+    sizes = {1, 2, 3, top}
+    m = 5
+    while m < top:
+        sizes.add(m)
+        m = 2 * m - 1
+    return tuple(sorted(s for s in sizes if s <= top))
+
+
+def costs_from_times(times: Mapping[int, Sequence[float]], n_max_batch: int) -> tuple[float, ...]:
+    """The cost table from timings per batch size, relative to size 1, interpolated linearly between the sizes
+    timed and never decreasing with size (a longer batch never costs less: a dip is noise). Each size counts
+    its fastest round: other programs only ever add time, so the minimum is the machine's own cost."""
+    best = {m: min(ts) for m, ts in times.items() if ts}
+    if best.get(1, 0.0) <= 0:
+        raise ValueError("no plain step was timed")
+    step = best[1]
+    known = sorted(best)
+    out: list[float] = []
+    for m in range(1, max(1, n_max_batch) + 1):
+        lo = max(k for k in known if k <= m) if m >= known[0] else known[0]
+        hi = min((k for k in known if k >= m), default=known[-1])
+        value = best[lo] if hi == lo else best[lo] + (best[hi] - best[lo]) * (m - lo) / (hi - lo)
+        out.append(round(max(value / step, out[-1] if out else 1.0), 4))
+    out[0] = 1.0
+    return tuple(out)
+
+
+def measure_batch_costs(
+    engine: EmbeddedEngine, n_max_batch: int, *, rounds: int = ROUNDS, budget_s: float = BUDGET_S
+) -> MeasuredCosts:
+    """Time a plain step and verification batches of up to ``n_max_batch`` tokens on ``engine`` (its cache is
+    empty afterwards), and return the cost table."""
+    tokens = engine.tokenize(CONTEXT_TEXT, add_special=True)
+    context = tokens[: min(CONTEXT_TOKENS, max(1, engine.n_ctx - n_max_batch - 2))]
+    times = engine.time_batches(context, probe_sizes(n_max_batch), rounds, budget_s)
+    done = min(len(ts) for ts in times.values())
+    return MeasuredCosts(
+        costs=costs_from_times(times, n_max_batch),
+        step_ms=round(min(times[1]) * 1000, 3),
+        rounds=done,
+    )

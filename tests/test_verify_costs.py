@@ -1,0 +1,101 @@
+"""What verifying a draft costs, measured once on this machine by the engine and then used as a fixed number."""
+
+from __future__ import annotations
+
+import json
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from clover_local.engine.verify_probe import costs_from_times, probe_sizes
+from clover_local.measure.records import add_verify_costs, load_verify_costs, verify_costs_path
+from clover_local.plan.measured import VerifyCostRecord, measured_verify_costs
+
+
+def test_probe_sizes_time_short_batches_and_the_longest() -> None:
+    assert probe_sizes(17) == (1, 2, 3, 5, 9, 17)
+    assert probe_sizes(4) == (1, 2, 3, 4)
+    assert probe_sizes(1) == (1, 2)
+
+
+def test_costs_take_each_sizes_fastest_round_interpolate_and_never_decrease() -> None:
+    times = {1: [0.010, 0.030], 2: [0.018, 0.050], 3: [0.025], 5: [0.024], 9: [0.045], 17: [0.080]}
+    costs = costs_from_times(times, 17)
+    assert len(costs) == 17 and costs[0] == 1.0
+    assert costs[1] == pytest.approx(1.8) and costs[2] == pytest.approx(2.5)
+    assert costs[4] == pytest.approx(2.5)  # 5 timed faster than 3: noise, held at 3's cost
+    assert costs[6] == pytest.approx(3.45)  # between 5 (2.4 timed) and 9 (4.5), linearly
+    assert costs[16] == pytest.approx(8.0)
+    assert all(b >= a for a, b in pairwise(costs))
+    with pytest.raises(ValueError, match="plain step"):
+        costs_from_times({2: [0.1]}, 4)
+
+
+def test_the_latest_table_of_the_key_that_covers_the_drafts_is_used() -> None:
+    old = VerifyCostRecord("k", (1.0, 2.0, 3.0), 10.0)
+    new = VerifyCostRecord("k", (1.0, 1.5, 2.0, 2.5), 9.0)
+    other = VerifyCostRecord("other", (1.0, 1.1, 1.2, 1.3), 9.0)
+    assert measured_verify_costs([old, new, other], "k", 4) == new
+    assert measured_verify_costs([old, other], "k", 4) is None  # too short for 3 drafted tokens
+    assert measured_verify_costs([old], "k", 3) == old
+    assert measured_verify_costs([VerifyCostRecord("k", (2.0, 3.0), 1.0)], "k", 2) is None
+
+
+def test_records_replace_their_key_and_a_damaged_file_gives_none(isolated_dirs: Path) -> None:
+    add_verify_costs(VerifyCostRecord("a", (1.0, 2.0), 5.0))
+    add_verify_costs(VerifyCostRecord("b", (1.0, 3.0), 5.0))
+    add_verify_costs(VerifyCostRecord("a", (1.0, 1.5), 4.0, "2026-12-01"))
+    assert [(r.key, r.costs) for r in load_verify_costs()] == [("b", (1.0, 3.0)), ("a", (1.0, 1.5))]
+    verify_costs_path().write_text("{not json")
+    assert load_verify_costs() == []
+    verify_costs_path().write_text(json.dumps([{"key": "a"}, {"key": "b", "costs": [1, 2], "step_ms": 3}]))
+    assert [r.key for r in load_verify_costs()] == ["b"]
+
+
+@pytest.mark.slow
+def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(gemma_path: Path) -> None:
+    from helpers_engine import generate_text
+
+    from clover_local import runtime
+    from clover_local.engine.benchmark import WORKLOADS
+    from clover_local.engine.types import GenerationRequest
+    from clover_local.presets import load_preset
+
+    preset = load_preset("gemma3-270m")
+    plan, _ = runtime.plan_for(preset, model=gemma_path, ctx=2048)
+    spec = plan.speculative
+    assert spec.costs_source == "model" and spec.costs_key.endswith(
+        f"t={plan.threads},tb={plan.threads_batch}"
+    )
+    assert not any("Verification cost measured" in r for r in plan.reasons)
+
+    opened = runtime.open_engine(plan, preset)
+    request = GenerationRequest(
+        prompt=WORKLOADS["code_rewrite"], max_tokens=48, temperature=0.0, stop=("```",)
+    )
+    try:
+        assert any("verifying a draft costs" in n for n in opened.notices)
+        (record,) = load_verify_costs()
+        assert record.key == spec.costs_key and len(record.costs) == spec.n_max + 1
+        assert record.costs[0] == 1.0 and all(b >= a for a, b in pairwise(record.costs))
+        assert record.step_ms > 0
+        assert opened.engine.speculative.batch_costs == record.costs
+        first, _ = generate_text(opened.engine, request)
+        again, _ = generate_text(opened.engine, request)
+        assert again == first  # one engine, one cost table: the same text every time
+    finally:
+        opened.engine.close()
+    written = verify_costs_path().read_bytes()
+
+    later, _ = runtime.plan_for(preset, model=gemma_path, ctx=2048)
+    assert later.speculative.costs_source == "measured" and later.speculative.batch_costs == record.costs
+    assert any("Verification cost measured here" in r for r in later.reasons)
+    reopened = runtime.open_engine(later, preset)
+    try:
+        assert not any("verifying a draft costs" in n for n in reopened.notices)  # measured once, not again
+        assert reopened.engine.speculative.batch_costs == record.costs
+        assert generate_text(reopened.engine, request)[0] == first  # a new load decides with the same numbers
+    finally:
+        reopened.engine.close()
+    assert verify_costs_path().read_bytes() == written
