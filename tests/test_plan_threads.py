@@ -16,16 +16,17 @@ from clover_local.presets import load_preset
     ("physical", "logical", "wanted", "threads", "batch"),
     [
         (1, 1, None, 1, 1),
-        (2, 2, None, 1, 1),  # the 2-core machine: one thread decodes, one core stays free
-        (4, 8, None, 3, 7),
-        (8, 8, None, 7, 7),
-        (16, 32, None, 15, 31),
+        (2, 2, None, 1, 2),  # the 2-core machine: one thread decodes, one core stays free; batches get both
+        (4, 8, None, 3, 4),
+        (8, 8, None, 7, 8),
+        (16, 32, None, 15, 16),
         (2, 2, 2, 2, 2),  # --threads is honoured
-        (8, 16, 4, 4, 15),
+        (8, 16, 4, 4, 8),
+        (8, 16, 12, 12, 12),  # more threads asked than physical cores: batches get as many
         (0, 0, None, 1, 1),  # a machine that reports nothing still gets a thread
     ],
 )
-def test_one_core_is_left_free(
+def test_one_core_is_left_free_for_generation_and_batches_get_every_physical_core(
     physical: int, logical: int, wanted: int | None, threads: int, batch: int
 ) -> None:
     chosen = plan_threads(physical, logical, wanted)
@@ -38,5 +39,5 @@ def test_both_engines_get_the_same_threads_from_the_plan() -> None:
     argv = llama_server_args(plan)
     kwargs = llama_cpp_kwargs(plan)
     assert argv[argv.index("-t") + 1] == "1" and kwargs["n_threads"] == 1
-    assert argv[argv.index("-tb") + 1] == "1" and kwargs["n_threads_batch"] == 1
+    assert argv[argv.index("-tb") + 1] == "2" and kwargs["n_threads_batch"] == 2
     assert any("spin-wait" in r for r in plan.reasons)

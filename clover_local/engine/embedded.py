@@ -21,6 +21,7 @@ import numpy as np
 from llama_cpp import llama_cpp as C
 
 from clover_local.engine import grammar, toolcalls
+from clover_local.engine.batch_threads import BatchThreads
 from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
 from clover_local.engine.templates import TemplateChoice, renderer
@@ -100,6 +101,12 @@ class EmbeddedEngine:
         self.backend_sampling = parts.backend_sampling
         """Sample inside llama.cpp's graph on the model's device (GPU plans) instead of on the host."""
         self._mtp = parts.mtp
+        self.batch_threads = BatchThreads(
+            lambda t, tb: C.llama_set_n_threads(parts.ctx, t, tb),
+            int(C.llama_n_threads(parts.ctx)),
+            int(C.llama_n_threads_batch(parts.ctx)),
+        )
+        """Batches get every planned thread only while other programs leave the cores free."""
         self.drafter_factory: Callable[[SpeculativePlan], Drafter] = default_drafter
         """Makes the drafter for each generation (tests swap in drafters that guess on purpose)."""
 
@@ -362,6 +369,8 @@ class EmbeddedEngine:
             if off + m == n:
                 self._b_logits[m - 1] = 1
             self._batch.n_tokens = m
+            if m > 1:
+                self.batch_threads.before_batch()
             rc = C.llama_decode(self._ctx, self._batch)
             if rc == 0 and self._mtp is not None:
                 self._mtp.process(tokens[off : off + m], start + off)
@@ -387,26 +396,28 @@ class EmbeddedEngine:
     ) -> dict[int, list[float]]:
         """Seconds llama.cpp takes to evaluate a batch of ``m`` tokens with logits on every row (what verifying
         ``m - 1`` drafted tokens costs) after ``context``, for each ``m`` in ``sizes``, interleaved over
-        ``rounds`` (fewer once ``budget_s`` is spent, never fewer than two). The cache is empty afterwards."""
+        ``rounds`` (fewer once ``budget_s`` is spent, never fewer than two), on all the planned batch threads.
+        The cache is empty afterwards."""
         self.reset_cache()
         base = len(context)
         times: dict[int, list[float]] = {m: [] for m in sizes}
         follow = list(context[: max(sizes)]) or [self._bos]
         started = time.perf_counter()
         try:
-            self._decode(context, 0, all_logits=False)
-            for r in range(rounds):
-                if r >= 2 and time.perf_counter() - started > budget_s:
-                    break
-                for m in sizes:
-                    batch = (follow * (m // len(follow) + 1))[:m]
-                    t0 = time.perf_counter()
-                    self._decode(batch, base, all_logits=m > 1)
-                    times[m].append(time.perf_counter() - t0)
-                    if not C.llama_memory_seq_rm(self._mem, 0, base, -1):
-                        # A recurrent state without snapshots cannot drop the batch: evaluate the context again.
-                        C.llama_memory_clear(self._mem, True)
-                        self._decode(context, 0, all_logits=False)
+            with self.batch_threads.pinned():
+                self._decode(context, 0, all_logits=False)
+                for r in range(rounds):
+                    if r >= 2 and time.perf_counter() - started > budget_s:
+                        break
+                    for m in sizes:
+                        batch = (follow * (m // len(follow) + 1))[:m]
+                        t0 = time.perf_counter()
+                        self._decode(batch, base, all_logits=m > 1)
+                        times[m].append(time.perf_counter() - t0)
+                        if not C.llama_memory_seq_rm(self._mem, 0, base, -1):
+                            # A recurrent state without snapshots cannot drop the batch: evaluate the context again.
+                            C.llama_memory_clear(self._mem, True)
+                            self._decode(context, 0, all_logits=False)
         finally:
             self.reset_cache()
         return times

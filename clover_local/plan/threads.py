@@ -25,12 +25,13 @@ class ThreadPlan:
 
 
 def plan_threads(physical_cores: int, logical_cores: int, wanted: int | None = None) -> ThreadPlan:
-    """Threads for a machine with these cores: one core left free for everything else (at least one
-    thread); ``wanted`` (``--threads``) is honoured for generation."""
+    """Threads for a machine with these cores: generation leaves one core free for everything else (at least
+    one thread; ``wanted``, ``--threads``, is honoured); batches get every physical core, as llama.cpp's own
+    default (``cpu_get_num_math``) gives them, and the embedded engine drops them to the generation threads
+    while other programs keep the CPU busy (``engine.batch_threads``)."""
     physical = max(1, physical_cores)
-    logical = max(physical, logical_cores)
     threads = wanted if wanted and wanted > 0 else max(1, physical - 1)
-    batch = max(threads, logical - 1)
+    batch = max(threads, physical)
     if wanted and wanted > 0:
         why = f"{threads} threads for generation (as asked)"
     elif physical > 1:
@@ -41,4 +42,12 @@ def plan_threads(physical_cores: int, logical_cores: int, wanted: int | None = N
         )
     else:
         why = "1 thread for generation (one core)"
-    return ThreadPlan(threads, batch, f"{why}, {batch} for prompt processing (logical cores less one).")
+    if batch == threads:
+        return ThreadPlan(threads, batch, f"{why}, and as many for batches (prompt processing, verifying drafts).")
+    return ThreadPlan(
+        threads,
+        batch,
+        f"{why}; {batch} for batches (prompt processing, verifying drafts: every physical core, as llama.cpp "
+        f"does, because a batch is compute-bound; the embedded engine gives them {threads} while other "
+        "programs keep the CPU busy, and llama-server always uses the planned number).",
+    )
