@@ -64,7 +64,7 @@ def test_the_guard_looks_at_most_every_quarter_second_and_switches_both_ways() -
     now[0], busy[0] = 2.0, 1.1  # quiet again
     assert guard.before_batch() == 2 and applied == [(1, 1), (1, 2)] and guard.switches == 2
     now[0], busy[0] = 3.0, 2.1
-    with guard.pinned():  # measuring the plan's own costs: all threads, whatever the load
+    with guard.pinned(2):  # measuring the plan's own costs: all threads, whatever the load
         assert guard.current == 2 and guard.before_batch() == 2
     assert BatchThreads(lambda t, tb: applied.append((t, tb)), 2, 2, sample=sample).before_batch() == 2
 
@@ -110,7 +110,7 @@ def test_the_thread_count_never_changes_the_text(gemma_path: Path) -> None:
             speculative=plan.speculative,
         ).engine
         try:
-            with engine.batch_threads.pinned():  # exactly these threads, whatever else runs
+            with engine.batch_threads.pinned(threads_batch):  # exactly these threads, whatever else runs
                 for speculative in (False, True):
                     texts[threads_batch, speculative] = generate_text(
                         engine, replace(request, speculative=speculative)

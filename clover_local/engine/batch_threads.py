@@ -102,9 +102,9 @@ class BatchThreads:
         return self.current
 
     @contextmanager
-    def pinned(self) -> Iterator[None]:
-        """All the plan's batch threads, whatever the load, inside the block (measuring the plan's own costs)."""
-        self._set(self.threads_batch)
+    def pinned(self, threads_batch: int) -> Iterator[None]:
+        """Exactly ``threads_batch`` batch threads inside the block, whatever the load (measuring costs)."""
+        self._set(threads_batch)
         self._pinned = True
         try:
             yield

@@ -396,7 +396,8 @@ class EmbeddedEngine:
     ) -> dict[int, list[float]]:
         """Seconds llama.cpp takes to evaluate a batch of ``m`` tokens with logits on every row (what verifying
         ``m - 1`` drafted tokens costs) after ``context``, for each ``m`` in ``sizes``, interleaved over
-        ``rounds`` (fewer once ``budget_s`` is spent, never fewer than two), on all the planned batch threads.
+        ``rounds`` (fewer once ``budget_s`` is spent, never fewer than two), with batches on the decode threads
+        (what they always get: all the planned batch threads only come while the machine is otherwise idle).
         The cache is empty afterwards."""
         self.reset_cache()
         base = len(context)
@@ -404,7 +405,7 @@ class EmbeddedEngine:
         follow = list(context[: max(sizes)]) or [self._bos]
         started = time.perf_counter()
         try:
-            with self.batch_threads.pinned():
+            with self.batch_threads.pinned(self.batch_threads.threads):
                 self._decode(context, 0, all_logits=False)
                 for r in range(rounds):
                     if r >= 2 and time.perf_counter() - started > budget_s:

@@ -5,7 +5,10 @@ logits on every row, relative to one plain decoding step; :class:`clover_local.e
 A model of that table (:mod:`clover_local.plan.verify_cost`) is only a guess: on one CPU a 17-token batch costs 5
 steps, on another 8, and a GPU hardly notices it. So the engine times it itself, once, at its first load: a
 plain step and batches of 2 to ``n_max + 1`` tokens after the same context, interleaved over a few rounds,
-the fastest round of each kept. The result is stored with the machine's speed records (``measure.records``) and then used as a
+the fastest round of each kept. Batches are timed on the decode threads, what they get whenever other programs
+are busy (``engine.batch_threads``): on an idle machine they get more cores and cost less, so the table is a
+bound that holds under load, and a busy machine at the first load does not leave a table of stalls behind
+(batch threads that fill every core stall when another program wants one). The result is stored with the machine's speed records (``measure.records``) and then used as a
 fixed number: drafting never reads a clock while it generates, so the same request gives the same text
 whatever the machine's load, and another machine gets its own costs.
 """

@@ -43,7 +43,9 @@ def plan_threads(physical_cores: int, logical_cores: int, wanted: int | None = N
     else:
         why = "1 thread for generation (one core)"
     if batch == threads:
-        return ThreadPlan(threads, batch, f"{why}, and as many for batches (prompt processing, verifying drafts).")
+        return ThreadPlan(
+            threads, batch, f"{why}, and as many for batches (prompt processing, verifying drafts)."
+        )
     return ThreadPlan(
         threads,
         batch,
