@@ -5,6 +5,7 @@ clover-local download --quant Q8_0
 clover-local download --repo org/name --quant Q4_K_M
 clover-local download --repo org/name --file Model-Q4_K_M-00001-of-00002.gguf
 clover-local download --no-draft               # without the drafter sidecars (mtp-, dflash-...) for the quant
+clover-local download --force                  # even when the llama.cpp here cannot load its architecture
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="skip the drafter sidecars (mtp-, dflash-, dspark-, eagle3- files) the repo has for the quant",
     )
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="download even when the llama.cpp here cannot load the model's architecture (checked first)",
+    )
+    parser.add_argument(
         "--json", action="store_true", help="print the result as JSON (progress as JSON lines on stderr)"
     )
     parser.set_defaults(func=run)
@@ -53,7 +59,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover_local.fetch.download import fetch_resolved, resolve_quant_files
+    from clover_local.fetch.download import check_architectures, fetch_resolved, resolve_quant_files
     from clover_local.fetch.progress import format_bytes
 
     target = model_target(args)
@@ -65,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     resolved = resolve_quant_files(
         target.repo, target.pattern, args.revision, filename=args.file, drafts=not args.no_draft
     )
+    resolved = check_architectures(resolved, force=args.force)  # before any byte of the files
+    for note in resolved.notes:
+        print(f"note: {note}", file=sys.stderr)
     printer = ProgressPrinter(sys.stderr, as_json=args.json)
     try:
         path = fetch_resolved(resolved, progress=printer)
@@ -91,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
             for i, f in enumerate(resolved.files)
         ],
         "sidecars": {kind: str(p) for kind, p in resolved.sidecars.items()},
+        "architecture": asdict(resolved.architecture) if resolved.architecture is not None else None,
+        "notes": list(resolved.notes),
     }
     n_model = len(resolved.model_files)
     shards = f" ({n_model} files)" if n_model > 1 else ""
