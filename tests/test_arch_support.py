@@ -186,3 +186,32 @@ def test_the_refusal_names_the_architecture_the_versions_and_three_fixes() -> No
     with pytest.raises(ArchitectureError, match="Nothing was loaded"):
         require_supported(check, "/models/x.gguf", "load")
     assert require_supported(check, "x", "download", force=True) is check
+
+
+def test_an_architecture_only_llama_server_knows_runs_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clover_local.detect import parse_simulate
+    from clover_local.errors import ServerError
+    from clover_local.runtime import EngineChoice, engine_for_architecture, plan_for
+
+    plan, _ = plan_for("gemma3-270m", machine=parse_simulate("ram=16G,cpu=4"), describe=False)
+    assert plan.architecture is not None and plan.architecture.runner == "llama.cpp"
+    embedded = EngineChoice("embedded", "the default")
+    assert engine_for_architecture(embedded, plan) is embedded
+
+    only_server = replace(
+        plan.architecture, name="clover", runner="llama-server", why="only llama-server knows it"
+    )
+    plan = replace(plan, architecture=only_server)
+    with pytest.raises(ServerError, match="no llama-server was found"):
+        engine_for_architecture(embedded, plan)
+    binary = tmp_path / "llama-server"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv("CLOVER_LLAMA_SERVER", str(binary))
+    choice = engine_for_architecture(embedded, plan)
+    assert (
+        choice.kind == "llama-server" and choice.binary is not None and choice.binary.path == binary.resolve()
+    )
+    assert "only llama-server knows it" in choice.why

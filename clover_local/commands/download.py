@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
-from clover_local.errors import CloverError, UsageError
+from clover_local.errors import ArchitectureError, CloverError, UsageError
 from clover_local.fetch.progress import DownloadProgress, status_line
 from clover_local.presets import Preset, load_preset
 
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from clover_local.fetch.download import check_architectures, fetch_resolved, resolve_quant_files
     from clover_local.fetch.progress import format_bytes
 
-    target = model_target(args)
+    target = model_target(args, force=args.force)
     if target.packaged is not None:
         _report(args, {"path": str(target.packaged), "source": "python package"}, f"Ready: {target.packaged}")
         return 0
@@ -129,8 +129,9 @@ class ModelTarget:
     """The model file assembled from a Python package (test presets), when there is one."""
 
 
-def model_target(args: argparse.Namespace) -> ModelTarget:
-    """Turn ``--preset/--quant/--repo/--file`` into a repo and a pattern (asking the planner for ``auto``)."""
+def model_target(args: argparse.Namespace, *, force: bool = False) -> ModelTarget:
+    """Turn ``--preset/--quant/--repo/--file`` into a repo and a pattern (asking the planner for ``auto``;
+    ``force``: plan it even when the llama.cpp here cannot load its architecture)."""
     from clover_local.fetch.local import packaged_model
 
     if args.repo:
@@ -144,7 +145,7 @@ def model_target(args: argparse.Namespace) -> ModelTarget:
         return ModelTarget(preset.repo, None, args.file)
     quant, note = args.quant or preset.default_quant, ""
     if quant == "auto":
-        quant, note = auto_quant(preset)
+        quant, note = auto_quant(preset, force=force)
     elif quant not in preset.quants:
         known = ", ".join(preset.quants)
         raise UsageError(f"Preset {preset.name} has no quant {quant!r}.", f"Its quants: {known} (or auto).")
@@ -152,21 +153,24 @@ def model_target(args: argparse.Namespace) -> ModelTarget:
     return ModelTarget(preset.repo, preset.quants[quant].pattern, quant, note, packaged)
 
 
-def auto_quant(preset: Preset) -> tuple[str, str]:
+def auto_quant(preset: Preset, *, force: bool = False) -> tuple[str, str]:
     """The quant the planner picks for this machine (weighing each quant with exact sizes from its GGUF
     header on the Hub where it can be read), with lines saying so and where the sizes came from; the
-    preset's fallback when the planner cannot decide."""
+    preset's fallback when the planner cannot decide. An architecture the llama.cpp here cannot load is
+    refused here already (unless ``force``): no quant of it would do."""
     from clover_local.fetch.download import fallback_quant
 
     try:
         from clover_local.runtime import plan_for
 
-        plan, _ = plan_for(preset)
+        plan, _ = plan_for(preset, force=force)
         sizes = "".join(f"\n  sizes of {quant}: {text}" for quant, text in plan.size_sources)
         return (
             plan.quant,
             f"Quant {plan.quant}: the planner's choice for this machine (`clover-local plan` says why).{sizes}",
         )
+    except ArchitectureError:
+        raise
     except (ImportError, CloverError) as exc:
         quant = fallback_quant(preset)
         return quant, f"Quant {quant}: the preset's default (the planner could not decide: {exc})."
