@@ -77,3 +77,8 @@ class ServerError(CloverError):
 class RequestRefused(CloverError):
     """An engine refused one request as asked (a schema it cannot enforce, a field upstream llama-server
     rejects): the server answers 400, and the engine keeps serving."""
+
+
+class ArchitectureError(UsageError):
+    """A GGUF's ``general.architecture`` is one the llama.cpp here cannot load (or its header could not be
+    read): refused before its bytes are downloaded or loaded, unless ``--force``."""

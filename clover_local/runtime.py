@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clover_local.arch_support import Action, ArchCheck
 from clover_local.errors import ServerError, UsageError
 from clover_local.gguf.names import DraftKind
 from clover_local.plan.diffusion import DiffusionPlan, DiffusionWishes
@@ -37,9 +38,12 @@ __all__ = [
     "ENGINE_CHOICES",
     "EngineChoice",
     "OpenedEngine",
+    "check_local_file",
+    "check_model_architecture",
     "choose_engine",
     "detect",
     "diffusion_plan_for_file",
+    "engine_for_architecture",
     "engine_for_speculation",
     "find_model",
     "local_sidecars",
@@ -151,6 +155,7 @@ def plan_for(
     rpc: str | None = None,
     link: str | None = None,
     spec: str = "auto",
+    force: bool = False,
 ) -> tuple[Plan, Preset]:
     """The plan for ``preset`` on ``machine`` (None: ``simulate``'s described machine, else this one, detected).
 
@@ -163,10 +168,14 @@ def plan_for(
     ``spec``: the self-speculation mode asked for (``--spec``, :mod:`clover_local.plan.speculation`), chosen among
     the drafter heads the files offer: inside the model file, or sidecars beside it (downloaded, or on the Hub
     with their headers read first), with ``bench --spec-modes``'s measurements when there are any.
+
+    The model's architecture is checked against the llama.cpp here (``plan.architecture``): one it cannot load
+    raises :class:`ArchitectureError` unless ``force``; a sidecar it cannot load is left out, with a reason.
     """
     chosen = preset if isinstance(preset, Preset) else load_preset(preset)
     machine = machine or detect(simulate, rpc, link)
     wishes = Wishes(quant="auto" if model else quant, ctx=ctx, goal=goal, threads=threads, engine=engine)
+    from clover_local.gguf.model import describe_from_preset
     from clover_local.measure.records import load_records
     from clover_local.plan.planner import make_plan
 
@@ -177,6 +186,7 @@ def plan_for(
 
         path = _checked_gguf(Path(model).expanduser())
         description = _local_header(str(path), path.stat().st_mtime_ns)
+        architecture = check_model_architecture(description, str(path), "load", force=force)
         chosen = preset_from_header(
             chosen, description, path
         )  # a file that is not the preset's model: itself
@@ -195,8 +205,8 @@ def plan_for(
             reasons=(*plan.reasons, f"Sizes of {plan.quant}: {source}."),
             size_sources=((plan.quant, source),),
         )
-        desc = _local_header(str(path), path.stat().st_mtime_ns)
-        return _with_speculation(plan, chosen, desc, local_sidecars(path), spec, machine), chosen
+        plan = _with_architecture(plan, architecture)
+        return _with_speculation(plan, chosen, description, local_sidecars(path), spec, machine), chosen
     if models is None and describe:
         from clover_local.fetch.describe import describe_quants
 
@@ -207,21 +217,62 @@ def plan_for(
         )
     if models is None:
         plan = make_plan(machine, chosen, None, wishes, speed_records=records, diffusion_wishes=diffusion)
+        estimate = describe_from_preset(chosen, plan.quant)
+        plan = _with_architecture(
+            plan, check_model_architecture(estimate, f"{chosen.repo} {plan.quant}", "download", force=force)
+        )
         return _with_speculation(plan, chosen, None, {}, spec, machine), chosen
     plan = make_plan(
         machine, chosen, None, wishes, models=models.models, speed_records=records, diffusion_wishes=diffusion
     )
     local = models.paths.get(plan.quant)
+    described = models.models.get(plan.quant) or describe_from_preset(chosen, plan.quant)
+    subject = str(local) if local is not None else f"{chosen.repo} {plan.quant}"
+    action: Action = "load" if local is not None else "download"
+    architecture = check_model_architecture(described, subject, action, force=force)
     plan = replace(
         plan,
         model_path=str(local) if local is not None else None,
         reasons=(*plan.reasons, *(f"Sizes of {q}: {text}." for q, text in models.sources.items())),
         size_sources=tuple(models.sources.items()),
     )
-    described = models.models.get(plan.quant)
-    return _with_speculation(
-        plan, chosen, described, models.sidecars.get(plan.quant, {}), spec, machine
-    ), chosen
+    plan = _with_architecture(plan, architecture)
+    sidecars = models.sidecars.get(plan.quant, {})
+    return _with_speculation(plan, chosen, models.models.get(plan.quant), sidecars, spec, machine), chosen
+
+
+def check_model_architecture(
+    description: ModelDescription, subject: str, action: Action, *, force: bool = False
+) -> ArchCheck:
+    """The architecture check for a described model (its header, or its preset's estimate): raises
+    :class:`ArchitectureError` when the llama.cpp here cannot load it, unless ``force``. ``subject`` names the
+    file or quant in the message; ``action`` is what a refusal stops."""
+    from clover_local.arch_support import check_architecture, require_supported
+
+    check = check_architecture(description.architecture.arch)
+    if not description.exact:
+        check = replace(check, why=f"{check.why} (the preset's architecture: the GGUF header was not read)")
+    return require_supported(check, subject, action, force=force)
+
+
+def check_local_file(path: str | Path, *, force: bool = False) -> ArchCheck:
+    """The architecture check for a local GGUF, from its header: raises :class:`ArchitectureError` when the
+    llama.cpp here cannot load it, unless ``force`` (before anything is loaded)."""
+    path = Path(path)
+    description = _local_header(str(path), path.stat().st_mtime_ns)
+    return check_model_architecture(description, str(path), "load", force=force)
+
+
+def _with_architecture(plan: Plan, check: ArchCheck) -> Plan:
+    """The plan with its architecture check, and a reason when it is not the usual case."""
+    if check.supported and check.runner != "llama-server":
+        return replace(plan, architecture=check)
+    said = (
+        f"Architecture {check.name!r}: {check.why}."
+        if check.supported
+        else f"--force: planned anyway: {check.why}."
+    )
+    return replace(plan, architecture=check, reasons=(*plan.reasons, said))
 
 
 _Sidecars = Mapping[DraftKind, tuple[str, "ModelDescription | None"]]
@@ -247,6 +298,9 @@ def _with_speculation(
         return plan
     if desc is None:
         desc = describe_from_preset(preset, plan.quant)
+    sidecars, skipped = _loadable_sidecars(sidecars, "load" if plan.model_path else "download")
+    if skipped:
+        plan = replace(plan, reasons=(*plan.reasons, *skipped))
     measured = load_spec_ratios(plan.model_path or f"{plan.preset}:{plan.quant}")
     return with_measured_costs(
         plan_speculation(plan, desc, offered_heads(desc, sidecars), spec, measured), machine
@@ -283,6 +337,22 @@ def with_measured_costs(plan: Plan, machine: Machine) -> Plan:
         speculative=replace(spec, batch_costs=costs, costs_source="measured", costs_key=key),
         reasons=(*plan.reasons, reason) if spec.enabled and spec.mode == "ngram" else plan.reasons,
     )
+
+
+def _loadable_sidecars(sidecars: _Sidecars, action: Action) -> tuple[_Sidecars, list[str]]:
+    """The sidecars whose architecture the llama.cpp here loads (or whose header was not read: downloading
+    checks those), and a note for each one left out."""
+    from clover_local.arch_support import check_architecture, sidecar_skipped
+
+    kept: dict[DraftKind, tuple[str, ModelDescription | None]] = {}
+    notes: list[str] = []
+    for kind, (name, desc) in sidecars.items():
+        check = check_architecture(desc.architecture.arch) if desc is not None else None
+        if check is not None and not check.supported:
+            notes.append(sidecar_skipped(kind, Path(name).name, check, action))
+        else:
+            kept[kind] = (name, desc)
+    return kept, notes
 
 
 def local_sidecars(model: Path) -> dict[DraftKind, tuple[str, ModelDescription | None]]:
@@ -433,6 +503,25 @@ def _measure_costs_once(engine: object, plan: Plan) -> str | None:
     )
 
 
+def engine_for_architecture(
+    choice: EngineChoice, plan: Plan, configured_binary: str | None = None
+) -> EngineChoice:
+    """``choice``, unless the model's architecture is one only the built llama-server's newer llama.cpp knows
+    (``plan.architecture.runner``): then that llama-server, saying why."""
+    check = plan.architecture
+    if choice.kind != "embedded" or check is None or check.runner != "llama-server":
+        return choice
+    from clover_local.llamacpp.binary import find_llama_server
+
+    binary = find_llama_server(configured_binary)
+    if binary is None:
+        raise ServerError(
+            f"{check.why}, and no llama-server was found.",
+            "Build it again with scripts/build-llama-server, or set CLOVER_LLAMA_SERVER.",
+        )
+    return EngineChoice("llama-server", f"{check.why}; using {binary.path}", binary)
+
+
 def open_engine(
     plan: Plan,
     preset: Preset,
@@ -457,7 +546,7 @@ def open_engine(
     if speculative is not None and speculative != plan.speculative.enabled:
         plan = replace(plan, speculative=replace(plan.speculative, enabled=speculative))
     first = choice or EngineChoice("embedded", "the default")
-    choice = engine_for_speculation(first, plan)
+    choice = engine_for_architecture(engine_for_speculation(first, plan), plan)
     engine_notes: list[str] = []
     if choice is not first:
         engine_notes.append(f"Engine: llama-server ({choice.why}).")
@@ -519,6 +608,7 @@ def open_unplanned(
     from clover_local.engine.loader import load_engine
     from clover_local.engine.native import default_threads
 
+    check_local_file(path)
     dplan, reasons = diffusion_plan_for_file(path, ctx, diffusion)
     if dplan is None and ctx is not None:  # before anything is allocated: the file's own trained context
         from clover_local.plan.local_file import preset_from_header

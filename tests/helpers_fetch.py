@@ -4,16 +4,38 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 from pathlib import Path
 
+import gguf
 from hub_server import HubServer
 
+from clover_local.fetch.remote_header import FIRST_READ_ARCH
+
 REPO = "acme/Clover-Tiny-GGUF"
+ARCH_READ = FIRST_READ_ARCH
+"""What the architecture check before a download reads of a model file first (its header's first bytes), once
+per file: later runs find the answer cached, or in the partial download."""
 
 
-def gguf_bytes(size: int) -> bytes:
-    """``size`` random bytes that start like a GGUF (enough for clover-local's magic check)."""
-    return b"GGUF" + os.urandom(size - 4)
+def gguf_header(arch: str = "llama") -> bytes:
+    """The smallest real GGUF header: version 3, no tensors, one key, ``general.architecture``."""
+    key, value = b"general.architecture", arch.encode()
+    return (
+        b"GGUF"
+        + struct.pack("<IQQ", 3, 0, 1)
+        + struct.pack("<Q", len(key))
+        + key
+        + struct.pack("<IQ", gguf.GGUFValueType.STRING, len(value))
+        + value
+    )
+
+
+def gguf_bytes(size: int, arch: str = "llama") -> bytes:
+    """``size`` bytes shaped like a GGUF download: a real header naming ``arch`` (the architecture check
+    before a download reads it), then random bytes."""
+    header = gguf_header(arch)
+    return header + os.urandom(size - len(header))
 
 
 def sha256(data: bytes | Path) -> str:

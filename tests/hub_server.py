@@ -471,12 +471,14 @@ class _HubHandler(BaseHTTPRequestHandler):
                 return True
             return False
 
-    def _take_drop(self, knobs: FileKnobs) -> int | None:
+    def _drop_point(self, knobs: FileKnobs) -> int | None:
+        """Where this GET's body will be cut, while drops are left (a GET that ends before it uses none)."""
         with self.hub._lock:
-            if knobs.drop_after is not None and knobs.drop_times > 0:
-                knobs.drop_times -= 1
-                return knobs.drop_after
-            return None
+            return knobs.drop_after if knobs.drop_after is not None and knobs.drop_times > 0 else None
+
+    def _use_drop(self, knobs: FileKnobs) -> None:
+        with self.hub._lock:
+            knobs.drop_times -= 1
 
     @staticmethod
     def _range(size: int, header: str | None, commit: str) -> tuple[int, int]:
@@ -506,7 +508,7 @@ class _HubHandler(BaseHTTPRequestHandler):
 
     def _stream_body(self, repo_id: str, f: HubFile, start: int, end: int) -> None:
         knobs = f.knobs
-        drop_after = self._take_drop(knobs)
+        drop_after = self._drop_point(knobs)
         remaining = end - start + 1
         sent = 0
         began = time.monotonic()
@@ -520,6 +522,7 @@ class _HubHandler(BaseHTTPRequestHandler):
                 if drop_after is not None:
                     n = min(n, drop_after - sent)
                     if n <= 0:
+                        self._use_drop(knobs)
                         self.close_connection = True
                         self.wfile.flush()
                         return

@@ -1,4 +1,5 @@
-"""Diffusion detection, planning, the architecture preflight and the schedule arithmetic (pure, no llama.cpp)."""
+"""Diffusion detection, planning and the schedule arithmetic (pure, no llama.cpp); the architecture check is in
+test_arch_support.py."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from clover_local.arch_support import parse_llama_arch, preflight
 from clover_local.engine.diffusion_schedule import (
     DiffusionParams,
     Mt19937,
@@ -18,58 +18,12 @@ from clover_local.errors import UsageError
 from clover_local.gguf.header import read_local_header
 from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_diffusion
 
-VENDORED_ARCH = Path("/tmp/sdist/llama_cpp_python-0.3.36/vendor/llama.cpp/src/llama-arch.cpp")
-
-ARCH_SNIPPET = """
-static const std::map<llm_arch, const char *> LLM_ARCH_NAMES = {
-    { LLM_ARCH_LLAMA,            "llama"            },
-    { LLM_ARCH_DREAM,            "dream"            },
-    { LLM_ARCH_LLADA_MOE,        "llada-moe"        },
-    { LLM_ARCH_UNKNOWN,          "(unknown)"        },
-};
-
-bool llm_arch_is_diffusion(const llm_arch & arch) {
-    switch (arch) {
-        case LLM_ARCH_DREAM:
-        case LLM_ARCH_LLADA_MOE:
-            return true;
-        default:
-            return false;
-    }
-}
-"""
-
 
 @pytest.fixture(scope="module")
 def headers() -> dict[str, object]:
     from clover_local.testing.models import tiny_model
 
     return {kind: read_local_header(tiny_model(kind)) for kind in ("dream", "llada-moe", "llama")}
-
-
-def test_parse_llama_arch_reads_names_and_diffusion_set() -> None:
-    support = parse_llama_arch(ARCH_SNIPPET)
-    assert support.names == {"llama", "dream", "llada-moe"}
-    assert support.diffusion == {"dream", "llada-moe"}
-    assert support.decoding("dream") == "diffusion"
-    assert support.decoding("llama") == "autoregressive"
-
-
-def test_parse_the_pinned_llama_arch() -> None:
-    if not VENDORED_ARCH.is_file():
-        pytest.skip("the pinned llama.cpp source is not unpacked here")
-    support = parse_llama_arch(VENDORED_ARCH.read_text())
-    assert support.diffusion == {"dream", "llada", "llada-moe", "rnd1"}
-    assert {"qwen35moe", "llama", "gemma3"} <= support.names
-
-
-def test_preflight_refuses_unknown_architecture_before_download() -> None:
-    support = parse_llama_arch(ARCH_SNIPPET)
-    with pytest.raises(UsageError) as err:
-        preflight("clover", "Org/Clover-GGUF Q4_K_M", support)
-    assert "cannot load" in err.value.what and "Nothing was downloaded" in (err.value.fix or "")
-    ok = preflight("llada-moe", "x", support)
-    assert ok.checked and ok.decoding == "diffusion"
 
 
 def test_header_says_diffusion(headers: dict[str, object]) -> None:
@@ -161,31 +115,6 @@ def test_mt19937_matches_std() -> None:
     assert parse_algorithm("Entropy") == parse_algorithm(1)
     with pytest.raises(ValueError, match="unknown diffusion algorithm"):
         parse_algorithm("best")
-
-
-def test_download_refuses_an_architecture_llama_cpp_cannot_load(hub_server: object) -> None:
-    """The remote header is read before the download: an unknown architecture stops it, nothing fetched."""
-    from clover_local import settings
-    from clover_local.fetch.download import download_model, resolve_quant_files
-    from clover_local.testing.models import tiny_model
-
-    repo = "acme/Tiny-Diffusion-GGUF"
-    hub_server.add_file(repo, "Tiny-Dream-F16.gguf", tiny_model("dream"))  # type: ignore[attr-defined]
-    hub_server.add_file(repo, "Tiny-Llama-F16.gguf", tiny_model("llama"))  # type: ignore[attr-defined]
-    arch_dir = settings.llama_server_dir()
-    arch_dir.mkdir(parents=True, exist_ok=True)
-    (arch_dir / "llama-arch.cpp").write_text(
-        ARCH_SNIPPET.replace('{ LLM_ARCH_LLAMA,            "llama"            },', "")
-    )
-
-    with pytest.raises(UsageError) as err:
-        download_model(repo, filename="Tiny-Llama-F16.gguf")
-    assert "'llama'" in err.value.what and "cannot load" in err.value.what
-    resolved = resolve_quant_files(repo, filename="Tiny-Llama-F16.gguf")
-    assert not resolved.local_path(0).exists()
-
-    path = download_model(repo, filename="Tiny-Dream-F16.gguf")  # a diffusion architecture it knows
-    assert read_local_header(path).diffusion is not None
 
 
 def test_make_plan_for_a_diffusion_gguf(headers: dict[str, object]) -> None:

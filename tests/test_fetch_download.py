@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers_fetch import REPO, add_shards, gguf_bytes, sha256
+from helpers_fetch import ARCH_READ, REPO, add_shards, gguf_bytes, sha256
 from hub_server import HubServer
 from huggingface_hub import constants, hf_hub_download
 from waiting import wait_until
@@ -68,13 +68,14 @@ def test_multi_shard_quant_lands_in_the_hf_cache_layout(
             split_repo[name]
         )  # blobs/<sha256>, as huggingface_hub names them
     assert (cache.repo_folder(REPO) / "refs" / "main").read_text() == commit
-    # Only the quant's files were fetched, each once.
+    # Only the quant's files were fetched, each once (and the first shard's first bytes before, to check its
+    # architecture).
     assert hub_server.bytes_served(REPO, "Clover-Tiny-Q8_0.gguf") == 0
     assert hub_server.bytes_served(REPO, "Clover-Tiny-IQ4_K_M.gguf") == 0
-    assert sum(hub_server.bytes_served(REPO, n) for n in names) == sum(map(len, split_repo.values()))
+    total = sum(map(len, split_repo.values()))
+    assert sum(hub_server.bytes_served(REPO, n) for n in names) == total + ARCH_READ
 
     # Progress: totals fixed, bytes never go back, ends done at 100%.
-    total = sum(map(len, split_repo.values()))
     assert {p.total for p in seen} == {total}
     downloading = [p.done for p in seen if p.phase == "downloading"]
     assert downloading == sorted(downloading)
@@ -84,7 +85,7 @@ def test_multi_shard_quant_lands_in_the_hf_cache_layout(
     # huggingface_hub sees the files as cached: it asks (HEAD) but downloads nothing.
     again = hf_hub_download(REPO, names[1])
     assert Path(again).read_bytes() == split_repo[names[1]]
-    assert sum(hub_server.bytes_served(REPO, n) for n in names) == total
+    assert sum(hub_server.bytes_served(REPO, n) for n in names) == total + ARCH_READ
 
 
 def test_second_download_is_served_from_the_cache(
@@ -130,10 +131,11 @@ def test_connection_dropped_midway_resumes_in_the_same_call(hub_server: HubServe
 
     path = download_model(REPO, "Q8_0")
     assert path.read_bytes() == data
-    # Every byte crossed the wire once: each retry asked for the rest with Range.
-    assert hub_server.bytes_served(REPO, "Clover-Tiny-Q8_0.gguf") == len(data)
+    # Every byte crossed the wire once: each retry asked for the rest with Range (after the architecture
+    # check's read of the first bytes).
+    assert hub_server.bytes_served(REPO, "Clover-Tiny-Q8_0.gguf") == len(data) + ARCH_READ
     ranges = [r.range for r in hub_server.requests if r.method == "GET" and "resolve" in r.path]
-    assert ranges == [None, f"bytes={MB}-", f"bytes={2 * MB}-"]
+    assert ranges == [f"bytes=0-{ARCH_READ - 1}", None, f"bytes={MB}-", f"bytes={2 * MB}-"]
 
 
 def test_hub_gone_midway_keeps_the_partial_and_the_next_run_resumes(
@@ -158,6 +160,9 @@ def test_hub_gone_midway_keeps_the_partial_and_the_next_run_resumes(
         back.add_file(REPO, "Clover-Tiny-Q8_0.gguf", data)
         monkeypatch.setenv("HF_ENDPOINT", back.url)
         monkeypatch.setattr(constants, "ENDPOINT", back.url)
+        monkeypatch.setattr(
+            constants, "HUGGINGFACE_CO_URL_TEMPLATE", back.url + "/{repo_id}/resolve/{revision}/{filename}"
+        )
         assert download_model(REPO, "Q8_0").read_bytes() == data
         assert back.bytes_served(REPO, "Clover-Tiny-Q8_0.gguf") == len(data) - kept
     finally:
@@ -205,7 +210,9 @@ def test_not_enough_disk_refuses_before_any_transfer_with_both_numbers(
         download_model(REPO, "Q4_K_M", free_space=lambda _path: 5_000_000)
     message = str(err.value)
     assert "2.4 MB still to download" in message and "5.0 MB free" in message
-    assert sum(hub_server.bytes_served(REPO, n) for n in split_repo) == 0
+    # Nothing but the architecture check's first bytes (that comes first: no use freeing space for a model
+    # that cannot be loaded).
+    assert sum(hub_server.bytes_served(REPO, n) for n in split_repo) == ARCH_READ
 
 
 def test_offline_reuses_the_cache_and_explains_what_is_missing(
@@ -257,7 +264,7 @@ def test_rate_limited_download_waits_and_succeeds(hub_server: HubServer) -> None
     knobs.fail_429_times, knobs.retry_after = 2, 0
     assert download_model(REPO, "Q8_0").read_bytes() == data
     statuses = [r.status for r in hub_server.requests if r.method == "GET" and "resolve" in r.path]
-    assert statuses == [429, 429, 200]
+    assert statuses == [429, 429, 206, 200]  # the architecture check's range read waited them out
 
 
 def test_hub_errors_read_as_sentences(hub_server: HubServer, split_repo: dict[str, bytes]) -> None:

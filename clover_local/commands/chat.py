@@ -24,14 +24,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     from clover_local.commands.options import add_rpc_options
 
     add_rpc_options(parser)
-    from clover_local.commands.options import add_spec_option
+    from clover_local.commands.options import add_force_option, add_spec_option
 
     add_spec_option(parser)
+    add_force_option(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     model_path = _resolve_model(args.model, args.preset)
+    if model_path is not None:
+        from clover_local.runtime import check_local_file
+
+        check_local_file(model_path, force=args.force)  # an architecture llama.cpp cannot load: said now
     if args.ctx is not None:
         _check_ctx(args.ctx, args.preset, model_path)
     if args.link is not None:
@@ -48,7 +53,14 @@ def run(args: argparse.Namespace) -> int:
     from clover_local.tui.app import StartOptions, run_app
 
     return run_app(
-        StartOptions(preset=args.preset, model_path=model_path, ctx=args.ctx, rpc=args.rpc, spec=args.spec)
+        StartOptions(
+            preset=args.preset,
+            model_path=model_path,
+            ctx=args.ctx,
+            rpc=args.rpc,
+            spec=args.spec,
+            force=args.force,
+        )
     )
 
 

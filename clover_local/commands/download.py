@@ -5,6 +5,7 @@ clover-local download --quant Q8_0
 clover-local download --repo org/name --quant Q4_K_M
 clover-local download --repo org/name --file Model-Q4_K_M-00001-of-00002.gguf
 clover-local download --no-draft               # without the drafter sidecars (mtp-, dflash-...) for the quant
+clover-local download --force                  # even when the llama.cpp here cannot load its architecture
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
-from clover_local.errors import CloverError, UsageError
+from clover_local.errors import ArchitectureError, CloverError, UsageError
 from clover_local.fetch.progress import DownloadProgress, status_line
 from clover_local.presets import Preset, load_preset
 
@@ -38,6 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="skip the drafter sidecars (mtp-, dflash-, dspark-, eagle3- files) the repo has for the quant",
     )
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="download even when the llama.cpp here cannot load the model's architecture (checked first)",
+    )
+    parser.add_argument(
         "--json", action="store_true", help="print the result as JSON (progress as JSON lines on stderr)"
     )
     parser.set_defaults(func=run)
@@ -53,10 +59,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover_local.fetch.download import fetch_resolved, resolve_quant_files
+    from clover_local.fetch.download import check_architectures, fetch_resolved, resolve_quant_files
     from clover_local.fetch.progress import format_bytes
 
-    target = model_target(args)
+    target = model_target(args, force=args.force)
     if target.packaged is not None:
         _report(args, {"path": str(target.packaged), "source": "python package"}, f"Ready: {target.packaged}")
         return 0
@@ -65,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     resolved = resolve_quant_files(
         target.repo, target.pattern, args.revision, filename=args.file, drafts=not args.no_draft
     )
+    resolved = check_architectures(resolved, force=args.force)  # before any byte of the files
+    for note in resolved.notes:
+        print(f"note: {note}", file=sys.stderr)
     printer = ProgressPrinter(sys.stderr, as_json=args.json)
     try:
         path = fetch_resolved(resolved, progress=printer)
@@ -91,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
             for i, f in enumerate(resolved.files)
         ],
         "sidecars": {kind: str(p) for kind, p in resolved.sidecars.items()},
+        "architecture": asdict(resolved.architecture) if resolved.architecture is not None else None,
+        "notes": list(resolved.notes),
     }
     n_model = len(resolved.model_files)
     shards = f" ({n_model} files)" if n_model > 1 else ""
@@ -118,8 +129,9 @@ class ModelTarget:
     """The model file assembled from a Python package (test presets), when there is one."""
 
 
-def model_target(args: argparse.Namespace) -> ModelTarget:
-    """Turn ``--preset/--quant/--repo/--file`` into a repo and a pattern (asking the planner for ``auto``)."""
+def model_target(args: argparse.Namespace, *, force: bool = False) -> ModelTarget:
+    """Turn ``--preset/--quant/--repo/--file`` into a repo and a pattern (asking the planner for ``auto``;
+    ``force``: plan it even when the llama.cpp here cannot load its architecture)."""
     from clover_local.fetch.local import packaged_model
 
     if args.repo:
@@ -133,7 +145,7 @@ def model_target(args: argparse.Namespace) -> ModelTarget:
         return ModelTarget(preset.repo, None, args.file)
     quant, note = args.quant or preset.default_quant, ""
     if quant == "auto":
-        quant, note = auto_quant(preset)
+        quant, note = auto_quant(preset, force=force)
     elif quant not in preset.quants:
         known = ", ".join(preset.quants)
         raise UsageError(f"Preset {preset.name} has no quant {quant!r}.", f"Its quants: {known} (or auto).")
@@ -141,21 +153,24 @@ def model_target(args: argparse.Namespace) -> ModelTarget:
     return ModelTarget(preset.repo, preset.quants[quant].pattern, quant, note, packaged)
 
 
-def auto_quant(preset: Preset) -> tuple[str, str]:
+def auto_quant(preset: Preset, *, force: bool = False) -> tuple[str, str]:
     """The quant the planner picks for this machine (weighing each quant with exact sizes from its GGUF
     header on the Hub where it can be read), with lines saying so and where the sizes came from; the
-    preset's fallback when the planner cannot decide."""
+    preset's fallback when the planner cannot decide. An architecture the llama.cpp here cannot load is
+    refused here already (unless ``force``): no quant of it would do."""
     from clover_local.fetch.download import fallback_quant
 
     try:
         from clover_local.runtime import plan_for
 
-        plan, _ = plan_for(preset)
+        plan, _ = plan_for(preset, force=force)
         sizes = "".join(f"\n  sizes of {quant}: {text}" for quant, text in plan.size_sources)
         return (
             plan.quant,
             f"Quant {plan.quant}: the planner's choice for this machine (`clover-local plan` says why).{sizes}",
         )
+    except ArchitectureError:
+        raise
     except (ImportError, CloverError) as exc:
         quant = fallback_quant(preset)
         return quant, f"Quant {quant}: the preset's default (the planner could not decide: {exc})."

@@ -25,7 +25,17 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", metavar="PATH", help="a local GGUF: plan with its exact tensor sizes")
     add_rpc_options(parser)
     add_spec_option(parser)
+    add_force_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_force_option(parser: argparse.ArgumentParser) -> None:
+    """``--force``: go on with a GGUF whose architecture the llama.cpp here cannot load (checked first)."""
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="go on even when the llama.cpp here cannot load the model's architecture (it is checked first)",
+    )
 
 
 def add_rpc_options(parser: argparse.ArgumentParser) -> None:
@@ -83,4 +93,5 @@ def plan_from_args(args: argparse.Namespace, engine: EngineKind = "embedded") ->
         rpc=getattr(args, "rpc", None),
         link=getattr(args, "link", None),
         spec=getattr(args, "spec", "auto"),
+        force=getattr(args, "force", False),
     )

@@ -53,9 +53,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object: text and stats")
     add_diffusion_arguments(parser)
-    from clover_local.commands.options import add_rpc_options
+    from clover_local.commands.options import add_force_option, add_rpc_options
 
     add_rpc_options(parser)
+    add_force_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -90,7 +91,13 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     if preset is None:
         preset = preset_for_file(path)
     plan, preset = plan_for(
-        preset, model=path, ctx=args.ctx, threads=args.threads, diffusion=wishes, spec=args.spec
+        preset,
+        model=path,
+        ctx=args.ctx,
+        threads=args.threads,
+        diffusion=wishes,
+        spec=args.spec,
+        force=args.force,
     )
     opened = open_engine(plan, preset, chat_template=args.template)
     if plan.diffusion is None:
@@ -117,6 +124,7 @@ def _open_pooled(args: argparse.Namespace, preset: Preset | None, path: Path) ->
         threads=args.threads,
         rpc=args.rpc,
         link=args.link,
+        force=args.force,
     )
     opened = open_engine(
         plan,

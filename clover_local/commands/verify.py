@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         if args.path:
             checks = verify_files(args.path, progress=printer)
         else:
-            target = model_target(args)
+            target = model_target(args, force=True)  # verifying hashes needs no architecture check
             model = str(target.packaged) if target.packaged else target.repo
             checks = verify_files(
                 model, target.pattern, revision=args.revision, filename=args.file, progress=printer

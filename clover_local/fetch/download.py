@@ -18,10 +18,11 @@ import httpx2
 from huggingface_hub.errors import HfHubHTTPError
 
 from clover_local import settings
+from clover_local.arch_support import ArchCheck
 from clover_local.errors import DownloadError, HubUnreachableError, NotEnoughDiskError, VerificationError
 from clover_local.fetch import cache, hub
 from clover_local.fetch.local import CachedGGUF, cached_ggufs, local_gguf, looks_like_path, packaged_model
-from clover_local.fetch.preflight import preflight_remote
+from clover_local.fetch.preflight import check_before_download
 from clover_local.fetch.progress import ProgressCallback, ProgressTracker, format_bytes
 from clover_local.fetch.quants import files_for_name, is_model_gguf, quant_matches, select_quant_files
 from clover_local.fetch.sidecars import DraftKind, draft_sidecars, gguf_role
@@ -36,6 +37,7 @@ __all__ = [
     "cached_ggufs",
     "cached_model_path",
     "cached_sidecars",
+    "check_architectures",
     "download_model",
     "local_gguf",
     "resolve_quant_files",
@@ -70,6 +72,10 @@ class ResolvedFiles:
     """Every blob the commit references; partials for other blobs can never be finished."""
     offline: bool = False
     """Resolved from the cache without asking the Hub."""
+    architecture: ArchCheck | None = None
+    """What :func:`check_architectures` found for the model; None before the check (or with nothing to fetch)."""
+    notes: tuple[str, ...] = ()
+    """From the check, for the person: sidecars skipped, what ``--force`` let through."""
 
     @property
     def total_bytes(self) -> int:
@@ -178,12 +184,15 @@ def download_model(
     cancel: threading.Event | None = None,
     free_space: FreeSpace | None = None,
     drafts: bool = True,
+    force: bool = False,
 ) -> Path:
     """Make a model's GGUF available locally and return the path llama.cpp loads (the first shard).
 
     ``model`` is a preset (object or name), a repo id (``org/name``) or a local GGUF path (returned
     as is after a check). ``drafts``: also fetch the drafter sidecars the repo has for the quant.
-    Interrupted downloads resume; finished files are verified against the Hub's sha256; ``cancel`` stops between chunks (keeping what arrived); ``progress`` gets
+    Before any byte of the files, their architectures are checked (:func:`check_architectures`; ``force``
+    downloads what the llama.cpp here cannot load). Interrupted downloads resume; finished files are verified
+    against the Hub's sha256; ``cancel`` stops between chunks (keeping what arrived); ``progress`` gets
     :class:`DownloadProgress` snapshots. ``free_space`` (bytes free at a path) is for tests.
     """
     if isinstance(model, Path) or (isinstance(model, str) and looks_like_path(model)):
@@ -192,7 +201,26 @@ def download_model(
         return packaged
     repo, quant = repo_and_quant(model, quant, filename)
     resolved = resolve_quant_files(repo, quant, revision, filename=filename, drafts=drafts)
-    return fetch_resolved(resolved, progress=progress, cancel=cancel, free_space=free_space)
+    return fetch_resolved(resolved, progress=progress, cancel=cancel, free_space=free_space, force=force)
+
+
+def check_architectures(resolved: ResolvedFiles, *, force: bool = False) -> ResolvedFiles:
+    """The files with the llama.cpp here checked against them, before any of their bytes: raises
+    :class:`ArchitectureError` for a model it cannot load (unless ``force``) and leaves out drafter sidecars it
+    cannot load, saying so in ``notes``. Nothing is asked when nothing is to be fetched (all cached, or
+    offline): loading checks local files itself."""
+    if resolved.architecture is not None or resolved.is_cached or resolved.offline:
+        return resolved
+    sidecars = {
+        f.path: f.draft
+        for i, f in enumerate(resolved.files)
+        if f.draft is not None and not resolved.local_path(i).exists()
+    }
+    found = check_before_download(
+        resolved.repo, resolved.commit, resolved.quant, resolved.files[0].path, sidecars, force=force
+    )
+    files = tuple(f for f in resolved.files if f.path not in found.skipped)
+    return replace(resolved, files=files, architecture=found.architecture, notes=found.notes)
 
 
 def fetch_resolved(
@@ -201,17 +229,20 @@ def fetch_resolved(
     progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
     free_space: FreeSpace | None = None,
+    force: bool = False,
 ) -> Path:
     """Download the files :func:`resolve_quant_files` picked (what is cached is skipped, partials
-    resume); return the local path of the first shard."""
+    resume), after :func:`check_architectures` (unless done already); return the local path of the first
+    shard."""
+    if not resolved.is_cached:
+        if resolved.offline:
+            _not_cached(resolved.repo, resolved.quant, offline=True)
+        resolved = check_architectures(resolved, force=force)  # may leave out a sidecar
     tracker = ProgressTracker(progress, [(f.path, f.size) for f in resolved.files])
     if resolved.is_cached:
         _refresh_ref(resolved)
         tracker.finish()
         return resolved.local_path(0)
-    if resolved.offline:
-        _not_cached(resolved.repo, resolved.quant, offline=True)
-    preflight_remote(resolved.repo, resolved.files[0].path, resolved.commit, resolved.quant)
     cache.remove_stale_partials(resolved.repo, set(resolved.repo_etags))
     locations = {
         i: _locate(resolved, i) for i, _ in enumerate(resolved.files) if not resolved.local_path(i).exists()

@@ -20,12 +20,15 @@ from clover_local.fetch.hub import RATE_LIMIT_RETRIES, with_hub_errors
 from clover_local.gguf.describe import describe
 from clover_local.gguf.header import check_shards, parse_growing, shard_names
 from clover_local.gguf.model import ModelDescription
-from clover_local.gguf.parse import NeedMoreBytes, RawHeader, parse_header
+from clover_local.gguf.parse import NeedMoreBytes, RawHeader, parse_architecture, parse_header
 
-__all__ = ["cached_header_files", "read_remote_header"]
+__all__ = ["cached_header_files", "read_remote_architecture", "read_remote_header"]
 
 FIRST_READ_REMOTE = 2 * 1024 * 1024
 """Bytes fetched first from the Hub; a larger header (big vocabularies) is fetched in about doubling steps."""
+FIRST_READ_ARCH = 4 * 1024
+"""Bytes fetched first for ``general.architecture`` alone: converters write it first, so this is the whole cost
+(less than any real model's header, whose tensor table alone is larger)."""
 
 T = TypeVar("T")
 
@@ -65,6 +68,53 @@ def read_remote_header(
     return describe(headers, total, source=f"hf://{repo_id}/{filename}{rev}")
 
 
+def read_remote_architecture(
+    repo_id: str, filename: str, revision: str | None = None, token: str | bool | None = None
+) -> str:
+    """``general.architecture`` of a GGUF on the Hub, from as few bytes as can tell (the first shard of a
+    split GGUF names the model's): none when the file's header or architecture is cached for its ETag, or its
+    first bytes are on disk already (a partial download), else the first :data:`FIRST_READ_ARCH` bytes (more
+    only when the key comes late).
+
+    For the check before a download, which needs the Hub anyway: errors are :class:`DownloadError` (offline,
+    unreachable, not found) or :class:`GGUFError` (not a GGUF, no architecture)."""
+    access = _HubAccess(token=token, offline=None, timeout_s=None, retries=RATE_LIMIT_RETRIES)
+    name = shard_names(filename)[0]
+    url, meta = _file_metadata(repo_id, name, revision, access)
+    cache = _cache_path(repo_id, meta.etag)
+    header = _parse_cached(cache)
+    if header is not None and isinstance(header.kv.get("general.architecture"), str):
+        return str(header.kv["general.architecture"])
+    known = cache.with_suffix(".arch")
+    if known.is_file() and (arch := known.read_text(encoding="utf-8").strip()):
+        return arch
+    on_disk = _architecture_on_disk(repo_id, meta.etag)
+    if on_disk is not None:
+        return on_disk
+
+    def fetch(start: int, end: int) -> bytes:
+        return access.call(lambda: _get_range(meta.location or url, start, end, token, None), repo_id, name)
+
+    arch = parse_growing(fetch, meta.size, f"{name} in {repo_id}", FIRST_READ_ARCH, parse_architecture)
+    _write_atomically(known, arch.encode())
+    return arch
+
+
+def _architecture_on_disk(repo_id: str, etag: str) -> str | None:
+    """The architecture from the file's first bytes when a download of it (finished, or a partial of ours or
+    of huggingface_hub's) already has them."""
+    from clover_local.fetch import cache as hf_cache
+
+    candidates = [hf_cache.blob_path(repo_id, etag), hf_cache.partial_path(repo_id, etag)]
+    for path in [*candidates, *hf_cache.hf_partials(repo_id, etag)]:
+        try:
+            with path.open("rb") as f:
+                return parse_architecture(f.read(FIRST_READ_ARCH))
+        except (OSError, NeedMoreBytes, GGUFError):
+            continue
+    return None
+
+
 def cached_header_files(repo_id: str, revision: str | None = None) -> list[str]:
     """Files of ``repo_id`` at ``revision`` whose header is in the cache (readable without the Hub)."""
     root = _ref_path(repo_id, revision, "x").parent
@@ -97,30 +147,15 @@ def _remote_shard_header(
 
     Without the Hub (offline, or unreachable) the header last seen for this repo, revision and file is used.
     """
-    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
-
-    url = hf_hub_url(repo_id, filename, revision=revision)
     where = f"{filename} in {repo_id}"
     ref = _ref_path(repo_id, revision, filename)
-    offline = constants.HF_HUB_OFFLINE if access.offline is None else access.offline
-    timeout = constants.HF_HUB_ETAG_TIMEOUT if access.timeout_s is None else access.timeout_s
     try:
-        if offline:
-            raise HubUnreachableError(
-                f"Offline (HF_HUB_OFFLINE is set, or --offline): cannot ask the Hub about {where},"
-                " and no header of it is cached.",
-                "Run once with the Hub reachable to cache it, or download the model.",
-            )
-        meta = access.call(
-            lambda: get_hf_file_metadata(url, token=access.token, timeout=timeout), repo_id, filename
-        )
+        url, meta = _file_metadata(repo_id, filename, revision, access)
     except HubUnreachableError:
         cached = _cached_from_ref(repo_id, ref)
         if cached is None:
             raise
         return cached
-    if meta.size is None or not meta.etag:
-        raise DownloadError(f"The Hub did not say the size and ETag of {where}.", "Try again later.")
     cache = _cache_path(repo_id, meta.etag)
     header = _parse_cached(cache)
     if header is None:
@@ -135,10 +170,41 @@ def _remote_shard_header(
             header_bytes[start:] = data
             return data
 
-        header = parse_growing(fetch, meta.size, where, FIRST_READ_REMOTE)
+        header = parse_growing(fetch, meta.size, where, FIRST_READ_REMOTE, parse_header)
         _write_atomically(cache, bytes(header_bytes[: header.header_bytes]))
     _write_atomically(ref, f"{cache.name}\n{meta.size}\n".encode())
     return header, meta.size
+
+
+@dataclass(frozen=True)
+class _FileMeta:
+    size: int
+    etag: str
+    location: str | None
+
+
+def _file_metadata(
+    repo_id: str, filename: str, revision: str | None, access: _HubAccess
+) -> tuple[str, _FileMeta]:
+    """The file's resolve URL, and its size, ETag and redirect target from the Hub (a HEAD request)."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(repo_id, filename, revision=revision)
+    where = f"{filename} in {repo_id}"
+    offline = constants.HF_HUB_OFFLINE if access.offline is None else access.offline
+    timeout = constants.HF_HUB_ETAG_TIMEOUT if access.timeout_s is None else access.timeout_s
+    if offline:
+        raise HubUnreachableError(
+            f"Offline (HF_HUB_OFFLINE is set, or --offline): cannot ask the Hub about {where},"
+            " and no header of it is cached.",
+            "Run once with the Hub reachable to cache it, or download the model.",
+        )
+    meta = access.call(
+        lambda: get_hf_file_metadata(url, token=access.token, timeout=timeout), repo_id, filename
+    )
+    if meta.size is None or not meta.etag:
+        raise DownloadError(f"The Hub did not say the size and ETag of {where}.", "Try again later.")
+    return url, _FileMeta(meta.size, meta.etag, meta.location)
 
 
 def _cache_path(repo_id: str, etag: str) -> Path:

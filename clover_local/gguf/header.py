@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from clover_local.errors import GGUFError
 from clover_local.gguf.describe import describe
@@ -23,6 +23,8 @@ from clover_local.gguf.names import SHARD_RE
 from clover_local.gguf.parse import NeedMoreBytes, RawHeader, parse_header
 
 __all__ = ["check_shards", "parse_growing", "read_local_header", "shard_names"]
+
+T = TypeVar("T")
 
 FIRST_READ_LOCAL = 16 * 1024 * 1024
 """Bytes read first from a local file: reading is cheap, parsing again is not, so start big."""
@@ -56,7 +58,9 @@ def read_local_header(path: Path) -> ModelDescription:
             raise GGUFError(f"GGUF file not found: {missing} ({shard}).") from None
         with shard.open("rb") as f:
             headers.append(
-                parse_growing(functools.partial(_read_range, f), size, str(shard), FIRST_READ_LOCAL)
+                parse_growing(
+                    functools.partial(_read_range, f), size, str(shard), FIRST_READ_LOCAL, parse_header
+                )
             )
         _check_complete(headers[-1], size, shard)
         total += size
@@ -80,8 +84,15 @@ def _check_complete(header: RawHeader, size: int, path: Path) -> None:
 # -- parsing bytes that arrive in pieces ------------------------------------------------------------------
 
 
-def parse_growing(read: Callable[[int, int], bytes], size: int, name: str, first: int) -> RawHeader:
-    """Parse a header, reading more (about doubling) each time the parser runs out, never past ``size``."""
+def parse_growing(
+    read: Callable[[int, int], bytes],
+    size: int,
+    name: str,
+    first: int,
+    parse: Callable[[bytearray], T],
+) -> T:
+    """Parse a header (``parse``: the whole of it, or a part such as :func:`parse_architecture`), reading more
+    (about doubling) each time the parser runs out, never past ``size``."""
     buf = bytearray()
     want = min(first, size)
     while True:
@@ -91,7 +102,7 @@ def parse_growing(read: Callable[[int, int], bytes], size: int, name: str, first
                 break
             buf += chunk
         try:
-            return parse_header(buf)
+            return parse(buf)
         except NeedMoreBytes as more:
             if len(buf) >= size or more.needed > size:
                 break

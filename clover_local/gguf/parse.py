@@ -196,6 +196,38 @@ def parse_header(buf: bytes | bytearray | memoryview) -> RawHeader:
     Raises :class:`NeedMoreBytes` when ``buf`` ends inside the header and :class:`GGUFError` when the bytes
     are not a GGUF header this parser understands.
     """
+    cur, version, n_tensors, n_kv = _preamble(buf)
+    kv: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = cur.string()
+        kv[key] = cur.value(cur.scalar("<I"))
+    tensors = [_tensor_info(cur) for _ in range(n_tensors)]
+    header_bytes = cur.pos
+    alignment = int(kv.get("general.alignment", DEFAULT_ALIGNMENT)) or DEFAULT_ALIGNMENT
+    data_offset = -(-header_bytes // alignment) * alignment
+    return RawHeader(version, kv, tuple(tensors), header_bytes, data_offset)
+
+
+def parse_architecture(buf: bytes | bytearray | memoryview) -> str:
+    """``general.architecture`` from the first bytes of a GGUF, reading no further than that key.
+
+    llama.cpp's converters write it first, so a few hundred bytes answer for any model, whatever the size of
+    its vocabulary. Raises :class:`NeedMoreBytes` and :class:`GGUFError` as :func:`parse_header` does, and
+    :class:`GGUFError` when the header has no such key.
+    """
+    cur, _, _, n_kv = _preamble(buf)
+    for _ in range(n_kv):
+        key = cur.string()
+        value = cur.value(cur.scalar("<I"))
+        if key == "general.architecture":
+            if not isinstance(value, str) or not value:
+                raise GGUFError(f"The GGUF header's general.architecture is {value!r}, not a name.")
+            return value
+    raise GGUFError("The GGUF header has no general.architecture: llama.cpp cannot load it.")
+
+
+def _preamble(buf: bytes | bytearray | memoryview) -> tuple[_Cursor, int, int, int]:
+    """The cursor after the fixed start of a header, with the version, tensor count and key/value count."""
     cur = _Cursor(buf)
     cur.need(4)
     if bytes(cur.buf[:4]) != b"GGUF":
@@ -210,15 +242,7 @@ def parse_header(buf: bytes | bytearray | memoryview) -> RawHeader:
         )
     n_tensors = cur.count("a tensor count")
     n_kv = cur.count("a key/value count")
-    kv: dict[str, Any] = {}
-    for _ in range(n_kv):
-        key = cur.string()
-        kv[key] = cur.value(cur.scalar("<I"))
-    tensors = [_tensor_info(cur) for _ in range(n_tensors)]
-    header_bytes = cur.pos
-    alignment = int(kv.get("general.alignment", DEFAULT_ALIGNMENT)) or DEFAULT_ALIGNMENT
-    data_offset = -(-header_bytes // alignment) * alignment
-    return RawHeader(version, kv, tuple(tensors), header_bytes, data_offset)
+    return cur, version, n_tensors, n_kv
 
 
 def _tensor_info(cur: _Cursor) -> TensorInfo:

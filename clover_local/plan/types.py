@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from clover_local.arch_support import ArchCheck
 from clover_local.plan.diffusion import DiffusionPlan
 
 Goal = Literal["quality", "speed"]
@@ -199,3 +200,6 @@ class Plan:
     header of X.gguf on the Hub")``; filled by ``runtime.plan_for`` (``fetch.describe``)."""
     diffusion: DiffusionPlan | None = None
     """Set for diffusion models: decode by denoising steps over the canvas (n_ctx = n_batch = n_ubatch)."""
+    architecture: ArchCheck | None = None
+    """What the llama.cpp here makes of the model's ``general.architecture``: loadable, by what runner, and why;
+    filled by ``runtime.plan_for`` (which refuses an unsupported one unless forced)."""

@@ -47,6 +47,7 @@ __all__ = [
     "tiny_model",
     "tiny_model_from_spec",
     "tiny_mtp_model",
+    "with_architecture",
     "write_mtp_model",
 ]
 
@@ -159,6 +160,23 @@ def write_mtp_model(
     side = out.with_name("mtp-" + out.name)
     write_tiny_mtp(spec, side)
     return out, side
+
+
+def with_architecture(source: Path, arch: str, target: Path) -> Path:
+    """Copy a GGUF to ``target`` with its architecture renamed to ``arch`` in the header (``general.architecture``
+    and every ``<arch>.*`` key), the rest byte for byte: a model of an architecture llama.cpp does not know, for
+    the checks that refuse one. The names must be equally long, so every offset stays where it was."""
+    from clover_local.gguf.parse import parse_header
+
+    data = source.read_bytes()
+    header = parse_header(data)
+    old = str(header.kv["general.architecture"])
+    if len(arch) != len(old):
+        raise ValueError(f"{arch!r} must be as long as {old!r} ({len(old)} characters)")
+    head = data[: header.header_bytes].replace(old.encode(), arch.encode())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(head + data[header.header_bytes :])
+    return target
 
 
 def _spec_hash(spec: TinySpec) -> str:

@@ -37,6 +37,8 @@ class StartOptions:
     """Workers lending devices over llama.cpp RPC (``--rpc``): the model then runs in llama-server."""
     spec: str | None = None
     """``--spec``: the speculation mode for this session (None: the saved setting)."""
+    force: bool = False
+    """``--force``: load a GGUF whose architecture the llama.cpp here cannot load (checked first)."""
 
 
 def model_key(preset: Preset, model_path: str | None, *, preset_chosen: bool = True) -> str:
@@ -112,7 +114,14 @@ class CloverApp(App[None]):
             key = key or preset.name
             settings = self._settings_for(key, preset, plan)
             launch = LaunchScreen(
-                model_path, preset, settings, plan, auto_continue=direct, key=key, rpc=self.options.rpc
+                model_path,
+                preset,
+                settings,
+                plan,
+                auto_continue=direct,
+                key=key,
+                rpc=self.options.rpc,
+                force=self.options.force,
             )
             opened = await self.push_screen_wait(launch)
             if opened is None:  # the load failed: back to the plan

@@ -64,9 +64,12 @@ class LaunchScreen(Screen[OpenedEngine | None]):
         auto_continue: bool = False,
         key: str = "",
         rpc: str | None = None,
+        force: bool = False,
     ) -> None:
         super().__init__()
         self.rpc = rpc
+        self.force = force
+        """Plan the file even when the llama.cpp here cannot load its architecture (``chat --force``)."""
         """Workers (``--rpc``) to plan with when no plan is given; a plan with workers runs in llama-server."""
         self.key = key or preset.name
         """What the model's settings are saved under."""
@@ -127,7 +130,12 @@ class LaunchScreen(Screen[OpenedEngine | None]):
                 # A file given directly, or remembered from the first run: plan it for this machine as it is
                 # now (GPU layers, experts, threads); planned again for another speculation mode.
                 plan, _ = runtime.plan_for(
-                    self.preset, model=self.model_path, ctx=self.model_settings.ctx, spec=wanted, rpc=self.rpc
+                    self.preset,
+                    model=self.model_path,
+                    ctx=self.model_settings.ctx,
+                    spec=wanted,
+                    rpc=self.rpc,
+                    force=self.force,
                 )
                 self.post_message(LaunchScreen.Planned(plan))
             # llama-cpp-python's wheel has no RPC backend: a plan with workers runs in llama-server
