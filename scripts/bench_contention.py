@@ -11,7 +11,11 @@ per configuration is the median over rounds. Greedy, speculation off (plain deco
 
 A run that the competitor stalls is cut off after ``--cap-s`` seconds and its rate is tokens so far / time.
 
-    .venv/bin/python scripts/bench_contention.py [--rounds 3] [--tokens 128] [--cap-s 20] [--json]
+    .venv/bin/python scripts/bench_contention.py [--rounds 3] [--tokens 128] [--cap-s 20] [--batches] [--json]
+
+``--batches`` measures the batch threads instead: a code edit with speculation on (its verification batches run
+on the batch threads), with the plan's batch threads (every physical core; the embedded engine drops them to the
+decode threads while another program is busy) against batches on the decode threads only.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -48,6 +52,8 @@ class Config:
     threads: int
     label: str
     extra_args: tuple[str, ...] = ()
+    threads_batch: int | None = None
+    """None: the plan's for these threads."""
     idle: list[float] = field(default_factory=list)
     busy: list[float] = field(default_factory=list)
 
@@ -56,14 +62,23 @@ class Config:
         return f"{self.engine}, {self.label}"
 
 
-def decode_rate(engine: ChatEngine, tokens: int, cap_s: float) -> float:
-    """Decode tokens/s of one greedy reply, cut off after ``cap_s`` seconds."""
+def decode_rate(engine: ChatEngine, tokens: int, cap_s: float, batches: bool = False) -> float:
+    """Decode tokens/s of one greedy reply, cut off after ``cap_s`` seconds. ``batches``: a code edit with
+    speculation on, whose verification batches run on the batch threads."""
     cancel = threading.Event()
     timer = threading.Timer(cap_s, cancel.set)
     timer.start()
-    request = GenerationRequest(
-        messages=(ChatMessage("user", PROMPT),), max_tokens=tokens, temperature=0.0, speculative=False
-    )
+    if batches:
+        from clover_local.testing.spec_workloads import WORKLOADS
+
+        edit = next(w for w in WORKLOADS if w.name == "rename_python")
+        request = GenerationRequest(
+            prompt=edit.completion, max_tokens=tokens, temperature=0.0, stop=("```",), cache_prompt=False
+        )
+    else:
+        request = GenerationRequest(
+            messages=(ChatMessage("user", PROMPT),), max_tokens=tokens, temperature=0.0, speculative=False
+        )
     stats = None
     try:
         for event in engine.generate(request, cancel):
@@ -117,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap-s", type=float, default=20.0, help="cut a stalled run off after this long")
     parser.add_argument("--ctx", type=int, default=2048)
     parser.add_argument("--engines", default="embedded,llama-server")
+    parser.add_argument(
+        "--batches",
+        action="store_true",
+        help="measure batch threads: a code edit with speculation on, batches on the plan's threads or on the "
+        "decode threads only",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -136,6 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         engines.remove("llama-server")
     configs: list[Config] = []
     for engine in engines:
+        if args.batches:
+            configs.append(
+                Config(engine, base.threads, f"plan: -t {base.threads} -tb {base.threads_batch}", ())
+            )
+            if base.threads_batch != base.threads:
+                label = f"-t {base.threads} -tb {base.threads} (batches on the decode threads)"
+                configs.append(Config(engine, base.threads, label, (), base.threads))
+            continue
         configs.append(Config(engine, base.threads, f"plan: {base.threads} thread(s)"))
         if cores != base.threads:
             configs.append(Config(engine, cores, f"all {cores} cores"))
@@ -150,17 +179,19 @@ def main(argv: list[str] | None = None) -> int:
                 machine,
                 preset,
                 None,
-                Wishes(ctx=args.ctx, speculative=False, threads=config.threads),
+                Wishes(ctx=args.ctx, speculative=args.batches, threads=config.threads),
                 str(gemma_path()),
             )
+            if config.threads_batch is not None:
+                plan = replace(plan, threads_batch=config.threads_batch)
             opened.append((config, open_engine(config, plan, stack)))
-        for _, engine in opened:
-            decode_rate(engine, 8, args.cap_s)  # warm up: page in the weights, first allocations
+        for _, engine in opened:  # warm up: page in the weights, first allocations
+            decode_rate(engine, 8, args.cap_s, args.batches)
         for r in range(args.rounds):
             for config, engine in opened:
-                config.idle.append(decode_rate(engine, args.tokens, args.cap_s))
+                config.idle.append(decode_rate(engine, args.tokens, args.cap_s, args.batches))
                 with busy_process():
-                    config.busy.append(decode_rate(engine, args.tokens, args.cap_s))
+                    config.busy.append(decode_rate(engine, args.tokens, args.cap_s, args.batches))
                 print(
                     f"round {r + 1}: {config.name}: idle {config.idle[-1]:.1f}, busy {config.busy[-1]:.1f} tok/s",
                     file=sys.stderr,
@@ -184,7 +215,8 @@ def report(
         print(json.dumps(out, indent=2))
         return
     print(
-        f"Gemma 3 270M Q4_K_M, CPU ({physical} physical / {logical} logical cores), greedy, {args.tokens} tokens, "
+        f"Gemma 3 270M Q4_K_M, CPU ({physical} physical / {logical} logical cores), greedy, {args.tokens} tokens"
+        f"{' of a code edit with speculation on' if args.batches else ''}, "
         f"median of {args.rounds} interleaved rounds; busy = one `python -c 'while True: pass'` beside it; "
         f"1-minute load average {load[0]:.1f} before, {load[1]:.1f} after (other jobs on the machine)"
     )
