@@ -141,7 +141,7 @@ def test_hub_gone_midway_keeps_the_partial_and_the_next_run_resumes(
 ) -> None:
     data = gguf_bytes(3 * MB)
     hub_server.add_file(REPO, "Clover-Tiny-Q8_0.gguf", data)
-    hub_server.knobs(REPO, "Clover-Tiny-Q8_0.gguf").hold_at = MB  # never all of it, however fast the machine
+    hub_server.knobs(REPO, "Clover-Tiny-Q8_0.gguf").throttle_bps = 4 * MB
 
     def hub_dies(p: DownloadProgress) -> None:  # stop() also cuts the connection being served
         if p.phase == "downloading" and p.done > 0:
