@@ -111,3 +111,16 @@ def gemma_engine(gemma_path: Path) -> Iterator[ChatEngine]:
     engine = runtime.open_engine(plan_to_load(plan, settings), preset).engine
     yield engine
     engine.close()
+
+
+@pytest.fixture(params=["gemma", "instant", "slow"])
+def any_speed_engine(request: pytest.FixtureRequest) -> ChatEngine:
+    """For the tests that hold a reply still going (``GatedEngine``) or stop it: the real Gemma 3 270M, and a
+    scripted engine that answers at once (a machine faster than any real one) or slowly (a loaded one). Each
+    such test must pass at all three speeds: none may hope that the model is slow, or fast."""
+    from helpers_engine import SLOW_TOKEN_S, ScriptedEngine
+
+    if request.param == "gemma":
+        engine: ChatEngine = request.getfixturevalue("gemma_engine")
+        return engine
+    return ScriptedEngine(delay_s=0.0 if request.param == "instant" else SLOW_TOKEN_S)

@@ -14,8 +14,9 @@ It never sends ``X-Xet-*`` headers nor ``xetHash`` in listings, so huggingface_h
 and never through hf_xet. Errors carry the Hub's ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``,
 ``EntryNotFound``, ``GatedRepo``) so huggingface_hub raises its own exception classes.
 
-Knobs for tests, per file (:class:`FileKnobs`, reached through :meth:`HubServer.knobs`): throttle, dropped
-connections, 429 answers with ``Retry-After``, corrupted content. Counters (:meth:`HubServer.bytes_served`,
+Knobs for tests, per file (:class:`FileKnobs`, reached through :meth:`HubServer.knobs`): throttle, a transfer
+held mid-way until released (``hold_at``: what a test that acts mid-download uses, rather than hoping a throttle
+is slow enough), dropped connections, 429 answers with ``Retry-After``, corrupted content. Counters (:meth:`HubServer.bytes_served`,
 :attr:`HubServer.requests`) are thread-safe. Files added from disk are served in chunks, never read whole.
 """
 
@@ -25,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import re
+import select
 import socket
 import threading
 import time
@@ -50,6 +52,10 @@ class FileKnobs:
 
     throttle_bps: int | None = None
     """Serve the body at about this many bytes per second."""
+    hold_at: int | None = None
+    """Stop sending when the file's bytes up to this offset are sent, the connection kept open, until this is
+    set back to None (or the client goes away, or the server stops): a transfer held mid-way however fast or
+    slow the machine is. ``held_streams`` counts the GETs waiting there."""
     drop_after: int | None = None
     """Close the connection after this many body bytes of a GET (the response announced more)."""
     drop_times: int = 1
@@ -128,6 +134,7 @@ class HubServer:
         self.requests: list[RequestRecord] = []
         self._bytes: Counter[tuple[str, str]] = Counter()
         self._streams_open = 0
+        self._held_streams = 0
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._connections: set[socket.socket] = set()
@@ -226,6 +233,12 @@ class HubServer:
         """File bodies being sent right now (a killed client's stream ends at the server's next write)."""
         with self._lock:
             return self._streams_open
+
+    @property
+    def held_streams(self) -> int:
+        """File bodies waiting at their ``hold_at`` offset right now."""
+        with self._lock:
+            return self._held_streams
 
     def reset_counters(self) -> None:
         with self._lock:
@@ -519,6 +532,14 @@ class _HubHandler(BaseHTTPRequestHandler):
                 n = min(CHUNK, remaining)
                 if knobs.throttle_bps:
                     n = min(n, max(knobs.throttle_bps // 20, 1))
+                hold_at = knobs.hold_at
+                if hold_at is not None and start + sent >= hold_at:
+                    if not self._wait_while_held(knobs, start + sent):
+                        self.close_connection = True
+                        return
+                    continue
+                if hold_at is not None:
+                    n = min(n, hold_at - (start + sent))
                 if drop_after is not None:
                     n = min(n, drop_after - sent)
                     if n <= 0:
@@ -541,6 +562,25 @@ class _HubHandler(BaseHTTPRequestHandler):
                     ahead = sent / knobs.throttle_bps - (time.monotonic() - began)
                     if ahead > 0:
                         time.sleep(ahead)
+
+    def _wait_while_held(self, knobs: FileKnobs, offset: int) -> bool:
+        """Wait at ``offset`` while ``knobs.hold_at`` holds it; False when the client or the server went away."""
+        self.wfile.flush()
+        with self.hub._lock:
+            self.hub._held_streams += 1
+        try:
+            while knobs.hold_at is not None and knobs.hold_at <= offset:
+                readable, _, _ = select.select([self.connection], [], [], 0.02)
+                if readable:  # mid-response a client sends nothing: readable means closed (or cut by stop())
+                    try:
+                        if not self.connection.recv(1, socket.MSG_PEEK):
+                            return False
+                    except OSError:
+                        return False
+            return True
+        finally:
+            with self.hub._lock:
+                self.hub._held_streams -= 1
 
     # -- replies ---------------------------------------------------------------------------------------
 

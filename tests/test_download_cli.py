@@ -45,12 +45,11 @@ def big_file(hub_server: HubServer) -> bytes:
 
 def test_killed_download_resumes_in_the_next_process(hub_server: HubServer, big_file: bytes) -> None:
     knobs = hub_server.knobs(REPO, FILE)
-    knobs.throttle_bps = 4 * MB  # about two seconds for the file: the kill lands mid-way
     partial = cache.partial_path(REPO, sha256(big_file))
     half = len(big_file) // 2
+    knobs.hold_at = half  # the transfer waits there: the kill lands mid-way however fast or slow the machine
     child = start_cli("download", "--repo", REPO, "--quant", "Q8_0")
-    # The server counts bytes as it sends them; socket buffers hold some, so also wait for the disk.
-    wait_until(lambda: hub_server.bytes_served(REPO, FILE) >= half, "half the file served")
+    wait_until(lambda: hub_server.held_streams == 1, "half the file served, the transfer held")
     wait_until(lambda: partial.exists() and partial.stat().st_size >= half, "half the file on disk")
     child.send_signal(signal.SIGKILL)
     child.wait()
@@ -58,7 +57,7 @@ def test_killed_download_resumes_in_the_next_process(hub_server: HubServer, big_
 
     wait_until(lambda: hub_server.streams_open == 0, "the server to notice the dead client")
     hub_server.reset_counters()
-    knobs.throttle_bps = None
+    knobs.hold_at = None
     second = start_cli("download", "--repo", REPO, "--quant", "Q8_0", "--json")
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err

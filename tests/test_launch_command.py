@@ -62,7 +62,7 @@ async def test_the_launch_command_runs_as_printed(gemma_path: Path) -> None:
                 except Exception:
                     return False
 
-            wait_until(healthy, "llama-server to answer /health", limit_s=600)
+            wait_until(healthy, "llama-server to answer /health")
             assert proc.poll() is None, f"llama-server exited: {proc.stderr.read() if proc.stderr else ''}"
             props = http_client.request(f"http://127.0.0.1:{port}", "GET", "/props").json()
             assert Path(props["model_path"]).resolve() == gemma_path.resolve()

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import openai
 import pytest
+from helpers_engine import SLOW_TOKEN_S, GatedEngine, ScriptedEngine
 from helpers_serve import RecordingEngine, raw_post, start_stream_and_hang_up
 from waiting import wait_until
 
@@ -39,7 +40,7 @@ def engine() -> Iterator[RecordingEngine]:
         sampling=preset.sampling,
         speculative=SpeculativePlan(enabled=True),
     )
-    recording = RecordingEngine(result.engine)
+    recording = RecordingEngine(GatedEngine(result.engine, holds=0))  # the hang-up tests arm the gate
     yield recording
     recording.close()
 
@@ -55,6 +56,33 @@ def client(server: BackgroundServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
 
 
+@pytest.fixture(params=["gemma", "instant", "slow"])
+def held_server(request: pytest.FixtureRequest) -> Iterator[tuple[BackgroundServer, RecordingEngine]]:
+    """A server whose next reply waits after its first piece of text until it is cancelled: the client's hang-up
+    then lands mid-reply however fast the machine is. On the real Gemma 3 270M, and on the scripted engine at
+    once and slowly (``any_speed_engine``'s speeds)."""
+    if request.param == "gemma":
+        engine: RecordingEngine = request.getfixturevalue("engine")
+        gate = engine.inner
+        assert isinstance(gate, GatedEngine)
+        gate.arm()
+        try:
+            yield request.getfixturevalue("server"), engine
+        finally:
+            gate.arm(holds=0)
+            gate.release()
+        return
+    scripted = ScriptedEngine(delay_s=0.0 if request.param == "instant" else SLOW_TOKEN_S)
+    recording = RecordingEngine(GatedEngine(scripted))
+    with BackgroundServer(recording, ApiConfig(MODEL, api_key=KEY)) as s:
+        yield s, recording
+
+
+@pytest.fixture
+def held_client(held_server: tuple[BackgroundServer, RecordingEngine]) -> openai.OpenAI:
+    return openai.OpenAI(base_url=held_server[0].url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
 def test_chat_completion(client: openai.OpenAI) -> None:
     reply = client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "Name a colour."}], max_tokens=12
@@ -68,9 +96,16 @@ def test_chat_completion(client: openai.OpenAI) -> None:
     assert reply.model == MODEL
 
 
+# Compared replies evaluate their prompts from scratch: then they run the same computation, and are the same on
+# any CPU (with a cached prefix the rest of the prompt is evaluated in other batches, and a near-tie can flip).
+FRESH = {"cache_prompt": False}
+
+
 def test_streamed_chat_matches_unstreamed(client: openai.OpenAI) -> None:
     messages = [{"role": "user", "content": COPY_PROMPT}]
-    whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=24, temperature=0)
+    whole = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=24, temperature=0, extra_body=FRESH
+    )
     chunks = list(
         client.chat.completions.create(
             model=MODEL,
@@ -79,6 +114,7 @@ def test_streamed_chat_matches_unstreamed(client: openai.OpenAI) -> None:
             temperature=0,
             stream=True,
             stream_options={"include_usage": True},
+            extra_body=FRESH,
         )
     )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -92,13 +128,19 @@ def test_streamed_chat_matches_unstreamed(client: openai.OpenAI) -> None:
 
 def test_text_completion_copies_code(client: openai.OpenAI) -> None:
     reply = client.completions.create(
-        model=MODEL, prompt=COPY_PROMPT, max_tokens=20, temperature=0, stop=["```"]
+        model=MODEL, prompt=COPY_PROMPT, max_tokens=20, temperature=0, stop=["```"], extra_body=FRESH
     )
     assert "(a, b):\n    return a + b" in reply.choices[0].text
     streamed = "".join(
         c.choices[0].text
         for c in client.completions.create(
-            model=MODEL, prompt=COPY_PROMPT, max_tokens=20, temperature=0, stop=["```"], stream=True
+            model=MODEL,
+            prompt=COPY_PROMPT,
+            max_tokens=20,
+            temperature=0,
+            stop=["```"],
+            stream=True,
+            extra_body=FRESH,
         )
         if c.choices
     )
@@ -205,8 +247,10 @@ def test_unknown_model_and_too_long_prompt(client: openai.OpenAI) -> None:
 
 
 def test_client_hang_up_cancels_generation_and_server_keeps_serving(
-    server: BackgroundServer, engine: RecordingEngine, client: openai.OpenAI
+    held_server: tuple[BackgroundServer, RecordingEngine], held_client: openai.OpenAI
 ) -> None:
+    server, engine = held_server
+    client = held_client
     before = len(engine.finished)
     payload = {"model": MODEL, "prompt": "Count: one, two, three,", "max_tokens": 600, "stream": True}
     first = start_stream_and_hang_up(server.url, "/v1/completions", payload, AUTH)
@@ -250,11 +294,13 @@ def test_bind_warning_only_for_open_binds_without_key() -> None:
 
 
 def test_hang_up_on_a_non_streamed_request_cancels_it_too(
-    server: BackgroundServer, engine: RecordingEngine, client: openai.OpenAI
+    held_server: tuple[BackgroundServer, RecordingEngine], held_client: openai.OpenAI
 ) -> None:
     import json
     import socket
 
+    server, engine = held_server
+    client = held_client
     before = len(engine.finished)
     engine.started.clear()
     body = json.dumps({"model": MODEL, "prompt": "A, B, C,", "max_tokens": 600}).encode()

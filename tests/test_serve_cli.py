@@ -60,7 +60,7 @@ def _start_serve(engine: str, extra_env: dict[str, str]) -> tuple[subprocess.Pop
         except openai.APIConnectionError:
             return False
 
-    wait_until(ready, limit_s=300, what="clover-local serve to answer")
+    wait_until(ready, what="clover-local serve to answer")
     return proc, base
 
 

@@ -1,6 +1,11 @@
-"""Self-speculative decoding is exact: with temperature 0 the tokens are those of plain decoding; with a seed,
-the samples too. Rejected drafts are rolled back, also in the recurrent (Gated DeltaNet) state of the hybrid
-``qwen35moe`` model; llama.cpp is asked for logits only at the verified positions.
+"""Self-speculative decoding keeps to the model: at temperature 0 every emitted token is the argmax of the logits
+that verified it, and the same request gives the same text every time; with a seed, the same samples every
+time. Rejected drafts are rolled back, also in the recurrent (Gated DeltaNet) state of the hybrid ``qwen35moe``
+model; llama.cpp is asked for logits only at the verified positions.
+
+Speculative text is *not* asserted to equal plain decoding's: llama.cpp's batched kernels are not bit-identical
+to one-token evaluation on every CPU, so a near-tie can flip (``tests/helpers_picks.py``). Replayed with plain
+decoding, every emitted token must be the best or within a near-tie of it.
 
 Random tiny models rarely repeat themselves, so most tests use an *oracle* drafter that guesses the known
 plain-decoding continuation with a deliberate mistake in every draft: every step then accepts a part of its
@@ -22,6 +27,13 @@ from clover_local.engine.types import GenerationRequest, TextDelta
 from clover_local.plan.types import SpeculativePlan
 from clover_local.testing.models import TINY_KINDS, gemma_path, tiny_model
 from tests.helpers_engine import generate_text
+from tests.helpers_picks import (
+    assert_greedy_picks,
+    assert_plain_up_to_near_ties,
+    emitted,
+    prompt_of,
+    recording_picks,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -73,44 +85,49 @@ def tiny_engine(request: pytest.FixtureRequest) -> Iterator[EmbeddedEngine]:
 PROMPT = "the cat sat on the mat and then the dog"
 
 
-def test_greedy_speculation_matches_plain_decoding_with_partial_rollbacks(
+def test_greedy_speculation_keeps_to_the_argmax_through_partial_rollbacks(
     tiny_engine: EmbeddedEngine,
 ) -> None:
-    plain, reference = _plain_reference(
-        tiny_engine, GenerationRequest(prompt=PROMPT, max_tokens=64, temperature=0)
-    )
+    request = GenerationRequest(prompt=PROMPT, max_tokens=64, temperature=0)
+    _, reference = _plain_reference(tiny_engine, request)
     tiny_engine.drafter_factory = lambda plan: OracleDrafter(reference)
+    runs = []
     try:
-        tiny_engine.reset_cache()
-        spec, stats = generate_text(
-            tiny_engine, GenerationRequest(prompt=PROMPT, max_tokens=64, temperature=0, speculative=True)
-        )
+        with recording_picks() as picks:
+            for _ in range(2):
+                tiny_engine.reset_cache()
+                text, stats = generate_text(tiny_engine, replace(request, speculative=True))
+                assert_greedy_picks(tiny_engine, picks.last, stats)
+                runs.append((text, stats, emitted(picks.last, stats)))
     finally:
         tiny_engine.drafter_factory = _default_factory()
-    assert spec == plain
+    (spec, stats, tokens), (again, _, _) = runs
+    assert spec == again, "the same request, the same text"
+    assert any(p.n_rows > 1 for p in picks.last), "tokens were verified in batches"
     assert stats.accepted_tokens > 0
     assert stats.accepted_tokens < stats.drafted_tokens  # some drafts were rolled back
     assert stats.completion_tokens == 64
+    prompt = prompt_of(tiny_engine, request)
+    assert_plain_up_to_near_ties(tiny_engine, prompt, tokens)
 
 
-def test_seeded_sampling_with_speculation_gives_the_plain_samples(tiny_engine: EmbeddedEngine) -> None:
-    req = GenerationRequest(prompt=PROMPT, max_tokens=48, temperature=0.9, top_k=40, top_p=0.95, seed=1234)
+def test_seeded_sampling_with_speculation_is_reproducible(tiny_engine: EmbeddedEngine) -> None:
+    req = GenerationRequest(
+        prompt=PROMPT, max_tokens=48, temperature=0.9, top_k=40, top_p=0.95, seed=1234, cache_prompt=False
+    )  # each from scratch: the same computation every time
     plain, reference = _plain_reference(tiny_engine, req)
     again, _ = _plain_reference(tiny_engine, req)
     assert plain == again  # the seed makes sampling reproducible
     tiny_engine.drafter_factory = lambda plan: OracleDrafter(reference)
     try:
-        spec, stats = generate_text(tiny_engine, replace(req, speculative=True))
-        spec_again, _ = generate_text(tiny_engine, replace(req, speculative=True))
+        with recording_picks() as picks:
+            spec, stats = generate_text(tiny_engine, replace(req, speculative=True))
+            spec_again, _ = generate_text(tiny_engine, replace(req, speculative=True))
     finally:
         tiny_engine.drafter_factory = _default_factory()
     assert 0 < stats.accepted_tokens < stats.drafted_tokens
     assert spec == spec_again  # deterministic with speculation too
-    if tiny_engine.recurrent:
-        # Gated DeltaNet evaluated in a batch differs from step-by-step by up to ~0.1 in the logits (measured),
-        # enough to move a sample across a boundary: identity is only promised for attention models.
-        return
-    assert spec == plain
+    assert all(p.rank < 40 for run in picks.requests for p in run), "every sample is within top-k of its row"
 
 
 def _default_factory() -> Any:
@@ -119,20 +136,20 @@ def _default_factory() -> Any:
     return default_drafter
 
 
-def test_ngram_drafts_from_a_repeated_prompt_are_accepted_and_exact() -> None:
+def test_ngram_drafts_from_a_repeated_prompt_are_accepted_and_keep_to_the_argmax() -> None:
     result = load_engine(tiny_model("llama"), {"n_ctx": 1024, "n_threads": 2}, chat_template="completion")
     engine = result.engine
+    prompt = "the cat sat on the mat and the dog sat on the log " * 6
+    request = GenerationRequest(prompt=prompt, max_tokens=60, temperature=0, speculative=True)
     try:
-        prompt = "the cat sat on the mat and the dog sat on the log " * 6
-        plain, _ = generate_text(
-            engine, GenerationRequest(prompt=prompt, max_tokens=60, temperature=0, speculative=False)
-        )
-        spec, stats = generate_text(
-            engine, GenerationRequest(prompt=prompt, max_tokens=60, temperature=0, speculative=True)
-        )
+        with recording_picks() as picks:
+            spec, stats = generate_text(engine, replace(request, cache_prompt=False))
+            assert_greedy_picks(engine, picks.last, stats)
+            again, _ = generate_text(engine, replace(request, cache_prompt=False))
+        assert_plain_up_to_near_ties(engine, prompt_of(engine, request), emitted(picks.requests[0], stats))
     finally:
         engine.close()
-    assert spec == plain
+    assert spec == again
     assert stats.accepted_tokens > 0
 
 
@@ -204,17 +221,16 @@ def test_hybrid_model_without_snapshots_recovers_and_stops_speculating() -> None
         speculative=SpeculativePlan(enabled=False, n_min=1, n_max=8),
     )
     engine = result.engine
+    request = GenerationRequest(prompt=PROMPT, max_tokens=40, temperature=0)
     try:
-        plain, reference = _plain_reference(
-            engine, GenerationRequest(prompt=PROMPT, max_tokens=40, temperature=0)
-        )
+        _, reference = _plain_reference(engine, request)
         engine.drafter_factory = lambda plan: OracleDrafter(reference)
-        spec, _ = generate_text(
-            engine, GenerationRequest(prompt=PROMPT, max_tokens=40, temperature=0, speculative=True)
-        )
+        with recording_picks() as picks:
+            _, stats = generate_text(engine, replace(request, speculative=True))
+        assert_greedy_picks(engine, picks.last, stats)  # the rebuilt cache holds exactly the kept tokens
+        assert_plain_up_to_near_ties(engine, prompt_of(engine, request), emitted(picks.last, stats))
     finally:
         engine.close()
-    assert spec == plain
     assert any("switched off" in n for n in engine.notices)
 
 
@@ -236,14 +252,17 @@ def perimeter(width, height):
 '''
 
 
-def test_gemma_short_greedy_outputs_match_with_speculation(gemma: EmbeddedEngine) -> None:
+def test_gemma_greedy_speculation_copies_the_file_and_keeps_to_the_argmax(gemma: EmbeddedEngine) -> None:
     prompt = f"Original file:\n```python\n{CODE}```\n\nThe same file after renaming width to w:\n```python\n"
-    plain, _ = generate_text(
-        gemma, GenerationRequest(prompt=prompt, max_tokens=48, temperature=0, speculative=False)
+    request = GenerationRequest(
+        prompt=prompt, max_tokens=48, temperature=0, speculative=True, cache_prompt=False
     )
-    spec, stats = generate_text(
-        gemma, GenerationRequest(prompt=prompt, max_tokens=48, temperature=0, speculative=True)
-    )
-    assert spec == plain
+    with recording_picks() as picks:
+        spec, stats = generate_text(gemma, request)
+        assert_greedy_picks(gemma, picks.last, stats)
+        again, _ = generate_text(gemma, request)
+    assert spec == again
     assert spec.startswith("def area(")  # it copies the file
     assert stats.draft_acceptance is not None and stats.draft_acceptance > 0.5
+    assert any(p.n_rows > 1 for p in picks.requests[0])
+    assert_plain_up_to_near_ties(gemma, prompt_of(gemma, request), emitted(picks.requests[0], stats))

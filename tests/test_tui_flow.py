@@ -95,7 +95,7 @@ async def test_plan_with_a_local_gguf_uses_its_header() -> None:
 async def test_download_shows_progress_pauses_and_resumes(hub_server: HubServer) -> None:
     data = tiny_model("qwen3moe").read_bytes()
     hub_server.add_file(REPO, FILE, data)
-    hub_server.knobs(REPO, FILE).throttle_bps = max(len(data) // 3, 1)
+    hub_server.knobs(REPO, FILE).hold_at = len(data) // 3  # still downloading when "p" comes, at any speed
     preset = replace(load_preset("gemma3-270m"), repo=REPO, python_package=None)
     plan, _ = runtime.plan_for(
         preset, quant="Q4_K_M", ctx=1024, machine=parse_simulate("ram=16G,cpu=4"), describe=False
@@ -106,7 +106,13 @@ async def test_download_shows_progress_pauses_and_resumes(hub_server: HubServer)
     async with app.run_test(size=(80, 24)) as pilot:
         app.push_screen(screen, results.append)
         await wait_until(
-            lambda: screen.last is not None and screen.last.done > 0, "bytes to arrive", pilot=pilot
+            lambda: (
+                hub_server.held_streams == 1
+                and screen.last is not None
+                and screen.last.phase == "downloading"
+            ),
+            "a third of the file sent, the transfer held there",
+            pilot=pilot,
         )
         assert "Downloading" in str(screen.query_one("#download-status", Static).render())
         assert "Disk left" in str(screen.query_one("#disk-left", Static).render())
@@ -116,7 +122,7 @@ async def test_download_shows_progress_pauses_and_resumes(hub_server: HubServer)
         await wait_until(lambda: hub_server.streams_open == 0, "the cut stream to end", pilot=pilot)
         served = hub_server.bytes_served(REPO, FILE)
         assert served < len(data)
-        hub_server.knobs(REPO, FILE).throttle_bps = None
+        hub_server.knobs(REPO, FILE).hold_at = None
         await pilot.press("p")
         await wait_until(lambda: bool(results), "the download to finish", pilot=pilot)
     assert hub_server.bytes_served(REPO, FILE) < len(data) + served, "the resume did not start over"
@@ -135,9 +141,7 @@ async def test_first_run_flow_downloads_launches_chats_and_is_remembered(hub_ser
         assert isinstance(plan_screen, PlanScreen)
         await wait_until(lambda: plan_screen.plan is not None, "the plan", pilot=pilot)
         await pilot.press("d")
-        await wait_until(
-            lambda: isinstance(app.screen, LaunchScreen), "download, then launch", 300, pilot=pilot
-        )
+        await wait_until(lambda: isinstance(app.screen, LaunchScreen), "download, then launch", pilot=pilot)
         launch = app.screen
         assert isinstance(launch, LaunchScreen)
         await wait_until(lambda: launch.loaded is not None, "the model to load", pilot=pilot)
@@ -158,7 +162,7 @@ async def test_first_run_flow_downloads_launches_chats_and_is_remembered(hub_ser
 
     again = CloverApp()
     async with again.run_test(size=(80, 24)) as pilot:
-        await wait_until(lambda: isinstance(again.screen, ChatScreen), "straight to chat", 300, pilot=pilot)
+        await wait_until(lambda: isinstance(again.screen, ChatScreen), "straight to chat", pilot=pilot)
 
 
 async def test_plan_screen_replaces_estimates_with_the_hubs_gguf_header(hub_server: HubServer) -> None:

@@ -2,7 +2,8 @@
 
 ``wait_until(predicate, what)`` polls in the calling thread; with ``pilot=`` it returns a coroutine that lets the
 Textual app run between polls (``await wait_until(..., pilot=pilot)``). ``limit_s`` only keeps a broken test
-from hanging: it is generous, and never an assertion about speed.
+from hanging: it is generous, and never an assertion about speed. It stays below the per-test time limit
+(``timeout`` in pyproject.toml, 300 s), so a test that gives up says what it was waiting for.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from textual.pilot import Pilot
 
 POLL_S = 0.02
+LIMIT_S = 240.0
 
 
 @overload
@@ -33,7 +35,7 @@ def wait_until(
 def wait_until(
     predicate: Callable[[], object],
     what: str = "the condition",
-    limit_s: float = 600.0,
+    limit_s: float = LIMIT_S,
     *,
     pilot: Pilot[Any] | None = None,
 ) -> Coroutine[Any, Any, None] | None:
