@@ -99,3 +99,20 @@ def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(
     finally:
         reopened.engine.close()
     assert verify_costs_path().read_bytes() == written
+
+
+@pytest.mark.slow
+def test_bench_verify_costs_measures_again_and_keeps_it(
+    tiny_models: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from clover_local.cli import main
+
+    model = str(tiny_models["llama"])
+    assert main(["bench", "--verify-costs", "--model", model, "--ctx", "512", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["costs"][0] == 1.0 and len(first["costs"]) >= 3 and first["step_ms"] > 0
+    assert [r.key for r in load_verify_costs()] == [first["key"]]
+    assert main(["bench", "--verify-costs", "--model", model, "--ctx", "512"]) == 0
+    assert "Kept for later plans" in capsys.readouterr().out
+    (again,) = load_verify_costs()  # measured anew, replacing the first table of the same key
+    assert again.key == first["key"]

@@ -57,6 +57,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     group.add_argument("--tokens-per-step", default="1,2,4", metavar="N,..", help="tokens unmasked per step")
     parser.add_argument(
+        "--verify-costs",
+        action="store_true",
+        help="measure again what verifying a draft costs on this machine for the plan (the embedded engine does "
+        "it once at a plan's first load) and keep it for later plans",
+    )
+    parser.add_argument(
         "--llama-bench",
         action="store_true",
         help="measure decode with llama-bench at the plan's placement on this machine and record it: later "
@@ -81,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.llama_bench:
         return _record_llama_bench(args)
+    if args.verify_costs:
+        return _measure_verify_costs(args)
     if args.spec_modes:
         return _bench_spec_modes(args)
     from clover_local.engine.native import default_threads
@@ -135,6 +143,47 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(report))
         if args.vs_llama_bench:
             _print_vs_llama_bench(report, data["llama_bench"])
+    return 0
+
+
+def _measure_verify_costs(args: argparse.Namespace) -> int:
+    """``bench --verify-costs``: the plan's first-load measurement, made again now, and kept."""
+    from dataclasses import replace
+
+    from clover_local.measure.records import load_verify_costs, verify_costs_path
+    from clover_local.presets import load_preset
+    from clover_local.runtime import EngineChoice, open_engine, plan_for, require_model
+
+    preset = None if args.model else load_preset(args.preset or "gemma3-270m")
+    path = require_model(preset, args.model)
+    plan, chosen = plan_for(preset, model=path, ctx=args.ctx, threads=args.threads)
+    spec = plan.speculative
+    if not spec.costs_key or spec.mode != "ngram":
+        raise UsageError(
+            f"This plan does not draft with n-grams (speculation: {spec.mode}), so there is no verification cost "
+            "to measure.",
+            "Use a plan with n-gram speculation (--spec ngram).",
+        )
+    plan = replace(plan, speculative=replace(spec, enabled=True, costs_source="model"))
+    open_engine(plan, chosen, EngineChoice("embedded", "bench --verify-costs")).engine.close()
+    record = next(r for r in reversed(load_verify_costs()) if r.key == spec.costs_key)
+    data = {
+        "key": record.key,
+        "costs": list(record.costs),
+        "step_ms": record.step_ms,
+        "saved_to": str(verify_costs_path()),
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(
+        f"{Path(path).name}: one plain step {record.step_ms:.1f} ms (-t {plan.threads}, batches on the decode threads)"
+    )
+    print("batch of m tokens, in plain steps; ceiling = m / cost (the most drafting m - 1 tokens can gain)")
+    for m, cost in enumerate(record.costs, start=1):
+        if m in (2, 3, 5, 9, len(record.costs)):
+            print(f"  m={m:>2}: {cost:5.2f} steps, ceiling {m / cost:4.2f}x")
+    print(f"Kept for later plans: {data['saved_to']}")
     return 0
 
 
