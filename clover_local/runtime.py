@@ -153,6 +153,8 @@ def plan_for(
     spec: str = "auto",
 ) -> tuple[Plan, Preset]:
     """The plan for ``preset`` on ``machine`` (None: ``simulate``'s described machine, else this one, detected).
+    A ``model`` given without a preset is planned as the preset its file name says (:func:`preset_for_file`:
+    its chat template, context and sampling), else as itself.
 
     Sizes: ``model`` (a local GGUF) gives exact ones from its header, and it is the only candidate; else
     ``models`` (each quant's described sizes); else, with ``describe``, each quant is described now
@@ -164,7 +166,10 @@ def plan_for(
     the drafter heads the files offer: inside the model file, or sidecars beside it (downloaded, or on the Hub
     with their headers read first), with ``bench --spec-modes``'s measurements when there are any.
     """
-    chosen = preset if isinstance(preset, Preset) else load_preset(preset)
+    if isinstance(preset, Preset):
+        chosen = preset
+    else:
+        chosen = preset_for_file(model) if preset is None and model else load_preset(preset)
     machine = machine or detect(simulate, rpc, link)
     wishes = Wishes(quant="auto" if model else quant, ctx=ctx, goal=goal, threads=threads, engine=engine)
     from clover_local.measure.records import load_records
