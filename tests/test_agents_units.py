@@ -338,3 +338,11 @@ def test_llama_server_tool_call_deltas_are_put_back_together() -> None:
         ToolCall("c1", "get_weather", '{"city": "Oslo"}'),
         ToolCall("c2", "get_time", "{}"),
     ]
+
+
+def test_the_model_name_is_matched_in_any_case() -> None:
+    parsed = oa.parse_chat(
+        {"model": "gemma-3-270m-q4_k_m", "messages": [{"role": "user", "content": "x"}]},
+        ("gemma3-270m", "gemma-3-270m-Q4_K_M"),
+    )
+    assert parsed.model == "gemma-3-270m-Q4_K_M"

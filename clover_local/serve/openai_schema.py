@@ -106,6 +106,8 @@ def _common(body: dict[str, Any], known_models: tuple[str, ...], *, chat: bool) 
     model = body.get("model")
     if model is None:
         model = known_models[0]
+    if isinstance(model, str) and model not in known_models:  # file names are typed in any case
+        model = next((m for m in known_models if m.lower() == model.lower()), model)
     if not isinstance(model, str) or model not in known_models:
         raise ApiError(
             400,
