@@ -27,6 +27,7 @@ from clover_local.presets import Preset, SamplingDefaults, load_preset
 
 if TYPE_CHECKING:
     from clover_local.detect.machine import Machine
+    from clover_local.engine.templates import TemplateChoice
     from clover_local.engine.types import ChatEngine
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.gguf.model import ModelDescription
@@ -37,6 +38,7 @@ __all__ = [
     "ENGINE_CHOICES",
     "EngineChoice",
     "OpenedEngine",
+    "chat_template_for",
     "choose_engine",
     "detect",
     "diffusion_plan_for_file",
@@ -248,6 +250,19 @@ def _with_speculation(
     return plan_speculation(plan, desc, offered_heads(desc, sidecars), spec, measured)
 
 
+def chat_template_for(plan: Plan, chat_template: str | None = None) -> TemplateChoice:
+    """The chat template the plan's model is chatted with (``chat_template``: instead of the plan's), as the
+    embedded engine's loader chooses it (``templates.choose_template``) from the GGUF's own template: what both
+    engines render, and what ``doctor`` reports."""
+    from clover_local.engine.templates import builtin_template_names, choose_template
+
+    gguf_template = None
+    if plan.model_path:
+        path = Path(plan.model_path)
+        gguf_template = _local_header(str(path), path.stat().st_mtime_ns).chat_template
+    return choose_template(chat_template or plan.chat_template, gguf_template, builtin_template_names())
+
+
 def local_sidecars(model: Path) -> dict[DraftKind, tuple[str, ModelDescription | None]]:
     """Drafter sidecars beside a local GGUF, picked by llama.cpp's rules (``mtp-<name>`` ...), with headers."""
     from clover_local.errors import CloverError
@@ -430,10 +445,13 @@ def open_engine(
     from clover_local.llamacpp.server import plan_server_argv, start_llama_server
     from clover_local.llamacpp.server_engine import LlamaServerEngine
 
+    template = chat_template_for(plan)
+    if template.notice:
+        engine_notes.append(template.notice)
     process = start_llama_server(
         plan_server_argv(plan), binary=choice.binary, on_log=on_log, ready_timeout_s=ready_timeout_s
     )
-    engine = LlamaServerEngine(process, model_name=preset.name, sampling=preset.sampling)
+    engine = LlamaServerEngine(process, model_name=preset.name, sampling=preset.sampling, template=template)
     return OpenedEngine(engine, "llama-server", (*engine_notes, *process.warnings))
 
 

@@ -346,3 +346,13 @@ def test_the_model_name_is_matched_in_any_case() -> None:
         ("gemma3-270m", "gemma-3-270m-Q4_K_M"),
     )
     assert parsed.model == "gemma-3-270m-Q4_K_M"
+
+
+def test_turn_markers_are_the_ones_the_template_writes() -> None:
+    from clover_local.engine.templates import PROBE_MESSAGES, render_builtin, render_completion, turn_markers
+    from clover_local.testing.vocab import CHATML_TEMPLATE
+
+    chatml = render_jinja(CHATML_TEMPLATE, PROBE_MESSAGES, bos_token="", eos_token="")
+    assert turn_markers(chatml) == ("<|im_start|>", "<|im_end|>")
+    assert turn_markers(render_builtin("gemma", PROBE_MESSAGES)) == ("<start_of_turn>", "<end_of_turn>")
+    assert turn_markers(render_completion(PROBE_MESSAGES)) == ()

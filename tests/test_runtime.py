@@ -92,3 +92,15 @@ def test_a_bare_model_file_is_planned_as_its_preset_with_that_template(gemma_pat
     argv = llama_server_args(plan)
     at = argv.index("--chat-template")
     assert argv[at : at + 3] == ["--chat-template", "gemma", "--no-jinja"]
+    template = runtime.chat_template_for(plan)
+    assert (template.kind, template.name) == ("builtin", "gemma")
+
+
+def test_a_gguf_without_a_template_and_preset_is_chatted_with_as_plain_text(tmp_path: Path) -> None:
+    """Neither engine invents a template: both send plain completion text, and say so."""
+    from clover_local.testing.models import TinySpec, tiny_model_from_spec
+
+    path = tiny_model_from_spec(TinySpec(kind="llama", chat_template=""))
+    plan, _ = runtime.plan_for(None, model=path, ctx=512, machine=parse_simulate("ram=16G,cpu=4"))
+    template = runtime.chat_template_for(plan)
+    assert template.kind == "completion" and template.notice

@@ -14,13 +14,13 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from llama_cpp import llama_cpp as C
 
-from clover_local.engine import grammar, toolcalls
+from clover_local.engine import grammar, templates, toolcalls
 from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
 from clover_local.engine.templates import TemplateChoice, renderer
@@ -96,6 +96,7 @@ class EmbeddedEngine:
         self._render = renderer(
             parts.template, bos_token=self._special_text(self._bos), eos_token=self._special_text(self._eos())
         )
+        self._turn_markers = self._find_turn_markers()
         self._closed = False
         self.backend_sampling = parts.backend_sampling
         """Sample inside llama.cpp's graph on the model's device (GPU plans) instead of on the host."""
@@ -182,6 +183,8 @@ class EmbeddedEngine:
                 "Shorten the conversation or plan a larger context (--ctx).",
             )
         max_new = min(request.max_tokens, self._n_ctx - len(prompt))
+        if request.messages is not None and self._turn_markers:  # a chat reply ends where its turn ends
+            request = replace(request, stop=(*request.stop, *self._turn_markers))
         if not request.cache_prompt:
             self.reset_cache()
         n_cached = self._reuse_prefix(prompt)
@@ -426,6 +429,24 @@ class EmbeddedEngine:
         if not toolcalls.template_renders_tools(source):
             return "hermes"
         return toolcalls.detect_format(source)
+
+    @property
+    def turn_markers(self) -> tuple[str, ...]:
+        """The control text of this engine's chat template (``templates.turn_markers``)."""
+        return self._turn_markers
+
+    def _find_turn_markers(self) -> tuple[str, ...]:
+        """The template's turn markers; each that is one token of this vocabulary ends generation like an
+        end-of-generation token, even when the GGUF does not mark it so (a start of turn never is)."""
+        try:
+            markers = templates.turn_markers(self._render(templates.PROBE_MESSAGES))
+        except EngineError:  # a template that refuses a system message
+            markers = templates.turn_markers(self._render(templates.PROBE_MESSAGES[1:]))
+        for marker in markers:
+            ids = self.tokenize(marker, add_special=False, parse_special=True)
+            if len(ids) == 1:
+                self._eog[ids[0]] = True
+        return markers
 
     def _grammar(self, request: GenerationRequest) -> str | None:
         """The GBNF this request's output must follow: its JSON schema, or a forced tool call."""

@@ -58,6 +58,40 @@ def choose_template(
     return TemplateChoice("builtin", requested)
 
 
+TURN_MARKERS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|end|>",
+    "<|endoftext|>",
+    "[INST]",
+    "[/INST]",
+)
+"""Text that opens or closes a turn in the chat formats llama.cpp knows (ChatML, Gemma, Llama 3, Phi, Zephyr,
+Mistral). The ones a template writes are its control text: a reply never shows them."""
+PROBE_MESSAGES = (
+    ChatMessage("system", "S"),
+    ChatMessage("user", "U"),
+    ChatMessage("assistant", "A"),
+    ChatMessage("user", "V"),
+)
+"""A short conversation rendered once per engine to find which turn markers its template writes."""
+
+
+def turn_markers(rendered_probe: str) -> tuple[str, ...]:
+    """The turn markers (:data:`TURN_MARKERS`) the template wrote when rendering :data:`PROBE_MESSAGES`. A chat
+    reply stops where the model writes one of them, whether the model's vocabulary has it as one token (then
+    it also ends generation as a token) or spells it out in pieces (a template the model was not trained on)."""
+    return tuple(m for m in TURN_MARKERS if m in rendered_probe)
+
+
 def builtin_template_names() -> list[str]:
     """Names of the templates compiled into llama.cpp (``llama_chat_builtin_templates``)."""
     from llama_cpp import llama_cpp as C

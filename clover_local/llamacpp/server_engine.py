@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from clover_local.engine import templates
+from clover_local.engine.templates import TemplateChoice
 from clover_local.engine.types import (
+    ChatMessage,
     Finished,
     FinishReason,
     GenerationEvent,
@@ -22,7 +25,7 @@ from clover_local.engine.types import (
     TextDelta,
     ToolCallMade,
 )
-from clover_local.errors import ServerError
+from clover_local.errors import RequestRefused, ServerError
 from clover_local.llamacpp import http_client
 from clover_local.llamacpp.server import LlamaServerProcess
 from clover_local.llamacpp.server_tools import ToolCallCollector, agent_payload, openai_message
@@ -34,7 +37,8 @@ class LlamaServerEngine:
 
     When built from a :class:`LlamaServerProcess` with ``owns_process=True``, ``close()`` stops the server.
     Speculative decoding is set when the server starts (``--spec-type``); ``request.speculative`` cannot
-    change it per request and is ignored."""
+    change it per request and is ignored. ``template`` is the chat template the server was started with, as
+    ``templates.choose_template`` chose it (None: read from the server's ``/props``)."""
 
     def __init__(
         self,
@@ -44,6 +48,7 @@ class LlamaServerEngine:
         sampling: SamplingDefaults | None = None,
         api_key: str | None = None,
         owns_process: bool = True,
+        template: TemplateChoice | None = None,
     ) -> None:
         if isinstance(server, LlamaServerProcess):
             self._process: LlamaServerProcess | None = server
@@ -57,6 +62,8 @@ class LlamaServerEngine:
         self._sampling = sampling or SamplingDefaults()
         self._model_name = model_name
         self._n_ctx: int | None = None
+        self._template = template
+        self._turn_markers: tuple[str, ...] | None = None
 
     @property
     def process(self) -> LlamaServerProcess | None:
@@ -79,6 +86,34 @@ class LlamaServerEngine:
             except (KeyError, TypeError, ValueError):
                 raise ServerError("llama-server's /props did not say its context size.") from None
         return self._n_ctx
+
+    @property
+    def template(self) -> TemplateChoice:
+        """The chat template llama-server applies: as given, else its ``/props`` source (Jinja when it holds
+        Jinja syntax; a bare name is a llama.cpp built-in, which runs with ``--no-jinja``)."""
+        if self._template is None:
+            source = str(self._get("/props").get("chat_template") or "")
+            if "{" in source:
+                self._template = TemplateChoice("jinja", templates.TEMPLATE_GGUF, source)
+            elif source:
+                self._template = TemplateChoice("builtin", source)
+            else:
+                self._template = TemplateChoice("completion", templates.TEMPLATE_COMPLETION)
+        return self._template
+
+    @property
+    def turn_markers(self) -> tuple[str, ...]:
+        """The control text llama-server's template writes (``templates.turn_markers`` of a rendered probe)."""
+        if self._turn_markers is None:
+            markers: tuple[str, ...] = ()
+            if self.template.kind != "completion":
+                for probe in (templates.PROBE_MESSAGES, templates.PROBE_MESSAGES[1:]):
+                    rendered = self._applied_template(probe, refused_ok=True)
+                    if rendered is not None:
+                        markers = templates.turn_markers(rendered)
+                        break
+            self._turn_markers = markers
+        return self._turn_markers
 
     def count_tokens(self, text: str) -> int:
         gone = self.problem()
@@ -187,8 +222,9 @@ class LlamaServerEngine:
         }
         if request.seed is not None:
             sampling["seed"] = request.seed
-        if request.stop:
-            sampling["stop"] = list(request.stop)
+        stop = [*request.stop, *(self.turn_markers if request.messages is not None else ())]
+        if stop:
+            sampling["stop"] = stop
         if request.messages is not None:
             payload = {
                 "model": self._model_name or "default",
@@ -203,6 +239,18 @@ class LlamaServerEngine:
         if request.json_schema is not None:
             prompt["json_schema"] = request.json_schema or {"type": "object"}
         return "/completion", prompt
+
+    def _applied_template(self, messages: Sequence[ChatMessage], *, refused_ok: bool = False) -> str | None:
+        """The prompt llama-server's chat template makes of ``messages`` (``/apply-template``)."""
+        body: dict[str, Any] = {"messages": [openai_message(m) for m in messages]}
+        resp = http_client.request(self.base_url, "POST", "/apply-template", body, api_key=self._api_key)
+        data = resp.json()
+        if resp.status == 200 and isinstance(data, dict) and isinstance(data.get("prompt"), str):
+            return str(data["prompt"])
+        if refused_ok:
+            return None
+        error = RequestRefused if 400 <= resp.status < 500 else ServerError
+        raise error(f"llama-server could not apply its chat template (HTTP {resp.status}): {data}")
 
 
 def _delta_of(event: dict[str, Any]) -> tuple[str, FinishReason | None]:
