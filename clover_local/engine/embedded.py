@@ -33,6 +33,7 @@ from clover_local.engine.types import (
     GenerationRequest,
     GenerationStats,
     TextDelta,
+    ToolFormat,
 )
 from clover_local.errors import EngineError, UsageError
 from clover_local.plan.types import SpeculativePlan
@@ -183,8 +184,10 @@ class EmbeddedEngine:
                 "Shorten the conversation or plan a larger context (--ctx).",
             )
         max_new = min(request.max_tokens, self._n_ctx - len(prompt))
-        if request.messages is not None and self._turn_markers:  # a chat reply ends where its turn ends
-            request = replace(request, stop=(*request.stop, *self._turn_markers))
+        if request.messages is not None:  # a chat reply ends where its turn ends, and after its one call
+            request = replace(
+                request, stop=(*request.stop, *self._turn_markers, *toolcalls.reply_stops(request))
+            )
         if not request.cache_prompt:
             self.reset_cache()
         n_cached = self._reuse_prefix(prompt)
@@ -423,12 +426,9 @@ class EmbeddedEngine:
     # --- helpers ----------------------------------------------------------------------------------------------
 
     @property
-    def tool_format(self) -> toolcalls.ToolFormat:
+    def tool_format(self) -> ToolFormat:
         """How this model writes tool calls (from its chat template; Hermes JSON when it has none)."""
-        source = self._parts.template.source if self._parts.template.kind == "jinja" else None
-        if not toolcalls.template_renders_tools(source):
-            return "hermes"
-        return toolcalls.detect_format(source)
+        return templates.tool_format(self._parts.template)
 
     @property
     def turn_markers(self) -> tuple[str, ...]:

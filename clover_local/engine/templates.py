@@ -14,8 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clover_local.engine.toolcalls import fallback_messages, template_message, template_renders_tools
-from clover_local.engine.types import ChatMessage, ToolSpec
+from clover_local.engine.toolcalls import (
+    detect_format,
+    fallback_messages,
+    template_message,
+    template_renders_tools,
+)
+from clover_local.engine.types import ChatMessage, ToolFormat, ToolSpec
 from clover_local.errors import EngineError
 
 TEMPLATE_GGUF = "gguf"
@@ -56,6 +61,30 @@ def choose_template(
             f"Use 'gguf', 'completion' or one of llama.cpp's built-ins: {', '.join(builtin_names)}.",
         )
     return TemplateChoice("builtin", requested)
+
+
+def renders_tools(choice: TemplateChoice) -> bool:
+    """The template itself shows ``tools``, earlier calls and their results (a Jinja template that mentions
+    them). Otherwise clover-local's generic format is used, on both engines: the tools are listed in a system
+    note, calls are written and forced in the Hermes format, and earlier calls and results are folded into text
+    (:func:`clover_local.engine.toolcalls.fallback_messages`)."""
+    return choice.kind == "jinja" and template_renders_tools(choice.source)
+
+
+def tool_format(choice: TemplateChoice) -> ToolFormat:
+    """How replies under this template write tool calls: the template's own format when it shows tools, else
+    the generic format's Hermes JSON."""
+    return detect_format(choice.source) if renders_tools(choice) else "hermes"
+
+
+def tool_support(choice: TemplateChoice) -> str:
+    """In words, for ``doctor``: whether this template calls tools natively, and what is used when it cannot."""
+    if renders_tools(choice):
+        return f"native: the chat template shows tools; calls in its {tool_format(choice)} format"
+    return (
+        "generic (the chat template has no tool syntax): tools listed in a system note, calls as Hermes "
+        '<tool_call> JSON, forced by grammar for a required or named tool_choice (README: "The generic tool format")'
+    )
 
 
 TURN_MARKERS = (
@@ -186,7 +215,7 @@ Renderer = Callable[..., str]
 def renderer(choice: TemplateChoice, *, bos_token: str, eos_token: str) -> Renderer:
     """A function (messages, tools=()) -> prompt text for the chosen template. Tools, earlier calls and their
     results go through the template when it shows them, else are written into the messages as plain text."""
-    if choice.kind == "jinja" and template_renders_tools(choice.source):
+    if renders_tools(choice):
         source = choice.source or ""
 
         def render_with_tools(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> str:

@@ -3,7 +3,10 @@ TUI chat, ``bench`` and ``serve`` can use an upstream build exactly as they use 
 
 Chat goes to ``/v1/chat/completions`` (the server applies the chat template), plain prompts to
 ``/completion``; both stream, and the last event's ``timings`` give the stats (prompt and decode speed,
-cached prompt tokens, drafted and accepted tokens of speculative decoding).
+cached prompt tokens, drafted and accepted tokens of speculative decoding). Chat requests llama-server would
+not enforce (a forced tool call, tools on a template without tool syntax, a GGUF without a template) take
+clover-local's route instead (``server_tools.clover_enforces``): the same grammar and parsing as the embedded
+engine, on ``/completion``.
 """
 
 from __future__ import annotations
@@ -11,9 +14,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
-from clover_local.engine import templates
+from clover_local.engine import templates, toolcalls
 from clover_local.engine.templates import TemplateChoice
 from clover_local.engine.types import (
     ChatMessage,
@@ -24,11 +28,20 @@ from clover_local.engine.types import (
     GenerationStats,
     TextDelta,
     ToolCallMade,
+    ToolFormat,
+    ToolSpec,
 )
 from clover_local.errors import RequestRefused, ServerError
 from clover_local.llamacpp import http_client
 from clover_local.llamacpp.server import LlamaServerProcess
-from clover_local.llamacpp.server_tools import ToolCallCollector, agent_payload, openai_message
+from clover_local.llamacpp.server_tools import (
+    ToolCallCollector,
+    agent_payload,
+    clover_enforces,
+    completion_payload,
+    openai_message,
+    withhold_unfinished,
+)
 from clover_local.presets import SamplingDefaults
 
 
@@ -102,6 +115,11 @@ class LlamaServerEngine:
         return self._template
 
     @property
+    def tool_format(self) -> ToolFormat:
+        """How this model writes tool calls (``templates.tool_format``, as the embedded engine decides it)."""
+        return templates.tool_format(self.template)
+
+    @property
     def turn_markers(self) -> tuple[str, ...]:
         """The control text llama-server's template writes (``templates.turn_markers`` of a rendered probe)."""
         if self._turn_markers is None:
@@ -136,7 +154,18 @@ class LlamaServerEngine:
         gone = self.problem()
         if gone:
             raise ServerError(gone)
-        path, payload = self._payload(request)
+        if clover_enforces(self.template, request):
+            events = self._stream(*self._enforced_payload(request), cancel, native=False)
+            if request.tools and request.tool_choice != "none":
+                events = toolcalls.split_events(events, self.tool_format, request.tools)
+            yield from events
+            return
+        yield from self._stream(*self._payload(request), cancel, native=True)
+
+    def _stream(
+        self, path: str, payload: dict[str, Any], cancel: threading.Event | None, *, native: bool
+    ) -> Iterator[GenerationEvent]:
+        """One streamed request; ``native``: llama-server's chat route, whose tool calls it parses itself."""
         started = time.perf_counter()
         first_token_at: float | None = None
         try:
@@ -173,7 +202,10 @@ class LlamaServerEngine:
                     self._raise_if_exited()  # the stream closed without an end: did the server die?
         finally:
             events.close()
-        for index, call in enumerate(calls.calls()):
+        made = calls.calls() if native else []
+        if finish == "length":
+            made = withhold_unfinished(made)
+        for index, call in enumerate(made):
             yield ToolCallMade(index, call)
         elapsed = time.perf_counter() - started
         yield Finished(
@@ -240,9 +272,34 @@ class LlamaServerEngine:
             prompt["json_schema"] = request.json_schema or {"type": "object"}
         return "/completion", prompt
 
-    def _applied_template(self, messages: Sequence[ChatMessage], *, refused_ok: bool = False) -> str | None:
+    def _enforced_payload(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:
+        """``/completion`` for clover-local's route: the prompt llama-server's template makes of the messages
+        (tools folded in where it cannot show them), under the grammar the embedded engine would use."""
+        messages = request.messages or ()
+        tools = request.tools if request.tool_choice != "none" else ()
+        template = self.template
+        if templates.renders_tools(template):
+            prompt = self._applied_template(messages, tools=tools)
+        else:
+            if tools or any(m.role == "tool" or m.tool_calls for m in messages):
+                messages = toolcalls.fallback_messages(messages, tools, request.tool_choice)
+            if template.kind == "completion":
+                prompt = templates.render_completion(messages)
+            else:
+                prompt = self._applied_template(messages)
+        assert prompt is not None
+        grammar = toolcalls.call_grammar(request, self.tool_format)
+        _path, sampling = self._payload(replace(request, messages=None, prompt=prompt, json_schema=None))
+        extra = completion_payload(request, prompt, grammar, self.turn_markers)
+        return "/completion", {**sampling, **extra}
+
+    def _applied_template(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = (), refused_ok: bool = False
+    ) -> str | None:
         """The prompt llama-server's chat template makes of ``messages`` (``/apply-template``)."""
         body: dict[str, Any] = {"messages": [openai_message(m) for m in messages]}
+        if tools:
+            body["tools"] = [t.as_openai() for t in tools]
         resp = http_client.request(self.base_url, "POST", "/apply-template", body, api_key=self._api_key)
         data = resp.json()
         if resp.status == 200 and isinstance(data, dict) and isinstance(data.get("prompt"), str):

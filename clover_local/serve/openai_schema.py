@@ -32,6 +32,8 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     max_tokens_given: bool
+    max_tokens_param: str = "max_tokens"
+    """The field that set ``max_tokens`` in this API (``max_completion_tokens``, ``max_output_tokens``)."""
 
 
 def parse_chat(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
@@ -146,6 +148,7 @@ def _common(body: dict[str, Any], known_models: tuple[str, ...], *, chat: bool) 
         "stream": stream,
         "include_usage": include_usage,
         "max_tokens_given": max_tokens is not None,
+        "max_tokens_param": max_key,
     }
 
 
