@@ -335,16 +335,17 @@ def test_integer_bounds_become_enums_and_other_bounds_are_refused() -> None:
             grammar.json_grammar({"type": "object", "properties": {"x": bad}})
 
 
-def test_llama_server_gets_a_named_function_as_required_with_that_tool() -> None:
+def test_llama_server_chat_route_gets_free_choices_and_schemas() -> None:
     from clover_local.engine.types import GenerationRequest
     from clover_local.llamacpp.server_tools import agent_payload
 
     other = ToolSpec("get_time")
-    payload = agent_payload(GenerationRequest(prompt="x", tools=(WEATHER, other), tool_choice="get_time"))
-    assert payload["tool_choice"] == "required"
-    assert [t["function"]["name"] for t in payload["tools"]] == ["get_time"]
+    payload = agent_payload(GenerationRequest(prompt="x", tools=(WEATHER, other)))
+    assert payload["tool_choice"] == "auto" and len(payload["tools"]) == 2
     schema = agent_payload(GenerationRequest(prompt="x", json_schema={}))["response_format"]
     assert schema["json_schema"]["schema"] == {"type": "object"}
+    with pytest.raises(ValueError, match="clover-local's route"):
+        agent_payload(GenerationRequest(prompt="x", tools=(WEATHER, other), tool_choice="get_time"))
 
 
 def test_llama_server_tool_call_deltas_are_put_back_together() -> None:

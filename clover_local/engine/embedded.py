@@ -202,7 +202,7 @@ class EmbeddedEngine:
         )
         try:
             events = self._generate_from(request, prompt, n_cached, max_new, picker, cancel, t0)
-            if request.tools and request.tool_choice != "none":
+            if toolcalls.shown_tools(request):
                 events = toolcalls.split_events(events, self.tool_format, request.tools)
             yield from events
         finally:
@@ -390,8 +390,8 @@ class EmbeddedEngine:
         if request.prompt is not None:
             text = request.prompt
         else:
-            tools = request.tools if request.tool_choice != "none" else ()
-            text = self._render(request.messages or (), tools=tools)
+            tools = toolcalls.shown_tools(request)
+            text = self._render(request.messages or (), tools=tools, tool_choice=request.tool_choice)
         tokens = self.tokenize(text, add_special=True, parse_special=True)
         if not tokens:
             raise UsageError("The prompt is empty.")
@@ -438,10 +438,7 @@ class EmbeddedEngine:
     def _find_turn_markers(self) -> tuple[str, ...]:
         """The template's turn markers; each that is one token of this vocabulary ends generation like an
         end-of-generation token, even when the GGUF does not mark it so (a start of turn never is)."""
-        try:
-            markers = templates.turn_markers(self._render(templates.PROBE_MESSAGES))
-        except EngineError:  # a template that refuses a system message
-            markers = templates.turn_markers(self._render(templates.PROBE_MESSAGES[1:]))
+        markers = templates.probe_turn_markers(self._render, (EngineError,))
         for marker in markers:
             ids = self.tokenize(marker, add_special=False, parse_special=True)
             if len(ids) == 1:

@@ -14,12 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clover_local.engine.toolcalls import (
-    detect_format,
-    fallback_messages,
-    template_message,
-    template_renders_tools,
-)
+from clover_local.engine.toolcalls import detect_format, fold_tools, template_message, template_renders_tools
 from clover_local.engine.types import ChatMessage, ToolFormat, ToolSpec
 from clover_local.errors import EngineError
 
@@ -121,6 +116,20 @@ def turn_markers(rendered_probe: str) -> tuple[str, ...]:
     return tuple(m for m in TURN_MARKERS if m in rendered_probe)
 
 
+def probe_turn_markers(
+    render: Callable[[Sequence[ChatMessage]], str], refused: tuple[type[Exception], ...]
+) -> tuple[str, ...]:
+    """:func:`turn_markers` of ``render`` (an engine's template) on :data:`PROBE_MESSAGES`, or on them without
+    the system message when the template refuses one (``refused``: the errors that say so); () when it
+    renders neither."""
+    for probe in (PROBE_MESSAGES, PROBE_MESSAGES[1:]):
+        try:
+            return turn_markers(render(probe))
+        except refused:
+            continue
+    return ()
+
+
 def builtin_template_names() -> list[str]:
     """Names of the templates compiled into llama.cpp (``llama_chat_builtin_templates``)."""
     from llama_cpp import llama_cpp as C
@@ -209,25 +218,28 @@ def render_completion(messages: Sequence[ChatMessage]) -> str:
 
 
 Renderer = Callable[..., str]
-"""``render(messages, tools=())`` -> prompt text."""
+"""``render(messages, tools=(), choice="auto")`` -> prompt text."""
 
 
 def renderer(choice: TemplateChoice, *, bos_token: str, eos_token: str) -> Renderer:
-    """A function (messages, tools=()) -> prompt text for the chosen template. Tools, earlier calls and their
-    results go through the template when it shows them, else are written into the messages as plain text."""
+    """A function (messages, tools=(), tool_choice="auto") -> prompt text for the chosen template. Tools,
+    earlier calls and their results go through the template when it shows them, else are written into the
+    messages in the generic format (``toolcalls.fold_tools``)."""
     if renders_tools(choice):
         source = choice.source or ""
 
-        def render_with_tools(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> str:
+        def render_with_tools(
+            msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto"
+        ) -> str:
             return render_jinja(source, msgs, bos_token=bos_token, eos_token=eos_token, tools=tools)
 
         return render_with_tools
     plain = _plain_renderer(choice, bos_token=bos_token, eos_token=eos_token)
 
-    def render_folded(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> str:
-        if tools or any(m.role == "tool" or m.tool_calls for m in msgs):
-            msgs = fallback_messages(msgs, tools, "auto")
-        return plain(msgs)
+    def render_folded(
+        msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto"
+    ) -> str:
+        return plain(fold_tools(msgs, tools, tool_choice))
 
     return render_folded
 

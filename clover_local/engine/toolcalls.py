@@ -57,6 +57,27 @@ def new_call_id() -> str:
 # --- prompts ----------------------------------------------------------------------------------------------------
 
 
+def shown_tools(request: GenerationRequest) -> tuple[ToolSpec, ...]:
+    """The tools a request shows the model (none with ``tool_choice`` none): what the prompt lists, and what
+    replies are searched for calls of."""
+    return request.tools if request.tool_choice != "none" else ()
+
+
+def has_tool_turns(messages: Sequence[ChatMessage]) -> bool:
+    """Earlier calls or their results are in the conversation."""
+    return any(m.role == "tool" or m.tool_calls for m in messages)
+
+
+def fold_tools(
+    messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], choice: str
+) -> tuple[ChatMessage, ...]:
+    """The messages for a template without tool syntax: :func:`fallback_messages` when there are tools to
+    show or tool turns to write out, else the messages as they are."""
+    if tools or has_tool_turns(messages):
+        return fallback_messages(messages, tools, choice)
+    return tuple(messages)
+
+
 def fallback_messages(
     messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], choice: str
 ) -> tuple[ChatMessage, ...]:
@@ -141,7 +162,7 @@ def template_message(m: ChatMessage) -> dict[str, Any]:
 def reply_stops(request: GenerationRequest) -> tuple[str, ...]:
     """Stop strings a chat reply with tools needs: the end of the first call when parallel calls are off
     (``parallel_tool_calls`` false: one call at most, and no text written after it)."""
-    if request.tools and request.tool_choice != "none" and not request.parallel_tool_calls:
+    if shown_tools(request) and not request.parallel_tool_calls:
         return (CALL_END,)
     return ()
 
@@ -178,9 +199,8 @@ def _shortest_call(tool: ToolSpec, fmt: ToolFormat) -> str:
         parts = [f"{CALL_START}\n<function={tool.name}>\n"]
         for name in required:
             value = _shortest_value(props[name])
-            text = (
-                (value or "x") if isinstance(value, str) else json.dumps(value)
-            )  # raw text: 1 char at least
+            # A string is raw text of one character at least; any other value is JSON.
+            text = (value or "x") if isinstance(value, str) else json.dumps(value)
             parts.append(f"<parameter={name}>\n{text}\n</parameter>\n")
         return "".join([*parts, f"</function>\n{CALL_END}"])
     args = _shortest_value(params)

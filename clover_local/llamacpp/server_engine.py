@@ -125,11 +125,7 @@ class LlamaServerEngine:
         if self._turn_markers is None:
             markers: tuple[str, ...] = ()
             if self.template.kind != "completion":
-                for probe in (templates.PROBE_MESSAGES, templates.PROBE_MESSAGES[1:]):
-                    rendered = self._applied_template(probe, refused_ok=True)
-                    if rendered is not None:
-                        markers = templates.turn_markers(rendered)
-                        break
+                markers = templates.probe_turn_markers(self._applied_template, (RequestRefused, ServerError))
             self._turn_markers = markers
         return self._turn_markers
 
@@ -156,7 +152,7 @@ class LlamaServerEngine:
             raise ServerError(gone)
         if clover_enforces(self.template, request):
             events = self._stream(*self._enforced_payload(request), cancel, native=False)
-            if request.tools and request.tool_choice != "none":
+            if toolcalls.shown_tools(request):
                 events = toolcalls.split_events(events, self.tool_format, request.tools)
             yield from events
             return
@@ -276,26 +272,22 @@ class LlamaServerEngine:
         """``/completion`` for clover-local's route: the prompt llama-server's template makes of the messages
         (tools folded in where it cannot show them), under the grammar the embedded engine would use."""
         messages = request.messages or ()
-        tools = request.tools if request.tool_choice != "none" else ()
+        tools = toolcalls.shown_tools(request)
         template = self.template
         if templates.renders_tools(template):
             prompt = self._applied_template(messages, tools=tools)
         else:
-            if tools or any(m.role == "tool" or m.tool_calls for m in messages):
-                messages = toolcalls.fallback_messages(messages, tools, request.tool_choice)
+            messages = toolcalls.fold_tools(messages, tools, request.tool_choice)
             if template.kind == "completion":
                 prompt = templates.render_completion(messages)
             else:
                 prompt = self._applied_template(messages)
-        assert prompt is not None
         grammar = toolcalls.call_grammar(request, self.tool_format)
         _path, sampling = self._payload(replace(request, messages=None, prompt=prompt, json_schema=None))
         extra = completion_payload(request, prompt, grammar, self.turn_markers)
         return "/completion", {**sampling, **extra}
 
-    def _applied_template(
-        self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = (), refused_ok: bool = False
-    ) -> str | None:
+    def _applied_template(self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()) -> str:
         """The prompt llama-server's chat template makes of ``messages`` (``/apply-template``)."""
         body: dict[str, Any] = {"messages": [openai_message(m) for m in messages]}
         if tools:
@@ -304,8 +296,6 @@ class LlamaServerEngine:
         data = resp.json()
         if resp.status == 200 and isinstance(data, dict) and isinstance(data.get("prompt"), str):
             return str(data["prompt"])
-        if refused_ok:
-            return None
         error = RequestRefused if 400 <= resp.status < 500 else ServerError
         raise error(f"llama-server could not apply its chat template (HTTP {resp.status}): {data}")
 

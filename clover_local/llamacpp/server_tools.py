@@ -19,7 +19,15 @@ import json
 from typing import Any
 
 from clover_local.engine.templates import TemplateChoice, renders_tools
-from clover_local.engine.toolcalls import CALL_END, CALL_START, forced_tools, reply_stops, template_message
+from clover_local.engine.toolcalls import (
+    CALL_END,
+    CALL_START,
+    forced_tools,
+    has_tool_turns,
+    reply_stops,
+    shown_tools,
+    template_message,
+)
 from clover_local.engine.types import ChatMessage, GenerationRequest, ToolCall
 
 
@@ -30,10 +38,8 @@ def clover_enforces(template: TemplateChoice, request: GenerationRequest) -> boo
         return False
     if template.kind == "completion" or forced_tools(request):
         return True
-    agentic = (request.tools and request.tool_choice != "none") or any(
-        m.role == "tool" or m.tool_calls for m in request.messages
-    )
-    return bool(agentic) and not renders_tools(template)
+    agentic = bool(shown_tools(request)) or has_tool_turns(request.messages)
+    return agentic and not renders_tools(template)
 
 
 def completion_payload(
@@ -78,19 +84,16 @@ def openai_message(m: ChatMessage) -> dict[str, Any]:
 
 
 def agent_payload(request: GenerationRequest) -> dict[str, Any]:
-    """``tools``, ``tool_choice``, ``parallel_tool_calls`` and ``response_format`` for llama-server.
+    """``tools``, ``tool_choice``, ``parallel_tool_calls`` and ``response_format`` for llama-server's chat route.
 
-    llama-server's ``tool_choice`` takes only ``auto``, ``none`` and ``required``: a named function is sent as
-    ``required`` with that one tool, which asks for the same thing."""
+    Only ``auto`` and ``none`` come this way: a forced choice takes clover-local's route
+    (:func:`clover_enforces`)."""
+    if forced_tools(request):
+        raise ValueError("a forced tool choice takes clover-local's route, not llama-server's chat route")
     out: dict[str, Any] = {}
     if request.tools:
-        choice = request.tool_choice
-        tools = request.tools
-        if choice not in ("auto", "none", "required"):
-            tools = tuple(t for t in tools if t.name == choice)
-            choice = "required"
-        out["tools"] = [t.as_openai() for t in tools]
-        out["tool_choice"] = choice
+        out["tools"] = [t.as_openai() for t in request.tools]
+        out["tool_choice"] = request.tool_choice
         out["parallel_tool_calls"] = request.parallel_tool_calls
     if request.json_schema is not None:
         schema = request.json_schema or {"type": "object"}
