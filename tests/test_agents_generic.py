@@ -193,7 +193,8 @@ def test_a_call_that_cannot_fit_is_a_named_400_or_withheld(served: tuple[str, Ch
 
 def test_auto_lists_the_tools_in_the_prompt(served: tuple[str, ChatEngine, str]) -> None:
     """Without tool syntax in the template the tools are described in a system note (the prompt grows by
-    their description); what the model does with them is its own choice, but a call it makes parses."""
+    their description); what the model does with them is its own choice, but a call it makes parses. With
+    ``tool_choice`` none they are not shown at all."""
     _model, _engine, url = served
     client = _oa(url)
     plain = client.chat.completions.create(model="m", messages=ASK, max_tokens=8, temperature=0)
@@ -210,6 +211,13 @@ def test_auto_lists_the_tools_in_the_prompt(served: tuple[str, ChatEngine, str])
     for call in message.tool_calls or []:
         assert call.function.name == "get_weather" and isinstance(json.loads(call.function.arguments), dict)
     _no_control_text(message.content)
+    unused = client.chat.completions.create(
+        model="m", messages=ASK, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=8, temperature=0
+    )
+    assert unused.usage is not None and unused.usage.prompt_tokens == plain.usage.prompt_tokens
+    assert not unused.choices[0].message.tool_calls, (
+        "tool_choice none: tools not shown (llama-server --no-jinja refused them)"
+    )
 
 
 def test_json_replies_follow_their_schema(served: tuple[str, ChatEngine, str]) -> None:

@@ -471,7 +471,7 @@ def test_llama_server_runs_through_clover_where_it_would_not_enforce() -> None:
     assert enforced(tools_template, tools=(WEATHER,), tool_choice="required")
     assert enforced(tools_template, tools=(WEATHER,), tool_choice="get_weather")
     assert enforced(gemma, tools=(WEATHER,)) and enforced(gemma, tools=(WEATHER,), tool_choice="required")
-    assert not enforced(gemma, tools=(WEATHER,), tool_choice="none")
+    assert enforced(gemma, tools=(WEATHER,), tool_choice="none"), "--no-jinja refuses tools, even unused ones"
     called = ChatMessage("assistant", "", tool_calls=(ToolCall("c", "get_weather", "{}"),))
     result = ChatMessage("tool", "sunny", tool_call_id="c")
     assert clover_enforces(gemma, GenerationRequest(messages=(*ask, called, result))), "results folded in"

@@ -25,7 +25,6 @@ from clover_local.engine.toolcalls import (
     forced_tools,
     has_tool_turns,
     reply_stops,
-    shown_tools,
     template_message,
 )
 from clover_local.engine.types import ChatMessage, GenerationRequest, ToolCall
@@ -38,7 +37,8 @@ def clover_enforces(template: TemplateChoice, request: GenerationRequest) -> boo
         return False
     if template.kind == "completion" or forced_tools(request):
         return True
-    agentic = bool(shown_tools(request)) or has_tool_turns(request.messages)
+    # Tools even with tool_choice none: llama-server refuses them without --jinja.
+    agentic = bool(request.tools) or has_tool_turns(request.messages)
     return agentic and not renders_tools(template)
 
 
