@@ -314,16 +314,27 @@ def _check_replies(url: str, *, max_tokens: int = 48) -> None:
 def _tiny_models() -> dict[str, Path]:
     return {
         "tiny-qwen35moe": tiny_model("qwen35moe"),
+        "tiny-qwen3moe": tiny_model("qwen3moe"),
         "tiny-llama": tiny_model("llama"),
         "tiny-tool-caller": tiny_model_from_spec(
             TinySpec(kind="llama", chat_template=QWEN3_TOOLS_TEMPLATE, tool_caller=True)
         ),
+        "tiny-dream": tiny_model("dream"),  # diffusion: the embedded engine decodes it on either choice
     }
 
 
 @pytest.mark.parametrize("kind", ENGINES)
 @pytest.mark.parametrize(
-    "model", ["gemma3-270m", "smollm2-135m", "tiny-qwen35moe", "tiny-llama", "tiny-tool-caller"]
+    "model",
+    [
+        "gemma3-270m",
+        "smollm2-135m",
+        "tiny-qwen35moe",
+        "tiny-qwen3moe",
+        "tiny-llama",
+        "tiny-tool-caller",
+        "tiny-dream",
+    ],
 )
 def test_no_reply_shows_its_templates_control_text(
     model: str, kind: str, gemma_path: Path, smollm2_path: Path
