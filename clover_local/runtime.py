@@ -28,6 +28,7 @@ from clover_local.presets import Preset, SamplingDefaults, load_preset
 
 if TYPE_CHECKING:
     from clover_local.detect.machine import Machine
+    from clover_local.engine.templates import TemplateChoice
     from clover_local.engine.types import ChatEngine
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.gguf.model import ModelDescription
@@ -38,6 +39,7 @@ __all__ = [
     "ENGINE_CHOICES",
     "EngineChoice",
     "OpenedEngine",
+    "chat_template_for",
     "check_local_file",
     "check_model_architecture",
     "choose_engine",
@@ -158,6 +160,8 @@ def plan_for(
     force: bool = False,
 ) -> tuple[Plan, Preset]:
     """The plan for ``preset`` on ``machine`` (None: ``simulate``'s described machine, else this one, detected).
+    A ``model`` given without a preset is planned as the preset its file name says (:func:`preset_for_file`:
+    its chat template, context and sampling), else as itself.
 
     Sizes: ``model`` (a local GGUF) gives exact ones from its header, and it is the only candidate; else
     ``models`` (each quant's described sizes); else, with ``describe``, each quant is described now
@@ -172,7 +176,10 @@ def plan_for(
     The model's architecture is checked against the llama.cpp here (``plan.architecture``): one it cannot load
     raises :class:`ArchitectureError` unless ``force``; a sidecar it cannot load is left out, with a reason.
     """
-    chosen = preset if isinstance(preset, Preset) else load_preset(preset)
+    if isinstance(preset, Preset):
+        chosen = preset
+    else:
+        chosen = preset_for_file(model) if preset is None and model else load_preset(preset)
     machine = machine or detect(simulate, rpc, link)
     wishes = Wishes(quant="auto" if model else quant, ctx=ctx, goal=goal, threads=threads, engine=engine)
     from clover_local.gguf.model import describe_from_preset
@@ -353,6 +360,19 @@ def _loadable_sidecars(sidecars: _Sidecars, action: Action) -> tuple[_Sidecars, 
         else:
             kept[kind] = (name, desc)
     return kept, notes
+
+
+def chat_template_for(plan: Plan, chat_template: str | None = None) -> TemplateChoice:
+    """The chat template the plan's model is chatted with (``chat_template``: instead of the plan's), as the
+    embedded engine's loader chooses it (``templates.choose_template``) from the GGUF's own template: what both
+    engines render, and what ``doctor`` reports."""
+    from clover_local.engine.templates import builtin_template_names, choose_template
+
+    gguf_template = None
+    if plan.model_path:
+        path = Path(plan.model_path)
+        gguf_template = _local_header(str(path), path.stat().st_mtime_ns).chat_template
+    return choose_template(chat_template or plan.chat_template, gguf_template, builtin_template_names())
 
 
 def local_sidecars(model: Path) -> dict[DraftKind, tuple[str, ModelDescription | None]]:
@@ -586,10 +606,13 @@ def open_engine(
     from clover_local.llamacpp.server import plan_server_argv, start_llama_server
     from clover_local.llamacpp.server_engine import LlamaServerEngine
 
+    template = chat_template_for(plan)
+    if template.notice:
+        engine_notes.append(template.notice)
     process = start_llama_server(
         plan_server_argv(plan), binary=choice.binary, on_log=on_log, ready_timeout_s=ready_timeout_s
     )
-    engine = LlamaServerEngine(process, model_name=preset.name, sampling=preset.sampling)
+    engine = LlamaServerEngine(process, model_name=preset.name, sampling=preset.sampling, template=template)
     return OpenedEngine(engine, "llama-server", (*engine_notes, *process.warnings))
 
 

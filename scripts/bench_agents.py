@@ -11,8 +11,8 @@ Both configurations are served at once and the rounds interleaved (one agent run
 so a noisy shared machine slows both alike; figures are medians over rounds.
 
 Configurations: ``serve`` on the embedded engine, speculation on and off; on the llama-server engine too when a
-binary is found and the model's template renders tools with ``--jinja`` (a preset naming a llama.cpp built-in
-template, like Gemma's, runs llama-server with ``--no-jinja``, which refuses ``tools``).
+binary is found (a template without tool syntax, like Gemma's built-in one, gets the generic tool format there
+as on the embedded engine).
 
     .venv/bin/python scripts/bench_agents.py [--preset gemma3-270m] [--rounds 3] [--json]
 """
@@ -107,8 +107,6 @@ def main() -> int:
     skipped = None
     if find_llama_server() is None:
         skipped = "no llama-server found"
-    elif plan.chat_template not in ("gguf",):
-        skipped = f"llama-server runs this preset's built-in {plan.chat_template!r} template with --no-jinja (no tools)"
     else:
         choice = choose_engine("llama-server")
         engines += [

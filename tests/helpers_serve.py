@@ -21,6 +21,7 @@ from clover_local.engine.types import (
     GenerationEvent,
     GenerationRequest,
     GenerationStats,
+    ToolFormat,
 )
 
 # Resolved at import, before the autouse fixture points CLOVER_DATA_DIR at a temporary folder.
@@ -60,6 +61,10 @@ class RecordingEngine:
     @property
     def n_ctx(self) -> int:
         return self.inner.n_ctx
+
+    @property
+    def tool_format(self) -> ToolFormat:
+        return self.inner.tool_format
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from textual.app import App
 from textual.screen import Screen
 
-from clover_local.engine.types import GenerationEvent, GenerationRequest
+from clover_local.engine.types import GenerationEvent, GenerationRequest, ToolFormat
 from clover_local.tui.app import CloverApp
 
 
@@ -32,6 +32,7 @@ class StillEngine:
 
     model_name = "Gemma 3 270m"
     n_ctx = 1024
+    tool_format: ToolFormat = "hermes"
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())

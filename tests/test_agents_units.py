@@ -4,6 +4,7 @@ Responses and Anthropic bodies turned into the same generation requests, grammar
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -109,7 +110,31 @@ def test_a_template_without_tools_gets_them_written_in() -> None:
     )
     assert msgs[0].role == "system" and "get_weather" in msgs[0].content
     assert "<tool_call>" in msgs[2].content
-    assert msgs[3] == ChatMessage("user", "<tool_response>\nok\n</tool_response>")
+    assert msgs[3].role == "user" and msgs[3].content.startswith(
+        "<tool_response>\nok\n</tool_response>\nAnswer"
+    )
+
+
+def test_results_of_one_turns_calls_are_given_back_in_one_user_turn() -> None:
+    calls = (
+        ToolCall("c1", "get_weather", '{"city": "Paris"}'),
+        ToolCall("c2", "get_weather", '{"city": "Oslo"}'),
+    )
+    msgs = toolcalls.fallback_messages(
+        [
+            ChatMessage("user", "hi"),
+            ChatMessage("assistant", "", tool_calls=calls),
+            ChatMessage("tool", "sun", tool_call_id="c1"),
+            ChatMessage("tool", "snow", tool_call_id="c2"),
+        ],
+        [WEATHER],
+        "none",
+    )
+    assert [m.role for m in msgs] == ["user", "assistant", "user"], "no tools note with tool_choice none"
+    assert msgs[2].content == (
+        "<tool_response>\nsun\n</tool_response>\n<tool_response>\nsnow\n</tool_response>\n"
+        "Answer the user's question with these results."
+    )
 
 
 def test_grammars_are_built_for_schemas_and_calls() -> None:
@@ -310,16 +335,17 @@ def test_integer_bounds_become_enums_and_other_bounds_are_refused() -> None:
             grammar.json_grammar({"type": "object", "properties": {"x": bad}})
 
 
-def test_llama_server_gets_a_named_function_as_required_with_that_tool() -> None:
+def test_llama_server_chat_route_gets_free_choices_and_schemas() -> None:
     from clover_local.engine.types import GenerationRequest
     from clover_local.llamacpp.server_tools import agent_payload
 
     other = ToolSpec("get_time")
-    payload = agent_payload(GenerationRequest(prompt="x", tools=(WEATHER, other), tool_choice="get_time"))
-    assert payload["tool_choice"] == "required"
-    assert [t["function"]["name"] for t in payload["tools"]] == ["get_time"]
+    payload = agent_payload(GenerationRequest(prompt="x", tools=(WEATHER, other)))
+    assert payload["tool_choice"] == "auto" and len(payload["tools"]) == 2
     schema = agent_payload(GenerationRequest(prompt="x", json_schema={}))["response_format"]
     assert schema["json_schema"]["schema"] == {"type": "object"}
+    with pytest.raises(ValueError, match="clover-local's route"):
+        agent_payload(GenerationRequest(prompt="x", tools=(WEATHER, other), tool_choice="get_time"))
 
 
 def test_llama_server_tool_call_deltas_are_put_back_together() -> None:
@@ -338,3 +364,136 @@ def test_llama_server_tool_call_deltas_are_put_back_together() -> None:
         ToolCall("c1", "get_weather", '{"city": "Oslo"}'),
         ToolCall("c2", "get_time", "{}"),
     ]
+
+
+# --- forced calls, turn ends and what llama-server cannot enforce -----------------------------------------------
+
+
+def test_a_call_cut_by_max_tokens_is_withheld_not_shown() -> None:
+    stats = GenerationStats(1, 1, 0, 0.0, 0.0, 0.0, None, finish_reason="length")
+    pieces = ["Sure", '<tool_call>\n{"name": "get_weather", "arguments": {"ci']
+    events = list(
+        toolcalls.split_events(iter([*(TextDelta(p) for p in pieces), Finished(stats)]), "hermes", [WEATHER])
+    )
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Sure"]
+    assert not [e for e in events if isinstance(e, ToolCallMade)]
+    assert isinstance(events[-1], Finished) and events[-1].stats.finish_reason == "length"
+
+
+def test_a_call_ended_without_its_closing_tag_still_counts() -> None:
+    """With parallel calls off the reply stops at the first ``</tool_call>`` (a stop string, never shown)."""
+    from clover_local.engine.types import GenerationRequest
+
+    assert toolcalls.reply_stops(GenerationRequest(prompt="x", tools=(WEATHER,))) == ("</tool_call>",)
+    assert (
+        toolcalls.reply_stops(GenerationRequest(prompt="x", tools=(WEATHER,), parallel_tool_calls=True)) == ()
+    )
+    assert toolcalls.reply_stops(GenerationRequest(prompt="x", tools=(WEATHER,), tool_choice="none")) == ()
+    stats = GenerationStats(1, 1, 0, 0.0, 0.0, 0.0, None)
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n'
+    events = list(toolcalls.split_events(iter([TextDelta(text), Finished(stats)]), "hermes", [WEATHER]))
+    calls = [e.call for e in events if isinstance(e, ToolCallMade)]
+    assert [json.loads(c.arguments) for c in calls] == [{"city": "Oslo"}]
+    assert isinstance(events[-1], Finished) and events[-1].stats.finish_reason == "tool_calls"
+
+
+NESTED = ToolSpec(
+    "book",
+    "",
+    {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "enum": ["Paris", "Oslo"]},
+            "days": {"type": "integer"},
+            "when": {"type": "object", "properties": {"day": {"type": "string"}}, "required": ["day"]},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "note": {"type": "string"},
+        },
+        "required": ["city", "days", "when", "tags"],
+    },
+)
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen3_coder"])
+def test_the_shortest_forced_call_has_the_required_arguments_only(fmt: toolcalls.ToolFormat) -> None:
+    text = toolcalls.shortest_call([NESTED, WEATHER], fmt)
+    (call,) = toolcalls.parse_reply(text, fmt, [NESTED, WEATHER]).calls
+    assert call.name == "get_weather" and set(json.loads(call.arguments)) == {"city"}, "the shorter tool"
+    (call,) = toolcalls.parse_reply(toolcalls.shortest_call([NESTED], fmt), fmt, [NESTED]).calls
+    assert json.loads(call.arguments) == {"city": "Oslo", "days": 0, "when": {"day": ""}, "tags": []}
+
+
+def test_a_forced_call_that_cannot_fit_in_max_tokens_is_a_named_400() -> None:
+    from clover_local.engine.types import GenerationRequest
+    from clover_local.serve.tools import check_forced_call_fits
+
+    def count(text: str) -> int:
+        return len(text)
+
+    need = len(toolcalls.shortest_call([WEATHER], "hermes"))
+    named = GenerationRequest(prompt="x", tools=(WEATHER,), tool_choice="get_weather", max_tokens=need - 1)
+    with pytest.raises(ApiError) as info:
+        check_forced_call_fits(named, "hermes", count, "max_completion_tokens")
+    assert info.value.param == "max_completion_tokens" and info.value.code == "max_tokens_too_small"
+    assert str(need) in info.value.message
+    check_forced_call_fits(replace(named, max_tokens=need), "hermes", count, "max_tokens")
+    check_forced_call_fits(replace(named, tool_choice="auto", max_tokens=1), "hermes", count, "max_tokens")
+
+
+def test_turn_markers_are_the_ones_the_template_writes() -> None:
+    from clover_local.engine.templates import PROBE_MESSAGES, render_builtin, render_completion, turn_markers
+    from clover_local.testing.vocab import CHATML_TEMPLATE
+
+    chatml = render_jinja(CHATML_TEMPLATE, PROBE_MESSAGES, bos_token="", eos_token="")
+    assert turn_markers(chatml) == ("<|im_start|>", "<|im_end|>")
+    assert turn_markers(render_builtin("gemma", PROBE_MESSAGES)) == ("<start_of_turn>", "<end_of_turn>")
+    assert turn_markers(render_completion(PROBE_MESSAGES)) == ()
+
+
+def test_llama_server_runs_through_clover_where_it_would_not_enforce() -> None:
+    """llama-server's chat route ignores tools on a template without tool syntax (no grammar at all), and lets
+    free text come before a forced call: those requests take clover-local's route, as a GGUF without a
+    template does; the rest stay on llama-server's own route."""
+    from clover_local.engine.templates import TemplateChoice
+    from clover_local.engine.types import GenerationRequest
+    from clover_local.llamacpp.server_tools import clover_enforces
+
+    ask = (ChatMessage("user", "hi"),)
+    tools_template = TemplateChoice("jinja", "gguf", QWEN3_TOOLS_TEMPLATE)
+    gemma = TemplateChoice("builtin", "gemma")
+    plain = TemplateChoice("completion", "completion")
+
+    def enforced(template: TemplateChoice, **fields: object) -> bool:
+        return clover_enforces(template, GenerationRequest(messages=ask, **fields))  # type: ignore[arg-type]
+
+    assert not enforced(tools_template) and not enforced(gemma)
+    assert not enforced(tools_template, tools=(WEATHER,)), "auto on a tool template: llama-server parses"
+    assert enforced(tools_template, tools=(WEATHER,), tool_choice="required")
+    assert enforced(tools_template, tools=(WEATHER,), tool_choice="get_weather")
+    assert enforced(gemma, tools=(WEATHER,)) and enforced(gemma, tools=(WEATHER,), tool_choice="required")
+    assert enforced(gemma, tools=(WEATHER,), tool_choice="none"), "--no-jinja refuses tools, even unused ones"
+    called = ChatMessage("assistant", "", tool_calls=(ToolCall("c", "get_weather", "{}"),))
+    result = ChatMessage("tool", "sunny", tool_call_id="c")
+    assert clover_enforces(gemma, GenerationRequest(messages=(*ask, called, result))), "results folded in"
+    assert enforced(plain) and not clover_enforces(plain, GenerationRequest(prompt="x"))
+
+
+def test_clover_route_keeps_turn_markers_and_call_tags_as_text_and_stops_at_them() -> None:
+    from clover_local.engine.types import GenerationRequest
+    from clover_local.llamacpp.server_tools import completion_payload
+
+    request = GenerationRequest(prompt="x", tools=(WEATHER,), tool_choice="required", stop=("END",))
+    out = completion_payload(request, "P", "root ::= x", ("<start_of_turn>", "<end_of_turn>"))
+    assert out["prompt"] == "P" and out["grammar"] == "root ::= x" and "json_schema" not in out
+    assert out["stop"] == ["END", "<start_of_turn>", "<end_of_turn>", "</tool_call>"]
+    assert out["preserved_tokens"] == ["<tool_call>", "</tool_call>", "<start_of_turn>", "<end_of_turn>"]
+    schema = completion_payload(GenerationRequest(prompt="x", json_schema={}), "P", None, ())
+    assert schema["json_schema"] == {"type": "object"}
+
+
+def test_the_model_name_is_matched_in_any_case() -> None:
+    parsed = oa.parse_chat(
+        {"model": "gemma-3-270m-q4_k_m", "messages": [{"role": "user", "content": "x"}]},
+        ("gemma3-270m", "gemma-3-270m-Q4_K_M"),
+    )
+    assert parsed.model == "gemma-3-270m-Q4_K_M"

@@ -32,15 +32,22 @@ def test_a_whole_file_passes_the_size_check() -> None:
     assert read_local_header(tiny_model("llama")).exact
 
 
-def test_plan_describes_a_local_file_by_its_own_header(capsys: pytest.CaptureFixture[str]) -> None:
-    gemma = gemma_path()
+def test_plan_describes_a_local_file_by_its_own_header(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file whose name says no preset is planned as itself; one whose name does, as that preset (the same
+    choice ``run``, ``serve`` and the app make: ``runtime.preset_for_file``)."""
+    gemma = tmp_path / "my-model.gguf"
+    shutil.copyfile(gemma_path(), gemma)
     assert read_local_header(gemma).architecture.n_ctx_train == GEMMA_TRAINED_CTX
     assert main(["plan", "--model", str(gemma), "--simulate", "ram=16G", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["preset"] == gemma.stem and plan["ctx"] <= GEMMA_TRAINED_CTX
+    assert plan["preset"] == "my-model" and plan["ctx"] <= GEMMA_TRAINED_CTX
     assert main(["plan", "--model", str(gemma), "--simulate", "ram=16G"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert "Clover" not in first and "Gemma" in first, first
+    assert main(["plan", "--model", str(gemma_path()), "--simulate", "ram=16G", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["preset"] == "gemma3-270m"
 
 
 @pytest.mark.parametrize("command", ["plan", "run", "chat"])

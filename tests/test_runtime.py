@@ -81,3 +81,26 @@ def test_an_unknown_engine_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--engine"):
         runtime.choose_engine("vllm")
     assert runtime.choose_engine("embedded").kind == "embedded"
+
+
+def test_a_bare_model_file_is_planned_as_its_preset_with_that_template(gemma_path: Path) -> None:
+    """``serve --model gemma-3-270m-Q4_K_M.gguf`` (no --preset): Gemma's preset, so llama.cpp's ``gemma``
+    template on both engines, not the default preset's "the GGUF's own" (Gemma's GGUF has none, and
+    llama-server then falls back to ChatML, whose ``<|im_end|>`` Gemma's vocabulary cannot end a turn with)."""
+    plan, preset = runtime.plan_for(None, model=gemma_path, ctx=1024, machine=parse_simulate("ram=16G,cpu=4"))
+    assert preset.name == "gemma3-270m" and plan.chat_template == "gemma"
+    argv = llama_server_args(plan)
+    at = argv.index("--chat-template")
+    assert argv[at : at + 3] == ["--chat-template", "gemma", "--no-jinja"]
+    template = runtime.chat_template_for(plan)
+    assert (template.kind, template.name) == ("builtin", "gemma")
+
+
+def test_a_gguf_without_a_template_and_preset_is_chatted_with_as_plain_text(tmp_path: Path) -> None:
+    """Neither engine invents a template: both send plain completion text, and say so."""
+    from clover_local.testing.models import TinySpec, tiny_model_from_spec
+
+    path = tiny_model_from_spec(TinySpec(kind="llama", chat_template=""))
+    plan, _ = runtime.plan_for(None, model=path, ctx=512, machine=parse_simulate("ram=16G,cpu=4"))
+    template = runtime.chat_template_for(plan)
+    assert template.kind == "completion" and template.notice

@@ -168,3 +168,21 @@ def test_doctor_without_a_server_says_what_to_do() -> None:
     result = subprocess.run([*CLI, "doctor"], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0
     assert "not found" in result.stdout and "scripts/build-llama-server" in result.stdout
+
+
+def test_doctor_says_whether_a_models_template_calls_tools(gemma_path: Path) -> None:
+    """``doctor --model``: Gemma's built-in template has no tool syntax (the generic format); Qwen3's does."""
+    from clover_local.commands.doctor import chat_report
+    from clover_local.detect import parse_simulate
+    from clover_local.runtime import plan_for
+    from clover_local.testing.models import TinySpec, tiny_model_from_spec
+    from clover_local.testing.vocab import QWEN3_TOOLS_TEMPLATE
+
+    machine = parse_simulate("ram=16G,cpu=2")
+    gemma = chat_report(plan_for(None, model=gemma_path, ctx=1024, machine=machine)[0])
+    assert (gemma["template"], gemma["kind"], gemma["tool_calls"]) == ("gemma", "builtin", "generic")
+    qwen = tiny_model_from_spec(TinySpec(kind="llama", chat_template=QWEN3_TOOLS_TEMPLATE, tool_caller=True))
+    native = chat_report(plan_for(None, model=qwen, ctx=1024, machine=machine)[0])
+    assert (native["kind"], native["tool_calls"]) == ("jinja", "native") and "hermes" in native[
+        "tool_calls_detail"
+    ]

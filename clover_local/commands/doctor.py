@@ -1,14 +1,19 @@
 """``clover-local doctor``: which engines this machine can run and what to do about a missing one: the
 ``llama-server`` found (version, backends, devices), the llama-cpp-python build's backends, and with
-``--model`` the plan next to llama.cpp's own fit (``llama-fit-params``)."""
+``--model`` the chat template the model is chatted with (and whether it calls tools natively) and the plan next
+to llama.cpp's own fit (``llama-fit-params``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clover_local.errors import CloverError, UsageError
+
+if TYPE_CHECKING:
+    from clover_local.plan.types import Plan
+    from clover_local.presets import Preset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -97,16 +102,29 @@ def llama_cpp_python_report() -> dict[str, Any]:
     return report
 
 
-def fit_report(args: argparse.Namespace, fit_binary: str | None) -> dict[str, Any]:
+def chat_report(plan: Plan) -> dict[str, Any]:
+    """The chat template both engines use for the plan's model, and whether it shows tools itself."""
+    from clover_local.engine.templates import renders_tools, tool_support
+    from clover_local.runtime import chat_template_for
+
+    choice = chat_template_for(plan)
+    report: dict[str, Any] = {
+        "template": choice.name,
+        "kind": choice.kind,
+        "tool_calls": "native" if renders_tools(choice) else "generic",
+        "tool_calls_detail": tool_support(choice),
+    }
+    if choice.notice:
+        report["notice"] = choice.notice
+    return report
+
+
+def fit_report(plan: Plan, preset: Preset, fit_binary: str | None) -> dict[str, Any]:
     """The plan for the model next to llama-fit-params' fit (``llamacpp.fit_params.compare_fit``)."""
     from pathlib import Path
 
     from clover_local.llamacpp.fit_params import compare_fit
-    from clover_local.presets import load_preset
-    from clover_local.runtime import plan_for, require_model
 
-    model = require_model(None if args.model else load_preset(args.preset), args.model)
-    plan, preset = plan_for(args.preset, model=model, ctx=args.ctx)
     if fit_binary is None:
         return {"shown": False, "why": "no llama-fit-params next to llama-server or on PATH"}
     return compare_fit(plan, preset, binary=Path(fit_binary))
@@ -154,8 +172,14 @@ def run(args: argparse.Namespace) -> int:
     embedded = llama_cpp_python_report()
     out: dict[str, Any] = {"llama_server": server, "llama_cpp_python": embedded}
     if args.model or args.preset:
+        from clover_local.presets import load_preset
+        from clover_local.runtime import plan_for, require_model
+
+        model = require_model(None if args.model else load_preset(args.preset), args.model)
+        plan, preset = plan_for(args.preset, model=model, ctx=args.ctx)
         tools = server.get("tools") or {}
-        out["fit"] = fit_report(args, tools.get("llama-fit-params"))
+        out["chat"] = chat_report(plan)
+        out["fit"] = fit_report(plan, preset, tools.get("llama-fit-params"))
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -185,6 +209,13 @@ def _text(out: dict[str, Any]) -> list[str]:
     lines.append(f"  backends  {', '.join(e['backends'])}")
     if e.get("fix"):
         lines.append(f"  -> {e['fix']}")
+    if "chat" in out:
+        chat = out["chat"]
+        lines += ["", "chat (both engines)"]
+        lines.append(f"  template  {chat['template']} ({chat['kind']})")
+        lines.append(f"  tools     {chat['tool_calls_detail']}")
+        if chat.get("notice"):
+            lines.append(f"  note      {chat['notice']}")
     if "fit" in out:
         fit = out["fit"]
         lines += ["", "plan vs llama.cpp's own fit (llama-fit-params)"]

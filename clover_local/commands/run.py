@@ -79,17 +79,14 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     preset's file is (GPU layers, experts, context), as the preset its name says or as itself (its own header);
     ``--preset NAME --model FILE``: that file with that preset's settings."""
     from clover_local.presets import load_preset
-    from clover_local.runtime import open_engine, plan_for, preset_for_file, require_model
+    from clover_local.runtime import open_engine, plan_for, require_model
 
-    # A drafter head needs a plan: a bare --model is then planned under the default preset (its header gives sizes).
-    planned = args.preset or not args.model or args.spec not in ("auto", "ngram", "off")
-    preset = load_preset(args.preset) if planned else None
+    # A bare --model: plan_for plans it as the preset its file name says (runtime.preset_for_file).
+    preset = load_preset(args.preset) if args.preset or not args.model else None
     path = require_model(preset, args.model)
     wishes = diffusion_wishes(args)
     if args.rpc is not None:
         return _open_pooled(args, preset, path)
-    if preset is None:
-        preset = preset_for_file(path)
     plan, preset = plan_for(
         preset,
         model=path,
@@ -113,12 +110,12 @@ def _open_pooled(args: argparse.Namespace, preset: Preset | None, path: Path) ->
     from dataclasses import replace
 
     from clover_local.plan.pooled import pooling_summary
-    from clover_local.runtime import choose_engine, open_engine, plan_for, preset_for_file
+    from clover_local.runtime import choose_engine, open_engine, plan_for
 
     if args.template is not None:
         raise UsageError("--template is not used with --rpc (llama-server takes the preset's template).")
     plan, chosen = plan_for(
-        preset or preset_for_file(path),
+        preset,
         model=path,
         ctx=args.ctx,
         threads=args.threads,

@@ -109,7 +109,8 @@ class DiffusionEngine(EmbeddedEngine):
         params = self.params_for(len(prompt), request)
         answer = params.max_length - len(prompt)
         limit = min(answer, max(1, min(request.max_tokens, self.plan.answer_length)))
-        settled = _SettledText(self, params.mask_token_id, request.stop, limit)
+        stop = (*request.stop, *(self.turn_markers if request.messages is not None else ()))
+        settled = _SettledText(self, params.mask_token_id, stop, limit)
         steps = self._runner.steps(prompt, params, cancel)
         t_first: float | None = None
         while True:

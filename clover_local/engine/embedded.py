@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from llama_cpp import llama_cpp as C
 
-from clover_local.engine import grammar, toolcalls
+from clover_local.engine import grammar, templates, toolcalls
 from clover_local.engine.batch_threads import BatchThreads
 from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
@@ -34,6 +34,7 @@ from clover_local.engine.types import (
     GenerationRequest,
     GenerationStats,
     TextDelta,
+    ToolFormat,
 )
 from clover_local.errors import EngineError, UsageError
 from clover_local.plan.types import SpeculativePlan
@@ -97,6 +98,7 @@ class EmbeddedEngine:
         self._render = renderer(
             parts.template, bos_token=self._special_text(self._bos), eos_token=self._special_text(self._eos())
         )
+        self._turn_markers = self._find_turn_markers()
         self._closed = False
         self.backend_sampling = parts.backend_sampling
         """Sample inside llama.cpp's graph on the model's device (GPU plans) instead of on the host."""
@@ -189,6 +191,10 @@ class EmbeddedEngine:
                 "Shorten the conversation or plan a larger context (--ctx).",
             )
         max_new = min(request.max_tokens, self._n_ctx - len(prompt))
+        if request.messages is not None:  # a chat reply ends where its turn ends, and after its one call
+            request = replace(
+                request, stop=(*request.stop, *self._turn_markers, *toolcalls.reply_stops(request))
+            )
         if not request.cache_prompt:
             self.reset_cache()
         n_cached = self._reuse_prefix(prompt)
@@ -203,7 +209,7 @@ class EmbeddedEngine:
         )
         try:
             events = self._generate_from(request, prompt, n_cached, max_new, picker, cancel, t0)
-            if request.tools and request.tool_choice != "none":
+            if toolcalls.shown_tools(request):
                 events = toolcalls.split_events(events, self.tool_format, request.tools)
             yield from events
         finally:
@@ -431,8 +437,8 @@ class EmbeddedEngine:
         if request.prompt is not None:
             text = request.prompt
         else:
-            tools = request.tools if request.tool_choice != "none" else ()
-            text = self._render(request.messages or (), tools=tools)
+            tools = toolcalls.shown_tools(request)
+            text = self._render(request.messages or (), tools=tools, tool_choice=request.tool_choice)
         tokens = self.tokenize(text, add_special=True, parse_special=True)
         if not tokens:
             raise UsageError("The prompt is empty.")
@@ -467,12 +473,24 @@ class EmbeddedEngine:
     # --- helpers ----------------------------------------------------------------------------------------------
 
     @property
-    def tool_format(self) -> toolcalls.ToolFormat:
+    def tool_format(self) -> ToolFormat:
         """How this model writes tool calls (from its chat template; Hermes JSON when it has none)."""
-        source = self._parts.template.source if self._parts.template.kind == "jinja" else None
-        if not toolcalls.template_renders_tools(source):
-            return "hermes"
-        return toolcalls.detect_format(source)
+        return templates.tool_format(self._parts.template)
+
+    @property
+    def turn_markers(self) -> tuple[str, ...]:
+        """The control text of this engine's chat template (``templates.turn_markers``)."""
+        return self._turn_markers
+
+    def _find_turn_markers(self) -> tuple[str, ...]:
+        """The template's turn markers; each that is one token of this vocabulary ends generation like an
+        end-of-generation token, even when the GGUF does not mark it so (a start of turn never is)."""
+        markers = templates.probe_turn_markers(self._render, (EngineError,))
+        for marker in markers:
+            ids = self.tokenize(marker, add_special=False, parse_special=True)
+            if len(ids) == 1:
+                self._eog[ids[0]] = True
+        return markers
 
     def _grammar(self, request: GenerationRequest) -> str | None:
         """The GBNF this request's output must follow: its JSON schema, or a forced tool call."""

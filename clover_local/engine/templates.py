@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clover_local.engine.toolcalls import fallback_messages, template_message, template_renders_tools
-from clover_local.engine.types import ChatMessage, ToolSpec
+from clover_local.engine.toolcalls import detect_format, fold_tools, template_message, template_renders_tools
+from clover_local.engine.types import ChatMessage, ToolFormat, ToolSpec
 from clover_local.errors import EngineError
 
 TEMPLATE_GGUF = "gguf"
@@ -56,6 +56,78 @@ def choose_template(
             f"Use 'gguf', 'completion' or one of llama.cpp's built-ins: {', '.join(builtin_names)}.",
         )
     return TemplateChoice("builtin", requested)
+
+
+def renders_tools(choice: TemplateChoice) -> bool:
+    """The template itself shows ``tools``, earlier calls and their results (a Jinja template that mentions
+    them). Otherwise clover-local's generic format is used, on both engines: the tools are listed in a system
+    note, calls are written and forced in the Hermes format, and earlier calls and results are folded into text
+    (:func:`clover_local.engine.toolcalls.fallback_messages`)."""
+    return choice.kind == "jinja" and template_renders_tools(choice.source)
+
+
+def tool_format(choice: TemplateChoice) -> ToolFormat:
+    """How replies under this template write tool calls: the template's own format when it shows tools, else
+    the generic format's Hermes JSON."""
+    return detect_format(choice.source) if renders_tools(choice) else "hermes"
+
+
+def tool_support(choice: TemplateChoice) -> str:
+    """In words, for ``doctor``: whether this template calls tools natively, and what is used when it cannot."""
+    if renders_tools(choice):
+        return f"native: the chat template shows tools; calls in its {tool_format(choice)} format"
+    return (
+        "generic (the chat template has no tool syntax): tools listed in a system note, calls as Hermes "
+        '<tool_call> JSON, forced by grammar for a required or named tool_choice (README: "The generic tool format")'
+    )
+
+
+TURN_MARKERS = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|end|>",
+    "<|endoftext|>",
+    "[INST]",
+    "[/INST]",
+)
+"""Text that opens or closes a turn in the chat formats llama.cpp knows (ChatML, Gemma, Llama 3, Phi, Zephyr,
+Mistral). The ones a template writes are its control text: a reply never shows them."""
+PROBE_MESSAGES = (
+    ChatMessage("system", "S"),
+    ChatMessage("user", "U"),
+    ChatMessage("assistant", "A"),
+    ChatMessage("user", "V"),
+)
+"""A short conversation rendered once per engine to find which turn markers its template writes."""
+
+
+def turn_markers(rendered_probe: str) -> tuple[str, ...]:
+    """The turn markers (:data:`TURN_MARKERS`) the template wrote when rendering :data:`PROBE_MESSAGES`. A chat
+    reply stops where the model writes one of them, whether the model's vocabulary has it as one token (then
+    it also ends generation as a token) or spells it out in pieces (a template the model was not trained on)."""
+    return tuple(m for m in TURN_MARKERS if m in rendered_probe)
+
+
+def probe_turn_markers(
+    render: Callable[[Sequence[ChatMessage]], str], refused: tuple[type[Exception], ...]
+) -> tuple[str, ...]:
+    """:func:`turn_markers` of ``render`` (an engine's template) on :data:`PROBE_MESSAGES`, or on them without
+    the system message when the template refuses one (``refused``: the errors that say so); () when it
+    renders neither."""
+    for probe in (PROBE_MESSAGES, PROBE_MESSAGES[1:]):
+        try:
+            return turn_markers(render(probe))
+        except refused:
+            continue
+    return ()
 
 
 def builtin_template_names() -> list[str]:
@@ -146,25 +218,28 @@ def render_completion(messages: Sequence[ChatMessage]) -> str:
 
 
 Renderer = Callable[..., str]
-"""``render(messages, tools=())`` -> prompt text."""
+"""``render(messages, tools=(), choice="auto")`` -> prompt text."""
 
 
 def renderer(choice: TemplateChoice, *, bos_token: str, eos_token: str) -> Renderer:
-    """A function (messages, tools=()) -> prompt text for the chosen template. Tools, earlier calls and their
-    results go through the template when it shows them, else are written into the messages as plain text."""
-    if choice.kind == "jinja" and template_renders_tools(choice.source):
+    """A function (messages, tools=(), tool_choice="auto") -> prompt text for the chosen template. Tools,
+    earlier calls and their results go through the template when it shows them, else are written into the
+    messages in the generic format (``toolcalls.fold_tools``)."""
+    if renders_tools(choice):
         source = choice.source or ""
 
-        def render_with_tools(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> str:
+        def render_with_tools(
+            msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto"
+        ) -> str:
             return render_jinja(source, msgs, bos_token=bos_token, eos_token=eos_token, tools=tools)
 
         return render_with_tools
     plain = _plain_renderer(choice, bos_token=bos_token, eos_token=eos_token)
 
-    def render_folded(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> str:
-        if tools or any(m.role == "tool" or m.tool_calls for m in msgs):
-            msgs = fallback_messages(msgs, tools, "auto")
-        return plain(msgs)
+    def render_folded(
+        msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto"
+    ) -> str:
+        return plain(fold_tools(msgs, tools, tool_choice))
 
     return render_folded
 

@@ -19,7 +19,7 @@ import re
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from clover_local.engine import grammar
 from clover_local.engine.types import (
@@ -30,10 +30,10 @@ from clover_local.engine.types import (
     TextDelta,
     ToolCall,
     ToolCallMade,
+    ToolFormat,
     ToolSpec,
 )
 
-ToolFormat = Literal["hermes", "qwen3_coder"]
 CALL_START = "<tool_call>"
 CALL_END = "</tool_call>"
 
@@ -57,6 +57,27 @@ def new_call_id() -> str:
 # --- prompts ----------------------------------------------------------------------------------------------------
 
 
+def shown_tools(request: GenerationRequest) -> tuple[ToolSpec, ...]:
+    """The tools a request shows the model (none with ``tool_choice`` none): what the prompt lists, and what
+    replies are searched for calls of."""
+    return request.tools if request.tool_choice != "none" else ()
+
+
+def has_tool_turns(messages: Sequence[ChatMessage]) -> bool:
+    """Earlier calls or their results are in the conversation."""
+    return any(m.role == "tool" or m.tool_calls for m in messages)
+
+
+def fold_tools(
+    messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], choice: str
+) -> tuple[ChatMessage, ...]:
+    """The messages for a template without tool syntax: :func:`fallback_messages` when there are tools to
+    show or tool turns to write out, else the messages as they are."""
+    if tools or has_tool_turns(messages):
+        return fallback_messages(messages, tools, choice)
+    return tuple(messages)
+
+
 def fallback_messages(
     messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], choice: str
 ) -> tuple[ChatMessage, ...]:
@@ -70,15 +91,29 @@ def fallback_messages(
             messages = messages[1:]
         else:
             out.append(ChatMessage("system", note))
-    for m in messages:
+    for i, m in enumerate(messages):
         if m.role == "tool":
-            out.append(ChatMessage("user", f"<tool_response>\n{m.content}\n</tool_response>"))
+            result = f"<tool_response>\n{m.content}\n</tool_response>"
+            if out and out[-1].role == "user" and i and messages[i - 1].role == "tool":
+                out[-1] = ChatMessage("user", out[-1].content + "\n" + result)  # results of one turn's calls
+            else:
+                out.append(ChatMessage("user", result))
+            if i + 1 == len(messages) or messages[i + 1].role != "tool":
+                out[-1] = ChatMessage("user", out[-1].content + "\n" + _results_hint(choice))
         elif m.tool_calls:
             calls = "\n".join(format_call_hermes(c) for c in m.tool_calls)
             out.append(ChatMessage("assistant", (m.content + "\n" if m.content else "") + calls))
         else:
             out.append(m)
     return tuple(out)
+
+
+def _results_hint(choice: str) -> str:
+    """What a model without tool syntax is told after the results: without it SmolLM2 135M repeats the results
+    back; with it (and ``tool_choice`` none) it answers with them."""
+    if choice == "none":
+        return "Answer the user's question with these results."
+    return "Answer the user's question with these results, or call a function again if you need more."
 
 
 def _tools_note(tools: Sequence[ToolSpec]) -> str:
@@ -124,14 +159,77 @@ def template_message(m: ChatMessage) -> dict[str, Any]:
     return out
 
 
+def reply_stops(request: GenerationRequest) -> tuple[str, ...]:
+    """Stop strings a chat reply with tools needs: the end of the first call when parallel calls are off
+    (``parallel_tool_calls`` false: one call at most, and no text written after it)."""
+    if shown_tools(request) and not request.parallel_tool_calls:
+        return (CALL_END,)
+    return ()
+
+
 def call_grammar(request: GenerationRequest, fmt: ToolFormat) -> str | None:
     """The grammar a forced choice needs (``required`` or one named function); None when the model is free."""
-    choice = request.tool_choice
-    if not request.tools or choice in ("auto", "none"):
+    tools = forced_tools(request)
+    if not tools:
         return None
-    tools = request.tools if choice == "required" else [t for t in request.tools if t.name == choice]
     build = grammar.qwen3_coder_calls_grammar if fmt == "qwen3_coder" else grammar.hermes_calls_grammar
     return build(tools, parallel=request.parallel_tool_calls)
+
+
+def forced_tools(request: GenerationRequest) -> tuple[ToolSpec, ...]:
+    """The tools one of which the reply must call (``required``: any; a name: that one); () when it is free."""
+    if not request.tools or request.tool_choice in ("auto", "none"):
+        return ()
+    if request.tool_choice == "required":
+        return request.tools
+    return tuple(t for t in request.tools if t.name == request.tool_choice)
+
+
+def shortest_call(tools: Sequence[ToolSpec], fmt: ToolFormat) -> str:
+    """The shortest text the forced-call grammar lets through, over ``tools``: the wrapper, the name, and
+    each required argument with its shortest value (``""``, ``0``, ``[]``, the shortest enum value ...)."""
+    return min((_shortest_call(t, fmt) for t in tools), key=len)
+
+
+def _shortest_call(tool: ToolSpec, fmt: ToolFormat) -> str:
+    params = tool.parameters or {}
+    props: dict[str, Any] = params.get("properties") or {}
+    required = [p for p in params.get("required") or [] if p in props]
+    if fmt == "qwen3_coder":
+        parts = [f"{CALL_START}\n<function={tool.name}>\n"]
+        for name in required:
+            value = _shortest_value(props[name])
+            # A string is raw text of one character at least; any other value is JSON.
+            text = (value or "x") if isinstance(value, str) else json.dumps(value)
+            parts.append(f"<parameter={name}>\n{text}\n</parameter>\n")
+        return "".join([*parts, f"</function>\n{CALL_END}"])
+    args = _shortest_value(params)
+    body = json.dumps({"name": tool.name, "arguments": args}, ensure_ascii=False, separators=(",", ":"))
+    return f"{CALL_START}\n{body}\n{CALL_END}"
+
+
+def _shortest_value(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return 0
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return min(schema["enum"], key=lambda v: len(json.dumps(v, ensure_ascii=False)))
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            options = [_shortest_value(s) for s in schema[key]]
+            return min(options, key=lambda v: len(json.dumps(v, ensure_ascii=False)))
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = kind[0] if kind else None
+    if kind == "object" or (kind is None and "properties" in schema):
+        props = schema.get("properties") or {}
+        return {k: _shortest_value(props[k]) for k in schema.get("required") or [] if k in props}
+    if kind == "array":
+        return [_shortest_value(schema.get("items"))] * int(schema.get("minItems") or 0)
+    if kind == "string":
+        return "x" * int(schema.get("minLength") or 0)
+    return {"boolean": True, "null": None}.get(str(kind), 0)
 
 
 # --- parsing ----------------------------------------------------------------------------------------------------
@@ -239,11 +337,15 @@ class CallSplitter:
         self._pending = self._pending[len(shown) :]
         return shown, []
 
-    def finish(self) -> tuple[str, list[ToolCall]]:
-        """What is left at the end: held-back text, and calls with no closing tag (cut by max_tokens)."""
+    def finish(self, *, truncated: bool = False) -> tuple[str, list[ToolCall]]:
+        """What is left at the end: held-back text, and a last call the model ended without its closing tag.
+        ``truncated`` (the reply ran out of tokens): an unfinished call is withheld, never shown as text or as a
+        call with half its arguments."""
         if not self._in_calls:
             shown, self._pending = self._pending, ""
             return shown, []
+        if truncated:
+            return "", []
         calls = self._new_complete_calls(final=True)
         if self._n_done == 0:  # it looked like a call but was not one: give the text back
             return self._calls_text, []
@@ -281,7 +383,7 @@ def split_events(
         if isinstance(event, TextDelta):
             text, calls = splitter.push(event.text)
         elif isinstance(event, Finished):
-            text, calls = splitter.finish()
+            text, calls = splitter.finish(truncated=event.stats.finish_reason == "length")
         else:
             yield event
             continue

@@ -12,6 +12,8 @@ Role = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
 ToolChoice = Literal["auto", "none", "required"] | str
 """``auto``, ``none``, ``required``, or the name of the one function the model must call."""
+ToolFormat = Literal["hermes", "qwen3_coder"]
+"""How a model writes tool calls (``engine.toolcalls``): Hermes / Qwen3 JSON, or Qwen3-Coder / Qwen3.5 XML."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,11 @@ class ChatEngine(Protocol):
     ) -> Iterator[GenerationEvent]:
         """Stream a reply: ``TextDelta`` events, then exactly one ``Finished``. Setting ``cancel`` stops within a
         token or two (``finish_reason="cancelled"``). Not thread-safe: one generation at a time per engine."""
+        ...
+
+    @property
+    def tool_format(self) -> ToolFormat:
+        """How replies write tool calls (from the chat template; the generic Hermes format without one)."""
         ...
 
     def count_tokens(self, text: str) -> int: ...

@@ -3,17 +3,24 @@ TUI chat, ``bench`` and ``serve`` can use an upstream build exactly as they use 
 
 Chat goes to ``/v1/chat/completions`` (the server applies the chat template), plain prompts to
 ``/completion``; both stream, and the last event's ``timings`` give the stats (prompt and decode speed,
-cached prompt tokens, drafted and accepted tokens of speculative decoding).
+cached prompt tokens, drafted and accepted tokens of speculative decoding). Chat requests llama-server would
+not enforce (a forced tool call, tools on a template without tool syntax, a GGUF without a template) take
+clover-local's route instead (``server_tools.clover_enforces``): the same grammar and parsing as the embedded
+engine, on ``/completion``.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
+from clover_local.engine import templates, toolcalls
+from clover_local.engine.templates import TemplateChoice
 from clover_local.engine.types import (
+    ChatMessage,
     Finished,
     FinishReason,
     GenerationEvent,
@@ -21,11 +28,20 @@ from clover_local.engine.types import (
     GenerationStats,
     TextDelta,
     ToolCallMade,
+    ToolFormat,
+    ToolSpec,
 )
-from clover_local.errors import ServerError
+from clover_local.errors import RequestRefused, ServerError
 from clover_local.llamacpp import http_client
 from clover_local.llamacpp.server import LlamaServerProcess
-from clover_local.llamacpp.server_tools import ToolCallCollector, agent_payload, openai_message
+from clover_local.llamacpp.server_tools import (
+    ToolCallCollector,
+    agent_payload,
+    clover_enforces,
+    completion_payload,
+    openai_message,
+    withhold_unfinished,
+)
 from clover_local.presets import SamplingDefaults
 
 
@@ -34,7 +50,8 @@ class LlamaServerEngine:
 
     When built from a :class:`LlamaServerProcess` with ``owns_process=True``, ``close()`` stops the server.
     Speculative decoding is set when the server starts (``--spec-type``); ``request.speculative`` cannot
-    change it per request and is ignored."""
+    change it per request and is ignored. ``template`` is the chat template the server was started with, as
+    ``templates.choose_template`` chose it (None: read from the server's ``/props``)."""
 
     def __init__(
         self,
@@ -44,6 +61,7 @@ class LlamaServerEngine:
         sampling: SamplingDefaults | None = None,
         api_key: str | None = None,
         owns_process: bool = True,
+        template: TemplateChoice | None = None,
     ) -> None:
         if isinstance(server, LlamaServerProcess):
             self._process: LlamaServerProcess | None = server
@@ -57,6 +75,8 @@ class LlamaServerEngine:
         self._sampling = sampling or SamplingDefaults()
         self._model_name = model_name
         self._n_ctx: int | None = None
+        self._template = template
+        self._turn_markers: tuple[str, ...] | None = None
 
     @property
     def process(self) -> LlamaServerProcess | None:
@@ -80,6 +100,35 @@ class LlamaServerEngine:
                 raise ServerError("llama-server's /props did not say its context size.") from None
         return self._n_ctx
 
+    @property
+    def template(self) -> TemplateChoice:
+        """The chat template llama-server applies: as given, else its ``/props`` source (Jinja when it holds
+        Jinja syntax; a bare name is a llama.cpp built-in, which runs with ``--no-jinja``)."""
+        if self._template is None:
+            source = str(self._get("/props").get("chat_template") or "")
+            if "{" in source:
+                self._template = TemplateChoice("jinja", templates.TEMPLATE_GGUF, source)
+            elif source:
+                self._template = TemplateChoice("builtin", source)
+            else:
+                self._template = TemplateChoice("completion", templates.TEMPLATE_COMPLETION)
+        return self._template
+
+    @property
+    def tool_format(self) -> ToolFormat:
+        """How this model writes tool calls (``templates.tool_format``, as the embedded engine decides it)."""
+        return templates.tool_format(self.template)
+
+    @property
+    def turn_markers(self) -> tuple[str, ...]:
+        """The control text llama-server's template writes (``templates.turn_markers`` of a rendered probe)."""
+        if self._turn_markers is None:
+            markers: tuple[str, ...] = ()
+            if self.template.kind != "completion":
+                markers = templates.probe_turn_markers(self._applied_template, (RequestRefused, ServerError))
+            self._turn_markers = markers
+        return self._turn_markers
+
     def count_tokens(self, text: str) -> int:
         gone = self.problem()
         if gone:
@@ -101,7 +150,18 @@ class LlamaServerEngine:
         gone = self.problem()
         if gone:
             raise ServerError(gone)
-        path, payload = self._payload(request)
+        if clover_enforces(self.template, request):
+            events = self._stream(*self._enforced_payload(request), cancel, native=False)
+            if toolcalls.shown_tools(request):
+                events = toolcalls.split_events(events, self.tool_format, request.tools)
+            yield from events
+            return
+        yield from self._stream(*self._payload(request), cancel, native=True)
+
+    def _stream(
+        self, path: str, payload: dict[str, Any], cancel: threading.Event | None, *, native: bool
+    ) -> Iterator[GenerationEvent]:
+        """One streamed request; ``native``: llama-server's chat route, whose tool calls it parses itself."""
         started = time.perf_counter()
         first_token_at: float | None = None
         try:
@@ -138,7 +198,10 @@ class LlamaServerEngine:
                     self._raise_if_exited()  # the stream closed without an end: did the server die?
         finally:
             events.close()
-        for index, call in enumerate(calls.calls()):
+        made = calls.calls() if native else []
+        if finish == "length":
+            made = withhold_unfinished(made)
+        for index, call in enumerate(made):
             yield ToolCallMade(index, call)
         elapsed = time.perf_counter() - started
         yield Finished(
@@ -187,8 +250,9 @@ class LlamaServerEngine:
         }
         if request.seed is not None:
             sampling["seed"] = request.seed
-        if request.stop:
-            sampling["stop"] = list(request.stop)
+        stop = [*request.stop, *(self.turn_markers if request.messages is not None else ())]
+        if stop:
+            sampling["stop"] = stop
         if request.messages is not None:
             payload = {
                 "model": self._model_name or "default",
@@ -203,6 +267,37 @@ class LlamaServerEngine:
         if request.json_schema is not None:
             prompt["json_schema"] = request.json_schema or {"type": "object"}
         return "/completion", prompt
+
+    def _enforced_payload(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:
+        """``/completion`` for clover-local's route: the prompt llama-server's template makes of the messages
+        (tools folded in where it cannot show them), under the grammar the embedded engine would use."""
+        messages = request.messages or ()
+        tools = toolcalls.shown_tools(request)
+        template = self.template
+        if templates.renders_tools(template):
+            prompt = self._applied_template(messages, tools=tools)
+        else:
+            messages = toolcalls.fold_tools(messages, tools, request.tool_choice)
+            if template.kind == "completion":
+                prompt = templates.render_completion(messages)
+            else:
+                prompt = self._applied_template(messages)
+        grammar = toolcalls.call_grammar(request, self.tool_format)
+        _path, sampling = self._payload(replace(request, messages=None, prompt=prompt, json_schema=None))
+        extra = completion_payload(request, prompt, grammar, self.turn_markers)
+        return "/completion", {**sampling, **extra}
+
+    def _applied_template(self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()) -> str:
+        """The prompt llama-server's chat template makes of ``messages`` (``/apply-template``)."""
+        body: dict[str, Any] = {"messages": [openai_message(m) for m in messages]}
+        if tools:
+            body["tools"] = [t.as_openai() for t in tools]
+        resp = http_client.request(self.base_url, "POST", "/apply-template", body, api_key=self._api_key)
+        data = resp.json()
+        if resp.status == 200 and isinstance(data, dict) and isinstance(data.get("prompt"), str):
+            return str(data["prompt"])
+        error = RequestRefused if 400 <= resp.status < 500 else ServerError
+        raise error(f"llama-server could not apply its chat template (HTTP {resp.status}): {data}")
 
 
 def _delta_of(event: dict[str, Any]) -> tuple[str, FinishReason | None]:

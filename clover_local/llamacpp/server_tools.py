@@ -1,14 +1,76 @@
-"""Agent requests to ``llama-server`` and its tool calls back: tools, tool choice and JSON schemas passed in
-the OpenAI shape it reads (with ``--jinja`` it renders tools through the model's template and parses the
-model's calls itself, ``common/chat.cpp``), and its streamed ``tool_calls`` deltas put back together."""
+"""Agent requests to ``llama-server`` and its tool calls back.
+
+Two ways a chat request goes (:func:`clover_enforces`):
+
+- llama-server's own chat route (``/v1/chat/completions``): tools, tool choice and JSON schemas in the OpenAI
+  shape it reads; with ``--jinja`` it renders tools through the model's template and parses the model's calls
+  itself (``common/chat.cpp``); its streamed ``tool_calls`` deltas are put back together here.
+- clover-local's route, where llama-server would not enforce what was asked: a forced tool choice (its grammar
+  lets free text come first, and a template without tool syntax gets none at all, ``common/chat-auto-parser-
+  generator.cpp``), tools on a template that cannot show them, and chat on a GGUF without a template. The prompt
+  is rendered by llama-server's own template (``/apply-template``; tools folded into the messages where the
+  template cannot show them), and ``/completion`` runs it under the same grammar the embedded engine uses; the
+  reply's calls are parsed as the embedded engine parses them.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from clover_local.engine.toolcalls import template_message
+from clover_local.engine.templates import TemplateChoice, renders_tools
+from clover_local.engine.toolcalls import (
+    CALL_END,
+    CALL_START,
+    forced_tools,
+    has_tool_turns,
+    reply_stops,
+    template_message,
+)
 from clover_local.engine.types import ChatMessage, GenerationRequest, ToolCall
+
+
+def clover_enforces(template: TemplateChoice, request: GenerationRequest) -> bool:
+    """Whether this chat request must run through clover-local's route (module docstring) rather than
+    llama-server's chat route, which would ignore part of it."""
+    if request.messages is None:
+        return False
+    if template.kind == "completion" or forced_tools(request):
+        return True
+    # Tools even with tool_choice none: llama-server refuses them without --jinja.
+    agentic = bool(request.tools) or has_tool_turns(request.messages)
+    return agentic and not renders_tools(template)
+
+
+def completion_payload(
+    request: GenerationRequest, prompt: str, grammar: str | None, turn_markers: tuple[str, ...]
+) -> dict[str, Any]:
+    """The ``/completion`` fields for clover-local's route (besides sampling): the prompt, the grammar or JSON
+    schema, the template's turn markers as stop strings, and those markers and the call tags kept as text in
+    the reply (``preserved_tokens``: llama-server otherwise drops control tokens from the text)."""
+    out: dict[str, Any] = {
+        "prompt": prompt,
+        "n_predict": request.max_tokens,
+        "stop": [*request.stop, *turn_markers, *reply_stops(request)],
+        "preserved_tokens": [CALL_START, CALL_END, *turn_markers],
+    }
+    if grammar is not None:
+        out["grammar"] = grammar
+    elif request.json_schema is not None:
+        out["json_schema"] = request.json_schema or {"type": "object"}
+    return out
+
+
+def withhold_unfinished(calls: list[ToolCall]) -> list[ToolCall]:
+    """The calls of a reply that ran out of tokens, without the one cut off (arguments that are not JSON)."""
+    kept = []
+    for call in calls:
+        try:
+            json.loads(call.arguments)
+        except ValueError:
+            continue
+        kept.append(call)
+    return kept
 
 
 def openai_message(m: ChatMessage) -> dict[str, Any]:
@@ -22,19 +84,16 @@ def openai_message(m: ChatMessage) -> dict[str, Any]:
 
 
 def agent_payload(request: GenerationRequest) -> dict[str, Any]:
-    """``tools``, ``tool_choice``, ``parallel_tool_calls`` and ``response_format`` for llama-server.
+    """``tools``, ``tool_choice``, ``parallel_tool_calls`` and ``response_format`` for llama-server's chat route.
 
-    llama-server's ``tool_choice`` takes only ``auto``, ``none`` and ``required``: a named function is sent as
-    ``required`` with that one tool, which asks for the same thing."""
+    Only ``auto`` and ``none`` come this way: a forced choice takes clover-local's route
+    (:func:`clover_enforces`)."""
+    if forced_tools(request):
+        raise ValueError("a forced tool choice takes clover-local's route, not llama-server's chat route")
     out: dict[str, Any] = {}
     if request.tools:
-        choice = request.tool_choice
-        tools = request.tools
-        if choice not in ("auto", "none", "required"):
-            tools = tuple(t for t in tools if t.name == choice)
-            choice = "required"
-        out["tools"] = [t.as_openai() for t in tools]
-        out["tool_choice"] = choice
+        out["tools"] = [t.as_openai() for t in request.tools]
+        out["tool_choice"] = request.tool_choice
         out["parallel_tool_calls"] = request.parallel_tool_calls
     if request.json_schema is not None:
         schema = request.json_schema or {"type": "object"}

@@ -278,7 +278,11 @@ class OpenAIServer:
                 code="context_length_exceeded",
                 param="messages" if req.messages is not None else "prompt",
             )
-        return replace(req, max_tokens=min(req.max_tokens, room))
+        fitted = replace(req, max_tokens=min(req.max_tokens, room))
+        agent.check_forced_call_fits(
+            fitted, self.engine.tool_format, self.engine.count_tokens, parsed.max_tokens_param
+        )
+        return fitted
 
     async def _events(
         self, request: GenerationRequest, cancel: threading.Event

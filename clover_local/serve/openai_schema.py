@@ -32,6 +32,8 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     max_tokens_given: bool
+    max_tokens_param: str = "max_tokens"
+    """The field that set ``max_tokens`` in this API (``max_completion_tokens``, ``max_output_tokens``)."""
 
 
 def parse_chat(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
@@ -106,6 +108,8 @@ def _common(body: dict[str, Any], known_models: tuple[str, ...], *, chat: bool) 
     model = body.get("model")
     if model is None:
         model = known_models[0]
+    if isinstance(model, str) and model not in known_models:  # file names are typed in any case
+        model = next((m for m in known_models if m.lower() == model.lower()), model)
     if not isinstance(model, str) or model not in known_models:
         raise ApiError(
             400,
@@ -144,6 +148,7 @@ def _common(body: dict[str, Any], known_models: tuple[str, ...], *, chat: bool) 
         "stream": stream,
         "include_usage": include_usage,
         "max_tokens_given": max_tokens is not None,
+        "max_tokens_param": max_key,
     }
 
 

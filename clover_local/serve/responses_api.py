@@ -76,6 +76,7 @@ def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     }
     common = oa._common({k: v for k, v in chat_like.items() if v is not None}, known_models, chat=True)
     fields = {**common.pop("fields"), **fields}
+    common["max_tokens_param"] = "max_output_tokens"
     return ParsedRequest(GenerationRequest(messages=messages, **fields), **common)
 
 

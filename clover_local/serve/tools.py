@@ -11,7 +11,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from clover_local.engine.types import ChatMessage, GenerationRequest, ToolCall, ToolSpec
+from clover_local.engine import toolcalls
+from clover_local.engine.types import ChatMessage, GenerationRequest, ToolCall, ToolFormat, ToolSpec
 from clover_local.serve import api_errors as oa
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -264,3 +265,25 @@ def tool_prompt_tokens(request: GenerationRequest, count: Callable[[str], int]) 
     texts = [json.dumps(t.as_openai()) for t in request.tools if request.tool_choice != "none"]
     texts += [c.arguments + c.name for m in request.messages or () for c in m.tool_calls]
     return sum(count(t) + 10 for t in texts)
+
+
+def check_forced_call_fits(
+    request: GenerationRequest, fmt: ToolFormat, count: Callable[[str], int], param: str
+) -> None:
+    """A forced tool call (``required``, a named function) must fit in the reply: a 400 naming ``param`` when
+    even the shortest call the grammar allows (``toolcalls.shortest_call``) is longer than ``max_tokens``,
+    rather than a reply cut inside the call."""
+    tools = toolcalls.forced_tools(request)
+    if not tools:
+        return
+    need = count(toolcalls.shortest_call(tools, fmt))
+    if request.max_tokens < need:
+        names = " or ".join(repr(t.name) for t in tools)
+        raise oa.ApiError(
+            400,
+            f"tool_choice forces a call to {names}, and the shortest such call is {need} tokens for this model, "
+            f"but '{param}' (or the room left in the context) allows {request.max_tokens}. "
+            f"Raise '{param}' to at least {need}.",
+            param=param,
+            code="max_tokens_too_small",
+        )

@@ -54,7 +54,7 @@ class TinySpec:
     logit_scale: float = 0.35
     """Std of the output head: larger spreads the logits, so greedy text varies instead of repeating."""
     chat_template: str | None = None
-    """Jinja chat template stored in the file; None: ChatML."""
+    """Jinja chat template stored in the file; None: ChatML; "": none (a GGUF without a chat template)."""
     mtp: MtpPlacement = "none"
     """qwen35moe: a multi-token-prediction head (one full-attention MoE block, ``blk.<n_layer>.nextn.*``),
     inside the file (``embedded``) or in a separate ``mtp-`` file (``sidecar``, see :func:`write_tiny_mtp`)."""
@@ -238,7 +238,8 @@ def _add_header(writer: object, spec: TinySpec, vocab: Vocab, with_head: bool = 
         # tokenizes as llama-server's tool grammars spell it (as in Qwen's BPE vocabulary).
         writer.add_add_space_prefix(False)
     writer.add_add_eos_token(False)
-    writer.add_chat_template(spec.chat_template or CHATML_TEMPLATE)
+    if spec.chat_template != "":
+        writer.add_chat_template(spec.chat_template or CHATML_TEMPLATE)
 
 
 def _tensors(spec: TinySpec, vocab: Vocab) -> dict[str, np.ndarray]:
