@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
+from clover_local.engine.toolcalls import ToolFormat
 from clover_local.engine.types import (
     ChatEngine,
     Finished,
@@ -54,6 +55,10 @@ class EngineWrapper:
     @property
     def n_ctx(self) -> int:
         return self.inner.n_ctx
+
+    @property
+    def tool_format(self) -> ToolFormat:
+        return self.inner.tool_format
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)

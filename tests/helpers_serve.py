@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_engine import EngineWrapper
 
 from clover_local import settings
 from clover_local.engine.types import (
@@ -21,7 +22,6 @@ from clover_local.engine.types import (
     GenerationEvent,
     GenerationRequest,
     GenerationStats,
-    ToolFormat,
 )
 
 # Resolved at import, before the autouse fixture points CLOVER_DATA_DIR at a temporary folder.
@@ -43,31 +43,16 @@ def llama_server_path() -> Path:
     pytest.skip(message)
 
 
-class RecordingEngine:
+class RecordingEngine(EngineWrapper):
     """A real engine, passed through, remembering the stats of each finished generation."""
 
     def __init__(self, inner: ChatEngine) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.finished: list[GenerationStats] = []
         self.started = threading.Event()
         self.active = 0
         self.max_active = 0
         self._lock = threading.Lock()
-
-    @property
-    def model_name(self) -> str:
-        return self.inner.model_name
-
-    @property
-    def n_ctx(self) -> int:
-        return self.inner.n_ctx
-
-    @property
-    def tool_format(self) -> ToolFormat:
-        return self.inner.tool_format
-
-    def count_tokens(self, text: str) -> int:
-        return self.inner.count_tokens(text)
 
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None
@@ -84,9 +69,6 @@ class RecordingEngine:
         finally:
             with self._lock:
                 self.active -= 1
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def raw_post(base_url: str, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:

@@ -45,7 +45,7 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
     n = plan.n_cpu_moe
     assert llama_server_args(plan) == [
         "-c", "16384", "-ngl", "all", "--n-cpu-moe", str(n), "-fa", "on", "-ctk", "f16", "-ctv", "f16",
-        "-t", "7", "-tb", "8", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
+        "-t", "7", "-tb", "7", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
         "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-min", "2",
         "--spec-ngram-mod-n-max", "16", "--fit", "off",
     ]  # fmt: skip
@@ -80,7 +80,7 @@ def test_exact_argv_for_cpu_only_with_model_path() -> None:
     )
     assert llama_server_args(plan) == [
         "-m", "/m/gemma.gguf", "-c", "4096", "-ngl", "0", "-fa", "on", "-ctk", "f16", "-ctv", "f16",
-        "-t", "3", "-tb", "4", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
+        "-t", "3", "-tb", "3", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
         "--chat-template", "gemma", "--no-jinja", "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24",
         "--spec-ngram-mod-n-min", "2", "--spec-ngram-mod-n-max", "16", "--fit", "off",
     ]  # fmt: skip
@@ -119,7 +119,9 @@ def test_args_and_kwargs_agree(spec: str) -> None:
 
     assert int(flag("-c")) == kwargs["n_ctx"]
     assert (flag("-ngl") == "all") == (kwargs["n_gpu_layers"] == -1)
-    assert int(flag("-t")) == kwargs["n_threads"] and int(flag("-tb")) == kwargs["n_threads_batch"]
+    assert int(flag("-t")) == kwargs["n_threads"] == plan.threads
+    # llama-server batches on the decode threads (no load guard); the embedded engine gets every planned core
+    assert int(flag("-tb")) == plan.threads and kwargs["n_threads_batch"] == plan.threads_batch
     assert int(flag("-b")) == kwargs["n_batch"] and int(flag("-ub")) == kwargs["n_ubatch"]
     assert GGML_TYPES[flag("-ctk")] == kwargs["type_k"] and GGML_TYPES[flag("-ctv")] == kwargs["type_v"]
     assert (flag("-fa") == "on") == kwargs["flash_attn"]

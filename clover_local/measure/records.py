@@ -18,6 +18,15 @@ from clover_local.plan.measured import SpeedRecord, VerifyCostRecord
 _MAX_RECORDS = 200
 
 
+def _write_json(path: Path, data: object, *, indent: int) -> Path:
+    """Write ``data`` as JSON atomically (a temporary file beside it, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=indent) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
 def records_path() -> Path:
     return settings.data_dir() / "speed-records.json"
 
@@ -46,11 +55,7 @@ def add_record(record: SpeedRecord, path: Path | None = None) -> Path:
     path = path or records_path()
     kept = [asdict(r) for r in load_records(path)][-(_MAX_RECORDS - 1) :]
     kept.append(asdict(record))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return _write_json(path, kept, indent=1)
 
 
 # -- speculation modes (``bench --spec-modes``) -------------------------------------------------------------
@@ -89,11 +94,7 @@ def save_spec_ratios(model: str, ratios: dict[str, float], engine: str, path: Pa
     except (OSError, ValueError):
         data = {}
     data[spec_model_key(model)] = {"ratios": dict(ratios), "engine": engine, "measured_at": time.time()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return _write_json(path, data, indent=2)
 
 
 # -- verification costs (the embedded engine measures them at first load) ------------------------------------
@@ -126,8 +127,4 @@ def add_verify_costs(record: VerifyCostRecord, path: Path | None = None) -> Path
     path = path or verify_costs_path()
     kept = [asdict(r) for r in load_verify_costs(path) if r.key != record.key][-(_MAX_RECORDS - 1) :]
     kept.append(asdict(record))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return _write_json(path, kept, indent=1)

@@ -98,7 +98,10 @@ def settings(plan: Plan) -> list[Setting]:
         Setting("-ctk", plan.cache_type_k, "type_k", GGML_TYPES[plan.cache_type_k]),
         Setting("-ctv", plan.cache_type_v, "type_v", GGML_TYPES[plan.cache_type_v]),
         Setting("-t", str(plan.threads), "n_threads", plan.threads),
-        Setting("-tb", str(plan.threads_batch), "n_threads_batch", plan.threads_batch),
+        # Batches: the embedded engine gets every planned core and gives them back while other programs are busy
+        # (engine.batch_threads); llama-server has no such guard, and a batch on every core collapses beside one
+        # busy program (0.07 of its idle speed, README "Reliability"), so it batches on the decode threads.
+        Setting("-tb", str(plan.threads), "n_threads_batch", plan.threads_batch),
         Setting("-b", str(plan.n_batch), "n_batch", plan.n_batch),
         Setting("-ub", str(plan.n_ubatch), "n_ubatch", plan.n_ubatch),
         Setting("--load-mode", plan.load_mode, "use_mmap", use_mmap),

@@ -26,9 +26,10 @@ class ThreadPlan:
 
 def plan_threads(physical_cores: int, logical_cores: int, wanted: int | None = None) -> ThreadPlan:
     """Threads for a machine with these cores: generation leaves one core free for everything else (at least
-    one thread; ``wanted``, ``--threads``, is honoured); batches get every physical core, as llama.cpp's own
-    default (``cpu_get_num_math``) gives them, and the embedded engine drops them to the generation threads
-    while other programs keep the CPU busy (``engine.batch_threads``)."""
+    one thread; ``wanted``, ``--threads``, is honoured); batches get every physical core (llama.cpp's own
+    default, ``cpu_get_num_math``) in the embedded engine, which drops them to the generation threads while
+    other programs keep the CPU busy (``engine.batch_threads``); llama-server, which cannot, batches on the
+    generation threads (``plan.llama_args``)."""
     physical = max(1, physical_cores)
     threads = wanted if wanted and wanted > 0 else max(1, physical - 1)
     batch = max(threads, physical)
@@ -49,7 +50,8 @@ def plan_threads(physical_cores: int, logical_cores: int, wanted: int | None = N
     return ThreadPlan(
         threads,
         batch,
-        f"{why}; {batch} for batches (prompt processing, verifying drafts: every physical core, as llama.cpp "
-        f"does, because a batch is compute-bound; the embedded engine gives them {threads} while other "
-        "programs keep the CPU busy, and llama-server always uses the planned number).",
+        f"{why}; {batch} for batches in the embedded engine (prompt processing, verifying drafts: every "
+        f"physical core, since a batch is compute-bound; {threads} while other programs keep the CPU busy), "
+        f"and {threads} in llama-server, which cannot give them back (measured beside one busy program: a "
+        "llama-server batching on every core kept 0.07 of its speed).",
     )

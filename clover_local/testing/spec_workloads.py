@@ -106,7 +106,7 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload(
         "counting",
         "Numbers from 1 to 300, one per line:\n1\n2\n3\n",
-        "Count from 1 to 300, one number per line, nothing else.",
+        "Write the numbers from 1 to 300, one per line.",
         copies=False,
     ),
     Workload(
