@@ -83,9 +83,10 @@ def test_controller_stops_drafting_where_it_does_not_pay_and_probes_less_often()
     c = DraftController(n_min=2, n_max=16, costs=batch_costs(n_max_batch=17, on_gpu=False))
     for _ in range(4):
         c.record(4, 0, match_size=2)
-    choices = [c.choose(8, match_size=2) for _ in range(24)]
+    choices = [c.choose(8, match_size=2) for _ in range(96)]
     probes = [i for i, k in enumerate(choices) if k]
-    assert probes == [7, 23]  # one probe after 8 plain steps, the next one only after 16 more
+    assert probes == [15, 79]  # one probe after 16 plain steps, the next one only after 64 more
+    assert {choices[i] for i in probes} == {2}  # the shortest draft: a wrong probe wastes the least
     assert c.acceptance == 0.0
     for _ in range(3):
         c.record(8, 8, match_size=12)

@@ -96,6 +96,9 @@ class DraftController:
     MARGIN = 1.1
     """Expected speed-up a draft must promise: the cost model is an estimate, a wrong guess only wastes time."""
     DECAY = 0.9
+    PROBE_EVERY = 16
+    """Plain steps before the first probe where drafting does not pay; each failed probe waits 4x longer (up to
+    256), so a reply with nothing to copy (counting, free chat) pays at most a step or two for probing."""
 
     def __init__(self, n_min: int = 2, n_max: int = 16, costs: Sequence[float] = ()) -> None:
         self.n_min = max(1, n_min)
@@ -104,7 +107,7 @@ class DraftController:
         self._hits: dict[int, float] = {}
         self._trials: dict[int, float] = {}
         self._since_probe = 0
-        self._probe_every = 8
+        self._probe_every = self.PROBE_EVERY
         self.drafted = 0
         self.accepted = 0
         self.steps = 0
@@ -143,8 +146,8 @@ class DraftController:
         self._since_probe += 1
         if self._since_probe >= self._probe_every:
             self._since_probe = 0
-            self._probe_every = min(self._probe_every * 2, 256)
-            return min(limit, max(self.n_min, 4))
+            self._probe_every = min(self._probe_every * 4, 256)
+            return min(limit, self.n_min)  # the shortest draft: a wrong probe wastes the least
         return 0
 
     def record(self, drafted: int, accepted: int, match_size: int = 0) -> None:
@@ -156,7 +159,7 @@ class DraftController:
         self._hits[match_size] = self._hits.get(match_size, 0.0) * self.DECAY + accepted
         self._trials[match_size] = self._trials.get(match_size, 0.0) * self.DECAY + trials
         if accepted * 2 >= drafted:
-            self._probe_every = 8
+            self._probe_every, self._since_probe = self.PROBE_EVERY, 0
 
     @property
     def acceptance(self) -> float | None:
