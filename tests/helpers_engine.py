@@ -147,6 +147,7 @@ class ScriptedEngine:
     model runs in the same tests too; this only stretches the speeds they are checked at."""
 
     n_ctx = 1024
+    tool_format: ToolFormat = "hermes"
 
     def __init__(self, delay_s: float = 0.0, pieces: tuple[str, ...] = COUNT_PIECES) -> None:
         self.delay_s = delay_s
