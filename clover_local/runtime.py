@@ -5,8 +5,9 @@
 - :func:`plan_for`: the plan for this machine (or a described one), with the best sizes at hand (a local file's
   header, each quant's described sizes, else the preset's estimates); the plan carries the model path once it
   is known, so ``plan.llama_args`` renders ``-m`` wherever the plan is shown or run;
-- :func:`choose_engine` and :func:`open_engine`: which engine runs the plan (embedded llama-cpp-python or an
-  upstream ``llama-server``), loaded exactly as the plan says.
+- the pieces :mod:`clover_local.launch` puts together: the preset a request means (:func:`resolve_preset`),
+  the architecture check, sidecars, the chat template. Which engine runs a plan is decided there, once, before
+  the plan (``launch.choose_runner``).
 
 Heavy modules (llama_cpp, huggingface_hub) are imported inside the functions, so the app paints before they load.
 """
@@ -14,49 +15,39 @@ Heavy modules (llama_cpp, huggingface_hub) are imported inside the functions, so
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clover_local.arch_support import Action, ArchCheck
-from clover_local.errors import ServerError, UsageError
+from clover_local.errors import UsageError
 from clover_local.gguf.names import DraftKind
 from clover_local.plan.diffusion import DiffusionPlan, DiffusionWishes
-from clover_local.plan.types import EngineKind, Goal, Plan, SpeculativePlan, Wishes
-from clover_local.presets import Preset, SamplingDefaults, load_preset
+from clover_local.plan.types import EngineKind, Goal, Plan, Wishes
+from clover_local.presets import Preset, load_preset
 
 if TYPE_CHECKING:
     from clover_local.detect.machine import Machine
     from clover_local.engine.templates import TemplateChoice
-    from clover_local.engine.types import ChatEngine
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.gguf.model import ModelDescription
-    from clover_local.llamacpp.binary import ServerBinary
 
 __all__ = [
-    "EMBEDDED_SPEC_MODES",
-    "ENGINE_CHOICES",
-    "EngineChoice",
-    "OpenedEngine",
     "chat_template_for",
     "check_local_file",
     "check_model_architecture",
-    "choose_engine",
+    "checked_gguf",
     "detect",
     "diffusion_plan_for_file",
-    "engine_for_architecture",
-    "engine_for_speculation",
     "find_model",
+    "local_header",
     "local_sidecars",
-    "open_engine",
-    "open_unplanned",
     "plan_for",
     "preset_for_file",
     "require_model",
+    "resolve_preset",
 ]
-
-ENGINE_CHOICES = ("auto", "embedded", "llama-server")
 
 
 # -- which model file -------------------------------------------------------------------------------------
@@ -70,7 +61,7 @@ def find_model(preset: Preset | None, model: str | Path | None = None, quant: st
     (``auto``: the preset's default) in the Hugging Face cache, else the file the app's first run chose for it.
     """
     if model:
-        return _checked_gguf(Path(model).expanduser())
+        return checked_gguf(Path(model).expanduser())
     if preset is None:
         return None
     if preset.python_package:
@@ -128,7 +119,8 @@ def require_model(preset: Preset | None, model: str | Path | None = None, quant:
     )
 
 
-def _checked_gguf(path: Path) -> Path:
+def checked_gguf(path: Path) -> Path:
+    """``path`` resolved, when it is a local ``.gguf`` file; else a :class:`UsageError` saying what to give."""
     if not path.is_file():
         raise UsageError(f"No GGUF file at {path}.", "Give the path of a local .gguf file (--model PATH).")
     if path.suffix.lower() != ".gguf":
@@ -157,6 +149,7 @@ def plan_for(
     rpc: str | None = None,
     link: str | None = None,
     spec: str = "auto",
+    drafters: frozenset[str] | None = None,
     force: bool = False,
 ) -> tuple[Plan, Preset]:
     """The plan for ``preset`` on ``machine`` (None: ``simulate``'s described machine, else this one, detected).
@@ -173,13 +166,13 @@ def plan_for(
     the drafter heads the files offer: inside the model file, or sidecars beside it (downloaded, or on the Hub
     with their headers read first), with ``bench --spec-modes``'s measurements when there are any.
 
+    ``drafters``: the speculation modes the engine that will run the plan can run (``launch.Runner.drafters``);
+    heads of other kinds are not offered. ``engine``: the engine whose memory is budgeted.
+
     The model's architecture is checked against the llama.cpp here (``plan.architecture``): one it cannot load
     raises :class:`ArchitectureError` unless ``force``; a sidecar it cannot load is left out, with a reason.
     """
-    if isinstance(preset, Preset):
-        chosen = preset
-    else:
-        chosen = preset_for_file(model) if preset is None and model else load_preset(preset)
+    chosen = resolve_preset(preset, model)
     machine = machine or detect(simulate, rpc, link)
     wishes = Wishes(quant="auto" if model else quant, ctx=ctx, goal=goal, threads=threads, engine=engine)
     from clover_local.gguf.model import describe_from_preset
@@ -191,7 +184,7 @@ def plan_for(
     if model:
         from clover_local.plan.local_file import preset_from_header
 
-        path = _checked_gguf(Path(model).expanduser())
+        path = checked_gguf(Path(model).expanduser())
         description = _local_header(str(path), path.stat().st_mtime_ns)
         architecture = check_model_architecture(description, str(path), "load", force=force)
         chosen = preset_from_header(
@@ -213,7 +206,8 @@ def plan_for(
             size_sources=((plan.quant, source),),
         )
         plan = _with_architecture(plan, architecture)
-        return _with_speculation(plan, chosen, description, local_sidecars(path), spec, machine), chosen
+        sidecars = local_sidecars(path)
+        return _with_speculation(plan, chosen, description, sidecars, spec, machine, drafters), chosen
     if models is None and describe:
         from clover_local.fetch.describe import describe_quants
 
@@ -228,7 +222,7 @@ def plan_for(
         plan = _with_architecture(
             plan, check_model_architecture(estimate, f"{chosen.repo} {plan.quant}", "download", force=force)
         )
-        return _with_speculation(plan, chosen, None, {}, spec, machine), chosen
+        return _with_speculation(plan, chosen, None, {}, spec, machine, drafters), chosen
     plan = make_plan(
         machine, chosen, None, wishes, models=models.models, speed_records=records, diffusion_wishes=diffusion
     )
@@ -245,7 +239,16 @@ def plan_for(
     )
     plan = _with_architecture(plan, architecture)
     sidecars = models.sidecars.get(plan.quant, {})
-    return _with_speculation(plan, chosen, models.models.get(plan.quant), sidecars, spec, machine), chosen
+    described_model = models.models.get(plan.quant)
+    return _with_speculation(plan, chosen, described_model, sidecars, spec, machine, drafters), chosen
+
+
+def resolve_preset(preset: Preset | str | None, model: str | Path | None = None) -> Preset:
+    """The preset a request means: given, named (or a ``.toml`` path), the one a bare ``model`` file's name
+    says (:func:`preset_for_file`), else the default one."""
+    if isinstance(preset, Preset):
+        return preset
+    return preset_for_file(model) if preset is None and model else load_preset(preset)
 
 
 def check_model_architecture(
@@ -292,6 +295,7 @@ def _with_speculation(
     sidecars: _Sidecars,
     spec: str,
     machine: Machine,
+    drafters: frozenset[str] | None = None,
 ) -> Plan:
     """The plan with its speculation mode chosen among the heads offered (``plan.speculation``), using
     ``bench --spec-modes``'s measurements of this model on this machine when there are any, and the verification
@@ -309,9 +313,10 @@ def _with_speculation(
     if skipped:
         plan = replace(plan, reasons=(*plan.reasons, *skipped))
     measured = load_spec_ratios(plan.model_path or f"{plan.preset}:{plan.quant}")
-    return with_measured_costs(
-        plan_speculation(plan, desc, offered_heads(desc, sidecars), spec, measured), machine
-    )
+    offers = [h for h in offered_heads(desc, sidecars) if drafters is None or h.kind in drafters]
+    if drafters is not None:
+        measured = {m: r for m, r in measured.items() if m in drafters}
+    return with_measured_costs(plan_speculation(plan, desc, offers, spec, measured), machine)
 
 
 def with_measured_costs(plan: Plan, machine: Machine) -> Plan:
@@ -413,248 +418,17 @@ def detect(simulate: str | None = None, rpc: str | None = None, link: str | None
     return replace(machine, workers=probe_workers(rpc, link=link))
 
 
+def local_header(path: Path) -> ModelDescription:
+    """A local GGUF's header (:class:`ModelDescription`), read once per file version."""
+    return _local_header(str(path), path.stat().st_mtime_ns)
+
+
 @functools.lru_cache(maxsize=8)
 def _local_header(path: str, mtime_ns: int) -> ModelDescription:
     """A local GGUF's header, read once per file version (a 262k-token vocabulary takes most of a second)."""
     from clover_local.gguf.header import read_local_header
 
     return read_local_header(Path(path))
-
-
-# -- the engine -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EngineChoice:
-    kind: EngineKind
-    why: str
-    binary: ServerBinary | None = None
-
-
-@dataclass(frozen=True)
-class OpenedEngine:
-    engine: ChatEngine
-    kind: EngineKind
-    notices: tuple[str, ...]
-    """Warnings and facts for the person: flags dropped for this llama-server, a safer plan loaded, ..."""
-    placement: str = ""
-    """Where the weights, KV cache and experts went, in words (the embedded engine's load log)."""
-    fallback_message: str | None = None
-    """Set when the first load ran out of memory and a safer plan was loaded instead: what changed."""
-
-
-def choose_engine(wanted: str = "embedded", configured_binary: str | None = None) -> EngineChoice:
-    """Which engine to run and why; ``wanted`` is ``auto`` (llama-server when one is found: upstream builds have
-    every backend and the newest kernels; else the embedded engine), ``embedded`` or ``llama-server``."""
-    if wanted not in ENGINE_CHOICES:
-        raise UsageError(f"--engine {wanted!r} is not one of {', '.join(ENGINE_CHOICES)}.")
-    if wanted == "embedded":
-        return EngineChoice("embedded", "asked for with --engine embedded")
-    from clover_local.llamacpp.binary import find_llama_server
-
-    binary = find_llama_server(configured_binary)
-    if wanted == "llama-server":
-        if binary is None:
-            raise ServerError(
-                "--engine llama-server: no llama-server was found (CLOVER_LLAMA_SERVER, the built one, PATH).",
-                "Build one with scripts/build-llama-server, or use --engine embedded.",
-            )
-        return EngineChoice("llama-server", f"asked for; using {binary.path} ({binary.source})", binary)
-    if binary is not None:
-        return EngineChoice("llama-server", f"found {binary.path} ({binary.source})", binary)
-    return EngineChoice(
-        "embedded",
-        "no llama-server found (build one with scripts/build-llama-server); using llama-cpp-python",
-    )
-
-
-EMBEDDED_SPEC_MODES = ("off", "ngram", "mtp")
-"""Speculation modes the embedded engine runs itself (``engine.mtp`` for the MTP head); the sidecar drafters
-DFlash, DSpark and EAGLE-3 run only in llama-server."""
-
-
-def engine_for_speculation(
-    choice: EngineChoice, plan: Plan, configured_binary: str | None = None
-) -> EngineChoice:
-    """``choice``, unless the plan's speculation needs a drafter the embedded engine does not run (DFlash,
-    DSpark, EAGLE-3): then llama-server on the same plan, saying why (or an error saying how to get one)."""
-    mode = plan.speculative.mode if plan.speculative.enabled else "off"
-    if choice.kind != "embedded" or mode in EMBEDDED_SPEC_MODES or plan.diffusion is not None:
-        return choice
-    from clover_local.llamacpp.binary import find_llama_server
-
-    binary = find_llama_server(configured_binary)
-    if binary is None:
-        raise ServerError(
-            f"Speculation by the {mode} head runs only in llama-server, and no llama-server was found.",
-            "Build one with scripts/build-llama-server, or pick --spec ngram (or off) for the embedded engine.",
-        )
-    why = (
-        f"the {mode} drafter runs only in llama-server (the embedded engine drafts by n-gram or MTP);"
-        f" using {binary.path}"
-    )
-    return EngineChoice("llama-server", why, binary)
-
-
-def _measure_costs_once(engine: object, plan: Plan) -> str | None:
-    """At an n-gram drafting plan's first load on this machine, time what verifying a draft costs here
-    (``engine.verify_probe``) and keep it for every later plan; returns a notice saying so. Later loads read
-    the kept numbers through :func:`plan_for`, so drafting decisions never depend on timings."""
-    from clover_local.engine.embedded import EmbeddedEngine
-
-    spec = plan.speculative
-    wanted = spec.enabled and spec.mode == "ngram" and spec.costs_source != "measured" and spec.costs_key
-    if not wanted or not isinstance(engine, EmbeddedEngine) or engine.n_ctx < spec.n_max + 8:
-        return None
-    import time
-
-    from clover_local.engine.verify_probe import measure_batch_costs
-    from clover_local.measure.records import add_verify_costs
-    from clover_local.plan.measured import VerifyCostRecord
-
-    measured = measure_batch_costs(engine, spec.n_max + 1)
-    add_verify_costs(
-        VerifyCostRecord(spec.costs_key, measured.costs, measured.step_ms, time.strftime("%Y-%m-%d"))
-    )
-    engine.use_batch_costs(measured.costs)
-    return (
-        f"Measured what verifying a draft costs here (once, kept for later loads): {len(measured.costs)} tokens "
-        f"cost {measured.costs[-1]:.1f} plain steps, so speculation gains at most {measured.ceiling:.2f}x."
-    )
-
-
-def engine_for_architecture(
-    choice: EngineChoice, plan: Plan, configured_binary: str | None = None
-) -> EngineChoice:
-    """``choice``, unless the model's architecture is one only the built llama-server's newer llama.cpp knows
-    (``plan.architecture.runner``): then that llama-server, saying why."""
-    check = plan.architecture
-    if choice.kind != "embedded" or check is None or check.runner != "llama-server":
-        return choice
-    from clover_local.llamacpp.binary import find_llama_server
-
-    binary = find_llama_server(configured_binary)
-    if binary is None:
-        raise ServerError(
-            f"{check.why}, and no llama-server was found.",
-            "Build it again with scripts/build-llama-server, or set CLOVER_LLAMA_SERVER.",
-        )
-    return EngineChoice("llama-server", f"{check.why}; using {binary.path}", binary)
-
-
-def open_engine(
-    plan: Plan,
-    preset: Preset,
-    choice: EngineChoice | None = None,
-    *,
-    speculative: bool | None = None,
-    chat_template: str | None = None,
-    progress: Callable[[float], None] | None = None,
-    on_log: Callable[[str], None] | None = None,
-    ready_timeout_s: float = 600.0,
-) -> OpenedEngine:
-    """Load the plan's model file as the plan says, in the chosen engine (None: embedded).
-
-    ``speculative`` overrides the plan's choice; ``chat_template`` the preset's (the embedded engine only).
-    """
-    model_path = plan.model_path
-    if not model_path:
-        raise UsageError(
-            "No local model file to run.",
-            "Download it first (clover-local download), or pass --model PATH.",
-        )
-    if speculative is not None and speculative != plan.speculative.enabled:
-        plan = replace(plan, speculative=replace(plan.speculative, enabled=speculative))
-    first = choice or EngineChoice("embedded", "the default")
-    choice = engine_for_architecture(engine_for_speculation(first, plan), plan)
-    engine_notes: list[str] = []
-    if choice is not first:
-        engine_notes.append(f"Engine: llama-server ({choice.why}).")
-    if plan.diffusion is not None and choice.kind != "embedded":
-        # llama-server has no diffusion decoding (llama.cpp runs it only in examples/diffusion).
-        choice = EngineChoice("embedded", "diffusion model: llama-server cannot decode it")
-        engine_notes.append("Diffusion model: run by the embedded engine (llama-server cannot decode it).")
-    if plan.rpc_servers and choice.kind == "embedded":
-        raise UsageError(
-            f"The plan pools other machines' devices (--rpc {','.join(plan.rpc_servers)}), but the embedded engine "
-            "(llama-cpp-python's wheel) has no RPC backend.",
-            "Use --engine llama-server (scripts/build-llama-server builds one with RPC), or drop --rpc.",
-        )
-    if choice.kind == "embedded":
-        from clover_local.engine.loader import load_engine
-        from clover_local.plan.llama_args import llama_cpp_kwargs
-
-        result = load_engine(
-            model_path,
-            llama_cpp_kwargs(plan),
-            chat_template=chat_template or plan.chat_template,
-            sampling=preset.sampling,
-            speculative=plan.speculative,
-            progress=progress,
-            diffusion=plan.diffusion,
-        )
-        notices = engine_notes + list(result.notices)
-        measured = _measure_costs_once(result.engine, plan) if result.fallback_message is None else None
-        if measured:
-            notices.append(measured)
-        if result.fallback_message:
-            notices.insert(0, result.fallback_message)
-        return OpenedEngine(
-            result.engine, "embedded", tuple(notices), str(result.placement), result.fallback_message
-        )
-
-    from clover_local.llamacpp.server import plan_server_argv, start_llama_server
-    from clover_local.llamacpp.server_engine import LlamaServerEngine
-
-    template = chat_template_for(plan)
-    if template.notice:
-        engine_notes.append(template.notice)
-    process = start_llama_server(
-        plan_server_argv(plan), binary=choice.binary, on_log=on_log, ready_timeout_s=ready_timeout_s
-    )
-    engine = LlamaServerEngine(process, model_name=preset.name, sampling=preset.sampling, template=template)
-    return OpenedEngine(engine, "llama-server", (*engine_notes, *process.warnings))
-
-
-def open_unplanned(
-    path: Path,
-    *,
-    ctx: int | None = None,
-    threads: int | None = None,
-    chat_template: str | None = None,
-    diffusion: DiffusionWishes | None = None,
-    speculative: bool = True,
-) -> OpenedEngine:
-    """A GGUF given without a preset, in the embedded engine with llama.cpp's CPU defaults: a modest context,
-    physical cores, the GGUF's own chat template, n-gram self-speculation unless ``speculative`` is False; a
-    diffusion model with its header's diffusion defaults on a 1K canvas (its reasons become notices)."""
-    from clover_local.engine.loader import load_engine
-    from clover_local.engine.native import default_threads
-
-    check_local_file(path)
-    dplan, reasons = diffusion_plan_for_file(path, ctx, diffusion)
-    if dplan is None and ctx is not None:  # before anything is allocated: the file's own trained context
-        from clover_local.plan.local_file import preset_from_header
-        from clover_local.plan.planner import check_context
-
-        description = _local_header(str(path), path.stat().st_mtime_ns)
-        check_context(ctx, preset_from_header(load_preset(None), description, path))
-    n_ctx = dplan.canvas if dplan is not None else ctx or 4096
-    settings = {"n_ctx": n_ctx, "n_threads": threads or default_threads(), "n_gpu_layers": 0}
-    result = load_engine(
-        path,
-        settings,
-        chat_template=chat_template or "gguf",
-        sampling=SamplingDefaults(),
-        speculative=SpeculativePlan(enabled=speculative and dplan is None),
-        diffusion=dplan,
-    )
-    notices = reasons + list(result.notices)
-    if result.fallback_message:
-        notices.insert(0, result.fallback_message)
-    return OpenedEngine(
-        result.engine, "embedded", tuple(notices), str(result.placement), result.fallback_message
-    )
 
 
 def diffusion_plan_for_file(

@@ -101,14 +101,14 @@ def tiny_models() -> dict[str, Path]:
 def gemma_engine(gemma_path: Path) -> Iterator[ChatEngine]:
     """The real Gemma 3 270M in the embedded engine, planned for this machine with a 1024-token context as the
     app loads it (one UI core left on small machines), loaded once per session."""
-    from clover_local import runtime, user_prefs
+    from clover_local import user_prefs
+    from clover_local.launch import open_launch
     from clover_local.presets import load_preset
-    from clover_local.tui.services import plan_to_load
+    from clover_local.tui.services import launch_for
 
     preset = load_preset("gemma3-270m")
     settings = user_prefs.ModelSettings(ctx=1024, speculative=True)
-    plan, _ = runtime.plan_for(preset, model=gemma_path, ctx=settings.ctx)
-    engine = runtime.open_engine(plan_to_load(plan, settings), preset).engine
+    engine = open_launch(launch_for(preset, str(gemma_path), settings)).engine
     yield engine
     engine.close()
 

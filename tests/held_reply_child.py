@@ -2,7 +2,7 @@
 
     python tests/held_reply_child.py RELEASE_FILE ARGS...
 
-The engine it opens (``runtime.open_engine``, as the app and every command open one) hands on the first event
+The engine it opens (``launch.open_launch``, as the app and every command open one) hands on the first event
 of its first reply that shows something (a diffusion step or a piece of text), then waits until RELEASE_FILE
 exists or the reply is cancelled. A test in a real terminal can then read what the app shows mid-reply
 however fast the machine makes the reply, and let it go on. Later replies are not held.
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from clover_local import runtime
+from clover_local import launch
 from clover_local.cli import main
 from clover_local.engine.types import GenerationEvent, GenerationRequest, Refining, TextDelta
 
@@ -46,16 +46,16 @@ def _hold_first_reply(engine: Any, release: Path) -> None:
 
 
 def _open_held(release: Path) -> Any:
-    real_open = runtime.open_engine
+    real_open = launch.open_launch
 
-    def open_engine(*args: Any, **kwargs: Any) -> Any:
+    def open_launch(*args: Any, **kwargs: Any) -> Any:
         opened = real_open(*args, **kwargs)
         _hold_first_reply(opened.engine, release)
         return opened
 
-    return open_engine
+    return open_launch
 
 
 if __name__ == "__main__":
-    runtime.open_engine = _open_held(Path(sys.argv[1]))  # type: ignore[assignment]
+    launch.open_launch = _open_held(Path(sys.argv[1]))  # type: ignore[assignment]
     sys.exit(main(sys.argv[2:]))

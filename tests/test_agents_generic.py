@@ -5,7 +5,7 @@ a named 400 up front, or withheld when the reply runs out inside it; ``auto`` de
 prompt; JSON replies follow their schema; and no reply shows the template's control text.
 
 Models are opened as ``clover-local serve --model FILE`` opens them (``plan_for`` without a preset, then
-``open_engine``): the real Gemma 3 270M *base* model (its GGUF has no template; its preset names llama.cpp's
+``open_launch``): the real Gemma 3 270M *base* model (its GGUF has no template; its preset names llama.cpp's
 built-in ``gemma``), the real SmolLM2 135M Instruct (a ChatML Jinja template that never mentions tools), and the
 tiny random models (the tool caller, the qwen35moe standing in for Clover, a plain ChatML llama). What a small
 model writes inside a forced call is its own guess: the checks are on form, and on the call being there.
@@ -24,11 +24,11 @@ import anthropic
 import openai
 import pytest
 
-from clover_local import runtime
 from clover_local.detect import parse_simulate
 from clover_local.engine.templates import TURN_MARKERS
 from clover_local.engine.toolcalls import shortest_call
 from clover_local.engine.types import ChatEngine
+from clover_local.launch import LaunchRequest, decide_launch, open_launch
 from clover_local.presets import Preset, load_preset
 from clover_local.serve.api import ApiConfig
 from clover_local.serve.runner import BackgroundServer
@@ -60,8 +60,8 @@ ASK: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
 def _open(kind: str, path: Path, preset: Preset | None = None, ctx: int = 2048) -> ChatEngine:
     """The engine ``serve --model PATH --engine KIND`` runs (``preset``: ``--preset`` given as well)."""
     binary = str(llama_server_path()) if kind == "llama-server" else None
-    plan, chosen = runtime.plan_for(preset, model=path, ctx=ctx, machine=parse_simulate(MACHINE))
-    return runtime.open_engine(plan, chosen, runtime.choose_engine(kind, binary)).engine
+    request = LaunchRequest(preset, str(path), ctx=ctx, engine=kind, llama_server=binary)  # type: ignore[arg-type]
+    return open_launch(decide_launch(request, machine=parse_simulate(MACHINE))).engine
 
 
 @contextmanager

@@ -193,24 +193,24 @@ def test_an_architecture_only_llama_server_knows_runs_there(
 ) -> None:
     from clover_local.detect import parse_simulate
     from clover_local.errors import ServerError
-    from clover_local.runtime import EngineChoice, engine_for_architecture, plan_for
+    from clover_local.launch import LaunchRequest, choose_runner, decide_launch
 
-    plan, _ = plan_for("gemma3-270m", machine=parse_simulate("ram=16G,cpu=4"), describe=False)
-    assert plan.architecture is not None and plan.architecture.runner == "llama.cpp"
-    embedded = EngineChoice("embedded", "the default")
-    assert engine_for_architecture(embedded, plan) is embedded
+    launch = decide_launch(
+        LaunchRequest("gemma3-270m", describe=False), machine=parse_simulate("ram=16G,cpu=4")
+    )
+    assert launch.plan.architecture is not None and launch.plan.architecture.runner == "llama.cpp"
+    assert launch.runner.kind == "embedded"
 
     only_server = replace(
-        plan.architecture, name="clover", runner="llama-server", why="only llama-server knows it"
+        launch.plan.architecture, name="clover", runner="llama-server", why="only llama-server knows it"
     )
-    plan = replace(plan, architecture=only_server)
     with pytest.raises(ServerError, match="no llama-server was found"):
-        engine_for_architecture(embedded, plan)
+        choose_runner(LaunchRequest(), only_server, find_binary=lambda _configured: None)
     binary = tmp_path / "llama-server"
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
     monkeypatch.setenv("CLOVER_LLAMA_SERVER", str(binary))
-    choice = engine_for_architecture(embedded, plan)
+    choice = choose_runner(LaunchRequest(), only_server)
     assert (
         choice.kind == "llama-server" and choice.binary is not None and choice.binary.path == binary.resolve()
     )

@@ -171,17 +171,17 @@ def test_run_model_file_is_planned_for_this_machines_gpu(
     load every file on the CPU with a 4K context)."""
     import argparse
 
-    from clover_local import runtime
+    from clover_local import launch, runtime
     from clover_local.commands import run as run_command
 
     seen = {}
 
-    def capture(plan, preset, *args, **kwargs):
-        seen["plan"] = plan
+    def capture(decided, *args, **kwargs):
+        seen["plan"] = decided.plan
         raise SystemExit(0)
 
     monkeypatch.setattr(runtime, "detect", lambda *a, **k: parse_simulate("gpu=nvidia:12G,ram=32G"))
-    monkeypatch.setattr(runtime, "open_engine", capture)
+    monkeypatch.setattr(launch, "open_launch", capture)
     parser = argparse.ArgumentParser()
     run_command.register(parser.add_subparsers())
     args = parser.parse_args(["run", "--model", str(gemma_path), "--prompt", "hi"])

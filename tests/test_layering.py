@@ -2,7 +2,7 @@
 functions, and under ``TYPE_CHECKING``):
 
     base (errors, settings, presets, user_prefs)  <-  detect, gguf  <-  plan  <-  fetch  <-  engine, llamacpp
-        <-  runtime, conversations, measure  <-  serve  <-  tui  <-  commands  <-  cli
+        <-  runtime, conversations  <-  launch  <-  measure  <-  serve  <-  tui  <-  commands  <-  cli
 
 A module imports only from its own layer or below; no import cycle, between modules or between packages;
 nothing but ``clover_local.tui`` imports Textual; the pure packages (detect, gguf, plan) do no network I/O; and
@@ -28,7 +28,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("clover_local.plan",),
     ("clover_local.fetch",),
     ("clover_local.engine", "clover_local.llamacpp", "clover_local.rpc", "clover_local.measure.records"),
-    ("clover_local.runtime", "clover_local.conversations", "clover_local.measure"),
+    ("clover_local.runtime", "clover_local.conversations"),
+    ("clover_local.launch",),
+    ("clover_local.measure",),
     ("clover_local.serve",),
     ("clover_local.tui",),
     ("clover_local.commands",),
@@ -195,6 +197,27 @@ def test_the_product_never_imports_the_test_model_writers() -> None:
         for d in deps
         if d.startswith(TEST_ONLY)
     ]
+    assert not offenders, "\n".join(offenders)
+
+
+SETTINGS_PRODUCER = "clover_local.plan.llama_args"
+SETTINGS_CONSUMERS = ("clover_local.engine.native", "clover_local.engine.loader")
+"""The embedded engine reads the settings it is given (``native.build_params``); nothing else builds them."""
+SETTING_KEYS = {"n_ctx", "n_threads", "n_gpu_layers", "n_batch", "n_ubatch", "tensor_buft_overrides"}
+
+
+def test_nothing_but_the_settings_producer_builds_llama_cpp_settings() -> None:
+    """A dict with llama.cpp's keyword names (``{"n_ctx": ...}``) or a hand-made argv with ``-ngl`` is built only
+    in ``plan.llama_args``: every launch renders its settings there, so the command shown is what loads."""
+    offenders = []
+    for name, path in MODULES.items():
+        if name in (SETTINGS_PRODUCER, *SETTINGS_CONSUMERS) or name.startswith(TEST_ONLY):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Dict):
+                keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+                if keys & SETTING_KEYS:
+                    offenders.append(f"{name}:{node.lineno} builds {sorted(keys & SETTING_KEYS)}")
     assert not offenders, "\n".join(offenders)
 
 

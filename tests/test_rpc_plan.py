@@ -265,15 +265,23 @@ def test_unreachable_worker_is_a_clear_error(capsys: pytest.CaptureFixture[str])
     assert f"Cannot reach the worker at 127.0.0.1:{port}" in err and "clover-local worker" in err
 
 
-def test_the_embedded_engine_refuses_a_pooled_plan(tmp_path) -> None:
-    from dataclasses import replace
+def test_the_embedded_engine_refuses_a_pooled_plan() -> None:
+    from clover_local.launch import LaunchRequest, choose_runner
 
-    from clover_local.runtime import EngineChoice, open_engine
-
-    gemma = load_preset("gemma3-270m")
-    plan = replace(pooled("ram=16G,rpc=cpu:8G@127.0.0.1:50052", gemma), model_path=str(tmp_path / "m.gguf"))
     with pytest.raises(UsageError, match="no RPC backend"):
-        open_engine(plan, gemma, EngineChoice("embedded", "test"))
+        choose_runner(LaunchRequest("gemma3-270m", engine="embedded", rpc="127.0.0.1:50052"), None)
+
+
+def test_a_pooled_plan_runs_in_llama_server_before_it_is_planned(tmp_path) -> None:
+    """With workers and no --engine, the runner is llama-server (the embedded engine has no RPC backend),
+    decided before planning, so the plan is budgeted for it."""
+    from clover_local.launch import LaunchRequest, choose_runner
+
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    runner = choose_runner(LaunchRequest("gemma3-270m", rpc="127.0.0.1:50052", llama_server=str(fake)), None)
+    assert runner.kind == "llama-server" and runner.binary is not None and runner.binary.path == fake
 
 
 # --- beyond RPC: vLLM and SGLang commands ----------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 from clover_local import runtime, user_prefs
 from clover_local.detect import parse_simulate
 from clover_local.errors import UsageError
+from clover_local.launch import LaunchRequest, choose_runner, decide_launch, open_launch
 from clover_local.plan.llama_args import llama_server_args
 from clover_local.presets import load_preset
 
@@ -71,16 +72,17 @@ def test_the_plan_for_a_local_file_carries_it_into_the_argv(gemma_path: Path) ->
 
 
 def test_opening_a_plan_without_a_file_says_to_download_first() -> None:
-    plan, preset = runtime.plan_for("clover-35b-a3b", machine=parse_simulate("ram=64G,cpu=8"), describe=False)
-    assert plan.model_path is None
+    request = LaunchRequest("clover-35b-a3b", describe=False)
+    launch = decide_launch(request, machine=parse_simulate("ram=64G,cpu=8"))
+    assert launch.plan.model_path is None
     with pytest.raises(UsageError, match="No local model file"):
-        runtime.open_engine(plan, preset)
+        open_launch(launch)
 
 
 def test_an_unknown_engine_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--engine"):
-        runtime.choose_engine("vllm")
-    assert runtime.choose_engine("embedded").kind == "embedded"
+        choose_runner(LaunchRequest(engine="vllm"), None)  # type: ignore[arg-type]
+    assert choose_runner(LaunchRequest(engine="embedded"), None).kind == "embedded"
 
 
 def test_a_bare_model_file_is_planned_as_its_preset_with_that_template(gemma_path: Path) -> None:

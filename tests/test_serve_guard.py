@@ -13,11 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from clover_local.detect import parse_simulate
-from clover_local.llamacpp.binary import ServerBinary
-from clover_local.plan.planner import make_plan
-from clover_local.plan.types import Wishes
+from clover_local.launch import LaunchRequest, decide_launch, open_launch
 from clover_local.presets import load_preset
-from clover_local.runtime import EngineChoice, open_engine
 from clover_local.serve import request_guard as guard
 from clover_local.serve.api import ApiConfig
 from clover_local.serve.openai_schema import ApiError
@@ -47,10 +44,11 @@ class _Tracebacks(logging.Handler):
 @pytest.fixture(scope="module", params=["embedded", "llama-server"])
 def server(request: pytest.FixtureRequest) -> Iterator[BackgroundServer]:
     kind = request.param
-    binary = ServerBinary(llama_server_path(), "test") if kind == "llama-server" else None
+    binary = str(llama_server_path()) if kind == "llama-server" else None
     preset = load_preset("gemma3-270m")
-    plan = make_plan(parse_simulate("ram=16G,cpu=2"), preset, None, Wishes(ctx=1024), str(gemma_path()))
-    opened = open_engine(plan, preset, EngineChoice(kind, "test", binary))
+    request = LaunchRequest(preset, str(gemma_path()), ctx=1024, engine=kind, llama_server=binary)
+    opened = open_launch(decide_launch(request, machine=parse_simulate("ram=16G,cpu=2")))
+    plan = opened.plan
     tracebacks = _Tracebacks()
     logging.getLogger("uvicorn.error").addHandler(tracebacks)
     try:

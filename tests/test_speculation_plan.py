@@ -247,23 +247,26 @@ def test_drafters_the_embedded_engine_lacks_move_to_llama_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from clover_local.errors import ServerError
-    from clover_local.runtime import EngineChoice, engine_for_speculation
+    from clover_local.launch import LaunchRequest, choose_runner
 
-    embedded = EngineChoice("embedded", "asked for")
-    dflash = clover("gpu=nvidia:48G,ram=64G", (HeadOffer("dflash", "sidecar", "/m/dflash-x.gguf", None),))
+    dflash = LaunchRequest(spec="dflash")
     with pytest.raises(ServerError) as err:
-        engine_for_speculation(embedded, dflash)
-    assert "dflash head runs only in llama-server" in err.value.what and "--spec ngram" in (
+        choose_runner(dflash, None, find_binary=lambda _configured: None)
+    assert "dflash drafter runs only in llama-server" in err.value.what and "--llama-server" in (
         err.value.fix or ""
     )
+    with pytest.raises(UsageError, match="--engine embedded cannot run this"):
+        choose_runner(LaunchRequest(spec="dflash", engine="embedded"), None)
     fake = tmp_path / "llama-server"
     fake.write_text("#!/bin/sh\nexit 0\n")
     fake.chmod(0o755)
     monkeypatch.setenv("CLOVER_LLAMA_SERVER", str(fake))
-    moved = engine_for_speculation(embedded, dflash)
+    moved = choose_runner(dflash, None)
     assert moved.kind == "llama-server" and "dflash drafter runs only in llama-server" in moved.why
-    for kept in (clover("gpu=nvidia:48G,ram=64G", MTP_SIDECAR), clover("ram=64G", MTP_SIDECAR)):
-        assert engine_for_speculation(embedded, kept) is embedded  # mtp and n-gram run in-process
+    for kept in ("mtp", "ngram", "auto"):
+        assert choose_runner(LaunchRequest(spec=kept), None).kind == "embedded"  # run in-process
+    # The embedded runner is offered only the heads it runs, so an auto plan never picks a sidecar drafter.
+    assert "dflash" not in choose_runner(LaunchRequest(), None).drafters
 
 
 def test_bench_spec_modes_on_the_embedded_engine(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,6 @@ from helpers_tui import ScreenHost
 from textual.widgets import Select
 from waiting import wait_until
 
-from clover_local import runtime
 from clover_local.detect import parse_simulate
 from clover_local.plan.speculation import SPEC_MODES
 from clover_local.plan.types import Plan
@@ -48,10 +47,11 @@ def test_launch_plan_follows_the_setting() -> None:
     machine = parse_simulate("gpu=nvidia:8G,ram=16G")
 
     def plan(settings: ModelSettings) -> Plan:
-        planned, _ = runtime.plan_for(
-            preset, model=model, ctx=2048, machine=machine, spec=services.spec_mode(settings)
-        )
-        return services.plan_to_load(planned, settings)
+        from clover_local.launch import LaunchRequest, decide_launch
+
+        spec = services.spec_mode(settings)
+        request = LaunchRequest(preset, str(model), ctx=settings.ctx, spec=spec)  # type: ignore[arg-type]
+        return decide_launch(request, machine=machine).plan
 
     auto = plan(ModelSettings())
     assert auto.speculative.mode == "mtp" and auto.speculative.enabled  # every expert on the GPU: the head

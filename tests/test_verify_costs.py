@@ -57,25 +57,29 @@ def test_records_replace_their_key_and_a_damaged_file_gives_none(isolated_dirs: 
 def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(gemma_path: Path) -> None:
     from helpers_engine import generate_text
 
-    from clover_local import runtime
     from clover_local.engine.benchmark import WORKLOADS
     from clover_local.engine.types import GenerationRequest
+    from clover_local.launch import LaunchRequest, decide_launch, measure_verify_costs, open_launch
     from clover_local.presets import load_preset
 
     preset = load_preset("gemma3-270m")
-    plan, _ = runtime.plan_for(preset, model=gemma_path, ctx=2048)
+    request = LaunchRequest(preset, str(gemma_path), ctx=2048)
+    launch = decide_launch(request)
+    plan = launch.plan
     spec = plan.speculative
     assert spec.costs_source == "model" and spec.costs_key.endswith(
         f"t={plan.threads},tb={plan.threads_batch}"
     )
     assert not any("Verification cost measured" in r for r in plan.reasons)
 
-    opened = runtime.open_engine(plan, preset)
+    opened = open_launch(launch)
+    assert load_verify_costs() == []  # opening measures nothing: measuring is its own step
+    notice = measure_verify_costs(opened)
     request = GenerationRequest(
         prompt=WORKLOADS["code_rewrite"], max_tokens=48, temperature=0.0, stop=("```",)
     )
     try:
-        assert any("verifying a draft costs" in n for n in opened.notices)
+        assert notice is not None and "verifying a draft costs" in notice
         (record,) = load_verify_costs()
         assert record.key == spec.costs_key and len(record.costs) == spec.n_max + 1
         assert record.costs[0] == 1.0 and all(b >= a for a, b in pairwise(record.costs))
@@ -88,12 +92,12 @@ def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(
         opened.engine.close()
     written = verify_costs_path().read_bytes()
 
-    later, _ = runtime.plan_for(preset, model=gemma_path, ctx=2048)
+    later = decide_launch(request).plan
     assert later.speculative.costs_source == "measured" and later.speculative.batch_costs == record.costs
     assert any("Verification cost measured here" in r for r in later.reasons)
-    reopened = runtime.open_engine(later, preset)
+    reopened = open_launch(decide_launch(request))
     try:
-        assert not any("verifying a draft costs" in n for n in reopened.notices)  # measured once, not again
+        assert measure_verify_costs(reopened) is None  # measured once, not again
         assert reopened.engine.speculative.batch_costs == record.costs
         assert generate_text(reopened.engine, request)[0] == first  # a new load decides with the same numbers
     finally:

@@ -91,7 +91,6 @@ def run(args: argparse.Namespace) -> int:
         return _measure_verify_costs(args)
     if args.spec_modes:
         return _bench_spec_modes(args)
-    from clover_local.engine.native import default_threads
     from clover_local.presets import load_preset
     from clover_local.runtime import require_model
 
@@ -111,14 +110,9 @@ def run(args: argparse.Namespace) -> int:
 
     if read_local_header(Path(path)).diffusion is not None:
         return _bench_diffusion(args, Path(path))
-    # Plain CPU settings both llama-cpp-python and the engine understand, so the comparison is like for like.
-    settings = {
-        "n_ctx": args.ctx,
-        "n_batch": 512,
-        "n_threads": args.threads or default_threads(),
-        "n_gpu_layers": 0,
-        "flash_attn": False,
-    }
+    # The plan's CPU settings (this machine without its GPUs), in the keys both llama-cpp-python and the engine
+    # understand, flash attention off in both: the comparison is like for like.
+    settings = _cpu_settings(args, path)
     report = run_benchmark(
         Path(path),
         settings,
@@ -146,17 +140,41 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCH_KEYS = ("n_ctx", "n_batch", "n_threads", "n_gpu_layers")
+
+
+def _cpu_settings(args: argparse.Namespace, path: Path) -> dict[str, Any]:
+    """The settings of the launch for ``path`` on this machine's CPU (``--ctx``, ``--threads``), in the keys
+    llama-cpp-python's ``Llama`` and the embedded engine share."""
+    from dataclasses import replace
+
+    from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.runtime import detect
+
+    cpu_only = replace(detect(), gpus=())
+    request = LaunchRequest(
+        None, str(path), ctx=args.ctx, threads=args.threads, engine="embedded", spec="off"
+    )
+    kwargs = decide_launch(request, machine=cpu_only).settings.kwargs()
+    settings = {key: kwargs[key] for key in BENCH_KEYS}
+    settings["flash_attn"] = False
+    return settings
+
+
 def _measure_verify_costs(args: argparse.Namespace) -> int:
     """``bench --verify-costs``: the plan's first-load measurement, made again now, and kept."""
     from dataclasses import replace
 
+    from clover_local.launch import LaunchRequest, decide_launch, measure_verify_costs, open_launch
     from clover_local.measure.records import load_verify_costs, verify_costs_path
     from clover_local.presets import load_preset
-    from clover_local.runtime import EngineChoice, open_engine, plan_for, require_model
+    from clover_local.runtime import require_model
 
     preset = None if args.model else load_preset(args.preset or "gemma3-270m")
     path = require_model(preset, args.model)
-    plan, chosen = plan_for(preset, model=path, ctx=args.ctx, threads=args.threads)
+    request = LaunchRequest(preset, str(path), ctx=args.ctx, threads=args.threads, engine="embedded")
+    launch = decide_launch(request)
+    plan = launch.plan
     spec = plan.speculative
     if not spec.costs_key or spec.mode != "ngram":
         raise UsageError(
@@ -164,8 +182,13 @@ def _measure_verify_costs(args: argparse.Namespace) -> int:
             "to measure.",
             "Use a plan with n-gram speculation (--spec ngram).",
         )
+    # Measured again even where costs are kept: the launch as if it had none.
     plan = replace(plan, speculative=replace(spec, enabled=True, costs_source="model"))
-    open_engine(plan, chosen, EngineChoice("embedded", "bench --verify-costs")).engine.close()
+    opened = open_launch(replace(launch, plan=plan))
+    try:
+        measure_verify_costs(opened)
+    finally:
+        opened.engine.close()
     record = next(r for r in reversed(load_verify_costs()) if r.key == spec.costs_key)
     data = {
         "key": record.key,
@@ -189,12 +212,15 @@ def _measure_verify_costs(args: argparse.Namespace) -> int:
 
 def _bench_spec_modes(args: argparse.Namespace) -> int:
     """``bench --spec-modes``: one engine per mode on this machine's plan; table, JSON, remembered ratios."""
+    from dataclasses import replace
+
     from clover_local.engine.benchmark import WORKLOADS
+    from clover_local.launch import EMBEDDED_DRAFTERS, LaunchRequest, decide_launch
     from clover_local.measure.records import save_spec_ratios
     from clover_local.measure.spec_bench import format_spec_table, opener, run_spec_bench
     from clover_local.plan.speculation import SPEC_MODES
     from clover_local.presets import load_preset
-    from clover_local.runtime import EMBEDDED_SPEC_MODES, EngineChoice, choose_engine, plan_for, require_model
+    from clover_local.runtime import require_model
 
     modes = [m.strip() for m in args.spec_modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in SPEC_MODES or m == "auto"]
@@ -208,36 +234,33 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
     preset = load_preset(args.preset)
     path = require_model(None if args.model else preset, args.model)
     if args.spec_engine == "embedded":
-        bad = [m for m in modes if m not in EMBEDDED_SPEC_MODES]
+        bad = [m for m in modes if m not in EMBEDDED_DRAFTERS]
         if bad:
             raise UsageError(
                 f"The embedded engine does not run {', '.join(bad)}.",
                 "Use --spec-engine llama-server for them.",
             )
-        choice = EngineChoice("embedded", "bench --spec-engine embedded")
-    else:
-        choice = choose_engine("llama-server")
+    engine = args.spec_engine
+    request = LaunchRequest(preset, str(path), ctx=args.ctx, threads=args.threads, engine=engine)
     report = run_spec_bench(
-        lambda mode: plan_for(
-            preset, model=path, ctx=args.ctx, threads=args.threads, engine=choice.kind, spec=mode
-        )[0],
+        lambda mode: decide_launch(replace(request, spec=mode)),  # type: ignore[arg-type]
         modes,
         workloads,
-        opener=opener(preset, choice),
-        engine_name=choice.kind,
+        opener=opener(),
+        engine_name=engine,
         rounds=args.rounds,
         max_tokens=args.max_tokens,
         progress=lambda line: print(line, file=sys.stderr),
     )
     data = report.to_json()
     if report.ratios():
-        data["saved_to"] = str(save_spec_ratios(str(path), report.ratios(), engine=choice.kind))
+        data["saved_to"] = str(save_spec_ratios(str(path), report.ratios(), engine=engine))
     if args.out:
         Path(args.out).write_text(json.dumps(data, indent=2), encoding="utf-8")
     if args.json:
         print(json.dumps(data, indent=2))
     else:
-        print(f"{report.model}, {choice.kind}, {args.max_tokens} tokens, median of {args.rounds}, greedy")
+        print(f"{report.model}, {engine}, {args.max_tokens} tokens, median of {args.rounds}, greedy")
         print("decode tokens/s per mode (off = plain decoding)\n")
         print(format_spec_table(report))
         if "saved_to" in data:
@@ -341,7 +364,6 @@ def _bench_diffusion(args: argparse.Namespace, path: Path) -> int:
     """A diffusion model: block lengths x tokens per step, side by side."""
     from clover_local.engine.diffusion_bench import format_rows, grid, run_diffusion_bench
     from clover_local.engine.loader import load_engine
-    from clover_local.engine.native import default_threads
     from clover_local.gguf.header import read_local_header
     from clover_local.plan.diffusion import BLOCK_FAMILY, plan_diffusion
 
@@ -351,8 +373,7 @@ def _bench_diffusion(args: argparse.Namespace, path: Path) -> int:
     per_step = _int_list(args.tokens_per_step, "--tokens-per-step", 1)
     answer = min(args.max_tokens, args.ctx // 2)
     plan, _ = plan_diffusion(description, ctx=args.ctx)
-    settings = {"n_ctx": args.ctx, "n_threads": args.threads or default_threads(), "n_gpu_layers": 0}
-    engine = load_engine(path, settings, diffusion=plan).engine
+    engine = load_engine(path, _cpu_settings(args, path), diffusion=plan).engine
     try:
         rows = run_diffusion_bench(
             engine,

@@ -44,13 +44,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover_local.commands.options import plan_from_args
-    from clover_local.plan.llama_args import llama_server_args
+    from pathlib import Path
 
-    plan, preset = plan_from_args(args, engine="llama-server")
+    from clover_local.commands.options import launch_from_args
+    from clover_local.llamacpp.binary import ServerBinary
+
+    printed = ServerBinary(Path(args.binary), "command --binary")  # printed, not run: nothing to look for
+    launch = launch_from_args(args, engine="llama-server", find_binary=lambda _configured: printed)
+    plan, preset = launch.plan, launch.preset
     if args.engine != "llama-server":
         return _print_gpu_server_command(args, plan, preset)
-    argv = [args.binary, *llama_server_args(plan, hf_repo=preset.repo)]
+    argv = [args.binary, *launch.settings.argv(hf_repo=preset.repo)]
     if args.json:
         print(json.dumps({"argv": argv, "command": shlex.join(argv), "fits": plan.fits}))
     else:

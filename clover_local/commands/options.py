@@ -6,6 +6,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from clover_local.launch import Launch, LaunchRequest
+    from clover_local.plan.speculation import SpecMode
     from clover_local.plan.types import EngineKind, Plan
     from clover_local.presets import Preset
 
@@ -76,22 +78,44 @@ def add_size_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def plan_from_args(args: argparse.Namespace, engine: EngineKind = "embedded") -> tuple[Plan, Preset]:
-    """:func:`clover_local.runtime.plan_for` with the options of :func:`add_plan_options` (and ``--offline``),
-    for the engine that will run the plan (``llama-server`` for ``command``)."""
-    from clover_local.runtime import plan_for
+def launch_request(args: argparse.Namespace, **overrides: object) -> LaunchRequest:
+    """The :class:`~clover_local.launch.LaunchRequest` a command's options ask for (every command builds its
+    request here); ``overrides`` win over the options (e.g. ``model=`` a file found for the preset)."""
+    from dataclasses import replace
 
-    return plan_for(
-        args.preset,
-        model=args.model,
-        quant=args.quant,
-        ctx=args.ctx,
-        goal=args.goal,
-        simulate=args.simulate,
-        offline=getattr(args, "offline", False),
-        engine=engine,
+    from clover_local.launch import LaunchRequest
+
+    spec: SpecMode = getattr(args, "spec", "auto")
+    if getattr(args, "speculative", None) == "off":  # the older spelling of --spec off
+        spec = "off"
+    model = getattr(args, "model", None)
+    request = LaunchRequest(
+        preset=getattr(args, "preset", None),
+        model=str(model) if model else None,
+        quant=getattr(args, "quant", "auto"),
+        ctx=getattr(args, "ctx", None),
+        goal=getattr(args, "goal", "quality"),
+        threads=getattr(args, "threads", None),
+        spec=spec,
+        engine=getattr(args, "engine", None),
+        llama_server=getattr(args, "llama_server", None),
         rpc=getattr(args, "rpc", None),
         link=getattr(args, "link", None),
-        spec=getattr(args, "spec", "auto"),
+        simulate=getattr(args, "simulate", None),
+        offline=getattr(args, "offline", False),
         force=getattr(args, "force", False),
     )
+    return replace(request, **overrides)  # type: ignore[arg-type]
+
+
+def launch_from_args(args: argparse.Namespace, *, find_binary: object = None, **overrides: object) -> Launch:
+    """The launch the options ask for (:func:`clover_local.launch.decide_launch`)."""
+    from clover_local.launch import decide_launch
+
+    return decide_launch(launch_request(args, **overrides), find_binary=find_binary)  # type: ignore[arg-type]
+
+
+def plan_from_args(args: argparse.Namespace, engine: EngineKind | None = None) -> tuple[Plan, Preset]:
+    """The plan of the launch the options ask for (and its preset); ``engine``: the engine wished for."""
+    launch = launch_from_args(args, **({"engine": engine} if engine else {}))
+    return launch.plan, launch.preset

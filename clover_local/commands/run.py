@@ -13,8 +13,7 @@ from clover_local.commands.diffusion_args import add_diffusion_arguments, diffus
 from clover_local.errors import UsageError
 
 if TYPE_CHECKING:
-    from clover_local.presets import Preset
-    from clover_local.runtime import OpenedEngine
+    from clover_local.launch import OpenedEngine
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -39,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--temperature", type=float, metavar="T", help="0 = greedy (default: the preset's)")
     parser.add_argument("--seed", type=int, metavar="S", help="sampling seed (default: random)")
     parser.add_argument(
-        "--speculative", choices=("on", "off"), help="self-speculative decoding (default: the preset's)"
+        "--speculative", choices=("on", "off"), help="--speculative off is --spec off (the older spelling)"
     )
     from clover_local.commands.options import add_spec_option
 
@@ -75,62 +74,39 @@ def _read_prompt(args: argparse.Namespace) -> str:
 
 
 def _open(args: argparse.Namespace) -> OpenedEngine:
-    """The embedded engine on the plan for this machine. A GGUF given without a preset is planned exactly as a
-    preset's file is (GPU layers, experts, context), as the preset its name says or as itself (its own header);
-    ``--preset NAME --model FILE``: that file with that preset's settings."""
+    """The launch the options ask for, opened. A GGUF given without a preset is planned exactly as a preset's
+    file is (GPU layers, experts, context), as the preset its name says or as itself (its own header);
+    ``--preset NAME --model FILE``: that file with that preset's settings; ``--rpc``: pooled with the workers'
+    devices, in llama-server (the launch decides that)."""
+    from clover_local.commands.options import launch_from_args
+    from clover_local.launch import measure_verify_costs, open_launch
+    from clover_local.plan.pooled import pooling_summary
     from clover_local.presets import load_preset
-    from clover_local.runtime import open_engine, plan_for, require_model
+    from clover_local.runtime import require_model
 
-    # A bare --model: plan_for plans it as the preset its file name says (runtime.preset_for_file).
+    if args.rpc is not None and args.template is not None:
+        raise UsageError("--template is not used with --rpc (llama-server takes the preset's template).")
+    # A bare --model: the launch plans it as the preset its file name says (runtime.preset_for_file).
     preset = load_preset(args.preset) if args.preset or not args.model else None
     path = require_model(preset, args.model)
-    wishes = diffusion_wishes(args)
-    if args.rpc is not None:
-        return _open_pooled(args, preset, path)
-    plan, preset = plan_for(
-        preset,
-        model=path,
-        ctx=args.ctx,
-        threads=args.threads,
-        diffusion=wishes,
-        spec=args.spec,
-        force=args.force,
+    launch = launch_from_args(
+        args,
+        preset=preset,
+        model=str(path),
+        diffusion=diffusion_wishes(args),
+        chat_template=args.template,
     )
-    opened = open_engine(plan, preset, chat_template=args.template)
-    if plan.diffusion is None:
-        return opened
-    # How a diffusion model will be decoded is worth saying every time (steps, blocks, algorithm).
-    said = tuple(r for r in plan.reasons if r.startswith("Diffusion decoding"))
-    return replace(opened, notices=(*said, *opened.notices))
-
-
-def _open_pooled(args: argparse.Namespace, preset: Preset | None, path: Path) -> OpenedEngine:
-    """With ``--rpc``: plan over this machine and the workers, and run it in llama-server (the embedded engine
-    has no RPC backend)."""
-    from dataclasses import replace
-
-    from clover_local.plan.pooled import pooling_summary
-    from clover_local.runtime import choose_engine, open_engine, plan_for
-
-    if args.template is not None:
-        raise UsageError("--template is not used with --rpc (llama-server takes the preset's template).")
-    plan, chosen = plan_for(
-        preset,
-        model=path,
-        ctx=args.ctx,
-        threads=args.threads,
-        rpc=args.rpc,
-        link=args.link,
-        force=args.force,
-    )
-    opened = open_engine(
-        plan,
-        chosen,
-        choose_engine("llama-server"),
-        speculative=None if args.speculative is None else args.speculative == "on",
-    )
+    opened = open_launch(launch)
+    measured = measure_verify_costs(opened)
+    plan = opened.plan
+    said: tuple[str, ...] = ()
+    if plan.diffusion is not None:
+        # How a diffusion model will be decoded is worth saying every time (steps, blocks, algorithm).
+        said = tuple(r for r in plan.reasons if r.startswith("Diffusion decoding"))
     summary = pooling_summary(plan)
-    return replace(opened, notices=(*([summary] if summary else []), *opened.notices))
+    if summary:
+        said = (summary, *said)
+    return replace(opened, notices=(*said, *opened.notices, *([measured] if measured else [])))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,7 +127,6 @@ def run(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         temperature=args.temperature,
         seed=args.seed,
-        speculative=None if args.speculative is None else args.speculative == "on",
     )
     engine = opened.engine
     parts: list[str] = []

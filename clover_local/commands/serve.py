@@ -59,9 +59,10 @@ def read_api_key(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover_local.commands.options import plan_from_args
+    from clover_local.commands.options import launch_from_args
+    from clover_local.launch import measure_verify_costs, open_launch
     from clover_local.presets import load_preset
-    from clover_local.runtime import choose_engine, engine_for_speculation, open_engine, require_model
+    from clover_local.runtime import require_model
     from clover_local.serve.api import ApiConfig, bind_warning
     from clover_local.serve.runner import serve_forever
 
@@ -71,20 +72,21 @@ def run(args: argparse.Namespace) -> int:
     warning = bind_warning(args.host, api_key)
     if warning:
         print(warning, file=sys.stderr)
-    args.model = require_model(None if args.model else load_preset(args.preset), args.model, args.quant)
-    choice = choose_engine(args.engine, args.llama_server)
-    plan, preset = plan_from_args(args, engine=choice.kind)
-    choice = engine_for_speculation(choice, plan, args.llama_server)
+    model = require_model(None if args.model else load_preset(args.preset), args.model, args.quant)
+    launch = launch_from_args(args, model=str(model))
+    plan, preset = launch.plan, launch.preset
     from clover_local.plan.pooled import pooling_summary
 
     summary = pooling_summary(plan)
     if summary:
         print(f"note: {summary}", file=sys.stderr)
-    print(f"engine: {choice.kind} ({choice.why})", file=sys.stderr)
+    print(f"engine: {launch.runner.kind} ({launch.runner.why})", file=sys.stderr)
     on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None
-    opened = open_engine(plan, preset, choice, on_log=on_log)
-    for notice in opened.notices:
+    opened = open_launch(launch, on_log=on_log)
+    measured = measure_verify_costs(opened)
+    for notice in (*opened.notices, *([measured] if measured else [])):
         print(f"note: {notice}", file=sys.stderr)
+    plan = opened.plan
     config = ApiConfig.for_model(preset.name, plan.model_path, api_key)
     print(
         f"serving {config.model_id} on http://{args.host}:{args.port}/v1 "

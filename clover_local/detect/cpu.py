@@ -14,7 +14,7 @@ from clover_local.detect.machine import Cpu, ProbeResult
 CoreCounter = Callable[[bool], int | None]
 """``psutil.cpu_count(logical=...)``."""
 
-FEATURES = ("avx2", "avx512f", "avx512_vnni", "f16c", "fma", "neon", "sve")
+FEATURES = ("avx2", "avx512f", "avx512_vnni", "amx_int8", "f16c", "fma", "neon", "sve")
 """Reported in this order. ``asimd`` (Linux on ARM) is reported as ``neon``."""
 
 _SYSCTL_FEATURE_KEYS = {

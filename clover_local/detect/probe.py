@@ -113,6 +113,15 @@ def detect_machine(models_dir: Path | None = None, inputs: ProbeInputs | None = 
     )
 
 
+def detect_cpu() -> Cpu:
+    """This machine's CPU alone (model, cores, flags), as :func:`detect_machine` reads it."""
+    inp = ProbeInputs()
+    try:
+        return _probe_cpu(inp)[0]
+    except (OSError, ValueError):
+        return _fallback_cpu(inp)
+
+
 def _probe_cpu(inp: ProbeInputs) -> tuple[Cpu, ProbeResult]:
     if inp.system == "darwin":
         return probe_cpu_macos(inp.run_sysctl, inp.arch, inp.cpu_count)

@@ -47,6 +47,7 @@ SETTINGS_KEYS = frozenset(
         "tensor_buft_overrides",
         "swa_full",
         "op_offload",
+        "use_extra_bufts",
     }
 )
 """``llama_cpp.Llama.__init__`` keyword names we honour, plus ``tensor_buft_overrides`` (``"<regex>=CPU"``)."""
@@ -148,6 +149,7 @@ def build_params(settings: dict[str, Any], *, n_rs_seq: int = 0) -> NativeParams
     keep: list[Any] = []
     mp = C.llama_model_default_params()
     mp.n_gpu_layers = int(settings.get("n_gpu_layers", 0))
+    mp.use_extra_bufts = bool(settings.get("use_extra_bufts", _repack_default()))
     mp.split_mode = int(settings.get("split_mode", C.LLAMA_SPLIT_MODE_LAYER))
     mp.main_gpu = int(settings.get("main_gpu", 0))
     mp.load_mode = _load_mode(bool(settings.get("use_mmap", True)), bool(settings.get("use_mlock", False)))
@@ -190,6 +192,14 @@ def build_params(settings: dict[str, Any], *, n_rs_seq: int = 0) -> NativeParams
     cp.n_rs_seq = n_rs_seq
     cp.no_perf = True
     return NativeParams(model=mp, context=cp, keep_alive=keep)
+
+
+def _repack_default() -> bool:
+    """Settings given without a plan: the planner's rule for this CPU (``plan.threads.cpu_repack``)."""
+    from clover_local.detect.probe import detect_cpu
+    from clover_local.plan.threads import cpu_repack
+
+    return cpu_repack(detect_cpu().features)[0]
 
 
 def default_threads() -> int:

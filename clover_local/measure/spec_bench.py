@@ -14,9 +14,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from clover_local.engine.types import ChatEngine
-from clover_local.plan.types import Plan
-from clover_local.presets import Preset, SamplingDefaults
-from clover_local.runtime import EngineChoice
+from clover_local.launch import Launch
+from clover_local.presets import SamplingDefaults
 
 PLAIN = "off"
 
@@ -77,26 +76,28 @@ class SpecBenchReport:
         return data
 
 
-Opener = Callable[[Plan], tuple[ChatEngine, Callable[[], None]]]
-"""Starts an engine on a plan: the engine and how to stop it."""
+Opener = Callable[[Launch], tuple[ChatEngine, Callable[[], None]]]
+"""Starts an engine on a launch: the engine and how to stop it."""
 
 
-def opener(preset: Preset, choice: EngineChoice) -> Opener:
-    """Engines on each mode's plan through :func:`clover_local.runtime.open_engine` (the one way plans are
+def opener() -> Opener:
+    """Engines on each mode's launch through :func:`clover_local.launch.open_launch` (the one way launches are
     loaded), greedy, with no chat template (the workloads are plain prompts)."""
-    greedy = replace(preset, sampling=SamplingDefaults(temperature=0.0, top_p=1.0, top_k=1))
 
-    def open_(plan: Plan) -> tuple[ChatEngine, Callable[[], None]]:
-        from clover_local.runtime import open_engine
+    def open_(launch: Launch) -> tuple[ChatEngine, Callable[[], None]]:
+        from clover_local.launch import open_launch
 
-        opened = open_engine(plan, greedy, choice, chat_template="completion")
+        greedy = replace(launch.preset, sampling=SamplingDefaults(temperature=0.0, top_p=1.0, top_k=1))
+        opened = open_launch(
+            replace(launch, preset=greedy, request=replace(launch.request, chat_template="completion"))
+        )
         return opened.engine, opened.engine.close
 
     return open_
 
 
 def run_spec_bench(
-    plan_for: Callable[[str], Plan],
+    launch_for: Callable[[str], Launch],
     modes: Sequence[str],
     workloads: dict[str, str],
     *,
@@ -106,21 +107,21 @@ def run_spec_bench(
     max_tokens: int = 256,
     progress: Callable[[str], None] = lambda _: None,
 ) -> SpecBenchReport:
-    """Measure ``modes`` (``off`` first: the baseline) with one engine each (``opener``); ``plan_for(mode)`` gives
-    the plan for a mode (raising :class:`~clover_local.errors.CloverError` when the files lack its head)."""
+    """Measure ``modes`` (``off`` first: the baseline) with one engine each (``opener``); ``launch_for(mode)`` gives
+    the launch for a mode (raising :class:`~clover_local.errors.CloverError` when the files lack its head)."""
     from clover_local.engine.types import Finished, GenerationRequest
     from clover_local.errors import CloverError
 
     ordered = [PLAIN, *[m for m in modes if m != PLAIN]]
     report = SpecBenchReport("", max_tokens, rounds, ordered, list(workloads), engine=engine_name)
-    plans: dict[str, Plan] = {}
+    plans: dict[str, Launch] = {}
     for mode in ordered:
         try:
-            plans[mode] = plan_for(mode)
+            plans[mode] = launch_for(mode)
         except CloverError as exc:
             report.errors[mode] = exc.what
             progress(f"{mode}: skipped ({exc.what})")
-    report.model = next((p.model_path or p.preset for p in plans.values()), "")
+    report.model = next((p.plan.model_path or p.plan.preset for p in plans.values()), "")
     # Round by round, every mode in turn (one engine loaded at a time: a real model may fill the machine), so a
     # machine that slows down mid-run slows every mode alike.
     for r in range(rounds):

@@ -114,6 +114,8 @@ def settings(plan: Plan) -> list[Setting]:
         # The KV cache lives with its layer on the GPU (llama-server's default; -nkvo would turn it off).
         Setting(None, None, "offload_kqv", True),
     ]
+    if not plan.repack:
+        rows.append(Setting("--no-repack", None, "use_extra_bufts", False))  # plan.threads.cpu_repack
     if len(plan.tensor_split) > 1:
         rows += [
             Setting("-sm", plan.split_mode, "split_mode", SPLIT_MODES[plan.split_mode]),
@@ -172,28 +174,55 @@ def _speculation_rows(plan: Plan) -> list[Setting]:
     return rows
 
 
+@dataclass(frozen=True)
+class LlamaSettings:
+    """A plan's llama.cpp settings, rendered once (:func:`llama_settings`): what a launch carries, and both
+    engines load from it, so the command shown is the one that runs."""
+
+    rows: tuple[Setting, ...]
+    model_path: str | None
+    quant: str
+
+    def argv(self, *, hf_repo: str | None = None) -> list[str]:
+        """argv for upstream ``llama-server`` (without the binary). The model is ``-m PATH`` when the plan knows
+        the local file, else ``-hf REPO:QUANT`` when ``hf_repo`` is given (the server then fetches it from
+        Hugging Face itself), else left out."""
+        argv: list[str] = []
+        if not self.model_path and hf_repo:
+            argv += ["-hf", f"{hf_repo}:{self.quant}"]
+        for row in self.rows:
+            if row.flag is not None:
+                argv.append(row.flag)
+                if row.value is not None:
+                    argv.append(row.value)
+        return argv
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``llama_cpp.Llama(**kwargs)``, plus ``tensor_buft_overrides`` (``"<regex>=CPU"``
+        strings the embedded engine applies through ctypes; pop it before calling ``Llama``)."""
+        return {row.kwarg: row.kwarg_value for row in self.rows if row.kwarg is not None}
+
+    def shell_command(self, binary: str = "llama-server", *, hf_repo: str | None = None) -> str:
+        """The whole ``llama-server`` command line, shell-quoted, ready to paste."""
+        return shlex.join([binary, *self.argv(hf_repo=hf_repo)])
+
+
+def llama_settings(plan: Plan) -> LlamaSettings:
+    """The plan's settings as one value (the sole producer of llama.cpp settings)."""
+    return LlamaSettings(tuple(settings(plan)), plan.model_path, plan.quant)
+
+
 def llama_server_args(plan: Plan, *, hf_repo: str | None = None) -> list[str]:
-    """argv for upstream ``llama-server`` (without the binary): the one place it is rendered. The model is
-    ``-m PATH`` when the plan knows the local file, else ``-hf REPO:QUANT`` when ``hf_repo`` is given (the server
-    then fetches it from Hugging Face itself), else left out."""
-    argv: list[str] = []
-    if not plan.model_path and hf_repo:
-        argv += ["-hf", f"{hf_repo}:{plan.quant}"]
-    for row in settings(plan):
-        if row.flag is not None:
-            argv.append(row.flag)
-            if row.value is not None:
-                argv.append(row.value)
-    return argv
+    """argv for upstream ``llama-server`` (without the binary): :meth:`LlamaSettings.argv` of the plan."""
+    return llama_settings(plan).argv(hf_repo=hf_repo)
 
 
 def llama_cpp_kwargs(plan: Plan) -> dict[str, Any]:
-    """Keyword arguments for ``llama_cpp.Llama(**kwargs)``, plus ``tensor_buft_overrides`` (``"<regex>=CPU"``
-    strings the embedded engine applies through ctypes; pop it before calling ``Llama``)."""
-    return {row.kwarg: row.kwarg_value for row in settings(plan) if row.kwarg is not None}
+    """Keyword arguments for the embedded engine: :meth:`LlamaSettings.kwargs` of the plan."""
+    return llama_settings(plan).kwargs()
 
 
 def shell_command(plan: Plan, binary: str = "llama-server", *, hf_repo: str | None = None) -> str:
     """The whole ``llama-server`` command line, shell-quoted, ready to paste (``hf_repo``: as for
-    :func:`llama_server_args`)."""
-    return shlex.join([binary, *llama_server_args(plan, hf_repo=hf_repo)])
+    :meth:`LlamaSettings.argv`)."""
+    return llama_settings(plan).shell_command(binary, hf_repo=hf_repo)

@@ -21,7 +21,7 @@ from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_d
 from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
 from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
 from clover_local.plan.speed import LayerWork, predict_tokens_per_s
-from clover_local.plan.threads import ThreadPlan, plan_threads
+from clover_local.plan.threads import ThreadPlan, cpu_repack, plan_threads
 from clover_local.plan.types import Alternative, DeviceMemory, LoadMode, Plan, SpeculativePlan, Wishes
 from clover_local.plan.verify_cost import batch_costs
 from clover_local.presets import TEMPLATE_COMPLETION, TEMPLATE_FROM_GGUF, Preset
@@ -206,6 +206,9 @@ def _assemble_plan(
     """The :class:`Plan` of the chosen quant: what every plan takes from its fit, threads and preset, plus
     ``decoding`` (context, batches, speculation, speed: what autoregressive and diffusion plans decide apart)."""
     desc, fit = candidates[quant], fits[quant]
+    repack, why_not = cpu_repack(machine.cpu.features)
+    if why_not:
+        reasons = (*reasons, why_not)
     return Plan(
         preset=preset.name,
         model_path=model_path,
@@ -227,6 +230,7 @@ def _assemble_plan(
         backend=machine.offload_backend,
         alternatives=_alternatives(machine, quant, candidates, fits),
         estimated=not desc.exact,
+        repack=repack,
         **decoding,
     )
 

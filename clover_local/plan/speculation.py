@@ -36,7 +36,10 @@ from clover_local.plan.types import DeviceMemory, DraftMemory, MemoryPlan, Plan,
 from clover_local.presets import Architecture
 
 SpecMode = Literal["auto", "mtp", "dflash", "dspark", "eagle3", "ngram", "off"]
-SPEC_MODES: tuple[str, ...] = ("auto", "mtp", "dflash", "dspark", "eagle3", "ngram", "off")
+SPEC_MODES: tuple[SpecMode, ...] = ("auto", "mtp", "dflash", "dspark", "eagle3", "ngram", "off")
+"""Every ``--spec`` value: the one type for a speculation mode, in every front end and the preferences."""
+SERVER_ONLY_MODES: frozenset[str] = frozenset({"dflash", "dspark", "eagle3"})
+"""Sidecar drafters llama-server runs and the embedded engine does not (it drafts by n-gram or MTP)."""
 SPEC_TYPES: dict[str, str] = {
     "mtp": "draft-mtp",
     "dflash": "draft-dflash",

@@ -12,6 +12,7 @@ decoding is limited by memory bandwidth, and bounded on small machines (measured
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -22,6 +23,21 @@ class ThreadPlan:
     threads_batch: int
     """Prompt-processing threads: ``-tb`` / ``n_threads_batch``."""
     reason: str
+
+
+AMX_REASON = (
+    "Weight repacking off (llama.cpp's extra CPU buffer types, --no-repack): this CPU advertises AMX, and the "
+    "pinned llama.cpp's AMX matrix kernels crashed in llama_decode where it was measured (Intel Xeon with AMX "
+    "in a virtual machine, every quantized model, both engines); the plain AVX-512 kernels run instead."
+)
+
+
+def cpu_repack(features: Sequence[str]) -> tuple[bool, str | None]:
+    """Whether llama.cpp may repack weights into its extra CPU buffer types (AMX, AVX-512 repacks), and why not:
+    the one rule for a plan (``Plan.repack``) and for settings given without one (``engine.native``)."""
+    if "amx_int8" in features:
+        return False, AMX_REASON
+    return True, None
 
 
 def plan_threads(physical_cores: int, logical_cores: int, wanted: int | None = None) -> ThreadPlan:

@@ -200,6 +200,8 @@ class Plan:
     header of X.gguf on the Hub")``; filled by ``runtime.plan_for`` (``fetch.describe``)."""
     diffusion: DiffusionPlan | None = None
     """Set for diffusion models: decode by denoising steps over the canvas (n_ctx = n_batch = n_ubatch)."""
+    repack: bool = True
+    """llama.cpp may repack weights into its extra CPU buffer types (``--no-repack`` when False)."""
     architecture: ArchCheck | None = None
     """What the llama.cpp here makes of the model's ``general.architecture``: loadable, by what runner, and why;
     filled by ``runtime.plan_for`` (which refuses an unsupported one unless forced)."""

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 
 from clover_local.fetch.describe import QuantDescriptions
 from clover_local.fetch.progress import DownloadProgress
-from clover_local.plan.types import Plan
+from clover_local.launch import Launch
 from clover_local.presets import Preset
 from clover_local.user_prefs import ModelSettings
 
@@ -26,17 +25,28 @@ def describe_models(preset: Preset) -> QuantDescriptions:
     return describe_quants(preset)
 
 
-def plan_to_load(plan: Plan, model_settings: ModelSettings) -> Plan:
-    """The plan the app loads, and shows as the llama-server command: the planned one with the person's context
-    and speculation choice (speculation off when they turned it off; the mode itself is planned: :func:`spec_mode`).
-    Its threads already leave a core free, for this UI too (``plan.threads``)."""
-    return replace(
-        plan,
+def launch_for(
+    preset: Preset,
+    model_path: str,
+    model_settings: ModelSettings,
+    *,
+    rpc: str | None = None,
+    force: bool = False,
+) -> Launch:
+    """The launch the app loads, and shows as the llama-server command: ``model_path`` planned for this machine
+    as it is now with the person's context and speculation choice (:func:`spec_mode`), memory fitted again for
+    that context (``launch.decide_launch``). Reads the file's header: call from a worker."""
+    from clover_local.launch import LaunchRequest, decide_launch
+
+    request = LaunchRequest(
+        preset,
+        model_path,
         ctx=model_settings.ctx,
-        speculative=replace(
-            plan.speculative, enabled=plan.speculative.enabled and model_settings.speculative
-        ),
+        spec=spec_mode(model_settings),  # type: ignore[arg-type]
+        rpc=rpc,
+        force=force,
     )
+    return decide_launch(request)
 
 
 def spec_mode(model_settings: ModelSettings) -> str:

@@ -17,12 +17,10 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from clover_local import runtime
 from clover_local.errors import CloverError
-from clover_local.plan.llama_args import shell_command
+from clover_local.launch import Launch, OpenedEngine, measure_verify_costs, open_launch
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
-from clover_local.runtime import OpenedEngine
 from clover_local.tui import services
 from clover_local.user_prefs import ModelSettings
 
@@ -42,11 +40,11 @@ class LaunchScreen(Screen[OpenedEngine | None]):
             self.fraction = fraction
 
     class Planned(Message, bubble=False):
-        """The plan made for this machine when none was given (its llama-server command can be shown)."""
+        """The launch decided for this machine and the person's settings (its command can be shown)."""
 
-        def __init__(self, plan: Plan) -> None:
+        def __init__(self, launch: Launch) -> None:
             super().__init__()
-            self.plan = plan
+            self.launch = launch
 
     class Ready(Message, bubble=False):
         def __init__(self, loaded: OpenedEngine | None, error: str | None) -> None:
@@ -77,6 +75,8 @@ class LaunchScreen(Screen[OpenedEngine | None]):
         self.preset = preset
         self.model_settings = model_settings
         self.plan = plan
+        """The plan screen's plan, if any; what loads is :attr:`launch`, decided again for the settings."""
+        self.launch: Launch | None = None
         self.auto_continue = auto_continue
         self.loaded: OpenedEngine | None = None
         self.failed = False
@@ -101,18 +101,14 @@ class LaunchScreen(Screen[OpenedEngine | None]):
         self.call_after_refresh(self._load)
 
     def _show_command(self) -> None:
-        if self.plan is not None:
-            self.command = shell_command(self._plan_to_load(self.plan))
+        if self.launch is not None:
+            self.command = self.launch.command
         else:
             self.command = "(planning for this machine…)"
         self.query_one("#launch-command", Static).update(self.command)
 
-    def _plan_to_load(self, plan: Plan) -> Plan:
-        """The plan with this screen's model file and the person's settings: what is loaded and shown."""
-        return services.plan_to_load(replace(plan, model_path=self.model_path), self.model_settings)
-
     def on_launch_screen_planned(self, message: Planned) -> None:
-        self.plan = message.plan
+        self.launch = message.launch
         self._show_command()
 
     @work(thread=True, exclusive=True, group="load")
@@ -124,23 +120,14 @@ class LaunchScreen(Screen[OpenedEngine | None]):
                 self.post_message(LaunchScreen.Progress(float(fraction)))
 
         try:
-            plan = self.plan
-            wanted = services.spec_mode(self.model_settings)
-            if plan is None or plan.speculative.requested != wanted:
-                # A file given directly, or remembered from the first run: plan it for this machine as it is
-                # now (GPU layers, experts, threads); planned again for another speculation mode.
-                plan, _ = runtime.plan_for(
-                    self.preset,
-                    model=self.model_path,
-                    ctx=self.model_settings.ctx,
-                    spec=wanted,
-                    rpc=self.rpc,
-                    force=self.force,
-                )
-                self.post_message(LaunchScreen.Planned(plan))
-            # llama-cpp-python's wheel has no RPC backend: a plan with workers runs in llama-server
-            choice = runtime.choose_engine("llama-server") if plan.rpc_servers else None
-            loaded = runtime.open_engine(self._plan_to_load(plan), self.preset, choice, progress=progress)
+            launch = services.launch_for(
+                self.preset, self.model_path, self.model_settings, rpc=self.rpc, force=self.force
+            )
+            self.post_message(LaunchScreen.Planned(launch))
+            loaded = open_launch(launch, progress=progress)
+            measured = measure_verify_costs(loaded)
+            if measured:
+                loaded = replace(loaded, notices=(*loaded.notices, measured))
         except CloverError as exc:
             self.post_message(LaunchScreen.Ready(None, str(exc)))
             return
@@ -160,6 +147,8 @@ class LaunchScreen(Screen[OpenedEngine | None]):
             self.query_one("#launch-placement", Static).add_class("error")
             return
         self.loaded = message.loaded
+        self.launch = message.loaded.launch  # after an out-of-memory re-plan: the launch that loaded
+        self._show_command()
         self.query_one("#load-progress", ProgressBar).update(progress=1.0)
         self.query_one("#launch-title", Static).update(f"Loaded {message.loaded.engine.model_name}")
         self.query_one("#launch-placement", Static).update(message.loaded.placement)

@@ -1,0 +1,455 @@
+"""A launch is one value: what the person asked for (:class:`LaunchRequest`) becomes, in :func:`decide_launch`, the
+runner that will run the model, the plan budgeted for that runner, and the llama.cpp settings rendered from that
+plan (:class:`Launch`). Every command, the app and ``serve`` make their launch here; :func:`open_launch` loads
+exactly what the value says and decides nothing.
+
+The order is the point: the runner is chosen *before* the plan, from what the model needs (its architecture, a
+drafter only llama-server runs, pooled RPC devices, diffusion decoding) and what the person asked for, because the
+two engines hold different memory. A load that runs out of memory is planned again (:func:`safer_launch`) for
+less memory, so what is shown afterwards (the plan, the command) is what was loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from clover_local.errors import OutOfMemoryError, ServerError, UsageError
+from clover_local.plan.diffusion import DiffusionWishes
+from clover_local.plan.llama_args import LlamaSettings, llama_settings
+from clover_local.plan.speculation import SERVER_ONLY_MODES, SPEC_MODES, SpecMode
+from clover_local.plan.types import EngineKind, Goal, Plan
+from clover_local.presets import Preset
+
+if TYPE_CHECKING:
+    from clover_local.arch_support import ArchCheck
+    from clover_local.detect.machine import Machine
+    from clover_local.engine.types import ChatEngine
+    from clover_local.fetch.describe import QuantDescriptions
+    from clover_local.llamacpp.binary import ServerBinary
+
+__all__ = [
+    "ENGINE_WISHES",
+    "EngineWish",
+    "Launch",
+    "LaunchRequest",
+    "OpenedEngine",
+    "Runner",
+    "choose_runner",
+    "decide_launch",
+    "measure_verify_costs",
+    "open_launch",
+    "safer_launch",
+]
+
+EngineWish = Literal["auto", "embedded", "llama-server"]
+ENGINE_WISHES: tuple[EngineWish, ...] = ("auto", "embedded", "llama-server")
+EMBEDDED_DRAFTERS: frozenset[str] = frozenset(m for m in SPEC_MODES if m not in SERVER_ONLY_MODES)
+"""Speculation modes the embedded engine runs itself (n-gram, and the MTP head through ``engine.mtp``)."""
+SAFER_GPU_SHARE = 0.75
+"""After an out-of-memory load, the re-plan may use this share of each GPU's free memory."""
+SAFE_CTX = 4096
+"""... and at most this context (halved, never below 512)."""
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What the person asked for, from any front end (flags, the app's settings, ``serve``); ``None`` and
+    ``auto`` mean "decide for me"."""
+
+    preset: Preset | str | None = None
+    """A preset, its name, or the path of a ``.toml``; None: the default one, or the one a ``model`` file's
+    name says (``runtime.preset_for_file``)."""
+    model: str | None = None
+    """A local GGUF to run (planned with its exact header); None: the preset's file."""
+    quant: str = "auto"
+    ctx: int | None = None
+    goal: Goal = "quality"
+    threads: int | None = None
+    spec: SpecMode = "auto"
+    """Self-speculation (``--spec``): the one knob for it; ``off`` turns it off."""
+    engine: EngineWish | None = None
+    """``embedded``, ``llama-server`` or ``auto`` (llama-server when one is found); None: the embedded engine,
+    unless the model needs llama-server (:func:`choose_runner`)."""
+    llama_server: str | None = None
+    """The ``llama-server`` binary to use whenever one runs (``--llama-server PATH``)."""
+    rpc: str | None = None
+    link: str | None = None
+    simulate: str | None = None
+    diffusion: DiffusionWishes | None = None
+    chat_template: str | None = None
+    """Instead of the preset's template (the embedded engine only)."""
+    offline: bool = False
+    describe: bool = True
+    """Read each quant's GGUF header (local, else on the Hub) before planning; False: the preset's estimates."""
+    force: bool = False
+    """Go on even when no llama.cpp here can load the model's architecture."""
+
+
+@dataclass(frozen=True)
+class Runner:
+    """Which engine runs a launch, and why."""
+
+    kind: EngineKind
+    why: str
+    binary: ServerBinary | None = None
+    """The ``llama-server`` to start (llama-server runner only)."""
+
+    @property
+    def drafters(self) -> frozenset[str]:
+        """The speculation modes this runner can run: the plan chooses only among these."""
+        return frozenset(SPEC_MODES) if self.kind == "llama-server" else EMBEDDED_DRAFTERS
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything a load needs, decided: shown before loading (plan, command) and loaded as shown."""
+
+    request: LaunchRequest
+    preset: Preset
+    machine: Machine
+    runner: Runner
+    plan: Plan
+    """Budgeted for ``runner.kind`` (``plan.engine``)."""
+    settings: LlamaSettings
+    """``plan.llama_args.llama_settings(plan)``: argv for llama-server, parameters for the embedded engine."""
+    notices: tuple[str, ...] = ()
+    """What the person should read before loading (why this runner, a re-plan)."""
+
+    @property
+    def command(self) -> str:
+        """The ``llama-server`` command for this launch, ready to paste (the binary it would run)."""
+        binary = str(self.runner.binary.path) if self.runner.binary is not None else "llama-server"
+        return self.settings.shell_command(binary, hf_repo=self.preset.repo or None)
+
+
+@dataclass(frozen=True)
+class OpenedEngine:
+    """A loaded launch."""
+
+    engine: ChatEngine
+    launch: Launch
+    """What was loaded: after an out-of-memory re-plan, the safer launch, not the one asked for."""
+    notices: tuple[str, ...] = ()
+    """Warnings and facts for the person: flags dropped for this llama-server, a re-plan, ..."""
+    placement: str = ""
+    """Where the weights, KV cache and experts went, in words (the embedded engine's load log)."""
+    fallback_message: str | None = None
+    """Set when the first load ran out of memory and the safer launch was loaded instead: what changed."""
+    extras: dict[str, object] = field(default_factory=dict, compare=False)
+
+    @property
+    def kind(self) -> EngineKind:
+        return self.launch.runner.kind
+
+    @property
+    def plan(self) -> Plan:
+        return self.launch.plan
+
+
+# -- the runner -------------------------------------------------------------------------------------------
+
+
+def choose_runner(
+    request: LaunchRequest,
+    arch: ArchCheck | None,
+    *,
+    diffusion: bool = False,
+    find_binary: Callable[[str | None], ServerBinary | None] | None = None,
+) -> Runner:
+    """The one decision of which engine runs a model, made before it is planned.
+
+    What the model needs comes first: diffusion decoding runs only in the embedded engine; an architecture only
+    a newer llama.cpp knows (``arch.runner == "llama-server"``), devices pooled over RPC and the sidecar drafters
+    (DFlash, DSpark, EAGLE-3) run only in llama-server. Then the person's ``engine``: ``embedded``,
+    ``llama-server``, or ``auto`` (llama-server when one is found: upstream builds have every backend and the
+    newest kernels). ``request.llama_server`` is the binary wherever llama-server runs."""
+    if request.engine is not None and request.engine not in ENGINE_WISHES:
+        raise UsageError(f"--engine {request.engine!r} is not one of {', '.join(ENGINE_WISHES)}.")
+    find = find_binary or _find_binary
+    if diffusion or (arch is not None and arch.runner == "diffusion"):
+        if request.engine == "llama-server":
+            raise UsageError(
+                "--engine llama-server: this is a diffusion model, which llama-server cannot decode.",
+                "Drop --engine (the embedded engine decodes diffusion models).",
+            )
+        return Runner("embedded", "a diffusion model: only the embedded engine decodes it")
+    needs = _needs_llama_server(request, arch)
+    if needs:
+        if request.engine == "embedded":
+            raise UsageError(
+                f"--engine embedded cannot run this: {needs}.",
+                "Drop --engine embedded (llama-server runs it), or change what needs llama-server.",
+            )
+        binary = _server_for(arch, request.llama_server, find)
+        if binary is None:
+            raise ServerError(
+                f"{needs[0].upper()}{needs[1:]}, and no llama-server was found (CLOVER_LLAMA_SERVER, an installed "
+                "runtime, the built one, PATH).",
+                "Install one with `clover-local runtime install latest` (or scripts/build-llama-server), or pass "
+                "--llama-server PATH.",
+            )
+        return Runner("llama-server", f"{needs}; using {binary.path} ({binary.source})", binary)
+    if request.engine in (None, "embedded"):
+        said = "as asked" if request.engine == "embedded" else "the default"
+        return Runner("embedded", f"the embedded engine (llama-cpp-python), {said}")
+    binary = find(request.llama_server)
+    if request.engine == "llama-server":
+        if binary is None:
+            raise ServerError(
+                "--engine llama-server: no llama-server was found (CLOVER_LLAMA_SERVER, the built one, PATH).",
+                "Build one with scripts/build-llama-server, pass --llama-server PATH, or use --engine embedded.",
+            )
+        return Runner("llama-server", f"asked for; using {binary.path} ({binary.source})", binary)
+    if binary is not None:
+        return Runner("llama-server", f"found {binary.path} ({binary.source})", binary)
+    return Runner(
+        "embedded",
+        "no llama-server found (build one with scripts/build-llama-server); using llama-cpp-python",
+    )
+
+
+def _needs_llama_server(request: LaunchRequest, arch: ArchCheck | None) -> str:
+    """Why only llama-server can run this request ("" when the embedded engine can)."""
+    if request.rpc:
+        return (
+            f"the plan pools other machines' devices (--rpc {request.rpc}), and the embedded engine "
+            "(llama-cpp-python's wheel) has no RPC backend"
+        )
+    if arch is not None and arch.runner == "llama-server":
+        return arch.why
+    if request.spec in SERVER_ONLY_MODES:
+        return f"the {request.spec} drafter runs only in llama-server (the embedded engine drafts by n-gram or MTP)"
+    return ""
+
+
+def _find_binary(configured: str | None) -> ServerBinary | None:
+    from clover_local.llamacpp.binary import find_llama_server
+
+    return find_llama_server(configured)
+
+
+def _server_for(
+    arch: ArchCheck | None, configured: str | None, find: Callable[[str | None], ServerBinary | None]
+) -> ServerBinary | None:
+    """The llama-server for a model: the one the person named; else the runtime whose llama.cpp knows the
+    architecture (the architecture check names it); else the usual search."""
+    if configured:
+        return find(configured)
+    server_path = getattr(arch, "server_path", None) if arch is not None else None
+    if server_path:
+        from clover_local.llamacpp.binary import ServerBinary
+
+        return ServerBinary(Path(server_path), getattr(arch, "server_source", None) or "runtime")
+    return find(None)
+
+
+# -- the launch -------------------------------------------------------------------------------------------
+
+
+def decide_launch(
+    request: LaunchRequest,
+    *,
+    machine: Machine | None = None,
+    models: QuantDescriptions | None = None,
+    find_binary: Callable[[str | None], ServerBinary | None] | None = None,
+) -> Launch:
+    """The launch for ``request`` on ``machine`` (None: the request's ``--simulate`` machine, else this one):
+    the model described once (its header, local or on the Hub), its architecture checked, the runner chosen,
+    the plan made for that runner, and the settings rendered from the plan. ``find_binary``: how a
+    llama-server is found (``command`` names the one it prints instead of looking for one)."""
+    from clover_local import runtime
+    from clover_local.arch_support import check_architecture
+
+    preset = runtime.resolve_preset(request.preset, request.model)
+    machine = machine or runtime.detect(request.simulate, request.rpc, request.link)
+    description = None
+    if request.model:
+        path = runtime.checked_gguf(Path(request.model).expanduser())
+        description = runtime.local_header(path)
+    else:
+        if models is None and request.describe:
+            from clover_local.fetch.describe import describe_quants
+
+            models = describe_quants(
+                preset,
+                offline=True if request.offline else None,
+                quants=None if request.quant == "auto" else [request.quant],
+            )
+        if models is not None and models.models:
+            wanted = request.quant if request.quant in models.models else next(iter(models.models))
+            description = models.models[wanted]
+    if description is None:
+        from clover_local.gguf.model import describe_from_preset
+
+        quant = request.quant if request.quant in preset.quants else next(iter(preset.quants))
+        description = describe_from_preset(preset, quant)
+    arch = check_architecture(description.architecture.arch)
+    runner = choose_runner(
+        request, arch, diffusion=description.diffusion is not None, find_binary=find_binary
+    )
+    plan, preset = runtime.plan_for(
+        preset,
+        model=request.model,
+        quant=request.quant,
+        ctx=request.ctx,
+        goal=request.goal,
+        threads=request.threads,
+        machine=machine,
+        models=models,
+        describe=request.describe,
+        offline=request.offline,
+        engine=runner.kind,
+        diffusion=request.diffusion,
+        spec=request.spec,
+        drafters=runner.drafters,
+        force=request.force,
+    )
+    if plan.chat_template != (request.chat_template or plan.chat_template):
+        plan = replace(plan, chat_template=request.chat_template or plan.chat_template)
+    notices = (f"Engine: {runner.kind} ({runner.why}).",) if runner.kind == "llama-server" else ()
+    return Launch(request, preset, machine, runner, plan, llama_settings(plan), notices)
+
+
+def safer_launch(launch: Launch, why: str) -> Launch | None:
+    """The launch planned again for less memory after ``why`` (an out-of-memory load): at most
+    :data:`SAFE_CTX` tokens of context (halved, at least 512) and :data:`SAFER_GPU_SHARE` of each GPU's free
+    memory, so more experts and layers stay in RAM. None when there is nothing left to give back."""
+    plan = launch.plan
+    new_ctx = max(512, min(plan.ctx // 2, SAFE_CTX))
+    if new_ctx >= plan.ctx and plan.n_gpu_layers == 0:
+        return None
+    machine = launch.machine
+    if machine.gpus:
+        machine = replace(
+            machine,
+            gpus=tuple(replace(g, free_bytes=int(g.free_bytes * SAFER_GPU_SHARE)) for g in machine.gpus),
+        )
+    request = replace(
+        launch.request, ctx=min(new_ctx, plan.ctx), model=plan.model_path or launch.request.model
+    )
+    safer = decide_launch(replace(request, preset=launch.preset), machine=machine)
+    changes = []
+    if safer.plan.ctx != plan.ctx:
+        changes.append(f"context {plan.ctx} -> {safer.plan.ctx} tokens")
+    if (safer.plan.n_gpu_layers, safer.plan.n_cpu_moe) != (plan.n_gpu_layers, plan.n_cpu_moe):
+        changes.append(
+            f"GPU layers {_layers(plan.n_gpu_layers)} -> {_layers(safer.plan.n_gpu_layers)}, experts of "
+            f"{plan.n_cpu_moe} -> {safer.plan.n_cpu_moe} layers in RAM"
+        )
+    if not changes:
+        return None
+    said = (
+        f"Loading with the planned settings ran out of memory ({why}). Planned again for less memory and "
+        f"loaded that instead: {'; '.join(changes)}."
+    )
+    return replace(safer, notices=(said, *safer.notices))
+
+
+def _layers(n: int) -> str:
+    return "all" if n < 0 else str(n)
+
+
+def open_launch(
+    launch: Launch,
+    *,
+    progress: Callable[[float], None] | None = None,
+    on_log: Callable[[str], None] | None = None,
+    ready_timeout_s: float = 600.0,
+) -> OpenedEngine:
+    """Load ``launch`` exactly as it says. When the embedded engine runs out of memory, the launch is planned
+    again for less memory (:func:`safer_launch`) and that one is loaded; the result names the launch loaded."""
+    if not launch.plan.model_path:
+        raise UsageError(
+            "No local model file to run.",
+            "Download it first (clover-local download), or pass --model PATH.",
+        )
+    try:
+        return _open(launch, progress, on_log, ready_timeout_s)
+    except OutOfMemoryError as first:
+        if launch.runner.kind != "embedded":
+            raise
+        safer = safer_launch(launch, first.what)
+        if safer is None:
+            raise
+        try:
+            opened = _open(safer, progress, on_log, ready_timeout_s)
+        except OutOfMemoryError as second:
+            raise OutOfMemoryError(
+                f"Not enough memory to load {Path(launch.plan.model_path).name}, even planned again for less "
+                f"memory ({safer.notices[0]}).",
+                "Close other programs, choose a smaller quant, or lower --ctx. " + second.what,
+            ) from None
+        return replace(opened, fallback_message=safer.notices[0], notices=(safer.notices[0], *opened.notices))
+
+
+def _open(
+    launch: Launch,
+    progress: Callable[[float], None] | None,
+    on_log: Callable[[str], None] | None,
+    ready_timeout_s: float,
+) -> OpenedEngine:
+    plan, preset = launch.plan, launch.preset
+    assert plan.model_path is not None
+    if launch.runner.kind == "embedded":
+        from clover_local.engine.loader import load_engine
+
+        result = load_engine(
+            plan.model_path,
+            launch.settings.kwargs(),
+            chat_template=launch.request.chat_template or plan.chat_template,
+            sampling=preset.sampling,
+            speculative=plan.speculative,
+            progress=progress,
+            diffusion=plan.diffusion,
+        )
+        return OpenedEngine(
+            result.engine, launch, (*launch.notices, *result.notices), str(result.placement), None
+        )
+
+    from clover_local.llamacpp.server import start_llama_server
+    from clover_local.llamacpp.server_engine import LlamaServerEngine
+    from clover_local.runtime import chat_template_for
+
+    template = chat_template_for(plan)
+    process = start_llama_server(
+        launch.settings.argv(),
+        binary=launch.runner.binary,
+        on_log=on_log,
+        ready_timeout_s=ready_timeout_s,
+    )
+    engine = LlamaServerEngine(process, model_name=preset.name, sampling=preset.sampling, template=template)
+    notes = (*launch.notices, *([template.notice] if template.notice else []), *process.warnings)
+    return OpenedEngine(engine, launch, notes)
+
+
+def measure_verify_costs(opened: OpenedEngine) -> str | None:
+    """At an n-gram drafting plan's first load on this machine, time what verifying a draft costs here
+    (``engine.verify_probe``), keep it for every later plan and use it now; returns a notice saying so (None
+    when there was nothing to measure). An explicit step, called by the front ends after opening: later plans
+    read the kept numbers (``runtime.with_measured_costs``), so drafting decisions never depend on timings."""
+    from clover_local.engine.embedded import EmbeddedEngine
+
+    engine, spec = opened.engine, opened.plan.speculative
+    wanted = spec.enabled and spec.mode == "ngram" and spec.costs_source != "measured" and spec.costs_key
+    if not wanted or not isinstance(engine, EmbeddedEngine) or engine.n_ctx < spec.n_max + 8:
+        return None
+    if opened.fallback_message is not None:
+        return None  # a re-planned load is not the placement the costs would be kept for
+    import time
+
+    from clover_local.engine.verify_probe import measure_batch_costs
+    from clover_local.measure.records import add_verify_costs
+    from clover_local.plan.measured import VerifyCostRecord
+
+    measured = measure_batch_costs(engine, spec.n_max + 1)
+    add_verify_costs(
+        VerifyCostRecord(spec.costs_key, measured.costs, measured.step_ms, time.strftime("%Y-%m-%d"))
+    )
+    engine.use_batch_costs(measured.costs)
+    return (
+        f"Measured what verifying a draft costs here (once, kept for later loads): {len(measured.costs)} tokens "
+        f"cost {measured.costs[-1]:.1f} plain steps, so speculation gains at most {measured.ceiling:.2f}x."
+    )
