@@ -11,7 +11,7 @@ import pytest
 
 from clover_local.engine import native
 from clover_local.engine.loader import load_engine
-from clover_local.errors import EngineError, UsageError
+from clover_local.errors import EngineError, OutOfMemoryError, UsageError
 from clover_local.gguf.header import read_local_header
 from clover_local.plan.llama_args import n_cpu_moe_overrides
 from clover_local.testing.models import tiny_model
@@ -50,7 +50,6 @@ def test_loader_reports_overridden_experts_in_its_placement() -> None:
     try:
         assert "24 expert tensors kept in RAM by override" in result.placement
         assert "recurrent state" in result.placement
-        assert result.fallback_message is None
     finally:
         result.engine.close()
 
@@ -64,18 +63,12 @@ def test_progress_callback_sees_loading_finish() -> None:
     assert seen and seen[-1] == pytest.approx(1.0)
 
 
-def test_out_of_memory_retries_once_with_a_smaller_context() -> None:
-    # 32M cells of f32 K and V on the tiny llama: 64 GiB of KV cache, more than this machine has.
+def test_out_of_memory_is_an_error_the_loader_does_not_rewrite() -> None:
+    # 32M cells of f32 K and V on the tiny llama: 64 GiB of KV cache, more than this machine has. Planning
+    # again for less memory is the launch's (tests/test_launch.py), never the loader's.
     settings = {"n_ctx": 2**25, "n_threads": 2, "type_k": GGML_TYPE_F32, "type_v": GGML_TYPE_F32}
-    result = load_engine(tiny_model("llama"), settings, chat_template="completion")
-    try:
-        assert result.fallback_message is not None
-        assert "ran out of memory" in result.fallback_message
-        assert "context 33554432 -> 4096 tokens" in result.fallback_message
-        assert result.settings_used["n_ctx"] == 4096
-        assert result.engine.n_ctx == 4096
-    finally:
-        result.engine.close()
+    with pytest.raises(OutOfMemoryError, match="not enough memory"):
+        load_engine(tiny_model("llama"), settings, chat_template="completion")
 
 
 def test_truncated_gguf_is_a_clear_error(tmp_path: Path) -> None:

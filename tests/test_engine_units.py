@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from clover_local.engine.drafter import DraftController, NgramDrafter
-from clover_local.engine.loader import ALL_EXPERTS_ON_CPU, placement_summary, safer_settings
+from clover_local.engine.loader import placement_summary
 from clover_local.engine.templates import choose_template, render_completion, render_jinja
 from clover_local.engine.textstream import StopTextStream
 from clover_local.engine.types import ChatMessage
@@ -164,14 +164,6 @@ def test_jinja_sandbox_blocks_python_internals() -> None:
 
 def test_completion_template_joins_contents() -> None:
     assert render_completion([ChatMessage("system", "a"), ChatMessage("user", "b")]) == "a\n\nb"
-
-
-def test_safer_settings_shrink_context_and_move_experts_to_ram() -> None:
-    safer, changes = safer_settings({"n_ctx": 65536, "n_batch": 2048, "n_gpu_layers": -1})
-    assert safer["n_ctx"] == 4096
-    assert safer["tensor_buft_overrides"] == [ALL_EXPERTS_ON_CPU]
-    assert any("65536 -> 4096" in c for c in changes)
-    assert any("experts in RAM" in c for c in changes)
 
 
 def test_placement_summary_reads_llama_cpp_buffer_lines() -> None:

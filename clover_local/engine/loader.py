@@ -1,5 +1,6 @@
-"""Loading a GGUF into the embedded engine exactly as a plan's settings say, with one safer retry when memory runs
-out and clear errors for files llama.cpp cannot read.
+"""Loading a GGUF into the embedded engine exactly as a plan's settings say, with clear errors for files llama.cpp
+cannot read. Running out of memory raises :class:`OutOfMemoryError`: the launch plans again for less memory
+(``launch.safer_launch``), so nothing here rewrites settings.
 
 ``settings`` is the dict ``clover_local.plan.llama_args.llama_cpp_kwargs(plan)`` returns (``llama_cpp.Llama``
 keyword names plus ``tensor_buft_overrides``); tests and scripts can pass one directly.
@@ -16,15 +17,11 @@ from typing import Any
 
 from clover_local.engine.embedded import EmbeddedEngine, EngineParts
 from clover_local.errors import EngineError, OutOfMemoryError
-from clover_local.gguf.names import FFN_EXPS_REGEX
 from clover_local.plan.diffusion import DiffusionPlan
 from clover_local.plan.memory import rollback_snapshots
 from clover_local.plan.types import SpeculativePlan
 from clover_local.plan.verify_cost import batch_costs
 from clover_local.presets import SamplingDefaults
-
-ALL_EXPERTS_ON_CPU = f"{FFN_EXPS_REGEX}=CPU"
-"""The override that keeps every routed expert in RAM (``--cpu-moe``: ``llm_ffn_exps_cpu_override``)."""
 
 _OOM_RE = re.compile(
     r"out of memory|failed to allocate|unable to allocate|cudaMalloc failed|ErrorOutOfDeviceMemory|"
@@ -32,7 +29,6 @@ _OOM_RE = re.compile(
     re.IGNORECASE,
 )
 _UNKNOWN_ARCH_RE = re.compile(r"unknown model architecture: '([^']*)'")
-_SAFE_CTX = 4096
 
 
 @dataclass(frozen=True)
@@ -40,8 +36,6 @@ class LoadResult:
     engine: EmbeddedEngine
     """A :class:`~clover_local.engine.diffusion_engine.DiffusionEngine` for diffusion models."""
     settings_used: dict[str, Any]
-    fallback_message: str | None
-    """Set when the first attempt ran out of memory and a safer plan was loaded instead: what changed."""
     placement: str
     """Where things went, from llama.cpp's load log (weights, KV cache, overridden tensors, GPU layers)."""
     notices: tuple[str, ...] = ()
@@ -60,7 +54,7 @@ def load_engine(
     progress: Callable[[float], None] | None = None,
     diffusion: DiffusionPlan | None = None,
 ) -> LoadResult:
-    """Load ``model_path`` with ``settings``; on running out of memory, retry once with a safer plan.
+    """Load ``model_path`` with ``settings`` (:class:`OutOfMemoryError` when memory runs out).
 
     A diffusion model is decoded as ``diffusion`` says (None: the defaults for its header); its context is
     sized to the canvas (n_ctx = n_batch = n_ubatch)."""
@@ -72,45 +66,7 @@ def load_engine(
         on_gpu = int(settings.get("n_gpu_layers", 0)) != 0
         spec = replace(spec, batch_costs=batch_costs(n_max_batch=spec.n_max + 1, on_gpu=on_gpu))
     args = (path, chat_template, sampling or SamplingDefaults(), spec, progress, diffusion)
-    try:
-        return _load(dict(settings), *args, fallback=None)
-    except OutOfMemoryError as first:
-        safer, changes = safer_settings(settings)
-        if not changes:
-            raise
-        message = (
-            f"Loading with the planned settings ran out of memory ({first.what}). "
-            f"Loaded with a safer plan instead: {'; '.join(changes)}."
-        )
-        try:
-            return _load(safer, *args, fallback=message)
-        except OutOfMemoryError as second:
-            raise OutOfMemoryError(
-                f"Not enough memory to load {path.name}, even with a safer plan ({'; '.join(changes)}).",
-                "Close other programs, choose a smaller quant, or lower --ctx. " + second.what,
-            ) from None
-
-
-def safer_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """A plan more likely to fit: smaller context; on GPU plans every expert in RAM and fewer GPU layers."""
-    safer = dict(settings)
-    changes: list[str] = []
-    n_ctx = int(settings.get("n_ctx", _SAFE_CTX))
-    if n_ctx > 512:
-        new_ctx = max(512, min(n_ctx // 2, _SAFE_CTX))
-        safer["n_ctx"] = new_ctx
-        safer["n_batch"] = min(int(settings.get("n_batch", 512)), new_ctx)
-        changes.append(f"context {n_ctx} -> {new_ctx} tokens")
-    n_gpu = int(settings.get("n_gpu_layers", 0))
-    if n_gpu != 0:
-        overrides = list(settings.get("tensor_buft_overrides") or ())
-        if ALL_EXPERTS_ON_CPU not in overrides:
-            safer["tensor_buft_overrides"] = [ALL_EXPERTS_ON_CPU]
-            changes.append("all MoE experts in RAM")
-        elif n_gpu > 1:  # experts were already in RAM: put half the layers back on the CPU
-            safer["n_gpu_layers"] = n_gpu // 2
-            changes.append(f"GPU layers {n_gpu} -> {safer['n_gpu_layers']}")
-    return safer, changes
+    return _load(dict(settings), *args)
 
 
 def _check_file(path: Path) -> None:
@@ -135,8 +91,6 @@ def _load(
     speculative: SpeculativePlan,
     progress: Callable[[float], None] | None,
     diffusion: DiffusionPlan | None,
-    *,
-    fallback: str | None,
 ) -> LoadResult:
     from llama_cpp import llama_cpp as C
 
@@ -235,7 +189,6 @@ def _load(
     return LoadResult(
         engine=engine,
         settings_used=used,
-        fallback_message=fallback,
         placement=placement_summary(log.lines + ctx_log.lines),
         notices=tuple(notices),
         load_log=tuple(log.lines + ctx_log.lines),

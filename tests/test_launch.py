@@ -1,0 +1,112 @@
+"""A launch is one value (``clover_local.launch``): the runner is chosen before the plan, the plan is budgeted for
+that runner, the settings shown are the settings loaded, and ``--llama-server PATH`` is the binary wherever
+llama-server runs. The user-visible bugs of the old seam each have a test here."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from clover_local.arch_support import ArchCheck
+from clover_local.detect import parse_simulate
+from clover_local.launch import LaunchRequest, choose_runner, decide_launch, open_launch
+from clover_local.testing.models import default_spec, tiny_model, tiny_model_from_spec
+
+MACHINE = "ram=16G,cpu=4"
+
+
+def _fake_server(tmp_path: Path, name: str = "llama-server") -> Path:
+    fake = tmp_path / name
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    return fake
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "runner"),
+    [
+        ({}, "embedded"),
+        ({"engine": "embedded"}, "embedded"),
+        ({"engine": "llama-server"}, "llama-server"),
+        ({"engine": "auto"}, "llama-server"),  # a llama-server is named, so auto takes it
+        ({"spec": "off", "engine": "llama-server"}, "llama-server"),
+    ],
+)
+def test_the_plan_is_budgeted_for_the_runner_that_runs_it(
+    tmp_path: Path, request_kwargs: dict[str, str], runner: str
+) -> None:
+    fake = _fake_server(tmp_path)
+    request = LaunchRequest(
+        None, str(tiny_model("qwen35moe")), ctx=512, llama_server=str(fake), **request_kwargs
+    )  # type: ignore[arg-type]
+    if "engine" not in request_kwargs:
+        request = dataclasses.replace(request, llama_server=None)
+    launch = decide_launch(request, machine=parse_simulate(MACHINE))
+    assert launch.runner.kind == runner
+    assert launch.plan.engine == runner  # the memory was planned for the engine that will hold it
+    if runner == "llama-server":
+        assert launch.runner.binary is not None and launch.runner.binary.path == fake.resolve()
+        assert launch.command.startswith(str(fake.resolve()))
+
+
+def test_a_hybrid_model_holds_different_memory_per_runner(tmp_path: Path) -> None:
+    """Why the order matters: the engines keep a hybrid model's recurrent state a different number of times,
+    so a plan made for one engine and run on the other would be wrong."""
+    fake = _fake_server(tmp_path)
+    path = str(tiny_model("qwen35moe"))
+    machine = parse_simulate(MACHINE)
+    embedded = decide_launch(LaunchRequest(None, path, ctx=512, spec="ngram"), machine=machine)
+    server = decide_launch(
+        LaunchRequest(None, path, ctx=512, spec="ngram", engine="llama-server", llama_server=str(fake)),
+        machine=machine,
+    )
+    assert embedded.plan.memory.ram.recurrent_state_bytes != server.plan.memory.ram.recurrent_state_bytes
+
+
+def test_llama_server_path_is_honoured_when_the_architecture_needs_llama_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve --llama-server PATH`` with a model only a newer llama.cpp knows: PATH runs it, not the binary
+    the default search finds (the old engine switch after planning used the default search)."""
+    default = _fake_server(tmp_path, "default-llama-server")
+    named = _fake_server(tmp_path)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    only_server = ArchCheck("clover_moe", True, "llama-server", "only the newer llama.cpp knows it")
+    monkeypatch.setenv("CLOVER_LLAMA_SERVER", "")
+    runner = choose_runner(LaunchRequest(llama_server=str(named)), only_server)
+    assert runner.kind == "llama-server" and runner.binary is not None
+    assert runner.binary.path == named.resolve() and runner.binary.path != default.resolve()
+    assert "only the newer llama.cpp knows it" in runner.why
+
+
+def test_engine_embedded_with_a_model_that_needs_llama_server_is_a_clear_error() -> None:
+    only_server = ArchCheck("clover_moe", True, "llama-server", "only the newer llama.cpp knows it")
+    from clover_local.errors import UsageError
+
+    with pytest.raises(UsageError, match="--engine embedded cannot run this"):
+        choose_runner(LaunchRequest(engine="embedded"), only_server)
+
+
+@pytest.mark.slow
+def test_after_an_out_of_memory_load_the_shown_command_is_what_loaded() -> None:
+    """A plan that fits on paper (a described machine with 1 TiB) but not in this machine's memory: the launch
+    is planned again for less memory, and the opened engine's launch, plan and command are the re-planned ones,
+    which is what loaded."""
+    spec = dataclasses.replace(default_spec("llama", "f16"), n_ctx_train=2**26)
+    path = tiny_model_from_spec(spec)
+    request = LaunchRequest(None, str(path), ctx=2**25, threads=2, spec="off")
+    launch = decide_launch(request, machine=parse_simulate("ram=1T,cpu=2"))
+    assert launch.plan.ctx == 2**25 and "-c 33554432" in launch.command
+    opened = open_launch(launch)
+    try:
+        loaded = opened.launch
+        assert loaded is not launch and loaded.plan.ctx == 4096
+        assert opened.engine.n_ctx == loaded.plan.ctx
+        assert "-c 4096" in loaded.command and "33554432" not in loaded.command
+        assert opened.fallback_message is not None and "ran out of memory" in opened.fallback_message
+        assert "context 33554432 -> 4096 tokens" in opened.fallback_message
+        assert opened.notices[0] == opened.fallback_message
+    finally:
+        opened.engine.close()
