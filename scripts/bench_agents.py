@@ -24,7 +24,7 @@ import json
 import statistics
 import sys
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,31 +92,31 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
+    from clover_local.launch import LaunchRequest, decide_launch, open_launch
     from clover_local.llamacpp.binary import find_llama_server
     from clover_local.presets import load_preset
-    from clover_local.runtime import EngineChoice, choose_engine, open_engine, plan_for, require_model
+    from clover_local.runtime import require_model
     from clover_local.serve.api import ApiConfig
     from clover_local.serve.runner import BackgroundServer
 
     model = str(require_model(None if args.model else load_preset(args.preset), args.model))
-    plan, preset = plan_for(args.preset, model=model, ctx=args.ctx)
-    engines: list[tuple[str, EngineChoice, bool]] = [
-        ("embedded, speculation on", EngineChoice("embedded", "bench"), True),
-        ("embedded, speculation off", EngineChoice("embedded", "bench"), False),
+    request = LaunchRequest(args.preset, model, ctx=args.ctx)
+    engines: list[tuple[str, LaunchRequest]] = [
+        ("embedded, speculation on", replace(request, engine="embedded")),
+        ("embedded, speculation off", replace(request, engine="embedded", spec="off")),
     ]
     skipped = None
     if find_llama_server() is None:
         skipped = "no llama-server found"
     else:
-        choice = choose_engine("llama-server")
         engines += [
-            ("llama-server, speculation on", choice, True),
-            ("llama-server, speculation off", choice, False),
+            ("llama-server, speculation on", replace(request, engine="llama-server")),
+            ("llama-server, speculation off", replace(request, engine="llama-server", spec="off")),
         ]
     configs: list[Config] = []
     with ExitStack() as stack:
-        for name, choice, spec in engines:
-            opened = open_engine(plan, preset, choice, speculative=spec)
+        for name, wanted in engines:
+            opened = open_launch(decide_launch(wanted))
             stack.callback(opened.engine.close)
             server = BackgroundServer(opened.engine, ApiConfig(BENCH_MODEL))
             stack.enter_context(server)
@@ -128,7 +128,7 @@ def main() -> int:
                 cfg.steps.append(agent_run(cfg, args.max_tokens))
     report = summarize(configs)
     report["model"] = Path(model).name
-    report["threads"] = plan.threads
+    report["threads"] = opened.plan.threads
     report["llama_server_skipped"] = skipped
     if args.json:
         print(json.dumps(report, indent=2))

@@ -30,8 +30,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from clover_local import runtime, user_prefs
+from clover_local import user_prefs
 from clover_local.engine.types import ChatEngine, ChatMessage, Finished, GenerationRequest, TextDelta
+from clover_local.launch import open_launch
 from clover_local.presets import load_preset
 from clover_local.testing.models import gemma_path
 from clover_local.tui import services
@@ -118,8 +119,7 @@ def main() -> int:
     settings = replace(
         user_prefs.ModelSettings.from_preset(preset), max_tokens=args.tokens, ctx=2048, speculative=False
     )
-    plan, _ = runtime.plan_for(preset, model=gemma_path(), ctx=settings.ctx)
-    engine = runtime.open_engine(services.plan_to_load(plan, settings), preset).engine
+    engine = open_launch(services.launch_for(preset, str(gemma_path()), settings)).engine
     request = GenerationRequest(
         messages=(ChatMessage("user", PROMPT),),
         max_tokens=settings.max_tokens,
