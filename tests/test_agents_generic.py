@@ -256,11 +256,11 @@ def test_json_replies_follow_their_schema(served: tuple[str, ChatEngine, str]) -
         assert text.lstrip().startswith("{")
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "agents-tools.md"
 
 
 def readme_agent_loop(url: str) -> tuple[list[Any], str | None]:
-    """Run the agent loop of the README's agents section as written there, pointed at ``url``: its messages and
+    """Run the agent loop of docs/agents-tools.md as written there, pointed at ``url``: its messages and
     the final answer."""
     text = README.read_text(encoding="utf-8")
     block = text[text.index("**An agent loop**") :]

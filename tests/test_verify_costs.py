@@ -63,8 +63,8 @@ def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(
     from clover_local.presets import load_preset
 
     preset = load_preset("gemma3-270m")
-    request = LaunchRequest(preset, str(gemma_path), ctx=2048)
-    launch = decide_launch(request)
+    asked = LaunchRequest(preset, str(gemma_path), ctx=2048)
+    launch = decide_launch(asked)
     plan = launch.plan
     spec = plan.speculative
     assert spec.costs_source == "model" and spec.costs_key.endswith(
@@ -92,10 +92,10 @@ def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(
         opened.engine.close()
     written = verify_costs_path().read_bytes()
 
-    later = decide_launch(request).plan
+    later = decide_launch(asked).plan
     assert later.speculative.costs_source == "measured" and later.speculative.batch_costs == record.costs
     assert any("Verification cost measured here" in r for r in later.reasons)
-    reopened = open_launch(decide_launch(request))
+    reopened = open_launch(decide_launch(asked))
     try:
         assert measure_verify_costs(reopened) is None  # measured once, not again
         assert reopened.engine.speculative.batch_costs == record.costs

@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--simulate",
         metavar="SPEC",
-        help="describe a machine instead of detecting it, e.g. ram=32G,gpu=nvidia:12G,cpu=16 (see README)",
+        help="describe a machine instead of detecting it, e.g. ram=32G,gpu=nvidia:12G,cpu=16 (see docs/detect.md)",
     )
     from clover_local.commands.options import add_rpc_options
 

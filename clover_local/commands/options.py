@@ -22,7 +22,7 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--simulate",
         metavar="SPEC",
-        help="plan for a described machine, e.g. ram=32G,gpu=nvidia:12G (see README)",
+        help="plan for a described machine, e.g. ram=32G,gpu=nvidia:12G (see docs/detect.md)",
     )
     parser.add_argument("--model", metavar="PATH", help="a local GGUF: plan with its exact tensor sizes")
     add_rpc_options(parser)
@@ -46,7 +46,7 @@ def add_rpc_options(parser: argparse.ArgumentParser) -> None:
         "--rpc",
         metavar="[KIND@]HOST:PORT,...",
         help="workers started with `clover-local worker` on other machines: their devices are read and planned "
-        "with this machine's (KIND: cpu, gpu:nvidia, gpu:amd, gpu:intel, gpu:apple; see README)",
+        "with this machine's (KIND: cpu, gpu:nvidia, gpu:amd, gpu:intel, gpu:apple; see docs/rpc.md)",
     )
     parser.add_argument(
         "--link",

@@ -4,7 +4,7 @@
 machine slows every engine alike; the report gives medians and ratios to (a), and whether the greedy outputs of
 (b) and (c) are identical.
 
-Completion-style prompts suit the Gemma 3 270M base model the numbers in the README come from.
+Completion-style prompts suit the Gemma 3 270M base model the numbers in docs/measurements.md come from.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def tool_support(choice: TemplateChoice) -> str:
         return f"native: the chat template shows tools; calls in its {tool_format(choice)} format"
     return (
         "generic (the chat template has no tool syntax): tools listed in a system note, calls as Hermes "
-        '<tool_call> JSON, forced by grammar for a required or named tool_choice (README: "The generic tool format")'
+        '<tool_call> JSON, forced by grammar for a required or named tool_choice (docs/agents-tools.md: "The generic tool format")'
     )
 
 

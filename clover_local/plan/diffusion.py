@@ -2,9 +2,9 @@
 
 Pure: a model description (its GGUF header's diffusion keys), the preset's ``[diffusion]`` table and the
 person's overrides in, a :class:`DiffusionPlan` out. Defaults follow llama.cpp's ``examples/diffusion``
-README per family: LLaDA-style models (``llada``, ``llada-moe``) unmask block by block (block length 32),
+model card per family: LLaDA-style models (``llada``, ``llada-moe``) unmask block by block (block length 32),
 Dream-style models (``dream``, ``rnd1``) on the timestep schedule (eps 0.001); both at two answer tokens per
-step (the README's 256 steps for a 512-token canvas), confidence-based unmasking (the cli's default).
+step (the model card's 256 steps for a 512-token canvas), confidence-based unmasking (the cli's default).
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def settings(plan: Plan) -> list[Setting]:
         Setting("-t", str(plan.threads), "n_threads", plan.threads),
         # Batches: the embedded engine gets every planned core and gives them back while other programs are busy
         # (engine.batch_threads); llama-server has no such guard, and a batch on every core collapses beside one
-        # busy program (0.07 of its idle speed, README "Reliability"), so it batches on the decode threads.
+        # busy program (0.07 of its idle speed, measured by scripts/bench_contention.py --batches, docs/reliability-general.md), so it batches on the decode threads.
         Setting("-tb", str(plan.threads), "n_threads_batch", plan.threads_batch),
         Setting("-b", str(plan.n_batch), "n_batch", plan.n_batch),
         Setting("-ub", str(plan.n_ubatch), "n_ubatch", plan.n_ubatch),

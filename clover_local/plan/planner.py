@@ -342,7 +342,7 @@ def _placement_reasons(machine: Machine, desc: ModelDescription, fit: Fit) -> li
     out: list[str] = []
     if not uses_gpus(machine):
         if machine.gpus and not machine.build.gpu_offload:
-            hint = " ".join(machine.hints) or "Rebuild llama-cpp-python with GPU support (see README)."
+            hint = " ".join(machine.hints) or "Rebuild llama-cpp-python with GPU support (docs/engines.md)."
             out.append(f"CPU only: a GPU is present but this llama.cpp build cannot offload to it. {hint}")
         else:
             out.append("CPU only: no usable GPU, so every layer runs from RAM (n_gpu_layers 0).")

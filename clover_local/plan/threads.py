@@ -6,7 +6,7 @@ core and any other process wants one (a browser, a build, the chat UI itself), o
 a scheduler time slice while the others spin at the barrier, burning the very CPU it needs: decoding drops
 from ~56 to ~0.5 tokens/s on a 2-core machine with one busy process. Leaving one core to the rest of the
 machine keeps it usable: the cost when the machine is idle is one core's share of the work, small where
-decoding is limited by memory bandwidth, and bounded on small machines (measured in the README,
+decoding is limited by memory bandwidth, and bounded on small machines (measured in docs/reliability-general.md,
 ``scripts/bench_contention.py``).
 """
 
