@@ -98,6 +98,7 @@ class EmbeddedEngine:
         self._render = renderer(
             parts.template, bos_token=self._special_text(self._bos), eos_token=self._special_text(self._eos())
         )
+        templates.check_template(self._render)
         self._turn_markers = self._find_turn_markers()
         self._closed = False
         self.backend_sampling = parts.backend_sampling

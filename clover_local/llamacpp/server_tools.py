@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from clover_local.engine.schema_gbnf import schema_grammar
+from clover_local.engine.schema_gbnf.upstream import unenforced_upstream
 from clover_local.engine.templates import TemplateChoice, renders_tools
 from clover_local.engine.toolcalls import (
     CALL_END,
@@ -57,8 +59,18 @@ def completion_payload(
     if grammar is not None:
         out["grammar"] = grammar
     elif request.json_schema is not None:
-        out["json_schema"] = request.json_schema or {"type": "object"}
+        out.update(schema_fields(request.json_schema))
     return out
+
+
+def schema_fields(schema: dict[str, Any]) -> dict[str, Any]:
+    """How a reply's JSON schema goes to llama-server: as ``json_schema`` for its own converter, or, when the
+    schema uses something that converter accepts without enforcing (``schema_gbnf.upstream``), as
+    clover-local's ``grammar`` of it, so what llama-server is given is enforced."""
+    schema = schema or {"type": "object"}
+    if unenforced_upstream(schema) is None:
+        return {"json_schema": schema}
+    return {"grammar": schema_grammar(schema)}
 
 
 def withhold_unfinished(calls: list[ToolCall]) -> list[ToolCall]:
@@ -96,8 +108,15 @@ def agent_payload(request: GenerationRequest) -> dict[str, Any]:
         out["tool_choice"] = request.tool_choice
         out["parallel_tool_calls"] = request.parallel_tool_calls
     if request.json_schema is not None:
-        schema = request.json_schema or {"type": "object"}
-        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
+        fields = schema_fields(request.json_schema)
+        if "grammar" in fields:
+            out["grammar"] = fields["grammar"]
+        else:
+            schema = fields["json_schema"]
+            out["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "reply", "schema": schema},
+            }
     return out
 
 

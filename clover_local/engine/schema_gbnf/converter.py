@@ -187,7 +187,9 @@ class Converter:
         if kind == "string":
             return self._string(schema, rule_name, path)
         if kind in ("integer", "number"):
-            return self.add_rule(rule_name, numbers.number_rule(self, schema, kind, path))
+            return self.add_rule(
+                rule_name, numbers.number_rule(self.primitive, self.limits.max_enum, schema, kind, path)
+            )
         if kind in ("boolean", "null"):
             return (
                 self.primitive(kind) if rule_name != "root" else self.add_rule("root", builtin(kind).content)

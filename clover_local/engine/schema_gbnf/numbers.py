@@ -6,18 +6,19 @@ written is inside the bounds, exactly for integer bounds and a little inside a f
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from clover_local.engine.schema_gbnf.intrange import INT64_MAX, INT64_MIN, min_max_int
 from clover_local.engine.schema_gbnf.limits import SchemaRefused
 
-if TYPE_CHECKING:
-    from clover_local.engine.schema_gbnf.converter import Converter
+Primitive = Callable[[str], str]
+"""Adds a builtin rule (``integer``, ``number``) to the grammar and returns its name."""
 
 _BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
 
 
-def number_rule(conv: Converter, schema: dict[str, Any], kind: str, path: str) -> str:
+def number_rule(primitive: Primitive, max_enum: int, schema: dict[str, Any], kind: str, path: str) -> str:
     """The GBNF body for an ``integer`` or ``number`` schema."""
     lo, lo_excl = _bound(schema, "minimum", "exclusiveMinimum", path)
     hi, hi_excl = _bound(schema, "maximum", "exclusiveMaximum", path)
@@ -41,12 +42,14 @@ def number_rule(conv: Converter, schema: dict[str, Any], kind: str, path: str) -
         None if hi is None else (math.ceil(hi) - 1 if hi_excl and float(hi).is_integer() else math.floor(hi))
     )
     if kind == "integer":
-        return _integers(conv, first, last, int(step) if step is not None and int(step) > 1 else 1, path)
+        return _integers(
+            primitive, max_enum, first, last, int(step) if step is not None and int(step) > 1 else 1, path
+        )
     if lo is None and hi is None and fraction_digits is None:
-        return conv.primitive("number")
+        return primitive("number")
     alternatives = []
     if first is None or last is None or first <= last:
-        alternatives.append(_integers(conv, first, last, 1, path))
+        alternatives.append(_integers(primitive, max_enum, first, last, 1, path))
     digits = "[0-9]{0,14} [1-9]" if fraction_digits is None else _fraction(fraction_digits)
     # k.f lies in (k, k+1); -k.f in (-k-1, -k).
     pos = _range(max(0, math.ceil(lo)) if lo is not None else 0, None if hi is None else math.floor(hi) - 1)
@@ -62,21 +65,23 @@ def number_rule(conv: Converter, schema: dict[str, Any], kind: str, path: str) -
     return " | ".join(f"({a})" for a in alternatives)
 
 
-def _integers(conv: Converter, first: int | None, last: int | None, step: int, path: str) -> str:
+def _integers(
+    primitive: Primitive, max_enum: int, first: int | None, last: int | None, step: int, path: str
+) -> str:
     if first is not None and last is not None and first > last:
         raise SchemaRefused("minimum", path, f"no integer is inside these bounds ({first} > {last}).")
     if step > 1:
         if first is None or last is None:
             raise SchemaRefused("multipleOf", path, "is enforced only between a minimum and a maximum.")
         start = -(-first // step) * step
-        values = list(range(start, last + 1, step)) if (last - start) // step < conv.limits.max_enum else None
+        values = list(range(start, last + 1, step)) if (last - start) // step < max_enum else None
         if values is None:
-            raise SchemaRefused("multipleOf", path, f"more than {conv.limits.max_enum} multiples in range.")
+            raise SchemaRefused("multipleOf", path, f"more than {max_enum} multiples in range.")
         if not values:
             raise SchemaRefused("multipleOf", path, "no multiple is inside the bounds.")
         return "(" + " | ".join(f'"{v}"' for v in values) + ")"
     if first is None and last is None:
-        return conv.primitive("integer")
+        return primitive("integer")
     for value, keyword in ((first, "minimum"), (last, "maximum")):
         if value is not None and not INT64_MIN < value < INT64_MAX:
             raise SchemaRefused(keyword, path, "is outside the 64-bit integers the grammar handles.")
