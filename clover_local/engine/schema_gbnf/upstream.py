@@ -25,7 +25,7 @@ def unenforced_upstream(schema: Any, depth: int = 0) -> str | None:
     kind = schema.get("type")
     kinds: list[Any] = kind if isinstance(kind, list) else [kind]
     if "number" in kinds and any(k in schema for k in _NUMBER_KEYS):
-        return next(k for k in schema if k in _NUMBER_KEYS)
+        return str(next(k for k in schema if k in _NUMBER_KEYS))
     if "integer" in kinds and "multipleOf" in schema:
         return "multipleOf"
     if schema.get("format") in _OWN_FORMATS:
