@@ -43,6 +43,7 @@ from clover_local.serve import request_guard as guard
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, error_body
 from clover_local.serve.openai_schema import ParsedRequest
+from clover_local.serve.request_fields import ignored_header
 
 _END = object()
 
@@ -211,7 +212,7 @@ class OpenAIServer:
             return StreamingResponse(
                 self._stream_other(api.EventWriter(parsed), gen_request),
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **ignored_header(parsed)},
             )
         try:
             text, calls, finished = await self._collect(request, gen_request)
@@ -219,7 +220,7 @@ class OpenAIServer:
             return refuse(ApiError(400, str(exc), code="request_refused"))
         except CloverError as exc:
             return refuse(ApiError(500, str(exc), type="server_error"))
-        return JSONResponse(api.response(parsed, text, calls, finished.stats))
+        return JSONResponse(api.response(parsed, text, calls, finished.stats), headers=ignored_header(parsed))
 
     async def _stream_other(self, writer: Any, request: GenerationRequest) -> AsyncIterator[str]:
         for line in writer.start():
@@ -253,9 +254,11 @@ class OpenAIServer:
             return StreamingResponse(
                 stream(gen_request, parsed),
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **ignored_header(parsed)},
             )
-        return await self._complete(request, gen_request, parsed, chat=chat)
+        reply = await self._complete(request, gen_request, parsed, chat=chat)
+        reply.headers.update(ignored_header(parsed))
+        return reply
 
     def _fit_context(self, parsed: ParsedRequest) -> GenerationRequest:
         """Refuse a prompt the context cannot hold; cap max_tokens to what is left of it."""
