@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from clover_local.engine.schema_gbnf import Converter, schema_grammar
-from clover_local.engine.schema_gbnf.converter import format_literal
+from clover_local.engine.schema_gbnf.common import format_literal
 from clover_local.engine.types import ToolSpec
 
 ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}

@@ -5,28 +5,27 @@ used (a tool's parameters inside a call object keep their references)."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from clover_local.engine.schema_gbnf import numbers, pattern
+from clover_local.engine.schema_gbnf.common import (
+    INVALID_RULE_CHARS,
+    Document,
+    build_repetition,
+    class_char,
+    constant,
+    count_of,
+    properties_of,
+    required_of,
+    schema_list,
+)
 from clover_local.engine.schema_gbnf.limits import LIMITS, Limits, SchemaRefused
 from clover_local.engine.schema_gbnf.rules import FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
 
-_INVALID_RULE_CHARS = re.compile(r"[^a-zA-Z0-9-]+")
-_LITERAL_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "\\": "\\\\"}
-_LITERAL_ESCAPE_RE = re.compile(r'[\r\n"\\]')
 _REFUSED: tuple[str, ...] = ("not", "if", "then", "else", "contains", "dependentSchemas", "dependentRequired")
 _REFUSED += ("patternProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef")
 _REFUSED += ("minProperties", "maxProperties")
-
-
-def format_literal(text: str) -> str:
-    return '"' + _LITERAL_ESCAPE_RE.sub(lambda m: _LITERAL_ESCAPES[m.group(0)], text) + '"'
-
-
-def _constant(value: Any) -> str:
-    return format_literal(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def schema_grammar(schema: dict[str, Any], limits: Limits = LIMITS) -> str:
@@ -51,7 +50,7 @@ class Converter:
 
     def add_rule(self, name: str, rule: str) -> str:
         """``rule`` under ``name`` (or a numbered variant of it when the name holds another rule)."""
-        esc = _INVALID_RULE_CHARS.sub("-", name)
+        esc = INVALID_RULE_CHARS.sub("-", name)
         key = esc
         if esc in self._rules and self._rules[esc] != rule:
             i = 0
@@ -85,7 +84,7 @@ class Converter:
             raise SchemaRefused(
                 keyword, path, f"the repetitions add up to over {self.limits.max_expanded} grammar elements."
             )
-        return _build_repetition(item, lo, hi, sep)
+        return build_repetition(item, lo, hi, sep)
 
     def primitive(self, name: str) -> str:
         rule = builtin(name)
@@ -101,12 +100,12 @@ class Converter:
         """The rule for ``schema`` in a document of its own: its ``$ref``s resolve against ``root`` (default:
         ``schema`` itself), wherever the rule is used."""
         self._documents += 1
-        doc = _Document(
+        doc = Document(
             schema if root is None else root, f"d{self._documents}-" if self._documents > 1 else ""
         )
         return self._visit(schema, name, "#", doc, 0)
 
-    def _visit(self, schema: Any, name: str, path: str, doc: _Document, depth: int) -> str:
+    def _visit(self, schema: Any, name: str, path: str, doc: Document, depth: int) -> str:
         if depth > self.limits.max_depth:
             raise SchemaRefused("$", path, f"schemas nest deeper than {self.limits.max_depth}.")
         rule_name = name + "-" if name in RESERVED_NAMES else name or "root"
@@ -125,7 +124,7 @@ class Converter:
             return self.add_rule(rule_name, self._ref(schema["$ref"], path, doc, depth))
         for key in ("oneOf", "anyOf"):
             if key in schema:
-                alts = _schema_list(schema[key], key, path)
+                alts = schema_list(schema[key], key, path)
                 sub = name + ("-" if name else "alternative-")
                 rules = [
                     self._visit(a, f"{sub}{i}", f"{path}/{key}/{i}", doc, depth + 1)
@@ -148,7 +147,7 @@ class Converter:
             ]
             return self.add_rule(rule_name, " | ".join(rules))
         if "const" in schema:
-            return self.add_rule(rule_name, _constant(schema["const"]))
+            return self.add_rule(rule_name, constant(schema["const"]))
         if "enum" in schema:
             values = schema["enum"]
             if not isinstance(values, list) or not values:
@@ -157,7 +156,7 @@ class Converter:
                 raise SchemaRefused(
                     "enum", path, f"{len(values)} values, over the limit of {self.limits.max_enum}."
                 )
-            return self.add_rule(rule_name, "(" + " | ".join(_constant(v) for v in values) + ")")
+            return self.add_rule(rule_name, "(" + " | ".join(constant(v) for v in values) + ")")
         if kind is not None and not isinstance(kind, str):
             raise SchemaRefused("type", path, "must be a string or an array of strings.")
         if "allOf" in schema:
@@ -174,12 +173,12 @@ class Converter:
                 return self.add_rule(rule_name, self.primitive("value"))
         return self._typed(schema, kind, name, rule_name, path, doc, depth)
 
-    def _typed(self, schema: dict[str, Any], kind: str, name: str, rule_name: str, path: str, doc: _Document,
+    def _typed(self, schema: dict[str, Any], kind: str, name: str, rule_name: str, path: str, doc: Document,
                depth: int) -> str:  # fmt: skip
         sub = name + "-" if name else ""
         if kind == "object":
             body = self._object(
-                _properties(schema, path), _required(schema, path), schema, name, path, doc, depth
+                properties_of(schema, path), required_of(schema, path), schema, name, path, doc, depth
             )
             return self.add_rule(rule_name, body)
         if kind == "array":
@@ -196,7 +195,7 @@ class Converter:
             )
         raise SchemaRefused("type", path, f"unrecognized type {kind!r}.")
 
-    def _ref(self, ref: Any, path: str, doc: _Document, depth: int) -> str:
+    def _ref(self, ref: Any, path: str, doc: Document, depth: int) -> str:
         if not isinstance(ref, str):
             raise SchemaRefused("$ref", path, "must be a string.")
         if not ref.startswith("#"):
@@ -205,7 +204,7 @@ class Converter:
                 "Put the definition under '$defs' and refer to it as '#/$defs/NAME'.",
             )  # fmt: skip
         target = doc.resolve(ref, path)
-        ref_name = "ref" + doc.prefix + _INVALID_RULE_CHARS.sub("-", ref[1:])
+        ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", ref[1:])
         key = doc.prefix + ref
         if ref_name not in self._rules and key not in self._resolving:
             self._resolving.add(key)
@@ -216,14 +215,14 @@ class Converter:
         return ref_name
 
     def _object(self, properties: list[tuple[str, Any]], required: set[str], schema: dict[str, Any] | None,
-                name: str, path: str, doc: _Document, depth: int) -> str:  # fmt: skip
+                name: str, path: str, doc: Document, depth: int) -> str:  # fmt: skip
         sub = name + "-" if name else ""
         kv: dict[str, str] = {}
         required_props: list[str] = []
         optional_props: list[str] = []
         for prop, prop_schema in properties:
             rule = self._visit(prop_schema, sub + prop, f"{path}/properties/{prop}", doc, depth + 1)
-            kv[prop] = self.add_rule(f"{sub}{prop}-kv", f'{_constant(prop)} space ":" space {rule}')
+            kv[prop] = self.add_rule(f"{sub}{prop}-kv", f'{constant(prop)} space ":" space {rule}')
             (required_props if prop in required else optional_props).append(prop)
         missing = required - set(kv)
         if missing:
@@ -292,21 +291,21 @@ class Converter:
                 if ch == "":
                     continue
                 rejects += ch
-                lit = _class_char(ch)
+                lit = class_char(ch)
                 has_children = any(k != "" for k in child)
                 alts.append(f"[{lit}] ({visit(child)})" if has_children else f"[{lit}] {char}+")
                 if has_children and "" in child:
                     alts[-1] = f"[{lit}] ({visit(child)})"
             if alts:
-                alts.append(f'[^"{"".join(_class_char(c) for c in rejects)}] {char}*')
+                alts.append(f'[^"{"".join(class_char(c) for c in rejects)}] {char}*')
             return " | ".join(alts)
 
         end = "" if "" in trie else "?"
         return f'["] ( {visit(trie)} ){end} ["]'
 
-    def _all_of(self, schema: dict[str, Any], name: str, rule_name: str, path: str, doc: _Document,
+    def _all_of(self, schema: dict[str, Any], name: str, rule_name: str, path: str, doc: Document,
                 depth: int) -> str:  # fmt: skip
-        parts = _schema_list(schema["allOf"], "allOf", path)
+        parts = schema_list(schema["allOf"], "allOf", path)
         rest = {k: v for k, v in schema.items() if k != "allOf"}
         if "properties" in rest or "required" in rest:
             parts = [*parts, {**rest, "type": "object"}]
@@ -318,11 +317,11 @@ class Converter:
                 if len(parts) == 1:
                     return self._visit({**rest, **part}, name, f"{path}/allOf/0", part_doc, depth + 1)
                 raise SchemaRefused("allOf", path, "only objects can be combined; this part is not one.")
-            properties += list(_properties(part, f"{path}/allOf/{i}"))
-            required |= _required(part, f"{path}/allOf/{i}")
+            properties += list(properties_of(part, f"{path}/allOf/{i}"))
+            required |= required_of(part, f"{path}/allOf/{i}")
         return self.add_rule(rule_name, self._object(properties, required, None, name, path, doc, depth))
 
-    def _deref(self, part: Any, path: str, doc: _Document) -> tuple[Any, _Document]:
+    def _deref(self, part: Any, path: str, doc: Document) -> tuple[Any, Document]:
         for _ in range(self.limits.max_depth):
             if not (isinstance(part, dict) and isinstance(part.get("$ref"), str)):
                 return part, doc
@@ -331,15 +330,15 @@ class Converter:
             part = doc.resolve(part["$ref"], path)
         raise SchemaRefused("$ref", path, "references loop.")
 
-    def _array(self, schema: dict[str, Any], sub: str, path: str, doc: _Document, depth: int) -> str:
-        lo, hi = _count(schema, "minItems", path, 0), _count(schema, "maxItems", path, None)
+    def _array(self, schema: dict[str, Any], sub: str, path: str, doc: Document, depth: int) -> str:
+        lo, hi = count_of(schema, "minItems", path, 0), count_of(schema, "maxItems", path, None)
         if hi is not None and lo > hi:
             raise SchemaRefused("minItems", path, f"{lo} is above maxItems {hi}.")
         prefix = schema.get(
             "prefixItems", schema.get("items") if isinstance(schema.get("items"), list) else None
         )
         if prefix is not None:
-            items = _schema_list(prefix, "prefixItems", path)
+            items = schema_list(prefix, "prefixItems", path)
             if lo > len(items):
                 raise SchemaRefused("minItems", path, f"{lo} is more than the {len(items)} prefixItems.")
             rules = [
@@ -360,7 +359,7 @@ class Converter:
         return f'"[" space {body} space "]"'
 
     def _string(self, schema: dict[str, Any], rule_name: str, path: str) -> str:
-        lo, hi = _count(schema, "minLength", path, 0), _count(schema, "maxLength", path, None)
+        lo, hi = count_of(schema, "minLength", path, 0), count_of(schema, "maxLength", path, None)
         fmt = schema.get("format")
         shaped = "pattern" in schema or (isinstance(fmt, str) and (fmt in FORMATS or fmt.startswith("uuid")))
         if shaped and (lo or hi is not None):
@@ -397,76 +396,3 @@ class Converter:
             if rule_name == "root"
             else self.primitive("string")
         )
-
-
-class _Document:
-    """One schema document: the root its ``#/...`` references resolve against."""
-
-    def __init__(self, root: Any, prefix: str) -> None:
-        self.root = root
-        self.prefix = prefix
-
-    def resolve(self, ref: str, path: str) -> Any:
-        target = self.root
-        for token in ref[1:].split("/")[1:] if ref != "#" else []:
-            token = token.replace("~1", "/").replace("~0", "~")
-            if isinstance(target, dict) and token in target:
-                target = target[token]
-            elif isinstance(target, list) and token.isdigit() and int(token) < len(target):
-                target = target[int(token)]
-            else:
-                raise SchemaRefused("$ref", path, f"cannot resolve {ref!r}: {token!r} not found.")
-        return target
-
-
-def _build_repetition(item: str, lo: int, hi: int | None, sep: str = "") -> str:
-    """llama.cpp's ``build_repetition`` (``hi`` None: no maximum)."""
-    if hi == 0:
-        return ""
-    if lo == 0 and hi == 1:
-        return f"{item}?"
-    if not sep:
-        if lo == 1 and hi is None:
-            return f"{item}+"
-        if lo == 0 and hi is None:
-            return f"{item}*"
-        return f"{item}{{{lo},{'' if hi is None else hi}}}"
-    result = item + " " + _build_repetition(f"({sep} {item})", max(lo - 1, 0), None if hi is None else hi - 1)
-    return f"({result})?" if lo == 0 else result
-
-
-def _class_char(ch: str) -> str:
-    return {"\\": "\\\\", "]": "\\]", "-": "\\-", "\n": "\\n", "\r": "\\r", '"': '\\"', "^": "\\^"}.get(
-        ch, ch
-    )
-
-
-def _schema_list(value: Any, key: str, path: str) -> list[Any]:
-    if not isinstance(value, list) or not value:
-        raise SchemaRefused(key, path, "must be a non-empty array of schemas.")
-    return value
-
-
-def _properties(schema: dict[str, Any], path: str) -> list[tuple[str, Any]]:
-    props = schema.get("properties", {})
-    if not isinstance(props, dict):
-        raise SchemaRefused("properties", path, "must be an object.")
-    return list(props.items())
-
-
-def _required(schema: dict[str, Any], path: str) -> set[str]:
-    required = schema.get("required", [])
-    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
-        raise SchemaRefused("required", path, "must be an array of property names.")
-    return set(required)
-
-
-def _count(schema: dict[str, Any], key: str, path: str, default: int | None) -> Any:
-    if key not in schema:
-        return default
-    value = schema[key]
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SchemaRefused(key, path, "must be a non-negative integer.")
-    return value

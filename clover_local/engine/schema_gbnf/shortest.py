@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from clover_local.engine.schema_gbnf.converter import _Document
+from clover_local.engine.schema_gbnf.common import Document
 from clover_local.errors import RequestRefused
 
 INFINITE = math.inf
@@ -16,7 +16,7 @@ INFINITE = math.inf
 
 class _Shortest:
     def __init__(self, root: Any) -> None:
-        self.doc = _Document(root, "")
+        self.doc = Document(root, "")
         self.memo: dict[int, float] = {}
         self.busy: set[int] = set()
 
