@@ -265,3 +265,15 @@ def test_real_schema_shapes_are_enforced(name: str) -> None:
             assert pattern.fullmatch(text), text
     for instance in bad:
         assert not pattern.fullmatch(json.dumps(instance)), instance
+
+
+def test_a_reply_schema_on_llama_server_takes_the_route_that_enforces_it() -> None:
+    """llama-server's chat route writes the generation prompt into a schema's grammar (every ChatML model got
+    "Failed to initialize samplers"); the reply schema goes to /completion with the rendered prompt."""
+    from clover_local.engine.templates import TemplateChoice
+    from clover_local.engine.types import ChatMessage
+    from clover_local.llamacpp.server_tools import clover_enforces, completion_payload
+
+    request = GenerationRequest(messages=(ChatMessage("user", "hi"),), json_schema={"type": "object"})
+    assert clover_enforces(TemplateChoice("jinja", "gguf", "{{ messages }}"), request)
+    assert completion_payload(request, "p", None, ())["json_schema"] == {"type": "object"}

@@ -15,6 +15,7 @@ import jsonschema
 import openai
 import pytest
 
+from clover_local.testing.models import TinySpec, tiny_model_from_spec
 from tests.schema_corpus import CORPUS
 from tests.test_agents_generic import ENGINES, KEY, _served
 
@@ -79,3 +80,27 @@ def test_the_issues_number_bound_is_enforced(url: str) -> None:
         "additionalProperties": False,
     }
     jsonschema.validate(_reply_json(url, schema), schema)
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def tiny_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A tiny random model (it writes whatever the grammar lets through: a hard test of the grammar)."""
+    with _served(request.param, tiny_model_from_spec(TinySpec(kind="llama"))) as (_engine, base):
+        yield base
+
+
+@pytest.mark.parametrize("name", ["person", "port", "read_file", "glob", "tree"])
+def test_a_random_model_under_each_grammar_writes_valid_json(tiny_url: str, name: str) -> None:
+    schema = CORPUS[name][0]
+    reply = _oa(tiny_url).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": ASK}],
+        response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+        max_tokens=1500,
+        temperature=1.0,
+        seed=7,
+    )
+    if reply.choices[0].finish_reason == "stop":
+        jsonschema.validate(json.loads(reply.choices[0].message.content or ""), schema)
+    else:  # cut off by max_tokens: what was written is still a prefix the grammar allowed
+        assert (reply.choices[0].message.content or "").lstrip().startswith("{")

@@ -5,7 +5,8 @@ Two ways a chat request goes (:func:`clover_enforces`):
 - llama-server's own chat route (``/v1/chat/completions``): tools, tool choice and JSON schemas in the OpenAI
   shape it reads; with ``--jinja`` it renders tools through the model's template and parses the model's calls
   itself (``common/chat.cpp``); its streamed ``tool_calls`` deltas are put back together here.
-- clover-local's route, where llama-server would not enforce what was asked: a forced tool choice (its grammar
+- clover-local's route, where llama-server would not enforce what was asked: a JSON schema for the reply (its
+  chat route puts the template's generation prompt inside the schema's grammar), a forced tool choice (its grammar
   lets free text come first, and a template without tool syntax gets none at all, ``common/chat-auto-parser-
   generator.cpp``), tools on a template that cannot show them, and chat on a GGUF without a template. The prompt
   is rendered by llama-server's own template (``/apply-template``; tools folded into the messages where the
@@ -38,6 +39,11 @@ def clover_enforces(template: TemplateChoice, request: GenerationRequest) -> boo
     if request.messages is None:
         return False
     if template.kind == "completion" or forced_tools(request):
+        return True
+    if request.json_schema is not None:
+        # llama-server's chat route writes the generation prompt into a schema's grammar ("root ::=
+        # "<|im_start|>assistant\n" ..."), which no reply can match: every ChatML model got "Failed to
+        # initialize samplers". /completion with the rendered prompt enforces the schema.
         return True
     # Tools even with tool_choice none: llama-server refuses them without --jinja.
     agentic = bool(request.tools) or has_tool_turns(request.messages)
