@@ -108,3 +108,25 @@ def test_a_schema_that_is_not_json_schema_is_a_named_400(url: str, schema: dict[
     status, _, reply = _post(url, "/v1/chat/completions", body)
     assert status == 400 and "is not valid JSON Schema" in _message(reply)
     assert reply["error"]["param"].startswith("response_format.json_schema.schema")
+
+
+def _nested(levels: int, count: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "minLength": count}
+    for _ in range(levels):
+        schema = {"type": "array", "minItems": count, "items": schema}
+    return {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+
+
+@pytest.mark.parametrize(("levels", "count"), [(5, 30), (4, 1000)])
+def test_issue_27s_schema_blow_up_is_a_named_400_and_the_server_keeps_answering(
+    url: str, levels: int, count: int
+) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": _nested(levels, count)}}
+    body = {**ROUTES["/v1/chat/completions"], "tools": [tool], "tool_choice": "required"}
+    status, _, reply = _post(url, "/v1/chat/completions", body)
+    assert status == 400 and "'f'" in _message(reply) and "minItems" in _message(reply)
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    conn.request("GET", "/health")
+    assert conn.getresponse().status == 200
+    conn.close()
