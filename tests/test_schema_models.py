@@ -104,3 +104,24 @@ def test_a_random_model_under_each_grammar_writes_valid_json(tiny_url: str, name
         jsonschema.validate(json.loads(reply.choices[0].message.content or ""), schema)
     else:  # cut off by max_tokens: what was written is still a prefix the grammar allowed
         assert (reply.choices[0].message.content or "").lstrip().startswith("{")
+
+
+def test_a_schema_over_the_limits_is_a_400_before_a_stream_starts(
+    tiny_url: str, request: pytest.FixtureRequest
+) -> None:
+    """On the embedded engine the grammar is built (and refused) before the stream starts; llama-server
+    converts the schema itself and refuses it in its own words."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^a{1000000000}$"}}}
+    embedded = request.node.callspec.params["tiny_url"] == "embedded"
+    expected = (openai.BadRequestError, "pattern") if embedded else (openai.APIError, "grammar")
+    with pytest.raises(expected[0], match=expected[1]) as info:
+        stream = _oa(tiny_url).chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "x"}],
+            response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+            max_tokens=8,
+            stream=True,
+        )
+        list(stream)
+    if embedded:
+        assert "#/properties/s" in str(info.value)

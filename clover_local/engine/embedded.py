@@ -493,6 +493,11 @@ class EmbeddedEngine:
                 self._eog[ids[0]] = True
         return markers
 
+    def check_request(self, request: GenerationRequest) -> None:
+        """Refuse now what ``generate`` would refuse for its grammar (a schema it cannot enforce, or one over
+        the limits), so a streamed request gets a 400 before any reply is sent."""
+        self._grammar(request)
+
     def _grammar(self, request: GenerationRequest) -> str | None:
         """The GBNF this request's output must follow: its JSON schema, or a forced tool call."""
         if request.json_schema is not None:

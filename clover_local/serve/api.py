@@ -277,6 +277,9 @@ class OpenAIServer:
         agent.check_forced_call_fits(
             fitted, self.engine.tool_format, self.engine.count_tokens, parsed.max_tokens_param
         )
+        check = getattr(self.engine, "check_request", None)  # engines that build the grammar themselves
+        if check is not None:
+            check(fitted)
         return fitted
 
     async def _events(
