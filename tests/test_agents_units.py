@@ -318,23 +318,6 @@ def test_anthropic_requests_it_cannot_honour_get_named_400s(body: dict[str, obje
     assert info.value.status == 400 and info.value.param == param
 
 
-def test_integer_bounds_become_enums_and_other_bounds_are_refused() -> None:
-    from clover_local.errors import RequestRefused
-
-    schema = {
-        "type": "object",
-        "properties": {"minimum": {"type": "integer", "minimum": 2, "exclusiveMaximum": 5}},
-    }
-    assert grammar.enforceable(schema)["properties"]["minimum"] == {"enum": [2, 3, 4]}
-    for bad in (
-        {"type": "number", "maximum": 1.5},
-        {"type": "integer", "minimum": 0},
-        {"type": "integer", "minimum": 0, "maximum": 10**6},
-    ):
-        with pytest.raises(RequestRefused):
-            grammar.json_grammar({"type": "object", "properties": {"x": bad}})
-
-
 def test_llama_server_chat_route_gets_free_choices_and_schemas() -> None:
     from clover_local.engine.types import GenerationRequest
     from clover_local.llamacpp.server_tools import agent_payload

@@ -98,6 +98,7 @@ class EmbeddedEngine:
         self._render = renderer(
             parts.template, bos_token=self._special_text(self._bos), eos_token=self._special_text(self._eos())
         )
+        templates.check_template(self._render)
         self._turn_markers = self._find_turn_markers()
         self._closed = False
         self.backend_sampling = parts.backend_sampling
@@ -491,6 +492,11 @@ class EmbeddedEngine:
             if len(ids) == 1:
                 self._eog[ids[0]] = True
         return markers
+
+    def check_request(self, request: GenerationRequest) -> None:
+        """Refuse now what ``generate`` would refuse for its grammar (a schema it cannot enforce, or one over
+        the limits), so a streamed request gets a 400 before any reply is sent."""
+        self._grammar(request)
 
     def _grammar(self, request: GenerationRequest) -> str | None:
         """The GBNF this request's output must follow: its JSON schema, or a forced tool call."""

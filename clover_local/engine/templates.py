@@ -1,15 +1,13 @@
 """Turning chat messages into prompt text: the GGUF's own Jinja template (sandboxed), a llama.cpp built-in
 template, or plain completion text.
 
-GGUF templates come from the internet; they are rendered in Jinja's ``ImmutableSandboxedEnvironment`` with the
-helpers Hugging Face templates expect (``raise_exception``, ``strftime_now``, ``tojson``).
+GGUF templates come from the internet; they are rendered in the sandboxed environment transformers'
+``apply_chat_template`` builds (:mod:`clover_local.engine.jinja_env`).
 """
 
 from __future__ import annotations
 
 import ctypes
-import datetime
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -140,14 +138,6 @@ def builtin_template_names() -> list[str]:
     return [a.decode() for a in arr if a]
 
 
-def _raise_exception(message: str) -> None:
-    raise EngineError(f"The model's chat template refused these messages: {message}")
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.datetime.now().strftime(fmt)
-
-
 def render_jinja(
     source: str,
     messages: Sequence[ChatMessage],
@@ -157,37 +147,49 @@ def render_jinja(
     add_generation_prompt: bool = True,
     tools: Sequence[ToolSpec] = (),
 ) -> str:
-    """Render a Hugging Face style chat template in a sandbox (with ``tools`` when there are some)."""
+    """Render a Hugging Face style chat template as transformers' ``apply_chat_template`` does
+    (:mod:`clover_local.engine.jinja_env`: sandboxed, compiled once), with ``tools`` when there are some."""
     import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader())
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    env.filters["tojson"] = lambda v, indent=None, ensure_ascii=False, **_: json.dumps(
-        v, indent=indent, ensure_ascii=ensure_ascii
-    )
+    from clover_local.engine import jinja_env
+
     try:
-        template = env.from_string(source)
-        extra = {"tools": [t.as_openai() for t in tools]} if tools else {}
-        return template.render(
-            messages=[template_message(m) for m in messages],
+        return jinja_env.render(
+            source,
+            [template_message(m) for m in messages],
+            tools=[t.as_openai() for t in tools] or None,
+            add_generation_prompt=add_generation_prompt,
             bos_token=bos_token,
             eos_token=eos_token,
-            add_generation_prompt=add_generation_prompt,
-            **extra,
         )
-    except EngineError:
-        raise
+    except jinja_env.TemplateRefused as exc:
+        raise EngineError(f"The model's chat template refused these messages: {exc}") from None
     except jinja2.exceptions.SecurityError as exc:
         raise EngineError(
             f"The model's chat template tried something unsafe and was stopped: {exc}"
         ) from None
-    except jinja2.TemplateError as exc:
+    except (jinja2.TemplateError, TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
         raise EngineError(
             f"The model's chat template could not be rendered: {exc}",
-            "Set chat_template to a llama.cpp built-in name or 'completion' in the preset.",
+            TEMPLATE_FIX,
         ) from None
+
+
+TEMPLATE_FIX = "Set chat_template to a llama.cpp built-in name (e.g. 'chatml') or 'completion' in the preset."
+
+
+def check_template(render: Callable[[Sequence[ChatMessage]], str]) -> None:
+    """Render the probe conversation once when a model opens, so a template that cannot render is found
+    then (with the fix), not at the first request; a template that only refuses a system message passes."""
+    try:
+        render(PROBE_MESSAGES)
+    except EngineError as first:
+        try:
+            render(PROBE_MESSAGES[1:])
+        except EngineError:
+            if "refused these messages" in first.what:
+                return
+            raise EngineError(first.what, first.fix or TEMPLATE_FIX) from None
 
 
 def render_builtin(name: str, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True) -> str:

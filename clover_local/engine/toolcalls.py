@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from clover_local.engine import grammar
+from clover_local.engine.schema_gbnf.shortest import shortest_json
 from clover_local.engine.types import (
     ChatMessage,
     Finished,
@@ -33,6 +34,7 @@ from clover_local.engine.types import (
     ToolFormat,
     ToolSpec,
 )
+from clover_local.errors import RequestRefused
 
 CALL_START = "<tool_call>"
 CALL_END = "</tool_call>"
@@ -185,9 +187,15 @@ def forced_tools(request: GenerationRequest) -> tuple[ToolSpec, ...]:
     return tuple(t for t in request.tools if t.name == request.tool_choice)
 
 
+SHORTEST_CALL_LIMIT = 65_536
+"""Characters: a forced call whose shortest form is longer is refused (its length is known without writing it)."""
+
+
 def shortest_call(tools: Sequence[ToolSpec], fmt: ToolFormat) -> str:
     """The shortest text the forced-call grammar lets through, over ``tools``: the wrapper, the name, and
-    each required argument with its shortest value (``""``, ``0``, ``[]``, the shortest enum value ...)."""
+    each required argument with its shortest value (``""``, ``0``, ``[]``, the shortest enum value ...).
+    Bounded: a schema whose shortest call is over ``SHORTEST_CALL_LIMIT`` characters is refused by length,
+    before any of it is written."""
     return min((_shortest_call(t, fmt) for t in tools), key=len)
 
 
@@ -198,38 +206,26 @@ def _shortest_call(tool: ToolSpec, fmt: ToolFormat) -> str:
     if fmt == "qwen3_coder":
         parts = [f"{CALL_START}\n<function={tool.name}>\n"]
         for name in required:
-            value = _shortest_value(props[name])
+            value = _shortest_value(props[name], tool, root=params)
             # A string is raw text of one character at least; any other value is JSON.
             text = (value or "x") if isinstance(value, str) else json.dumps(value)
             parts.append(f"<parameter={name}>\n{text}\n</parameter>\n")
         return "".join([*parts, f"</function>\n{CALL_END}"])
-    args = _shortest_value(params)
+    args = _shortest_value(params, tool, root=params)
     body = json.dumps({"name": tool.name, "arguments": args}, ensure_ascii=False, separators=(",", ":"))
     return f"{CALL_START}\n{body}\n{CALL_END}"
 
 
-def _shortest_value(schema: Any) -> Any:
-    if not isinstance(schema, dict):
-        return 0
-    if "const" in schema:
-        return schema["const"]
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return min(schema["enum"], key=lambda v: len(json.dumps(v, ensure_ascii=False)))
-    for key in ("anyOf", "oneOf"):
-        if isinstance(schema.get(key), list) and schema[key]:
-            options = [_shortest_value(s) for s in schema[key]]
-            return min(options, key=lambda v: len(json.dumps(v, ensure_ascii=False)))
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = kind[0] if kind else None
-    if kind == "object" or (kind is None and "properties" in schema):
-        props = schema.get("properties") or {}
-        return {k: _shortest_value(props[k]) for k in schema.get("required") or [] if k in props}
-    if kind == "array":
-        return [_shortest_value(schema.get("items"))] * int(schema.get("minItems") or 0)
-    if kind == "string":
-        return "x" * int(schema.get("minLength") or 0)
-    return {"boolean": True, "null": None}.get(str(kind), 0)
+def _shortest_value(schema: Any, tool: ToolSpec, *, root: Any) -> Any:
+    length, value = shortest_json(schema, SHORTEST_CALL_LIMIT, root=root)
+    if length > SHORTEST_CALL_LIMIT:
+        size = "no finite call" if length == float("inf") else f"at least {int(length)} characters"
+        raise RequestRefused(
+            f"tool_choice forces a call to {tool.name!r}, and its parameters allow {size} "
+            f"(the limit is {SHORTEST_CALL_LIMIT}): minItems or minLength too large.",
+            "Lower minItems/minLength in the tool's parameters, or leave tool_choice 'auto'.",
+        )
+    return value
 
 
 # --- parsing ----------------------------------------------------------------------------------------------------

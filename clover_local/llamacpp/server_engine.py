@@ -40,6 +40,7 @@ from clover_local.llamacpp.server_tools import (
     clover_enforces,
     completion_payload,
     openai_message,
+    schema_fields,
     withhold_unfinished,
 )
 from clover_local.presets import SamplingDefaults
@@ -265,7 +266,7 @@ class LlamaServerEngine:
             return "/v1/chat/completions", payload
         prompt: dict[str, Any] = {"prompt": request.prompt, "n_predict": request.max_tokens, **sampling}
         if request.json_schema is not None:
-            prompt["json_schema"] = request.json_schema or {"type": "object"}
+            prompt.update(schema_fields(request.json_schema))
         return "/completion", prompt
 
     def _enforced_payload(self, request: GenerationRequest) -> tuple[str, dict[str, Any]]:

@@ -5,7 +5,8 @@ Two ways a chat request goes (:func:`clover_enforces`):
 - llama-server's own chat route (``/v1/chat/completions``): tools, tool choice and JSON schemas in the OpenAI
   shape it reads; with ``--jinja`` it renders tools through the model's template and parses the model's calls
   itself (``common/chat.cpp``); its streamed ``tool_calls`` deltas are put back together here.
-- clover-local's route, where llama-server would not enforce what was asked: a forced tool choice (its grammar
+- clover-local's route, where llama-server would not enforce what was asked: a JSON schema for the reply (its
+  chat route puts the template's generation prompt inside the schema's grammar), a forced tool choice (its grammar
   lets free text come first, and a template without tool syntax gets none at all, ``common/chat-auto-parser-
   generator.cpp``), tools on a template that cannot show them, and chat on a GGUF without a template. The prompt
   is rendered by llama-server's own template (``/apply-template``; tools folded into the messages where the
@@ -18,6 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from clover_local.engine.schema_gbnf import schema_grammar
+from clover_local.engine.schema_gbnf.upstream import unenforced_upstream
 from clover_local.engine.templates import TemplateChoice, renders_tools
 from clover_local.engine.toolcalls import (
     CALL_END,
@@ -36,6 +39,11 @@ def clover_enforces(template: TemplateChoice, request: GenerationRequest) -> boo
     if request.messages is None:
         return False
     if template.kind == "completion" or forced_tools(request):
+        return True
+    if request.json_schema is not None:
+        # llama-server's chat route writes the generation prompt into a schema's grammar ("root ::=
+        # "<|im_start|>assistant\n" ..."), which no reply can match: every ChatML model got "Failed to
+        # initialize samplers". /completion with the rendered prompt enforces the schema.
         return True
     # Tools even with tool_choice none: llama-server refuses them without --jinja.
     agentic = bool(request.tools) or has_tool_turns(request.messages)
@@ -57,8 +65,18 @@ def completion_payload(
     if grammar is not None:
         out["grammar"] = grammar
     elif request.json_schema is not None:
-        out["json_schema"] = request.json_schema or {"type": "object"}
+        out.update(schema_fields(request.json_schema))
     return out
+
+
+def schema_fields(schema: dict[str, Any]) -> dict[str, Any]:
+    """How a reply's JSON schema goes to llama-server: as ``json_schema`` for its own converter, or, when the
+    schema uses something that converter accepts without enforcing (``schema_gbnf.upstream``), as
+    clover-local's ``grammar`` of it, so what llama-server is given is enforced."""
+    schema = schema or {"type": "object"}
+    if unenforced_upstream(schema) is None:
+        return {"json_schema": schema}
+    return {"grammar": schema_grammar(schema)}
 
 
 def withhold_unfinished(calls: list[ToolCall]) -> list[ToolCall]:
@@ -96,8 +114,15 @@ def agent_payload(request: GenerationRequest) -> dict[str, Any]:
         out["tool_choice"] = request.tool_choice
         out["parallel_tool_calls"] = request.parallel_tool_calls
     if request.json_schema is not None:
-        schema = request.json_schema or {"type": "object"}
-        out["response_format"] = {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}
+        fields = schema_fields(request.json_schema)
+        if "grammar" in fields:
+            out["grammar"] = fields["grammar"]
+        else:
+            schema = fields["json_schema"]
+            out["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "reply", "schema": schema},
+            }
     return out
 
 

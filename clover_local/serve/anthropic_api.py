@@ -15,21 +15,8 @@ from clover_local.serve import openai_schema as oa
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, json_object
 from clover_local.serve.openai_schema import ParsedRequest
+from clover_local.serve.request_fields import check_fields
 
-_KNOWN = {
-    "model",
-    "messages",
-    "system",
-    "max_tokens",
-    "tools",
-    "tool_choice",
-    "stop_sequences",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stream",
-    "metadata",
-}
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "cancelled": "end_turn"}
 
 
@@ -42,7 +29,8 @@ def error_body(exc: ApiError) -> dict[str, Any]:
 
 def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     """Validate a ``/v1/messages`` body into a generation request."""
-    body = json_object(body, known=_KNOWN, route="/v1/messages")
+    body = json_object(body)
+    ignored = check_fields(body, "/v1/messages")
     max_tokens = body.get("max_tokens")
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise ApiError(400, "'max_tokens' is required and must be a positive integer.", param="max_tokens")
@@ -62,18 +50,11 @@ def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     agent.check_tool_results(tuple(messages), params)
     tools = tuple(_tool(t, i) for i, t in enumerate(body.get("tools") or []))
     choice, parallel = _tool_choice(body.get("tool_choice"), tools)
-    chat_like = {
-        "model": body.get("model"),
-        "max_tokens": max_tokens,
-        "temperature": body.get("temperature"),
-        "top_p": body.get("top_p"),
-        "top_k": body.get("top_k"),
-        "stop": body.get("stop_sequences"),
-        "stream": body.get("stream", False),
-    }
-    common = oa._common({k: v for k, v in chat_like.items() if v is not None}, known_models, chat=True)
+    common = oa.common_fields(body, known_models, names={"stop": "stop_sequences"})
     fields = {**common.pop("fields"), "tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel}
-    return ParsedRequest(GenerationRequest(messages=tuple(messages), **fields), **common)
+    return ParsedRequest(
+        GenerationRequest(messages=tuple(messages), **fields), **common, ignored_fields=ignored
+    )
 
 
 def _system(raw: Any) -> str:

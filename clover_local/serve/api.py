@@ -36,13 +36,15 @@ from clover_local.engine.types import (
     ToolCall,
     ToolCallMade,
 )
-from clover_local.errors import CloverError, RequestRefused
+from clover_local.errors import CloverError
 from clover_local.serve import anthropic_api, responses_api
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import request_guard as guard
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, error_body
+from clover_local.serve.error_map import REQUEST_ERRORS, api_error
 from clover_local.serve.openai_schema import ParsedRequest
+from clover_local.serve.request_fields import ignored_header
 
 _END = object()
 
@@ -201,25 +203,19 @@ class OpenAIServer:
         try:
             parsed = api.parse(await _json_body(request), self.config.model_names)
             gen_request = await asyncio.to_thread(self._fit_context, parsed)
-        except ApiError as exc:
-            return refuse(exc)
-        except RequestRefused as exc:
-            return refuse(ApiError(400, str(exc), code="request_refused"))
-        except CloverError as exc:
-            return refuse(ApiError(500, str(exc), type="server_error"))
+        except REQUEST_ERRORS as exc:
+            return refuse(api_error(exc))
         if parsed.stream:
             return StreamingResponse(
                 self._stream_other(api.EventWriter(parsed), gen_request),
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **ignored_header(parsed)},
             )
         try:
             text, calls, finished = await self._collect(request, gen_request)
-        except RequestRefused as exc:
-            return refuse(ApiError(400, str(exc), code="request_refused"))
-        except CloverError as exc:
-            return refuse(ApiError(500, str(exc), type="server_error"))
-        return JSONResponse(api.response(parsed, text, calls, finished.stats))
+        except REQUEST_ERRORS as exc:
+            return refuse(api_error(exc))
+        return JSONResponse(api.response(parsed, text, calls, finished.stats), headers=ignored_header(parsed))
 
     async def _stream_other(self, writer: Any, request: GenerationRequest) -> AsyncIterator[str]:
         for line in writer.start():
@@ -242,20 +238,19 @@ class OpenAIServer:
             parse = oa.parse_chat if chat else oa.parse_completion
             parsed = parse(body, self.config.model_names)
             gen_request = await asyncio.to_thread(self._fit_context, parsed)
-        except ApiError as exc:
-            return JSONResponse(exc.body(), status_code=exc.status)
-        except RequestRefused as exc:
-            return JSONResponse(error_body(str(exc), code="request_refused"), status_code=400)
-        except CloverError as exc:
-            return JSONResponse(error_body(str(exc), type="server_error"), status_code=500)
+        except REQUEST_ERRORS as exc:
+            error = api_error(exc)
+            return JSONResponse(error.body(), status_code=error.status)
         if parsed.stream:
             stream = self._stream_chat if chat else self._stream_completion
             return StreamingResponse(
                 stream(gen_request, parsed),
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **ignored_header(parsed)},
             )
-        return await self._complete(request, gen_request, parsed, chat=chat)
+        reply = await self._complete(request, gen_request, parsed, chat=chat)
+        reply.headers.update(ignored_header(parsed))
+        return reply
 
     def _fit_context(self, parsed: ParsedRequest) -> GenerationRequest:
         """Refuse a prompt the context cannot hold; cap max_tokens to what is left of it."""
@@ -282,6 +277,9 @@ class OpenAIServer:
         agent.check_forced_call_fits(
             fitted, self.engine.tool_format, self.engine.count_tokens, parsed.max_tokens_param
         )
+        check = getattr(self.engine, "check_request", None)  # engines that build the grammar themselves
+        if check is not None:
+            check(fitted)
         return fitted
 
     async def _events(
@@ -346,10 +344,9 @@ class OpenAIServer:
     ) -> Response:
         try:
             text, calls, finished = await self._collect(http_request, request)
-        except RequestRefused as exc:
-            return JSONResponse(error_body(str(exc), code="request_refused"), status_code=400)
-        except CloverError as exc:
-            return JSONResponse(error_body(str(exc), type="server_error"), status_code=500)
+        except REQUEST_ERRORS as exc:
+            error = api_error(exc)
+            return JSONResponse(error.body(), status_code=error.status)
         rid = oa.new_id("chatcmpl" if chat else "cmpl")
         build = oa.chat_response if chat else oa.completion_response
         body = build(rid, parsed.model, text, finished.stats)
@@ -414,10 +411,8 @@ class OpenAIServer:
                     yield "call", event
                 elif isinstance(event, Finished):
                     yield "done", event
-        except RequestRefused as exc:
-            yield "error", error_body(str(exc), code="request_refused")
-        except CloverError as exc:
-            yield "error", error_body(str(exc), type="server_error")
+        except REQUEST_ERRORS as exc:
+            yield "error", api_error(exc).body()
 
 
 async def _cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, Role
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, json_object
+from clover_local.serve.request_fields import check_fields, sampling
 
 _ROLES: dict[str, Role] = {
     "system": "system",
@@ -34,24 +35,28 @@ class ParsedRequest:
     max_tokens_given: bool
     max_tokens_param: str = "max_tokens"
     """The field that set ``max_tokens`` in this API (``max_completion_tokens``, ``max_output_tokens``)."""
+    ignored_fields: tuple[str, ...] = ()
+    """Fields the request had that change nothing here (``request_fields.NO_OP``), named back to the client."""
 
 
 def parse_chat(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     """Validate a ``/v1/chat/completions`` body."""
     body = json_object(body)
+    ignored = check_fields(body, "/v1/chat/completions")
     raw_messages = body.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:
         raise ApiError(400, "'messages' must be a non-empty list of messages.", param="messages")
     messages = tuple(_message(m, i) for i, m in enumerate(raw_messages))
     agent.check_tool_results(messages)
-    common = _common(body, known_models, chat=True)
+    common = common_fields(body, known_models, chat=True)
     fields = {**common.pop("fields"), **agent.agent_fields(body)}
-    return ParsedRequest(GenerationRequest(messages=messages, **fields), **common)
+    return ParsedRequest(GenerationRequest(messages=messages, **fields), **common, ignored_fields=ignored)
 
 
 def parse_completion(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     """Validate a ``/v1/completions`` body (one prompt string)."""
     body = json_object(body)
+    ignored = check_fields(body, "/v1/completions")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
@@ -61,8 +66,10 @@ def parse_completion(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
         raise ApiError(400, "'echo' is not supported.", param="echo")
     if body.get("suffix"):
         raise ApiError(400, "'suffix' (fill-in-the-middle) is not supported.", param="suffix")
-    common = _common(body, known_models, chat=False)
-    return ParsedRequest(GenerationRequest(prompt=prompt, **common.pop("fields")), **common)
+    common = common_fields(body, known_models, chat=False)
+    return ParsedRequest(
+        GenerationRequest(prompt=prompt, **common.pop("fields")), **common, ignored_fields=ignored
+    )
 
 
 def _message(raw: Any, index: int) -> ChatMessage:
@@ -104,7 +111,16 @@ def _message(raw: Any, index: int) -> ChatMessage:
     return ChatMessage(role=role, content=content, tool_calls=calls)
 
 
-def _common(body: dict[str, Any], known_models: tuple[str, ...], *, chat: bool) -> dict[str, Any]:
+def common_fields(
+    body: dict[str, Any],
+    known_models: tuple[str, ...],
+    *,
+    chat: bool = True,
+    names: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The fields every route shares, read (and named in errors) under the route's own ``names`` for them
+    (Responses: ``max_output_tokens``; Messages: ``stop_sequences``)."""
+    names = dict(names or {})
     model = body.get("model")
     if model is None:
         model = known_models[0]
@@ -120,65 +136,36 @@ def _common(body: dict[str, Any], known_models: tuple[str, ...], *, chat: bool) 
     n = body.get("n", 1)
     if n != 1:
         raise ApiError(400, "Only n=1 is supported.", param="n")
-    max_key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
-    max_tokens = body.get(max_key)
-    if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
-        raise ApiError(400, f"'{max_key}' must be a positive integer.", param=max_key)
-    stop = body.get("stop")
+    if chat and "max_completion_tokens" in body and "max_tokens" not in names:
+        names["max_tokens"] = "max_completion_tokens"
+    max_key = names.get("max_tokens", "max_tokens")
+    stop_key = names.get("stop", "stop")
+    stop = body.get(stop_key)
     if isinstance(stop, str):
         stop = [stop]
     if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)):
-        raise ApiError(400, "'stop' must be a string or a list of strings.", param="stop")
-    stream = _flag(body, "stream", False)
+        raise ApiError(400, f"'{stop_key}' must be a string or a list of strings.", param=stop_key)
+    checked = sampling(body, names)
     options = body.get("stream_options") or {}
     include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
     fields: dict[str, Any] = {
-        "max_tokens": int(max_tokens) if max_tokens is not None else 1 << 30,
-        "temperature": _number(body, "temperature", 0.0, 2.0),
-        "top_p": _number(body, "top_p", 0.0, 1.0),
-        "top_k": _integer(body, "top_k"),
-        "min_p": _number(body, "min_p", 0.0, 1.0),
-        "seed": _integer(body, "seed"),
+        "max_tokens": checked.max_tokens if checked.max_tokens is not None else 1 << 30,
+        "temperature": checked.temperature,
+        "top_p": checked.top_p,
+        "top_k": checked.top_k,
+        "min_p": checked.min_p,
+        "seed": checked.seed,
         "stop": tuple(s for s in (stop or []) if s),
-        "cache_prompt": _flag(body, "cache_prompt", True),
+        "cache_prompt": checked.cache_prompt,
     }
     return {
         "fields": fields,
         "model": model,
-        "stream": stream,
+        "stream": checked.stream,
         "include_usage": include_usage,
-        "max_tokens_given": max_tokens is not None,
+        "max_tokens_given": checked.max_tokens is not None,
         "max_tokens_param": max_key,
     }
-
-
-def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
-    v = body.get(key, default)
-    if not isinstance(v, bool):
-        raise ApiError(400, f"'{key}' must be true or false.", param=key)
-    return v
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _number(body: dict[str, Any], key: str, lo: float, hi: float) -> float | None:
-    v = body.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
-        raise ApiError(400, f"'{key}' must be a number from {lo:g} to {hi:g}.", param=key)
-    return float(v)
-
-
-def _integer(body: dict[str, Any], key: str) -> int | None:
-    v = body.get(key)
-    if v is None:
-        return None
-    if not _is_int(v):
-        raise ApiError(400, f"'{key}' must be an integer.", param=key)
-    return int(v)
 
 
 def new_id(prefix: str) -> str:

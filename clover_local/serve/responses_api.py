@@ -17,28 +17,9 @@ from clover_local.serve import openai_schema as oa
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, json_object
 from clover_local.serve.openai_schema import ParsedRequest
+from clover_local.serve.request_fields import check_fields
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
-_KNOWN = {
-    "model",
-    "input",
-    "instructions",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "text",
-    "max_output_tokens",
-    "temperature",
-    "top_p",
-    "stream",
-    "store",
-    "metadata",
-    "user",
-    "seed",
-    "truncation",
-    "service_tier",
-    "stream_options",
-}
 _IGNORED_DEFAULTS = {
     "store": (None, False, True),
     "truncation": (None, "disabled"),
@@ -48,7 +29,8 @@ _IGNORED_DEFAULTS = {
 
 def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     """Validate a ``/v1/responses`` body into a generation request."""
-    body = json_object(body, known=_KNOWN, route="/v1/responses")
+    body = json_object(body)
+    ignored = check_fields(body, "/v1/responses")
     for key, allowed in _IGNORED_DEFAULTS.items():
         if body.get(key) not in allowed:
             raise ApiError(
@@ -66,18 +48,9 @@ def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
         "parallel_tool_calls": bool(body.get("parallel_tool_calls", False)),
         "json_schema": _text_format(body.get("text")),
     }
-    chat_like = {
-        "model": body.get("model"),
-        "max_tokens": body.get("max_output_tokens"),
-        "temperature": body.get("temperature"),
-        "top_p": body.get("top_p"),
-        "seed": body.get("seed"),
-        "stream": body.get("stream", False),
-    }
-    common = oa._common({k: v for k, v in chat_like.items() if v is not None}, known_models, chat=True)
+    common = oa.common_fields(body, known_models, names={"max_tokens": "max_output_tokens"})
     fields = {**common.pop("fields"), **fields}
-    common["max_tokens_param"] = "max_output_tokens"
-    return ParsedRequest(GenerationRequest(messages=messages, **fields), **common)
+    return ParsedRequest(GenerationRequest(messages=messages, **fields), **common, ignored_fields=ignored)
 
 
 def _tool(raw: Any, index: int) -> Any:

@@ -14,9 +14,9 @@ from typing import Any
 from clover_local.engine import toolcalls
 from clover_local.engine.types import ChatMessage, GenerationRequest, ToolCall, ToolFormat, ToolSpec
 from clover_local.serve import api_errors as oa
+from clover_local.serve.schema_check import check_schema
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-_SCHEMA_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
 
 
 def parse_tools(raw: Any, param: str = "tools") -> tuple[ToolSpec, ...]:
@@ -71,39 +71,6 @@ def tool_spec(name: Any, description: Any, parameters: Any, param: str) -> ToolS
             code="invalid_tools",
         )
     return ToolSpec(name=name, description=description or "", parameters=parameters)
-
-
-def check_schema(schema: Any, param: str) -> None:
-    """A JSON schema the grammar converter can read: an object whose ``type``s and ``properties`` make sense."""
-    if not isinstance(schema, dict):
-        raise oa.ApiError(400, f"{param} must be a JSON schema object.", param=param, code="invalid_schema")
-    kind = schema.get("type")
-    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
-    for k in kinds:
-        if k not in _SCHEMA_TYPES:
-            raise oa.ApiError(
-                400,
-                f"{param}.type {k!r} is not a JSON schema type ({', '.join(sorted(_SCHEMA_TYPES))}).",
-                param=f"{param}.type",
-                code="invalid_schema",
-            )
-    props = schema.get("properties")
-    if props is not None:
-        if not isinstance(props, dict):
-            raise oa.ApiError(400, f"{param}.properties must be an object.", param=f"{param}.properties")
-        for key, sub in props.items():
-            check_schema(sub, f"{param}.properties.{key}")
-    required = schema.get("required")
-    if required is not None and (
-        not isinstance(required, list) or not all(isinstance(r, str) for r in required)
-    ):
-        raise oa.ApiError(400, f"{param}.required must be a list of names.", param=f"{param}.required")
-    if isinstance(schema.get("items"), dict):
-        check_schema(schema["items"], f"{param}.items")
-    try:
-        json.dumps(schema)
-    except (TypeError, ValueError):
-        raise oa.ApiError(400, f"{param} is not plain JSON.", param=param, code="invalid_schema") from None
 
 
 def parse_tool_choice(raw: Any, tools: tuple[ToolSpec, ...], param: str = "tool_choice") -> str:

@@ -1,0 +1,36 @@
+"""What one schema may cost the grammar, and the refusal that names the keyword and path going over."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clover_local.errors import RequestRefused
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds checked before any rule text is written, so a small hostile schema costs milliseconds."""
+
+    max_count: int = 4096
+    """Any one repetition: ``minItems``/``maxItems``/``minLength``/``maxLength``, a pattern's ``{m,n}``."""
+    max_expanded: int = 100_000
+    """Grammar elements once llama.cpp writes every ``{m,n}`` out (its parser copies each repetition)."""
+    max_depth: int = 64
+    """Schema nesting (references followed)."""
+    max_rules: int = 4096
+    max_grammar_chars: int = 1_000_000
+    max_pattern_chars: int = 1000
+    max_enum: int = 4096
+    """Values of one ``enum`` (or values a small ``multipleOf`` range is written as)."""
+
+
+LIMITS = Limits()
+
+
+class SchemaRefused(RequestRefused):
+    """A schema the grammar cannot enforce exactly, or one over a limit: names the keyword and its JSON path."""
+
+    def __init__(self, keyword: str, path: str, what: str, fix: str | None = None) -> None:
+        super().__init__(f"JSON schema '{keyword}' at {path}: {what}", fix)
+        self.keyword = keyword
+        self.path = path

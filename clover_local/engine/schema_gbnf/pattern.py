@@ -1,0 +1,221 @@
+"""A JSON schema string ``pattern`` as GBNF: a port of ``_pattern_to_rule`` in llama.cpp's
+``common/json-schema-to-grammar.cpp``, with three changes so that every sentence is a valid JSON string
+matching the pattern: ``.`` and negated classes never produce a raw ``"``, ``\\`` or control character,
+``\\d``/``\\w``/``\\s`` are classes, and an unanchored side is padded with ``.*`` (JSON Schema patterns search).
+A pattern the grammar cannot express is refused (``Unsupported``), never widened to any string."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+MAX_PATTERN_DEPTH = 100
+_NON_LITERAL = set("|.()[]{}*+?^$")
+_ESCAPED_IN_REGEX_NOT_LITERAL = set("^$.[]()|{}*+?")
+_UNSAFE = '"\\\\\\x00-\\x1F\\x7F'
+DOT = f"[^{_UNSAFE}]"
+_CLASS_ESCAPES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " \\t"}
+_NEGATED_ESCAPES = {"D": "0-9", "W": "a-zA-Z0-9_", "S": " \\t\\n\\r"}
+
+
+class Unsupported(ValueError):
+    """The pattern is valid but has no grammar equivalent here (or is not a valid pattern)."""
+
+
+def _gbnf_escape_length(pattern: str, pos: int) -> int:
+    if pos + 1 >= len(pattern) or pattern[pos] != "\\":
+        return 0
+    nxt = pattern[pos + 1]
+    if nxt in 'trn\\"[]-':
+        return 2
+    n_hex = {"x": 2, "u": 4, "U": 8}.get(nxt)
+    if n_hex is None or pos + 2 + n_hex > len(pattern):
+        return 0
+    digits = pattern[pos + 2 : pos + 2 + n_hex]
+    return 2 + n_hex if all(h in "0123456789abcdefABCDEF" for h in digits) else 0
+
+
+def pattern_rule(
+    pattern: str,
+    name: str,
+    add_rule: Callable[[str, str], str],
+    repetition: Callable[[str, int, int | None], str],
+) -> str:
+    """The GBNF body (quotes included) for JSON strings matching ``pattern``; ``add_rule`` names sub-rules,
+    ``repetition`` writes (and bounds) ``{m,n}``. Raises ``Unsupported``."""
+    if not pattern.startswith("^"):
+        pattern = "^.*" + pattern
+    if not pattern.endswith("$") or pattern.endswith("\\$"):
+        pattern = pattern + ".*$"
+    sub = pattern[1:-1]
+    length = len(sub)
+    sub_rule_ids: dict[str, str] = {}
+    state = {"i": 0, "depth": 0}
+
+    def to_rule(item: tuple[str, bool]) -> str:
+        text, is_literal = item
+        return f'"{text}"' if is_literal else text
+
+    def join(seq: list[tuple[str, bool]]) -> tuple[str, bool]:
+        parts: list[str] = []
+        literal = ""
+        for text, is_literal in seq:
+            if is_literal:
+                literal += text
+                continue
+            if literal:
+                parts.append(f'"{literal}"')
+                literal = ""
+            parts.append(text)
+        if literal:
+            parts.append(f'"{literal}"')
+        return " ".join(parts), False
+
+    def char_class() -> str:
+        i = state["i"] + 1
+        negated = i < length and sub[i] == "^"
+        body = ""
+        if negated:
+            i += 1
+        while i < length and sub[i] != "]":
+            if sub[i] == "\\":
+                nxt = sub[i + 1] if i + 1 < length else ""
+                if nxt in _CLASS_ESCAPES:
+                    body += _CLASS_ESCAPES[nxt]
+                    i += 2
+                    continue
+                n = _gbnf_escape_length(sub, i)
+                if n == 0:
+                    if nxt and nxt in "^$.()|{}*+?/":
+                        body += nxt
+                        i += 2
+                        continue
+                    raise Unsupported(f"unsupported escape in a character class: {sub[i : i + 2]}")
+                body += sub[i : i + n]
+                i += n
+            else:
+                body += sub[i]
+                i += 1
+        if i >= length:
+            raise Unsupported("unterminated character class")
+        state["i"] = i + 1
+        return f"[^{body}{_UNSAFE}]" if negated else f"[{body}]"
+
+    def transform() -> tuple[str, bool]:
+        seq: list[tuple[str, bool]] = []
+        while state["i"] < length:
+            i = state["i"]
+            c = sub[i]
+            if c == ".":
+                seq.append((add_rule("dot", DOT), False))
+                state["i"] += 1
+            elif c == "(":
+                state["i"] += 1
+                if state["i"] < length and sub[state["i"]] == "?":
+                    if state["i"] + 1 < length and sub[state["i"] + 1] == ":":
+                        state["i"] += 2
+                    else:
+                        raise Unsupported("lookarounds, named groups and inline flags are not supported")
+                state["depth"] += 1
+                if state["depth"] > MAX_PATTERN_DEPTH:
+                    raise Unsupported(f"groups nest deeper than {MAX_PATTERN_DEPTH}")
+                seq.append((f"({to_rule(transform())})", False))
+            elif c == ")":
+                state["i"] += 1
+                if state["depth"] == 0:
+                    raise Unsupported("unbalanced parentheses")
+                state["depth"] -= 1
+                return join(seq)
+            elif c in "^$":
+                raise Unsupported("an anchor inside the pattern")
+            elif c == "[":
+                seq.append((char_class(), False))
+            elif c == "|":
+                seq.append(("|", False))
+                state["i"] += 1
+            elif c in "*+?":
+                if not seq:
+                    raise Unsupported("nothing to repeat")
+                seq[-1] = (to_rule(seq[-1]) + c, False)
+                state["i"] += 1
+            elif c == "{":
+                end = sub.find("}", i)
+                if end < 0:
+                    raise Unsupported("unterminated curly brackets")
+                nums = sub[i + 1 : end].split(",")
+                state["i"] = end + 1
+                if len(nums) not in (1, 2) or not all(n.strip().isdigit() or n == "" for n in nums):
+                    raise Unsupported("invalid numbers in curly brackets")
+                if len(nums) == 1:
+                    if not nums[0]:
+                        raise Unsupported("invalid numbers in curly brackets")
+                    min_times = int(nums[0])
+                    max_times: int | None = min_times
+                else:
+                    min_times = int(nums[0]) if nums[0] else 0
+                    max_times = int(nums[1]) if nums[1] else None
+                if not seq:
+                    raise Unsupported("nothing to repeat")
+                text, is_literal = seq[-1]
+                if not is_literal:
+                    if text not in sub_rule_ids:
+                        sub_rule_ids[text] = add_rule(f"{name}-{len(sub_rule_ids) + 1}", text)
+                    text = sub_rule_ids[text]
+                item = f'"{text}"' if is_literal else text
+                seq[-1] = (repetition(item, min_times, max_times), False)
+            elif (
+                c == "\\"
+                and i + 1 < length
+                and (sub[i + 1] in _CLASS_ESCAPES or sub[i + 1] in _NEGATED_ESCAPES)
+            ):
+                nxt = sub[i + 1]
+                cls = (
+                    f"[{_CLASS_ESCAPES[nxt]}]"
+                    if nxt in _CLASS_ESCAPES
+                    else f"[^{_NEGATED_ESCAPES[nxt]}{_UNSAFE}]"
+                )
+                seq.append((cls, False))
+                state["i"] += 2
+            else:
+                seq.append((literal_run(), True))
+        return join(seq)
+
+    def literal_run() -> str:
+        literal = ""
+        i = state["i"]
+        while i < length:
+            ch = sub[i]
+            if ch == "\\":
+                if i == length - 1:
+                    raise Unsupported("trailing backslash")
+                nxt = sub[i + 1]
+                if nxt in _CLASS_ESCAPES or nxt in _NEGATED_ESCAPES:
+                    break
+                if nxt in _ESCAPED_IN_REGEX_NOT_LITERAL or nxt == "/":
+                    literal += nxt
+                    i += 2
+                elif nxt in '\\"trn':
+                    raise Unsupported(f"{sub[i : i + 2]} (a JSON string spells it with an escape)")
+                else:
+                    n = _gbnf_escape_length(sub, i)
+                    if n == 0:
+                        raise Unsupported(f"unsupported escape: {sub[i : i + 2]}")
+                    literal += sub[i : i + n]
+                    i += n
+            elif ch == '"':
+                raise Unsupported('a literal " (it would end the JSON string)')
+            elif ch not in _NON_LITERAL and (
+                i == length - 1 or not literal or sub[i + 1] == "." or sub[i + 1] not in _NON_LITERAL
+            ):
+                literal += ch
+                i += 1
+            else:
+                break
+        if not literal:
+            raise Unsupported(f"unsupported character: {sub[state['i']]}")
+        state["i"] = i
+        return literal
+
+    rule = to_rule(transform())
+    if state["depth"] != 0:
+        raise Unsupported("unbalanced parentheses")
+    return f'"\\"" ({rule}) "\\""'

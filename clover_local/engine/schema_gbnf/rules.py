@@ -1,0 +1,90 @@
+"""The fixed GBNF rules the converter builds on: llama.cpp's ``PRIMITIVE_RULES`` and ``STRING_FORMAT_RULES``
+(``common/json-schema-to-grammar.cpp``), plus the string formats OpenAI's Structured Outputs lists that
+llama.cpp leaves unchecked (email, hostname, ipv4, ipv6, duration), each a subset of what the format allows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BuiltinRule:
+    content: str
+    deps: tuple[str, ...] = ()
+
+
+SPACE_RULE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
+
+PRIMITIVE_RULES: dict[str, BuiltinRule] = {
+    "boolean": BuiltinRule('("true" | "false")'),
+    "decimal-part": BuiltinRule("[0-9]{1,16}"),
+    "integral-part": BuiltinRule("[0] | [1-9] [0-9]{0,15}"),
+    "number": BuiltinRule(
+        '("-"? integral-part) ("." decimal-part)? ([eE] [-+]? integral-part)?',
+        ("integral-part", "decimal-part"),
+    ),
+    "integer": BuiltinRule('("-"? integral-part)', ("integral-part",)),
+    "value": BuiltinRule(
+        "object | array | string | number | boolean | null",
+        ("object", "array", "string", "number", "boolean", "null"),
+    ),
+    "object": BuiltinRule(
+        '"{" space ( string ":" space value ("," space string ":" space value)* )? space "}"',
+        ("string", "value"),
+    ),
+    "array": BuiltinRule('"[" space ( value ("," space value)* )? space "]"', ("value",)),
+    "uuid": BuiltinRule(
+        '"\\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12} "\\""'
+    ),
+    "char": BuiltinRule('[^"\\\\\\x7F\\x00-\\x1F] | [\\\\] (["\\\\bfnrt] | "u" [0-9a-fA-F]{4})'),
+    "string": BuiltinRule('"\\"" char* "\\""', ("char",)),
+    "null": BuiltinRule('"null"'),
+}
+
+_LABEL = "[a-zA-Z0-9] ([a-zA-Z0-9-]{0,60} [a-zA-Z0-9])?"
+_OCTET = '("25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9])'
+_H16 = "[0-9a-fA-F]{1,4}"
+_N = "[0-9]{1,9}"
+
+STRING_FORMAT_RULES: dict[str, BuiltinRule] = {
+    "date": BuiltinRule('[0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [1-2] [0-9] | "3" [0-1] )'),
+    "time": BuiltinRule(
+        '([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{3} )? '
+        '( "Z" | ( "+" | "-" ) ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )'
+    ),
+    "date-time": BuiltinRule('date "T" time', ("date", "time")),
+    "date-string": BuiltinRule('"\\"" date "\\""', ("date",)),
+    "time-string": BuiltinRule('"\\"" time "\\""', ("time",)),
+    "date-time-string": BuiltinRule('"\\"" date-time "\\""', ("date-time",)),
+    "hostname": BuiltinRule(f'{_LABEL} ("." {_LABEL}){{0,3}}'),
+    "hostname-string": BuiltinRule('"\\"" hostname "\\""', ("hostname",)),
+    "email-string": BuiltinRule(
+        f'"\\"" [a-zA-Z0-9_%+-] ([a-zA-Z0-9._%+-]{{0,62}} [a-zA-Z0-9_%+-])? "@" {_LABEL} ("." {_LABEL}){{1,3}} "\\""'
+    ),
+    "ipv4-string": BuiltinRule(f'"\\"" {_OCTET} "." {_OCTET} "." {_OCTET} "." {_OCTET} "\\""'),
+    "ipv6-string": BuiltinRule(f'"\\"" {_H16} (":" {_H16}){{7}} "\\""'),
+    "duration-string": BuiltinRule(
+        f'"\\"" "P" ( ( {_N} "Y" ({_N} "M")? ({_N} "D")? | {_N} "M" ({_N} "D")? | {_N} "D" ) ("T" duration-time)? '
+        f'| "T" duration-time | {_N} "W" ) "\\""',
+        ("duration-time",),
+    ),
+    "duration-time": BuiltinRule(f'{_N} "H" ({_N} "M")? ({_N} "S")? | {_N} "M" ({_N} "S")? | {_N} "S"'),
+}
+
+FORMATS = {
+    "date": "date-string",
+    "time": "time-string",
+    "date-time": "date-time-string",
+    "hostname": "hostname-string",
+    "email": "email-string",
+    "ipv4": "ipv4-string",
+    "ipv6": "ipv6-string",
+    "duration": "duration-string",
+}
+"""The string formats the grammar enforces (``uuid`` aside), by the builtin rule each becomes."""
+
+RESERVED_NAMES = frozenset({"root", *PRIMITIVE_RULES, *STRING_FORMAT_RULES})
+
+
+def builtin(name: str) -> BuiltinRule:
+    return PRIMITIVE_RULES.get(name) or STRING_FORMAT_RULES[name]

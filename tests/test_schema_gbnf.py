@@ -1,0 +1,279 @@
+"""clover-local's JSON-Schema-to-GBNF converter: each grammar parses with llama.cpp's own parser, and (read as a
+regex, ``tests/gbnf_regex.py``) accepts what the schema accepts and refuses what it refuses; what it cannot
+enforce, or what is over a limit, is refused with the keyword and its path, before anything big is built."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import jsonschema
+import pytest
+
+from clover_local.engine import grammar, toolcalls
+from clover_local.engine.schema_gbnf import SchemaRefused, schema_grammar
+from clover_local.engine.schema_gbnf.intrange import min_max_int
+from clover_local.engine.schema_gbnf.upstream import unenforced_upstream
+from clover_local.engine.types import GenerationRequest, ToolSpec
+from clover_local.errors import RequestRefused
+from clover_local.llamacpp.server_tools import agent_payload, schema_fields
+from tests.gbnf_regex import to_regex
+from tests.schema_corpus import CORPUS
+
+
+def _parses_in_llama_cpp(gbnf: str) -> None:
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+    LlamaGrammar.from_string(gbnf, verbose=False)
+
+
+def _accepts(schema: dict[str, Any], text: str) -> bool:
+    return to_regex(schema_grammar(schema)).fullmatch(text) is not None
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi"),
+    [(0, 130), (1, None), (None, -5), (-37, 412), (7, 7), (None, 0), (0, None), (-1000, None), (95, 1005)],
+)
+def test_integer_ranges_are_digit_wise_and_exact(lo: int | None, hi: int | None) -> None:
+    pattern = to_regex(f"root ::= {min_max_int(lo, hi)}")
+    for n in range(-1300, 1300):
+        assert bool(pattern.fullmatch(str(n))) == ((lo is None or n >= lo) and (hi is None or n <= hi)), n
+    assert not pattern.fullmatch("007"), 'no leading zeros ("-0" is JSON for 0, as in llama.cpp)'
+
+
+def test_a_wide_range_is_a_short_rule_not_an_enumeration() -> None:
+    rule = min_max_int(1024, 65535)
+    assert len(rule) < 400
+    pattern = to_regex(f"root ::= {rule}")
+    for n in (1023, 1024, 5000, 9999, 10000, 65535, 65536, 99999, 100000):
+        assert bool(pattern.fullmatch(str(n))) == (1024 <= n <= 65535), n
+
+
+def test_number_bounds_are_enforced() -> None:
+    schema = {"type": "object", "properties": {"t": {"type": "number", "exclusiveMinimum": 0, "maximum": 2}}}
+    schema["required"] = ["t"]
+    for t, ok in (
+        ("12321232123", False),
+        ("1.5", True),
+        ("2", True),
+        ("0.25", True),
+        ("0", False),
+        ("2.5", False),
+    ):
+        assert _accepts(schema, f'{{"t": {t}}}') == ok, t
+    assert _accepts({"type": "number", "minimum": -3.5}, "-3") and not _accepts(
+        {"type": "number", "minimum": -3.5}, "-4"
+    )
+    assert _accepts({"type": "number", "multipleOf": 0.01, "minimum": 0}, "3.25")
+    assert not _accepts({"type": "number", "multipleOf": 0.01, "minimum": 0}, "3.251")
+
+
+@pytest.mark.parametrize(
+    ("schema", "good", "bad"),
+    [
+        ({"type": "string", "format": "date-time"}, '"2024-02-29T13:05:00Z"', '"2024-13-01T00:00:00Z"'),
+        ({"type": "string", "format": "date"}, '"2024-02-29"', '"24-02-29"'),
+        ({"type": "string", "format": "email"}, '"ana.b@example.org"', '"ana@"'),
+        ({"type": "string", "format": "ipv4"}, '"192.168.0.255"', '"256.1.1.1"'),
+        ({"type": "string", "format": "uuid"}, '"123e4567-e89b-12d3-a456-426614174000"', '"123e4567"'),
+        ({"type": "string", "format": "duration"}, '"P3DT4H"', '"P"'),
+        ({"type": "string", "format": "hostname"}, '"api.example.com"', '"-bad.com"'),
+        ({"type": "string", "pattern": "^[a-z]+\\d{2}$"}, '"ab12"', '"ab1"'),
+        ({"type": "string", "pattern": "abc"}, '"xxabcx"', '"xxabx"'),
+        ({"type": "string", "minLength": 2, "maxLength": 3}, '"abc"', '"abcd"'),
+        ({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2}, "[1, 2]", "[]"),
+        ({"type": "array", "prefixItems": [{"type": "integer"}, {"const": "x"}], "items": False}, '[1, "x"]', "[1]"),
+        ({"enum": [1, "a", None, {"b": [2]}]}, '{"b":[2]}', '"b"'),
+        ({"const": {"k": True}}, '{"k":true}', '{"k":false}'),
+        ({"type": "object", "additionalProperties": {"type": "integer"}}, '{"x": 1, "y": 2}', '{"x": "1"}'),
+        ({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False}, '{"a": 1}', '{"b": 1}'),
+        (
+            {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                       {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"]}]},
+            '{"a": 1, "b": "x"}',
+            '{"a": 1}',
+        ),
+        ({"oneOf": [{"type": "integer"}, {"type": "null"}]}, "null", '"1"'),
+        ({"type": ["string", "null"]}, '"x"', "1"),
+    ],
+)  # fmt: skip
+def test_keywords_are_enforced(schema: dict[str, Any], good: str, bad: str) -> None:
+    gbnf = schema_grammar(schema)
+    _parses_in_llama_cpp(gbnf)
+    assert _accepts(schema, good) and not _accepts(schema, bad)
+    jsonschema.validate(json.loads(good), schema)
+
+
+def test_refs_resolve_in_their_own_document_wherever_the_schema_is_placed() -> None:
+    params = {
+        "$defs": {
+            "p": {"type": "object", "properties": {"x": {"type": "integer", "minimum": 1}}, "required": ["x"]}
+        },
+        "type": "object",
+        "properties": {"p": {"$ref": "#/$defs/p"}},
+        "required": ["p"],
+    }
+    tools = [ToolSpec("a", "", params), ToolSpec("b", "", {"type": "object", "properties": {}})]
+    gbnf = grammar.hermes_calls_grammar(tools, parallel=True)
+    _parses_in_llama_cpp(gbnf)
+    call = '<tool_call>\n{"name": "a", "arguments": {"p": {"x": 3}}}\n</tool_call>'
+    pattern = to_regex(gbnf, "call")
+    assert pattern.fullmatch(call) and not pattern.fullmatch(call.replace("3", "0"))
+    _parses_in_llama_cpp(grammar.qwen3_coder_calls_grammar(tools, parallel=False))
+    _parses_in_llama_cpp(grammar.json_grammar(params))
+
+
+def test_recursive_schemas_become_recursive_rules() -> None:
+    tree = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "v": {"type": "integer"},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+                },
+                "required": ["v"],
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
+    gbnf = schema_grammar(tree)
+    _parses_in_llama_cpp(gbnf)
+    assert "ref-defs-node ::=" in gbnf and "ref-defs-node" in gbnf.split("ref-defs-node ::=")[1]
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword", "path"),
+    [
+        ({"type": "string", "maxLength": 10**9}, "maxLength", "#"),
+        ({"type": "object", "properties": {"s": {"type": "string", "pattern": "^a{1000000000}$"}}}, "pattern", "#/properties/s"),
+        ({"type": "string", "maxLength": 200_000}, "maxLength", "#"),
+        ({"type": "array", "items": {"type": "array", "minItems": 5000}}, "minItems", "#/items"),
+        ({"$ref": "https://example.com/schema.json"}, "$ref", "#"),
+        ({"type": "string", "pattern": "^(?=a)b$"}, "pattern", "#"),
+        ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems", "#"),
+        ({"not": {"type": "string"}}, "not", "#"),
+        ({"type": "integer", "multipleOf": 3, "minimum": 0}, "multipleOf", "#"),
+        ({"type": "object", "properties": {}, "required": ["x"]}, "required", "#"),
+    ],
+)  # fmt: skip
+def test_what_cannot_be_enforced_is_refused_by_keyword_and_path(
+    schema: dict[str, Any], keyword: str, path: str
+) -> None:
+    with pytest.raises(SchemaRefused) as info:
+        schema_grammar(schema)
+    assert (info.value.keyword, info.value.path) == (keyword, path)
+    assert keyword in str(info.value) and path in str(info.value)
+
+
+def test_hostile_sizes_are_refused_before_anything_big_is_built() -> None:
+    """Issue 27 item 1: 300k bounded-integer properties, 200 levels of nesting, many small repetitions."""
+    many = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "integer", "minimum": 0, "maximum": 9} for i in range(6000)},
+    }
+    with pytest.raises(SchemaRefused, match="rules"):
+        schema_grammar(many)
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(200):
+        deep = {"type": "array", "items": deep}
+    with pytest.raises(SchemaRefused, match="nest"):
+        schema_grammar(deep)
+    wide = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "string", "maxLength": 4000} for i in range(40)},
+    }
+    with pytest.raises(SchemaRefused, match="grammar elements"):
+        schema_grammar(wide)
+
+
+def _nested_min_items(levels: int, count: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "minLength": count}
+    for _ in range(levels):
+        schema = {"type": "array", "minItems": count, "items": schema}
+    return {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+
+
+@pytest.mark.parametrize(("levels", "count"), [(5, 30), (4, 1000)])
+def test_a_forced_call_too_long_to_fit_is_measured_not_written(levels: int, count: int) -> None:
+    """Issue 27 item 1: the 402-byte tools schema (5 levels of minItems 30, tool_choice required) built a 50 MB
+    string in 3.2 s; minItems 1000 at 4 levels never finished. Now the shortest call's length is computed and
+    the call refused by it; the grammar itself stays small (repetitions are counted, not written out)."""
+    params = _nested_min_items(levels, count)
+    assert len(json.dumps({"type": "function", "function": {"name": "f", "parameters": params}})) < 500
+    request = GenerationRequest(prompt="x", tools=(ToolSpec("f", "", params),), tool_choice="required")
+    with pytest.raises(RequestRefused, match="at least"):
+        toolcalls.shortest_call(toolcalls.forced_tools(request), "hermes")
+    if levels == 5:
+        assert len(grammar.hermes_calls_grammar(request.tools, parallel=False)) < 2000
+
+
+def test_the_shortest_call_follows_refs_and_bounds() -> None:
+    params = {
+        "$defs": {"r": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 5}}, "required": ["n"]}},
+        "type": "object",
+        "properties": {"r": {"$ref": "#/$defs/r"}, "tags": {"type": "array", "minItems": 2, "items": {"enum": ["ab", "c"]}}},
+        "required": ["r", "tags"],
+    }  # fmt: skip
+    text = toolcalls.shortest_call([ToolSpec("t", "", params)], "hermes")
+    body = json.loads(text.removeprefix("<tool_call>\n").removesuffix("\n</tool_call>"))
+    assert body["arguments"] == {"r": {"n": 5}, "tags": ["c", "c"]}
+    jsonschema.validate(body["arguments"], params)
+
+
+def test_llama_server_gets_a_grammar_only_for_what_its_converter_leaves_unchecked() -> None:
+    bounded = {"type": "object", "properties": {"t": {"type": "number", "exclusiveMinimum": 0, "maximum": 2}}}
+    assert unenforced_upstream(bounded) == "exclusiveMinimum"
+    assert "grammar" in schema_fields(bounded) and "json_schema" not in schema_fields(bounded)
+    assert "grammar" in agent_payload(GenerationRequest(prompt="x", json_schema=bounded))
+    wide = {"type": "object", "properties": {"port": {"type": "integer", "minimum": 1024, "maximum": 65535}}}
+    huge = {"type": "string", "maxLength": 10**6}
+    for plain in (wide, huge, {"$ref": "#/$defs/x", "$defs": {"x": {"type": "integer", "minimum": 1}}}):
+        assert schema_fields(plain) == {"json_schema": plain}, "llama-server converts it itself, unlimited"
+
+
+def test_ignored_annotations_change_nothing() -> None:
+    plain = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    annotated = {
+        "title": "T", "description": "d", "examples": [{"a": 1}], "default": {"a": 0},
+        "type": "object", "properties": {"a": {"type": "integer", "title": "A", "description": "x", "default": 3}},
+        "required": ["a"],
+    }  # fmt: skip
+    assert schema_grammar(plain) == schema_grammar(annotated)
+    assert re.search(r"root ::= ", schema_grammar(plain))
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_real_schema_shapes_are_enforced(name: str) -> None:
+    """pydantic v2 models and coding agents' tool definitions: the grammar builds, llama.cpp parses it, it
+    accepts every valid instance and refuses every invalid one (jsonschema agrees on each)."""
+    schema, good, bad = CORPUS[name]
+    gbnf = schema_grammar(schema)
+    _parses_in_llama_cpp(gbnf)
+    _parses_in_llama_cpp(grammar.hermes_calls_grammar([ToolSpec(name, "", schema)], parallel=True))
+    for instance in good:
+        jsonschema.validate(instance, schema)
+    for instance in bad:
+        assert not jsonschema.Draft202012Validator(schema).is_valid(instance), instance
+    if name == "tree":
+        return  # recursive: no regex; the model tests check its replies
+    pattern = to_regex(gbnf)
+    for instance in good:
+        for text in (json.dumps(instance), json.dumps(instance, indent=1)):
+            assert pattern.fullmatch(text), text
+    for instance in bad:
+        assert not pattern.fullmatch(json.dumps(instance)), instance
+
+
+def test_a_reply_schema_on_llama_server_takes_the_route_that_enforces_it() -> None:
+    """llama-server's chat route writes the generation prompt into a schema's grammar (every ChatML model got
+    "Failed to initialize samplers"); the reply schema goes to /completion with the rendered prompt."""
+    from clover_local.engine.templates import TemplateChoice
+    from clover_local.engine.types import ChatMessage
+    from clover_local.llamacpp.server_tools import clover_enforces, completion_payload
+
+    request = GenerationRequest(messages=(ChatMessage("user", "hi"),), json_schema={"type": "object"})
+    assert clover_enforces(TemplateChoice("jinja", "gguf", "{{ messages }}"), request)
+    assert completion_payload(request, "p", None, ())["json_schema"] == {"type": "object"}
