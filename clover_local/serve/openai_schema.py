@@ -14,6 +14,7 @@ from typing import Any
 from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, Role
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, json_object
+from clover_local.serve.request_guard import check_stops
 
 _ROLES: dict[str, Role] = {
     "system": "system",
@@ -129,6 +130,7 @@ def _common(body: dict[str, Any], known_models: tuple[str, ...], *, chat: bool) 
         stop = [stop]
     if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)):
         raise ApiError(400, "'stop' must be a string or a list of strings.", param="stop")
+    check_stops(stop or [], "stop")
     stream = _flag(body, "stream", False)
     options = body.get("stream_options") or {}
     include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
