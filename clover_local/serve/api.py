@@ -37,6 +37,7 @@ from clover_local.engine.types import (
     ToolCallMade,
 )
 from clover_local.errors import CloverError, RequestRefused
+from clover_local.netaddr import is_loopback_host
 from clover_local.serve import anthropic_api, responses_api
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import request_guard as guard
@@ -463,7 +464,7 @@ def create_app(engine: ChatEngine, config: ApiConfig) -> Starlette:
 
 
 def is_local_host(host: str) -> bool:
-    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+    return is_loopback_host(host)
 
 
 def bind_warning(host: str, api_key: str | None) -> str | None:

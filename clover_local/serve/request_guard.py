@@ -20,6 +20,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from clover_local.netaddr import is_loopback_host
 from clover_local.serve.api_errors import ApiError, error_body
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -82,19 +83,9 @@ def hosts_allowed(bind_host: str, extra: Iterable[str]) -> frozenset[str] | None
     when it listens beyond this machine (as Ollama; the API key is what guards it then) or ``extra`` holds
     ``*``; else ``extra``."""
     names = frozenset(h.strip().lower() for h in extra if h.strip())
-    if "*" in names or not is_loopback_bind(bind_host):
+    if "*" in names or not is_loopback_host(bind_host):
         return None
     return names
-
-
-def is_loopback_bind(host: str) -> bool:
-    """Whether listening on ``host`` reaches this machine only (``localhost``, 127.0.0.0/8, ``::1``)."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class OriginGuard:
