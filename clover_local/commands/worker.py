@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     endpoint = f"{host}:{args.port}"
     loopback = is_loopback_host(host)
     check_worker_host(host, args.trust_network)
-    if not loopback:
+    if host not in ("127.0.0.1", "localhost"):  # any other address, loopback or not, is a deliberate choice
         print(SECURITY_WARNING.format(endpoint=endpoint), file=sys.stderr)
         if host in ("0.0.0.0", ""):
             print(
