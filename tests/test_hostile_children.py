@@ -133,3 +133,17 @@ def test_a_worker_claiming_billions_of_devices_is_refused() -> None:
     finally:
         listener.close()
         thread.join(5)
+
+
+def test_the_worker_cli_refusal_is_a_message_not_a_traceback() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "clover_local", "worker", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "--trust-network" in done.stderr and "Traceback" not in done.stderr
