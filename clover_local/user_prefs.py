@@ -16,7 +16,7 @@ from typing import Any
 from clover_local import settings
 from clover_local.errors import CloverError, UsageError
 from clover_local.presets import Preset
-from clover_local.user_files import set_aside
+from clover_local.user_files import set_aside, write_atomically
 
 
 @dataclass(frozen=True)
@@ -138,10 +138,7 @@ def save_prefs(prefs: Prefs, path: Path | None = None) -> Path:
         "theme": prefs.theme,
     }
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-        tmp.replace(path)
+        write_atomically(path, json.dumps(data, indent=2).encode("utf-8"), private=True)
     except OSError as exc:
         raise CloverError(
             f"Could not save your settings to {path}: {exc.strerror or exc}.",

@@ -150,7 +150,9 @@ def main() -> int:
         if binary is not None and not args.in_process:
             baseline = start_llama_server(["-m", model], binary=binary, adapt=False)
             stack.callback(baseline.stop)
-            configs.append(Config("llama-server by hand (default flags)", baseline.url))
+            configs.append(
+                Config("llama-server by hand (default flags)", baseline.url, api_key=baseline.api_key)
+            )
         engines: list[tuple[str, EngineChoice, bool]] = [
             ("serve embedded, speculation on", EngineChoice("embedded", "bench"), True),
             ("serve embedded, speculation off", EngineChoice("embedded", "bench"), False),

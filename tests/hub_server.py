@@ -66,6 +66,12 @@ class FileKnobs:
     """``Retry-After`` seconds sent with the 429 (huggingface_hub waits this plus one second)."""
     corrupt: bool = False
     """Serve the file with one byte flipped (in the middle) while advertising the true sha256 and size."""
+    redirect_to: str | None = None
+    """Answer ``/resolve`` with a 302 to ``{redirect_to}/{sha256}?signature=...`` (with the Hub's
+    ``X-Linked-*`` headers), as the Hub sends LFS files to its CDN: a :class:`cdn_server.CdnServer` there
+    serves the bytes and records every request's headers."""
+    etag: str | None = None
+    """Send this ETag (and ``X-Linked-Etag``) instead of the file's hash: a hostile or broken endpoint."""
 
 
 @dataclass
@@ -459,12 +465,21 @@ class _HubHandler(BaseHTTPRequestHandler):
             self.send_header("Retry-After", str(knobs.retry_after))
             self._send_text_body(b"Too Many Requests", body)
             return
+        etag = knobs.etag or (f.sha256 if f.lfs else f.git_oid)
+        if knobs.redirect_to is not None:
+            self.send_response(302)
+            self.send_header("X-Repo-Commit", repo.commit)
+            self.send_header("X-Linked-Etag", f'"{etag}"')
+            self.send_header("X-Linked-Size", str(f.size))
+            self.send_header("Location", f"{knobs.redirect_to}/{f.sha256}?signature=fake")
+            self._send_text_body(b"Found", body)
+            return
         start, end = self._range(f.size, self.headers.get("Range"), repo.commit)
         self.send_response(206 if self.headers.get("Range") else 200)
         self.send_header("X-Repo-Commit", repo.commit)
-        self.send_header("ETag", f'"{f.sha256 if f.lfs else f.git_oid}"')
+        self.send_header("ETag", f'"{etag}"')
         if f.lfs:
-            self.send_header("X-Linked-Etag", f'"{f.sha256}"')
+            self.send_header("X-Linked-Etag", f'"{etag}"')
             self.send_header("X-Linked-Size", str(f.size))
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("Content-Type", "application/octet-stream")

@@ -87,7 +87,9 @@ def test_llama_server_reply_is_the_same_idle_and_busy(gemma_path: Path) -> None:
         """One request to a fresh server: llama-server's ngram-mod keeps its n-gram table across requests, so
         a second request to the same server drafts differently whatever the load."""
         with start_llama_server(argv, binary=binary, ready_timeout_s=600) as server:
-            data = http_client.request(server.url, "POST", "/completion", body, timeout_s=600).json()
+            data = http_client.request(
+                server.url, "POST", "/completion", body, api_key=server.api_key, timeout_s=600
+            ).json()
         return data["content"], int(data["timings"].get("draft_n", 0))
 
     idle = reply()

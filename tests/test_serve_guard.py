@@ -106,7 +106,8 @@ def test_a_chunked_body_over_the_limit_is_refused(server: BackgroundServer) -> N
     conn = http.client.HTTPConnection(server.host, server.port, timeout=120)
     chunks = (b"x" * (1 << 20) for _ in range(guard.MAX_BODY_BYTES // (1 << 20) + 2))
     with contextlib.suppress(OSError):
-        conn.request("POST", "/v1/chat/completions", body=chunks, headers=AUTH, encode_chunked=True)
+        headers = {**AUTH, "Content-Type": "application/json"}
+        conn.request("POST", "/v1/chat/completions", body=chunks, headers=headers, encode_chunked=True)
     response = conn.getresponse()
     assert response.status == 413
     conn.close()

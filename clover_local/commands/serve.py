@@ -4,10 +4,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from clover_local.errors import UsageError
+
+API_KEY_ENV = "CLOVER_API_KEY"
+ALLOWED_HOSTS_ENV = "CLOVER_ALLOWED_HOSTS"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,8 +31,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
     key = parser.add_mutually_exclusive_group()
-    key.add_argument("--api-key", metavar="KEY", help="refuse requests without this key (401)")
-    key.add_argument("--api-key-file", metavar="FILE", help="read the key from FILE (first non-comment line)")
+    key.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help="refuse requests without the key in FILE (first non-comment line; keep it chmod 600)."
+        f" Or set {API_KEY_ENV}",
+    )
+    key.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="the key on the command line (other users see it in `ps`: prefer the file)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="also answer requests whose Host is NAME (repeatable; * for any) when bound to loopback;"
+        f" other names get 403 (DNS rebinding). Also {ALLOWED_HOSTS_ENV} (comma-separated)",
+    )
     parser.add_argument(
         "--engine", choices=("auto", "embedded", "llama-server"), default="auto", help="default: auto"
     )
@@ -40,13 +62,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def read_api_key(args: argparse.Namespace) -> str | None:
-    """The key from --api-key or --api-key-file (first line that is not empty or a # comment)."""
+    """The key from --api-key, --api-key-file (first line that is not empty or a # comment) or, with
+    neither, ``CLOVER_API_KEY``."""
     if args.api_key is not None:
         if not args.api_key.strip():
             raise UsageError("--api-key is empty.", "Give a non-empty key, or leave the option out.")
+        print(
+            f"note: --api-key shows the key to every user of this machine (`ps`); prefer --api-key-file or {API_KEY_ENV}.",
+            file=sys.stderr,
+        )
         return str(args.api_key.strip())
     if args.api_key_file is None:
-        return None
+        from_env = os.environ.get(API_KEY_ENV, "").strip()
+        return from_env or None
     path = Path(args.api_key_file).expanduser()
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -64,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from clover_local.presets import load_preset
     from clover_local.runtime import require_model
     from clover_local.serve.api import ApiConfig, bind_warning
+    from clover_local.serve.request_guard import hosts_allowed
     from clover_local.serve.runner import serve_forever
 
     if not 0 < args.port < 65536:
@@ -87,7 +116,11 @@ def run(args: argparse.Namespace) -> int:
     for notice in (*opened.notices, *([measured] if measured else [])):
         print(f"note: {notice}", file=sys.stderr)
     plan = opened.plan
-    config = ApiConfig.for_model(preset.name, plan.model_path, api_key)
+    extra_hosts = [*args.allowed_host, *os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")]
+    config = replace(
+        ApiConfig.for_model(preset.name, plan.model_path, api_key),
+        allowed_hosts=hosts_allowed(args.host, extra_hosts),
+    )
     print(
         f"serving {config.model_id} on http://{args.host}:{args.port}/v1 "
         f"(context {opened.engine.n_ctx} tokens{', API key required' if api_key else ''}); Ctrl-C stops",

@@ -23,8 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description=(
             "Start llama.cpp's rpc-server so the main machine can place layers on this machine's devices "
             "(`clover-local serve --rpc HOST:PORT` there). RPC has no authentication or encryption: bind to the "
-            "address of a network you trust. Listens on 127.0.0.1 (this machine only) unless --host says "
-            "otherwise. Ctrl-C stops it."
+            "address of a network you trust. Listens on 127.0.0.1 (this machine only); another --host needs "
+            "--trust-network. Ctrl-C stops it."
         ),
     )
     parser.add_argument(
@@ -43,17 +43,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--cache", action="store_true", help="keep large weights in a local file cache (faster reloads)"
     )
+    parser.add_argument(
+        "--trust-network",
+        action="store_true",
+        help="allow a --host other than loopback: say so only for a network you trust (RPC has no authentication)",
+    )
     parser.add_argument("--verbose", action="store_true", help="print rpc-server's log")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover_local.llamacpp.rpc_server import lan_addresses, rpc_spec, start_worker
+    from clover_local.llamacpp.rpc_server import check_worker_host, lan_addresses, rpc_spec, start_worker
+    from clover_local.netaddr import is_loopback_host
 
     host = args.host.strip()
     endpoint = f"{host}:{args.port}"
-    loopback = host in ("127.0.0.1", "localhost")
-    if not loopback:
+    loopback = is_loopback_host(host)
+    check_worker_host(host, args.trust_network)
+    if host not in ("127.0.0.1", "localhost"):  # any other address, loopback or not, is a deliberate choice
         print(SECURITY_WARNING.format(endpoint=endpoint), file=sys.stderr)
         if host in ("0.0.0.0", ""):
             print(
@@ -63,7 +70,13 @@ def run(args: argparse.Namespace) -> int:
             )
     on_log = (lambda line: print(f"[rpc-server] {line}", file=sys.stderr)) if args.verbose else None
     worker = start_worker(
-        host, args.port, devices=args.device, threads=args.threads, cache=args.cache, on_log=on_log
+        host,
+        args.port,
+        devices=args.device,
+        threads=args.threads,
+        cache=args.cache,
+        on_log=on_log,
+        trust_network=args.trust_network,
     )
     try:
         for d in worker.devices:

@@ -230,9 +230,35 @@ def _shortest_value(schema: Any, tool: ToolSpec, *, root: Any) -> Any:
 
 # --- parsing ----------------------------------------------------------------------------------------------------
 
-_HERMES_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-_FUNCTION_RE = re.compile(r"<function=([^>\n]+)>(.*?)(?:</function>|$)", re.DOTALL)
-_PARAM_RE = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?(?:</parameter>|(?=<parameter=)|$)", re.DOTALL)
+# Model output is scanned with str.find, never a backtracking regex: a reply of spaces or of unclosed tags must
+# cost time linear in its length (8,000 spaces took 0.8 s through `<tool_call>\s*(.*?)\s*`).
+_TAG_NAME_RE = re.compile(r"([^>\n]{1,256})>")
+"""A ``<function=NAME>`` or ``<parameter=NAME>`` name: bounded, so scanning many unclosed openers stays linear."""
+
+
+def _sections(text: str, start: str, ends: tuple[str, ...]) -> Iterator[tuple[int, int]]:
+    """(body start, body end) of each ``start ... end`` section, the last one may run to the end of ``text``;
+    an end in ``ends`` that is itself ``start`` begins the next section. Each string is searched for once per
+    occurrence (the next place of each end is remembered), so the scan is linear however hostile the text."""
+    next_at = dict.fromkeys(ends, -1)
+    pos = 0
+    while (i := text.find(start, pos)) >= 0:
+        body = i + len(start)
+        for e in ends:
+            if 0 <= next_at[e] < body or next_at[e] == -1:
+                next_at[e] = text.find(e, body)
+                if next_at[e] < 0:
+                    next_at[e] = len(text) + 1  # never again
+        j, e = min((at, e) for e, at in next_at.items())
+        if j > len(text):
+            yield body, len(text)
+            return
+        yield body, j
+        pos = j if e == start else j + len(e)
+
+
+def _hermes_blocks(text: str) -> list[str]:
+    return [text[a:b].strip() for a, b in _sections(text, "<tool_call>", ("</tool_call>",))]
 
 
 @dataclass(frozen=True)
@@ -254,7 +280,7 @@ def parse_reply(text: str, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> Parsed
 
 def parse_calls(text: str, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> tuple[ToolCall, ...]:
     calls: list[ToolCall] = []
-    for block in _HERMES_RE.findall(text):
+    for block in _hermes_blocks(text):
         call = _parse_block(block, fmt, tools)
         if call is not None:
             calls.append(call)
@@ -276,15 +302,26 @@ def _parse_block(block: str, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> Tool
 
 
 def _parse_xml(block: str, tools: Sequence[ToolSpec]) -> ToolCall | None:
-    match = _FUNCTION_RE.search(block)
-    if match is None:
+    found = _named_sections(block, "<function=", ("</function>",))
+    if not found:
         return None
-    name = match.group(1).strip()
+    name, body = found[0]
     props = _properties(tools, name)
     args: dict[str, Any] = {}
-    for pname, raw in _PARAM_RE.findall(match.group(2)):
-        args[pname.strip()] = _xml_value(raw, props.get(pname.strip()))
+    for pname, raw in _named_sections(body, "<parameter=", ("</parameter>", "<parameter=")):
+        raw = raw.removeprefix("\n").removesuffix("\n")
+        args[pname] = _xml_value(raw, props.get(pname))
     return ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))
+
+
+def _named_sections(text: str, start: str, ends: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(name, body) of each ``<tag=NAME>body`` section (see :func:`_sections`); one without a name is skipped."""
+    out = []
+    for a, b in _sections(text, start, ends):
+        m = _TAG_NAME_RE.match(text, a, b)
+        if m is not None and m.group(1).strip():
+            out.append((m.group(1).strip(), text[m.end() : b]))
+    return out
 
 
 def _properties(tools: Sequence[ToolSpec], name: str) -> dict[str, Any]:

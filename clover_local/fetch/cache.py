@@ -20,9 +20,13 @@ import uuid
 from pathlib import Path
 
 from clover_local import settings
+from clover_local.errors import DownloadError
+from clover_local.user_files import current_umask
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_ETAG_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+"""A blob name: a git blob id (sha1) or an LFS sha256; anything else from an endpoint is refused."""
 # huggingface_hub 2.x writes `<etag>.<8 hex>.incomplete`, unique per process; we adopt or remove those.
 _HF_TMP_RE = re.compile(r"^(?P<etag>[^.]+)\.[0-9a-f]{8}\.incomplete$")
 # huggingface_hub (and earlier clover-local versions) touch `tmp_<uuid4>` beside the blobs to read permissions.
@@ -34,22 +38,49 @@ def repo_folder(repo: str) -> Path:
     return settings.hf_cache_dir() / ("models--" + repo.replace("/", "--"))
 
 
+def check_etag(etag: str) -> str:
+    """``etag`` when it can name a blob (40 or 64 lowercase hex digits); else :class:`DownloadError`.
+
+    An ETag or a listing comes from whatever ``HF_ENDPOINT`` points at: it becomes a path part only once
+    it is known to be a hash, so a hostile endpoint cannot make clover-local write outside the cache."""
+    if not _ETAG_RE.match(etag):
+        raise DownloadError(
+            f"The Hub endpoint answered with a file id that is not a hash ({etag[:80]!r}); refusing to use it.",
+            "Check HF_ENDPOINT points at the Hugging Face Hub or a faithful mirror.",
+        )
+    return etag
+
+
+def check_commit(commit: str) -> str:
+    """``commit`` when it is a 40-hex commit hash; else :class:`DownloadError` (see :func:`check_etag`)."""
+    if not is_commit_hash(commit):
+        raise DownloadError(
+            f"The Hub endpoint named a commit that is not a commit hash ({commit[:80]!r}); refusing to use it.",
+            "Check HF_ENDPOINT points at the Hugging Face Hub or a faithful mirror.",
+        )
+    return commit
+
+
 def blob_path(repo: str, etag: str) -> Path:
+    """``blobs/<etag>`` (``<etag>.corrupt`` names the moved-aside copy of one)."""
+    check_etag(etag.removesuffix(CORRUPT_SUFFIX))
     return repo_folder(repo) / "blobs" / etag
 
 
 def partial_path(repo: str, etag: str) -> Path:
     """Where clover-local keeps a resumable partial download of one blob."""
-    return repo_folder(repo) / "blobs" / f"{etag}.incomplete"
+    return repo_folder(repo) / "blobs" / f"{check_etag(etag)}.incomplete"
 
 
 def lock_path(repo: str, etag: str) -> Path:
     """The lock huggingface_hub takes around writing this blob; sharing it keeps both tools apart."""
-    return settings.hf_cache_dir() / ".locks" / ("models--" + repo.replace("/", "--")) / f"{etag}.lock"
+    folder = settings.hf_cache_dir() / ".locks" / ("models--" + repo.replace("/", "--"))
+    return folder / f"{check_etag(etag)}.lock"
 
 
 def pointer_path(repo: str, commit: str, filename: str) -> Path:
     snapshots = repo_folder(repo) / "snapshots"
+    check_commit(commit)
     path = snapshots / commit / Path(*filename.split("/"))
     if snapshots not in path.parents or ".." in filename.split("/"):
         raise ValueError(f"unsafe file name {filename!r}")
@@ -70,16 +101,21 @@ def read_ref(repo: str, revision: str) -> str | None:
         return revision
     ref = repo_folder(repo) / "refs" / revision
     try:
-        return ref.read_text().strip() or None
+        commit = ref.read_text().strip()
     except OSError:
         return None
+    return commit if is_commit_hash(commit) else None
 
 
 def write_ref(repo: str, revision: str, commit: str) -> None:
     """Remember which commit ``revision`` pointed to (atomically, like huggingface_hub)."""
     if revision == commit:
         return
-    ref = repo_folder(repo) / "refs" / revision
+    check_commit(commit)
+    refs = repo_folder(repo) / "refs"
+    ref = refs / revision
+    if refs not in ref.parents or ".." in revision.split("/"):
+        raise DownloadError(f"{revision!r} cannot be a revision name.", "Name a branch, tag or commit.")
     ref.parent.mkdir(parents=True, exist_ok=True)
     if ref.exists() and ref.read_text() == commit:
         return
@@ -106,23 +142,11 @@ def move_into_place(partial: Path, blob: Path) -> None:
     """Give the finished file the permissions a new file gets (huggingface_hub makes blobs
     readable as a new file would be, not 0600), then rename it: one atomic step, nothing else
     written, so a kill at any point leaves either the partial or the blob."""
-    umask = _current_umask()
+    umask = current_umask()
     if umask is not None:
         with contextlib.suppress(OSError):
             os.chmod(partial, 0o666 & ~umask)
     os.replace(partial, blob)
-
-
-def _current_umask() -> int | None:
-    """The process's umask, read without changing it (``os.umask`` sets it, racing other
-    threads); None where the OS does not say (the partial then keeps the mode it was created with)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def adopt_orphaned_partials(repo: str, etag: str) -> int:

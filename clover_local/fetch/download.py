@@ -392,6 +392,14 @@ def _locate(resolved: ResolvedFiles, index: int) -> hub.FileLocation:
             f"The Hub lists {expected.path} as {expected.size} bytes but serves {location.size}.",
             "The repo may be changing right now; try again in a few minutes.",
         )
+    # The ETag names the blob on disk: it must be the hash the listing gave (the LFS sha256, or for a small
+    # file one of the commit's git blob ids, which the transfer then checks against the bytes).
+    listed = location.etag == expected.sha256 if expected.sha256 else location.etag in resolved.repo_etags
+    if not listed:
+        raise DownloadError(
+            f"The Hub's ETag for {expected.path} ({location.etag}) is not the hash its listing gives.",
+            "The repo may be changing right now; try again in a few minutes. If it persists, check HF_ENDPOINT.",
+        )
     return location
 
 

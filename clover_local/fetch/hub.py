@@ -30,6 +30,7 @@ from huggingface_hub.file_download import get_hf_file_metadata
 from huggingface_hub.utils import build_hf_headers
 
 from clover_local.errors import DownloadError, HubUnreachableError
+from clover_local.fetch import cache
 
 T = TypeVar("T")
 
@@ -109,6 +110,7 @@ def list_repo(
         )
         if not info.sha:
             raise DownloadError(f"The Hub did not say which commit {repo}@{revision} is.")
+        cache.check_commit(info.sha)
         return RepoListing(repo=repo, commit=info.sha, entries=entries)
 
     return with_hub_errors(call, repo=repo, what=f"list {repo}", retries=retries)
@@ -130,21 +132,35 @@ def locate_file(repo: str, commit: str, filename: str) -> FileLocation:
                 f"The Hub's answer for {repo}/{filename} lacks an ETag or size.",
                 "Check HF_ENDPOINT points at a Hugging Face Hub (or a faithful mirror).",
             )
-        get_headers = dict(headers)
-        get_headers["Accept-Encoding"] = "identity"
         location = meta.location or url
-        if urlparse(location).netloc != urlparse(url).netloc:
-            get_headers.pop("authorization", None)  # signed CDN URL: never send the token elsewhere
+        get_headers = headers_for(location)
+        get_headers["Accept-Encoding"] = "identity"
         return FileLocation(
             url=location,
-            etag=meta.etag,
+            etag=cache.check_etag(meta.etag),
             size=meta.size,
-            commit=meta.commit_hash or commit,
+            commit=cache.check_commit(meta.commit_hash or commit),
             headers=get_headers,
             xet=meta.xet_file_data is not None,
         )
 
     return with_hub_errors(call, repo=repo, what=f"locate {filename} in {repo}")
+
+
+def headers_for(url: str, token: str | bool | None = None) -> dict[str, str]:
+    """huggingface_hub's request headers for ``url``, with the token only when ``url`` is on the endpoint
+    itself: a redirect target (a CDN's signed URL, wherever a mirror points) never gets ``Authorization``.
+
+    The one place that decides where the token goes, for downloads and header reads alike."""
+    headers = build_hf_headers(token=token)
+    if _origin(url) != _origin(endpoint()):
+        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+    return headers
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlparse(url)
+    return parts.scheme.lower(), parts.netloc.lower()
 
 
 def with_hub_errors(

@@ -16,11 +16,13 @@ from typing import TypeVar
 
 from clover_local import settings
 from clover_local.errors import DownloadError, GGUFError, HubUnreachableError
-from clover_local.fetch.hub import RATE_LIMIT_RETRIES, with_hub_errors
+from clover_local.fetch.cache import check_etag
+from clover_local.fetch.hub import RATE_LIMIT_RETRIES, headers_for, with_hub_errors
 from clover_local.gguf.describe import describe
 from clover_local.gguf.header import check_shards, parse_growing, shard_names
 from clover_local.gguf.model import ModelDescription
 from clover_local.gguf.parse import NeedMoreBytes, RawHeader, parse_architecture, parse_header
+from clover_local.user_files import write_atomically
 
 __all__ = ["cached_header_files", "read_remote_architecture", "read_remote_header"]
 
@@ -204,7 +206,7 @@ def _file_metadata(
     )
     if meta.size is None or not meta.etag:
         raise DownloadError(f"The Hub did not say the size and ETag of {where}.", "Try again later.")
-    return url, _FileMeta(meta.size, meta.etag, meta.location)
+    return url, _FileMeta(meta.size, check_etag(meta.etag.strip('"')), meta.location)
 
 
 def _cache_path(repo_id: str, etag: str) -> Path:
@@ -239,19 +241,16 @@ def _cached_from_ref(repo_id: str, ref: Path) -> tuple[RawHeader, int] | None:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    write_atomically(path, data)  # a temporary name of its own: two processes reading headers never collide
 
 
 def _get_range(url: str, start: int, end: int, token: str | bool | None, timeout_s: float | None) -> bytes:
     """Bytes ``[start, end)`` of a Hub file; reads no further even if the server ignores the Range header.
 
     ``timeout_s`` bounds each wait for the server (connect, each read); None waits as long as it takes."""
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+    from huggingface_hub.utils import get_session, hf_raise_for_status
 
-    headers = build_hf_headers(token=token)
+    headers = headers_for(url, token)  # no token for a CDN or any host but the endpoint
     headers["Range"] = f"bytes={start}-{end - 1}"
     headers["Accept-Encoding"] = "identity"
     out = bytearray()

@@ -86,10 +86,16 @@ def fetch_blob(
         tracker.start("verifying", index)
         digest = hasher.hexdigest()
         tracker.advance(location.size)
-        if sha256 and digest != sha256:
+        # A file without an LFS sha256 (a small git file) is named by its git blob id: check that instead,
+        # so no file is ever accepted unverified.
+        expected = sha256 or location.etag
+        if not sha256:
+            digest = git_blob_oid(partial)
+        if digest != expected:
             moved = cache.quarantine_blob(repo, location.etag, partial)
+            kind = "sha256" if sha256 else "git blob id"
             raise VerificationError(
-                f"{filename} arrived corrupt: its sha256 is {digest}, the Hub says {sha256}. "
+                f"{filename} arrived corrupt: its {kind} is {digest}, the Hub says {expected}. "
                 f"The bad copy was moved aside to {moved}.",
                 "Run the same command again to fetch it fresh (then delete the .corrupt file). If it fails"
                 " again, a proxy or the disk is damaging data.",
@@ -104,6 +110,13 @@ def hash_file(
     """sha256 of a file, reporting bytes read to ``tracker``."""
     hasher = hashlib.sha256()
     _hash_into(path, hasher, tracker, cancel, limit=None)
+    return hasher.hexdigest()
+
+
+def git_blob_oid(path: Path) -> str:
+    """The git blob id (sha1 of ``blob <size>\\0`` and the bytes): what the Hub names a non-LFS file by."""
+    hasher = hashlib.sha1(f"blob {path.stat().st_size}\0".encode(), usedforsecurity=False)
+    _hash_into(path, hasher, None, None, limit=None)
     return hasher.hexdigest()
 
 

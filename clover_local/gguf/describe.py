@@ -7,6 +7,7 @@ full-attention layer every 4th layer for Qwen3.5 MoE, a global layer every 6th f
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gguf
@@ -19,6 +20,10 @@ from clover_local.presets import Architecture
 # llama.cpp's defaults when the GGUF does not say (src/models/<arch>.cpp at the vendored commit).
 _FULL_ATTENTION_INTERVAL_DEFAULT = {"qwen35moe": 4, "qwen35": 4, "qwen3next": 4}
 _SWA_PATTERN_DEFAULT = {"gemma3": 6, "gemma2": 2, "gemma3n": 5}
+MAX_LAYERS = 512
+"""llama.cpp's LLAMA_MAX_LAYERS: a header saying more is damaged (and would feed per-layer lists)."""
+MAX_COUNT_VALUE = 1 << 40
+"""Largest count or size an integer key may hold (a trillion: far past any model's)."""
 _RECURRENT_STATE_DTYPE_BYTES = 4
 """llama.cpp keeps recurrent state (conv and SSM/delta-net state) in F32."""
 
@@ -36,6 +41,11 @@ def describe(headers: list[RawHeader], file_bytes: int, source: str) -> ModelDes
     # llama.cpp: n_layer() = block_count - nextn_predict_layers; MTP blocks come after the trunk.
     n_nextn = keys.integer("nextn_predict_layers", 0)
     n_layers = keys.integer("block_count") - n_nextn
+    if not 0 < n_layers <= MAX_LAYERS:
+        raise GGUFError(
+            f"{source}: {arch}.block_count says {n_layers + n_nextn} layers; llama.cpp loads 1 to {MAX_LAYERS}.",
+            "The file is damaged or not a model llama.cpp can run.",
+        )
     n_embd = keys.integer("embedding_length")
     n_head = keys.integer("attention.head_count", 0)
     head_dim = keys.integer("attention.key_length", n_embd // n_head if n_head else 0)
@@ -128,15 +138,25 @@ class _ArchKeys:
             return default
         if isinstance(value, list):
             value = max(value, default=0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise GGUFError(f"{self.source}: {self.arch}.{key} is {value!r}, not a number.")
-        return int(value)
+        return self._count(key, value)
 
     def per_layer(self, key: str, n_layers: int) -> list[int] | None:
         value = self.raw(key)
         if isinstance(value, list) and len(value) >= n_layers:
-            return [int(v) for v in value[:n_layers]]
+            return [self._count(key, v) for v in value[:n_layers]]
         return None
+
+    def _count(self, key: str, value: Any) -> int:
+        """``value`` as a count or size: a whole number from 0 to :data:`MAX_COUNT_VALUE` (a hostile or broken
+        header may hold inf, NaN, -1 or 10**30 where a count belongs), else :class:`GGUFError` naming the key."""
+        name = f"{self.arch}.{key}"
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise GGUFError(f"{self.source}: {name} is {str(value)[:80]!r}, not a number.")
+        if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+            raise GGUFError(f"{self.source}: {name} is {value!r}, not a whole number.")
+        if not 0 <= value <= MAX_COUNT_VALUE:
+            raise GGUFError(f"{self.source}: {name} is {int(value)}, out of range for a count (0 to 2^40).")
+        return int(value)
 
 
 def _full_attention_interval(keys: _ArchKeys, arch: str) -> int | None:

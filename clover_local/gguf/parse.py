@@ -26,6 +26,9 @@ SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 _MAX_COUNT = 1 << 31
 """Sanity limit on counts and lengths: anything larger means a corrupt or foreign file."""
+MAX_LISTED = 1 << 22
+"""Longest number array turned into a Python list (a vocabulary's scores are ~260K); a longer one stays a
+compact numpy array (a list of 300M small ints would take GBs), which no key a plan reads needs."""
 
 _SCALARS: dict[gguf.GGUFValueType, str] = {
     gguf.GGUFValueType.UINT8: "<B",
@@ -162,12 +165,16 @@ class _Cursor:
         if kind in _SCALARS:
             dtype = np.dtype(_SCALARS[kind])
             self.need(n * dtype.itemsize)
-            values: list[Any] = np.frombuffer(self.buf, dtype=dtype, count=n, offset=self.pos).tolist()
+            array = np.frombuffer(self.buf, dtype=dtype, count=n, offset=self.pos)
             self.pos += n * dtype.itemsize
-            return values
+            return array.tolist() if n <= MAX_LISTED else array.copy()  # type: ignore[return-value]
         if kind == gguf.GGUFValueType.STRING:
             return self.strings(n)
-        return [self.value(item_type) for _ in range(n)]
+        # An array of arrays: llama.cpp's gguf reader refuses them too, and following them would recurse
+        # as deep as a hostile file nests.
+        raise GGUFError(
+            "The GGUF header is corrupt: it holds an array of arrays, which GGUF files never hold."
+        )
 
     def strings(self, n: int) -> StringArray:
         """``n`` strings, stepped over (lengths checked, bytes not decoded)."""
@@ -203,7 +210,9 @@ def parse_header(buf: bytes | bytearray | memoryview) -> RawHeader:
         kv[key] = cur.value(cur.scalar("<I"))
     tensors = [_tensor_info(cur) for _ in range(n_tensors)]
     header_bytes = cur.pos
-    alignment = int(kv.get("general.alignment", DEFAULT_ALIGNMENT)) or DEFAULT_ALIGNMENT
+    alignment = kv.get("general.alignment", DEFAULT_ALIGNMENT)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or not 0 < alignment <= 1 << 20:
+        raise GGUFError(f"The GGUF header is corrupt: general.alignment is {alignment!r}.")
     data_offset = -(-header_bytes // alignment) * alignment
     return RawHeader(version, kv, tuple(tensors), header_bytes, data_offset)
 

@@ -22,6 +22,10 @@ from typing import Any
 from clover_local.errors import ServerError
 
 _PR_SET_PDEATHSIG = 1
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "CLOVER_API_KEY")
+"""Variables no child inherits: clover-local downloads models itself and checks its own API key, so
+llama-server and rpc-server never need them, and a child's environment is readable wherever the child is
+(``/proc/<pid>/environ`` to its user, core dumps, crash reports)."""
 
 _libc: Any = None
 if sys.platform.startswith("linux"):
@@ -68,11 +72,12 @@ def _spawner_loop() -> None:
 
 
 def spawn_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """Popen from a thread that lives as long as the process.
+    """Popen from a thread that lives as long as the process, with ``env`` less :data:`SECRET_ENV`.
 
     ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child exits, so a child started from a
     short-lived worker thread (the TUI loads engines in workers) would be killed when that worker ends."""
     global _spawner
+    env = {k: v for k, v in env.items() if k not in SECRET_ENV}
     if threading.current_thread() is threading.main_thread() or _libc is None:
         return _wrap_spawn_error(cmd, env)
     with _spawner_lock:

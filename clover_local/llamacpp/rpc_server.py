@@ -23,8 +23,9 @@ from pathlib import Path
 
 from clover_local import settings
 from clover_local.detect.remote import DEFAULT_PORT
-from clover_local.errors import CloverError, ServerError
+from clover_local.errors import CloverError, ServerError, UsageError
 from clover_local.llamacpp.children import signal_group, spawn_child
+from clover_local.netaddr import is_loopback_host
 from clover_local.rpc.protocol import RpcError, WorkerReport, probe_worker
 
 BINARY_NAMES = ("rpc-server", "ggml-rpc-server")
@@ -220,6 +221,19 @@ class WorkerProcess:
         self.stop()
 
 
+def check_worker_host(host: str, trust_network: bool) -> None:
+    """UsageError for a worker address that reaches the network (``0.0.0.0``, a LAN address) without
+    ``trust_network``: the refusal that used to be a warning."""
+    if trust_network or is_loopback_host(host):
+        return
+    raise UsageError(
+        f"Refusing to listen on {host or '0.0.0.0'}: llama.cpp's RPC has no authentication or encryption, and"
+        " its server has had memory-corruption bugs that anyone who can connect can reach.",
+        "On a network you trust (and ideally behind a firewall that lets in only the main machine), add"
+        " --trust-network; else keep the default 127.0.0.1.",
+    )
+
+
 def start_worker(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
@@ -230,8 +244,13 @@ def start_worker(
     binary: Path | None = None,
     on_log: Callable[[str], None] | None = None,
     ready_timeout_s: float = 60.0,
+    trust_network: bool = False,
 ) -> WorkerProcess:
-    """Start ``rpc-server`` on ``host:port`` and return once it answers the RPC handshake."""
+    """Start ``rpc-server`` on ``host:port`` and return once it answers the RPC handshake.
+
+    ``host`` must be a loopback address unless ``trust_network``: ggml's RPC has no authentication and has
+    had memory-corruption bugs reachable by anyone who can connect."""
+    check_worker_host(host, trust_network)
     binary = binary or find_rpc_server()
     if binary is None:
         raise ServerError(

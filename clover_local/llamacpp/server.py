@@ -14,6 +14,7 @@ import atexit
 import collections
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -243,6 +244,10 @@ def start_llama_server(
         port = free_port(host if host not in ("0.0.0.0", "::") else "127.0.0.1")
     else:
         _check_port_free(host, port)
+    if api_key is None and api_key_file is None:
+        # A key of its own, by environment (never argv, which `ps` shows): clover-local's API may require a
+        # key, and the child's port must not be a way around it for other local users and processes.
+        api_key = secrets.token_urlsafe(32)
     full = with_endpoint(fitted, host=host, port=port, api_key_file=api_key_file)
     server = LlamaServerProcess(
         binary, full, host=host, port=port, api_key=api_key, warnings=warnings, on_log=on_log
@@ -250,10 +255,37 @@ def start_llama_server(
     server._spawn()
     try:
         server.wait_ready(ready_timeout_s)
+        check_listener(server, port)
     except BaseException:
         server.stop()
         raise
     return server
+
+
+def check_listener(server: LlamaServerProcess, port: int) -> None:
+    """ServerError unless the process listening on ``port`` is this child: another program that took the port
+    between choosing and binding it would otherwise answer /health and get every prompt (and our key)."""
+    import psutil
+
+    pid = server.pid
+    if pid is None:
+        raise ServerError("llama-server is not running.")
+    try:
+        listening = {
+            c.laddr.port
+            for c in psutil.Process(pid).net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN
+        }
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        return  # the OS does not say (some macOS setups): /health answered, as before
+    except psutil.NoSuchProcess:
+        raise ServerError("llama-server exited right after it was ready:\n" + server.log_tail()) from None
+    if port not in listening:
+        raise ServerError(
+            f"Port {port} answered as llama-server, but the llama-server started here does not listen on it:"
+            " another program holds the port.",
+            "Find it with `ss -ltnp` (or `lsof -i`), or choose another port.",
+        )
 
 
 def _check_port_free(host: str, port: int) -> None:

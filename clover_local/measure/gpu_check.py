@@ -117,7 +117,9 @@ def measure_llama_server(model: Path, plan: Plan, log: Log, n_predict: int = 128
             }
             rates = []
             for _ in range(2):
-                reply = http_client.request(server.url, "POST", "/completion", body, timeout_s=600).json()
+                reply = http_client.request(
+                    server.url, "POST", "/completion", body, api_key=server.api_key, timeout_s=600
+                ).json()
                 rates.append(float(reply["timings"]["predicted_per_second"]))
             time.sleep(0.3)
             peak = sampler.peak

@@ -41,6 +41,10 @@ LINK_SAMPLE_BYTES = 8 * 1024 * 1024
 """Bytes written to and read from the worker to measure bandwidth (a scratch buffer, freed at once)."""
 
 
+MAX_WORKER_DEVICES = 64
+"""Most devices one worker may report (ggml's RPC server lends the devices of one machine)."""
+
+
 class RpcError(CloverError):
     """A worker could not be reached or answered something unexpected."""
 
@@ -100,7 +104,15 @@ class RpcClient:
     # --- commands --------------------------------------------------------------------------------------
 
     def device_count(self) -> int:
+        """How many devices the worker lends; :class:`RpcError` past :data:`MAX_WORKER_DEVICES` (a hostile or
+        broken worker may say 2^32, and each device is then asked about in turn)."""
         (count,) = struct.unpack("<I", self._call(CMD_DEVICE_COUNT, b"", 4))
+        if count > MAX_WORKER_DEVICES:
+            raise RpcError(
+                f"The worker at {self.endpoint} says it has {count} devices; no rpc-server lends more than"
+                f" {MAX_WORKER_DEVICES}.",
+                "It is not a clover-local worker (or is broken): check the address and port.",
+            )
         return int(count)
 
     def device_memory(self, device: int) -> tuple[int, int]:

@@ -37,6 +37,7 @@ from clover_local.engine.types import (
     ToolCallMade,
 )
 from clover_local.errors import CloverError
+from clover_local.netaddr import is_loopback_host
 from clover_local.serve import anthropic_api, responses_api
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import request_guard as guard
@@ -87,6 +88,11 @@ class ApiConfig:
     aliases: tuple[str, ...] = ()
     api_key: str | None = None
     max_body_bytes: int = guard.MAX_BODY_BYTES
+    body_timeout_s: float = guard.BODY_TIMEOUT_S
+    allowed_hosts: frozenset[str] | None = frozenset()
+    """``Host`` names accepted besides loopback ones (:func:`request_guard.hosts_allowed`); None: any."""
+    max_request_s: float = 1800.0
+    """Longest one generation may run; then it is stopped and answered with what it made."""
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -148,9 +154,14 @@ class OpenAIServer:
         ]
         return Starlette(
             routes=routes,
-            middleware=[
-                Middleware(guard.BodySizeLimit, max_bytes=self.config.max_body_bytes),
+            middleware=[  # outermost first: nothing is buffered before the host, type and key are checked
+                Middleware(guard.OriginGuard, allowed=self.config.allowed_hosts),
                 Middleware(_ApiKeyMiddleware, api_key=self.config.api_key),
+                Middleware(
+                    guard.BodySizeLimit,
+                    max_bytes=self.config.max_body_bytes,
+                    timeout_s=self.config.body_timeout_s,
+                ),
             ],
             exception_handlers={HTTPException: _http_error},  # type: ignore[dict-item]
         )
@@ -259,9 +270,9 @@ class OpenAIServer:
             prompt_tokens = self.engine.count_tokens(req.prompt)
         else:
             messages = req.messages or ()
-            prompt_tokens = sum(
-                self.engine.count_tokens(m.content) + oa.CHAT_OVERHEAD_TOKENS_PER_MESSAGE for m in messages
-            )
+            # One count of all the text (one round trip on llama-server however many messages there are).
+            prompt_tokens = self.engine.count_tokens("\n".join(m.content for m in messages))
+            prompt_tokens += oa.CHAT_OVERHEAD_TOKENS_PER_MESSAGE * len(messages)
             prompt_tokens += agent.tool_prompt_tokens(req, self.engine.count_tokens)
         n_ctx = self.engine.n_ctx
         room = n_ctx - prompt_tokens
@@ -289,6 +300,8 @@ class OpenAIServer:
         so a cancelled generation never overlaps the next one."""
         await self._lock.acquire()
         mailbox = _Mailbox(asyncio.get_running_loop())
+        # The per-request time limit: a reply that runs too long is stopped like one whose client left.
+        deadline = mailbox.loop.call_later(self.config.max_request_s, cancel.set)
 
         def work() -> None:
             try:
@@ -314,6 +327,7 @@ class OpenAIServer:
                         raise item
                     yield item
         finally:
+            deadline.cancel()
             cancel.set()  # no-op when finished; stops the engine when the client went away
 
     async def _collect(
@@ -445,7 +459,7 @@ def create_app(engine: ChatEngine, config: ApiConfig) -> Starlette:
 
 
 def is_local_host(host: str) -> bool:
-    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+    return is_loopback_host(host)
 
 
 def bind_warning(host: str, api_key: str | None) -> str | None:

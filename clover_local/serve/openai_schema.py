@@ -15,6 +15,7 @@ from clover_local.engine.types import ChatMessage, GenerationRequest, Generation
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, json_object
 from clover_local.serve.request_fields import check_fields, sampling
+from clover_local.serve.request_guard import check_stops
 
 _ROLES: dict[str, Role] = {
     "system": "system",
@@ -145,6 +146,7 @@ def common_fields(
         stop = [stop]
     if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) for s in stop)):
         raise ApiError(400, f"'{stop_key}' must be a string or a list of strings.", param=stop_key)
+    check_stops(stop or [], stop_key)
     checked = sampling(body, names)
     options = body.get("stream_options") or {}
     include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False

@@ -1,5 +1,7 @@
-"""What every request must pass before a route reads it: a body size limit, JSON that decodes (not too
-deep, valid Unicode), and no field the server would otherwise silently ignore.
+"""What every request must pass before a route reads it: a Host the server answers to and a JSON content
+type (no web page can reach it through the person's browser), a body size limit and a body-read deadline
+(checked after the API key, so a keyless client holds no memory), JSON that decodes (not too deep, valid
+Unicode), and no field the server would otherwise silently ignore.
 
 Kept apart from ``openai_schema`` (which turns a valid body into a ``GenerationRequest``): these checks
 are about hostile or mistaken input, the same for every route and both engines, and each refusal is an
@@ -8,12 +10,17 @@ OpenAI-shaped 4xx that names the problem, never a 500 with a traceback.
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import json
+import time
+from collections.abc import Iterable
 from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from clover_local.netaddr import is_loopback_host
 from clover_local.serve.api_errors import ApiError, error_body
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -21,6 +28,15 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 escaping and long conversations while refusing a flood at once."""
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects accepted (an OpenAI request needs about 5)."""
+BODY_TIMEOUT_S = 120.0
+"""Longest time a request body may take to arrive (16 MiB at 140 KB/s): a client that sends a byte now and
+then (slowloris) loses its connection instead of holding it."""
+MAX_STOP_STRINGS = 16
+"""Most stop strings one request may give (OpenAI allows 4); each is checked against every piece of text."""
+MAX_STOP_CHARS = 256
+"""Longest stop string accepted."""
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+"""Host names a server bound to loopback always answers to (with any port)."""
 
 UNSUPPORTED_FIELDS: dict[str, tuple[object, ...]] = {
     # field: the values that mean "not used" (anything else is refused rather than ignored)
@@ -40,13 +56,87 @@ UNSUPPORTED_FIELDS: dict[str, tuple[object, ...]] = {
 request parser (the agents work), not here."""
 
 
+def allowed_host(host_header: str, allowed: frozenset[str] | None) -> bool:
+    """Whether a request's ``Host`` (port removed) is one this server answers to: a loopback name or
+    address, a ``*.localhost`` name, or one of ``allowed``; any host when ``allowed`` is None.
+
+    A page on ``evil.example`` that re-points its DNS name at 127.0.0.1 (DNS rebinding) sends
+    ``Host: evil.example``: refusing it keeps the page from reading replies, as Ollama does."""
+    if allowed is None:
+        return True
+    host = host_header.strip().lower()
+    if host.startswith("["):  # [::1]:8080
+        host = host[1 : host.find("]")] if "]" in host else host
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    host = host.rstrip(".")
+    if host in LOOPBACK_NAMES or host.endswith(".localhost") or host in allowed:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def hosts_allowed(bind_host: str, extra: Iterable[str]) -> frozenset[str] | None:
+    """The ``Host`` names to accept besides loopback ones, for a server bound to ``bind_host``: None (any)
+    when it listens beyond this machine (as Ollama; the API key is what guards it then) or ``extra`` holds
+    ``*``; else ``extra``."""
+    names = frozenset(h.strip().lower() for h in extra if h.strip())
+    if "*" in names or not is_loopback_host(bind_host):
+        return None
+    return names
+
+
+class OriginGuard:
+    """ASGI middleware: 403 for a ``Host`` the server does not answer to (DNS rebinding), 415 for a body
+    that is not JSON by its ``Content-Type``: a web page may POST ``text/plain``, form or bare bodies to
+    localhost without asking (no CORS preflight), never ``application/json``."""
+
+    def __init__(self, app: ASGIApp, allowed: frozenset[str] | None = frozenset()) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not allowed_host(host, self.allowed):
+            body = error_body(
+                f"This server does not answer to the host name {host[:100]!r}. Use http://127.0.0.1, or start "
+                "it with --allowed-host NAME (or CLOVER_ALLOWED_HOSTS) to accept that name.",
+                code="host_not_allowed",
+            )
+            await JSONResponse(body, status_code=403, headers={"Connection": "close"})(scope, receive, send)
+            return
+        if scope.get("method") not in ("GET", "HEAD", "OPTIONS"):
+            kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            if kind != b"application/json" and not kind.endswith(b"+json"):
+                body = error_body(
+                    f"The request body must be JSON sent as 'Content-Type: application/json' "
+                    f"(got {kind.decode('latin-1')[:100] or 'none'!r}).",
+                    code="unsupported_media_type",
+                )
+                await JSONResponse(body, status_code=415, headers={"Connection": "close"})(
+                    scope, receive, send
+                )
+                return
+        await self.app(scope, receive, send)
+
+
 class BodySizeLimit:
     """ASGI middleware: 413 for a request body over ``max_bytes``, at once when ``Content-Length`` says
-    so (nothing is read), else as soon as the streamed body passes the limit."""
+    so (nothing is read), else as soon as the streamed body passes the limit; 408 when the body has not
+    arrived within ``timeout_s`` (a slow sender does not hold its connection)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES, timeout_s: float = BODY_TIMEOUT_S
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD"):
@@ -59,8 +149,13 @@ class BodySizeLimit:
             return
         chunks: list[bytes] = []
         size = 0
+        deadline = time.monotonic() + self.timeout_s
         while True:  # a chunked body: read it here, bounded, and hand it on whole
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0.0))
+            except TimeoutError:
+                await self._too_slow(scope, receive, send)
+                return
             if message["type"] != "http.request":
                 break
             chunks.append(message.get("body", b""))
@@ -89,6 +184,33 @@ class BodySizeLimit:
             code="request_too_large",
         )
         await JSONResponse(body, status_code=413, headers={"Connection": "close"})(scope, receive, send)
+
+    async def _too_slow(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = error_body(
+            f"The request body did not arrive within {self.timeout_s:g} s; the connection is closed.",
+            code="request_timeout",
+        )
+        await JSONResponse(body, status_code=408, headers={"Connection": "close"})(scope, receive, send)
+
+
+def check_stops(stops: list[str], param: str) -> None:
+    """400 naming ``param`` for more than :data:`MAX_STOP_STRINGS` stop strings or one over
+    :data:`MAX_STOP_CHARS`: each is searched for in every piece of the reply."""
+    if len(stops) > MAX_STOP_STRINGS:
+        raise ApiError(
+            400,
+            f"'{param}' holds {len(stops)} strings; at most {MAX_STOP_STRINGS} are accepted.",
+            code="too_many_stop_strings",
+            param=param,
+        )
+    for s in stops:
+        if len(s) > MAX_STOP_CHARS:
+            raise ApiError(
+                400,
+                f"A stop string in '{param}' is {len(s)} characters; at most {MAX_STOP_CHARS} are accepted.",
+                code="stop_string_too_long",
+                param=param,
+            )
 
 
 def decode_json(raw: bytes) -> Any:

@@ -13,6 +13,10 @@ from clover_local.engine.types import ChatEngine
 from clover_local.errors import ServerError
 from clover_local.serve.api import ApiConfig, create_app
 
+MAX_CONNECTIONS = 256
+"""Open connections (and requests in progress) served at once; past it new ones get 503 at once, so a flood of
+idle or slow connections cannot exhaust the process's file descriptors or memory."""
+
 
 def _config(engine: ChatEngine, config: ApiConfig, host: str, port: int, log_level: str) -> uvicorn.Config:
     return uvicorn.Config(
@@ -23,6 +27,7 @@ def _config(engine: ChatEngine, config: ApiConfig, host: str, port: int, log_lev
         access_log=log_level in ("debug", "info"),
         lifespan="off",
         timeout_graceful_shutdown=5,
+        limit_concurrency=MAX_CONNECTIONS,
     )
 
 

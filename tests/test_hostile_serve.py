@@ -1,0 +1,246 @@
+"""Hostile requests against the local API (issue 27): a web page through the person's browser (Host, Content-
+Type), a flood of keyless or slow connections, bodies built to cost many round trips, limits on stop strings and
+on a reply's time. Each is refused by name (or bounded) while ``/health`` keeps answering."""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers_engine import EngineWrapper, GatedEngine, ScriptedEngine
+
+from clover_local.commands.serve import read_api_key
+from clover_local.serve import request_guard as guard
+from clover_local.serve import runner
+from clover_local.serve.api import ApiConfig
+from clover_local.serve.runner import BackgroundServer
+
+MODEL = "scripted"
+KEY = "sk-hostile-test"
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+class CountingEngine(EngineWrapper):
+    """Counts ``count_tokens`` calls: on llama-server each one is an HTTP round trip."""
+
+    def __init__(self) -> None:
+        super().__init__(ScriptedEngine())
+        self.counts = 0
+
+    def count_tokens(self, text: str) -> int:
+        self.counts += 1
+        return self.inner.count_tokens(text)
+
+
+def _serve(engine: Any = None, **config: Any) -> BackgroundServer:
+    return BackgroundServer(engine or ScriptedEngine(), ApiConfig(MODEL, **config))
+
+
+@pytest.fixture
+def server() -> Iterator[BackgroundServer]:
+    with _serve() as s:
+        yield s
+
+
+def request(
+    s: BackgroundServer,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    host: str | None = None,
+) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection(s.host, s.port, timeout=30)
+    try:
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        conn.putheader("Host", host or f"127.0.0.1:{s.port}")
+        for k, v in (headers or {}).items():
+            conn.putheader(k, v)
+        if body is not None:
+            conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
+        resp = conn.getresponse()
+        raw = resp.read()
+        try:
+            return resp.status, json.loads(raw or b"null")
+        except ValueError:  # uvicorn's own 503 is plain text
+            return resp.status, raw.decode(errors="replace")
+    finally:
+        conn.close()
+
+
+def post_json(s: BackgroundServer, payload: object, **kw: Any) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/json", **kw.pop("headers", {})}
+    return request(s, "POST", "/v1/chat/completions", json.dumps(payload).encode(), headers, **kw)
+
+
+def health(s: BackgroundServer) -> int:
+    return request(s, "GET", "/health")[0]
+
+
+def test_a_rebinding_host_name_is_refused_and_loopback_names_answer(server: BackgroundServer) -> None:
+    status, body = post_json(server, CHAT, host="evil.example:8080")
+    assert status == 403 and body["error"]["code"] == "host_not_allowed"
+    assert request(server, "GET", "/v1/models", host="evil.example")[0] == 403
+    for host in (f"localhost:{server.port}", "127.0.0.1", f"[::1]:{server.port}", "app.localhost"):
+        assert post_json(server, CHAT, host=host)[0] == 200, host
+
+
+def test_allowed_hosts_are_configurable() -> None:
+    with _serve(allowed_hosts=frozenset({"box.lan"})) as s:
+        assert post_json(s, CHAT, host="box.lan:8080")[0] == 200
+        assert post_json(s, CHAT, host="other.lan")[0] == 403
+    with _serve(allowed_hosts=None) as s:
+        assert post_json(s, CHAT, host="anything.example")[0] == 200
+    assert guard.hosts_allowed("127.0.0.1", ["box.lan", " "]) == frozenset({"box.lan"})
+    assert guard.hosts_allowed("::1", []) == frozenset()
+    assert guard.hosts_allowed("0.0.0.0", []) is None  # listening beyond the machine: the key guards it
+    assert guard.hosts_allowed("127.0.0.1", ["*"]) is None
+
+
+@pytest.mark.parametrize(
+    "kind", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data", None]
+)
+def test_a_body_a_web_page_could_send_without_preflight_is_refused(
+    server: BackgroundServer, kind: str | None
+) -> None:
+    headers = {"Content-Type": kind} if kind else {}
+    status, body = request(server, "POST", "/v1/chat/completions", json.dumps(CHAT).encode(), headers)
+    assert status == 415 and body["error"]["code"] == "unsupported_media_type"
+    ok = {"Content-Type": "application/json; charset=utf-8"}
+    assert request(server, "POST", "/v1/chat/completions", json.dumps(CHAT).encode(), ok)[0] == 200
+
+
+def _open_body(s: BackgroundServer, length: int, sent: bytes, headers: str = "") -> socket.socket:
+    sock = socket.create_connection((s.host, s.port), timeout=30)
+    sock.sendall(
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"{headers}Content-Length: {length}\r\n\r\n".encode()
+        + sent
+    )
+    return sock
+
+
+def _status_of(sock: socket.socket) -> int:
+    data = b""
+    while b"\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return int(data.split(b" ")[1])
+
+
+def test_the_key_is_checked_before_any_body_is_read() -> None:
+    """A keyless client announcing a 15 MB body gets 401 at once: nothing of it is buffered (on a body that
+    would never come, the old order waited forever)."""
+    with _serve(api_key=KEY) as s:
+        sock = _open_body(s, 15_000_000, b"{")
+        try:
+            assert _status_of(sock) == 401
+        finally:
+            sock.close()
+        assert health(s) == 401  # every route wants the key
+        assert post_json(s, CHAT, headers={"Authorization": f"Bearer {KEY}"})[0] == 200
+
+
+def test_a_slow_body_is_cut_at_the_deadline_and_health_answers_meanwhile() -> None:
+    with _serve(body_timeout_s=2.0) as s:
+        sock = _open_body(s, 1000, b'{"model": "scr')  # and then nothing: a slowloris sender
+        try:
+            assert health(s) == 200  # answered while the body is held
+            assert _status_of(sock) == 408
+        finally:
+            sock.close()
+        assert health(s) == 200
+
+
+def _held_connection(s: BackgroundServer) -> socket.socket:
+    """A connection the server has surely accepted (it answered /health on it) that then stays inside a
+    request whose body never comes."""
+    sock = socket.create_connection((s.host, s.port), timeout=30)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert _status_of(sock) == 200
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1000\r\n\r\n{"
+    )
+    return sock
+
+
+def test_connections_past_the_limit_get_503_and_health_answers_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "MAX_CONNECTIONS", 4)
+    with _serve() as s:
+        held = [_held_connection(s) for _ in range(3)]
+        try:
+            assert health(s) == 503  # the fourth connection
+        finally:
+            for sock in held:
+                sock.close()
+        for _ in range(500):  # the server notices the closed sockets on its next loop turns
+            if health(s) == 200:
+                break
+        assert health(s) == 200
+
+
+def test_stop_strings_are_bounded(server: BackgroundServer) -> None:
+    status, body = post_json(server, {**CHAT, "stop": ["x"] * (guard.MAX_STOP_STRINGS + 1)})
+    assert status == 400 and body["error"]["code"] == "too_many_stop_strings"
+    status, body = post_json(server, {**CHAT, "stop": "y" * (guard.MAX_STOP_CHARS + 1)})
+    assert status == 400 and body["error"]["code"] == "stop_string_too_long"
+    assert post_json(server, {**CHAT, "stop": ["x"] * guard.MAX_STOP_STRINGS})[0] == 200
+
+
+def test_many_messages_are_counted_in_one_call() -> None:
+    """The llama-server engine counts over HTTP: one call per message let a body of empty messages cost
+    hundreds of thousands of localhost round trips."""
+    engine = CountingEngine()
+    with _serve(engine) as s:
+        messages = [{"role": "user", "content": ""}] * 150 + [{"role": "user", "content": "hi"}]
+        assert post_json(s, {**CHAT, "messages": messages})[0] == 200
+    assert engine.counts <= 2
+
+
+def test_a_reply_past_the_time_limit_is_stopped() -> None:
+    """The gate is never released: only the per-request limit ends the reply."""
+    engine = GatedEngine(ScriptedEngine())
+    with _serve(engine, max_request_s=1.0) as s:
+        status, body = post_json(s, {**CHAT, "max_tokens": 20})
+        assert status == 200 and body["choices"][0]["message"]["content"] == "1\n"
+        assert health(s) == 200
+
+
+def test_the_key_comes_from_the_environment_or_a_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: Any
+) -> None:
+    args = argparse.Namespace(api_key=None, api_key_file=None)
+    monkeypatch.setenv("CLOVER_API_KEY", " from-env ")
+    assert read_api_key(args) == "from-env"
+    key_file = tmp_path / "key"
+    key_file.write_text("# comment\nfrom-file\n")
+    assert read_api_key(argparse.Namespace(api_key=None, api_key_file=str(key_file))) == "from-file"
+    assert read_api_key(argparse.Namespace(api_key="on-argv", api_key_file=None)) == "on-argv"
+    assert "ps" in capsys.readouterr().err
+
+
+def test_health_answers_while_a_hostile_body_is_held(server: BackgroundServer) -> None:
+    """A 16 MiB-announcing sender keeps its connection; other clients are served."""
+    sock = _open_body(server, 16 * 1024 * 1024, b"[" * 1000)
+    try:
+        done = threading.Event()
+        statuses: list[int] = []
+
+        def probe() -> None:
+            statuses.append(health(server))
+            done.set()
+
+        threading.Thread(target=probe, daemon=True).start()
+        assert done.wait(30) and statuses == [200]
+    finally:
+        sock.close()
