@@ -149,7 +149,9 @@ def build_params(settings: dict[str, Any], *, n_rs_seq: int = 0) -> NativeParams
     keep: list[Any] = []
     mp = C.llama_model_default_params()
     mp.n_gpu_layers = int(settings.get("n_gpu_layers", 0))
-    mp.use_extra_bufts = bool(settings.get("use_extra_bufts", _repack_default()))
+    # The planner's rule for the CPU that runs it, whatever machine the settings were planned for (a described
+    # one cannot know that this CPU's AMX kernels crash).
+    mp.use_extra_bufts = bool(settings.get("use_extra_bufts", True)) and _repack_default()
     mp.split_mode = int(settings.get("split_mode", C.LLAMA_SPLIT_MODE_LAYER))
     mp.main_gpu = int(settings.get("main_gpu", 0))
     mp.load_mode = _load_mode(bool(settings.get("use_mmap", True)), bool(settings.get("use_mlock", False)))

@@ -215,6 +215,15 @@ class LlamaServerProcess:
         self.stop()
 
 
+def _repack_safe_here() -> bool:
+    """The planner's rule for this machine's CPU (``plan.threads.cpu_repack``): a plan made for a described
+    machine (``--simulate``) cannot know that this CPU's AMX kernels crash."""
+    from clover_local.detect.probe import detect_cpu
+    from clover_local.plan.threads import cpu_repack
+
+    return cpu_repack(detect_cpu().features)[0]
+
+
 def start_llama_server(
     argv: Sequence[str],
     *,
@@ -237,8 +246,10 @@ def start_llama_server(
         )
     warnings: tuple[str, ...] = ()
     fitted = list(argv)
+    if "--no-repack" not in fitted and not _repack_safe_here():
+        fitted.append("--no-repack")  # whatever machine the plan describes, this CPU runs it
     if adapt:
-        adapted = adapt_args(argv, capabilities(binary.path))
+        adapted = adapt_args(fitted, capabilities(binary.path))
         fitted, warnings = adapted.argv, adapted.warnings
     if port is None or port == 0:
         port = free_port(host if host not in ("0.0.0.0", "::") else "127.0.0.1")
