@@ -170,12 +170,8 @@ def choose_runner(
         raise UsageError(f"--engine {request.engine!r} is not one of {', '.join(ENGINE_WISHES)}.")
     find = find_binary or _find_binary
     if diffusion or (arch is not None and arch.runner == "diffusion"):
-        if request.engine == "llama-server":
-            raise UsageError(
-                "--engine llama-server: this is a diffusion model, which llama-server cannot decode.",
-                "Drop --engine (the embedded engine decodes diffusion models).",
-            )
-        return Runner("embedded", "a diffusion model: only the embedded engine decodes it")
+        asked = " (not llama-server, as asked: it cannot decode it)" if request.engine == "llama-server" else ""
+        return Runner("embedded", f"a diffusion model: only the embedded engine decodes it{asked}")
     needs = _needs_llama_server(request, arch)
     if needs:
         if request.engine == "embedded":
@@ -309,7 +305,8 @@ def decide_launch(
     )
     if plan.chat_template != (request.chat_template or plan.chat_template):
         plan = replace(plan, chat_template=request.chat_template or plan.chat_template)
-    notices = (f"Engine: {runner.kind} ({runner.why}).",) if runner.kind == "llama-server" else ()
+    said = runner.kind == "llama-server" or request.engine not in (None, runner.kind)
+    notices = (f"Engine: {runner.kind} ({runner.why}).",) if said else ()
     return Launch(request, preset, machine, runner, plan, llama_settings(plan), notices)
 
 
