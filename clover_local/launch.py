@@ -170,7 +170,9 @@ def choose_runner(
         raise UsageError(f"--engine {request.engine!r} is not one of {', '.join(ENGINE_WISHES)}.")
     find = find_binary or _find_binary
     if diffusion or (arch is not None and arch.runner == "diffusion"):
-        asked = " (not llama-server, as asked: it cannot decode it)" if request.engine == "llama-server" else ""
+        asked = (
+            " (not llama-server, as asked: it cannot decode it)" if request.engine == "llama-server" else ""
+        )
         return Runner("embedded", f"a diffusion model: only the embedded engine decodes it{asked}")
     needs = _needs_llama_server(request, arch)
     if needs:

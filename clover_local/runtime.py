@@ -125,7 +125,7 @@ def checked_gguf(path: Path) -> Path:
         raise UsageError(f"No GGUF file at {path}.", "Give the path of a local .gguf file (--model PATH).")
     if path.suffix.lower() != ".gguf":
         raise UsageError(f"{path} is not a .gguf file.", "llama.cpp loads GGUF files only.")
-    return path.resolve()
+    return path.absolute()  # not resolved: a Hub cache snapshot is a link to a blob without .gguf
 
 
 # -- the plan ---------------------------------------------------------------------------------------------
