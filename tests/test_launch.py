@@ -110,3 +110,15 @@ def test_after_an_out_of_memory_load_the_shown_command_is_what_loaded() -> None:
         assert opened.notices[0] == opened.fallback_message
     finally:
         opened.engine.close()
+
+
+def test_bench_verbs_name_what_the_old_flags_did(capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench`` is verbs (engines, spec-modes, verify-costs, llama-bench, show) with one default model; the older
+    flags still name the same verbs."""
+    from clover_local.cli import main
+
+    assert main(["bench", "show"]) != 0
+    assert "bench show needs the report's file" in capsys.readouterr().err
+    model = str(tiny_model("llama"))
+    assert main(["bench", "verify-costs", "--model", model, "--ctx", "512", "--json"]) == 0
+    assert '"costs"' in capsys.readouterr().out

@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from clover_local.engine.benchmark import BenchReport
 
 
+VERBS = ("engines", "spec-modes", "verify-costs", "llama-bench", "show")
+DEFAULT_PRESET = "gemma3-270m"
+"""The one default model of every bench verb (a base model: the workloads are completion prompts)."""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser(
         "bench",
@@ -24,9 +29,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "(d) llama-cpp-python's LlamaPromptLookupDecoding, interleaved, and prints medians and ratios."
         ),
     )
+    parser.add_argument(
+        "verb",
+        nargs="?",
+        choices=VERBS,
+        default="engines",
+        help="engines (default): the engines side by side; spec-modes LIST: each speculation mode; verify-costs:"
+        " what verifying a draft costs here; llama-bench: record llama-bench's speed for later plans; show FILE:"
+        " the table of a saved report",
+    )
+    parser.add_argument("target", nargs="?", metavar="LIST|FILE", help="spec-modes' modes, or show's file")
     model = parser.add_mutually_exclusive_group()
-    model.add_argument("--model", metavar="PATH", help="a local GGUF (default: the gemma3-270m test model)")
-    model.add_argument("--preset", metavar="NAME", help="a preset's downloaded model (default: gemma3-270m)")
+    model.add_argument("--model", metavar="PATH", help=f"a local GGUF (default: the {DEFAULT_PRESET} model)")
+    model.add_argument(
+        "--preset", metavar="NAME", help=f"a preset's downloaded model (default: {DEFAULT_PRESET})"
+    )
     parser.add_argument("--rounds", type=int, default=3, metavar="N", help="runs per engine and workload (3)")
     parser.add_argument("--max-tokens", type=int, default=256, metavar="N", help="tokens per reply (256)")
     parser.add_argument("--ctx", type=int, default=2048, metavar="N", help="context size (2048)")
@@ -76,20 +93,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=run)
 
 
+def _verb(args: argparse.Namespace) -> str:
+    """The verb asked for; the older flags (``--show FILE``, ``--llama-bench``, ``--verify-costs``,
+    ``--spec-modes LIST``) name the same verbs."""
+    if args.verb == "show" or args.show:
+        args.show = args.show or args.target
+        if not args.show:
+            raise UsageError("bench show needs the report's file.", "clover-local bench show FILE")
+        return "show"
+    if args.verb == "spec-modes" or args.spec_modes:
+        args.spec_modes = args.spec_modes or args.target or "off,ngram,mtp"
+        return "spec-modes"
+    if args.llama_bench:
+        return "llama-bench"
+    if args.verify_costs:
+        return "verify-costs"
+    return str(args.verb)
+
+
 def run(args: argparse.Namespace) -> int:
     from clover_local.engine.benchmark import ENGINES, WORKLOADS, format_table, load_report, run_benchmark
 
-    if args.show:
+    verb = _verb(args)
+    if verb == "show":
         try:
             print(format_table(load_report(Path(args.show))))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"--show {args.show}: not a saved benchmark report ({exc}).") from None
         return 0
-    if args.llama_bench:
+    if verb == "llama-bench":
         return _record_llama_bench(args)
-    if args.verify_costs:
+    if verb == "verify-costs":
         return _measure_verify_costs(args)
-    if args.spec_modes:
+    if verb == "spec-modes":
         return _bench_spec_modes(args)
     from clover_local.presets import load_preset
     from clover_local.runtime import require_model
@@ -104,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.rounds <= 0 or args.max_tokens <= 1 or args.ctx < 256:
         raise UsageError("--rounds must be positive, --max-tokens above 1 and --ctx at least 256.")
-    preset = None if args.model else load_preset(args.preset or "gemma3-270m")
+    preset = None if args.model else load_preset(args.preset or DEFAULT_PRESET)
     path = require_model(preset, args.model)
     from clover_local.gguf.header import read_local_header
 
@@ -170,7 +206,7 @@ def _measure_verify_costs(args: argparse.Namespace) -> int:
     from clover_local.presets import load_preset
     from clover_local.runtime import require_model
 
-    preset = None if args.model else load_preset(args.preset or "gemma3-270m")
+    preset = None if args.model else load_preset(args.preset or DEFAULT_PRESET)
     path = require_model(preset, args.model)
     request = LaunchRequest(preset, str(path), ctx=args.ctx, threads=args.threads, engine="embedded")
     launch = decide_launch(request)
@@ -231,7 +267,7 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
             " workload.",
             f"Modes: {', '.join(m for m in SPEC_MODES if m != 'auto')}; workloads: {', '.join(WORKLOADS)}.",
         )
-    preset = load_preset(args.preset)
+    preset = load_preset(args.preset or (None if args.model else DEFAULT_PRESET))
     path = require_model(None if args.model else preset, args.model)
     if args.spec_engine == "embedded":
         bad = [m for m in modes if m not in EMBEDDED_DRAFTERS]
@@ -319,7 +355,7 @@ def _record_llama_bench(args: argparse.Namespace) -> int:
     from clover_local.plan.measured import SpeedRecord, machine_key, model_key
     from clover_local.runtime import plan_for
 
-    preset = args.preset or ("clover-35b-a3b" if args.model else "gemma3-270m")
+    preset = args.preset or (None if args.model else DEFAULT_PRESET)
     plan, _ = plan_for(preset, model=args.model, ctx=args.ctx)
     if not plan.model_path:
         raise UsageError(
