@@ -306,7 +306,7 @@ def test_hang_up_on_a_non_streamed_request_cancels_it_too(
     body = json.dumps({"model": MODEL, "prompt": "A, B, C,", "max_tokens": 600}).encode()
     with socket.create_connection((server.host, server.port)) as sock:
         sock.sendall(
-            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
