@@ -263,7 +263,9 @@ def test_a_worker_killed_mid_reply_is_reported_not_a_hang(binary: ServerBinary) 
         error = str(outcome.get("error", ""))
         assert "a worker was lost" in error and f"{pair[1].endpoint} cannot be reached" in error, outcome
         # The OpenAI server in front keeps answering /health, and says what happened.
-        client = TestClient(create_app(engine, ApiConfig(model_id="gemma3-270m")))
+        client = TestClient(
+            create_app(engine, ApiConfig(model_id="gemma3-270m")), base_url="http://127.0.0.1"
+        )
         health = client.get("/health")
         assert health.status_code == 503
         assert "a worker was lost" in health.json()["error"]
