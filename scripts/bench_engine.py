@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Engine benchmark (JSON out): the README's table comes from this.
+"""Engine benchmark (JSON out): docs/measurements.md's engine table comes from this.
 
     .venv/bin/python scripts/bench_engine.py --rounds 5 --out .bench/engine.json
 

@@ -71,7 +71,7 @@ def test_gpu_speed_within_a_quarter_of_llama_bench(case: dict) -> None:
 
 
 def test_cpu_speed_within_a_quarter_of_the_two_core_machine(gemma_path: Path) -> None:
-    """Gemma 3 270M Q4_K_M, CPU, 2 threads: 64-72 tokens/s measured (README engine benchmark)."""
+    """Gemma 3 270M Q4_K_M, CPU, 2 threads: 64-72 tokens/s measured (docs/measurements.md, engine benchmark)."""
     from clover_local.gguf.header import read_local_header
 
     desc = read_local_header(gemma_path)
