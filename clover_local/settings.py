@@ -70,3 +70,20 @@ def default_preset_name() -> str:
 def llama_server_path_override() -> str | None:
     """An explicit ``llama-server`` binary (``CLOVER_LLAMA_SERVER``)."""
     return os.environ.get(ENV_PREFIX + "LLAMA_SERVER") or None
+
+
+def runtimes_dir() -> Path:
+    """Installed upstream llama.cpp runtimes, one folder per release tag (``runtimes/<tag>/``).
+    ``CLOVER_RUNTIMES_DIR``."""
+    return _env_path("RUNTIMES_DIR", str(data_dir() / "runtimes"))
+
+
+def llamacpp_releases_url() -> str:
+    """Base URL of a server speaking GitHub's releases API for llama.cpp (``/releases/latest``,
+    ``/releases/tags/<tag>``). ``CLOVER_LLAMACPP_RELEASES``."""
+    return os.environ.get(ENV_PREFIX + "LLAMACPP_RELEASES") or "https://api.github.com/repos/ggml-org/llama.cpp"
+
+
+def llamacpp_raw_url() -> str:
+    """Base URL of a release's source files: ``<base>/<tag>/<path>``. ``CLOVER_LLAMACPP_RAW``."""
+    return os.environ.get(ENV_PREFIX + "LLAMACPP_RAW") or "https://raw.githubusercontent.com/ggml-org/llama.cpp"

@@ -1,0 +1,115 @@
+"""What upstream llama.cpp runtimes are installed, read from their folders.
+
+One folder per release tag under :func:`clover_local.settings.runtimes_dir`::
+
+    runtimes/<tag>/runtime.json    the manifest (below); a folder without a readable one is not a runtime
+    runtimes/<tag>/llama-arch.cpp  that tag's src/llama-arch.cpp: what this runtime can load
+    runtimes/<tag>/...             the archive's files, or a source build's install; ``server`` names the binary
+
+An install is written into a sibling ``.partial-<tag>-*`` folder and renamed into place, so a folder with a
+manifest is always complete. ``runtime.json``::
+
+    {"tag": "b12060", "backend": "cpu", "origin": "archive" | "source", "server": "bin/llama-server",
+     "asset": "llama-b12060-bin-ubuntu-x64.tar.gz", "sha256": "<hex>", "installed": "<ISO time>"}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from clover_local import settings
+
+Origin = Literal["archive", "source"]
+MANIFEST = "runtime.json"
+ARCH_SOURCE = "llama-arch.cpp"
+_TAG = re.compile(r"^b(\d{1,7})$")
+
+
+def tag_number(tag: str) -> int | None:
+    """The build number of a llama.cpp release tag (``b12060`` -> 12060); None for other names."""
+    match = _TAG.match(tag)
+    return int(match.group(1)) if match else None
+
+
+def valid_tag(tag: str) -> bool:
+    """A release tag safe to use as a folder name: llama.cpp's own ``b<digits>`` form."""
+    return tag_number(tag) is not None
+
+
+@dataclass(frozen=True)
+class InstalledRuntime:
+    """One installed upstream llama.cpp."""
+
+    tag: str
+    root: Path
+    server: Path
+    """The ``llama-server`` binary (absolute)."""
+    backend: str
+    """``cpu``, ``cuda-12``, ``cuda-13``, ``vulkan``, ``metal``, ``rocm``..."""
+    origin: Origin
+    asset: str | None
+    sha256: str | None
+    installed: str
+
+    @property
+    def arch_source(self) -> Path:
+        """This runtime's ``llama-arch.cpp``: the architectures it loads."""
+        return self.root / ARCH_SOURCE
+
+    @property
+    def number(self) -> int:
+        return tag_number(self.tag) or 0
+
+    @property
+    def label(self) -> str:
+        return f"llama.cpp {self.tag} ({self.backend}, {self.origin})"
+
+
+def read_runtime(root: Path) -> InstalledRuntime | None:
+    """The runtime in ``root``; None when it is not a complete, runnable install."""
+    try:
+        raw = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    tag, server, origin = raw.get("tag"), raw.get("server"), raw.get("origin")
+    if not (isinstance(tag, str) and valid_tag(tag) and tag == root.name and isinstance(server, str)):
+        return None
+    binary = (root / server).resolve()
+    if root.resolve() not in binary.parents or not (binary.is_file() and os.access(binary, os.X_OK)):
+        return None
+    if not (root / ARCH_SOURCE).is_file():
+        return None
+    return InstalledRuntime(
+        tag=tag,
+        root=root,
+        server=binary,
+        backend=str(raw.get("backend") or "cpu"),
+        origin="source" if origin == "source" else "archive",
+        asset=raw.get("asset") if isinstance(raw.get("asset"), str) else None,
+        sha256=raw.get("sha256") if isinstance(raw.get("sha256"), str) else None,
+        installed=str(raw.get("installed") or ""),
+    )
+
+
+def installed_runtimes(folder: Path | None = None) -> tuple[InstalledRuntime, ...]:
+    """Every complete runtime installed, newest release first. Partial installs (``.partial-*``) and folders
+    that are not runtimes are skipped."""
+    base = folder or settings.runtimes_dir()
+    try:
+        entries = [p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    except OSError:
+        return ()
+    found = [rt for rt in (read_runtime(p) for p in entries) if rt is not None]
+    return tuple(sorted(found, key=lambda rt: rt.number, reverse=True))
+
+
+def write_manifest(root: Path, runtime: dict[str, object]) -> None:
+    """Write ``runtime.json`` (the last step of an install, inside the partial folder)."""
+    (root / MANIFEST).write_text(json.dumps(runtime, indent=2, sort_keys=True) + "\n", encoding="utf-8")
