@@ -15,6 +15,7 @@ from typing import Any
 
 from clover_local import settings
 from clover_local.errors import CloverError, UsageError
+from clover_local.plan.speculation import SPEC_MODES, SpecMode
 from clover_local.presets import Preset
 from clover_local.user_files import set_aside, write_atomically
 
@@ -28,11 +29,9 @@ class ModelSettings:
     top_k: int = 40
     ctx: int = 4096
     """Context size in tokens; a change reloads the model."""
-    speculative: bool = True
-    """Self-speculative decoding on (per reply); off when ``spec_mode`` is ``off``."""
-    spec_mode: str = "auto"
-    """Which speculation (``--spec``): auto, mtp, dflash, dspark, eagle3, ngram or off (``plan.speculation``).
-    A drafter head runs in llama-server; a change reloads the model."""
+    spec_mode: SpecMode = "auto"
+    """Self-speculation (``--spec``), the one knob for it: auto, mtp, dflash, dspark, eagle3, ngram or off
+    (``plan.speculation``). A drafter head runs in llama-server; a change reloads the model."""
     system_prompt: str = ""
     max_tokens: int = 1024
     diffusion_live: bool = True
@@ -46,7 +45,7 @@ class ModelSettings:
             top_p=s.top_p,
             top_k=s.top_k,
             ctx=preset.ctx_default,
-            speculative=preset.speculative.enabled,
+            spec_mode="auto" if preset.speculative.enabled else "off",
         )
 
     def validated(self) -> ModelSettings:
@@ -57,6 +56,7 @@ class ModelSettings:
             ("top_k", 0 <= self.top_k <= 1000, "0 (off) to 1000"),
             ("ctx", 256 <= self.ctx <= 1_048_576, "256 to 1048576 tokens"),
             ("max_tokens", 1 <= self.max_tokens <= 131_072, "1 to 131072"),
+            ("spec_mode", self.spec_mode in SPEC_MODES, ", ".join(SPEC_MODES)),
         )
         for name, ok, allowed in checks:
             if not ok:
@@ -162,7 +162,10 @@ def _parse(raw: object) -> Prefs:
     models: dict[str, ModelSettings] = {}
     for key, value in _object(top.get("models", {}), "models").items():
         where = f"models.{key}"
-        fields = {f: v for f, v in _object(value, where).items() if f in known}
+        stored = _object(value, where)
+        fields = {f: v for f, v in stored.items() if f in known}
+        if stored.get("speculative") is False and "spec_mode" not in stored:
+            fields["spec_mode"] = "off"  # the older second knob: speculative off is --spec off
         for name, v in fields.items():
             wanted = type(getattr(ModelSettings(), name))
             ok = isinstance(v, wanted) and (wanted is bool or not isinstance(v, bool))

@@ -102,9 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(".bench/speculation.json"))
     args = parser.parse_args(argv)
 
-    from clover_local import runtime
+    from clover_local.launch import LaunchRequest, decide_launch, measure_verify_costs, open_launch
     from clover_local.llamacpp.binary import find_llama_server
-    from clover_local.presets import load_preset
 
     workloads = [w for w in WORKLOADS if w.name in args.workloads.split(",")]
     with_server = not args.no_llama_server and find_llama_server() is not None
@@ -113,24 +112,32 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     runs: list[ModelRun] = []
     for name in args.models.split(","):
-        preset = load_preset(name)
-        path = runtime.require_model(preset)
-        plan, preset = runtime.plan_for(preset, model=path, ctx=4096, threads=args.threads)
-        opened = runtime.open_engine(
-            plan, preset, runtime.EngineChoice("embedded", "bench"), speculative=True
-        )
+        # One launch per configuration, each decided as `run` would decide it: the embedded one drafts by
+        # n-gram (and plain decoding is the same engine with speculation off per request); llama-server is
+        # launched plain and with ngram-mod, afresh for every request.
+        base = LaunchRequest(name, ctx=4096, threads=args.threads)
+        launch = decide_launch(replace(base, engine="embedded", spec="ngram"))
+        opened = open_launch(launch)
+        measure_verify_costs(opened)
         engine = opened.engine
         spec = engine.speculative
         costs = tuple(spec.batch_costs)
         run = ModelRun(
             name,
-            Path(path),
-            plan,
+            Path(launch.plan.model_path),
+            launch.plan,
             chat=engine.template.kind == "jinja",  # the GGUF's own template: an instruct model
             ceiling=len(costs) / costs[-1] if costs else None,
             costs=costs,
         )
-        server_choice = runtime.choose_engine("llama-server") if with_server else None
+        server_launches = (
+            {
+                False: decide_launch(replace(base, engine="llama-server", spec="off")),
+                True: decide_launch(replace(base, engine="llama-server", spec="ngram")),
+            }
+            if with_server
+            else {}
+        )
         try:
             for workload in workloads:  # warm-up: page the weights in, first allocations
                 run_once(engine, request_for(workload, run.chat, 8), False)
@@ -142,9 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                             result = run_once(engine, request, config == "embedded spec")
                         else:
                             spec_on = config.endswith("ngram-mod")
-                            server = runtime.open_engine(
-                                plan, preset, server_choice, speculative=spec_on
-                            ).engine
+                            server = open_launch(server_launches[spec_on]).engine
                             try:
                                 result = run_once(server, request, spec_on)
                             finally:

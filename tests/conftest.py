@@ -107,7 +107,7 @@ def gemma_engine(gemma_path: Path) -> Iterator[ChatEngine]:
     from clover_local.tui.services import launch_for
 
     preset = load_preset("gemma3-270m")
-    settings = user_prefs.ModelSettings(ctx=1024, speculative=True)
+    settings = user_prefs.ModelSettings(ctx=1024)
     engine = open_launch(launch_for(preset, str(gemma_path), settings)).engine
     yield engine
     engine.close()

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 async def _launch_command(model: Path) -> str:
     """The command the launch screen shows for ``model`` (a file given directly: it plans for this machine)."""
     preset = load_preset("gemma3-270m")
-    settings = user_prefs.ModelSettings(ctx=1024, speculative=True)
+    settings = user_prefs.ModelSettings(ctx=1024)
     screen = LaunchScreen(str(model), preset, settings)
     app = ScreenHost(lambda: screen)
     async with app.run_test(size=(100, 30)) as pilot:

@@ -19,6 +19,7 @@ from textual.theme import Theme
 
 from clover_local import runtime, user_files, user_prefs
 from clover_local.detect.machine import Machine
+from clover_local.plan.speculation import SpecMode
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset, load_preset
 
@@ -35,7 +36,7 @@ class StartOptions:
     ctx: int | None = None
     rpc: str | None = None
     """Workers lending devices over llama.cpp RPC (``--rpc``): the model then runs in llama-server."""
-    spec: str | None = None
+    spec: SpecMode | None = None
     """``--spec``: the speculation mode for this session (None: the saved setting)."""
     force: bool = False
     """``--force``: load a GGUF whose architecture the llama.cpp here cannot load (checked first)."""
@@ -141,7 +142,7 @@ class CloverApp(App[None]):
         elif plan is not None:
             settings = replace(settings, ctx=plan.ctx)
         if self.options.spec and self.options.spec != "auto":
-            settings = replace(settings, spec_mode=self.options.spec, speculative=self.options.spec != "off")
+            settings = replace(settings, spec_mode=self.options.spec)
         return settings
 
     def _remember_first_run(self, preset: Preset, quant: str, ctx: int, model_path: str) -> None:

@@ -42,16 +42,11 @@ def launch_for(
         preset,
         model_path,
         ctx=model_settings.ctx,
-        spec=spec_mode(model_settings),  # type: ignore[arg-type]
+        spec=model_settings.spec_mode,
         rpc=rpc,
         force=force,
     )
     return decide_launch(request)
-
-
-def spec_mode(model_settings: ModelSettings) -> str:
-    """The ``--spec`` mode the person's settings ask the plan for."""
-    return model_settings.spec_mode if model_settings.speculative else "off"
 
 
 def download(

@@ -151,7 +151,9 @@ class ChatScreen(Screen[None]):
             temperature=s.temperature,
             top_p=s.top_p,
             top_k=s.top_k,
-            speculative=None if s.speculative else False,  # on: as the plan chose (auto may have said off)
+            speculative=False
+            if s.spec_mode == "off"
+            else None,  # on: as the plan chose (auto may have said off)
         )
 
     @work(thread=True, exclusive=True, group="reply")

@@ -53,7 +53,7 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
                     yield Label(label)
                     yield Input(str(getattr(self.current, name)), id=f"set-{name}")
                 yield Label("Speculative decoding")
-                mode = self.current.spec_mode if self.current.speculative else "off"
+                mode = self.current.spec_mode
                 yield Select(
                     [(SPEC_MODE_LABELS.get(m, m), m) for m in SPEC_MODES],
                     value=mode if mode in SPEC_MODES else "auto",
@@ -95,7 +95,6 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
                 raise CloverError(f"{label}: {text!r} is not {noun}.") from None
         mode = str(self.query_one("#set-spec_mode", Select).value)
         values["spec_mode"] = mode
-        values["speculative"] = mode != "off"
         values["diffusion_live"] = self.query_one("#set-diffusion_live", Switch).value
         values["system_prompt"] = self.query_one("#set-system_prompt", Input).value
         return replace(self.current, **values).validated()  # type: ignore[arg-type]
