@@ -27,9 +27,9 @@ CONTEXT = 500
 
 
 def main(argv: list[str] | None = None) -> int:
-    import llama_cpp
     from llama_cpp import llama_cpp as C
 
+    from clover_local.engine.native import load_llama
     from clover_local.testing.models import gemma_path
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     model = args.model or gemma_path()
-    llm = llama_cpp.Llama(
-        str(model),
+    llm = load_llama(
+        model,
         n_ctx=2048,
         n_batch=512,
         n_threads=args.threads,

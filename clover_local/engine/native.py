@@ -271,3 +271,27 @@ class LogCapture:
     @property
     def text(self) -> str:
         return "\n".join(self.lines)
+
+
+_DEFAULTS_LOCK = threading.Lock()
+
+
+def load_llama(model_path: str | Path, *, use_extra_bufts: bool = True, **kwargs: Any) -> llama_cpp.Llama:
+    """llama-cpp-python's high-level ``Llama``, loaded under the same repacking rule as the engine's own params
+    (:func:`build_params`): ``Llama`` takes no ``use_extra_bufts`` (it would drop the key silently), so on a CPU
+    whose repacked kernels must not run, its default model params are given with repacking off for this load."""
+    if use_extra_bufts and _repack_default():
+        return llama_cpp.Llama(str(model_path), **kwargs)
+    original = C.llama_model_default_params
+
+    def without_repack() -> Any:
+        params = original()
+        params.use_extra_bufts = False
+        return params
+
+    with _DEFAULTS_LOCK:  # the module attribute llama_cpp.Llama reads: one load at a time swaps it
+        C.llama_model_default_params = without_repack
+        try:
+            return llama_cpp.Llama(str(model_path), **kwargs)
+        finally:
+            C.llama_model_default_params = original

@@ -150,8 +150,10 @@ def _child(request: dict[str, object]) -> dict[str, object]:
     s = LoadSettings(**request["settings"])  # type: ignore[arg-type]
     ggml_types = {"f16": 1, "q8_0": 8, "f32": 0}
     before = read_memory_use()
-    llm = llama_cpp.Llama(
-        model_path=str(request["model"]),
+    from clover_local.engine.native import load_llama
+
+    llm = load_llama(
+        str(request["model"]),
         n_ctx=s.ctx,
         n_batch=s.n_batch,
         n_ubatch=s.n_ubatch,
