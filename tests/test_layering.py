@@ -23,9 +23,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "clover_local"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("clover_local", "clover_local.errors", "clover_local.settings"),
     ("clover_local.presets",),
-    ("clover_local.user_prefs",),
     ("clover_local.detect", "clover_local.gguf"),
     ("clover_local.plan",),
+    ("clover_local.user_prefs",),  # the app's remembered choices are plan choices (the --spec mode)
     ("clover_local.fetch",),
     ("clover_local.engine", "clover_local.llamacpp", "clover_local.rpc", "clover_local.measure.records"),
     ("clover_local.runtime", "clover_local.conversations"),
