@@ -82,3 +82,9 @@ class RequestRefused(CloverError):
 class ArchitectureError(UsageError):
     """A GGUF's ``general.architecture`` is one the llama.cpp here cannot load (or its header could not be
     read): refused before its bytes are downloaded or loaded, unless ``--force``."""
+
+
+class RuntimeInstallError(CloverError):
+    """An upstream llama.cpp runtime could not be listed, fetched, verified, unpacked, built or removed (the
+    releases server unreachable or refusing, a digest that does not match, an archive member that would land
+    outside its folder...). Nothing half-installed is left visible."""
