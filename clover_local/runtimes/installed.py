@@ -4,6 +4,7 @@ One folder per release tag under :func:`clover_local.settings.runtimes_dir`::
 
     runtimes/<tag>/runtime.json    the manifest (below); a folder without a readable one is not a runtime
     runtimes/<tag>/llama-arch.cpp  that tag's src/llama-arch.cpp: what this runtime can load
+    runtimes/<tag>/arg.cpp         that tag's common/arg.cpp: the flags its llama-server takes
     runtimes/<tag>/...             the archive's files, or a source build's install; ``server`` names the binary
 
 An install is written into a sibling ``.partial-<tag>-*`` folder and renamed into place, so a folder with a
@@ -27,6 +28,7 @@ from clover_local import settings
 Origin = Literal["archive", "source"]
 MANIFEST = "runtime.json"
 ARCH_SOURCE = "llama-arch.cpp"
+ARG_SOURCE = "arg.cpp"
 _TAG = re.compile(r"^b(\d{1,7})$")
 
 
@@ -60,6 +62,11 @@ class InstalledRuntime:
     def arch_source(self) -> Path:
         """This runtime's ``llama-arch.cpp``: the architectures it loads."""
         return self.root / ARCH_SOURCE
+
+    @property
+    def arg_source(self) -> Path:
+        """This runtime's ``common/arg.cpp``: the flags its llama-server takes (kept beside ``llama-arch.cpp``)."""
+        return self.root / ARG_SOURCE
 
     @property
     def number(self) -> int:
