@@ -91,10 +91,10 @@ def fetch_verified(
     with partial.open("ab", buffering=0) as f:
         writer = _Writer(f, hasher, tracker, cancel, limit=limit, name=item.name)
         _transfer(item, writer, http)
-        hasher = writer.hasher
-    if item.size is not None and writer.tell() != item.size:
+        hasher, got = writer.hasher, writer.tell()
+    if item.size is not None and got != item.size:
         raise RuntimeInstallError(
-            f"The transfer of {item.name} ended at {format_bytes(writer.tell())} of {format_bytes(item.size)}.",
+            f"The transfer of {item.name} ended at {format_bytes(got)} of {format_bytes(item.size)}.",
             "Run the same command again: it continues from there.",
         )
     tracker.start("verifying", index)
@@ -136,7 +136,7 @@ def _transfer_once(item: RemoteFile, writer: _Writer, http: httpx2.Client) -> No
             return
         if start and response.status_code != 206:
             writer.restart()  # the server ignored the Range and sends the whole file
-        for chunk in response.iter_bytes(_BLOCK):
+        for chunk in response.iter_bytes():  # as they arrive: a drop keeps what came
             writer.write(chunk)
 
 
