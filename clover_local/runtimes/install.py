@@ -29,7 +29,15 @@ from clover_local import settings
 from clover_local.errors import RuntimeInstallError, UsageError
 from clover_local.fetch.progress import ProgressCallback, ProgressTracker
 from clover_local.runtimes import build, net
-from clover_local.runtimes.assets import BACKENDS, ArchiveChoice, Target, choose_archive, target_for
+from clover_local.runtimes.assets import (
+    BACKENDS,
+    ArchiveChoice,
+    Target,
+    choose_archive,
+    normalize_arch,
+    normalize_os,
+    target_for,
+)
 from clover_local.runtimes.download import RemoteFile, fetch_verified
 from clover_local.runtimes.extract import extract_archive
 from clover_local.runtimes.installed import (
@@ -156,9 +164,14 @@ def remove(tag: str) -> Path:
 
 def host_target(backend: str | None = None) -> Target:
     """This machine as an archive target: its OS, CPU and the GPU backends it can use (:func:`target_for`)."""
+    import platform
+
     from clover_local.detect import detect_machine
     from clover_local.detect.nvidia import cuda_driver_version, load_nvml
 
+    if backend is not None and backend != "cuda":  # no GPU to probe: the OS and CPU are enough
+        os_name, arch = normalize_os(platform.system()), normalize_arch(platform.machine())
+        return Target(os_name, arch, (backend,), f"asked for with --backend {backend}")
     machine = detect_machine()
     driver = cuda_driver_version(load_nvml()) if any(g.vendor == "nvidia" for g in machine.gpus) else None
     return target_for(machine, cuda_driver=driver, backend=backend)
