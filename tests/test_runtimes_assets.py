@@ -4,9 +4,12 @@ ggml-org/llama.cpp names them ``llama-<tag>-bin-<os>[-<variant>]-<arch>``; the C
 
 from __future__ import annotations
 
+import pynvml
 import pytest
+from helpers_detect import RecordedNvml
 
 from clover_local.detect.machine import Cpu, Disk, Gpu, Machine, Memory
+from clover_local.detect.nvidia import cuda_driver_version
 from clover_local.runtimes.assets import Target, choose_archive, target_for
 
 TAG = "b7000"
@@ -257,3 +260,28 @@ def test_a_cuda_12_driver_never_gets_a_cuda_13_build() -> None:
     target = target_for(_machine("linux", "x86_64", "nvidia"), cuda_driver=(12, 8))
     choice = choose_archive(CURRENT, TAG, target)
     assert choice is not None and choice.backend == "cuda-12"
+
+
+class _NvmlWithDriver(RecordedNvml):
+    def __init__(self, cuda_version: int | None) -> None:
+        super().__init__([])
+        self.cuda_version = cuda_version
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        if self.cuda_version is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self.cuda_version
+
+
+@pytest.mark.parametrize(
+    ("nvml", "expected"),
+    [
+        (_NvmlWithDriver(13000), (13, 0)),
+        (_NvmlWithDriver(12040), (12, 4)),
+        (_NvmlWithDriver(None), None),  # an NVML too old for the call
+        (RecordedNvml([], init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED), None),
+        (None, None),  # no nvidia-ml-py
+    ],
+)
+def test_the_cuda_version_the_driver_supports(nvml: object, expected: tuple[int, int] | None) -> None:
+    assert cuda_driver_version(nvml) == expected
