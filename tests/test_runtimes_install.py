@@ -26,7 +26,7 @@ from clover_local.errors import RuntimeInstallError, UsageError
 from clover_local.runtimes.assets import Target
 from clover_local.runtimes.install import install, remove
 from clover_local.runtimes.installed import installed_runtimes
-from clover_local.runtimes.releases import fetch_release
+from clover_local.runtimes.releases import fetch_release, fetch_source_file
 
 __all__ = ["releases"]  # the fixture
 
@@ -218,4 +218,25 @@ def test_no_archive_for_this_machine_goes_to_a_source_build(releases: ReleasesSe
         # the stand-in has no source tarball for this tag: the build is where it stops
         install("b9001", target=Target("linux", "riscv64", ("cpu",)), notify=heard.append)
     assert any("building it from source" in m for m in heard)
+    _nothing_installed()
+
+
+def test_the_tags_source_files_come_from_the_raw_base(releases: ReleasesServer) -> None:
+    publish(releases, "b9001", tar_gz(script_runtime("b9001")))
+    assert fetch_source_file("b9001", "src/llama-arch.cpp").decode() == ARCH_CPP
+
+
+def test_a_source_file_that_is_not_llama_cpps_is_refused(releases: ReleasesServer) -> None:
+    publish(releases, "b9001", tar_gz(script_runtime("b9001")), sources=False)
+    with pytest.raises(RuntimeInstallError, match=r"does not exist \(404\)"):
+        install("b9001", target=CPU)
+    _nothing_installed()
+    releases.add_raw("b9001", "src/llama-arch.cpp", "<html>a mirror's error page</html>")
+    with pytest.raises(RuntimeInstallError, match="no architecture table"):
+        install("b9001", target=CPU)
+    _nothing_installed()
+    releases.add_raw("b9001", "src/llama-arch.cpp", ARCH_CPP)
+    releases.add_raw("b9001", "common/arg.cpp", "not it")
+    with pytest.raises(RuntimeInstallError, match="no option table"):
+        install("b9001", target=CPU)
     _nothing_installed()

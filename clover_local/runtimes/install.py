@@ -48,13 +48,12 @@ from clover_local.runtimes.installed import (
     valid_tag,
     write_manifest,
 )
-from clover_local.runtimes.releases import Release, fetch_release
+from clover_local.runtimes.releases import Release, fetch_release, fetch_source_file, source_file_url
 
 Notify = Callable[[str], None]
 SERVER_NAMES = ("llama-server", "llama-server.exe")
 RAW_SOURCES = {ARCH_SOURCE: build.ARCH_SOURCE, ARG_SOURCE: build.ARG_SOURCE}
 """Kept beside the binary (name -> path in the llama.cpp tree): what it loads, and the flags it takes."""
-MAX_RAW_SOURCE = 16 * 1024**2
 MAX_SOURCE_TARBALL = 1024**3
 DOWNLOADS = ".downloads"
 VERSION_TIMEOUT_S = 60.0
@@ -327,10 +326,9 @@ def _fetch_raw_sources(tag: str, partial: Path, beside: Path, http: httpx2.Clien
     the binary when it is nested)."""
     from clover_local.arch_support import parse_llama_arch
 
-    base = settings.llamacpp_raw_url().rstrip("/")
     for name, rel in RAW_SOURCES.items():
-        url = f"{base}/{tag}/{rel}"
-        body = net.get_bytes(http, url, what=f"fetch {rel} of llama.cpp {tag}", limit=MAX_RAW_SOURCE)
+        url = source_file_url(tag, rel)
+        body = fetch_source_file(tag, rel, http)
         text = body.decode("utf-8", errors="replace")
         if name == ARCH_SOURCE:
             try:

@@ -22,6 +22,8 @@ from clover_local.runtimes.installed import valid_tag
 
 MAX_RELEASE_JSON = 4 * 1024 * 1024
 """A release's JSON is a few tens of kB (about 30 assets); anything near this is not a release."""
+MAX_SOURCE_FILE = 16 * 1024 * 1024
+"""``src/llama-arch.cpp`` and ``common/arg.cpp`` are a few hundred kB."""
 _ASSET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
 _DIGEST = re.compile(r"^sha256:([0-9a-f]{64})$")
 _MIRROR_FIX = "Check CLOVER_LLAMACPP_RELEASES points at GitHub's API for llama.cpp or a faithful mirror."
@@ -98,6 +100,21 @@ def fetch_release(tag: str = "latest", http: httpx2.Client | None = None) -> Rel
             f"Asked {url} for release {tag}, it answered {release.tag}; refusing it.", _MIRROR_FIX
         )
     return release
+
+
+def source_file_url(tag: str, path: str) -> str:
+    """Where one source file of a release is (``CLOVER_LLAMACPP_RAW``/<tag>/<path>)."""
+    return f"{settings.llamacpp_raw_url().rstrip('/')}/{tag}/{path}"
+
+
+def fetch_source_file(tag: str, path: str, http: httpx2.Client | None = None) -> bytes:
+    """One source file of release ``tag`` (``src/llama-arch.cpp``: what that release can load), from the raw-file
+    base. Small files only (:data:`MAX_SOURCE_FILE`)."""
+    if not valid_tag(tag):
+        raise RuntimeInstallError(f"{tag!r} is not a llama.cpp release tag.")
+    url = source_file_url(tag, path)
+    with net.client() if http is None else contextlib.nullcontext(http) as client:
+        return net.get_bytes(client, url, what=f"fetch {path} of llama.cpp {tag}", limit=MAX_SOURCE_FILE)
 
 
 def parse_release(payload: object, source: str) -> Release:
