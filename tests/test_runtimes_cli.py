@@ -89,7 +89,7 @@ def test_a_kill_mid_download_leaves_nothing_installed_and_the_next_run_resumes(
     name = publish(releases, "b9001", tar_gz(script_runtime("b9001", padding=2_000_000)))
     held_at = 1_000_000
     releases.knobs("b9001", name).hold_at = held_at
-    part = settings.runtimes_dir() / ".downloads" / (name + ".part")
+    part = settings.runtimes_dir() / ".downloads" / "b9001" / (name + ".part")
     child = subprocess.Popen(
         [sys.executable, "-m", "clover_local", "runtime", "install", "b9001", "--backend", "cpu"],
         cwd=REPO_ROOT,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,11 +21,12 @@ from helpers_runtimes import (
     tar_gz,
 )
 from releases_server import ReleasesServer
+from waiting import wait_until
 
 from clover_local import settings
-from clover_local.errors import RuntimeInstallError, UsageError
+from clover_local.errors import InstallCancelled, NoArchiveError, RuntimeInstallError, UsageError
 from clover_local.runtimes.assets import Target
-from clover_local.runtimes.install import install, remove
+from clover_local.runtimes.install import clear_stale_downloads, downloads_dir, install, remove
 from clover_local.runtimes.installed import installed_runtimes
 from clover_local.runtimes.releases import fetch_release, fetch_source_file
 
@@ -106,7 +108,9 @@ def test_a_wrong_digest_is_refused_and_nothing_is_installed(releases: ReleasesSe
         install("b9001", target=CPU)
     assert "nothing was installed" in str(caught.value)
     _nothing_installed()
-    assert list((settings.runtimes_dir() / ".downloads").iterdir()) == []  # no part file kept
+    assert [
+        p for p in (settings.runtimes_dir() / ".downloads").rglob("*") if p.is_file()
+    ] == []  # no part kept
 
 
 def test_an_asset_without_a_digest_needs_the_explicit_flag(releases: ReleasesServer) -> None:
@@ -239,4 +243,74 @@ def test_a_source_file_that_is_not_llama_cpps_is_refused(releases: ReleasesServe
     releases.add_raw("b9001", "common/arg.cpp", "not it")
     with pytest.raises(RuntimeInstallError, match="no option table"):
         install("b9001", target=CPU)
+    _nothing_installed()
+
+
+def _stale_part(tag: str) -> Path:
+    """What a killed or cancelled install of ``tag`` leaves: a part file in that tag's download folder."""
+    part = downloads_dir(tag) / f"llama-{tag}-bin-ubuntu-x64.tar.gz.part"
+    part.parent.mkdir(parents=True, exist_ok=True)
+    part.write_bytes(b"half an archive")
+    return part
+
+
+def test_stale_downloads_of_other_tags_go_when_an_install_finishes(releases: ReleasesServer) -> None:
+    import filelock
+
+    publish(releases, "b9002", tar_gz(script_runtime("b9002")))
+    stale, running = _stale_part("b9001"), _stale_part("b9003")
+    loose = settings.runtimes_dir() / ".downloads" / "llama-b9000-bin-ubuntu-x64.tar.gz.part"  # older layout
+    loose.write_bytes(b"older")
+    busy = filelock.FileLock(str(settings.runtimes_dir() / ".lock-b9003"))  # an install of b9003 is running
+    with busy:
+        install("b9002", target=CPU)
+        assert running.is_file(), "the download of a tag being installed is kept"
+    assert not stale.exists() and not loose.exists()
+    assert [p.name for p in (settings.runtimes_dir() / ".downloads").iterdir()] == ["b9003"]
+    assert clear_stale_downloads() == (downloads_dir("b9003"),)  # its install is over now
+    assert list((settings.runtimes_dir() / ".downloads").iterdir()) == []
+
+
+def test_remove_clears_stale_downloads(releases: ReleasesServer) -> None:
+    publish(releases, "b9001", tar_gz(script_runtime("b9001")))
+    install("b9001", target=CPU)
+    stale = _stale_part("b9002")
+    remove("b9001")
+    assert not stale.exists() and list((settings.runtimes_dir() / ".downloads").iterdir()) == []
+
+
+def test_a_cancelled_install_installs_nothing_and_keeps_its_part(releases: ReleasesServer) -> None:
+    name = publish(releases, "b9001", tar_gz(script_runtime("b9001", padding=600_000)))
+    releases.knobs("b9001", name).hold_at = 200_000
+    cancel = threading.Event()
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            install("b9001", target=CPU, cancel=cancel)
+        except BaseException as exc:
+            failures.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    wait_until(lambda: releases.held_streams == 1, "the transfer held at 200 kB")
+    cancel.set()  # the person presses Esc mid-transfer
+    releases.knobs("b9001", name).hold_at = None  # the next bytes arrive and meet the cancel
+    worker.join()
+    assert len(failures) == 1 and isinstance(failures[0], InstallCancelled)
+    assert "nothing was installed" in str(failures[0])
+    _nothing_installed()
+    part = downloads_dir("b9001") / (name + ".part")
+    assert part.stat().st_size >= 200_000, "kept: the next install continues it"
+    install("b9001", target=CPU)
+    assert releases.downloads(name)[-1].range is not None
+    assert not downloads_dir("b9001").exists()
+
+
+def test_no_archive_can_be_asked_about_before_a_source_build(releases: ReleasesServer) -> None:
+    publish(releases, "b9001", tar_gz(script_runtime("b9001")))
+    with pytest.raises(NoArchiveError, match="no prebuilt archive for linux riscv64") as caught:
+        install("b9001", target=Target("linux", "riscv64", ("cpu",)), build_if_no_archive=False)
+    assert "from its source" in str(caught.value) and caught.value.tag == "b9001"
+    assert not any("/tarball/" in r.path for r in releases.requests)  # nothing of the source was fetched
     _nothing_installed()

@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 import httpx2
 
-from clover_local.errors import RuntimeInstallError
+from clover_local.errors import InstallCancelled, RuntimeInstallError
 from clover_local.fetch.progress import ProgressTracker, format_bytes
 from clover_local.runtimes import net
 from clover_local.runtimes.releases import is_file_name
@@ -144,7 +144,7 @@ def _sha256_of(path: Path, tracker: ProgressTracker, cancel: threading.Event | N
     hasher = hashlib.sha256()
     with path.open("rb") as f:
         while block := f.read(8 * _BLOCK):
-            _raise_if_cancelled(cancel)
+            check_cancelled(cancel)
             hasher.update(block)
             tracker.advance(len(block))
     return hasher
@@ -165,12 +165,11 @@ def _check_disk(folder: Path, item: RemoteFile, partial: Path) -> None:
         )
 
 
-def _raise_if_cancelled(cancel: threading.Event | None) -> None:
+def check_cancelled(cancel: threading.Event | None) -> None:
+    """Raise :class:`InstallCancelled` once ``cancel`` is set: between the steps of an install, and for each
+    block a transfer or a hash reads."""
     if cancel is not None and cancel.is_set():
-        raise RuntimeInstallError(
-            "Runtime install cancelled; what was downloaded is kept.",
-            "Run the install again to continue from there.",
-        )
+        raise InstallCancelled()
 
 
 class _Writer:
@@ -194,7 +193,7 @@ class _Writer:
         self._name = name
 
     def write(self, data: bytes) -> None:
-        _raise_if_cancelled(self._cancel)
+        check_cancelled(self._cancel)
         if self.tell() + len(data) > self._limit:
             raise RuntimeInstallError(
                 f"The server sent more than {format_bytes(self._limit)} for {self._name}; refusing it.",

@@ -26,7 +26,7 @@ import filelock
 import httpx2
 
 from clover_local import settings
-from clover_local.errors import RuntimeInstallError, UsageError
+from clover_local.errors import NoArchiveError, RuntimeInstallError, UsageError
 from clover_local.fetch.progress import ProgressCallback, ProgressTracker
 from clover_local.runtimes import build, net
 from clover_local.runtimes.assets import (
@@ -38,7 +38,7 @@ from clover_local.runtimes.assets import (
     normalize_os,
     target_for,
 )
-from clover_local.runtimes.download import RemoteFile, fetch_verified
+from clover_local.runtimes.download import RemoteFile, check_cancelled, fetch_verified
 from clover_local.runtimes.extract import extract_archive
 from clover_local.runtimes.installed import (
     ARCH_SOURCE,
@@ -81,14 +81,18 @@ def install(
     target: Target | None = None,
     jobs: int | None = None,
     cancel: threading.Event | None = None,
+    build_if_no_archive: bool = True,
 ) -> InstalledRuntime:
     """Install llama.cpp release ``tag`` (``latest``: the newest) into ``runtimes_dir()/<tag>``; the runtime.
 
     ``backend`` narrows the archive (``cpu``, ``cuda``, ``cuda-12``, ``cuda-13``, ``vulkan``, ``rocm``, ``metal``);
     ``from_source`` builds the release's source instead, as happens anyway when no archive fits ``target`` (default:
-    this machine). A release already installed is returned as it is unless ``force``. ``allow_unverified``
-    accepts an archive the release publishes no digest for. ``notify`` hears each step in words, ``progress`` the
-    bytes."""
+    this machine) unless ``build_if_no_archive`` is False (then :class:`NoArchiveError`, so a caller can ask
+    first). A release already installed is returned as it is unless ``force``. ``allow_unverified`` accepts an
+    archive the release publishes no digest for. ``notify`` hears each step in words, ``progress`` the bytes.
+    ``cancel`` stops the install between steps and during transfers; nothing is installed then, and a partial
+    download is kept for the next run. A successful install deletes the downloads other tags left, unless
+    an install of that tag is running (:func:`clear_stale_downloads`)."""
     say = notify or (lambda _message: None)
     if backend is not None and backend not in (*BACKENDS, "cuda"):
         raise UsageError(f"Unknown backend {backend!r}.", f"Choose one of {', '.join(BACKENDS)} (or cuda).")
@@ -109,6 +113,8 @@ def install(
             aim = target or host_target(backend)
             choice = None if from_source else choose_archive(release.asset_names, release.tag, aim)
             if choice is None and not from_source:
+                if not build_if_no_archive:
+                    raise NoArchiveError(release.tag, f"{aim.os} {aim.arch} ({' or '.join(aim.backends)})")
                 say(
                     f"Release {release.tag} has no prebuilt archive for {aim.os} {aim.arch}"
                     f" ({' or '.join(aim.backends)}): building it from source."
@@ -122,7 +128,9 @@ def install(
                     )
                 else:
                     staged = _stage_source(release, backend, partial, http, say, progress, jobs, cancel)
+                check_cancelled(cancel)
                 _check_runs(partial / str(staged.manifest["server"]))
+                check_cancelled(cancel)
                 staged.manifest["installed"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
                 write_manifest(partial, staged.manifest)  # last: a folder with a manifest is complete
                 _move_into_place(base, partial, folder)
@@ -133,6 +141,7 @@ def install(
                 path.unlink(missing_ok=True)
             if staged.work is not None:
                 shutil.rmtree(staged.work, ignore_errors=True)
+        clear_stale_downloads()  # this tag's emptied folder too, now that its lock is free
     runtime = read_runtime(folder)
     if runtime is None:  # only if something outside this process changed the folder just now
         raise RuntimeInstallError(
@@ -158,7 +167,43 @@ def remove(tag: str) -> Path:
         trash = base / f".removing-{tag}-{secrets.token_hex(4)}"
         os.replace(folder, trash)
         shutil.rmtree(trash, ignore_errors=True)
+    clear_stale_downloads()
     return folder
+
+
+def downloads_dir(tag: str) -> Path:
+    """Where the files of one tag's install are downloaded (``runtimes/.downloads/<tag>/``): kept across runs,
+    so an interrupted download continues, until the install succeeds."""
+    return settings.runtimes_dir() / DOWNLOADS / tag
+
+
+def clear_stale_downloads() -> tuple[Path, ...]:
+    """Delete the downloads of every tag that no install is working on now (its lock is free); what was
+    deleted. Loose files in ``.downloads/`` are from an older layout and never resumed, so they go too.
+    Called after a successful install and by :func:`remove`."""
+    base = settings.runtimes_dir()
+    try:
+        entries = sorted((base / DOWNLOADS).iterdir())
+    except OSError:
+        return ()
+    cleared: list[Path] = []
+    for entry in entries:
+        if not (entry.is_dir() and valid_tag(entry.name)):
+            with contextlib.suppress(OSError):
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+                cleared.append(entry)
+            continue
+        lock = filelock.FileLock(str(base / f".lock-{entry.name}"))
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
+            continue  # an install of that tag is running: its download is not stale
+        try:
+            shutil.rmtree(entry, ignore_errors=True)
+            cleared.append(entry)
+        finally:
+            lock.release()
+    return tuple(cleared)
 
 
 def host_target(backend: str | None = None) -> Target:
@@ -209,7 +254,7 @@ def _stage_archives(
     for index, item in enumerate(items):
         path, digest = fetch_verified(
             item,
-            settings.runtimes_dir() / DOWNLOADS,
+            downloads_dir(release.tag),
             tracker=tracker,
             index=index,
             http=http,
@@ -219,6 +264,7 @@ def _stage_archives(
         fetched.append((item, path, digest))
     tracker.finish()
     for item, path, _ in fetched:
+        check_cancelled(cancel)
         say(f"Unpacking {item.name}.")
         extract_archive(path, partial)
     server = locate_server(partial)
@@ -264,7 +310,7 @@ def _stage_source(
     tracker = ProgressTracker(progress, [(item.name, 0)])
     tarball, digest = fetch_verified(
         item,
-        settings.runtimes_dir() / DOWNLOADS,
+        downloads_dir(release.tag),
         tracker=tracker,
         index=0,
         http=http,
@@ -278,6 +324,7 @@ def _stage_source(
     src = work / "src"
     shutil.rmtree(src, ignore_errors=True)
     extract_archive(tarball, src)
+    check_cancelled(cancel)
     say(f"Building llama-server {release.tag} for {build_backend} ({why}); this takes a while.")
     try:
         bin_dir = build.cmake_build(
