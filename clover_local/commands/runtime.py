@@ -137,32 +137,9 @@ def _row(rt: InstalledRuntime) -> dict[str, Any]:
 
 def _pinned() -> list[dict[str, Any]]:
     """The llama.cpp this package pins: the embedded engine's, and the llama-server built from the same source."""
-    from clover_local import settings
-    from clover_local.arch_support import packaged_table
+    from clover_local.runtimes.installed import pinned_runtimes
 
-    table = packaged_table()
-    entries: list[dict[str, Any]] = [
-        {
-            "tag": "pinned",
-            "backend": "embedded",
-            "origin": "llama-cpp-python",
-            "path": "llama_cpp (llama-cpp-python " + table.llama_cpp_python + ")",
-            "commit": table.llama_cpp_commit,
-        }
+    return [
+        {"tag": "pinned", "backend": p.backend, "origin": p.origin, "path": p.path, "commit": p.commit}
+        for p in pinned_runtimes()
     ]
-    folder = settings.llama_server_dir()
-    try:
-        info = json.loads((folder / "build-info.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        info = None
-    if isinstance(info, dict) and (folder / "llama-server").is_file():
-        entries.append(
-            {
-                "tag": "pinned",
-                "backend": str(info.get("backend", "cpu")),
-                "origin": "source",
-                "path": str(folder / "llama-server"),
-                "commit": str(info.get("llama_cpp_commit", table.llama_cpp_commit)),
-            }
-        )
-    return entries

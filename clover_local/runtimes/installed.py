@@ -120,3 +120,43 @@ def installed_runtimes(folder: Path | None = None) -> tuple[InstalledRuntime, ..
 def write_manifest(root: Path, runtime: dict[str, object]) -> None:
     """Write ``runtime.json`` (the last step of an install, inside the partial folder)."""
     (root / MANIFEST).write_text(json.dumps(runtime, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class PinnedRuntime:
+    """The llama.cpp this package pins: the embedded engine's (llama-cpp-python), or the ``llama-server``
+    ``scripts/build-llama-server`` built from the same source."""
+
+    backend: str
+    """``embedded`` for llama-cpp-python; the build's backend (``cpu``, ``cuda``...) for llama-server."""
+    origin: str
+    """``llama-cpp-python`` or ``source``."""
+    path: str
+    commit: str
+    """The llama.cpp commit it was built from."""
+
+
+def pinned_runtimes() -> tuple[PinnedRuntime, ...]:
+    """The embedded engine's llama.cpp, and the pinned ``llama-server`` when it has been built."""
+    from clover_local.arch_support import packaged_table
+
+    table = packaged_table()
+    found = [
+        PinnedRuntime(
+            "embedded",
+            "llama-cpp-python",
+            f"llama_cpp (llama-cpp-python {table.llama_cpp_python})",
+            table.llama_cpp_commit,
+        )
+    ]
+    folder = settings.llama_server_dir()
+    try:
+        info = json.loads((folder / "build-info.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = None
+    if isinstance(info, dict) and (folder / "llama-server").is_file():
+        commit = str(info.get("llama_cpp_commit", table.llama_cpp_commit))
+        found.append(
+            PinnedRuntime(str(info.get("backend", "cpu")), "source", str(folder / "llama-server"), commit)
+        )
+    return tuple(found)
