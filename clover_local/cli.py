@@ -30,6 +30,7 @@ COMMANDS = (
     "serve",
     "doctor",
     "worker",
+    "runtime",
 )
 
 

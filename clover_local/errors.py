@@ -82,3 +82,33 @@ class RequestRefused(CloverError):
 class ArchitectureError(UsageError):
     """A GGUF's ``general.architecture`` is one the llama.cpp here cannot load (or its header could not be
     read): refused before its bytes are downloaded or loaded, unless ``--force``."""
+
+
+class RuntimeInstallError(CloverError):
+    """An upstream llama.cpp runtime could not be listed, fetched, verified, unpacked, built or removed (the
+    releases server unreachable or refusing, a digest that does not match, an archive member that would land
+    outside its folder...). Nothing half-installed is left visible."""
+
+
+class InstallCancelled(RuntimeInstallError):
+    """The person (or the app) stopped a runtime install: nothing was installed, and a partial download is kept
+    so the next install of that tag continues it."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Runtime install cancelled; nothing was installed, and what was downloaded is kept.",
+            "Install it again to continue from there.",
+        )
+
+
+class NoArchiveError(RuntimeInstallError):
+    """A release has no prebuilt archive for this machine, and the caller asked to be told before a source
+    build starts (the app asks the person; the CLI builds at once)."""
+
+    def __init__(self, tag: str, machine: str) -> None:
+        super().__init__(
+            f"Release {tag} has no prebuilt archive for {machine}.",
+            "Build it from its source instead (CMake and a C++ compiler; this takes a while).",
+        )
+        self.tag = tag
+        self.machine = machine

@@ -91,3 +91,9 @@ def llamacpp_raw_url() -> str:
     return (
         os.environ.get(ENV_PREFIX + "LLAMACPP_RAW") or "https://raw.githubusercontent.com/ggml-org/llama.cpp"
     )
+
+
+def github_token() -> str | None:
+    """A GitHub token for the releases API (``GITHUB_TOKEN``, else ``GH_TOKEN`` as the ``gh`` CLI reads it): it
+    raises the API's rate limit. Sent only to the releases API's own host, never to a download it redirects to."""
+    return os.environ.get("GITHUB_TOKEN") or os.environ.get("GH_TOKEN") or None

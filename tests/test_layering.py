@@ -21,13 +21,19 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "clover_local"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("clover_local", "clover_local.errors", "clover_local.settings"),
+    ("clover_local", "clover_local.errors", "clover_local.settings", "clover_local.runtimes.installed"),
     ("clover_local.presets",),
     ("clover_local.detect", "clover_local.gguf"),
     ("clover_local.plan",),
     ("clover_local.user_prefs",),  # the app's remembered choices are plan choices (the --spec mode)
     ("clover_local.fetch",),
-    ("clover_local.engine", "clover_local.llamacpp", "clover_local.rpc", "clover_local.measure.records"),
+    (
+        "clover_local.engine",
+        "clover_local.llamacpp",
+        "clover_local.rpc",
+        "clover_local.measure.records",
+        "clover_local.runtimes",
+    ),
     ("clover_local.runtime", "clover_local.conversations"),
     ("clover_local.launch",),
     ("clover_local.measure",),

@@ -73,3 +73,21 @@ def _bandwidth(nvml: Any, handle: Any) -> float | None:
     if bus_bits <= 0 or clock_mhz <= 0:
         return None
     return bus_bits / 8 * clock_mhz * 1e6 * 2
+
+
+def cuda_driver_version(nvml: ModuleType | Any | None) -> tuple[int, int] | None:
+    """The newest CUDA version the NVIDIA driver supports (``(13, 0)``), which decides whether a CUDA 13 build
+    of llama.cpp can run here; None without NVML or a driver."""
+    if nvml is None:
+        return None
+    try:
+        nvml.nvmlInit()
+    except Exception:  # no driver
+        return None
+    try:
+        version = int(nvml.nvmlSystemGetCudaDriverVersion())  # e.g. 12040 for 12.4
+    except Exception:  # an NVML too old for the call
+        return None
+    finally:
+        nvml.nvmlShutdown()
+    return (version // 1000, (version % 1000) // 10) if version > 0 else None

@@ -4,6 +4,7 @@ One folder per release tag under :func:`clover_local.settings.runtimes_dir`::
 
     runtimes/<tag>/runtime.json    the manifest (below); a folder without a readable one is not a runtime
     runtimes/<tag>/llama-arch.cpp  that tag's src/llama-arch.cpp: what this runtime can load
+    runtimes/<tag>/arg.cpp         that tag's common/arg.cpp: the flags its llama-server takes
     runtimes/<tag>/...             the archive's files, or a source build's install; ``server`` names the binary
 
 An install is written into a sibling ``.partial-<tag>-*`` folder and renamed into place, so a folder with a
@@ -27,6 +28,7 @@ from clover_local import settings
 Origin = Literal["archive", "source"]
 MANIFEST = "runtime.json"
 ARCH_SOURCE = "llama-arch.cpp"
+ARG_SOURCE = "arg.cpp"
 _TAG = re.compile(r"^b(\d{1,7})$")
 
 
@@ -60,6 +62,11 @@ class InstalledRuntime:
     def arch_source(self) -> Path:
         """This runtime's ``llama-arch.cpp``: the architectures it loads."""
         return self.root / ARCH_SOURCE
+
+    @property
+    def arg_source(self) -> Path:
+        """This runtime's ``common/arg.cpp``: the flags its llama-server takes (kept beside ``llama-arch.cpp``)."""
+        return self.root / ARG_SOURCE
 
     @property
     def number(self) -> int:
@@ -113,3 +120,43 @@ def installed_runtimes(folder: Path | None = None) -> tuple[InstalledRuntime, ..
 def write_manifest(root: Path, runtime: dict[str, object]) -> None:
     """Write ``runtime.json`` (the last step of an install, inside the partial folder)."""
     (root / MANIFEST).write_text(json.dumps(runtime, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class PinnedRuntime:
+    """The llama.cpp this package pins: the embedded engine's (llama-cpp-python), or the ``llama-server``
+    ``scripts/build-llama-server`` built from the same source."""
+
+    backend: str
+    """``embedded`` for llama-cpp-python; the build's backend (``cpu``, ``cuda``...) for llama-server."""
+    origin: str
+    """``llama-cpp-python`` or ``source``."""
+    path: str
+    commit: str
+    """The llama.cpp commit it was built from."""
+
+
+def pinned_runtimes() -> tuple[PinnedRuntime, ...]:
+    """The embedded engine's llama.cpp, and the pinned ``llama-server`` when it has been built."""
+    from clover_local.arch_support import packaged_table
+
+    table = packaged_table()
+    found = [
+        PinnedRuntime(
+            "embedded",
+            "llama-cpp-python",
+            f"llama_cpp (llama-cpp-python {table.llama_cpp_python})",
+            table.llama_cpp_commit,
+        )
+    ]
+    folder = settings.llama_server_dir()
+    try:
+        info = json.loads((folder / "build-info.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = None
+    if isinstance(info, dict) and (folder / "llama-server").is_file():
+        commit = str(info.get("llama_cpp_commit", table.llama_cpp_commit))
+        found.append(
+            PinnedRuntime(str(info.get("backend", "cpu")), "source", str(folder / "llama-server"), commit)
+        )
+    return tuple(found)

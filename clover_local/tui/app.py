@@ -55,6 +55,7 @@ class CloverApp(App[None]):
     TITLE = "clover-local"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1", "help", "Help", id="app.help"),
+        Binding("f3", "runtimes", "Runtimes", id="app.runtimes"),
         Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True, show=False),
     ]
 
@@ -155,6 +156,12 @@ class CloverApp(App[None]):
 
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
+
+    def action_runtimes(self) -> None:
+        from clover_local.tui.screens.runtimes import RuntimesScreen
+
+        if not isinstance(self.screen, RuntimesScreen):
+            self.push_screen(RuntimesScreen())
 
     def _remember_theme(self, theme: Theme) -> None:
         self.prefs = replace(user_prefs.load_prefs(), theme=theme.name)

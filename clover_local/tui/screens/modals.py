@@ -151,6 +151,7 @@ HELP_TEXT = """\
 
 [b]Everywhere[/b]
   F1  this help      Ctrl+P  commands (theme: light or dark)      Ctrl+Q  quit
+  F3  llama.cpp runtimes: list, install the latest release, remove
 """
 
 
