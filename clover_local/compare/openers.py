@@ -1,0 +1,146 @@
+"""How each kind of contender gets ready to answer: a local model found (a preset's file, a ``.gguf``) or
+fetched (a preset not downloaded yet, an ``hf:`` repo: its architecture checked before any byte comes), planned
+for this machine and loaded through ``launch.open_launch``; an endpoint reached, with its key read from the
+environment variable the person named."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from clover_local.compare.contenders import Contender
+from clover_local.compare.options import CompareOptions, OpenedContender, Progress
+from clover_local.errors import PlanError, UsageError
+
+if TYPE_CHECKING:
+    from clover_local.detect.machine import Machine
+    from clover_local.fetch.progress import DownloadProgress
+    from clover_local.presets import Preset
+
+DEFAULT_HF_QUANT = "Q4_K_M"
+
+
+def open_contender(
+    contender: Contender,
+    options: CompareOptions,
+    machine: Machine | None,
+    progress: Callable[[Progress], None],
+) -> OpenedContender:
+    if contender.kind == "endpoint":
+        return open_endpoint(contender, options)
+    return open_local(contender, options, machine, progress)
+
+
+def endpoint_key(options: CompareOptions) -> str | None:
+    """The key in the variable ``--key-env`` names (None without one); a :class:`UsageError` when it is unset."""
+    if not options.key_env:
+        return None
+    key = os.environ.get(options.key_env)
+    if not key:
+        raise UsageError(
+            f"--key-env {options.key_env}: that environment variable is not set.",
+            f"export {options.key_env}=... before running compare (the key itself is never an option).",
+        )
+    return key
+
+
+def open_endpoint(contender: Contender, options: CompareOptions) -> OpenedContender:
+    from clover_local.compare.endpoint import EndpointEngine
+
+    assert contender.model is not None
+    engine = EndpointEngine(contender.target, contender.model, endpoint_key(options))
+    engine.probe()
+    return OpenedContender(engine, engine.close, description=f"{contender.model} at {contender.target}")
+
+
+def local_model(
+    contender: Contender, machine: Machine | None, progress: Callable[[Progress], None]
+) -> tuple[Preset | None, Path]:
+    """The contender's preset (None for a bare file or repo: the file's name picks one) and its local GGUF,
+    downloaded first when it is not here yet."""
+    from clover_local import runtime
+
+    if contender.kind == "gguf":
+        return None, runtime.checked_gguf(Path(contender.target).expanduser())
+    if contender.kind == "hf":
+        return None, _fetch_repo(contender, progress)
+    from clover_local.presets import load_preset
+
+    preset = load_preset(contender.target)
+    found = runtime.find_model(preset)
+    if found is not None:
+        return preset, found
+    from clover_local.fetch.download import download_model
+    from clover_local.launch import LaunchRequest, decide_launch
+
+    quant = decide_launch(LaunchRequest(preset), machine=machine).plan.quant  # the quant planned for here
+    return preset, download_model(preset, quant, progress=_download_progress(contender, progress))
+
+
+def _fetch_repo(contender: Contender, progress: Callable[[Progress], None]) -> Path:
+    from clover_local.fetch.download import check_architectures, fetch_resolved, resolve_quant_files
+
+    resolved = resolve_quant_files(contender.target, contender.quant or DEFAULT_HF_QUANT, drafts=False)
+    resolved = check_architectures(resolved)  # refused here, before any byte, when nothing here can run it
+    return fetch_resolved(resolved, progress=_download_progress(contender, progress))
+
+
+def _download_progress(
+    contender: Contender, progress: Callable[[Progress], None]
+) -> Callable[[DownloadProgress], None]:
+    from clover_local.fetch.progress import status_line
+
+    return lambda p: progress(Progress("downloading", contender.name, message=status_line(p)))
+
+
+def open_local(
+    contender: Contender,
+    options: CompareOptions,
+    machine: Machine | None,
+    progress: Callable[[Progress], None],
+) -> OpenedContender:
+    """The contender planned for this machine (its own plan) and loaded through ``open_launch``; a plan that
+    does not fit is refused before loading (it would swap, and its times would say nothing)."""
+    import os as _os
+
+    from clover_local.launch import LaunchRequest, decide_launch, open_launch
+
+    preset, path = local_model(contender, machine, progress)
+    launch = decide_launch(LaunchRequest(preset, str(path), ctx=options.ctx), machine=machine)
+    if not launch.plan.fits:
+        why = "; ".join(launch.plan.reasons[:2])
+        raise PlanError(
+            f"{contender.name} does not fit this machine{': ' + why if why else ''}.",
+            "Compare a smaller quant or model, or give a smaller --ctx.",
+        )
+    opened = open_launch(launch)
+    process = getattr(opened.engine, "process", None)
+    pid = getattr(process, "pid", None) if process is not None else _os.getpid()
+    plan = opened.launch.plan
+    description = f"{opened.kind}: {Path(plan.model_path or path).name} {plan.quant}, ctx {plan.ctx}"
+    return OpenedContender(
+        opened.engine,
+        opened.engine.close,
+        holder_pid=pid,
+        in_process=opened.kind == "embedded",
+        description=description,
+        notices=opened.notices,
+    )
+
+
+def check_contenders(contenders: list[Contender], options: CompareOptions) -> None:
+    """What can be checked before any model loads: each preset exists, each file is a GGUF, the endpoints'
+    key variable is set. (Downloads, plans and endpoints are each contender's own turn: one that fails there
+    is an error for it alone.)"""
+    from clover_local import runtime
+    from clover_local.presets import load_preset
+
+    for c in contenders:
+        if c.kind == "preset":
+            load_preset(c.target)
+        elif c.kind == "gguf":
+            runtime.checked_gguf(Path(c.target).expanduser())
+    if any(c.kind == "endpoint" for c in contenders):
+        endpoint_key(options)
