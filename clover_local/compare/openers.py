@@ -110,9 +110,9 @@ def open_local(
     preset, path = local_model(contender, machine, progress)
     launch = decide_launch(LaunchRequest(preset, str(path), ctx=options.ctx), machine=machine)
     if not launch.plan.fits:
-        why = "; ".join(launch.plan.reasons[:2])
+        why = next((r for r in launch.plan.reasons if r.startswith("Does not fit")), "")
         raise PlanError(
-            f"{contender.name} does not fit this machine{': ' + why if why else ''}.",
+            f"{contender.name} does not fit this machine{': ' + why if why else '.'}",
             "Compare a smaller quant or model, or give a smaller --ctx.",
         )
     opened = open_launch(launch)
