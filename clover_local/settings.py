@@ -81,9 +81,13 @@ def runtimes_dir() -> Path:
 def llamacpp_releases_url() -> str:
     """Base URL of a server speaking GitHub's releases API for llama.cpp (``/releases/latest``,
     ``/releases/tags/<tag>``). ``CLOVER_LLAMACPP_RELEASES``."""
-    return os.environ.get(ENV_PREFIX + "LLAMACPP_RELEASES") or "https://api.github.com/repos/ggml-org/llama.cpp"
+    return (
+        os.environ.get(ENV_PREFIX + "LLAMACPP_RELEASES") or "https://api.github.com/repos/ggml-org/llama.cpp"
+    )
 
 
 def llamacpp_raw_url() -> str:
     """Base URL of a release's source files: ``<base>/<tag>/<path>``. ``CLOVER_LLAMACPP_RAW``."""
-    return os.environ.get(ENV_PREFIX + "LLAMACPP_RAW") or "https://raw.githubusercontent.com/ggml-org/llama.cpp"
+    return (
+        os.environ.get(ENV_PREFIX + "LLAMACPP_RAW") or "https://raw.githubusercontent.com/ggml-org/llama.cpp"
+    )

@@ -48,7 +48,11 @@ class Recorder:
         self._lock = threading.Lock()
 
     def __call__(
-        self, contender: Contender, options: CompareOptions, machine: Any, progress: Callable[[Progress], None]
+        self,
+        contender: Contender,
+        options: CompareOptions,
+        machine: Any,
+        progress: Callable[[Progress], None],
     ) -> OpenedContender:
         with self._lock:
             self.events.append(("opening", contender.name))

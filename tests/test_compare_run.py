@@ -54,7 +54,9 @@ def test_local_contenders_run_one_at_a_time_on_their_own_plans(
     by_id = {t.id: t for t in smol.tasks}
     assert by_id["capital"].passed and "paris" in by_id["capital"].reply.lower()
     assert not by_id["secret"].passed and by_id["secret"].asserts[0].why
-    assert all(t.latency_s and t.ttft_s is not None and t.tokens_in > 0 and t.tokens_out > 0 for t in smol.tasks)
+    assert all(
+        t.latency_s and t.ttft_s is not None and t.tokens_in > 0 and t.tokens_out > 0 for t in smol.tasks
+    )
     assert smol.peak_ram_bytes and smol.peak_ram_bytes > 0 and smol.engine.startswith("embedded")
     gemma = report.contender("gemma3-270m")
     assert gemma is not None and gemma.total == len(TASKS) and gemma.peak_ram_bytes
@@ -92,7 +94,9 @@ def test_an_interrupted_run_resumes_without_asking_a_finished_task_again(
     assert not kept.complete and [len(c.tasks) for c in kept.contenders] == [len(TASKS), 1]
 
     second = Recorder()
-    resumed = run_compare(contenders, tasks, OPTIONS, opener=second, previous=kept, save=lambda r: save_report(r, saved))
+    resumed = run_compare(
+        contenders, tasks, OPTIONS, opener=second, previous=kept, save=lambda r: save_report(r, saved)
+    )
     assert resumed.complete and [len(c.tasks) for c in resumed.contenders] == [len(TASKS), len(TASKS)]
     assert not second.asked(str(smollm2_path))  # finished: not even loaded again
     assert ("opening", str(smollm2_path)) not in second.events
@@ -123,7 +127,9 @@ def test_a_down_endpoint_and_a_model_that_does_not_fit_fail_alone(
     assert "Could not reach" in table and "does not fit" in table
 
 
-def test_show_prints_a_saved_report(smollm2_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_prints_a_saved_report(
+    smollm2_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     tasks = write_tasks(tmp_path, TASKS[:1])
     out = tmp_path / "r.json"
     assert main(["compare", str(smollm2_path), "--tasks", str(tasks), "--max-tokens", "16", "--ctx", "1024",
@@ -141,7 +147,9 @@ def test_a_bad_tasks_file_is_refused_before_any_model_loads(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"id": "x", "prompt": "p", "assert": [{"type": "regex", "value": "(("}]}) + "\n")
+    bad.write_text(
+        json.dumps({"id": "x", "prompt": "p", "assert": [{"type": "regex", "value": "(("}]}) + "\n"
+    )
     assert main(["compare", "smollm2-135m", "no-such-preset", "--tasks", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "bad.jsonl line 1: the regex '((' does not compile" in err and "Traceback" not in err

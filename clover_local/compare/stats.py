@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from fractions import Fraction
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 Z95 = 1.959963984540054
 ALPHA = 0.05
