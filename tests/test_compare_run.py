@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from helpers_compare import TASKS, Recorder, prompt_of, write_tasks
@@ -20,6 +21,9 @@ from clover_local.compare.report import load_report, save_report
 from clover_local.compare.runner import run_compare
 from clover_local.compare.tasks import load_tasks
 from clover_local.llamacpp.server import free_port
+
+if TYPE_CHECKING:
+    from hub_server import HubServer
 
 pytestmark = pytest.mark.slow
 
@@ -153,3 +157,25 @@ def test_a_bad_tasks_file_is_refused_before_any_model_loads(
     assert main(["compare", "smollm2-135m", "no-such-preset", "--tasks", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "bad.jsonl line 1: the regex '((' does not compile" in err and "Traceback" not in err
+
+
+def test_an_hf_repo_is_fetched_and_run_and_one_nothing_here_runs_is_refused_before_its_bytes(
+    hub_server: HubServer, tmp_path: Path
+) -> None:
+    from clover_local.fetch import cache
+    from clover_local.testing.models import tiny_model, with_architecture
+
+    known, unknown = "acme/Tiny-GGUF", "acme/Next-GGUF"
+    hub_server.add_file(known, "Tiny-Q4_K_M.gguf", tiny_model("llama"))
+    renamed = with_architecture(tiny_model("qwen35moe"), "clover-bd", tmp_path / "Next-Q4_K_M.gguf")
+    hub_server.add_file(unknown, "Next-Q4_K_M.gguf", renamed)
+    tasks = load_tasks(str(write_tasks(tmp_path, TASKS[:1])))
+    contenders = parse_contenders([f"hf:{unknown}:Q4_K_M", f"hf:{known}"])  # no quant: Q4_K_M
+    recorder = Recorder()
+    report = run_compare(contenders, tasks, CompareOptions(max_tokens=8, ctx=512), opener=recorder)
+    refused, fetched = report.contenders
+    assert refused.error and "'clover-bd'" in refused.error and "Nothing was downloaded" in refused.error
+    assert hub_server.bytes_served(unknown, "Next-Q4_K_M.gguf") < renamed.stat().st_size
+    assert not (cache.repo_folder(unknown) / "blobs").is_dir() or not any((cache.repo_folder(unknown) / "blobs").iterdir())
+    assert fetched.error is None and fetched.total == 1 and fetched.engine.startswith("embedded")
+    assert recorder.most_open == 1
