@@ -149,7 +149,6 @@ HELP_TEXT = """\
 [b]Plan[/b]
   Change quant or context: the plan updates at once.
   Enter a path to use a GGUF you already have.
-  F3  compare models on the same tasks, side by side (before one is loaded)
 
 [b]Everywhere[/b]
   F1  this help      Ctrl+P  commands (theme: light or dark)      Ctrl+Q  quit
