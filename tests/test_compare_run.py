@@ -176,6 +176,64 @@ def test_an_hf_repo_is_fetched_and_run_and_one_nothing_here_runs_is_refused_befo
     refused, fetched = report.contenders
     assert refused.error and "'clover-bd'" in refused.error and "Nothing was downloaded" in refused.error
     assert hub_server.bytes_served(unknown, "Next-Q4_K_M.gguf") < renamed.stat().st_size
-    assert not (cache.repo_folder(unknown) / "blobs").is_dir() or not any((cache.repo_folder(unknown) / "blobs").iterdir())
+    assert not (cache.repo_folder(unknown) / "blobs").is_dir() or not any(
+        (cache.repo_folder(unknown) / "blobs").iterdir()
+    )
     assert fetched.error is None and fetched.total == 1 and fetched.engine.startswith("embedded")
     assert recorder.most_open == 1
+
+
+def test_ctrl_c_keeps_what_is_done_and_resume_goes_on(smollm2_path: Path, tmp_path: Path) -> None:
+    """The command as a person runs it: SIGINT once the first task is saved; exit 130 saying how to go on;
+    ``--resume FILE`` runs only what is left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from waiting import wait_until
+
+    tasks = write_tasks(tmp_path)
+    out = tmp_path / "run.json"
+    cli = [sys.executable, "-m", "clover_local", "compare"]
+    argv = [
+        *cli,
+        str(smollm2_path),
+        "--tasks",
+        str(tasks),
+        "--max-tokens",
+        "24",
+        "--ctx",
+        "1024",
+        "--json",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+
+    def one_task_saved() -> bool:
+        if proc.poll() is not None:
+            return True
+        try:
+            return bool(json.loads(out.read_text())["contenders"][0]["tasks"])
+        except (OSError, ValueError, KeyError, IndexError):
+            return False
+
+    wait_until(one_task_saved, "the first task to be saved")
+    proc.send_signal(signal.SIGINT)
+    _out, stderr = proc.communicate(timeout=240)
+    done = len(json.loads(out.read_text())["contenders"][0]["tasks"])
+    if proc.returncode == 0:  # a fast machine finished every task before the signal came: nothing to resume
+        assert done == len(TASKS)
+        return
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert f"--resume {out}" in stderr and 1 <= done < len(TASKS)
+    resumed = subprocess.run([*cli, "--resume", str(out)], capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    data = json.loads(out.read_text())
+    assert data["complete"] and [t["id"] for t in data["contenders"][0]["tasks"]] == [t["id"] for t in TASKS]
+    # Only what was left ran again: the progress lines name each remaining task once, and no finished one.
+    ran = [line for line in resumed.stderr.splitlines() if f"{smollm2_path}: " in line and "load" not in line]
+    for task in TASKS[:done]:
+        assert not any(line.endswith(f": {task['id']}") or f": {task['id']}," in line for line in ran)
