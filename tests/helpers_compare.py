@@ -80,6 +80,9 @@ class Recorder:
     def asked(self, name: str) -> list[str]:
         return [e[2] for e in self.events if e[0] == "ask" and e[1] == name]
 
+    def seeds(self, name: str) -> list[str]:
+        return [e[3] for e in self.events if e[0] == "ask" and e[1] == name]
+
 
 class _Asking(EngineWrapper):
     def __init__(self, inner: ChatEngine, name: str, events: list[tuple[str, ...]]) -> None:
@@ -91,7 +94,7 @@ class _Asking(EngineWrapper):
         self, request: GenerationRequest, cancel: threading.Event | None = None
     ) -> Iterator[GenerationEvent]:
         prompt = (request.messages or ())[-1].content
-        self.events.append(("ask", self.name, prompt))
+        self.events.append(("ask", self.name, prompt, str(request.seed)))
         return self.inner.generate(request, cancel)
 
 

@@ -237,3 +237,14 @@ def test_ctrl_c_keeps_what_is_done_and_resume_goes_on(smollm2_path: Path, tmp_pa
     ran = [line for line in resumed.stderr.splitlines() if f"{smollm2_path}: " in line and "load" not in line]
     for task in TASKS[:done]:
         assert not any(line.endswith(f": {task['id']}") or f": {task['id']}," in line for line in ran)
+
+
+def test_sampled_runs_repeat_each_task_with_its_own_seed(smollm2_path: Path, tmp_path: Path) -> None:
+    tasks = load_tasks(str(write_tasks(tmp_path, TASKS[:1])))
+    options = CompareOptions(max_tokens=12, ctx=1024, temperature=0.8, repeat=3, seed=7)
+    recorder = Recorder()
+    report = run_compare(parse_contenders([str(smollm2_path)]), tasks, options, opener=recorder)
+    (smol,) = report.contenders
+    assert [(t.id, t.repeat) for t in smol.tasks] == [("capital", 0), ("capital", 1), ("capital", 2)]
+    assert recorder.seeds(str(smollm2_path)) == ["7", "8", "9"] and report.complete
+    assert report.to_json()["options"]["temperature"] == 0.8

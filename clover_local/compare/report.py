@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -229,10 +229,6 @@ def save_report(report: CompareReport, path: str | Path) -> None:
     tmp = p.with_name(p.name + ".tmp")
     tmp.write_text(json.dumps(report.to_json(), indent=1, ensure_ascii=False), encoding="utf-8")
     os.replace(tmp, p)
-
-
-def without_contender_tasks(report: CompareReport, name: str) -> CompareReport:
-    return replace(report, contenders=[c for c in report.contenders if c.name != name])
 
 
 # -- the table ----------------------------------------------------------------------------------------------
