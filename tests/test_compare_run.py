@@ -248,3 +248,47 @@ def test_sampled_runs_repeat_each_task_with_its_own_seed(smollm2_path: Path, tmp
     assert [(t.id, t.repeat) for t in smol.tasks] == [("capital", 0), ("capital", 1), ("capital", 2)]
     assert recorder.seeds(str(smollm2_path)) == ["7", "8", "9"] and report.complete
     assert report.to_json()["options"]["temperature"] == 0.8
+
+
+TINY_PRESET = """
+name = "tiny-hub"
+display_name = "A tiny model on the Hub"
+repo = "acme/Tiny-GGUF"
+default_quant = "Q4_K_M"
+chat_template = "gguf"
+
+[quants.Q4_K_M]
+pattern = "Q4_K_M"
+fallback_bytes = 1_627_296
+
+[architecture]
+arch = "llama"
+n_layers = 4
+n_head_kv = 2
+head_dim = 32
+n_embd = 128
+n_vocab = 824
+n_ctx_train = 4_096
+
+[context]
+default = 512
+max = 4_096
+"""
+
+
+def test_a_preset_not_downloaded_yet_is_planned_and_fetched_first(hub_server: HubServer, tmp_path: Path) -> None:
+    from clover_local import settings
+    from clover_local.testing.models import tiny_model
+
+    hub_server.add_file("acme/Tiny-GGUF", "Tiny-Q4_K_M.gguf", tiny_model("llama"))
+    settings.user_presets_dir().mkdir(parents=True, exist_ok=True)
+    (settings.user_presets_dir() / "tiny-hub.toml").write_text(TINY_PRESET, encoding="utf-8")
+    tasks = load_tasks(str(write_tasks(tmp_path, TASKS[:1])))
+    steps: list[Progress] = []
+    report = run_compare(
+        parse_contenders(["tiny-hub"]), tasks, CompareOptions(max_tokens=8, ctx=512), on_progress=steps.append
+    )
+    (tiny,) = report.contenders
+    assert tiny.error is None and tiny.total == 1, tiny.error
+    assert hub_server.bytes_served("acme/Tiny-GGUF", "Tiny-Q4_K_M.gguf") >= tiny_model("llama").stat().st_size
+    assert any(s.kind == "downloading" for s in steps)
