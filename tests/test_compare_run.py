@@ -276,7 +276,9 @@ max = 4_096
 """
 
 
-def test_a_preset_not_downloaded_yet_is_planned_and_fetched_first(hub_server: HubServer, tmp_path: Path) -> None:
+def test_a_preset_not_downloaded_yet_is_planned_and_fetched_first(
+    hub_server: HubServer, tmp_path: Path
+) -> None:
     from clover_local import settings
     from clover_local.testing.models import tiny_model
 
