@@ -143,7 +143,7 @@ def test_the_key_is_nowhere_in_the_output_the_report_or_the_picture(
 
 @pytest.mark.slow
 def test_smollm2_beside_an_upstream_llama_server_serving_gemma(
-    smollm2_path: Path, gemma_path: Path, tmp_path: Path
+    smollm2_path: Path, gemma_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.llamacpp.binary import ServerBinary
@@ -154,13 +154,12 @@ def test_smollm2_beside_an_upstream_llama_server_serving_gemma(
         LaunchRequest(None, str(gemma_path), ctx=1024, engine="llama-server", llama_server=str(binary.path))
     )
     server = start_llama_server(launch.settings.argv(), binary=binary, api_key=SECRET)
+    monkeypatch.setenv("CMP_TEST_KEY", SECRET)
     try:
-        os.environ["CMP_TEST_KEY"] = SECRET
         contenders = parse_contenders([str(smollm2_path), f"{server.url}/v1#gemma"])
         tasks = load_tasks(str(write_tasks(tmp_path, TASKS[:2])))
         report = run_compare(contenders, tasks, OPTIONS)
     finally:
-        os.environ.pop("CMP_TEST_KEY", None)
         server.stop()
     local, upstream = report.contenders
     assert local.error is None and upstream.error is None and upstream.total == 2

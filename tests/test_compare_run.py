@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from helpers_compare import TASKS, Recorder, prompt_of, write_tasks
+from helpers_serve import llama_server_path  # resolved at import, before the user folders move
 
 from clover_local import runtime
 from clover_local.cli import main
@@ -294,3 +295,21 @@ def test_a_preset_not_downloaded_yet_is_planned_and_fetched_first(
     assert tiny.error is None and tiny.total == 1, tiny.error
     assert hub_server.bytes_served("acme/Tiny-GGUF", "Tiny-Q4_K_M.gguf") >= tiny_model("llama").stat().st_size
     assert any(s.kind == "downloading" for s in steps)
+
+
+def test_a_local_contender_in_llama_server_has_its_memory_measured_in_that_process(
+    smollm2_path: Path, gemma_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLOVER_LLAMA_SERVER", str(llama_server_path()))
+    tasks = load_tasks(str(write_tasks(tmp_path, TASKS[:2])))
+    recorder = Recorder()
+    options = CompareOptions(max_tokens=16, ctx=1024, engine="llama-server")
+    report = run_compare(
+        parse_contenders([str(smollm2_path), str(gemma_path)]), tasks, options, opener=recorder
+    )
+    assert recorder.most_open == 1  # a llama-server is stopped before the next one starts
+    for c in report.contenders:
+        assert c.error is None and c.total == 2 and c.engine.startswith("llama-server"), c.error
+        assert c.peak_ram_bytes and c.peak_ram_bytes > 0
+    smol = report.contenders[0]
+    assert {t.id: t.passed for t in smol.tasks}["capital"]

@@ -66,6 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         metavar="VAR",
         help="the environment variable holding the endpoints' API key (the key itself is never an option)",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "embedded", "llama-server"),
+        help="the engine for every local model (default: each launch's own; llama-server where only it runs one)",
+    )
     parser.add_argument("--app", action="store_true", help="run the comparison in the app's Compare screen")
     parser.set_defaults(func=run)
 
@@ -115,13 +120,14 @@ def _what_to_run(
         system=args.system,
         ctx=args.ctx,
         key_env=args.key_env,
+        engine=args.engine,
     )
     names = list(args.contenders)
     source = args.tasks or BUILTIN
     if previous is not None:
         names = names or [c.name for c in previous.contenders]
         source = args.tasks or previous.tasks_source
-        if options == CompareOptions(key_env=args.key_env):  # nothing given: as the run being resumed
+        if options == CompareOptions(key_env=args.key_env, engine=args.engine):  # as the run being resumed
             saved = {**previous.options, "key_env": args.key_env or previous.options.get("key_env")}
             options = CompareOptions(**saved)
     return parse_contenders(names), load_tasks(source), options

@@ -108,7 +108,8 @@ def open_local(
     from clover_local.launch import LaunchRequest, decide_launch, open_launch
 
     preset, path = local_model(contender, machine, progress)
-    launch = decide_launch(LaunchRequest(preset, str(path), ctx=options.ctx), machine=machine)
+    request = LaunchRequest(preset, str(path), ctx=options.ctx, engine=options.engine)  # type: ignore[arg-type]
+    launch = decide_launch(request, machine=machine)
     if not launch.plan.fits:
         why = next((r for r in launch.plan.reasons if r.startswith("Does not fit")), "")
         raise PlanError(

@@ -31,6 +31,9 @@ class CompareOptions:
     """Context of every local contender (None: each plan's own)."""
     key_env: str | None = None
     """The environment variable holding the endpoints' key (its name only; the key is never saved)."""
+    engine: str | None = None
+    """The engine wished for every local contender (``auto``, ``embedded``, ``llama-server``); None: each
+    launch's default (``launch.choose_runner``: llama-server where only it runs the model)."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -41,6 +44,7 @@ class CompareOptions:
             "system": self.system,
             "ctx": self.ctx,
             "key_env": self.key_env,
+            "engine": self.engine,
         }
 
 
