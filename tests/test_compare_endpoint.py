@@ -239,3 +239,14 @@ def test_the_key_echoed_back_is_cut_out_and_a_refused_key_is_one_clear_error(
     with pytest.raises(ServerError, match="refused the key") as caught:
         engine.probe()
     assert SECRET not in str(caught.value)
+
+
+def test_a_key_given_where_its_variable_name_goes_is_refused_and_not_echoed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from clover_local.cli import main
+
+    for given in ("sk-live-4f9a2b7c", "sk_live_4f9a2b7c"):
+        code = main(["compare", "smollm2-135m", "http://127.0.0.1:9/v1#m", "--key-env", given])
+        err = capsys.readouterr().err
+        assert code == 2 and given not in err and "--key-env" in err

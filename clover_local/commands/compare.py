@@ -4,6 +4,7 @@ side by side (a table, a picture, a JSON report). See docs/compare.md."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,9 @@ if TYPE_CHECKING:
     from clover_local.compare.report import CompareReport
     from clover_local.compare.tasks import TaskSet
     from clover_local.detect.machine import Machine
+
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -107,10 +111,10 @@ def _what_to_run(
 
     if args.repeat < 1 or args.max_tokens < 1 or args.temperature < 0:
         raise UsageError("--repeat and --max-tokens must be at least 1, --temperature at least 0.")
-    if args.key_env is not None and not args.key_env.replace("_", "").isalnum():
-        raise UsageError(
-            f"--key-env {args.key_env!r} is not an environment variable's name.",
-            "Give the variable's name (e.g. --key-env OPENAI_API_KEY), not the key.",
+    if args.key_env is not None and not ENV_NAME.match(args.key_env):
+        raise UsageError(  # not echoed: what was given may be the key itself
+            "--key-env takes the name of an environment variable (letters, digits and _), not a key.",
+            "export OPENAI_API_KEY=... and give --key-env OPENAI_API_KEY.",
         )
     options = CompareOptions(
         max_tokens=args.max_tokens,

@@ -6,6 +6,7 @@ environment variable the person named."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,9 +40,11 @@ def endpoint_key(options: CompareOptions) -> str | None:
         return None
     key = os.environ.get(options.key_env)
     if not key:
+        # The name is said only when it reads as one: a key given by mistake is not printed.
+        name = options.key_env if re.fullmatch(r"[A-Z][A-Z0-9_]{0,39}", options.key_env) else "VAR"
         raise UsageError(
-            f"--key-env {options.key_env}: that environment variable is not set.",
-            f"export {options.key_env}=... before running compare (the key itself is never an option).",
+            f"--key-env {name}: that environment variable is not set.",
+            f"export {name}=... before running compare (the key itself is never an option).",
         )
     return key
 
