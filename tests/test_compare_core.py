@@ -364,3 +364,21 @@ def test_contenders_as_written() -> None:
         parse_contenders(["a", "a"])
     with pytest.raises(UsageError, match="at most 8"):
         parse_contenders([f"p{i}" for i in range(9)])
+
+
+def test_the_progress_line_says_what_runs_and_the_time_left_and_does_not_flood_a_log() -> None:
+    import io
+
+    from clover_local.commands.compare import ProgressLine
+    from clover_local.compare.options import Progress
+
+    log = io.StringIO()
+    line = ProgressLine(log)
+    for _ in range(500):  # a download reports many times a second
+        line(Progress("downloading", "hf:a/b", message="downloading 10%"))
+    line(Progress("task", "smollm2-135m", "capital", 3, 12, 90.0))
+    line(Progress("failed", "http://x/v1#m", done=3, total=12, message="Could not reach the endpoint"))
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "hf:a/b: downloading 10%" and len([x for x in lines if "downloading" in x]) == 1
+    assert lines[1] == "[######------------------] 3/12 smollm2-135m: capital, about 01:30 left"
+    assert lines[2].endswith("could not run") and lines[3] == "  Could not reach the endpoint"

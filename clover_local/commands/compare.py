@@ -204,15 +204,24 @@ class ProgressLine:
     stderr is not a terminal)."""
 
     WIDTH = 24
+    DOWNLOAD_LOG_EVERY_S = 5.0
+    """Not on a terminal, a download's progress is written this seldom (it comes many times a second)."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self._tty = stream.isatty()
         self._shown = 0
+        self._last_download = float("-inf")
 
     def __call__(self, p: Progress) -> None:
         from clover_local.fetch.progress import format_duration
 
+        if p.kind == "downloading":
+            if not self._tty and time.monotonic() - self._last_download < self.DOWNLOAD_LOG_EVERY_S:
+                return
+            self._last_download = time.monotonic()
+            self._write(f"{p.contender}: {p.message}")
+            return
         filled = round(self.WIDTH * p.done / p.total) if p.total else 0
         bar = "#" * filled + "-" * (self.WIDTH - filled)
         what = {
@@ -221,12 +230,14 @@ class ProgressLine:
             "task": p.task,
             "unloaded": "unloaded",
             "failed": "could not run",
-            "downloading": p.message,
         }[p.kind]
         left = f", about {format_duration(p.eta_s)} left" if p.eta_s is not None else ""
         line = f"[{bar}] {p.done}/{p.total} {p.contender}: {what}{left}"
         if p.kind == "failed":
             line += f"\n  {p.message}"
+        self._write(line)
+
+    def _write(self, line: str) -> None:
         if self._tty and "\n" not in line:
             self._stream.write("\r" + line.ljust(self._shown))
             self._shown = len(line)
