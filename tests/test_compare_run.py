@@ -313,3 +313,25 @@ def test_a_local_contender_in_llama_server_has_its_memory_measured_in_that_proce
         assert c.peak_ram_bytes and c.peak_ram_bytes > 0
     smol = report.contenders[0]
     assert {t.id: t.passed for t in smol.tasks}["capital"]
+
+
+def test_an_hf_repo_without_a_quant_gets_the_one_planned_for_this_machine(
+    hub_server: HubServer, tmp_path: Path
+) -> None:
+    from clover_local.testing.models import tiny_model
+
+    repo = "acme/Two-GGUF"
+    small, big = tiny_model("llama", "q8_0"), tiny_model("llama")
+    hub_server.add_file(repo, "Two-Q8_0.gguf", small)
+    hub_server.add_file(repo, "Two-F16.gguf", big)
+    tasks = load_tasks(str(write_tasks(tmp_path, TASKS[:1])))
+    report = run_compare(parse_contenders([f"hf:{repo}"]), tasks, CompareOptions(max_tokens=8, ctx=512))
+    (two,) = report.contenders
+    assert two.error is None and two.total == 1, two.error
+    from clover_local.fetch import cache
+
+    # Both quants were weighed (their headers read), one was downloaded: the one the plan chose.
+    assert hub_server.bytes_served(repo, "Two-Q8_0.gguf") and hub_server.bytes_served(repo, "Two-F16.gguf")
+    blobs = list((cache.repo_folder(repo) / "blobs").iterdir())
+    assert len(blobs) == 1 and blobs[0].stat().st_size in (small.stat().st_size, big.stat().st_size)
+    assert ("Two-F16" in two.engine) == (blobs[0].stat().st_size == big.stat().st_size), two.engine

@@ -25,7 +25,7 @@ class Contender:
     target: str
     """The preset's name, the file's path, the repo, or the endpoint's base URL."""
     quant: str | None = None
-    """``hf:``: the quant asked for (None: Q4_K_M)."""
+    """``hf:``: the quant asked for (None: the one planned for this machine, ``openers.planned_quant``)."""
     model: str | None = None
     """An endpoint's model name."""
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from clover_local.presets import Preset
 
 DEFAULT_HF_QUANT = "Q4_K_M"
+"""An ``hf:`` repo's quant when none is given and the Hub cannot be asked which fits."""
 
 
 def open_contender(
@@ -68,7 +69,7 @@ def local_model(
     if contender.kind == "gguf":
         return None, runtime.checked_gguf(Path(contender.target).expanduser())
     if contender.kind == "hf":
-        return None, _fetch_repo(contender, progress)
+        return None, _fetch_repo(contender, machine, progress)
     from clover_local.presets import load_preset
 
     preset = load_preset(contender.target)
@@ -82,12 +83,57 @@ def local_model(
     return preset, download_model(preset, quant, progress=_download_progress(contender, progress))
 
 
-def _fetch_repo(contender: Contender, progress: Callable[[Progress], None]) -> Path:
+def _fetch_repo(contender: Contender, machine: Machine | None, progress: Callable[[Progress], None]) -> Path:
     from clover_local.fetch.download import check_architectures, fetch_resolved, resolve_quant_files
 
-    resolved = resolve_quant_files(contender.target, contender.quant or DEFAULT_HF_QUANT, drafts=False)
+    quant = contender.quant or planned_quant(contender.target, machine)
+    resolved = resolve_quant_files(contender.target, quant, drafts=False)
     resolved = check_architectures(resolved)  # refused here, before any byte, when nothing here can run it
     return fetch_resolved(resolved, progress=_download_progress(contender, progress))
+
+
+def planned_quant(repo: str, machine: Machine | None) -> str:
+    """The quant of ``repo`` the planner picks for this machine, as it picks Clover's: each quant the repo has
+    weighed with its exact sizes from its GGUF header on the Hub (``launch.decide_launch`` on a preset made
+    for the repo, which also refuses an architecture nothing here runs, before any download). Offline, or
+    with the Hub unreachable, :data:`DEFAULT_HF_QUANT`."""
+    from clover_local.errors import DownloadError, HubUnreachableError
+    from clover_local.fetch import hub
+    from clover_local.fetch.quants import is_model_gguf, quant_of
+    from clover_local.fetch.remote_header import read_remote_header
+    from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.presets import Preset, QuantSpec
+    from clover_local.settings import hf_offline
+
+    if hf_offline():
+        return DEFAULT_HF_QUANT
+    try:
+        listing = hub.list_repo(repo, "main")
+    except HubUnreachableError:
+        return DEFAULT_HF_QUANT
+    sizes: dict[str, int] = {}
+    first: dict[str, str] = {}
+    for entry in listing.entries:
+        quant = quant_of(entry.path) if is_model_gguf(entry.path) else None
+        if quant:
+            sizes[quant] = sizes.get(quant, 0) + entry.size
+            first.setdefault(quant, entry.path)
+    if not sizes:
+        raise DownloadError(f"{repo} has no GGUF files.", "Check the repo name (hf:OWNER/REPO[:QUANT]).")
+    if len(sizes) == 1:
+        return next(iter(sizes))
+    some = min(sizes, key=lambda q: sizes[q])
+    arch = read_remote_header(repo, first[some]).architecture
+    preset = Preset(
+        name=repo.split("/")[-1],
+        display_name=repo,
+        repo=repo,
+        quants={q: QuantSpec(q, q, n) for q, n in sorted(sizes.items(), key=lambda item: item[1])},
+        architecture=arch,
+        ctx_default=min(4096, arch.n_ctx_train or 4096),
+        ctx_max=arch.n_ctx_train or 4096,
+    )
+    return decide_launch(LaunchRequest(preset), machine=machine).plan.quant
 
 
 def _download_progress(
