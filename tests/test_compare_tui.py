@@ -38,6 +38,10 @@ async def test_compare_app_runs_the_contenders_and_shows_table_and_picture(
         picture = str(screen.query_one("#compare-picture").render())
         assert "accuracy (95%)" in table and f"{smollm2_path}" in table and "/2" in table
         assert "A  " in picture and "B  " in picture and "median latency" in picture
+        assert screen.saved is not None  # the report and the picture beside it, as the command writes them
+        report_file, picture_file = screen.saved
+        assert report_file.is_file() and picture_file.read_text().startswith("<svg")
+        assert str(report_file) in str(screen.query_one("#compare-status").render())
         await pilot.press("escape")
         await wait_until(lambda: app.last_compare is not None, "the screen to return its report", pilot=pilot)
     assert app.last_compare is screen.report

@@ -98,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
     from clover_local.compare.openers import check_contenders
 
     check_contenders(contenders, options)  # before any model loads
-    out = Path(args.json or args.resume or _default_report_path()).expanduser()
+    from clover_local.compare.report import default_report_path
+
+    out = Path(args.json or args.resume or default_report_path()).expanduser()
     return _run(contenders, tasks, options, previous, out)
 
 
@@ -137,14 +139,6 @@ def _what_to_run(
     return parse_contenders(names), load_tasks(source), options
 
 
-def _default_report_path() -> Path:
-    from clover_local.settings import data_dir
-
-    folder = data_dir() / "compare"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.json"
-
-
 def machine_line(machine: Machine) -> str:
     """The machine in one line, for the report."""
     gib = 2**30
@@ -163,7 +157,7 @@ def _run(
     out: Path,
 ) -> int:
     from clover_local import runtime
-    from clover_local.compare.picture import svg_picture, text_picture
+    from clover_local.compare.picture import save_picture, text_picture
     from clover_local.compare.report import format_table, save_report
     from clover_local.compare.runner import run_compare
 
@@ -184,8 +178,7 @@ def _run(
         machine_text=machine_line(machine),
     )
     bar.end()
-    picture = out.with_suffix(".svg")
-    picture.write_text(svg_picture(report), encoding="utf-8")
+    picture = save_picture(report, out)
     print(format_table(report))
     print()
     print(text_picture(report))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from html import escape
+from pathlib import Path
 
 from clover_local.compare.report import CompareReport
 from clover_local.compare.stats import wilson
@@ -90,3 +91,10 @@ def svg_picture(report: CompareReport) -> str:
         parts.append(f'<text x="{cx + 8}" y="{cy - 6}">{escape(p.mark)} {escape(p.name)}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+def save_picture(report: CompareReport, report_path: Path) -> Path:
+    """The SVG picture beside the JSON report (``report.json`` -> ``report.svg``); returns its path."""
+    path = report_path.with_suffix(".svg")
+    path.write_text(svg_picture(report), encoding="utf-8")
+    return path

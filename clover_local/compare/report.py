@@ -223,6 +223,18 @@ def load_report(path: str | Path) -> CompareReport:
         ) from None
 
 
+def default_report_path() -> Path:
+    """Where a run is saved when no ``--json FILE`` is given (so Ctrl-C can be resumed): a new file in
+    clover-local's data folder."""
+    import time
+
+    from clover_local.settings import data_dir
+
+    folder = data_dir() / "compare"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.json"
+
+
 def save_report(report: CompareReport, path: str | Path) -> None:
     """Write the report atomically (a half-written file would lose a resumable run)."""
     p = Path(path).expanduser()

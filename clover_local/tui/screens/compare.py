@@ -7,6 +7,7 @@ and closed before the next). Dismisses with the report (None when nothing ran); 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import ClassVar
 
 from textual import work
@@ -49,6 +50,7 @@ class CompareScreen(Screen[CompareReport | None]):
         options: CompareOptions | None = None,
         opener: Opener | None = None,
         auto_start: bool = False,
+        report_path: Path | None = None,
     ) -> None:
         super().__init__()
         self.initial_contenders = contenders
@@ -57,6 +59,10 @@ class CompareScreen(Screen[CompareReport | None]):
         self.opener = opener
         """How contenders are opened (None: ``compare.openers.open_contender``)."""
         self.auto_start = auto_start
+        self.report_path = report_path
+        """Where the report is saved as it runs (None: a new file in clover-local's data folder)."""
+        self.saved: tuple[Path, Path] | None = None
+        """The report and its picture, once written."""
         self.report: CompareReport | None = None
         self.steps: list[Progress] = []
         self.error: str | None = None
@@ -106,6 +112,8 @@ class CompareScreen(Screen[CompareReport | None]):
     def _run(self, names: list[str], tasks_source: str) -> None:
         from clover_local.compare.contenders import parse_contenders
         from clover_local.compare.openers import check_contenders
+        from clover_local.compare.picture import save_picture
+        from clover_local.compare.report import default_report_path, save_report
         from clover_local.compare.runner import run_compare
         from clover_local.compare.tasks import load_tasks
 
@@ -119,10 +127,18 @@ class CompareScreen(Screen[CompareReport | None]):
             contenders = parse_contenders(names)
             tasks = load_tasks(tasks_source)
             check_contenders(contenders, self.options)
+            path = self.report_path or default_report_path()
             report = run_compare(
-                contenders, tasks, self.options, opener=self.opener, on_progress=step, cancel=self._cancel
+                contenders,
+                tasks,
+                self.options,
+                opener=self.opener,
+                on_progress=step,
+                cancel=self._cancel,
+                save=lambda r: save_report(r, path),
             )
-        except CloverError as exc:
+            self.saved = (path, save_picture(report, path))
+        except (CloverError, OSError) as exc:
             self.post_message(CompareScreen.Done(None, str(exc)))
             return
         self.post_message(CompareScreen.Done(report, None))
@@ -155,7 +171,10 @@ class CompareScreen(Screen[CompareReport | None]):
             return
         self.report = message.report
         self.query_one("#compare-progress", ProgressBar).update(progress=1.0)
-        status.update("Done." if message.report.complete else "Stopped: what ran is shown.")
+        done = "Done." if message.report.complete else "Stopped: what ran is shown (and kept)."
+        if self.saved is not None:
+            done += f" Report: {self.saved[0]}  Picture: {self.saved[1]}"
+        status.update(done)
         self.query_one("#compare-table", Static).update(format_table(message.report))
         self.query_one("#compare-picture", Static).update(text_picture(message.report))
 
