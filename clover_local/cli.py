@@ -26,6 +26,7 @@ COMMANDS = (
     "models",
     "run",
     "bench",
+    "compare",
     "chat",
     "serve",
     "doctor",

@@ -26,15 +26,28 @@ def _nvml() -> Any:
     return pynvml
 
 
-def process_gpu_bytes(nvml: Any, pid: int) -> int:
-    """Bytes ``pid`` holds on all GPUs right now (0 when NVML does not list it)."""
-    total = 0
+def nvml_or_none() -> Any | None:
+    """NVML, initialised, or None where there is no NVIDIA driver (or no nvidia-ml-py)."""
+    try:
+        return _nvml()
+    except Exception:  # UsageError without pynvml, NVMLError without a driver
+        return None
+
+
+def process_gpu_bytes_by_device(nvml: Any, pid: int) -> dict[int, int]:
+    """Bytes ``pid`` holds on each GPU right now (GPU index -> bytes; GPUs it holds nothing on left out)."""
+    out: dict[int, int] = {}
     for i in range(nvml.nvmlDeviceGetCount()):
         handle = nvml.nvmlDeviceGetHandleByIndex(i)
         for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
             if proc.pid == pid and proc.usedGpuMemory:
-                total += int(proc.usedGpuMemory)
-    return total
+                out[i] = out.get(i, 0) + int(proc.usedGpuMemory)
+    return out
+
+
+def process_gpu_bytes(nvml: Any, pid: int) -> int:
+    """Bytes ``pid`` holds on all GPUs right now (0 when NVML does not list it)."""
+    return sum(process_gpu_bytes_by_device(nvml, pid).values())
 
 
 def free_gpu_bytes(index: int = 0) -> int:

@@ -18,6 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.theme import Theme
 
 from clover_local import runtime, user_files, user_prefs
+from clover_local.compare.report import CompareReport
 from clover_local.detect.machine import Machine
 from clover_local.plan.speculation import SpecMode
 from clover_local.plan.types import Plan
@@ -40,6 +41,9 @@ class StartOptions:
     """``--spec``: the speculation mode for this session (None: the saved setting)."""
     force: bool = False
     """``--force``: load a GGUF whose architecture the llama.cpp here cannot load (checked first)."""
+    compare: tuple[str, ...] | None = None
+    """``compare --app``: open at the Compare screen with these contenders (the app closes after it)."""
+    compare_tasks: str = "builtin"
 
 
 def model_key(preset: Preset, model_path: str | None, *, preset_chosen: bool = True) -> str:
@@ -56,6 +60,7 @@ class CloverApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1", "help", "Help", id="app.help"),
         Binding("f3", "runtimes", "Runtimes", id="app.runtimes"),
+        Binding("f4", "compare", "Compare", id="app.compare", show=False),
         Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True, show=False),
     ]
 
@@ -65,6 +70,8 @@ class CloverApp(App[None]):
         self.machine = machine
         """A fixed machine (tests, snapshots); None: detect (or simulate) on the plan screen."""
         self.prefs = user_prefs.load_prefs()
+        self.last_compare: CompareReport | None = None
+        """The report of the last comparison run in the Compare screen."""
 
     def on_mount(self) -> None:
         try:
@@ -79,7 +86,9 @@ class CloverApp(App[None]):
         self.theme_changed_signal.subscribe(self, self._remember_theme)
         opts = self.options
         first = self.prefs.first_run
-        if opts.model_path:
+        if opts.compare is not None:
+            self.run_compare_flow(opts.compare, opts.compare_tasks, then_exit=True)
+        elif opts.model_path:
             preset = load_preset(opts.preset) if opts.preset else runtime.preset_for_file(opts.model_path)
             key = model_key(preset, opts.model_path, preset_chosen=bool(opts.preset))
             self.run_flow(preset, opts.model_path, key)
@@ -150,6 +159,34 @@ class CloverApp(App[None]):
         first = user_prefs.FirstRun(preset=preset.name, quant=quant, ctx=ctx, model_path=model_path)
         self.prefs = self.prefs.with_first_run(first)
         self._save_prefs()
+
+    def action_compare(self) -> None:
+        """The Compare screen, over whatever is shown; not while a chat holds a loaded model (compare loads each
+        model in turn, never beside another)."""
+        from clover_local.tui.screens.chat import ChatScreen
+        from clover_local.tui.screens.compare import CompareScreen
+        from clover_local.tui.screens.launch import LaunchScreen
+
+        if any(isinstance(s, CompareScreen) for s in self.screen_stack):
+            return
+        if any(isinstance(s, ChatScreen | LaunchScreen) for s in self.screen_stack):
+            self.notify(
+                "Compare loads each model in turn, never beside another: leave the loaded model first "
+                "(or run clover-local compare).",
+                severity="warning",
+            )
+            return
+        self.run_compare_flow((), "builtin", then_exit=False)
+
+    @work(exclusive=True, group="compare-flow")
+    async def run_compare_flow(self, contenders: tuple[str, ...], tasks: str, *, then_exit: bool) -> None:
+        """The Compare screen until the person leaves it; its report is kept in :attr:`last_compare`."""
+        from clover_local.tui.screens.compare import CompareScreen
+
+        screen = CompareScreen(contenders, tasks, auto_start=bool(contenders))
+        self.last_compare = await self.push_screen_wait(screen)
+        if then_exit:
+            self.exit()
 
     def action_help(self) -> None:
         from clover_local.tui.screens.modals import HelpScreen

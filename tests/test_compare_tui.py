@@ -1,0 +1,79 @@
+"""The app's Compare screen through Pilot, with the real SmolLM2 and Gemma 3 270M: opened by ``compare --app``
+(it runs at once) and by F4 over the plan screen (contenders typed in); the progress it shows, the table and the
+picture; the models loaded one at a time, as the engines' own open and close say."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers_compare import TASKS, Recorder, write_tasks
+from waiting import wait_until
+
+from clover_local import runtime
+from clover_local.compare import openers
+from clover_local.tui.app import CloverApp, StartOptions
+from clover_local.tui.screens.compare import CompareScreen
+
+pytestmark = pytest.mark.slow
+
+
+async def test_compare_app_runs_the_contenders_and_shows_table_and_picture(
+    smollm2_path: Path, gemma_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = Recorder(openers.open_contender)
+    monkeypatch.setattr(openers, "open_contender", recorder)
+    tasks = write_tasks(tmp_path, TASKS[:2])
+    app = CloverApp(StartOptions(compare=(str(smollm2_path), str(gemma_path)), compare_tasks=str(tasks)))
+    async with app.run_test(size=(120, 50)) as pilot:
+        await wait_until(lambda: isinstance(app.screen, CompareScreen), "the Compare screen", pilot=pilot)
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        await wait_until(lambda: screen.report is not None or screen.error, "the comparison", pilot=pilot)
+        assert screen.error is None and screen.report is not None and screen.report.complete
+        assert recorder.most_open == 1
+        kinds = {p.kind for p in screen.steps}
+        assert {"loading", "loaded", "task", "unloaded"} <= kinds
+        table = str(screen.query_one("#compare-table").render())
+        picture = str(screen.query_one("#compare-picture").render())
+        assert "accuracy (95%)" in table and f"{smollm2_path}" in table and "/2" in table
+        assert "A  " in picture and "B  " in picture and "median latency" in picture
+        assert screen.saved is not None  # the report and the picture beside it, as the command writes them
+        report_file, picture_file = screen.saved
+        assert report_file.is_file() and picture_file.read_text().startswith("<svg")
+        assert str(report_file) in str(screen.query_one("#compare-status").render())
+        await pilot.press("escape")
+        await wait_until(lambda: app.last_compare is not None, "the screen to return its report", pilot=pilot)
+    assert app.last_compare is screen.report
+
+
+async def test_f4_opens_compare_over_the_plan_and_goes_back(smollm2_path: Path, tmp_path: Path) -> None:
+    from clover_local.tui.screens.plan import PlanScreen
+
+    tasks = write_tasks(tmp_path, TASKS[:1])
+    app = CloverApp(StartOptions(preset="smollm2-135m"), machine=runtime.detect())
+    async with app.run_test(size=(120, 50)) as pilot:
+        await wait_until(lambda: isinstance(app.screen, PlanScreen), "the plan screen", pilot=pilot)
+        await pilot.press("f4")
+        await wait_until(lambda: isinstance(app.screen, CompareScreen), "the Compare screen", pilot=pilot)
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        screen.query_one("#compare-contenders").value = str(smollm2_path)  # type: ignore[attr-defined]
+        screen.query_one("#compare-tasks").value = str(tasks)  # type: ignore[attr-defined]
+        await pilot.click("#compare-run")
+        await wait_until(lambda: screen.report is not None or screen.error, "the comparison", pilot=pilot)
+        assert screen.report is not None and screen.report.contenders[0].total == 1
+        await pilot.press("escape")
+        await wait_until(lambda: isinstance(app.screen, PlanScreen), "back to the plan", pilot=pilot)
+        assert app.last_compare is screen.report
+
+
+async def test_a_bad_contender_is_said_on_the_screen(tmp_path: Path) -> None:
+    app = CloverApp(StartOptions(compare=("no-such-preset-here",), compare_tasks="builtin"))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_until(lambda: isinstance(app.screen, CompareScreen), "the Compare screen", pilot=pilot)
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        await wait_until(lambda: screen.error is not None, "the error", pilot=pilot)
+        assert "no-such-preset-here" in (screen.error or "")
+        assert not screen.running
