@@ -13,6 +13,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from clover_local.engine.repack import common_argv_here
+
 _PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ [A-Z] ")
 _TOTAL = re.compile(r"total time: ([0-9.]+)ms[^\n]*\n")
 _SAMPLING = re.compile(r"sampling time per step: ([0-9.]+)ms")
@@ -61,7 +63,10 @@ def run_cli(cmd: list[str], *, attempts: int = 5, timeout_s: float = 300) -> Cli
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "cli.log"
             done = subprocess.run(
-                [*cmd, "--log-file", str(log)], capture_output=True, text=True, timeout=timeout_s
+                [*common_argv_here(cmd), "--log-file", str(log)],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
             )
             if done.returncode != 0:
                 raise subprocess.CalledProcessError(done.returncode, cmd, done.stdout, done.stderr)

@@ -197,11 +197,10 @@ def build_params(settings: dict[str, Any], *, n_rs_seq: int = 0) -> NativeParams
 
 
 def _repack_default() -> bool:
-    """Settings given without a plan: the planner's rule for this CPU (``plan.threads.cpu_repack``)."""
-    from clover_local.detect.probe import detect_cpu
-    from clover_local.plan.threads import cpu_repack
+    """The rule for this CPU (``engine.repack``), whatever machine the settings were planned for."""
+    from clover_local.engine.repack import repack_safe_here
 
-    return cpu_repack(detect_cpu().features)[0]
+    return repack_safe_here()
 
 
 def default_threads() -> int:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clover_local.engine.repack import common_argv_here
 from clover_local.errors import CloverError, ServerError
 from clover_local.llamacpp.binary import capabilities, find_llama_server
 from clover_local.llamacpp.server_args import split_flags
@@ -105,7 +106,7 @@ def fit_args(plan: Plan, fit_binary: Path) -> list[str]:
 
 def run_fit_params(plan: Plan, fit_binary: Path, timeout_s: float = 300.0) -> FitChoice:
     """Run ``llama-fit-params`` for the plan's model and context."""
-    argv = [str(fit_binary), *fit_args(plan, fit_binary)]
+    argv = common_argv_here([str(fit_binary), *fit_args(plan, fit_binary)])
     try:
         proc = subprocess.run(
             argv,

@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from clover_local.engine.repack import common_argv_here
 from clover_local.errors import ServerError
 from clover_local.llamacpp import http_client
 from clover_local.llamacpp.binary import (
@@ -215,15 +216,6 @@ class LlamaServerProcess:
         self.stop()
 
 
-def _repack_safe_here() -> bool:
-    """The planner's rule for this machine's CPU (``plan.threads.cpu_repack``): a plan made for a described
-    machine (``--simulate``) cannot know that this CPU's AMX kernels crash."""
-    from clover_local.detect.probe import detect_cpu
-    from clover_local.plan.threads import cpu_repack
-
-    return cpu_repack(detect_cpu().features)[0]
-
-
 def start_llama_server(
     argv: Sequence[str],
     *,
@@ -245,9 +237,7 @@ def start_llama_server(
             "Build one with scripts/build-llama-server, or use --engine embedded.",
         )
     warnings: tuple[str, ...] = ()
-    fitted = list(argv)
-    if "--no-repack" not in fitted and not _repack_safe_here():
-        fitted.append("--no-repack")  # whatever machine the plan describes, this CPU runs it
+    fitted = common_argv_here(argv)  # whatever machine the plan describes, this CPU runs it
     if adapt:
         adapted = adapt_args(fitted, capabilities(binary.path))
         fitted, warnings = adapted.argv, adapted.warnings

@@ -8,6 +8,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from clover_local.engine.repack import bench_argv_here
 from clover_local.errors import ServerError
 from clover_local.plan.types import Plan
 
@@ -65,7 +66,7 @@ def run_llama_bench(
 ) -> BenchResult:
     """llama-bench's decode speed for a plan's placement (or one given directly)."""
     placement = where if isinstance(where, Placement) else Placement.of(where)
-    argv = llama_bench_argv(binary, model, placement, n_gen=n_gen)
+    argv = bench_argv_here(llama_bench_argv(binary, model, placement, n_gen=n_gen))
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
