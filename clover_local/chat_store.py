@@ -213,7 +213,11 @@ class ChatJournal:
         self._submit(lambda: self.store.put(self._ensure_chat(), position, message))
 
     def truncate(self, keep: int) -> None:
-        self._submit(lambda: self._chat_id is not None and self.store.truncate(self._chat_id, keep))
+        def write() -> None:
+            if self._chat_id is not None:
+                self.store.truncate(self._chat_id, keep)
+
+        self._submit(write)
 
     def set_system_prompt(self, text: str) -> None:
         def write() -> None:

@@ -185,7 +185,11 @@ class CloverApp(App[None]):
             return preset, path, key, defaults, preset.display_name if matched else Path(path).name
         preset = load_preset(choice.preset)
         found = await asyncio.to_thread(runtime.find_model, preset)
-        return preset, str(found) if found is not None else None, preset.name, None, preset.display_name
+        if found is None:  # not on disk: plan and download it
+            return preset, None, preset.name, None, preset.display_name
+        self.prefs = self.prefs.with_first_run(user_prefs.FirstRun(preset=preset.name, model_path=str(found)))
+        self._save_prefs()
+        return preset, str(found), preset.name, None, preset.display_name
 
     def _settings_for(
         self,

@@ -22,32 +22,22 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
+from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from clover_local import chat_store, conversations, user_prefs
-from clover_local.engine.types import (
-    ChatEngine,
-    ChatMessage,
-    Finished,
-    GenerationRequest,
-    GenerationStats,
-    Refining,
-    TextDelta,
-)
+from clover_local.engine.types import ChatEngine, ChatMessage, GenerationRequest, GenerationStats, TextDelta
 from clover_local.errors import CloverError
 from clover_local.tui import context_fit, slash
+from clover_local.tui.reply_stream import stream_reply
 from clover_local.tui.services import ModelChoice
 from clover_local.tui.thinking import strip_thinking
 from clover_local.tui.widgets.message_box import MessageBox
 from clover_local.tui.widgets.messages import ReplyView, UserMessage
 
-POST_INTERVAL_S = 1 / 10
-"""At most this often the generation thread hands new text to the screen (the first token goes at once). Ten
-updates a second still reads as a stream; at twenty the rendering (which holds the GIL) slowed the engine's
-loop to 0.95 of its headless rate on 2 cores, at ten it keeps up (0.99-1.00, ``scripts/bench_tui.py``)."""
 SUMMARY_REQUEST = (
     "Summarize our conversation so far in at most 120 words: the facts, decisions and open questions a new "
     "conversation needs to carry on. Write only the summary."
@@ -71,15 +61,25 @@ def format_status(stats: GenerationStats | None, n_ctx: int, *, generating: bool
 class ChatScreen(Screen[ModelChoice | None]):
     """Multi-turn chat with one loaded engine."""
 
+    class Summarized(Message, bubble=False):
+        """The summary a new chat carries is written (posted from the generation thread)."""
+
+        def __init__(self, reply: ReplyView, summary: str, text: str, error: str | None) -> None:
+            super().__init__()
+            self.reply = reply
+            self.summary = summary
+            self.text = text
+            self.error = error
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop", id="chat.stop"),
         Binding("ctrl+c", "stop_or_quit", "Stop/Quit", show=False, priority=True, id="chat.stop_or_quit"),
         Binding("ctrl+n", "new_chat", "New", id="chat.new"),
         Binding("ctrl+o", "open", "Chats", id="chat.open"),
         Binding("ctrl+r", "regenerate", "Regen", id="chat.regenerate"),
-        Binding("ctrl+g", "edit_last", "Edit", id="chat.edit_last"),
-        Binding("ctrl+y", "copy_reply", "Copy", id="chat.copy_reply", priority=True),
-        Binding("ctrl+s", "save", "Export", id="chat.save"),
+        Binding("ctrl+g", "edit_last", "Edit", show=False, id="chat.edit_last"),
+        Binding("ctrl+y", "copy_reply", "Copy", show=False, id="chat.copy_reply", priority=True),
+        Binding("ctrl+s", "save", "Export", show=False, id="chat.save"),
         Binding("f2", "settings", "Settings", id="chat.settings"),
         Binding("ctrl+l", "model", "Model", show=False, id="chat.model"),
         Binding("pageup", "page('up')", "Scroll up", show=False, priority=True, id="chat.page_up"),
@@ -229,63 +229,20 @@ class ChatScreen(Screen[ModelChoice | None]):
         cancel: threading.Event,
     ) -> None:
         worker = get_current_worker()
-        stats: GenerationStats | None = None
-        error: str | None = None
-        full = False
-        pending: list[str] = []
-        last_post = 0.0
-        last_refine = 0.0
         if hasattr(self.engine, "live"):
             self.engine.live = self.model_settings.diffusion_live  # diffusion engines: the live view
-        try:
-            fitted = context_fit.fit(
-                self.engine, system, turns, self.model_settings.max_tokens, drop=drop_oldest
-            )
-            if not fitted.fits:
-                full = True
-                raise CloverError(*_full_context_words(fitted, len(turns), drop_oldest))
-            if fitted.dropped:
-                reply.post_message(ReplyView.Dropped(fitted.dropped))
-            reply.post_message(
-                ReplyView.Prompting(fitted.prompt_tokens, self._prefill_eta(fitted.prompt_tokens))
-            )
-            request = self._request((*system, *turns[fitted.dropped :]), seed)
-            for event in self.engine.generate(request, cancel):
-                if worker.is_cancelled:
-                    cancel.set()
-                if isinstance(event, TextDelta):
-                    # Batch tokens into a few updates a second: every UI update holds the GIL the engine's
-                    # Python loop needs between tokens, so one message per token would slow generation.
-                    pending.append(event.text)
-                    now = time.perf_counter()
-                    if now - last_post >= POST_INTERVAL_S:
-                        reply.post_message(ReplyView.Delta("".join(pending)))
-                        pending.clear()
-                        last_post = now
-                elif isinstance(event, Refining):
-                    now = time.perf_counter()
-                    if now - last_refine >= POST_INTERVAL_S or event.masked == 0:
-                        if pending:
-                            reply.post_message(ReplyView.Delta("".join(pending)))
-                            pending.clear()
-                        reply.post_message(ReplyView.Refine(event.text, event.step, event.total_steps))
-                        last_refine = now
-                elif isinstance(event, Finished):
-                    stats = event.stats
-        except CloverError as exc:
-            error = str(exc)
-            full = full or "the context holds" in error
-        except Exception as exc:  # an engine bug must not take the whole app down mid-chat
-            error = f"Generation failed: {type(exc).__name__}: {exc}"
-        finally:
-            if pending:
-                reply.post_message(ReplyView.Delta("".join(pending)))
-            reply.post_message(ReplyView.Done(stats, error, context_full=full))
-
-    def _prefill_eta(self, tokens: int) -> float | None:
-        """Seconds the prompt may take to read, at the speed the last reply's prompt was read."""
         rate = self.last_stats.prefill_tokens_per_s if self.last_stats else 0.0
-        return tokens / rate if rate > 0 else None
+        stream_reply(
+            self.engine,
+            reply,
+            self._request((), seed),
+            system,
+            turns,
+            drop_oldest=drop_oldest,
+            cancel=cancel,
+            is_cancelled=lambda: worker.is_cancelled,
+            prefill_rate=rate,
+        )
 
     def on_reply_view_dropped(self, message: ReplyView.Dropped) -> None:
         """The oldest turns were left out of the context: they stay on screen, marked."""
@@ -326,8 +283,8 @@ class ChatScreen(Screen[ModelChoice | None]):
         box = self.query_one("#prompt", MessageBox)
         if text and not box.text.strip():
             box.set_text(text)
-        if message.context_full and text:
-            self._pending.clear()
+        if message.context_full and text and self.history[self.context_from :]:
+            self._pending.clear()  # earlier turns to leave out or summarize: ask how
             self._ask_context_full(text)
 
     def _set_status(self, *, generating: bool) -> None:
@@ -388,9 +345,10 @@ class ChatScreen(Screen[ModelChoice | None]):
         except CloverError as exc:
             error = str(exc)
         summary = strip_thinking("".join(parts)).strip()
-        self.app.call_from_thread(self._start_from_summary, reply, summary, text, error)
+        self.post_message(ChatScreen.Summarized(reply, summary, text, error))
 
-    async def _start_from_summary(self, reply: ReplyView, summary: str, text: str, error: str | None) -> None:
+    async def on_chat_screen_summarized(self, message: Summarized) -> None:
+        reply, summary, text, error = message.reply, message.summary, message.text, message.error
         self._reply = None
         reply.post_message(ReplyView.Done(None, error))
         self._set_status(generating=False)
@@ -613,7 +571,8 @@ class ChatScreen(Screen[ModelChoice | None]):
             self.notify("System prompt set for this chat, and saved for this model.", timeout=4)
         elif command.name == "/set":
             try:
-                new = replace(self.model_settings, **{command.setting: command.value}).validated()
+                changes: dict[str, object] = {command.setting: command.value}
+                new = replace(self.model_settings, **changes).validated()  # type: ignore[arg-type]
             except CloverError as exc:
                 self.notify(str(exc), severity="warning", timeout=8)
                 return
@@ -635,18 +594,3 @@ class ChatScreen(Screen[ModelChoice | None]):
             if partial.strip():
                 self.journal.put(len(self.history), ChatMessage("assistant", partial))
         self.journal.close()
-
-
-def _full_context_words(fitted: context_fit.Fit, n_turns: int, dropped_oldest: bool) -> tuple[str, str]:
-    """What a full context is, and what to do, in words."""
-    need = fitted.prompt_tokens + fitted.reply_room
-    what = (
-        f"The context is full: this conversation is {fitted.prompt_tokens} tokens and a reply needs "
-        f"{fitted.reply_room} more; the model's context holds {fitted.n_ctx} ({need - fitted.n_ctx} too many)."
-    )
-    if dropped_oldest or n_turns <= 1:
-        return (
-            what.replace("this conversation is", "this message alone is"),
-            "Shorten the message, or load the model with a larger context (F2, then restart it).",
-        )
-    return what, "Leave out the oldest turns, or start a new chat carrying a summary (asked now)."

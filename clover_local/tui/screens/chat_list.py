@@ -87,7 +87,7 @@ class ChatList(ModalScreen[tuple[int, Conversation] | None]):
         options.add_options(Option(chat_line(c, self.current), id=str(c.id)) for c in self.chats)
         note = message.error or ("" if self.chats else "No chats yet: every chat is kept here as it goes.")
         if self.chats:
-            note = "Enter opens · F2 renames · Delete deletes · type to search"
+            note = "Enter opens · F2 renames · Tab to the list, then Delete deletes · type to search"
         self.query_one("#chats-note", Static).update(note)
         if self.chats:
             options.highlighted = 0
@@ -101,7 +101,8 @@ class ChatList(ModalScreen[tuple[int, Conversation] | None]):
         if self.renaming is not None:
             chat_id, self.renaming = self.renaming, None
             title = event.value.strip()
-            event.input.value = ""
+            with event.input.prevent(Input.Changed):
+                event.input.value = ""
             event.input.placeholder = "Search titles and messages"
             if title:
                 self._write(lambda: self.store.rename(chat_id, title))
@@ -124,7 +125,8 @@ class ChatList(ModalScreen[tuple[int, Conversation] | None]):
         self.renaming = chat.id
         box = self.query_one("#chats-search", Input)
         box.placeholder = f"New title for {chat.title!r} (Enter saves, Esc cancels)"
-        box.value = chat.title
+        with box.prevent(Input.Changed):
+            box.value = chat.title
         box.focus()
 
     def action_delete(self) -> None:
@@ -141,7 +143,7 @@ class ChatList(ModalScreen[tuple[int, Conversation] | None]):
     def _write(self, change: Callable[[], None]) -> None:
         self._change(change, self.query_one("#chats-search", Input).value if self.renaming is None else "")
 
-    @work(thread=True, exclusive=True, group="chats-list")
+    @work(thread=True, group="chats-change")
     def _change(self, change: Callable[[], None], search: str) -> None:
         """A rename or delete, then the list again."""
         try:
@@ -167,6 +169,6 @@ class ChatList(ModalScreen[tuple[int, Conversation] | None]):
         if self.renaming is not None:
             self.renaming = None
             box = self.query_one("#chats-search", Input)
-            box.value, box.placeholder = "", "Search titles and messages"
+            box.value, box.placeholder = "", "Search titles and messages"  # the whole list again
             return
         self.dismiss(None)

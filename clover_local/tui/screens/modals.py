@@ -164,28 +164,31 @@ class ContextFullScreen(ModalScreen[tuple[str, bool] | None]):
 
 HELP_TEXT = """\
 [b]Chat[/b]
-  Enter        send (while a reply streams, the message waits its turn)
+  Enter        send (while a reply streams, it waits its turn)
   Ctrl+J       new line (also Alt+Enter); a paste keeps every line
-  Esc, Ctrl+C  stop the reply (Ctrl+C when idle quits)
-  PgUp/PgDn    scroll the chat      Tab  complete a /command
+  Esc, Ctrl+C  stop the reply (Ctrl+C when nothing runs: quit)
+  PgUp/PgDn    scroll the chat          Tab  complete a /command
   Ctrl+R       regenerate the last reply
   Ctrl+G       edit the last message and send it again
   Ctrl+Y       copy the last reply to the clipboard
-  Ctrl+N       new chat   Ctrl+O  your chats (open, rename, delete, search)
-  Ctrl+S       export as Markdown and JSON (chats are kept as they go)
-  Ctrl+L       switch model            F2  settings (saved per model)
+  Ctrl+N       new chat (the last one is kept)
+  Ctrl+O       your chats: open, rename, delete, search
+  Ctrl+S       export as Markdown and JSON (kept as they go)
+  Ctrl+L       switch model             F2  settings (per model)
   Click "Thinking" to see the model's reasoning.
 
 [b]Commands[/b]
   /new /clear /chats /model /save /help
-  /system TEXT     /set temperature 0.7 (top_p, top_k, max_tokens)
+  /system TEXT       /set temperature 0.7 (top_p, top_k, max_tokens)
+  //text sends a message that starts with /
 
 [b]Plan[/b]
   Change quant or context: the plan updates at once.
   Enter a path to use a GGUF you already have.
+  m  chat with the demo model     o  the models already on disk
 
 [b]Everywhere[/b]
-  F1  this help      Ctrl+P  commands (theme: light or dark)      Ctrl+Q  quit
+  F1  this help    Ctrl+P  commands (theme: light or dark)    Ctrl+Q  quit
 """
 
 
