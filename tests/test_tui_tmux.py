@@ -26,6 +26,7 @@ pytestmark = [
     ),
 ]
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 STATUS_DONE = re.compile(r"ready · tok/s (\d+\.\d) · TTFT (\d+\.\d\d)s · ctx (\d+)/(\d+) · draft")
 
 
@@ -70,8 +71,20 @@ def test_chat_in_a_real_terminal(tmux: Tmux) -> None:
     short = user_prefs.ModelSettings.from_preset(load_preset("gemma3-270m"))
     short = user_prefs.ModelSettings(**{**short.__dict__, "max_tokens": 12, "ctx": 1024})
     user_prefs.save_prefs(user_prefs.Prefs().with_model_settings(model.name, short))
-    exe = Path(sys.executable).with_name("clover-local")
-    tmux.run("new-session", "-d", "-s", "app", "-x", "80", "-y", "24", f"{exe} chat --model {model}")
+    exe = f"{sys.executable} -m clover_local"  # this checkout's code, wherever the venv's install points
+    tmux.run(
+        "new-session",
+        "-d",
+        "-c",
+        str(REPO_ROOT),
+        "-s",
+        "app",
+        "-x",
+        "80",
+        "-y",
+        "24",
+        f"{exe} chat --model {model}",
+    )
 
     tmux.wait_for(lambda s: "ready · tok/s -" in s and "Message" in s, "the chat screen")
     tmux.run("send-keys", "-t", "app", "-l", "The capital of France is")
@@ -112,8 +125,20 @@ def test_a_paste_ctrl_c_and_a_kill_lose_nothing(tmux: Tmux) -> None:
     short = user_prefs.ModelSettings.from_preset(load_preset("gemma3-270m"))
     short = user_prefs.ModelSettings(**{**short.__dict__, "max_tokens": 12, "ctx": 1024})
     user_prefs.save_prefs(user_prefs.Prefs().with_model_settings(model.name, short))
-    exe = Path(sys.executable).with_name("clover-local")
-    tmux.run("new-session", "-d", "-s", "app", "-x", "100", "-y", "30", f"{exe} chat --model {model}")
+    exe = f"{sys.executable} -m clover_local"  # this checkout's code, wherever the venv's install points
+    tmux.run(
+        "new-session",
+        "-d",
+        "-c",
+        str(REPO_ROOT),
+        "-s",
+        "app",
+        "-x",
+        "100",
+        "-y",
+        "30",
+        f"{exe} chat --model {model}",
+    )
     tmux.wait_for(lambda s: "ready · tok/s -" in s and "Message" in s, "the chat screen")
 
     tmux.run("set-buffer", "-b", "clip", "--", "first line of paste\nsecond line\nthird line")
@@ -154,7 +179,19 @@ def test_a_paste_ctrl_c_and_a_kill_lose_nothing(tmux: Tmux) -> None:
     assert messages[0].content == "first line of paste\nsecond line\nthird line"
     assert messages[-1].content == "Now count backwards from three hundred."
 
-    tmux.run("new-session", "-d", "-s", "again", "-x", "100", "-y", "30", f"{exe} chat --model {model}")
+    tmux.run(
+        "new-session",
+        "-d",
+        "-c",
+        str(REPO_ROOT),
+        "-s",
+        "again",
+        "-x",
+        "100",
+        "-y",
+        "30",
+        f"{exe} chat --model {model}",
+    )
     tmux.target = "again"
     tmux.wait_for(lambda s: "ready · tok/s -" in s, "the chat after the kill")
     tmux.run("send-keys", "-t", "again", "C-o")

@@ -166,8 +166,9 @@ class ChatScreen(Screen[ModelChoice | None]):
             command = slash.parse(text)
         except CloverError as exc:
             self.notify(str(exc), severity="warning", timeout=8)
+            if not event.box.text:
+                event.box.set_text(text)  # to correct it
             return
-        event.box.clear_text()
         if command is not None:
             await self.run_command(command)
             return

@@ -28,7 +28,7 @@ class MessageBox(TextArea):
     ]
 
     class Submitted(Message):
-        """Enter: the message as written."""
+        """Enter: the message as written (the box is empty again by then)."""
 
         def __init__(self, box: MessageBox, text: str) -> None:
             super().__init__()
@@ -54,7 +54,10 @@ class MessageBox(TextArea):
         if event.key == "enter":
             event.stop()
             event.prevent_default()
-            self.post_message(MessageBox.Submitted(self, self.text))
+            text = self.text
+            if text.strip():  # emptied now: keys typed after this Enter start the next message
+                self.clear_text()
+                self.post_message(MessageBox.Submitted(self, text))
             return
         await super()._on_key(event)
 
