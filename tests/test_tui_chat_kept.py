@@ -356,3 +356,63 @@ async def test_a_file_picked_on_the_plan_screen_chats_with_its_own_settings() ->
             "the file's context, not the Clover preset's"
         )
         assert str(chat.query_one("#chat-title", Static).render()).startswith(path.name)
+
+
+async def test_a_full_context_can_go_on_in_a_new_chat_carrying_a_summary(gemma_engine: ChatEngine) -> None:
+    app = _host(gemma_engine, max_tokens=12)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        await _send(pilot, "Remember these words: " + _words(600))
+        await wait_until(lambda: screen.replies_done == 1, "the first reply", pilot=pilot)
+        second = "And these: " + _words(600, "stone")
+        await _send(pilot, second)
+        await wait_until(lambda: isinstance(app.screen, ContextFullScreen), "the choices", pilot=pilot)
+        await pilot.press("s")
+        await wait_until(
+            lambda: bool(screen.query(".summary")) and len(screen.history) == 2 and not screen.generating,
+            "the summary, then the new chat's reply",
+            pilot=pilot,
+        )
+        assert screen.history[0].content == second, "the message went on in the new chat"
+        assert "Summary of an earlier conversation:" in screen.system_prompt
+        assert screen.query(".summary"), "the summary is shown at the top of the new chat"
+        screen.journal.flush()
+        kept = chat_store.ChatStore().list()
+        assert len(kept) == 2, "the full chat is kept, and the new one"
+        assert "Summary of an earlier" in chat_store.ChatStore().load(kept[0].id).system_prompt
+
+
+async def test_ctrl_l_switches_to_a_model_on_disk_with_its_own_settings(gemma_path: Path) -> None:
+    from clover_local.testing.models import smollm2_path
+    from clover_local.tui.screens.models import ModelPicker
+
+    app = CloverApp(StartOptions(model_path=str(gemma_path), simulate="ram=16G,cpu=2"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(lambda: isinstance(app.screen, ChatScreen), "the chat", pilot=pilot)
+        first = app.screen
+        await pilot.press("ctrl+l")
+        await wait_until(
+            lambda: isinstance(app.screen, ModelPicker) and app.screen.ready,
+            "the models on disk",
+            pilot=pilot,
+        )
+        picker = app.screen
+        assert isinstance(picker, ModelPicker)
+        options = picker.query_one("#models-list", OptionList)
+        demo = next(key for key, c in picker.choices.items() if c.path == str(smollm2_path()))
+        options.highlighted = options.get_option_index(demo)
+        options.focus()
+        await pilot.press("enter")
+        await wait_until(
+            lambda: isinstance(app.screen, ChatScreen) and app.screen is not first,
+            "the demo's chat",
+            pilot=pilot,
+        )
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        demo_preset = load_preset("smollm2-135m")
+        assert chat.model_key == smollm2_path().name and chat.title_text == demo_preset.display_name
+        assert chat.model_settings.temperature == demo_preset.sampling.temperature, "its preset's sampling"
+        await _send(pilot, "Say hello.")
+        await wait_until(lambda: chat.replies_done == 1, "the demo's reply", pilot=pilot)

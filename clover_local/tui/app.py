@@ -84,10 +84,10 @@ class CloverApp(App[None]):
             preset = load_preset(opts.preset)
             self.run_flow(preset, opts.model_path, model_key(preset, opts.model_path))
         elif opts.model_path:
-            self.run_flow(load_preset(None), choice=ModelChoice(path=opts.model_path))
+            self.run_flow(load_preset(None), choice=ModelChoice(path=opts.model_path, remember=False))
         elif first.complete and not opts.preset and not opts.simulate:
             if first.kind == "file":
-                self.run_flow(load_preset(None), choice=ModelChoice(path=first.model_path))
+                self.run_flow(load_preset(None), choice=ModelChoice(path=first.model_path, remember=False))
             else:
                 self.run_flow(load_preset(first.preset or None), first.model_path)
         else:
@@ -179,16 +179,18 @@ class CloverApp(App[None]):
             path = choice.path
             preset, key, matched = services.preset_and_key_for_file(path)
             defaults = await asyncio.to_thread(services.settings_for_file, path, preset, matched)
-            first = user_prefs.FirstRun(preset=preset.name, ctx=defaults.ctx, model_path=path, kind="file")
-            self.prefs = self.prefs.with_first_run(first)
-            self._save_prefs()
+            if choice.remember:
+                first = user_prefs.FirstRun(preset=preset.name, ctx=defaults.ctx, model_path=path, kind="file")
+                self.prefs = self.prefs.with_first_run(first)
+                self._save_prefs()
             return preset, path, key, defaults, preset.display_name if matched else Path(path).name
         preset = load_preset(choice.preset)
         found = await asyncio.to_thread(runtime.find_model, preset)
         if found is None:  # not on disk: plan and download it
             return preset, None, preset.name, None, preset.display_name
-        self.prefs = self.prefs.with_first_run(user_prefs.FirstRun(preset=preset.name, model_path=str(found)))
-        self._save_prefs()
+        if choice.remember:
+            self.prefs = self.prefs.with_first_run(user_prefs.FirstRun(preset=preset.name, model_path=str(found)))
+            self._save_prefs()
         return preset, str(found), preset.name, None, preset.display_name
 
     def _settings_for(

@@ -28,6 +28,8 @@ class ModelChoice:
 
     preset: str | None = None
     path: str | None = None
+    remember: bool = True
+    """The next plain start opens it (a model picked in the app; not one named on the command line)."""
 
 
 @dataclass(frozen=True)
