@@ -75,8 +75,9 @@ def test_progress_line_has_shard_speed_and_eta() -> None:
         2.0,
     )
     line = describe_progress(p)
-    assert line.startswith("Downloading · file 2 of 3: m-00002-of-00003.gguf · 25.0 MB of 30.0 MB")
-    assert "2.5 MB/s · ETA 00:02" in line
+    # Binary units, as the plan screen shows memory and disk (the same units on every screen).
+    assert line.startswith("Downloading · file 2 of 3: m-00002-of-00003.gguf · 23.8 MiB of 28.6 MiB")
+    assert "2.4 MiB/s · ETA 00:02" in line
 
 
 def test_chat_command_rejects_a_missing_file_in_words(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -180,7 +180,9 @@ class CloverApp(App[None]):
             preset, key, matched = services.preset_and_key_for_file(path)
             defaults = await asyncio.to_thread(services.settings_for_file, path, preset, matched)
             if choice.remember:
-                first = user_prefs.FirstRun(preset=preset.name, ctx=defaults.ctx, model_path=path, kind="file")
+                first = user_prefs.FirstRun(
+                    preset=preset.name, ctx=defaults.ctx, model_path=path, kind="file"
+                )
                 self.prefs = self.prefs.with_first_run(first)
                 self._save_prefs()
             return preset, path, key, defaults, preset.display_name if matched else Path(path).name
@@ -189,7 +191,9 @@ class CloverApp(App[None]):
         if found is None:  # not on disk: plan and download it
             return preset, None, preset.name, None, preset.display_name
         if choice.remember:
-            self.prefs = self.prefs.with_first_run(user_prefs.FirstRun(preset=preset.name, model_path=str(found)))
+            self.prefs = self.prefs.with_first_run(
+                user_prefs.FirstRun(preset=preset.name, model_path=str(found))
+            )
             self._save_prefs()
         return preset, str(found), preset.name, None, preset.display_name
 

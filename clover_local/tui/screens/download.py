@@ -19,8 +19,9 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, ProgressBar, Static
 
 from clover_local import settings
+from clover_local.detect.units import format_bytes
 from clover_local.errors import CloverError, DownloadCancelled
-from clover_local.fetch.progress import DownloadProgress, format_bytes, format_duration
+from clover_local.fetch.progress import DownloadProgress, format_duration
 from clover_local.fetch.sidecars import draft_kind_of
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset

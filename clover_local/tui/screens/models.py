@@ -18,7 +18,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from clover_local.fetch.progress import format_bytes
+from clover_local.detect.units import format_bytes
 from clover_local.tui import services
 from clover_local.tui.services import DiskModel, ModelChoice
 
