@@ -86,3 +86,12 @@ def test_chat_command_rejects_a_missing_file_in_words(capsys: pytest.CaptureFixt
     (tmp_path / "notes.txt").write_text("x")
     assert main(["chat", "--model", str(tmp_path / "notes.txt")]) == 2
     assert "is not a .gguf file" in capsys.readouterr().err
+
+
+def test_settings_say_when_greedy_sampling_makes_temperature_moot() -> None:
+    from clover_local.tui.screens.modals import sampling_hint
+    from clover_local.user_prefs import ModelSettings
+
+    assert "temperature and top-p change nothing" in sampling_hint(ModelSettings(top_k=1, temperature=0.9))
+    assert "top-k and top-p change nothing" in sampling_hint(ModelSettings(top_k=40, temperature=0.0))
+    assert sampling_hint(ModelSettings(top_k=40, temperature=0.7)) == ""
