@@ -540,11 +540,13 @@ class ChatScreen(Screen[ModelChoice | None]):
     def action_model(self) -> None:
         from clover_local.tui.screens.models import ModelPicker
 
+        if self.generating:  # the engine is closed for the next model: never under a running reply
+            self.notify("Stop the reply first (Esc).", severity="warning", timeout=3)
+            return
         self.app.push_screen(ModelPicker(), self._model_picked)
 
     def _model_picked(self, choice: ModelChoice | None) -> None:
-        if choice is not None:
-            self.action_stop()
+        if choice is not None and not self.generating:
             self.shutdown()
             self.dismiss(choice)
 
