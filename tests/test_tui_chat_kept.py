@@ -416,3 +416,18 @@ async def test_ctrl_l_switches_to_a_model_on_disk_with_its_own_settings(gemma_pa
         assert chat.model_settings.temperature == demo_preset.sampling.temperature, "its preset's sampling"
         await _send(pilot, "Say hello.")
         await wait_until(lambda: chat.replies_done == 1, "the demo's reply", pilot=pilot)
+
+
+async def test_a_reply_says_it_is_reading_the_prompt_until_its_first_words() -> None:
+    from textual.screen import Screen
+
+    app = ScreenHost(Screen)
+    async with app.run_test(size=(80, 24)) as pilot:
+        reply = ReplyView()
+        await app.screen.mount(reply)
+        reply.post_message(ReplyView.Prompting(1237, 6.4))
+        await wait_until(lambda: bool(reply.border_subtitle), "the progress line", pilot=pilot)
+        assert reply.border_subtitle == "reading the prompt: 1237 tokens · about 6 s"
+        reply.post_message(ReplyView.Delta("Hello"))
+        await wait_until(lambda: reply.deltas_shown == 1, "the first words", pilot=pilot)
+        assert reply.border_subtitle == ""

@@ -249,6 +249,8 @@ async def test_a_file_that_cannot_load_is_explained_and_esc_goes_back(tmp_path: 
         )
         launch = app.screen
         assert "Could not load" in str(launch.query_one("#launch-title", Static).render())
+        assert launch.check_action("chat", ()) is False, "the footer offers no Chat after a failed load"
+        assert launch.check_action("back", ()) is True
         reason = str(launch.query_one("#launch-placement", Static).render())
         assert reason.strip() and "Traceback" not in reason
         await pilot.press("escape")
