@@ -431,3 +431,23 @@ async def test_a_reply_says_it_is_reading_the_prompt_until_its_first_words() -> 
         reply.post_message(ReplyView.Delta("Hello"))
         await wait_until(lambda: reply.deltas_shown == 1, "the first words", pilot=pilot)
         assert reply.border_subtitle == ""
+
+
+async def test_quitting_mid_reply_keeps_what_the_reply_wrote(any_speed_engine: ChatEngine) -> None:
+    gate = GatedEngine(any_speed_engine)  # the reply is still going when Ctrl+Q comes
+    app = _host(gate, max_tokens=600)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        await _send(pilot, "Count from one to five hundred, one number per line.")
+        await wait_until(
+            lambda: gate.held.is_set() and screen._reply is not None and bool(screen._reply.raw_text.strip()),
+            "the reply's first words on screen",
+            pilot=pilot,
+        )
+        shown = screen._reply.raw_text if screen._reply is not None else ""
+        await pilot.press("ctrl+q")
+    kept = chat_store.ChatStore().list()
+    messages = chat_store.ChatStore().load(kept[0].id).messages
+    assert [m.role for m in messages] == ["user", "assistant"], "Ctrl+Q lost nothing"
+    assert messages[1].content.startswith(shown.strip()[:1]) and messages[1].content.strip()

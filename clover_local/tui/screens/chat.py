@@ -122,6 +122,7 @@ class ChatScreen(Screen[ModelChoice | None]):
         self.reply_shown_at = 0.0
         """``time.perf_counter()`` when the last reply was requested, and when all of it was on screen."""
         self.failed_turns = 0
+        self._shut = False
 
     def compose(self) -> ComposeResult:
         yield Static(self._title_text(), id="chat-title", markup=False)
@@ -589,11 +590,16 @@ class ChatScreen(Screen[ModelChoice | None]):
         with contextlib.suppress(RuntimeError):  # the app is gone
             self.app.call_from_thread(self.notify, str(exc), severity="error", timeout=15)
 
+    def on_unmount(self) -> None:
+        self.shutdown()
+
     def shutdown(self) -> None:
-        """Before the app quits or the model changes: stop the reply, keep what it wrote, finish writing."""
-        if self._reply is not None:
+        """Before the app quits or the model changes: stop the reply, keep what it wrote, finish writing.
+        Called again (the screen unmounting after the App asked), it writes nothing more."""
+        if self._reply is not None and not self._shut:
             self._cancel.set()
             partial = self._reply.raw_text
             if partial.strip():
                 self.journal.put(len(self.history), ChatMessage("assistant", partial))
+        self._shut = True
         self.journal.close()
