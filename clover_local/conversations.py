@@ -142,3 +142,29 @@ def list_saved(folder: Path | None = None) -> list[SavedConversation]:
         out.append(SavedConversation(path, conv.title, conv.created, len(conv.messages)))
     out.sort(key=lambda s: (s.created, s.path.name), reverse=True)
     return out
+
+
+def to_markdown(conversation: Conversation) -> str:
+    """The conversation as a Markdown document: a heading, the system prompt, then each turn."""
+    lines = [f"# {conversation.title}", ""]
+    meta = [f"Model: {conversation.model}" if conversation.model else "", f"Started: {conversation.created}"]
+    lines += [" · ".join(m for m in meta if m), ""]
+    if conversation.system_prompt.strip():
+        lines += ["## System", "", conversation.system_prompt.strip(), ""]
+    for m in conversation.messages:
+        lines += ["## You" if m.role == "user" else "## Model", "", m.content.strip(), ""]
+    return "\n".join(lines)
+
+
+def export(conversation: Conversation, folder: Path | None = None) -> tuple[Path, Path]:
+    """Write the conversation as JSON (:func:`save`) and as Markdown next to it; both paths."""
+    json_path = save(conversation, folder)
+    md_path = json_path.with_suffix(".md")
+    try:
+        md_path.write_text(to_markdown(conversation), encoding="utf-8")
+    except OSError as exc:
+        raise CloverError(
+            f"Could not write {md_path}: {exc.strerror or exc}.",
+            "Check that the folder is writable, or set CLOVER_DATA_DIR to another folder.",
+        ) from None
+    return json_path, md_path

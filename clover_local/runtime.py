@@ -45,6 +45,7 @@ __all__ = [
     "local_sidecars",
     "plan_for",
     "preset_for_file",
+    "preset_named_by_file",
     "require_model",
     "resolve_preset",
 ]
@@ -86,6 +87,12 @@ def find_model(preset: Preset | None, model: str | Path | None = None, quant: st
 def preset_for_file(path: str | Path) -> Preset:
     """The preset a GGUF given without one belongs to, by its file name: the preset whose name or Hub repo
     (``gemma-3-270m`` of ``ggml-org/gemma-3-270m-GGUF``) the name contains; else the default preset."""
+    return preset_named_by_file(path) or load_preset(None)
+
+
+def preset_named_by_file(path: str | Path) -> Preset | None:
+    """The preset whose name or Hub repo a GGUF's file name contains; None when no preset's does (the file's
+    own header and generic sampling then describe it, not another model's preset)."""
     from clover_local.presets import list_presets
 
     def squash(text: str) -> str:
@@ -97,7 +104,7 @@ def preset_for_file(path: str | Path) -> Preset:
         repo = preset.repo.rsplit("/", 1)[-1].removesuffix("-GGUF").removesuffix("-gguf")
         if squash(preset.name) in name or (repo and squash(repo) in name):
             return preset
-    return load_preset(None)
+    return None
 
 
 def require_model(preset: Preset | None, model: str | Path | None = None, quant: str = "auto") -> Path:

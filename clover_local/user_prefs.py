@@ -19,6 +19,8 @@ from clover_local.plan.speculation import SPEC_MODES, SpecMode
 from clover_local.presets import Preset
 from clover_local.user_files import set_aside, write_atomically
 
+OVERFLOW_CHOICES = ("ask", "drop", "summary")
+
 
 @dataclass(frozen=True)
 class ModelSettings:
@@ -75,6 +77,9 @@ class FirstRun:
     ctx: int = 0
     model_path: str = ""
     """The GGUF chosen or downloaded (first shard)."""
+    kind: str = "preset"
+    """``preset``: the preset's own download (its settings are the preset's); ``file``: a GGUF picked from
+    disk, whose settings are its own (saved under its file name)."""
 
     @property
     def complete(self) -> bool:
@@ -87,6 +92,9 @@ class Prefs:
     models: dict[str, ModelSettings] = field(default_factory=dict)
     """Model key (preset name or GGUF file name) -> its chat settings."""
     theme: str = ""
+    context_overflow: str = "ask"
+    """When a chat outgrows the context: ``ask``, ``drop`` (leave out the oldest turns) or ``summary`` (a new
+    chat carrying a summary)."""
 
     def settings_for(self, key: str, preset: Preset | None = None) -> ModelSettings:
         """Saved settings for a model, else the preset's defaults, else generic defaults."""
@@ -136,6 +144,7 @@ def save_prefs(prefs: Prefs, path: Path | None = None) -> Path:
         "first_run": asdict(prefs.first_run),
         "models": {k: asdict(v) for k, v in prefs.models.items()},
         "theme": prefs.theme,
+        "context_overflow": prefs.context_overflow,
     }
     try:
         write_atomically(path, json.dumps(data, indent=2).encode("utf-8"), private=True)
@@ -157,6 +166,7 @@ def _parse(raw: object) -> Prefs:
         quant=_text(fr, "quant", "first_run"),
         ctx=_integer(fr, "ctx", "first_run"),
         model_path=_text(fr, "model_path", "first_run"),
+        kind=_text(fr, "kind", "first_run") or "preset",
     )
     known = set(ModelSettings.__dataclass_fields__)
     models: dict[str, ModelSettings] = {}
@@ -177,7 +187,10 @@ def _parse(raw: object) -> Prefs:
     theme = top.get("theme", "")
     if not isinstance(theme, str):
         raise ValueError(f"theme should be text, not {theme!r}")
-    return Prefs(first_run=first_run, models=models, theme=theme)
+    overflow = top.get("context_overflow", "ask")
+    if overflow not in OVERFLOW_CHOICES:
+        raise ValueError(f"context_overflow should be one of {', '.join(OVERFLOW_CHOICES)}, not {overflow!r}")
+    return Prefs(first_run=first_run, models=models, theme=theme, context_overflow=overflow)
 
 
 def _object(value: object, where: str) -> dict[str, Any]:

@@ -65,10 +65,12 @@ def _headless(engine: ChatEngine, request: GenerationRequest) -> tuple[float, in
 async def chat_rate(engine: ChatEngine, settings: user_prefs.ModelSettings) -> tuple[float, int]:
     from textual.app import App
 
+    from clover_local.chat_store import ChatStore
     from clover_local.tui.app import CloverApp
     from clover_local.tui.screens.chat import ChatScreen
 
-    screen = ChatScreen(engine, "bench", settings)
+    scratch = tempfile.mkdtemp(prefix="clover-bench-chats-")  # the chat screen keeps every chat: not in yours
+    screen = ChatScreen(engine, "bench", settings, store=ChatStore(Path(scratch) / "chats.sqlite3"))
 
     class Host(App[None]):
         CSS_PATH = CloverApp.CSS_PATH
@@ -83,7 +85,9 @@ async def chat_rate(engine: ChatEngine, settings: user_prefs.ModelSettings) -> t
             await asyncio.sleep(0.005)
         assert screen.last_stats is not None
         tokens = screen.last_stats.completion_tokens
-        return tokens / (screen.reply_shown_at - screen.reply_started_at), tokens
+        rate = tokens / (screen.reply_shown_at - screen.reply_started_at)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return rate, tokens
 
 
 def first_paint_s(argv: list[str], marker: str, env: dict[str, str]) -> float:

@@ -49,8 +49,10 @@ class StillEngine:
 def steady_cursors(app: App[object]) -> None:
     """Stop every input's cursor from blinking, shown, so a picture does not depend on when it is taken (the
     blink flips every 0.5 s, and a busy machine takes pictures late)."""
-    from textual.widgets import Input
+    from textual.widgets import Input, TextArea
 
     for screen in app.screen_stack:
         for field in screen.query(Input):
             field.cursor_blink = False  # Input then shows the cursor steadily
+        for area in screen.query(TextArea):
+            area.cursor_blink = False

@@ -2,7 +2,7 @@
 functions, and under ``TYPE_CHECKING``):
 
     base (errors, settings, presets, user_prefs)  <-  detect, gguf  <-  plan  <-  fetch  <-  engine, llamacpp
-        <-  runtime, conversations  <-  launch  <-  measure  <-  compare  <-  serve  <-  tui  <-  commands  <-  cli
+        <-  runtime, conversations, chat_store  <-  launch  <-  measure  <-  compare  <-  serve  <-  tui  <-  commands  <-  cli
 
 A module imports only from its own layer or below; no import cycle, between modules or between packages;
 nothing but ``clover_local.tui`` imports Textual; the pure packages (detect, gguf, plan) do no network I/O; and
@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "clover_local.measure.records",
         "clover_local.runtimes",
     ),
-    ("clover_local.runtime", "clover_local.conversations"),
+    ("clover_local.runtime", "clover_local.conversations", "clover_local.chat_store"),
     ("clover_local.launch",),
     ("clover_local.measure",),
     ("clover_local.compare",),

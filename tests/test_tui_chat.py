@@ -7,14 +7,16 @@ from __future__ import annotations
 import pytest
 from helpers_engine import GatedEngine, WithoutPromptCache
 from helpers_tui import ScreenHost
-from textual.widgets import Input, Markdown, OptionList, Static
+from textual.widgets import Input, Markdown, Static
 from waiting import wait_until
 
-from clover_local import conversations, user_prefs
+from clover_local import chat_store, conversations, user_prefs
 from clover_local.engine.types import ChatEngine
 from clover_local.presets import load_preset
 from clover_local.tui.screens.chat import ChatScreen
-from clover_local.tui.screens.modals import ConversationPicker, HelpScreen, SettingsScreen
+from clover_local.tui.screens.chat_list import ChatList
+from clover_local.tui.screens.modals import HelpScreen, SettingsScreen
+from clover_local.tui.widgets.message_box import MessageBox
 from clover_local.tui.widgets.messages import ReplyView
 
 pytestmark = pytest.mark.slow
@@ -38,7 +40,7 @@ def _reply_done(screen: ChatScreen, n_messages: int) -> bool:
 
 async def _send(pilot, text: str) -> None:  # type: ignore[no-untyped-def]
     await pilot.click("#prompt")
-    pilot.app.screen.query_one("#prompt", Input).value = text
+    pilot.app.screen.query_one("#prompt", MessageBox).text = text
     await pilot.press("enter")
 
 
@@ -106,7 +108,7 @@ async def test_input_stays_usable_while_streaming(any_speed_engine: ChatEngine) 
             pilot=pilot,
         )
         await _send(pilot, "And the moons of Mars?")
-        assert screen.query_one("#prompt", Input).value == "", "typed and sent while the reply streams"
+        assert screen.query_one("#prompt", MessageBox).text == "", "typed and sent while the reply streams"
         assert screen.generating, "the second message waits for the first reply"
         assert [m.role for m in screen.history] == ["user"], "not sent yet: queued"
         gate.release()
@@ -131,10 +133,10 @@ async def test_regenerate_and_edit_last(gemma_engine: ChatEngine) -> None:
         assert screen.history[-1].content == first, "greedy sampling regenerates the same reply"
         await pilot.press("ctrl+g")
         assert screen.history == [] and not screen.query(ReplyView)
-        assert screen.query_one("#prompt", Input).value == PROMPT
+        assert screen.query_one("#prompt", MessageBox).text == PROMPT
 
 
-async def test_conversation_saves_and_loads(gemma_engine: ChatEngine) -> None:
+async def test_conversation_is_kept_as_it_goes_exported_and_reopened(gemma_engine: ChatEngine) -> None:
     app = _host(gemma_engine)
     async with app.run_test(size=(80, 24)) as pilot:
         screen = app.screen
@@ -144,14 +146,21 @@ async def test_conversation_saves_and_loads(gemma_engine: ChatEngine) -> None:
         said = list(screen.history)
         await pilot.press("ctrl+y")
         assert app.clipboard == screen.query(ReplyView).last().answer
-        await pilot.press("ctrl+s")
+        screen.journal.flush()
+        kept = chat_store.ChatStore().list()
+        assert len(kept) == 1 and kept[0].n_messages == 2, "kept without Ctrl+S"
+        assert chat_store.ChatStore().load(kept[0].id).messages == tuple(said)
+        await pilot.press("ctrl+s")  # export
         saved = conversations.list_saved()
         assert len(saved) == 1 and conversations.load(saved[0].path).messages == tuple(said)
+        markdown = saved[0].path.with_suffix(".md").read_text(encoding="utf-8")
+        assert markdown.startswith("# ") and PROMPT in markdown and "## Model" in markdown
         await pilot.press("ctrl+n")
         assert screen.history == [] and not screen.query(ReplyView)
         await pilot.press("ctrl+o")
-        await wait_until(lambda: isinstance(app.screen, ConversationPicker), "the picker", pilot=pilot)
-        app.screen.query_one(OptionList).focus()
+        await wait_until(
+            lambda: isinstance(app.screen, ChatList) and app.screen.listings > 0, "the chat list", pilot=pilot
+        )
         await pilot.press("enter")
         await wait_until(lambda: app.screen is screen, "back to the chat", pilot=pilot)
         await pilot.pause()

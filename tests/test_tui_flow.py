@@ -24,6 +24,7 @@ from clover_local.tui.screens.download import DownloadScreen
 from clover_local.tui.screens.launch import LaunchScreen
 from clover_local.tui.screens.plan import PlanScreen
 from clover_local.tui.widgets.memory import MemoryView
+from clover_local.tui.widgets.message_box import MessageBox
 from clover_local.tui.widgets.messages import ReplyView
 
 REPO = "test-org/gemma-3-270m-GGUF"
@@ -153,7 +154,7 @@ async def test_first_run_flow_downloads_launches_chats_and_is_remembered(hub_ser
         await wait_until(lambda: isinstance(app.screen, ChatScreen), "the chat", pilot=pilot)
         chat = app.screen
         assert isinstance(chat, ChatScreen)
-        chat.query_one("#prompt", Input).value = "The three primary colours are"
+        chat.query_one("#prompt", MessageBox).text = "The three primary colours are"
         await pilot.press("enter")
         await wait_until(lambda: chat.replies_done == 1, "the reply", pilot=pilot)
         assert chat.query(ReplyView).last().answer.strip()
@@ -248,6 +249,8 @@ async def test_a_file_that_cannot_load_is_explained_and_esc_goes_back(tmp_path: 
         )
         launch = app.screen
         assert "Could not load" in str(launch.query_one("#launch-title", Static).render())
+        assert launch.check_action("chat", ()) is False, "the footer offers no Chat after a failed load"
+        assert launch.check_action("back", ()) is True
         reason = str(launch.query_one("#launch-placement", Static).render())
         assert reason.strip() and "Traceback" not in reason
         await pilot.press("escape")

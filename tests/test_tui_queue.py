@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from helpers_engine import GatedEngine
 from helpers_tui import ScreenHost
-from textual.widgets import Input
 from waiting import wait_until
 
 from clover_local import user_prefs
 from clover_local.engine.types import ChatEngine
 from clover_local.presets import load_preset
 from clover_local.tui.screens.chat import ChatScreen
+from clover_local.tui.widgets.message_box import MessageBox
 from clover_local.tui.widgets.messages import ReplyView
 
 pytestmark = pytest.mark.slow
@@ -37,24 +37,24 @@ async def test_stopping_a_reply_puts_the_queued_message_back_in_the_input(
     async with app.run_test(size=(80, 24)) as pilot:
         screen = app.screen
         assert isinstance(screen, ChatScreen)
-        prompt = screen.query_one("#prompt", Input)
+        prompt = screen.query_one("#prompt", MessageBox)
         await pilot.click("#prompt")
-        prompt.value = COUNTING
+        prompt.text = COUNTING
         await pilot.press("enter")
         await wait_until(
             lambda: gate.held.is_set() and screen._reply is not None and screen._reply.deltas_shown > 0,
             "the first reply to stream",
             pilot=pilot,
         )
-        prompt.value = QUEUED
+        prompt.text = QUEUED
         await pilot.press("enter")  # queued behind the streaming reply
-        assert prompt.value == "" and screen.generating
+        assert prompt.text == "" and screen.generating
         await pilot.press(*"also Venus")  # a third message, being typed
         await pilot.press("escape")
         await wait_until(lambda: not screen.generating, "the stop", pilot=pilot)
 
         assert screen.query(ReplyView).last().border_subtitle == "stopped"
-        assert prompt.value == f"{QUEUED} also Venus", "the queued text and the typing are both kept"
+        assert prompt.text == f"{QUEUED} also Venus", "the queued text and the typing are both kept"
         await pilot.pause()
         assert [m.role for m in screen.history] == ["user", "assistant"], "nothing was sent by itself"
 

@@ -101,3 +101,16 @@ def test_help_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
         await pilot.pause()
 
     assert snap_compare(_plan_app(), terminal_size=(80, 24), run_before=open_help)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_context_full_dialog(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    from clover_local.tui.screens.modals import ContextFullScreen
+
+    async def full(pilot: Pilot) -> None:
+        await _show_conversation(pilot)
+        pilot.app.push_screen(ContextFullScreen(1024))
+        await wait_until(lambda: isinstance(pilot.app.screen, ContextFullScreen), "the dialog", pilot=pilot)
+        await pilot.pause()
+
+    assert snap_compare(_chat_app(), terminal_size=size, run_before=full)

@@ -75,8 +75,9 @@ def test_progress_line_has_shard_speed_and_eta() -> None:
         2.0,
     )
     line = describe_progress(p)
-    assert line.startswith("Downloading · file 2 of 3: m-00002-of-00003.gguf · 25.0 MB of 30.0 MB")
-    assert "2.5 MB/s · ETA 00:02" in line
+    # Binary units, as the plan screen shows memory and disk (the same units on every screen).
+    assert line.startswith("Downloading · file 2 of 3: m-00002-of-00003.gguf · 23.8 MiB of 28.6 MiB")
+    assert "2.4 MiB/s · ETA 00:02" in line
 
 
 def test_chat_command_rejects_a_missing_file_in_words(capsys: pytest.CaptureFixture[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -85,3 +86,12 @@ def test_chat_command_rejects_a_missing_file_in_words(capsys: pytest.CaptureFixt
     (tmp_path / "notes.txt").write_text("x")
     assert main(["chat", "--model", str(tmp_path / "notes.txt")]) == 2
     assert "is not a .gguf file" in capsys.readouterr().err
+
+
+def test_settings_say_when_greedy_sampling_makes_temperature_moot() -> None:
+    from clover_local.tui.screens.modals import sampling_hint
+    from clover_local.user_prefs import ModelSettings
+
+    assert "temperature and top-p change nothing" in sampling_hint(ModelSettings(top_k=1, temperature=0.9))
+    assert "top-k and top-p change nothing" in sampling_hint(ModelSettings(top_k=40, temperature=0.0))
+    assert sampling_hint(ModelSettings(top_k=40, temperature=0.7)) == ""

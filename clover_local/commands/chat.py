@@ -16,7 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("--model", metavar="PATH", help="a local .gguf file (first shard of a split model)")
     parser.add_argument(
-        "--preset", metavar="NAME", help="a preset name (shipped: clover-35b-a3b, gemma3-270m)"
+        "--preset",
+        metavar="NAME",
+        help="a preset name (shipped: clover-35b-a3b, gemma3-270m, smollm2-135m: the demo model)",
     )
     parser.add_argument(
         "--ctx", type=int, metavar="N", help="context size in tokens (default: saved or preset)"

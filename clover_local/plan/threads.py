@@ -49,11 +49,12 @@ def plan_threads(physical_cores: int, logical_cores: int, wanted: int | None = N
     physical = max(1, physical_cores)
     threads = wanted if wanted and wanted > 0 else max(1, physical - 1)
     batch = max(threads, physical)
+    count = f"{threads} thread{'' if threads == 1 else 's'}"
     if wanted and wanted > 0:
-        why = f"{threads} threads for generation (as asked)"
+        why = f"{count} for generation (as asked)"
     elif physical > 1:
         why = (
-            f"{threads} threads for generation (physical cores less one: llama.cpp's threads spin-wait for each "
+            f"{count} for generation (physical cores less one: llama.cpp's threads spin-wait for each "
             "other, so one thread sharing a core with another busy program stalls them all; a free core keeps "
             "decoding steady when something else runs)"
         )

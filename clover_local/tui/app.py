@@ -8,6 +8,7 @@ App.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
@@ -23,6 +24,8 @@ from clover_local.detect.machine import Machine
 from clover_local.plan.speculation import SpecMode
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset, load_preset
+from clover_local.tui import services
+from clover_local.tui.services import ModelChoice
 
 
 @dataclass(frozen=True)
@@ -88,19 +91,32 @@ class CloverApp(App[None]):
         first = self.prefs.first_run
         if opts.compare is not None:
             self.run_compare_flow(opts.compare, opts.compare_tasks, then_exit=True)
+        elif opts.model_path and opts.preset:
+            preset = load_preset(opts.preset)
+            self.run_flow(preset, opts.model_path, model_key(preset, opts.model_path))
         elif opts.model_path:
-            preset = load_preset(opts.preset) if opts.preset else runtime.preset_for_file(opts.model_path)
-            key = model_key(preset, opts.model_path, preset_chosen=bool(opts.preset))
-            self.run_flow(preset, opts.model_path, key)
+            self.run_flow(load_preset(None), choice=ModelChoice(path=opts.model_path, remember=False))
         elif first.complete and not opts.preset and not opts.simulate:
-            self.run_flow(load_preset(first.preset or None), first.model_path)
+            if first.kind == "file":
+                self.run_flow(load_preset(None), choice=ModelChoice(path=first.model_path, remember=False))
+            else:
+                self.run_flow(load_preset(first.preset or None), first.model_path)
         else:
             self.run_flow(load_preset(opts.preset))
 
     @work(exclusive=True, group="flow")
-    async def run_flow(self, preset: Preset, model_path: str | None = None, key: str | None = None) -> None:
-        """plan -> download -> launch -> chat. With ``model_path`` (a file given or remembered) it starts at the
-        launch and goes straight on to chat; ``key`` names the model's saved settings (default: the preset's)."""
+    async def run_flow(
+        self,
+        preset: Preset,
+        model_path: str | None = None,
+        key: str | None = None,
+        *,
+        choice: ModelChoice | None = None,
+    ) -> None:
+        """plan -> download -> launch -> chat, and again for each model picked in the chat. With
+        ``model_path`` (the preset's file, given or remembered) it starts at the launch and goes straight on
+        to chat; ``key`` names the model's saved settings (default: the preset's). A ``choice`` (a file, or a
+        preset, picked on any screen) is opened with its own settings."""
         from clover_local.tui.screens.chat import ChatScreen
         from clover_local.tui.screens.download import DownloadScreen
         from clover_local.tui.screens.launch import LaunchScreen
@@ -108,22 +124,36 @@ class CloverApp(App[None]):
 
         plan: Plan | None = None
         direct = model_path is not None
+        defaults: user_prefs.ModelSettings | None = None
+        title = ""
         while True:
+            if choice is not None:
+                target = await self._open_choice(choice)
+                preset, model_path, key, defaults, title = target
+                choice, plan, direct = None, None, model_path is not None
             if model_path is None:
-                plan = await self.push_screen_wait(
+                picked = await self.push_screen_wait(
                     PlanScreen(preset, self.machine, simulate=self.options.simulate, initial=plan)
                 )
-                if plan.model_path is None:
-                    downloaded = await self.push_screen_wait(DownloadScreen(preset, plan))
-                    if downloaded is None:
-                        continue
-                    plan = replace(plan, model_path=downloaded)
-                model_path = plan.model_path
-                assert model_path is not None
+                if isinstance(picked, ModelChoice):
+                    choice = picked
+                    continue
+                plan = picked
+                if plan.model_path is not None:  # a file typed in: its own settings, not this preset's
+                    choice = ModelChoice(path=plan.model_path)
+                    continue
+                downloaded = await self.push_screen_wait(DownloadScreen(preset, plan))
+                if isinstance(downloaded, ModelChoice):  # offline: the demo model or one on disk
+                    choice = downloaded
+                    continue
+                if downloaded is None:
+                    continue
+                plan = replace(plan, model_path=downloaded)
+                model_path = downloaded
                 self._remember_first_run(preset, plan.quant, plan.ctx, model_path)
-                key = None
+                key, defaults, title = None, None, ""
             key = key or preset.name
-            settings = self._settings_for(key, preset, plan)
+            settings = self._settings_for(key, preset, plan, defaults)
             launch = LaunchScreen(
                 model_path,
                 preset,
@@ -138,15 +168,60 @@ class CloverApp(App[None]):
             if opened is None:  # the load failed: back to the plan
                 model_path, direct = None, False
                 continue
-            await self.push_screen(
-                ChatScreen(opened.engine, key, settings, info=opened.fallback_message or "")
+            chat = ChatScreen(
+                opened.engine,
+                key,
+                settings,
+                info=opened.fallback_message or "",
+                title=title or preset.display_name,
             )
-            return
+            switch = await self.push_screen_wait(chat)
+            await asyncio.to_thread(opened.engine.close)
+            if switch is None:
+                return
+            choice, model_path, key, defaults, title = switch, None, None, None, ""
 
-    def _settings_for(self, key: str, preset: Preset, plan: Plan | None) -> user_prefs.ModelSettings:
-        """The model's saved settings, with the context given on the command line, else the plan's, and the
-        speculation mode given with ``--spec``."""
-        settings = self.prefs.settings_for(key, preset)
+    async def _open_choice(
+        self, choice: ModelChoice
+    ) -> tuple[Preset, str | None, str, user_prefs.ModelSettings | None, str]:
+        """What a picked model opens: its preset, its file (None: not on disk, plan and download it), the key its
+        settings are saved under, its first-time settings, and the chat's title."""
+        if choice.path is not None:
+            path = choice.path
+            preset, key, matched = services.preset_and_key_for_file(path)
+            defaults = await asyncio.to_thread(services.settings_for_file, path, preset, matched)
+            if choice.remember:
+                first = user_prefs.FirstRun(
+                    preset=preset.name, ctx=defaults.ctx, model_path=path, kind="file"
+                )
+                self.prefs = self.prefs.with_first_run(first)
+                self._save_prefs()
+            return preset, path, key, defaults, preset.display_name if matched else Path(path).name
+        preset = load_preset(choice.preset)
+        found = await asyncio.to_thread(runtime.find_model, preset)
+        if found is None:  # not on disk: plan and download it
+            return preset, None, preset.name, None, preset.display_name
+        if choice.remember:
+            self.prefs = self.prefs.with_first_run(
+                user_prefs.FirstRun(preset=preset.name, model_path=str(found))
+            )
+            self._save_prefs()
+        return preset, str(found), preset.name, None, preset.display_name
+
+    def _settings_for(
+        self,
+        key: str,
+        preset: Preset,
+        plan: Plan | None,
+        defaults: user_prefs.ModelSettings | None = None,
+    ) -> user_prefs.ModelSettings:
+        """The model's saved settings (else ``defaults``, else the preset's), with the context given on the
+        command line, else the plan's, and the speculation mode given with ``--spec``."""
+        self.prefs = user_prefs.load_prefs()  # what the last chat saved
+        if key in self.prefs.models or defaults is None:
+            settings = self.prefs.settings_for(key, preset)
+        else:
+            settings = defaults
         if self.options.ctx:
             settings = replace(settings, ctx=self.options.ctx)
         elif plan is not None:
@@ -218,6 +293,7 @@ class CloverApp(App[None]):
         for screen in self.screen_stack:
             if isinstance(screen, ChatScreen):
                 screen.action_stop()
+                screen.shutdown()  # what the reply wrote so far is kept; every write finished
 
 
 def run_app(options: StartOptions | None = None) -> int:

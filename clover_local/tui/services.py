@@ -9,12 +9,87 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from clover_local.fetch.describe import QuantDescriptions
 from clover_local.fetch.progress import DownloadProgress
 from clover_local.launch import Launch
 from clover_local.presets import Preset
 from clover_local.user_prefs import ModelSettings
+
+DEMO_PRESET = "smollm2-135m"
+"""The model that ships as a Python package: a chat with no network at all."""
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """A model the person picked inside the app: a preset by name, or a GGUF file (exactly one)."""
+
+    preset: str | None = None
+    path: str | None = None
+    remember: bool = True
+    """The next plain start opens it (a model picked in the app; not one named on the command line)."""
+
+
+@dataclass(frozen=True)
+class DiskModel:
+    """A model already on this machine, as the model picker lists it."""
+
+    label: str
+    path: str
+    size_bytes: int
+
+
+def models_on_disk() -> list[DiskModel]:
+    """The GGUFs here without the network: the packaged demo and test models, the Hugging Face cache's
+    complete downloads, and the file the first run chose. Scans the cache: call from a worker."""
+    from clover_local import user_prefs
+    from clover_local.fetch.local import cached_ggufs, packaged_model
+    from clover_local.presets import list_presets, load_preset
+
+    found: dict[str, DiskModel] = {}
+    for name in list_presets():
+        preset = load_preset(name)
+        packaged = packaged_model(preset) if preset.python_package else None
+        if packaged is not None:
+            found[str(packaged)] = DiskModel(preset.display_name, str(packaged), packaged.stat().st_size)
+    for cached in cached_ggufs():
+        if cached.complete and str(cached.path) not in found:
+            label = f"{cached.repo} · {Path(cached.filename).name}"
+            found[str(cached.path)] = DiskModel(label, str(cached.path), cached.size_bytes)
+    first = user_prefs.load_prefs().first_run
+    if first.complete and first.model_path not in found:
+        path = Path(first.model_path)
+        found[first.model_path] = DiskModel(path.name, first.model_path, path.stat().st_size)
+    return list(found.values())
+
+
+def preset_and_key_for_file(path: str) -> tuple[Preset, str, bool]:
+    """A GGUF picked or given without a preset: the preset its name says (else the default one, only for the
+    plan's machine-wide numbers), the key its settings are saved under (the file's name) and whether a preset
+    matched (if not, its settings come from the file itself: :func:`settings_for_file`)."""
+    from clover_local.presets import load_preset
+    from clover_local.runtime import preset_named_by_file
+
+    named = preset_named_by_file(path)
+    return (named or load_preset(None)), Path(path).name, named is not None
+
+
+def settings_for_file(path: str, preset: Preset, matched: bool) -> ModelSettings:
+    """First-time chat settings for a GGUF: its preset's when one matched, else generic sampling; the context
+    never beyond what the file's own header says the model was trained for. Reads the header: call from a
+    worker."""
+    from clover_local.runtime import local_header
+
+    base = ModelSettings.from_preset(preset) if matched else ModelSettings()
+    try:
+        trained = local_header(Path(path)).architecture.n_ctx_train
+    except Exception:  # an unreadable header is said by the launch, with its reason
+        return base
+    if trained and trained > 0 and base.ctx > trained:
+        base = replace(base, ctx=max(256, trained))
+    return base
 
 
 def describe_models(preset: Preset) -> QuantDescriptions:

@@ -1,15 +1,20 @@
-"""The chat: a scrolling transcript, an input that stays usable while a reply streams, and a status line.
+"""The chat: a scrolling transcript, a message box that stays usable while a reply streams, and a status line.
 
 Generation runs in a thread worker that only posts messages to the reply widget, so the engine runs at its
-own speed. Esc stops a reply within a token or two (the engine's ``cancel`` event).
+own speed. Esc or Ctrl+C stops a reply within a token or two (the engine's ``cancel`` event). Every message is
+written to the chat store as it completes (:mod:`clover_local.chat_store`), so nothing is lost to Ctrl+N,
+Ctrl+Q or a crash. A turn that fails stays on screen with its reason and leaves the conversation as it was; a
+full context is said before sending, with the choice of leaving out the oldest turns or a new chat carrying a
+summary. Dismisses with a :class:`~clover_local.tui.services.ModelChoice` when the person switches model.
 """
 
 from __future__ import annotations
 
+import contextlib
+import random
 import threading
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import ClassVar
 
 from textual import work
@@ -17,29 +22,26 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
+from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
-from clover_local import conversations, user_prefs
-from clover_local.engine.types import (
-    ChatEngine,
-    ChatMessage,
-    Finished,
-    GenerationRequest,
-    GenerationStats,
-    Refining,
-    TextDelta,
-)
+from clover_local import chat_store, conversations, user_prefs
+from clover_local.engine.types import ChatEngine, ChatMessage, GenerationRequest, GenerationStats, TextDelta
 from clover_local.errors import CloverError
+from clover_local.tui import context_fit, slash
+from clover_local.tui.reply_stream import stream_reply
+from clover_local.tui.services import ModelChoice
 from clover_local.tui.thinking import strip_thinking
+from clover_local.tui.widgets.message_box import MessageBox
 from clover_local.tui.widgets.messages import ReplyView, UserMessage
 
-POST_INTERVAL_S = 1 / 10
-"""At most this often the generation thread hands new text to the screen (the first token goes at once). Ten
-updates a second still reads as a stream; at twenty the rendering (which holds the GIL) slowed the engine's
-loop to 0.95 of its headless rate on 2 cores, at ten it keeps up (0.99-1.00, ``scripts/bench_tui.py``)."""
+SUMMARY_REQUEST = (
+    "Summarize our conversation so far in at most 120 words: the facts, decisions and open questions a new "
+    "conversation needs to carry on. Write only the summary."
+)
 
 
 def format_status(stats: GenerationStats | None, n_ctx: int, *, generating: bool = False) -> str:
@@ -56,54 +58,100 @@ def format_status(stats: GenerationStats | None, n_ctx: int, *, generating: bool
     return " · ".join([state, *parts, f"ctx {used}/{n_ctx}", draft])
 
 
-class ChatScreen(Screen[None]):
+class ChatScreen(Screen[ModelChoice | None]):
     """Multi-turn chat with one loaded engine."""
+
+    class Summarized(Message, bubble=False):
+        """The summary a new chat carries is written (posted from the generation thread)."""
+
+        def __init__(self, reply: ReplyView, summary: str, text: str, error: str | None) -> None:
+            super().__init__()
+            self.reply = reply
+            self.summary = summary
+            self.text = text
+            self.error = error
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop", id="chat.stop"),
+        Binding("ctrl+c", "stop_or_quit", "Stop/Quit", show=False, priority=True, id="chat.stop_or_quit"),
+        Binding("ctrl+n", "new_chat", "New", id="chat.new"),
+        Binding("ctrl+o", "open", "Chats", id="chat.open"),
         Binding("ctrl+r", "regenerate", "Regen", id="chat.regenerate"),
-        Binding("ctrl+g", "edit_last", "Edit", id="chat.edit_last"),
-        Binding("ctrl+y", "copy_reply", "Copy", id="chat.copy_reply"),
-        Binding("ctrl+s", "save", "Save", id="chat.save"),
-        Binding("ctrl+o", "open", "Open", id="chat.open"),
-        Binding("ctrl+n", "new_chat", "New", id="chat.new", show=False),
+        Binding("ctrl+g", "edit_last", "Edit", show=False, id="chat.edit_last"),
+        Binding("ctrl+y", "copy_reply", "Copy", show=False, id="chat.copy_reply", priority=True),
+        Binding("ctrl+s", "save", "Export", show=False, id="chat.save"),
         Binding("f2", "settings", "Settings", id="chat.settings"),
+        Binding("ctrl+l", "model", "Model", show=False, id="chat.model"),
+        Binding("pageup", "page('up')", "Scroll up", show=False, priority=True, id="chat.page_up"),
+        Binding("pagedown", "page('down')", "Scroll down", show=False, priority=True, id="chat.page_down"),
     ]
 
     def __init__(
-        self, engine: ChatEngine, model_key: str, model_settings: user_prefs.ModelSettings, *, info: str = ""
+        self,
+        engine: ChatEngine,
+        model_key: str,
+        model_settings: user_prefs.ModelSettings,
+        *,
+        info: str = "",
+        title: str = "",
+        store: chat_store.ChatStore | None = None,
     ) -> None:
         super().__init__()
         self.engine = engine
         self.model_key = model_key
         self.model_settings = model_settings
+        self.system_prompt = model_settings.system_prompt
+        """This chat's system prompt (``/system``; a chat opened from the list brings its own)."""
         self.info = info
+        self.title_text = title or engine.model_name
         self.history: list[ChatMessage] = []
         self._views: list[Widget] = []
         """One widget per history entry, in the same order."""
+        self.context_from = 0
+        """History entries before this index were left out of the context (to fit); they stay on screen."""
         self._pending: list[str] = []
         self._reply: ReplyView | None = None
         self._cancel = threading.Event()
-        self._created = _now()
+        self.store = store or chat_store.ChatStore()
+        self.journal = chat_store.ChatJournal(self.store, self._store_failed)
+        self.journal.begin(model_key, self.system_prompt)
         self.last_stats: GenerationStats | None = None
         self.replies_done = 0
         """Replies finished (stopped or failed included) since the screen opened."""
         self.reply_started_at = 0.0
         self.reply_shown_at = 0.0
         """``time.perf_counter()`` when the last reply was requested, and when all of it was on screen."""
+        self.failed_turns = 0
+        self._shut = False
 
     def compose(self) -> ComposeResult:
         yield Static(self._title_text(), id="chat-title", markup=False)
         yield VerticalScroll(id="transcript")
-        yield Input(placeholder="Message (Enter sends; F1 help)", id="prompt")
+        yield MessageBox(
+            commands=list(slash.COMMANDS),
+            placeholder="Message (Enter sends · Ctrl+J new line · /help · F1 keys)",
+            id="prompt",
+        )
         yield Static(format_status(None, self.engine.n_ctx), id="status", markup=False)
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#transcript", VerticalScroll).anchor()
-        self.query_one("#prompt", Input).focus()
+        self.query_one("#prompt", MessageBox).focus()
         if self.info:
             self.notify(self.info, severity="warning", timeout=10)
+        self._last_chat_hint()
+
+    @work(thread=True, group="store-read")
+    def _last_chat_hint(self) -> None:
+        try:
+            saved = self.store.list()
+        except CloverError:
+            return
+        if saved:
+            self.app.call_from_thread(
+                self.notify, f"Your last chat: {saved[0].title!r}. Ctrl+O lists your chats.", timeout=6
+            )
 
     @property
     def generating(self) -> bool:
@@ -111,11 +159,21 @@ class ChatScreen(Screen[None]):
 
     # Sending and receiving
 
-    async def on_input_submitted(self, event: Input.Submitted) -> None:
-        text = event.value.strip()
-        event.input.clear()
-        if not text:
+    async def on_message_box_submitted(self, event: MessageBox.Submitted) -> None:
+        text = event.text
+        if not text.strip():
             return
+        try:
+            command = slash.parse(text)
+        except CloverError as exc:
+            self.notify(str(exc), severity="warning", timeout=8)
+            if not event.box.text:
+                event.box.set_text(text)  # to correct it
+            return
+        if command is not None:
+            await self.run_command(command)
+            return
+        text = slash.message_text(text)
         if self.generating:
             self._pending.append(text)
             self.notify(
@@ -125,78 +183,77 @@ class ChatScreen(Screen[None]):
             return
         await self.send(text)
 
-    async def send(self, text: str) -> None:
-        """Add the person's message and start the reply."""
+    async def send(self, text: str, *, drop_oldest: bool | None = None) -> None:
+        """Add the person's message and start the reply (written to the store at once)."""
         view = UserMessage(text)
         self.history.append(ChatMessage("user", text))
         self._views.append(view)
+        self.journal.put(len(self.history) - 1, self.history[-1])
         await self.query_one("#transcript", VerticalScroll).mount(view)
-        await self._start_reply()
+        await self._start_reply(drop_oldest=drop_oldest)
 
-    async def _start_reply(self) -> None:
+    async def _start_reply(self, *, drop_oldest: bool | None = None, seed: int | None = None) -> None:
         reply = ReplyView()
         self._reply = reply
         await self.query_one("#transcript", VerticalScroll).mount(reply)
         self._cancel = threading.Event()
         self._set_status(generating=True)
         self.reply_started_at = time.perf_counter()
-        self._generate(reply, self._request(), self._cancel)
+        if drop_oldest is None:
+            drop_oldest = user_prefs.load_prefs().context_overflow == "drop"
+        self._generate(
+            reply, self._system(), self.history[self.context_from :], seed, drop_oldest, self._cancel
+        )
 
-    def _request(self) -> GenerationRequest:
+    def _system(self) -> tuple[ChatMessage, ...]:
+        return (ChatMessage("system", self.system_prompt),) if self.system_prompt.strip() else ()
+
+    def _request(self, messages: tuple[ChatMessage, ...], seed: int | None) -> GenerationRequest:
         s = self.model_settings
-        system = (ChatMessage("system", s.system_prompt),) if s.system_prompt.strip() else ()
         return GenerationRequest(
-            messages=system + tuple(self.history),
+            messages=messages,
             max_tokens=s.max_tokens,
             temperature=s.temperature,
             top_p=s.top_p,
             top_k=s.top_k,
+            seed=seed,
             speculative=False
             if s.spec_mode == "off"
             else None,  # on: as the plan chose (auto may have said off)
         )
 
     @work(thread=True, exclusive=True, group="reply")
-    def _generate(self, reply: ReplyView, request: GenerationRequest, cancel: threading.Event) -> None:
+    def _generate(
+        self,
+        reply: ReplyView,
+        system: tuple[ChatMessage, ...],
+        turns: list[ChatMessage],
+        seed: int | None,
+        drop_oldest: bool,
+        cancel: threading.Event,
+    ) -> None:
         worker = get_current_worker()
-        stats: GenerationStats | None = None
-        error: str | None = None
-        pending: list[str] = []
-        last_post = 0.0
-        last_refine = 0.0
         if hasattr(self.engine, "live"):
             self.engine.live = self.model_settings.diffusion_live  # diffusion engines: the live view
-        try:
-            for event in self.engine.generate(request, cancel):
-                if worker.is_cancelled:
-                    cancel.set()
-                if isinstance(event, TextDelta):
-                    # Batch tokens into a few updates a second: every UI update holds the GIL the engine's
-                    # Python loop needs between tokens, so one message per token would slow generation.
-                    pending.append(event.text)
-                    now = time.perf_counter()
-                    if now - last_post >= POST_INTERVAL_S:
-                        reply.post_message(ReplyView.Delta("".join(pending)))
-                        pending.clear()
-                        last_post = now
-                elif isinstance(event, Refining):
-                    now = time.perf_counter()
-                    if now - last_refine >= POST_INTERVAL_S or event.masked == 0:
-                        if pending:
-                            reply.post_message(ReplyView.Delta("".join(pending)))
-                            pending.clear()
-                        reply.post_message(ReplyView.Refine(event.text, event.step, event.total_steps))
-                        last_refine = now
-                elif isinstance(event, Finished):
-                    stats = event.stats
-        except CloverError as exc:
-            error = str(exc)
-        except Exception as exc:  # an engine bug must not take the whole app down mid-chat
-            error = f"Generation failed: {type(exc).__name__}: {exc}"
-        finally:
-            if pending:
-                reply.post_message(ReplyView.Delta("".join(pending)))
-            reply.post_message(ReplyView.Done(stats, error))
+        rate = self.last_stats.prefill_tokens_per_s if self.last_stats else 0.0
+        stream_reply(
+            self.engine,
+            reply,
+            self._request((), seed),
+            system,
+            turns,
+            drop_oldest=drop_oldest,
+            cancel=cancel,
+            is_cancelled=lambda: worker.is_cancelled,
+            prefill_rate=rate,
+        )
+
+    def on_reply_view_dropped(self, message: ReplyView.Dropped) -> None:
+        """The oldest turns were left out of the context: they stay on screen, marked."""
+        self.context_from += message.count
+        for view in self._views[: self.context_from]:
+            view.add_class("-dropped")
+            view.border_subtitle = "left out of the context"
 
     async def on_reply_view_completed(self, message: ReplyView.Completed) -> None:
         if message.reply is not self._reply:
@@ -206,27 +263,117 @@ class ChatScreen(Screen[None]):
         self.replies_done += 1
         if message.stats is not None:
             self.last_stats = message.stats
-        if message.reply.raw_text or not message.error:
+        if message.error:
+            await self._turn_failed(message)
+        else:
             self.history.append(ChatMessage("assistant", message.reply.raw_text))
             self._views.append(message.reply)
-        else:
-            await message.reply.remove()
+            self.journal.put(len(self.history) - 1, self.history[-1])
         self._set_status(generating=False)
         if self._pending:
             await self.send(self._pending.pop(0))
+
+    async def _turn_failed(self, message: ReplyView.Completed) -> None:
+        """The reply failed: its error stays on screen, the person's message goes back to the box (marked
+        "not answered" in the transcript) and out of the conversation, so the next message is answered."""
+        self.failed_turns += 1
+        text = ""
+        if self.history and self.history[-1].role == "user":
+            text = self.history.pop().content
+            view = self._views.pop()
+            if isinstance(view, UserMessage):
+                view.mark_failed("not answered: it is back in the message box")
+            self.journal.truncate(len(self.history))
+        box = self.query_one("#prompt", MessageBox)
+        if text and not box.text.strip():
+            box.set_text(text)
+        if message.context_full and text and self.history[self.context_from :]:
+            self._pending.clear()  # earlier turns to leave out or summarize: ask how
+            self._ask_context_full(text)
 
     def _set_status(self, *, generating: bool) -> None:
         text = format_status(self.last_stats, self.engine.n_ctx, generating=generating)
         self.query_one("#status", Static).update(text)
 
     def _title_text(self) -> str:
-        return f"{self.engine.model_name}" + (f" · {self.info}" if self.info else "")
+        return self.title_text + (f" · {self.info}" if self.info else "")
+
+    # A full context
+
+    def _ask_context_full(self, text: str) -> None:
+        from clover_local.tui.screens.modals import ContextFullScreen
+
+        self.app.push_screen(ContextFullScreen(self.engine.n_ctx), lambda c: self._context_choice(c, text))
+
+    async def _context_choice(self, choice: tuple[str, bool] | None, text: str) -> None:
+        if choice is None:
+            return
+        how, remember = choice
+        if remember:
+            try:
+                prefs = user_prefs.load_prefs()
+                user_prefs.save_prefs(replace(prefs, context_overflow=how))
+            except CloverError as exc:
+                self.notify(str(exc), severity="error")
+        self.query_one("#prompt", MessageBox).clear_text()
+        if how == "drop":
+            await self.send(text, drop_oldest=True)
+        else:
+            await self._summarize_then_send(text)
+
+    async def _summarize_then_send(self, text: str) -> None:
+        reply = ReplyView()
+        reply.border_title = "Summary for a new chat"
+        self._reply = reply
+        await self.query_one("#transcript", VerticalScroll).mount(reply)
+        self._cancel = threading.Event()
+        self._set_status(generating=True)
+        turns = [*self.history[self.context_from :], ChatMessage("user", SUMMARY_REQUEST)]
+        self._summarize(reply, text, turns, self._cancel)
+
+    @work(thread=True, exclusive=True, group="reply")
+    def _summarize(
+        self, reply: ReplyView, text: str, turns: list[ChatMessage], cancel: threading.Event
+    ) -> None:
+        error: str | None = None
+        parts: list[str] = []
+        try:
+            fitted = context_fit.fit(self.engine, self._system(), turns, 256, drop=True)
+            request = replace(
+                self._request((*self._system(), *turns[fitted.dropped :]), None), max_tokens=256
+            )
+            for event in self.engine.generate(request, cancel):
+                if isinstance(event, TextDelta):
+                    parts.append(event.text)
+                    reply.post_message(ReplyView.Delta(event.text))
+        except CloverError as exc:
+            error = str(exc)
+        summary = strip_thinking("".join(parts)).strip()
+        self.post_message(ChatScreen.Summarized(reply, summary, text, error))
+
+    async def on_chat_screen_summarized(self, message: Summarized) -> None:
+        reply, summary, text, error = message.reply, message.summary, message.text, message.error
+        self._reply = None
+        reply.post_message(ReplyView.Done(None, error))
+        self._set_status(generating=False)
+        if error or not summary:
+            self.query_one("#prompt", MessageBox).set_text(text)
+            self.notify(error or "The model wrote no summary.", severity="error", timeout=10)
+            return
+        base = self.model_settings.system_prompt.strip()
+        carried = f"Summary of an earlier conversation: {summary}"
+        await self.new_chat(system_prompt=f"{base}\n\n{carried}".strip(), quiet=True)
+        await self.query_one("#transcript", VerticalScroll).mount(
+            Static(carried, markup=False, classes="summary")
+        )
+        self.notify("A new chat, carrying a summary of the last one (which is kept: Ctrl+O).", timeout=6)
+        await self.send(text)
 
     # Actions
 
     def action_stop(self) -> None:
-        """Stop the reply. Messages queued behind it go back into the input (with whatever is being
-        typed after them), unsent but never lost: Enter sends them."""
+        """Stop the reply. Messages queued behind it go back into the box (with whatever is being typed
+        after them), unsent but never lost: Enter sends them."""
         if not self.generating:
             return
         self._cancel.set()
@@ -234,24 +381,49 @@ class ChatScreen(Screen[None]):
         if not queued:
             return
         try:
-            prompt = self.query_one("#prompt", Input)
+            prompt = self.query_one("#prompt", MessageBox)
         except NoMatches:  # the screen is closing
             return
-        prompt.value = " ".join([*queued, prompt.value.strip()]).strip()
-        prompt.cursor_position = len(prompt.value)
-        prompt.focus()
-        self.notify("Stopped. Your queued message is back in the input: Enter sends it.", timeout=5)
+        prompt.set_text(" ".join([*queued, prompt.text.strip()]).strip())
+        self.notify("Stopped. Your queued message is back in the message box: Enter sends it.", timeout=5)
+
+    def action_stop_or_quit(self) -> None:
+        """Ctrl+C: stop the reply; with text selected in the box, copy it; otherwise quit (as in a shell)."""
+        if self.generating:
+            self.action_stop()
+            self.notify("Stopped. Ctrl+C again (or Ctrl+Q) quits.", timeout=4)
+            return
+        box = self.query_one("#prompt", MessageBox)
+        if box.selected_text:
+            self.app.copy_to_clipboard(box.selected_text)
+            return
+        self.app.exit()
+
+    def action_page(self, direction: str) -> None:
+        transcript = self.query_one("#transcript", VerticalScroll)
+        if direction == "up":
+            transcript.scroll_page_up()
+        else:
+            transcript.scroll_page_down()
 
     async def action_regenerate(self) -> None:
         if self.generating or not self.history or self.history[-1].role != "assistant":
             self.notify("Nothing to regenerate yet.", severity="warning", timeout=3)
             return
+        s = self.model_settings
+        if s.temperature == 0 or s.top_k == 1:
+            self.notify(
+                "Greedy sampling (temperature 0 or top-k 1) writes the same reply again: raise both in F2 "
+                "(or /set) for a different one.",
+                timeout=6,
+            )
         self.history.pop()
         await self._views.pop().remove()
-        await self._start_reply()
+        self.journal.truncate(len(self.history))
+        await self._start_reply(seed=random.randrange(2**31))
 
     async def action_edit_last(self) -> None:
-        """Put the last message back in the input and drop it (and its reply) from the chat."""
+        """Put the last message back in the box and drop it (and its reply) from the chat."""
         if self.generating:
             self.notify("Stop the reply first (Esc).", severity="warning", timeout=3)
             return
@@ -263,10 +435,9 @@ class ChatScreen(Screen[None]):
         for view in self._views[at:]:
             await view.remove()
         del self.history[at:], self._views[at:]
-        prompt = self.query_one("#prompt", Input)
-        prompt.value = text
-        prompt.cursor_position = len(text)
-        prompt.focus()
+        self.context_from = min(self.context_from, at)
+        self.journal.truncate(at)
+        self.query_one("#prompt", MessageBox).set_text(text)
 
     def action_copy_reply(self) -> None:
         replies = [m for m in self.history if m.role == "assistant"]
@@ -277,59 +448,69 @@ class ChatScreen(Screen[None]):
         self.notify("Reply copied to the clipboard.", timeout=3)
 
     def action_save(self) -> None:
+        """Export the chat as JSON and Markdown (it is already kept in the chat list as it goes)."""
         if not self.history:
-            self.notify("Nothing to save yet.", severity="warning", timeout=3)
+            self.notify("Nothing to export yet.", severity="warning", timeout=3)
             return
-        conv = self.conversation()
         try:
-            path = conversations.save(conv)
+            json_path, md_path = conversations.export(self.conversation())
         except CloverError as exc:
             self.notify(str(exc), severity="error")
             return
-        self.notify(f"Saved to {path}", timeout=5)
+        self.notify(f"Exported to {md_path} and {json_path.name}", timeout=6)
 
     def conversation(self) -> conversations.Conversation:
         return conversations.Conversation(
             title=conversations.title_from(self.history),
             messages=tuple(self.history),
-            system_prompt=self.model_settings.system_prompt,
+            system_prompt=self.system_prompt,
             model=self.model_key,
-            created=self._created,
+            created=chat_store.now(),
         )
 
     def action_open(self) -> None:
-        from clover_local.tui.screens.modals import ConversationPicker
+        from clover_local.tui.screens.chat_list import ChatList
 
         if self.generating:
             self.notify("Stop the reply first (Esc).", severity="warning", timeout=3)
             return
-        self.app.push_screen(ConversationPicker(conversations.list_saved()), self._open_picked)
+        self.journal.flush()
+        self.app.push_screen(ChatList(self.store, current=self.journal.chat_id), self._open_picked)
 
-    async def _open_picked(self, picked: conversations.Conversation | None) -> None:
+    async def _open_picked(self, picked: tuple[int, conversations.Conversation] | None) -> None:
         if picked is not None:
-            await self.show_conversation(picked)
+            await self.show_conversation(picked[1], chat_id=picked[0])
 
-    async def show_conversation(self, conv: conversations.Conversation) -> None:
-        """Replace the transcript with a saved conversation; the next message continues it."""
+    async def show_conversation(self, conv: conversations.Conversation, chat_id: int | None = None) -> None:
+        """Replace the transcript with a kept conversation; the next message continues it."""
         transcript = self.query_one("#transcript", VerticalScroll)
         await transcript.remove_children()
         self.history = list(conv.messages)
+        self.context_from = 0
         self._views = [
             UserMessage(m.content) if m.role == "user" else ReplyView(m.content, streaming=False)
             for m in self.history
         ]
         await transcript.mount_all(self._views)
-        self._created = conv.created
-        if conv.system_prompt:
-            self.model_settings = replace(self.model_settings, system_prompt=conv.system_prompt)
+        self.system_prompt = conv.system_prompt or self.model_settings.system_prompt
+        self.journal.begin(conv.model or self.model_key, self.system_prompt, chat_id, conv.created)
         transcript.scroll_end(animate=False)
 
     async def action_new_chat(self) -> None:
+        await self.new_chat()
+
+    async def new_chat(self, *, system_prompt: str | None = None, quiet: bool = False) -> None:
+        """A fresh chat; the one on screen stays in the chat list."""
         self.action_stop()
         if self.generating:
             return
+        had = bool(self.history)
         await self.query_one("#transcript", VerticalScroll).remove_children()
-        self.history, self._views, self._created = [], [], _now()
+        self.history, self._views, self.context_from = [], [], 0
+        self.system_prompt = self.model_settings.system_prompt if system_prompt is None else system_prompt
+        self.journal.begin(self.model_key, self.system_prompt)
+        if had and not quiet:
+            self.notify("New chat. The last one is kept: Ctrl+O lists your chats.", timeout=4)
 
     def action_settings(self) -> None:
         from clover_local.tui.screens.modals import SettingsScreen
@@ -341,18 +522,86 @@ class ChatScreen(Screen[None]):
             return
         ctx_changed = new.ctx != self.model_settings.ctx
         mode_changed = new.spec_mode != self.model_settings.spec_mode
-        self.model_settings = new
-        prefs = user_prefs.load_prefs().with_model_settings(self.model_key, new)
-        try:
-            user_prefs.save_prefs(prefs)
-        except CloverError as exc:
-            self.notify(str(exc), severity="error")
+        if new.system_prompt != self.model_settings.system_prompt:
+            self.system_prompt = new.system_prompt
+            self.journal.set_system_prompt(new.system_prompt)
+        self._save_settings(new)
         if ctx_changed or mode_changed:
             what = f"Context {new.ctx}" if ctx_changed else f"Speculation {new.spec_mode}"
             self.notify(f"{what} applies the next time the model loads.", timeout=5)
         else:
             self.notify("Settings saved for this model.", timeout=3)
 
+    def _save_settings(self, new: user_prefs.ModelSettings) -> None:
+        self.model_settings = new
+        prefs = user_prefs.load_prefs().with_model_settings(self.model_key, new)
+        try:
+            user_prefs.save_prefs(prefs)
+        except CloverError as exc:
+            self.notify(str(exc), severity="error")
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    def action_model(self) -> None:
+        from clover_local.tui.screens.models import ModelPicker
+
+        if self.generating:  # the engine is closed for the next model: never under a running reply
+            self.notify("Stop the reply first (Esc).", severity="warning", timeout=3)
+            return
+        self.app.push_screen(ModelPicker(), self._model_picked)
+
+    def _model_picked(self, choice: ModelChoice | None) -> None:
+        if choice is not None and not self.generating:
+            self.shutdown()
+            self.dismiss(choice)
+
+    async def run_command(self, command: slash.Command) -> None:
+        """Carry out a slash command."""
+        from clover_local.tui.screens.modals import HelpScreen
+
+        if command.name in ("/new", "/clear"):
+            await self.new_chat()
+        elif command.name == "/chats":
+            self.action_open()
+        elif command.name == "/model":
+            self.action_model()
+        elif command.name == "/save":
+            self.action_save()
+        elif command.name == "/help":
+            self.app.push_screen(HelpScreen())
+        elif command.name == "/system":
+            if not command.argument:
+                self.notify(f"System prompt: {self.system_prompt or '(none)'}", timeout=8)
+                return
+            self.system_prompt = command.argument
+            self.journal.set_system_prompt(command.argument)
+            self._save_settings(replace(self.model_settings, system_prompt=command.argument))
+            self.notify("System prompt set for this chat, and saved for this model.", timeout=4)
+        elif command.name == "/set":
+            try:
+                changes: dict[str, object] = {command.setting: command.value}
+                new = replace(self.model_settings, **changes).validated()  # type: ignore[arg-type]
+            except CloverError as exc:
+                self.notify(str(exc), severity="warning", timeout=8)
+                return
+            self._save_settings(new)
+            self.notify(f"{command.setting} = {command.value}, saved for this model.", timeout=4)
+
+    # Keeping the chat
+
+    def _store_failed(self, exc: CloverError) -> None:
+        """A write to the chat store failed (called on the journal's thread): said, the chat goes on."""
+        with contextlib.suppress(RuntimeError):  # the app is gone
+            self.app.call_from_thread(self.notify, str(exc), severity="error", timeout=15)
+
+    def on_unmount(self) -> None:
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Before the app quits or the model changes: stop the reply, keep what it wrote, finish writing.
+        Called again (the screen unmounting after the App asked), it writes nothing more."""
+        if self._reply is not None and not self._shut:
+            self._cancel.set()
+            partial = self._reply.raw_text
+            if partial.strip():
+                self.journal.put(len(self.history), ChatMessage("assistant", partial))
+        self._shut = True
+        self.journal.close()

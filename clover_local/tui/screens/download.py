@@ -19,12 +19,14 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, ProgressBar, Static
 
 from clover_local import settings
+from clover_local.detect.units import format_bytes
 from clover_local.errors import CloverError, DownloadCancelled
-from clover_local.fetch.progress import DownloadProgress, format_bytes, format_duration
+from clover_local.fetch.progress import DownloadProgress, format_duration
 from clover_local.fetch.sidecars import draft_kind_of
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
 from clover_local.tui import services
+from clover_local.tui.services import ModelChoice
 
 PHASE_WORDS = {
     "waiting": "Waiting for another download of this file to finish",
@@ -60,11 +62,14 @@ def disk_left_text() -> str:
     return f"Disk left: {format_bytes(free)} ({folder})"
 
 
-class DownloadScreen(Screen[str | None]):
-    """Downloads the plan's quant of the preset's repo."""
+class DownloadScreen(Screen[str | ModelChoice | None]):
+    """Downloads the plan's quant of the preset's repo. When it fails (the Hub unreachable, offline), it offers
+    what needs no network: the demo model and the models already on disk (dismissing with that choice)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "pause", "Pause/Resume", id="download.pause"),
+        Binding("m", "demo", "Demo model", id="download.demo"),
+        Binding("o", "on_disk", "Models on disk", id="download.on_disk"),
         Binding("escape", "cancel", "Cancel", id="download.cancel"),
     ]
 
@@ -88,6 +93,8 @@ class DownloadScreen(Screen[str | None]):
         self.running = False
         self.last: DownloadProgress | None = None
         self._closing = False
+        self.failed = False
+        """The last try failed: the demo model and the models on disk are offered."""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="download-body"):
@@ -102,7 +109,10 @@ class DownloadScreen(Screen[str | None]):
             yield Static("Starting…", id="download-status", markup=False)
             yield Static(disk_left_text(), id="disk-left", markup=False)
             yield Static("", id="download-error", markup=False)
+            yield Static("", id="download-offline", markup=False)
             with Horizontal(classes="dialog-buttons"):
+                yield Button("Demo model (m)", id="download-demo", classes="-offline")
+                yield Button("Models on disk (o)", id="download-on-disk", classes="-offline")
                 yield Button("Pause", id="download-pause")
                 yield Button("Cancel", variant="error", id="download-cancel")
         yield Footer()
@@ -116,7 +126,27 @@ class DownloadScreen(Screen[str | None]):
         self.query_one("#download-pause", Button).label = "Pause"
         self.query_one("#download-error", Static).update("")
         self.query_one("#download-error", Static).remove_class("error")
+        self.query_one("#download-status", Static).update("Starting…")
+        self.failed = False
+        self._show_offline()
         self._download(self._cancel)
+
+    def _show_offline(self) -> None:
+        """The ways to a chat that need no network, shown while the download cannot go on."""
+        for button in self.query(".-offline").results(Button):
+            button.display = self.failed
+        self.query_one("#download-offline", Static).update(
+            "Without the download: m chats with the demo model (it ships with clover-local), o lists the "
+            "models already on this machine. p tries the download again."
+            if self.failed
+            else ""
+        )
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("demo", "on_disk"):
+            return self.failed
+        return True
 
     @work(thread=True, exclusive=True, group="download")
     def _download(self, cancel: threading.Event) -> None:
@@ -156,12 +186,33 @@ class DownloadScreen(Screen[str | None]):
             error = self.query_one("#download-error", Static)
             error.update(message.error or "The download failed.")
             error.add_class("error")
+            self.query_one("#download-status", Static).update("Stopped: the download failed.")
+            self.failed = True
+            self._show_offline()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "download-pause":
             self.action_pause()
         elif event.button.id == "download-cancel":
             self.action_cancel()
+        elif event.button.id == "download-demo":
+            self.action_demo()
+        elif event.button.id == "download-on-disk":
+            self.action_on_disk()
+
+    def action_demo(self) -> None:
+        if not self.running:
+            self.dismiss(ModelChoice(preset=services.DEMO_PRESET))
+
+    def action_on_disk(self) -> None:
+        from clover_local.tui.screens.models import ModelPicker
+
+        if not self.running:
+            self.app.push_screen(ModelPicker(), self._picked)
+
+    def _picked(self, choice: ModelChoice | None) -> None:
+        if choice is not None:
+            self.dismiss(choice)
 
     def action_pause(self) -> None:
         if self.running:

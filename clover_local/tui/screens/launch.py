@@ -145,6 +145,7 @@ class LaunchScreen(Screen[OpenedEngine | None]):
             self.query_one("#launch-title", Static).update("Could not load the model (Esc: back to the plan)")
             self.query_one("#launch-placement", Static).update(message.error or "")
             self.query_one("#launch-placement", Static).add_class("error")
+            self.refresh_bindings()
             return
         self.loaded = message.loaded
         self.launch = message.loaded.launch  # after an out-of-memory re-plan: the launch that loaded
@@ -156,11 +157,20 @@ class LaunchScreen(Screen[OpenedEngine | None]):
             fallback = self.query_one("#launch-fallback", Static)
             fallback.update(message.loaded.fallback_message)
             fallback.add_class("warning")
+        self.refresh_bindings()
         button = self.query_one("#launch-chat", Button)
         button.disabled = False
         button.focus()
         if self.auto_continue:
             self.action_chat()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Chat once loaded; back to the plan once failed (the footer offers only what works)."""
+        if action == "chat":
+            return self.loaded is not None
+        if action == "back":
+            return self.failed
+        return True
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "launch-chat":

@@ -1,4 +1,4 @@
-"""Modal screens: chat settings, the saved-conversation picker, and help (every key binding)."""
+"""Modal screens: chat settings, a full context's choices, and help (every key binding and command)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Grid, Horizontal, Vertical
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, OptionList, Select, Static, Switch
-from textual.widgets.option_list import Option
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static, Switch
 
-from clover_local import conversations
 from clover_local.errors import CloverError
 from clover_local.plan.speculation import SPEC_MODES
 from clover_local.user_prefs import ModelSettings
@@ -64,6 +62,7 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
                 yield Switch(self.current.diffusion_live, id="set-diffusion_live")
                 yield Label("System prompt")
                 yield Input(self.current.system_prompt, placeholder="(none)", id="set-system_prompt")
+            yield Static(sampling_hint(self.current), id="settings-hint", classes="muted", markup=False)
             yield Static("", id="settings-error", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Save", variant="primary", id="settings-save")
@@ -77,6 +76,13 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
 
     def on_input_submitted(self) -> None:
         self.action_save()
+
+    def on_input_changed(self) -> None:
+        try:
+            hint = sampling_hint(self.read_form())
+        except CloverError:
+            return
+        self.query_one("#settings-hint", Static).update(hint)
 
     def action_save(self) -> None:
         try:
@@ -103,32 +109,53 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
         self.dismiss(None)
 
 
-class ConversationPicker(ModalScreen[conversations.Conversation | None]):
-    """Pick a saved conversation to continue."""
+def sampling_hint(settings: ModelSettings) -> str:
+    """A word when one sampling setting makes another irrelevant (greedy decoding ignores temperature)."""
+    if settings.top_k == 1:
+        return "Top-k 1 always takes the likeliest token: temperature and top-p change nothing (greedy)."
+    if settings.temperature == 0:
+        return "Temperature 0 always takes the likeliest token: top-k and top-p change nothing (greedy)."
+    return ""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="picker.cancel")]
 
-    def __init__(self, saved: list[conversations.SavedConversation]) -> None:
+class ContextFullScreen(ModalScreen[tuple[str, bool] | None]):
+    """The context is full: leave out the oldest turns, or a new chat carrying a summary (remembered if asked).
+    Dismisses with ``("drop" | "summary", remember)`` or None (the message stays in the box)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("d", "choose('drop')", "Drop oldest", id="full.drop"),
+        Binding("s", "choose('summary')", "New chat + summary", id="full.summary"),
+        Binding("escape", "cancel", "Cancel", id="full.cancel"),
+    ]
+
+    def __init__(self, n_ctx: int) -> None:
         super().__init__()
-        self.saved = saved
+        self.n_ctx = n_ctx
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="picker-box", classes="dialog"):
-            yield Static("Open a saved conversation", classes="dialog-title")
-            if not self.saved:
-                yield Static("No saved conversations yet (Ctrl+S saves one).")
-            options = [
-                Option(f"{s.created[:16].replace('T', ' ')}  {s.title}  ({s.n_messages} messages)", id=str(i))
-                for i, s in enumerate(self.saved)
-            ]
-            yield OptionList(*options, id="picker-list")
+        with Vertical(id="full-box", classes="dialog"):
+            yield Static("The context is full", classes="dialog-title")
+            yield Static(
+                f"This chat no longer fits the model's context of {self.n_ctx} tokens, so your message was "
+                "not sent (it is back in the message box). The system prompt is always kept.",
+                markup=False,
+            )
+            yield Checkbox("Remember this choice", id="full-remember")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Drop oldest turns (d)", variant="primary", id="full-drop")
+                yield Button("New chat + summary (s)", id="full-summary")
+                yield Button("Cancel", id="full-cancel")
 
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        entry = self.saved[int(event.option.id or 0)]
-        try:
-            self.dismiss(conversations.load(entry.path))
-        except CloverError as exc:
-            self.notify(str(exc), severity="error")
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "full-drop":
+            self.action_choose("drop")
+        elif event.button.id == "full-summary":
+            self.action_choose("summary")
+        else:
+            self.dismiss(None)
+
+    def action_choose(self, how: str) -> None:
+        self.dismiss((how, self.query_one("#full-remember", Checkbox).value))
 
     def action_cancel(self) -> None:
         self.dismiss(None)
@@ -136,21 +163,31 @@ class ConversationPicker(ModalScreen[conversations.Conversation | None]):
 
 HELP_TEXT = """\
 [b]Chat[/b]
-  Enter        send (while a reply streams, the message waits its turn)
-  Esc          stop the reply
+  Enter        send (while a reply streams, it waits its turn)
+  Ctrl+J       new line (also Alt+Enter); a paste keeps every line
+  Esc, Ctrl+C  stop the reply (Ctrl+C when nothing runs: quit)
+  PgUp/PgDn    scroll the chat          Tab  complete a /command
   Ctrl+R       regenerate the last reply
   Ctrl+G       edit the last message and send it again
   Ctrl+Y       copy the last reply to the clipboard
-  Ctrl+S       save the conversation      Ctrl+O  open a saved one
-  Ctrl+N       new conversation           F2      settings (saved per model)
+  Ctrl+N       new chat (the last one is kept)
+  Ctrl+O       your chats: open, rename, delete, search
+  Ctrl+S       export as Markdown and JSON (kept as they go)
+  Ctrl+L       switch model             F2  settings (per model)
   Click "Thinking" to see the model's reasoning.
+
+[b]Commands[/b]
+  /new /clear /chats /model /save /help
+  /system TEXT       /set temperature 0.7 (top_p, top_k, max_tokens)
+  //text sends a message that starts with /
 
 [b]Plan[/b]
   Change quant or context: the plan updates at once.
   Enter a path to use a GGUF you already have.
+  m  chat with the demo model     o  the models already on disk
 
 [b]Everywhere[/b]
-  F1  this help      Ctrl+P  commands (theme: light or dark)      Ctrl+Q  quit
+  F1  this help    Ctrl+P  commands (theme: light or dark)    Ctrl+Q  quit
   F3  llama.cpp runtimes: list, install the latest release, remove
 """
 
@@ -162,8 +199,9 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box", classes="dialog"):
-            yield Static("Keys", classes="dialog-title")
-            yield Static(HELP_TEXT, id="help-text")
+            yield Static("Keys (scroll for more)", classes="dialog-title")
+            with VerticalScroll(id="help-scroll"):
+                yield Static(HELP_TEXT, id="help-text")
             yield Button("Close", id="help-close")
 
     def on_button_pressed(self) -> None:

@@ -2,7 +2,8 @@
 
 Changing the quant or the context re-plans at once (the planner is pure and fast). A local GGUF can be chosen
 instead of downloading. Detection runs in a worker so the screen paints before any probe (or llama_cpp) loads.
-Dismisses with the chosen plan: its ``model_path`` is the local file to run, or None to download the quant first.
+Dismisses with the chosen plan: its ``model_path`` is the local file to run, or None to download the quant first;
+or with a :class:`ModelChoice` (the demo model, a model on disk).
 """
 
 from __future__ import annotations
@@ -29,18 +30,22 @@ from clover_local.plan.render import plan_summary
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
 from clover_local.tui import services
+from clover_local.tui.services import ModelChoice
 from clover_local.tui.widgets.memory import MemoryView, legend
 
 CTX_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 NARROW_WIDTH = 110
 
 
-class PlanScreen(Screen[Plan]):
-    """The first-run screen: choose quant and context (or a local GGUF), then download or launch."""
+class PlanScreen(Screen[Plan | ModelChoice]):
+    """The first-run screen: choose quant and context (or a local GGUF), then download or launch; or chat at
+    once with the demo model or a model already on disk (no network needed)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "download", "Download", id="plan.download"),
         Binding("l", "focus_local", "Local GGUF", id="plan.local"),
+        Binding("m", "demo", "Demo model", id="plan.demo"),
+        Binding("o", "on_disk", "Models on disk", id="plan.on_disk"),
     ]
 
     class MachineReady(Message, bubble=False):
@@ -214,6 +219,18 @@ class PlanScreen(Screen[Plan]):
             self.action_download()
         elif event.button.id == "plan-run-local":
             self.action_run_local()
+
+    def action_demo(self) -> None:
+        self.dismiss(ModelChoice(preset=services.DEMO_PRESET))
+
+    def action_on_disk(self) -> None:
+        from clover_local.tui.screens.models import ModelPicker
+
+        self.app.push_screen(ModelPicker(), self._picked)
+
+    def _picked(self, choice: ModelChoice | None) -> None:
+        if choice is not None:
+            self.dismiss(choice)
 
     def action_focus_local(self) -> None:
         self.query_one("#local-path", Input).focus()

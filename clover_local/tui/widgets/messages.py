@@ -19,14 +19,36 @@ from textual.widgets.markdown import MarkdownStream
 from clover_local.engine.types import GenerationStats
 from clover_local.tui.thinking import ThinkSplitter
 
+FOLD_LINES = 12
+"""A message longer than this many lines shows its first lines and a count; a click unfolds it."""
+FOLD_SHOWN = 6
+
 
 class UserMessage(Static):
-    """What the person typed, shown as plain text (never parsed as markup)."""
+    """What the person typed, shown as plain text (never parsed as markup). A long paste is shown folded
+    (``[pasted 120 lines: click to show all]``); it is sent whole either way."""
 
     def __init__(self, text: str) -> None:
-        super().__init__(text, markup=False, classes="user-message")
         self.text = text
+        self.folded = text.count("\n") + 1 > FOLD_LINES
+        super().__init__(self._shown(), markup=False, classes="user-message")
         self.border_title = "You"
+
+    def _shown(self) -> str:
+        if not self.folded:
+            return self.text
+        lines = self.text.split("\n")
+        return "\n".join([*lines[:FOLD_SHOWN], f"[pasted {len(lines)} lines: click to show all]"])
+
+    def on_click(self) -> None:
+        if self.text.count("\n") + 1 > FOLD_LINES:
+            self.folded = not self.folded
+            self.update(self._shown())
+
+    def mark_failed(self, why: str) -> None:
+        """The turn failed: the message stays on screen, marked, and is not part of the conversation."""
+        self.add_class("-failed")
+        self.border_subtitle = why
 
 
 class ReplyView(Vertical):
@@ -48,22 +70,48 @@ class ReplyView(Vertical):
             self.step = step
             self.total_steps = total_steps
 
+    class Prompting(Message, bubble=False):
+        """The prompt is being read (posted from the generation thread before the first token)."""
+
+        def __init__(self, tokens: int, eta_s: float | None) -> None:
+            super().__init__()
+            self.tokens = tokens
+            self.eta_s = eta_s
+
+    class Dropped(Message):
+        """The oldest ``count`` messages were left out of the context so the prompt fits (bubbles to the chat)."""
+
+        def __init__(self, count: int) -> None:
+            super().__init__()
+            self.count = count
+
     class Done(Message, bubble=False):
         """The engine finished, was stopped, or failed (posted from the generation thread)."""
 
-        def __init__(self, stats: GenerationStats | None, error: str | None) -> None:
+        def __init__(
+            self, stats: GenerationStats | None, error: str | None, *, context_full: bool = False
+        ) -> None:
             super().__init__()
             self.stats = stats
             self.error = error
+            self.context_full = context_full
 
     class Completed(Message):
         """Everything received is on screen: the chat may record the reply and start the next one."""
 
-        def __init__(self, reply: ReplyView, stats: GenerationStats | None, error: str | None) -> None:
+        def __init__(
+            self,
+            reply: ReplyView,
+            stats: GenerationStats | None,
+            error: str | None,
+            *,
+            context_full: bool = False,
+        ) -> None:
             super().__init__()
             self.reply = reply
             self.stats = stats
             self.error = error
+            self.context_full = context_full
 
     def __init__(self, text: str = "", *, streaming: bool = True) -> None:
         super().__init__(classes="reply")
@@ -103,7 +151,16 @@ class ReplyView(Vertical):
         thinking = self.splitter.thinking
         return (f"<think>{thinking}</think>" if thinking else "") + self.splitter.answer
 
+    def on_reply_view_prompting(self, message: ReplyView.Prompting) -> None:
+        if self.deltas_shown == 0:
+            eta = (
+                f" · about {message.eta_s:.0f} s" if message.eta_s is not None and message.eta_s >= 1 else ""
+            )
+            self.border_subtitle = f"reading the prompt: {message.tokens} tokens{eta}"
+
     async def on_reply_view_delta(self, message: ReplyView.Delta) -> None:
+        if self.deltas_shown == 0:
+            self.border_subtitle = ""
         self.deltas_shown += 1
         await self._write(self.splitter.feed(message.text))
 
@@ -130,7 +187,9 @@ class ReplyView(Vertical):
         if message.error:
             self.border_subtitle = "failed"
             await self.mount(Static(message.error, markup=False, classes="error"))
-        self.post_message(ReplyView.Completed(self, message.stats, message.error))
+        self.post_message(
+            ReplyView.Completed(self, message.stats, message.error, context_full=message.context_full)
+        )
 
     async def on_unmount(self) -> None:
         await self._stop_streams()
