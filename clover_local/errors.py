@@ -82,3 +82,7 @@ class RequestRefused(CloverError):
 class ArchitectureError(UsageError):
     """A GGUF's ``general.architecture`` is one the llama.cpp here cannot load (or its header could not be
     read): refused before its bytes are downloaded or loaded, unless ``--force``."""
+
+
+class UpstreamError(CloverError):
+    """What the latest upstream llama.cpp release knows could not be read (offline, unreachable, not a release)."""
