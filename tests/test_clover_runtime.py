@@ -210,7 +210,12 @@ def test_plan_names_the_installed_runtime_and_fits_its_flags(
     server = _fake_runtime(runtimes, "b12500", (CLOVER_ARCH,))
     model = str(tiny_clover_model())
     assert main(["plan", "--model", model, "--json", *MACHINE]) == 0
-    arch = json.loads(capsys.readouterr().out)["architecture"]
+    out = json.loads(capsys.readouterr().out)
+    assert any("does not accept --load-mode" in n for n in out["notices"])
+    assert main(["command", "--model", model, *MACHINE]) == 0
+    shown = capsys.readouterr().out.strip()
+    assert shown.startswith(str(server.resolve())) and "--load-mode" not in shown
+    arch = out["architecture"]
     assert (arch["supported"], arch["runtime"], arch["server_path"]) == (
         True,
         "b12500",
