@@ -195,6 +195,10 @@ def choose_runner(
                 f"--engine embedded cannot run this: {arch.why}.",
                 f"Install the release that loads it (`{arch.install_command}`); its llama-server runs it.",
             )
+        if request.llama_server:  # the person's own llama-server: theirs to know what it loads
+            binary = find(request.llama_server)
+            if binary is not None:
+                return Runner("llama-server", f"{arch.why}; using {binary.path} as asked", binary)
         return Runner(
             "llama-server",
             f"{arch.why}; `{arch.install_command}` installs it, and its llama-server will run it",

@@ -452,3 +452,31 @@ async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
             screen.query_one("#plan-summary", Static).render()
         )
         assert not screen.query_one("#plan-download", Button).disabled
+
+
+def test_a_launch_that_needs_an_install_is_shown_not_opened(
+    runtimes: Path, upstream: Upstream, tmp_path: Path
+) -> None:
+    from clover_local.launch import LaunchRequest, choose_runner, open_launch
+
+    check = check_architecture(CLOVER_ARCH)
+    runner = choose_runner(LaunchRequest(), check, find_binary=lambda _configured: None)
+    assert (runner.kind, runner.binary, runner.install) == ("llama-server", None, check.install_command)
+    own = tmp_path / "llama-server"
+    own.write_text("#!/bin/sh\n")
+    own.chmod(0o755)
+    theirs = choose_runner(LaunchRequest(llama_server=str(own)), check)
+    assert theirs.binary is not None and theirs.binary.path == own.resolve() and theirs.install is None
+    with pytest.raises(Exception, match=r"--engine embedded cannot run this"):
+        choose_runner(LaunchRequest(engine="embedded"), check)
+
+    from clover_local.detect import parse_simulate
+    from clover_local.launch import decide_launch
+
+    launch = decide_launch(
+        LaunchRequest(None, str(tiny_clover_model()), ctx=512), machine=parse_simulate("ram=16G")
+    )
+    assert launch.runner.install == f"clover-local runtime install {RELEASE}"
+    with pytest.raises(ArchitectureError, match="Nothing was loaded") as err:
+        open_launch(launch)
+    assert f"clover-local runtime install {RELEASE}" in (err.value.fix or "")
