@@ -32,9 +32,9 @@ from clover_local.testing.runtime import (  # noqa: E402
     STAMP,
     TEST_ARCH,
     TEST_TAG,
+    built_runtime,
     patch_arch_source,
-    test_runtime,
-    test_runtimes_dir,
+    runtimes_folder,
 )
 
 BACKEND = "cpu"
@@ -51,8 +51,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--force", action="store_true", help="build again even when it is there")
     args = parser.parse_args()
-    folder = test_runtimes_dir()
-    done = test_runtime(folder)
+    folder = runtimes_folder()
+    done = built_runtime(folder)
     if done is not None and not args.force:
         log(f"The test runtime {TEST_TAG} ({TEST_ARCH}) is already in {done.root}.")
         return 0

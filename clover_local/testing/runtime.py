@@ -4,7 +4,7 @@ the pinned (embedded) llama.cpp does not, as an upstream release newer than the 
 The change renames the ``qwen35moe`` row of ``LLM_ARCH_NAMES`` (``src/llama-arch.cpp``) to ``clover_moe``: the
 runtime then loads qwen35moe-shaped GGUFs whose header says ``clover_moe`` (every ``<arch>.*`` key is read under
 that prefix) and no longer loads ``qwen35moe``. ``scripts/make_test_runtime.py`` builds it into
-:func:`test_runtimes_dir` in the layout of :mod:`clover_local.runtimes.installed`, tagged :data:`TEST_TAG`.
+:func:`runtimes_folder` in the layout of :mod:`clover_local.runtimes.installed`, tagged :data:`TEST_TAG`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ STAMP = "clover_moe-row-1"
 """In the manifest (``test_runtime``): a runtime built by an older recipe is built again."""
 
 
-def test_runtimes_dir() -> Path:
+def runtimes_folder() -> Path:
     """Where the test runtime is installed: ``$CLOVER_TEST_RUNTIMES``, else ``<data dir>/llama.cpp/test-runtimes``
     (beside the built llama-server). Tests point ``CLOVER_RUNTIMES_DIR`` here."""
     override = os.environ.get("CLOVER_TEST_RUNTIMES")
@@ -43,11 +43,11 @@ def patch_arch_source(text: str) -> str:
     return text.replace(_ROW, _PATCHED_ROW)
 
 
-def test_runtime(folder: Path | None = None) -> InstalledRuntime | None:
+def built_runtime(folder: Path | None = None) -> InstalledRuntime | None:
     """The built test runtime, None when it is not (completely) built by the current recipe."""
     import json
 
-    root = (folder or test_runtimes_dir()) / TEST_TAG
+    root = (folder or runtimes_folder()) / TEST_TAG
     runtime = read_runtime(root)
     if runtime is None:
         return None
