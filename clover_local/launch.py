@@ -361,15 +361,32 @@ def _fitted_argv(runner: Runner, settings: LlamaSettings) -> tuple[tuple[str, ..
     dropped; (None, ()) for the embedded engine, or a binary that cannot be asked (starting it says why)."""
     if runner.kind != "llama-server" or runner.binary is None:
         return None, ()
-    from clover_local.llamacpp.binary import capabilities
+    from clover_local.llamacpp.binary import capabilities, capabilities_from_arg_cpp
     from clover_local.llamacpp.server_args import adapt_args
 
+    said: tuple[str, ...] = ()
     try:
         caps = capabilities(runner.binary.path)
-    except ServerError:
-        return None, ()
+    except ServerError as exc:
+        kept = _kept_arg_cpp(runner)
+        if kept is None:
+            return None, ()
+        caps = capabilities_from_arg_cpp(
+            kept.read_text(encoding="utf-8", errors="replace"), f"{runner.runtime}"
+        )
+        said = (f"{exc.what} Its flags were checked against the arg.cpp kept beside it ({kept}).",)
     adapted = adapt_args(settings.argv(), caps)
-    return tuple(adapted.argv), adapted.warnings
+    return tuple(adapted.argv), (*said, *adapted.warnings)
+
+
+def _kept_arg_cpp(runner: Runner) -> Path | None:
+    """The ``common/arg.cpp`` an installed runtime keeps in its folder, when it does."""
+    if runner.runtime is None:
+        return None
+    from clover_local import settings
+
+    path = settings.runtimes_dir() / runner.runtime / "arg.cpp"
+    return path if path.is_file() else None
 
 
 def safer_launch(launch: Launch, why: str) -> Launch | None:

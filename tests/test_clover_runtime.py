@@ -32,6 +32,7 @@ from clover_local.runtimes.upstream import latest_arch_source
 from clover_local.testing.models import CLOVER_ARCH, tiny_clover_model, tiny_model
 
 RELEASE = "b12060"
+BUILT_ARG_CPP = settings.llama_server_dir() / "arg.cpp"  # kept by scripts/build-llama-server; read at import
 MACHINE = ["--simulate", "ram=16G,cpu=4"]
 
 # llama-server --help as llama.cpp lays it out (names and value hint in the first 40 columns), without any
@@ -480,3 +481,33 @@ def test_a_launch_that_needs_an_install_is_shown_not_opened(
     with pytest.raises(ArchitectureError, match="Nothing was loaded") as err:
         open_launch(launch)
     assert f"clover-local runtime install {RELEASE}" in (err.value.fix or "")
+
+
+def test_a_runtime_whose_help_cannot_be_asked_is_fitted_from_its_kept_arg_cpp(
+    runtimes: Path, upstream: Upstream
+) -> None:
+    """The kept ``common/arg.cpp`` (the pinned one here, as beside the built llama-server) says what that
+    llama.cpp accepts; an option it lacks is dropped with a notice, as ``--help`` would have it."""
+    from clover_local.detect import parse_simulate
+    from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.llamacpp.binary import capabilities_from_arg_cpp
+
+    if not BUILT_ARG_CPP.is_file():
+        pytest.skip("no kept arg.cpp (scripts/build-llama-server keeps one beside llama-server)")
+    text = BUILT_ARG_CPP.read_text(encoding="utf-8")
+    caps = capabilities_from_arg_cpp(text, "pinned")
+    assert caps.spec("-fa") is not None and caps.spec("-fa").choices == ("on", "off", "auto")  # type: ignore[union-attr]
+    assert caps.spec("-c") is not None and caps.spec("-c").takes_value  # type: ignore[union-attr]
+    assert not caps.spec("--no-jinja").takes_value and not caps.spec("--jinja").takes_value  # type: ignore[union-attr]
+    assert caps.spec("--spec-type") is not None and caps.spec("--spec-type").takes_value  # type: ignore[union-attr]
+
+    server = _fake_runtime(runtimes, "b12500", (CLOVER_ARCH,))
+    server.write_text("#!/bin/sh\nexit 1\n")  # answers nothing
+    (runtimes / "b12500" / "arg.cpp").write_text(text.replace('"--load-mode"', '"--load-mode-gone"'))
+    launch = decide_launch(
+        LaunchRequest(None, str(tiny_clover_model()), ctx=512, spec="ngram"),
+        machine=parse_simulate("ram=16G"),
+    )
+    assert "--spec-type" in launch.argv and "--load-mode" not in launch.argv
+    assert any("checked against the arg.cpp kept beside it" in n for n in launch.notices)
+    assert any("does not accept --load-mode" in n for n in launch.notices)
