@@ -511,3 +511,28 @@ def test_a_runtime_whose_help_cannot_be_asked_is_fitted_from_its_kept_arg_cpp(
     assert "--spec-type" in launch.argv and "--load-mode" not in launch.argv
     assert any("checked against the arg.cpp kept beside it" in n for n in launch.notices)
     assert any("does not accept --load-mode" in n for n in launch.notices)
+
+
+def test_offline_plan_and_download_say_so_and_fetch_nothing(
+    runtimes: Path,
+    upstream: Upstream,
+    hub_server: HubServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = str(tiny_clover_model())
+    assert main(["plan", "--model", model, "--offline", *MACHINE]) == 2
+    err = capsys.readouterr().err
+    assert "Offline: the latest llama.cpp release was not asked" in err and "Traceback" not in err
+    assert upstream.requests == []  # nobody asked
+
+    repo = "acme/Clover-Tiny-GGUF"
+    hub_server.add_file(repo, "Clover-Tiny-Q4_K_M.gguf", tiny_clover_model())
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert main(["download", "--repo", repo, "--quant", "Q4_K_M"]) != 0
+    err = capsys.readouterr().err
+    assert "offline" in err.lower() and "Traceback" not in err
+    assert _blobs(repo) == [] and upstream.requests == []
