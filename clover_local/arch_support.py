@@ -8,7 +8,11 @@ accepts) and ``llm_arch_is_diffusion`` (those ``llama_model_is_diffusion`` repor
 - the embedded engine's (llama-cpp-python): generated into the package, :mod:`clover_local.llama_arch_table`
   (``scripts/gen_arch_table.py``, from the pinned llama-cpp-python sdist), so it is there on every install;
 - a built llama-server's: the ``llama-arch.cpp`` that ``scripts/build-llama-server`` keeps beside the binaries,
-  with ``build-info.json`` naming its version; it may be a newer llama.cpp than the embedded one.
+  with ``build-info.json`` naming its version; it may be a newer llama.cpp than the embedded one;
+- each installed upstream runtime's (:mod:`clover_local.runtimes.installed`): the ``llama-arch.cpp`` of its tag,
+  kept in its folder;
+- the latest upstream release's, when an architecture is known to none of those and looking is allowed (not
+  offline): read before any model byte (:mod:`clover_local.runtimes.upstream`), to name the release to install.
 
 :func:`check_architecture` decides; :func:`require_supported` turns a "no" into the one error people see.
 """
@@ -22,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from clover_local.errors import ArchitectureError
+from clover_local.errors import ArchitectureError, UpstreamError
 
 Runner = Literal["llama.cpp", "llama-server", "diffusion"]
 """What runs an architecture: ``llama.cpp`` (left to right, in the embedded engine or llama-server),
@@ -55,13 +59,28 @@ class ArchTable:
 
 
 @dataclass(frozen=True)
+class RuntimeTable:
+    """What one installed upstream runtime can load, and its llama-server."""
+
+    tag: str
+    server: Path
+    label: str
+    table: ArchTable
+
+
+@dataclass(frozen=True)
 class ArchSupport:
-    """The tables that apply here: the embedded engine's, and a built llama-server's when there is one."""
+    """The tables that apply here: the embedded engine's, a built llama-server's when there is one, every
+    installed runtime's (newest first), and whether the latest upstream release may be asked."""
 
     embedded: ArchTable
     server: ArchTable | None = None
     installed: str | None = None
     """The llama-cpp-python version installed here; None when it is not installed."""
+    runtimes: tuple[RuntimeTable, ...] = ()
+    look_upstream: bool = False
+    """Ask the latest upstream release (:mod:`clover_local.runtimes.upstream`) about an architecture nothing
+    here knows; False offline (then only a release's source read before answers)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +93,36 @@ class ArchCheck:
     runner: Runner | None
     """What runs it (:data:`Runner`); None when nothing here can."""
     why: str
+    runtime: str | None = None
+    """The installed runtime (its release tag) whose llama-server runs it; None: the pinned llama.cpp's."""
+    server_path: str | None = None
+    """That runtime's ``llama-server``."""
+    server_source: str | None = None
+    """How it was found, for messages (``runtime b12060``)."""
+    install: str | None = None
+    """A release that knows the architecture, to install (``supported`` is False until it is)."""
+    install_command: str | None = None
+    """The one command that installs it."""
+
+    @property
+    def runs_with(self) -> str:
+        """Which llama.cpp runs it, or what to install, in a few words (plan screens and ``plan``)."""
+        if self.runtime is not None:
+            return f"llama.cpp {self.runtime} (installed runtime, its llama-server)"
+        if self.install is not None:
+            return f"needs llama.cpp {self.install}: install it with `{self.install_command}`"
+        if self.runner == "llama-server":
+            return "the built llama-server"
+        if self.supported:
+            return "the pinned llama.cpp (embedded engine or the built llama-server)"
+        return "no llama.cpp here knows it"
+
+
+def check_to_dict(check: ArchCheck) -> dict[str, object]:
+    """``check`` for ``--json`` (``plan``, ``download``): its fields and ``runs_with``."""
+    from dataclasses import asdict
+
+    return {**asdict(check), "runs_with": check.runs_with}
 
 
 def parse_llama_arch(
@@ -144,9 +193,33 @@ def installed_llama_cpp_python() -> str | None:
         return None
 
 
-def installed_support(install_dir: Path | None = None) -> ArchSupport:
+def runtime_tables(folder: Path | None = None) -> tuple[RuntimeTable, ...]:
+    """The table of every installed runtime, newest release first; one whose ``llama-arch.cpp`` cannot be read
+    is left out (it can load nothing that is known)."""
+    from clover_local.runtimes.installed import installed_runtimes
+
+    out: list[RuntimeTable] = []
+    for rt in installed_runtimes(folder):
+        try:
+            table = _read_arch_file(str(rt.arch_source), rt.arch_source.stat().st_mtime_ns, rt.tag)
+        except (OSError, ValueError):
+            continue
+        out.append(RuntimeTable(rt.tag, rt.server, rt.label, table))
+    return tuple(out)
+
+
+@lru_cache(maxsize=16)
+def _read_arch_file(path: str, mtime_ns: int, tag: str) -> ArchTable:
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    return parse_llama_arch(text, path, "none", tag)
+
+
+def installed_support(install_dir: Path | None = None, *, offline: bool | None = None) -> ArchSupport:
     """The tables that apply on this install. The embedded engine's is the packaged one, unless another
-    llama-cpp-python is installed and llama-server was built from that same version (then its kept table)."""
+    llama-cpp-python is installed and llama-server was built from that same version (then its kept table).
+    ``offline`` (None: ``HF_HUB_OFFLINE``): the latest upstream release is not asked."""
+    from clover_local import settings
+
     packaged = packaged_table()
     server = server_table(install_dir)
     installed = installed_llama_cpp_python()
@@ -157,7 +230,8 @@ def installed_support(install_dir: Path | None = None) -> ArchSupport:
         and server.llama_cpp_python == installed
     ):
         embedded = server
-    return ArchSupport(embedded, server, installed)
+    offline = settings.hf_offline() if offline is None else offline
+    return ArchSupport(embedded, server, installed, runtime_tables(), look_upstream=not offline)
 
 
 def is_diffusion_arch(arch: str, support: ArchSupport | None = None) -> bool:
@@ -167,10 +241,15 @@ def is_diffusion_arch(arch: str, support: ArchSupport | None = None) -> bool:
 
 
 def check_architecture(arch: str, support: ArchSupport | None = None) -> ArchCheck:
-    """Can the llama.cpp here load a GGUF whose ``general.architecture`` is ``arch``, and what runs it?
+    """Can a llama.cpp here load a GGUF whose ``general.architecture`` is ``arch``, and what runs it? The one
+    decision, in this order:
 
-    The embedded engine's table decides first (diffusion models only decode there); an architecture only a
-    newer built llama-server knows runs in llama-server."""
+    1. the embedded engine, when the pinned llama.cpp knows it (diffusion models decode only there);
+    2. the newest installed runtime whose llama.cpp knows it: its llama-server runs it;
+    3. the built llama-server, when it is a newer llama.cpp that knows it;
+    4. when looking is allowed, the latest upstream release's ``llama-arch.cpp``: when it knows it, the answer
+       names that release and the command that installs it (``supported`` stays False until then);
+    5. else no: ``why`` says what was asked."""
     support = support or installed_support()
     embedded, server = support.embedded, support.server
     if arch in embedded.names:
@@ -182,6 +261,18 @@ def check_architecture(arch: str, support: ArchSupport | None = None) -> ArchChe
                 f"{embedded.label} loads {arch!r}, a diffusion model: the diffusion engine runs it",
             )
         return ArchCheck(arch, True, "llama.cpp", f"{embedded.label} loads {arch!r}")
+    for rt in support.runtimes:
+        if arch in rt.table.names and arch not in rt.table.diffusion:
+            return ArchCheck(
+                arch,
+                True,
+                "llama-server",
+                f"the pinned {embedded.label} does not know {arch!r}; the installed runtime {rt.label} does: "
+                "its llama-server runs it",
+                runtime=rt.tag,
+                server_path=str(rt.server),
+                server_source=f"runtime {rt.tag}",
+            )
     if server is not None and arch in server.names and arch not in server.diffusion:
         return ArchCheck(
             arch,
@@ -201,9 +292,43 @@ def check_architecture(arch: str, support: ArchSupport | None = None) -> ArchChe
             else "nor does it know it"
         )
         why += f"; the built llama-server, {server.label}: {known}"
+    if support.runtimes:
+        why += f"; nor do the installed runtimes ({', '.join(rt.tag for rt in support.runtimes)})"
     if support.installed not in (None, embedded.llama_cpp_python):
         why += f"; the table is llama-cpp-python {embedded.llama_cpp_python}'s, but {support.installed} is installed"
-    return ArchCheck(arch, False, None, why + ")")
+    latest = _upstream(support.look_upstream)
+    if isinstance(latest, str):
+        return ArchCheck(arch, False, None, f"{why}; {latest})")
+    tag, table = latest
+    if arch in table.names and arch not in table.diffusion:
+        command = f"clover-local runtime install {tag}"
+        return ArchCheck(
+            arch,
+            False,
+            None,
+            f"{why}); the latest llama.cpp release, {tag}, loads it, and it is not installed",
+            install=tag,
+            install_command=command,
+        )
+    return ArchCheck(arch, False, None, f"{why}; nor does the latest llama.cpp release, {tag})")
+
+
+def _upstream(look: bool) -> tuple[str, ArchTable] | str:
+    """The latest release's tag and table, or why there is none (for the ``why`` of a refusal)."""
+    from clover_local.runtimes.upstream import latest_arch_source
+
+    try:
+        latest = latest_arch_source(offline=not look)
+        return latest.tag, _parse_upstream(latest.tag, latest.text, latest.source)
+    except UpstreamError as exc:
+        return f"the latest llama.cpp release was not asked: {exc.what.rstrip('.')}"
+    except ValueError as exc:
+        return f"the latest llama.cpp release's llama-arch.cpp could not be read: {exc}"
+
+
+@lru_cache(maxsize=4)
+def _parse_upstream(tag: str, text: str, source: str) -> ArchTable:
+    return parse_llama_arch(text, source, "none", tag)
 
 
 def unreadable(reason: str) -> ArchCheck:
@@ -213,10 +338,13 @@ def unreadable(reason: str) -> ArchCheck:
     )
 
 
-def require_supported(check: ArchCheck, subject: str, action: Action, *, force: bool = False) -> ArchCheck:
-    """``check`` when the architecture can be loaded (or ``force`` says to go on anyway); otherwise the one
-    refusal people see: what the file is, the llama.cpp here, and the three ways on."""
-    if check.supported or force:
+def require_supported(
+    check: ArchCheck, subject: str, action: Action, *, force: bool = False, installable_ok: bool = False
+) -> ArchCheck:
+    """``check`` when the architecture can be loaded (or ``force`` says to go on anyway, or ``installable_ok``
+    and a release that loads it can be installed: planning needs no runtime yet); otherwise the one refusal
+    people see: what the file is, the llama.cpp here, and the ways on."""
+    if check.supported or force or (installable_ok and check.install is not None):
         return check
     done, verb = ("downloaded", "download") if action == "download" else ("loaded", "try loading")
     if check.name is None:
@@ -224,12 +352,16 @@ def require_supported(check: ArchCheck, subject: str, action: Action, *, force: 
             f"{subject}: {check.why}. Nothing was {done}.",
             f"Check that it is a GGUF made for llama.cpp, or add --force to {verb} it anyway.",
         )
+    if check.install is not None:
+        raise ArchitectureError(
+            f"{subject}: {check.why}. Nothing was {done}.",
+            f"Install llama.cpp {check.install}, which loads {check.name!r}: `{check.install_command}`; then "
+            f"{action} again. Or add --force to {verb} it anyway.",
+        )
     raise ArchitectureError(
         f"{subject}: {check.why}. Nothing was {done}.",
-        f"Install a llama-cpp-python whose llama.cpp knows {check.name!r} (pip install -U llama-cpp-python), "
-        "build llama-server from a newer one (scripts/build-llama-server --version <newer llama-cpp-python> "
-        "--force), "
-        f"or add --force to {verb} it anyway.",
+        f"When a llama.cpp release knows {check.name!r}, `clover-local runtime install <tag>` installs it "
+        f"(`clover-local plan` names the release once the latest one does); or add --force to {verb} it anyway.",
     )
 
 

@@ -112,3 +112,7 @@ class NoArchiveError(RuntimeInstallError):
         )
         self.tag = tag
         self.machine = machine
+
+
+class UpstreamError(CloverError):
+    """What the latest upstream llama.cpp release knows could not be read (offline, unreachable, not a release)."""

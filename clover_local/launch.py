@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from clover_local.errors import OutOfMemoryError, ServerError, UsageError
+from clover_local.errors import ArchitectureError, OutOfMemoryError, ServerError, UsageError
 from clover_local.plan.diffusion import DiffusionWishes
 from clover_local.plan.llama_args import LlamaSettings, llama_settings
 from clover_local.plan.speculation import SERVER_ONLY_MODES, SPEC_MODES, SpecMode
@@ -64,6 +64,9 @@ class LaunchRequest:
     name says (``runtime.preset_for_file``)."""
     model: str | None = None
     """A local GGUF to run (planned with its exact header); None: the preset's file."""
+    repo: str | None = None
+    """Another GGUF repo of the preset's model (``--repo``): its quants as its files name them
+    (``fetch.repo_preset``)."""
     quant: str = "auto"
     ctx: int | None = None
     goal: Goal = "quality"
@@ -96,6 +99,11 @@ class Runner:
     why: str
     binary: ServerBinary | None = None
     """The ``llama-server`` to start (llama-server runner only)."""
+    runtime: str | None = None
+    """The installed runtime (release tag) whose llama-server this is; None: the built one, PATH or named."""
+    install: str | None = None
+    """The command that installs the release that would run it, when none here can yet (``binary`` is None):
+    the launch can be shown (``plan``) but not opened."""
 
     @property
     def drafters(self) -> frozenset[str]:
@@ -116,13 +124,25 @@ class Launch:
     settings: LlamaSettings
     """``plan.llama_args.llama_settings(plan)``: argv for llama-server, parameters for the embedded engine."""
     notices: tuple[str, ...] = ()
-    """What the person should read before loading (why this runner, a re-plan)."""
+    """What the person should read before loading (why this runner, a re-plan, flags this llama-server lacks)."""
+    server_argv: tuple[str, ...] | None = None
+    """``settings.argv()`` fitted to the runner's llama-server (its ``--help``): a flag it lacks dropped or
+    translated, each change in ``notices``; None when not fitted (the embedded engine, a binary that could not
+    be asked: then it is fitted when started)."""
+
+    @property
+    def argv(self) -> list[str]:
+        """What llama-server gets (without the binary, host and port)."""
+        return list(self.server_argv) if self.server_argv is not None else self.settings.argv()
 
     @property
     def command(self) -> str:
         """The ``llama-server`` command for this launch, ready to paste (the binary it would run)."""
+        import shlex
+
         binary = str(self.runner.binary.path) if self.runner.binary is not None else "llama-server"
-        return self.settings.shell_command(binary, hf_repo=self.preset.repo or None)
+        hf = self.preset.repo if not self.settings.model_path and self.preset.repo else None
+        return shlex.join([binary, *(["-hf", f"{hf}:{self.settings.quant}"] if hf else []), *self.argv])
 
 
 @dataclass(frozen=True)
@@ -169,6 +189,21 @@ def choose_runner(
     if request.engine is not None and request.engine not in ENGINE_WISHES:
         raise UsageError(f"--engine {request.engine!r} is not one of {', '.join(ENGINE_WISHES)}.")
     find = find_binary or _find_binary
+    if arch is not None and arch.install is not None and not arch.supported:
+        if request.engine == "embedded":
+            raise UsageError(
+                f"--engine embedded cannot run this: {arch.why}.",
+                f"Install the release that loads it (`{arch.install_command}`); its llama-server runs it.",
+            )
+        if request.llama_server:  # the person's own llama-server: theirs to know what it loads
+            binary = find(request.llama_server)
+            if binary is not None:
+                return Runner("llama-server", f"{arch.why}; using {binary.path} as asked", binary)
+        return Runner(
+            "llama-server",
+            f"{arch.why}; `{arch.install_command}` installs it, and its llama-server will run it",
+            install=arch.install_command,
+        )
     if diffusion or (arch is not None and arch.runner == "diffusion"):
         asked = (
             " (not llama-server, as asked: it cannot decode it)" if request.engine == "llama-server" else ""
@@ -189,7 +224,8 @@ def choose_runner(
                 "Install one with `clover-local runtime install latest` (or scripts/build-llama-server), or pass "
                 "--llama-server PATH.",
             )
-        return Runner("llama-server", f"{needs}; using {binary.path} ({binary.source})", binary)
+        runtime = arch.runtime if arch is not None and not request.llama_server else None
+        return Runner("llama-server", f"{needs}; using {binary.path} ({binary.source})", binary, runtime)
     if request.engine in (None, "embedded"):
         said = "as asked" if request.engine == "embedded" else "the default"
         return Runner("embedded", f"the embedded engine (llama-cpp-python), {said}")
@@ -236,11 +272,10 @@ def _server_for(
     architecture (the architecture check names it); else the usual search."""
     if configured:
         return find(configured)
-    server_path = getattr(arch, "server_path", None) if arch is not None else None
-    if server_path:
+    if arch is not None and arch.server_path:
         from clover_local.llamacpp.binary import ServerBinary
 
-        return ServerBinary(Path(server_path), getattr(arch, "server_source", None) or "runtime")
+        return ServerBinary(Path(arch.server_path), arch.server_source or "runtime")
     return find(None)
 
 
@@ -259,9 +294,13 @@ def decide_launch(
     the plan made for that runner, and the settings rendered from the plan. ``find_binary``: how a
     llama-server is found (``command`` names the one it prints instead of looking for one)."""
     from clover_local import runtime
-    from clover_local.arch_support import check_architecture
+    from clover_local.arch_support import check_architecture, installed_support
 
     preset = runtime.resolve_preset(request.preset, request.model)
+    if request.repo and not request.model:
+        from clover_local.fetch.repo_preset import repo_preset
+
+        preset = repo_preset(preset, request.repo, request.quant, offline=request.offline)
     machine = machine or runtime.detect(request.simulate, request.rpc, request.link)
     description = None
     if request.model:
@@ -284,7 +323,9 @@ def decide_launch(
 
         quant = request.quant if request.quant in preset.quants else next(iter(preset.quants))
         description = describe_from_preset(preset, quant)
-    arch = check_architecture(description.architecture.arch)
+    arch = check_architecture(
+        description.architecture.arch, installed_support(offline=True if request.offline else None)
+    )
     runner = choose_runner(
         request, arch, diffusion=description.diffusion is not None, find_binary=find_binary
     )
@@ -309,7 +350,43 @@ def decide_launch(
         plan = replace(plan, chat_template=request.chat_template or plan.chat_template)
     said = runner.kind == "llama-server" or request.engine not in (None, runner.kind)
     notices = (f"Engine: {runner.kind} ({runner.why}).",) if said else ()
-    return Launch(request, preset, machine, runner, plan, llama_settings(plan), notices)
+    settings = llama_settings(plan)
+    argv, dropped = _fitted_argv(runner, settings)
+    return Launch(request, preset, machine, runner, plan, settings, (*notices, *dropped), argv)
+
+
+def _fitted_argv(runner: Runner, settings: LlamaSettings) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """The plan's argv fitted to the runner's llama-server, as its ``--help`` lists its flags (an upstream
+    runtime may lack one the pinned llama.cpp has, or call it otherwise), and a notice per flag changed or
+    dropped; (None, ()) for the embedded engine, or a binary that cannot be asked (starting it says why)."""
+    if runner.kind != "llama-server" or runner.binary is None:
+        return None, ()
+    from clover_local.llamacpp.binary import capabilities, capabilities_from_arg_cpp
+    from clover_local.llamacpp.server_args import adapt_args
+
+    said: tuple[str, ...] = ()
+    try:
+        caps = capabilities(runner.binary.path)
+    except ServerError as exc:
+        kept = _kept_arg_cpp(runner)
+        if kept is None:
+            return None, ()
+        caps = capabilities_from_arg_cpp(
+            kept.read_text(encoding="utf-8", errors="replace"), f"{runner.runtime}"
+        )
+        said = (f"{exc.what} Its flags were checked against the arg.cpp kept beside it ({kept}).",)
+    adapted = adapt_args(settings.argv(), caps)
+    return tuple(adapted.argv), (*said, *adapted.warnings)
+
+
+def _kept_arg_cpp(runner: Runner) -> Path | None:
+    """The ``common/arg.cpp`` an installed runtime keeps in its folder, when it does."""
+    if runner.runtime is None:
+        return None
+    from clover_local import settings
+
+    path = settings.runtimes_dir() / runner.runtime / "arg.cpp"
+    return path if path.is_file() else None
 
 
 def safer_launch(launch: Launch, why: str) -> Launch | None:
@@ -329,7 +406,7 @@ def safer_launch(launch: Launch, why: str) -> Launch | None:
     request = replace(
         launch.request, ctx=min(new_ctx, plan.ctx), model=plan.model_path or launch.request.model
     )
-    safer = decide_launch(replace(request, preset=launch.preset), machine=machine)
+    safer = decide_launch(replace(request, preset=launch.preset, repo=None), machine=machine)
     changes = []
     if safer.plan.ctx != plan.ctx:
         changes.append(f"context {plan.ctx} -> {safer.plan.ctx} tokens")
@@ -360,6 +437,13 @@ def open_launch(
 ) -> OpenedEngine:
     """Load ``launch`` exactly as it says. When the embedded engine runs out of memory, the launch is planned
     again for less memory (:func:`safer_launch`) and that one is loaded; the result names the launch loaded."""
+    if launch.runner.install is not None:
+        arch = launch.plan.architecture
+        raise ArchitectureError(
+            f"{launch.plan.model_path or launch.preset.repo}: {arch.why if arch else launch.runner.why}. "
+            "Nothing was loaded.",
+            f"Install it first: `{launch.runner.install}`; then run again.",
+        )
     if not launch.plan.model_path:
         raise UsageError(
             "No local model file to run.",
@@ -414,7 +498,7 @@ def _open(
 
     template = chat_template_for(plan)
     process = start_llama_server(
-        launch.settings.argv(),
+        launch.argv,
         binary=launch.runner.binary,
         on_log=on_log,
         ready_timeout_s=ready_timeout_s,

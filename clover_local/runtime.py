@@ -193,7 +193,9 @@ def plan_for(
 
         path = checked_gguf(Path(model).expanduser())
         description = _local_header(str(path), path.stat().st_mtime_ns)
-        architecture = check_model_architecture(description, str(path), "load", force=force)
+        architecture = check_model_architecture(
+            description, str(path), "load", force=force, installable_ok=True, offline=offline or None
+        )
         chosen = preset_from_header(
             chosen, description, path
         )  # a file that is not the preset's model: itself
@@ -227,7 +229,15 @@ def plan_for(
         plan = make_plan(machine, chosen, None, wishes, speed_records=records, diffusion_wishes=diffusion)
         estimate = describe_from_preset(chosen, plan.quant)
         plan = _with_architecture(
-            plan, check_model_architecture(estimate, f"{chosen.repo} {plan.quant}", "download", force=force)
+            plan,
+            check_model_architecture(
+                estimate,
+                f"{chosen.repo} {plan.quant}",
+                "download",
+                force=force,
+                installable_ok=True,
+                offline=offline or None,
+            ),
         )
         return _with_speculation(plan, chosen, None, {}, spec, machine, drafters), chosen
     plan = make_plan(
@@ -237,7 +247,9 @@ def plan_for(
     described = models.models.get(plan.quant) or describe_from_preset(chosen, plan.quant)
     subject = str(local) if local is not None else f"{chosen.repo} {plan.quant}"
     action: Action = "load" if local is not None else "download"
-    architecture = check_model_architecture(described, subject, action, force=force)
+    architecture = check_model_architecture(
+        described, subject, action, force=force, installable_ok=True, offline=offline or None
+    )
     plan = replace(
         plan,
         model_path=str(local) if local is not None else None,
@@ -259,17 +271,30 @@ def resolve_preset(preset: Preset | str | None, model: str | Path | None = None)
 
 
 def check_model_architecture(
-    description: ModelDescription, subject: str, action: Action, *, force: bool = False
+    description: ModelDescription,
+    subject: str,
+    action: Action,
+    *,
+    force: bool = False,
+    installable_ok: bool = False,
+    offline: bool | None = None,
 ) -> ArchCheck:
     """The architecture check for a described model (its header, or its preset's estimate): raises
-    :class:`ArchitectureError` when the llama.cpp here cannot load it, unless ``force``. ``subject`` names the
-    file or quant in the message; ``action`` is what a refusal stops."""
-    from clover_local.arch_support import check_architecture, require_supported
+    :class:`ArchitectureError` when no llama.cpp here can load it, unless ``force`` (or ``installable_ok`` and
+    a release that loads it can be installed: a plan names it). ``subject`` names the file or quant in the
+    message; ``action`` is what a refusal stops; ``offline``: the latest release is not asked."""
+    from clover_local.arch_support import check_architecture, installed_support, require_supported
 
-    check = check_architecture(description.architecture.arch)
+    check = check_architecture(description.architecture.arch, installed_support(offline=offline))
     if not description.exact:
-        check = replace(check, why=f"{check.why} (the preset's architecture: the GGUF header was not read)")
-    return require_supported(check, subject, action, force=force)
+        # The preset's expectation, not the file's word: the header is read, and checked, before any byte of
+        # the model is downloaded or loaded; a plan from estimates says so instead of refusing.
+        return replace(
+            check,
+            why=f"{check.why} (the preset's architecture: the GGUF header was not read; it is checked before "
+            "anything is downloaded or loaded)",
+        )
+    return require_supported(check, subject, action, force=force, installable_ok=installable_ok)
 
 
 def check_local_file(path: str | Path, *, force: bool = False) -> ArchCheck:
@@ -284,11 +309,15 @@ def _with_architecture(plan: Plan, check: ArchCheck) -> Plan:
     """The plan with its architecture check, and a reason when it is not the usual case."""
     if check.supported and check.runner != "llama-server":
         return replace(plan, architecture=check)
-    said = (
-        f"Architecture {check.name!r}: {check.why}."
-        if check.supported
-        else f"--force: planned anyway: {check.why}."
-    )
+    if check.supported or (check.install is None and plan.estimated):
+        said = f"Architecture {check.name!r}: {check.why}."
+    elif check.install is not None:
+        said = (
+            f"Architecture {check.name!r}: {check.why}. Install it before downloading or running: "
+            f"`{check.install_command}`."
+        )
+    else:
+        said = f"--force: planned anyway: {check.why}."
     return replace(plan, architecture=check, reasons=(*plan.reasons, said))
 
 

@@ -33,6 +33,10 @@ def isolated_dirs(
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
     monkeypatch.delenv("CLOVER_PRESET", raising=False)
     monkeypatch.delenv("CLOVER_LLAMA_SERVER", raising=False)
+    monkeypatch.delenv("CLOVER_RUNTIMES_DIR", raising=False)
+    # No test asks GitHub what the latest llama.cpp release knows: a closed local port answers at once.
+    monkeypatch.setenv("CLOVER_LLAMACPP_RELEASES", "http://127.0.0.1:9")
+    monkeypatch.setenv("CLOVER_LLAMACPP_RAW", "http://127.0.0.1:9")
     _reload_hf_constants(monkeypatch)
     yield root
 

@@ -67,9 +67,7 @@ def _assert_the_refusal(err: str, subject: str, done: str = "downloaded") -> Non
     (line,) = [x for x in err.splitlines() if x.startswith("error: ")]
     assert line.startswith(f"error: {subject}: ") and f"'{UNKNOWN}'" in line
     assert all(v in line for v in VERSIONS) and f"Nothing was {done}." in line
-    assert (
-        "pip install -U llama-cpp-python" in err and "scripts/build-llama-server" in err and "--force" in err
-    )
+    assert "pip install" not in err and "clover-local runtime install" in err and "--force" in err
 
 
 def _blobs(repo: str) -> list[str]:
@@ -118,6 +116,12 @@ def test_a_known_architecture_downloads_as_before(
         "supported": True,
         "runner": "llama.cpp",
         "why": f"{', '.join(VERSIONS)} loads 'qwen35moe'",
+        "runtime": None,
+        "server_path": None,
+        "server_source": None,
+        "install": None,
+        "install_command": None,
+        "runs_with": "the pinned llama.cpp (embedded engine or the built llama-server)",
     }
     assert Path(result["path"]).read_bytes() == files["known"].read_bytes()
     assert set(result["sidecars"]) == {"mtp"} and result["notes"] == [] and "note:" not in err
@@ -161,7 +165,13 @@ def test_plan_json_carries_the_architecture(
     assert main(["plan", "--model", str(files["known"]), "--json", *machine]) == 0
     known = json.loads(capsys.readouterr().out)["architecture"]
     assert known["name"] == "qwen35moe" and known["supported"] is True and known["runner"] == "llama.cpp"
-    assert set(known) == {"name", "supported", "runner", "why"}
+    assert set(known) == {"name", "supported", "runner", "why", "runs_with"} | {
+        "runtime",
+        "server_path",
+        "server_source",
+        "install",
+        "install_command",
+    }
 
     assert main(["plan", "--model", str(files["unknown"]), "--json", *machine]) == 2
     _assert_the_refusal(capsys.readouterr().err, str(files["unknown"].resolve()), done="loaded")

@@ -172,7 +172,7 @@ def test_the_kept_table_is_the_embedded_one_when_llama_cpp_python_matches_it(
     assert "but 9.9.8 is installed" in check_architecture("clover", support).why
 
 
-def test_the_refusal_names_the_architecture_the_versions_and_three_fixes() -> None:
+def test_the_refusal_names_the_architecture_the_versions_and_the_ways_on() -> None:
     check = check_architecture("clover", ArchSupport(packaged_table()))
     with pytest.raises(ArchitectureError) as err:
         require_supported(check, "acme/Clover-GGUF Q4_K_M", "download")
@@ -181,7 +181,8 @@ def test_the_refusal_names_the_architecture_the_versions_and_three_fixes() -> No
     assert what.startswith("acme/Clover-GGUF Q4_K_M: ") and "'clover'" in what
     assert f"llama-cpp-python {llama_arch_table.LLAMA_CPP_PYTHON}" in what
     assert f"llama.cpp {llama_arch_table.LLAMA_CPP_COMMIT}" in what and "Nothing was downloaded" in what
-    assert "pip install -U llama-cpp-python" in fix and "scripts/build-llama-server" in fix
+    # No dead ends (no newer llama-cpp-python exists): the runtime installer, and --force.
+    assert "pip install" not in fix and "clover-local runtime install <tag>" in fix
     assert "--force to download it anyway" in fix
     with pytest.raises(ArchitectureError, match="Nothing was loaded"):
         require_supported(check, "/models/x.gguf", "load")

@@ -140,8 +140,9 @@ def test_people_errors_exit_cleanly(hub_server: HubServer, capsys: pytest.Captur
     hub_server.add_file("acme/Gated-GGUF", "Gated-Q8_0.gguf", gguf_bytes(100))
     assert main(["download", "--repo", "acme/Gated-GGUF", "--quant", "Q8_0"]) == 1
     assert "hf auth login" in capsys.readouterr().err
-    assert main(["download", "--repo", REPO]) == 2
-    assert "--quant" in capsys.readouterr().err
+    hub_server.add_file("acme/Odd-GGUF", "Odd.IQ3_XXS.gguf", gguf_bytes(100))
+    assert main(["download", "--repo", "acme/Odd-GGUF", "--quant", "Q4_K_M"]) == 1
+    assert "Quants in this repo: IQ3_XXS" in capsys.readouterr().err
     assert main(["download", "--preset", "clover-35b-a3b", "--quant", "Q2_K"]) == 2
     assert "Q4_K_M, Q8_0" in capsys.readouterr().err
 

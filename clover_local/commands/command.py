@@ -55,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     if args.engine != "llama-server":
         return _print_gpu_server_command(args, plan, preset)
     argv = [args.binary, *launch.settings.argv(hf_repo=preset.repo)]
+    if launch.runner.runtime is not None and args.binary == "llama-server":
+        # Only an installed runtime loads this model: its llama-server, with the flags it accepts.
+        argv = shlex.split(launch.command)
     if args.json:
         print(json.dumps({"argv": argv, "command": shlex.join(argv), "fits": plan.fits}))
     else:

@@ -3,6 +3,7 @@
 clover-local download                          # the default preset, quant chosen for this machine
 clover-local download --quant Q8_0
 clover-local download --repo org/name --quant Q4_K_M
+clover-local download --repo org/name          # the file `llama-server -hf org/name` loads
 clover-local download --repo org/name --file Model-Q4_K_M-00001-of-00002.gguf
 clover-local download --no-draft               # without the drafter sidecars (mtp-, dflash-...) for the quant
 clover-local download --force                  # even when the llama.cpp here cannot load its architecture
@@ -59,6 +60,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from clover_local.arch_support import check_to_dict
     from clover_local.fetch.download import check_architectures, fetch_resolved, resolve_quant_files
     from clover_local.fetch.progress import format_bytes
 
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             for i, f in enumerate(resolved.files)
         ],
         "sidecars": {kind: str(p) for kind, p in resolved.sidecars.items()},
-        "architecture": asdict(resolved.architecture) if resolved.architecture is not None else None,
+        "architecture": check_to_dict(resolved.architecture) if resolved.architecture is not None else None,
         "notes": list(resolved.notes),
     }
     n_model = len(resolved.model_files)
@@ -109,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         f"Ready: {resolved.repo} {target.quant}{shards}, {format_bytes(resolved.total_bytes)}",
         str(path),
     ]
+    if resolved.architecture is not None:
+        lines[0] += f"; runs with {resolved.architecture.runs_with}"
     lines += [f"  {kind} sidecar: {p}" for kind, p in resolved.sidecars.items()]
     _report(args, result, "\n".join(lines))
     return 0
@@ -138,7 +142,7 @@ def model_target(args: argparse.Namespace, *, force: bool = False) -> ModelTarge
         if args.file:
             return ModelTarget(args.repo, None, args.file)
         if not args.quant or args.quant == "auto":
-            raise UsageError("With --repo, say which quant (--quant Q4_K_M) or which file (--file NAME).")
+            return _hf_default(args.repo, args.revision)
         return ModelTarget(args.repo, args.quant, args.quant)
     preset = load_preset(args.preset)
     if args.file:
@@ -151,6 +155,18 @@ def model_target(args: argparse.Namespace, *, force: bool = False) -> ModelTarge
         raise UsageError(f"Preset {preset.name} has no quant {quant!r}.", f"Its quants: {known} (or auto).")
     packaged = packaged_model(preset)
     return ModelTarget(preset.repo, preset.quants[quant].pattern, quant, note, packaged)
+
+
+def _hf_default(repo: str, revision: str | None) -> ModelTarget:
+    """``--repo`` without a quant: the file ``llama-server -hf REPO`` loads (Q4_K_M, else Q8_0, else the first
+    model GGUF), named as ``--file``."""
+    from clover_local.fetch import hub
+    from clover_local.fetch.quants import select_quant_files
+
+    listing = hub.list_repo(repo, revision or "main")
+    first = select_quant_files(repo, [e.path for e in listing.entries], None)[0]
+    note = f"File {first}: the one `llama-server -hf {repo}` loads (Q4_K_M, else Q8_0, else the first GGUF)."
+    return ModelTarget(repo, None, first, note)
 
 
 def auto_quant(preset: Preset, *, force: bool = False) -> tuple[str, str]:

@@ -25,6 +25,12 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         help="plan for a described machine, e.g. ram=32G,gpu=nvidia:12G (see docs/detect.md)",
     )
     parser.add_argument("--model", metavar="PATH", help="a local GGUF: plan with its exact tensor sizes")
+    parser.add_argument(
+        "--repo",
+        metavar="ORG/NAME",
+        help="another GGUF repo of the preset's model: its quants as its files name them, picked as "
+        "llama.cpp's -hf REPO[:QUANT] picks them",
+    )
     add_rpc_options(parser)
     add_spec_option(parser)
     add_force_option(parser)
@@ -92,6 +98,7 @@ def launch_request(args: argparse.Namespace, **overrides: object) -> LaunchReque
     request = LaunchRequest(
         preset=getattr(args, "preset", None),
         model=str(model) if model else None,
+        repo=getattr(args, "repo", None),
         quant=getattr(args, "quant", "auto"),
         ctx=getattr(args, "ctx", None),
         goal=getattr(args, "goal", "quality"),

@@ -32,19 +32,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    from clover_local.commands.options import plan_from_args
+    from clover_local.commands.options import launch_from_args
     from clover_local.llamacpp.fit_params import compare_fit
     from clover_local.plan.render import describe_plan, plan_to_dict
 
-    plan, preset = plan_from_args(args)
+    launch = launch_from_args(args)
+    plan, preset = launch.plan, launch.preset
     fit = compare_fit(plan, preset, simulated=args.simulate is not None) if args.compare_fit else None
     if args.json:
         out = plan_to_dict(plan)
         if fit is not None:
             out["compare_fit"] = fit
+        out["notices"] = list(launch.notices)
         print(json.dumps(out, indent=2))
         return 0
     lines = describe_plan(plan, preset)
+    if launch.notices:
+        lines += ["", "Notes:"] + [f"  - {n}" for n in launch.notices]
     if fit is not None:
         lines += ["", "Plan vs llama.cpp's own fit (llama-fit-params):"]
         if fit["shown"]:

@@ -4,6 +4,12 @@ GGUF repos on the Hub name files freely (``Model-Q4_K_M.gguf``, ``model.q4_k_m.g
 ``Q4_K_M/Model-Q4_K_M-00001-of-00002.gguf``), so a quant is found by its pattern appearing between
 separators in the path, case-insensitively. ``Q4_K_M`` must not match ``IQ4_K_M`` nor ``Q4_K_M_L``: the
 characters on either side of the match may not be letters, digits or ``_``.
+
+Where that finds nothing, the file is the one llama.cpp's ``-hf REPO[:QUANT]`` loads (``find_best_model`` in
+``common/download.cpp`` at the pinned commit): the first model GGUF, in the repo's order, whose path holds the
+quant followed by ``.`` or ``-``; with no quant, ``Q4_K_M``, then ``Q8_0``, then the first model GGUF. So a
+community repo's own names (``Model.IQ3_XXS.gguf``, ``Model-APEX-I-NanoPlus.gguf`` with ``--quant APEX-I``)
+download and plan as the ``llama-server -hf`` command shown for them loads.
 """
 
 from __future__ import annotations
@@ -73,14 +79,42 @@ def missing_shards(group: list[str]) -> list[int]:
     return [i for i in range(1, count + 1) if i not in present]
 
 
-def select_quant_files(repo: str, paths: Iterable[str], pattern: str) -> list[str]:
+HF_DEFAULT_TAGS = ("Q4_K_M", "Q8_0")
+"""What ``-hf REPO`` without a quant looks for, in order (``find_best_model``)."""
+
+
+def hf_pick(paths: Iterable[str], tag: str | None) -> str | None:
+    """The file llama.cpp's ``-hf REPO[:TAG]`` loads from a repo listing (its first shard), None when it
+    finds none: the first model GGUF whose path holds ``TAG`` followed by ``.`` or ``-`` (case-insensitive),
+    a split only by its first shard; without a tag, ``Q4_K_M``, then ``Q8_0``, then the first model GGUF."""
+    models = [p for p in paths if p.endswith(".gguf") and is_model_gguf(p)]
+    firsts = [p for p in models if shard_of(p).count <= 1 or shard_of(p).index == 1]
+    for wanted in (tag,) if tag else HF_DEFAULT_TAGS:
+        needle = re.compile(re.escape(wanted) + r"[.-]", re.IGNORECASE)
+        for path in firsts:
+            if needle.search(path):
+                return path
+    return None if tag else next(iter(firsts), None)
+
+
+def select_quant_files(repo: str, paths: Iterable[str], pattern: str | None) -> list[str]:
     """The files of one quant, first shard first, or a :class:`DownloadError` naming the candidates.
 
-    Refuses when no file matches (listing the quants the repo does have), when several different
-    files or splits match (listing them), and when shards of a split are missing from the repo.
+    ``pattern`` between separators first; where no file has it so, the file ``-hf REPO:PATTERN`` loads
+    (:func:`hf_pick`); ``pattern`` None: the file ``-hf REPO`` loads. Refuses when no file matches (listing the
+    quants the repo does have), when several different files or splits match (listing them), and when shards
+    of a split are missing from the repo.
     """
-    ggufs = [p for p in paths if is_model_gguf(p)]
-    groups = group_shards(p for p in ggufs if quant_matches(p, pattern))
+    listed = list(paths)
+    ggufs = [p for p in listed if is_model_gguf(p)]
+    groups = group_shards(p for p in ggufs if pattern and quant_matches(p, pattern))
+    if not groups and (picked := hf_pick(listed, pattern)) is not None:
+        groups = {
+            shard_of(picked).base: sorted(
+                (p for p in ggufs if shard_of(p).base == shard_of(picked).base),
+                key=lambda p: shard_of(p).index,
+            )
+        }
     if not groups:
         available = sorted({q for p in ggufs if (q := quant_of(p))})
         fix = (
@@ -88,7 +122,7 @@ def select_quant_files(repo: str, paths: Iterable[str], pattern: str) -> list[st
             if available
             else "The repo has no GGUF files; check the repo name."
         )
-        raise DownloadError(f"No GGUF file in {repo} matches the quant {pattern!r}.", fix)
+        raise DownloadError(f"No GGUF file in {repo} matches the quant {pattern or 'Q4_K_M or Q8_0'!r}.", fix)
     if len(groups) > 1:
         names = "\n     ".join(group[0] for group in groups.values())
         raise DownloadError(

@@ -19,6 +19,16 @@ from clover_local.presets import Architecture
 
 # llama.cpp's defaults when the GGUF does not say (src/models/<arch>.cpp at the vendored commit).
 _FULL_ATTENTION_INTERVAL_DEFAULT = {"qwen35moe": 4, "qwen35": 4, "qwen3next": 4}
+GATED_DELTANET_INTERVAL = 4
+"""The Gated DeltaNet hybrids' default (qwen3next, qwen35, qwen35moe: ``hparams.full_attn_interval``), for an
+architecture named otherwise whose header holds that family's keys (Clover's ``clover_moe``, say)."""
+_GATED_DELTANET_KEYS = (
+    "ssm.state_size",
+    "ssm.inner_size",
+    "ssm.group_count",
+    "ssm.time_step_rank",
+    "ssm.conv_kernel",
+)
 _SWA_PATTERN_DEFAULT = {"gemma3": 6, "gemma2": 2, "gemma3n": 5}
 MAX_LAYERS = 512
 """llama.cpp's LLAMA_MAX_LAYERS: a header saying more is damaged (and would feed per-layer lists)."""
@@ -165,8 +175,20 @@ def _full_attention_interval(keys: _ArchKeys, arch: str) -> int | None:
     if value:
         return value
     if keys.has("ssm.state_size"):
-        return _FULL_ATTENTION_INTERVAL_DEFAULT.get(arch)
+        return _default_interval(keys, arch) or None
     return None
+
+
+def _default_interval(keys: _ArchKeys, arch: str) -> int:
+    """The attention interval llama.cpp assumes when the header gives none: by name for the families the pinned
+    llama.cpp knows, else by what the header holds (a Gated DeltaNet hybrid: its ``ssm.*`` keys with one KV
+    head count for every layer, not Mamba-2's per-layer list); 0 for none."""
+    if arch in _FULL_ATTENTION_INTERVAL_DEFAULT:
+        return _FULL_ATTENTION_INTERVAL_DEFAULT[arch]
+    per_layer = isinstance(keys.raw("attention.head_count_kv"), list)
+    if all(keys.has(k) for k in _GATED_DELTANET_KEYS) and not per_layer:
+        return GATED_DELTANET_INTERVAL
+    return 0
 
 
 def _vocab_size(kv: dict[str, Any], keys: _ArchKeys) -> int:
@@ -206,7 +228,7 @@ def _recurrent_state_bytes(keys: _ArchKeys, n_layers: int, arch: str) -> int:
     n_main = n_layers - keys.integer("nextn_predict_layers", 0)
     flags = keys.raw("attention.recurrent_layers")
     kv_heads = keys.per_layer("attention.head_count_kv", n_main)
-    interval = keys.integer("full_attention_interval", 0) or _FULL_ATTENTION_INTERVAL_DEFAULT.get(arch, 0)
+    interval = keys.integer("full_attention_interval", 0) or _default_interval(keys, arch)
     if isinstance(flags, list):
         n_recurrent = sum(bool(f) for f in flags[:n_main])
     elif interval:

@@ -214,6 +214,36 @@ def _probe(binary: Path) -> Capabilities:
     )
 
 
+_ARG_OPTION = re.compile(
+    r"common_arg\(\s*\{([^}]*)\}(?:\s*,\s*\{([^}]*)\})?\s*,(.*?)\[\]\s*\(([^)]*)\)", re.DOTALL
+)
+"""One option of ``common/arg.cpp``: ``common_arg({names}[, {negated names}], [value hint,] help, [](params[, value])``."""
+_ARG_LITERAL = re.compile(r'^\s*"([^"]*)"')
+
+
+def capabilities_from_arg_cpp(text: str, version: str) -> Capabilities:
+    """What a llama-server accepts, read from the ``common/arg.cpp`` it was built from (kept beside a runtime):
+    for when its ``--help`` cannot be asked. An option takes a value when its handler takes one; its hint is the
+    literal before the help (``N``, ``[on|off|auto]``), ``VALUE`` when the source computes it. Every tool's
+    options are there, not only the server's: a flag is dropped only when that llama.cpp has no such option."""
+    flags: dict[str, FlagSpec] = {}
+    for names, negated, middle, handler in _ARG_OPTION.findall(text):
+        # (common_params & params, const std::string & value); a negatable pair's handler takes a bool instead
+        takes = "," in handler and not negated
+        literal = _ARG_LITERAL.match(middle)
+        hint = ""
+        if takes:
+            short = literal is not None and " " not in literal.group(1) and len(literal.group(1)) <= 40
+            hint = literal.group(1) if short and literal is not None else "VALUE"
+        for group, group_hint in ((names, hint), (negated, "")):
+            found = tuple(re.findall(r'"(-[^"]+)"', group))
+            for name in found:
+                flags.setdefault(name, FlagSpec(found, group_hint))
+    if not flags:
+        raise ServerError(f"No options found in the arg.cpp of llama.cpp {version}.")
+    return Capabilities(version=version, build_number=None, commit=None, flags=flags)
+
+
 def parse_version(text: str) -> tuple[str, int | None, str | None]:
     """(version as shown, build number, commit) from ``--version``; ``("unknown", None, None)`` if unreadable."""
     for pattern in _VERSION_RES:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from clover_local.arch_support import check_to_dict
 from clover_local.detect.units import format_bytes as fb
 from clover_local.detect.units import gigabytes
 from clover_local.plan.llama_args import llama_cpp_kwargs, llama_server_args
@@ -25,6 +26,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     }
     out["reasons"] = list(plan.reasons)
     out["size_sources"] = dict(plan.size_sources)
+    if plan.architecture is not None:
+        out["architecture"] = check_to_dict(plan.architecture)
     out["llama_server_args"] = llama_server_args(plan)
     out["llama_cpp_kwargs"] = llama_cpp_kwargs(plan)
     return out
@@ -54,6 +57,7 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
             else f"KV {plan.cache_type_k}, ~{plan.predicted_tokens_per_s:.0f} tokens/s (estimate)"
         )
         + ("" if plan.fits else "  [DOES NOT FIT WELL]"),
+        *([f"Runs with: {plan.architecture.runs_with}"] if plan.architecture is not None else []),
         "",
         f"{'memory':{width}} {'weights':>11} {'KV cache':>11} {'recurrent':>11} {'compute':>11} {'total':>11} "
         f"{'available':>11} {'margin':>10}",
@@ -86,4 +90,6 @@ def plan_summary(plan: Plan) -> str:
         else f"Diffusion: {plan.diffusion.schedule} schedule, {plan.diffusion.steps_per_block} steps per block",
         "FITS" if plan.fits else "DOES NOT FIT: see the reasons",
     ]
+    if plan.architecture is not None and (plan.architecture.runtime or plan.architecture.install):
+        head.append(f"Runs with: {plan.architecture.runs_with}")
     return "\n".join(head)

@@ -109,7 +109,8 @@ def build_backend_for(runtime: str) -> str:
 
 
 def configure_command(src: Path, build_dir: Path, backend: str, commit: str) -> list[str]:
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    # A folder configured before keeps its generator (CMake refuses to switch one).
+    generator = ["-G", "Ninja"] if shutil.which("ninja") and not (build_dir / "Makefile").exists() else []
     return [
         "cmake",
         "-S",

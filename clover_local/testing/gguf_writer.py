@@ -58,6 +58,10 @@ class TinySpec:
     mtp: MtpPlacement = "none"
     """qwen35moe: a multi-token-prediction head (one full-attention MoE block, ``blk.<n_layer>.nextn.*``),
     inside the file (``embedded``) or in a separate ``mtp-`` file (``sidecar``, see :func:`write_tiny_mtp`)."""
+    arch_name: str | None = None
+    """The ``general.architecture`` written (and every ``<arch>.*`` key's prefix); None: ``kind``. A qwen35moe
+    written as ``clover_moe`` is what an upstream Clover GGUF looks like to a llama.cpp that knows it by that
+    name: the same tensors and keys (no MTP head, no block-diffusion tensors), another name."""
     tool_caller: bool = False
     """llama only: Qwen's ``<tool_call>``/``</tool_call>`` tokens in the vocabulary, and weights wired so that the
     model behaves like a tool-calling one: after a newline (the end of ``<|im_start|>assistant\n``) it opens a
@@ -155,7 +159,7 @@ def _layer_of(name: str) -> int | None:
 def _write(spec: TinySpec, vocab: Vocab, tensors: dict[str, np.ndarray], path: Path, with_head: bool) -> None:
     import gguf
 
-    writer = gguf.GGUFWriter(str(path), spec.kind)
+    writer = gguf.GGUFWriter(str(path), spec.arch_name or spec.kind)
     _add_header(writer, spec, vocab, with_head)
     for name, array in tensors.items():
         _add_tensor(writer, name, array, spec.weight_type)
@@ -192,7 +196,7 @@ def _add_header(writer: object, spec: TinySpec, vocab: Vocab, with_head: bool = 
     # llama.cpp counts an MTP block among the blocks: n_layer() = block_count - nextn_predict_layers.
     writer.add_block_count(spec.n_layer + (1 if with_head else 0))
     if with_head:
-        writer.add_uint32(f"{spec.kind}.nextn_predict_layers", 1)
+        writer.add_uint32(f"{writer.arch}.nextn_predict_layers", 1)
     writer.add_feed_forward_length(spec.n_ff)
     writer.add_head_count(spec.n_head)
     writer.add_head_count_kv(spec.n_head_kv)

@@ -44,6 +44,7 @@ __all__ = [
     "gemma_path",
     "models_dir",
     "smollm2_path",
+    "tiny_clover_model",
     "tiny_model",
     "tiny_model_from_spec",
     "tiny_mtp_model",
@@ -53,6 +54,8 @@ __all__ = [
 
 TINY_KINDS: tuple[TinyKind, ...] = ("llama", "qwen3moe", "qwen35moe")
 GEMMA_FILE_NAME = "gemma-3-270m-Q4_K_M.gguf"
+CLOVER_ARCH = "clover_moe"
+"""The name the test runtime knows Clover's backbone by (upstream's ``MODEL_ARCH.CLOVER_MOE``)."""
 GENERATOR_VERSION = 1
 """Bump when the tiny-model writer changes its output for the same spec."""
 
@@ -146,6 +149,15 @@ def tiny_mtp_model(mtp: MtpPlacement, weight_type: WeightType = "f16") -> tuple[
     return model, _build_once(side, lambda tmp: write_tiny_mtp(spec, tmp), stamp=key)
 
 
+def tiny_clover_model(weight_type: WeightType = "f16") -> Path:
+    """The tiny qwen35moe written as ``clover_moe`` (:data:`CLOVER_ARCH`): Clover's backbone and keys under
+    Clover's name, without an MTP head or block-diffusion tensors, as upstream's converter exports Clover. The
+    pinned llama.cpp does not know it; the test runtime (``clover_local.testing.runtime``) does."""
+    spec = dataclasses.replace(default_spec("qwen35moe", weight_type), arch_name=CLOVER_ARCH)
+    target = models_dir() / f"tiny-{CLOVER_ARCH}-{spec.weight_type}-{_spec_hash(spec)}.gguf"
+    return _build_once(target, lambda tmp: write_tiny_gguf(spec, tmp), stamp=_spec_hash(spec))
+
+
 def write_mtp_model(
     mtp: MtpPlacement, out: Path, weight_type: WeightType = "f16"
 ) -> tuple[Path, Path | None]:
@@ -187,6 +199,8 @@ def _spec_hash(spec: TinySpec) -> str:
         fields["add_space_prefix"] = False  # written with a template (gguf_writer)
     if spec.mtp == "none":
         del fields["mtp"]  # models without a head keep the names (and files) they had before MTP heads
+    if spec.arch_name is None:
+        del fields["arch_name"]  # files written before the field keep their names
     if spec.tool_caller:
         fields["tool_wiring"] = TOOL_WIRING
     else:

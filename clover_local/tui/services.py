@@ -134,3 +134,32 @@ def download(
     from clover_local.fetch.download import download_model
 
     return str(download_model(preset, quant, progress=progress, cancel=cancel))
+
+
+def warm_architecture_check(preset: Preset) -> None:
+    """Ask, once, what the latest llama.cpp release knows when nothing here knows the preset's architecture
+    (network I/O, kept in the cache dir): the plan screen's re-plans then read the answer without waiting."""
+    from clover_local.arch_support import check_architecture
+
+    check_architecture(preset.architecture.arch)
+
+
+class InstallerMissing(Exception):
+    """This build has no runtime installer (``clover_local.runtimes.install``) yet."""
+
+
+def install_runtime(tag: str, progress: Callable[[int, int], None] | None = None) -> str:
+    """Install the upstream llama.cpp release ``tag`` (the plan named it), reporting (done, total) bytes;
+    returns what was installed, in words. Network I/O and minutes: call from a worker.
+
+    The installer is ``clover_local.runtimes.install.install(tag, *, progress=None) -> InstalledRuntime``;
+    :class:`InstallerMissing` when it is not part of this build."""
+    import importlib
+
+    try:
+        installer = importlib.import_module("clover_local.runtimes.install")
+    except ImportError as exc:
+        raise InstallerMissing(str(exc)) from None
+    install: Callable[..., object] = installer.install
+    runtime = install(tag, progress=progress)
+    return str(getattr(runtime, "label", tag))

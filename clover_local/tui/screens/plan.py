@@ -46,6 +46,7 @@ class PlanScreen(Screen[Plan | ModelChoice]):
         Binding("l", "focus_local", "Local GGUF", id="plan.local"),
         Binding("m", "demo", "Demo model", id="plan.demo"),
         Binding("o", "on_disk", "Models on disk", id="plan.on_disk"),
+        Binding("i", "install_runtime", "Install llama.cpp", id="plan.install"),
     ]
 
     class MachineReady(Message, bubble=False):
@@ -60,6 +61,14 @@ class PlanScreen(Screen[Plan | ModelChoice]):
         def __init__(self, models: QuantDescriptions) -> None:
             super().__init__()
             self.models = models
+
+    class RuntimeInstalled(Message, bubble=False):
+        """The install the plan asked for ended: what was installed, or why not."""
+
+        def __init__(self, installed: str | None, error: str | None) -> None:
+            super().__init__()
+            self.installed = installed
+            self.error = error
 
     def __init__(
         self,
@@ -81,6 +90,8 @@ class PlanScreen(Screen[Plan | ModelChoice]):
         """Exact sizes per quant once the detection worker has read them; estimates until then."""
         self.plan_count = 0
         """How many plans were made (tests wait on it)."""
+        self.installing: str | None = None
+        """The release being installed (the install key runs it), None when none is."""
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -106,6 +117,9 @@ class PlanScreen(Screen[Plan | ModelChoice]):
         with Horizontal(id="plan-buttons"):
             yield Button("Download and run", variant="primary", id="plan-download", disabled=True)
             yield Button("Run local file", id="plan-run-local", disabled=True)
+            install = Button("Install llama.cpp", variant="warning", id="plan-install")
+            install.display = False  # shown when the plan needs a release that is not installed
+            yield install
         yield Footer()
 
     def _initial_choices(self) -> tuple[str, int]:
@@ -130,6 +144,7 @@ class PlanScreen(Screen[Plan | ModelChoice]):
     def _detect(self) -> None:
         try:
             machine = runtime.detect(self.simulate)
+            services.warm_architecture_check(self.preset)  # before the first re-plan asks it on the UI thread
         except CloverError as exc:
             self.post_message(PlanScreen.MachineReady(None, str(exc)))
             return
@@ -197,8 +212,65 @@ class PlanScreen(Screen[Plan | ModelChoice]):
         self.query_one("#plan-reasons", Static).update("\n".join(f"• {r}" for r in plan.reasons) or "-")
         alts = [f"• {a.quant}: {a.why_not}" for a in plan.alternatives]
         self.query_one("#plan-alternatives", Static).update("\n".join(alts) or "-")
-        self.query_one("#plan-download", Button).disabled = self.model_path is not None
-        self.query_one("#plan-run-local", Button).disabled = self.model_path is None
+        install = self._install_tag()
+        self.query_one("#plan-download", Button).disabled = self.model_path is not None or install is not None
+        self.query_one("#plan-run-local", Button).disabled = self.model_path is None or install is not None
+        button = self.query_one("#plan-install", Button)
+        button.display = install is not None
+        if install is not None and self.installing is None:
+            button.label = f"Install llama.cpp {install} (i)"
+        self.refresh_bindings()
+
+    def _install_tag(self) -> str | None:
+        """The release the plan says to install before this model can run (None: nothing to install)."""
+        arch = self.plan.architecture if self.plan is not None else None
+        return arch.install if arch is not None and not arch.supported else None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "install_runtime":
+            return self._install_tag() is not None and self.installing is None
+        return True
+
+    def action_install_runtime(self) -> None:
+        tag = self._install_tag()
+        if tag is None or self.installing is not None:
+            return
+        self.installing = tag
+        button = self.query_one("#plan-install", Button)
+        button.label, button.disabled = f"Installing llama.cpp {tag}…", True
+        self.refresh_bindings()
+        self._install(tag)
+
+    @work(thread=True, exclusive=True, group="install")
+    def _install(self, tag: str) -> None:
+        def progress(done: int, total: int) -> None:
+            share = f" {100 * done // total}%" if total > 0 else ""
+            self.app.call_from_thread(self._install_progress, f"Installing llama.cpp {tag}…{share}")
+
+        try:
+            installed = services.install_runtime(tag, progress)
+        except services.InstallerMissing:
+            error = (
+                f"This build cannot install runtimes yet: run `clover-local runtime install {tag}` in a "
+                "terminal, then come back."
+            )
+            self.post_message(PlanScreen.RuntimeInstalled(None, error))
+        except CloverError as exc:
+            self.post_message(PlanScreen.RuntimeInstalled(None, str(exc)))
+        else:
+            self.post_message(PlanScreen.RuntimeInstalled(installed, None))
+
+    def _install_progress(self, text: str) -> None:
+        self.query_one("#plan-install", Button).label = text
+
+    def on_plan_screen_runtime_installed(self, message: RuntimeInstalled) -> None:
+        self.installing = None
+        self.query_one("#plan-install", Button).disabled = False
+        if message.error is not None:
+            self.notify(message.error, severity="error", timeout=10)
+        else:
+            self.notify(f"Installed {message.installed}: it runs this model.", timeout=5)
+        self.replan()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
@@ -215,7 +287,9 @@ class PlanScreen(Screen[Plan | ModelChoice]):
         self.replan()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "plan-download":
+        if event.button.id == "plan-install":
+            self.action_install_runtime()
+        elif event.button.id == "plan-download":
             self.action_download()
         elif event.button.id == "plan-run-local":
             self.action_run_local()
@@ -236,7 +310,7 @@ class PlanScreen(Screen[Plan | ModelChoice]):
         self.query_one("#local-path", Input).focus()
 
     def action_download(self) -> None:
-        if self.plan is not None and self.model_path is None:
+        if self.plan is not None and self.model_path is None and self._install_tag() is None:
             self.dismiss(replace(self.plan, model_path=None))
 
     def action_run_local(self) -> None:
