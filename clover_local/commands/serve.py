@@ -58,7 +58,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--no-spec", dest="spec", action="store_const", const="off", help="same as --spec off"
     )
     parser.add_argument("--verbose", action="store_true", help="print llama-server's log and every request")
-    parser.set_defaults(func=run)
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests that may wait for a slot (default: 4 per slot); past it a request gets 503 with "
+        "Retry-After",
+    )
+    parser.set_defaults(func=run, parallel_default="auto")
 
 
 def read_api_key(args: argparse.Namespace) -> str | None:
