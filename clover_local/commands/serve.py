@@ -103,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     from clover_local.serve.request_guard import hosts_allowed
     from clover_local.serve.runner import serve_forever
 
+    if args.max_queue is not None and args.max_queue < 0:
+        raise UsageError(f"--max-queue {args.max_queue} is negative.", "Give 0 or more waiting requests.")
     if not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port} is not a port number (1-65535).")
     api_key = read_api_key(args)
@@ -128,10 +130,12 @@ def run(args: argparse.Namespace) -> int:
     config = replace(
         ApiConfig.for_model(preset.name, plan.model_path, api_key),
         allowed_hosts=hosts_allowed(args.host, extra_hosts),
+        max_queue=args.max_queue,
     )
     print(
         f"serving {config.model_id} on http://{args.host}:{args.port}/v1 "
-        f"(context {opened.engine.n_ctx} tokens{', API key required' if api_key else ''}); Ctrl-C stops",
+        f"(context {opened.engine.n_ctx} tokens per slot, {plan.parallel} slot{'s' if plan.parallel > 1 else ''}"
+        f"{', API key required' if api_key else ''}); Ctrl-C stops",
         file=sys.stderr,
     )
     try:
