@@ -11,6 +11,7 @@ still cancellable, so still generating, once the short one has ended), never by 
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,15 @@ import pytest
 from helpers_engine import generate_text
 
 from clover_local.engine.embedded import EmbeddedEngine
-from clover_local.engine.types import Finished, GenerationRequest, GenerationStats, TextDelta
+from clover_local.engine.types import (
+    ChatMessage,
+    Finished,
+    GenerationRequest,
+    GenerationStats,
+    TextDelta,
+    ToolCallMade,
+    ToolSpec,
+)
 from clover_local.launch import LaunchRequest, decide_launch, open_launch
 
 WORDS = ("zebra", "apple", "cobalt", "orange")
@@ -152,3 +161,67 @@ def test_an_agents_next_turn_goes_back_to_the_slot_holding_its_prefix(engine: Em
     next_turn = GenerationRequest(prompt=first_turn.prompt + text + " apple", max_tokens=4, temperature=0.0)
     _, stats = generate_text(engine, next_turn)
     assert stats.cached_tokens >= 16  # the first turn's prompt at least came from its slot's cache
+
+
+WEATHER = ToolSpec(
+    "get_weather",
+    "Forecast",
+    {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+        "additionalProperties": False,
+    },
+)
+ITEM = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12}, "ok": {"type": "boolean"}},
+    "required": ["name", "ok"],
+    "additionalProperties": False,
+}
+
+
+def test_grammars_tool_calls_and_stops_stay_with_their_own_request(engine: EmbeddedEngine) -> None:
+    calls: list[ToolCallMade] = []
+    texts: dict[str, str] = {}
+    stats: dict[str, GenerationStats] = {}
+    requests = {
+        "tool": GenerationRequest(
+            messages=(ChatMessage("user", "Weather in Oslo for 2 days?"),),
+            tools=(WEATHER,),
+            tool_choice="required",
+            max_tokens=80,
+            temperature=0.0,
+        ),
+        "json": GenerationRequest(
+            prompt="Describe the item as JSON:", max_tokens=60, temperature=0, json_schema=ITEM
+        ),
+        "stop": GenerationRequest(prompt="orange " * 16, max_tokens=40, temperature=0.0, stop=("orange",)),
+    }
+
+    def run(name: str) -> None:
+        parts: list[str] = []
+        for event in engine.generate(requests[name]):
+            if isinstance(event, TextDelta):
+                parts.append(event.text)
+            elif isinstance(event, ToolCallMade):
+                calls.append(event)
+            elif isinstance(event, Finished):
+                stats[name] = event.stats
+        texts[name] = "".join(parts)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in requests]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    assert sorted(stats) == sorted(requests)
+    assert (
+        len(calls) == 1 and calls[0].call.name == "get_weather"
+    )  # the one call, from the request that forced it
+    args = json.loads(calls[0].call.arguments)
+    assert args["city"] in ("Paris", "Oslo") and isinstance(args["days"], int)
+    item = json.loads(texts["json"])  # the grammar held its own request to the schema, and only that one
+    assert set(item) == {"name", "ok"}
+    assert stats["stop"].finish_reason == "stop" and "orange" not in texts["stop"]
+    assert "{" not in texts["stop"]

@@ -6,6 +6,7 @@ settings rendered for both engines from the same rows."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -137,3 +138,33 @@ def test_plan_json_shows_slots_and_serve_defaults_to_auto(capsys: pytest.Capture
     assert json.loads(capsys.readouterr().out)["parallel"] == DEFAULT_SLOTS
     assert main(["command", "--preset", "smollm2-135m", "--simulate", "ram=32G,cpu=8"]) == 0
     assert f"-np {DEFAULT_SLOTS}" in capsys.readouterr().out  # the command for a server: slots decided
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_planned_memory_for_slots_is_what_llama_cpp_allocates(gemma_path: Path, slots: int) -> None:
+    """The real Gemma 3 270M loaded with the plan's settings: llama.cpp's own buffer sizes (its load log) for N
+    slots are the plan's, KV cache exactly (one stream of ctx cells per slot, sliding window per slot)."""
+    from clover_local.engine.loader import load_engine
+    from clover_local.gguf.header import read_local_header
+    from clover_local.plan.llama_args import llama_settings
+    from clover_local.testing.measure import parse_buffer_log
+
+    header = read_local_header(gemma_path)
+    p = make_plan(
+        parse_simulate("ram=24G,cpu=2"),
+        load_preset("gemma3-270m"),
+        model=header,
+        wishes=Wishes(ctx=2048, parallel=slots),
+        model_path=str(gemma_path),
+    )
+    assert p.parallel == slots
+    result = load_engine(gemma_path, llama_settings(p).kwargs(), speculative=p.speculative)
+    try:
+        assert result.engine.slots == slots and result.engine.n_ctx == 2048
+        logged = parse_buffer_log("\n".join(result.load_log))
+    finally:
+        result.engine.close()
+    ram = p.memory.ram
+    assert logged["kv"] == ram.kv_cache_bytes == slots * memory.kv_cache_bytes(header.architecture, 2048)
+    reserved = sum(logged.values())
+    assert 0.9 <= ram.used_bytes / reserved <= 1.1, (ram, logged)
