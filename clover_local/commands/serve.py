@@ -138,6 +138,11 @@ def run(args: argparse.Namespace) -> int:
         f"{', API key required' if api_key else ''}); Ctrl-C stops",
         file=sys.stderr,
     )
+    import logging
+
+    # Slots and the queue in serve's log: refusals (queue full) always; waits and admissions with --verbose.
+    logging.basicConfig(format="serve: %(message)s")
+    logging.getLogger("clover_local.serve").setLevel(logging.INFO if args.verbose else logging.WARNING)
     try:
         serve_forever(
             opened.engine,

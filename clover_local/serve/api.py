@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -51,6 +52,7 @@ from clover_local.serve.request_fields import ignored_header
 from clover_local.serve.slots import QUEUE_PER_SLOT, SlotGate, retry_headers
 
 _END = object()
+log = logging.getLogger("clover_local.serve")
 
 
 class _Mailbox:
@@ -354,7 +356,10 @@ class OpenAIServer:
 
     async def _wait_for_slot(self, cancel: threading.Event) -> bool:
         """A slot, in arrival order; False when the client left while waiting (its place is given up)."""
-        acquire = asyncio.ensure_future(self.gate.acquire())
+        gate = self.gate
+        if gate.busy >= gate.slots:
+            log.info("all %d slots busy: a request waits (%d waiting before it)", gate.slots, gate.waiting)
+        acquire = asyncio.ensure_future(gate.acquire())
         try:
             while not acquire.done() and not cancel.is_set():
                 await asyncio.wait({acquire}, timeout=0.25)
@@ -376,6 +381,7 @@ class OpenAIServer:
         if cancel.is_set():
             self.gate.release()
             return False
+        log.info("slots: %d of %d busy, %d waiting", gate.busy, gate.slots, gate.waiting)
         return True
 
     async def _collect(

@@ -5,6 +5,7 @@ at most ``max_queue`` may wait; past that a request is refused at once (:class:`
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 
 from clover_local.serve.api_errors import ApiError
@@ -49,6 +50,9 @@ class SlotGate:
     def check(self) -> None:
         """Refuse now (before a reply starts) when a new request could not even wait."""
         if self.busy >= self.slots and self.waiting >= self.max_queue:
+            logging.getLogger("clover_local.serve").warning(
+                "queue full (%d slots busy, %d waiting): a request got 503", self.slots, self.waiting
+            )
             raise QueueFull(self.slots, self.waiting)
 
     async def acquire(self) -> None:
