@@ -94,9 +94,14 @@ class SlotScheduler:
                 if self._closed and not self._active and not self._waiting:
                     return
                 joining = self._admit()
-            for job in joining:
-                self._start(job)
-            self._step()
+            try:
+                for job in joining:
+                    self._start(job)
+                self._step()
+            except BaseException as exc:  # never leave a caller waiting on a thread that died
+                for job in [*joining, *self._active]:
+                    self._fail(job, exc)
+                self._active = []
 
     def _admit(self) -> list[_Job]:
         """Waiting sequences that get a free slot now, in arrival order (under the lock)."""
