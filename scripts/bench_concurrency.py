@@ -144,7 +144,13 @@ def run_concurrency(args: Any, model: str, levels: list[int]) -> dict[str, Any]:
             launches = {}
             for engine in engines:
                 request = LaunchRequest(
-                    preset=args.preset, model=model, ctx=args.ctx, parallel=n, engine=engine, describe=False
+                    preset=args.preset,
+                    model=model,
+                    ctx=args.ctx,
+                    parallel=n,
+                    engine=engine,
+                    threads=args.threads,
+                    describe=False,
                 )
                 launches[engine] = decide_launch(request)
             plan = launches["embedded"].plan

@@ -153,6 +153,9 @@ def main() -> int:
         help="run only the configurations whose name contains this (e.g. 'speculation on')",
     )
     parser.add_argument(
+        "--threads", type=int, help="with --concurrency: decode threads for every configuration"
+    )
+    parser.add_argument(
         "--concurrency",
         metavar="N,N,...",
         help="requests at once (e.g. 1,2,4,8): serve with N slots on each engine beside llama-server -np N",

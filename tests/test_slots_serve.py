@@ -128,7 +128,9 @@ def test_requests_at_once_each_get_their_own_reply(server: BackgroundServer) -> 
     replies: dict[str, str] = {}
 
     def ask(word: str) -> None:
-        replies[word] = text_of(raw_post(server.url, "/v1/completions", json.dumps(completion(word, 16)).encode()))
+        replies[word] = text_of(
+            raw_post(server.url, "/v1/completions", json.dumps(completion(word, 16)).encode())
+        )
 
     threads = [threading.Thread(target=ask, args=(w,)) for w in WORDS]  # four requests, three slots
     for t in threads:
@@ -146,7 +148,9 @@ def test_a_short_request_ends_while_a_long_one_is_still_streaming(server: Backgr
     assert only_its_own_word(short, "cobalt")
     assert health(server.url)["slots"]["busy"] == 1  # the long reply still holds its slot ...
     long.hang_up()
-    wait_until(lambda: health(server.url)["slots"]["busy"] == 0, what="the hung-up reply to give its slot back")
+    wait_until(
+        lambda: health(server.url)["slots"]["busy"] == 0, what="the hung-up reply to give its slot back"
+    )
 
 
 @pytest.fixture
@@ -165,7 +169,9 @@ def test_past_the_queue_limit_a_request_gets_503_with_retry_after(
     assert gate.held.wait(60)
     waiting: list[tuple[int, Any]] = []
     second = threading.Thread(
-        target=lambda: waiting.append(raw_post(server.url, "/v1/completions", json.dumps(completion("x", 3)).encode()))
+        target=lambda: waiting.append(
+            raw_post(server.url, "/v1/completions", json.dumps(completion("x", 3)).encode())
+        )
     )
     second.start()
     wait_until(lambda: health(server.url)["queue"]["waiting"] == 1, what="the second request to wait")
