@@ -225,3 +225,28 @@ def test_grammars_tool_calls_and_stops_stay_with_their_own_request(engine: Embed
     assert set(item) == {"name", "ok"}
     assert stats["stop"].finish_reason == "stop" and "orange" not in texts["stop"]
     assert "{" not in texts["stop"]
+
+
+def test_a_hybrid_model_batches_its_recurrent_state_per_slot(tiny_models: dict[str, Path]) -> None:
+    """A recurrent-plus-attention model (tiny random Qwen3.5-MoE): each slot keeps its own recurrent state (and
+    rollback snapshots, speculation on), several decode in one batch, and each then goes on alone."""
+    request = LaunchRequest(
+        model=str(tiny_models["qwen35moe"]), ctx=512, parallel=3, engine="embedded", describe=False
+    )
+    opened = open_launch(decide_launch(request))
+    engine = opened.engine
+    assert isinstance(engine, EmbeddedEngine) and engine.recurrent and engine.slots == 3
+    try:
+        prompts = ("a b c a b c a b c", "x y z x y z", "1 2 3 1 2 3", "q r s q r s")
+        readers = [
+            Reader(engine, GenerationRequest(prompt=p, max_tokens=40, temperature=0.0)) for p in prompts
+        ]
+        for reader in readers:
+            stats = reader.join()
+            assert stats.finish_reason in ("length", "stop") and stats.completion_tokens > 0
+        _, stats = generate_text(
+            engine, GenerationRequest(prompt=prompts[0], max_tokens=8, temperature=0.0)
+        )
+        assert stats.completion_tokens > 0
+    finally:
+        engine.close()
