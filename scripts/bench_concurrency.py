@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import statistics
+import sys
 import threading
 import time
 from contextlib import ExitStack
@@ -173,6 +174,8 @@ def run_concurrency(args: Any, model: str, levels: list[int]) -> dict[str, Any]:
                 for t in targets:
                     one_round(t, n, args.max_tokens)
             report["levels"][n] = summarize(targets)
+            for row in report["levels"][n]:  # progress on stderr: a long run says what it has so far
+                print(f"N={n} {row['name']}: {row['aggregate_tps']:.1f} tokens/s", file=sys.stderr, flush=True)
     return report
 
 
