@@ -66,7 +66,9 @@ def _stream_chat(target: Target, topic: str, max_tokens: int, started: float) ->
     try:
         for raw in resp:
             line = raw.decode().strip()
-            if not line.startswith("data:") or line.endswith("[DONE]"):
+            if line.endswith("[DONE]"):
+                break  # the reply is complete: do not wait for the server to close the connection
+            if not line.startswith("data:"):
                 continue
             chunk = json.loads(line[5:])
             delta = ((chunk.get("choices") or [{}])[0].get("delta") or {}).get("content")
