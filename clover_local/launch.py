@@ -89,6 +89,9 @@ class LaunchRequest:
     """Read each quant's GGUF header (local, else on the Hub) before planning; False: the preset's estimates."""
     force: bool = False
     """Go on even when no llama.cpp here can load the model's architecture."""
+    parallel: int | None = 1
+    """Slots: requests decoded at once (``--parallel``); None: as many as fit beside the one-slot placement, up
+    to 4 (``plan.slots``; ``serve``'s default). The plan sizes memory for them; nothing decides it later."""
 
 
 @dataclass(frozen=True)
@@ -345,6 +348,7 @@ def decide_launch(
         spec=request.spec,
         drafters=runner.drafters,
         force=request.force,
+        parallel=request.parallel,
     )
     if plan.chat_template != (request.chat_template or plan.chat_template):
         plan = replace(plan, chat_template=request.chat_template or plan.chat_template)
@@ -503,7 +507,9 @@ def _open(
         on_log=on_log,
         ready_timeout_s=ready_timeout_s,
     )
-    engine = LlamaServerEngine(process, model_name=preset.name, sampling=preset.sampling, template=template)
+    engine = LlamaServerEngine(
+        process, model_name=preset.name, sampling=preset.sampling, template=template, slots=plan.parallel
+    )
     notes = (*launch.notices, *([template.notice] if template.notice else []), *process.warnings)
     return OpenedEngine(engine, launch, notes)
 

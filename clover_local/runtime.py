@@ -158,6 +158,7 @@ def plan_for(
     spec: str = "auto",
     drafters: frozenset[str] | None = None,
     force: bool = False,
+    parallel: int | None = 1,
 ) -> tuple[Plan, Preset]:
     """The plan for ``preset`` on ``machine`` (None: ``simulate``'s described machine, else this one, detected).
     A ``model`` given without a preset is planned as the preset its file name says (:func:`preset_for_file`:
@@ -173,6 +174,8 @@ def plan_for(
     the drafter heads the files offer: inside the model file, or sidecars beside it (downloaded, or on the Hub
     with their headers read first), with ``bench --spec-modes``'s measurements when there are any.
 
+    ``parallel``: slots (``--parallel``; None: as many as fit, up to 4, ``plan.slots``).
+
     ``drafters``: the speculation modes the engine that will run the plan can run (``launch.Runner.drafters``);
     heads of other kinds are not offered. ``engine``: the engine whose memory is budgeted.
 
@@ -181,7 +184,14 @@ def plan_for(
     """
     chosen = resolve_preset(preset, model)
     machine = machine or detect(simulate, rpc, link)
-    wishes = Wishes(quant="auto" if model else quant, ctx=ctx, goal=goal, threads=threads, engine=engine)
+    wishes = Wishes(
+        quant="auto" if model else quant,
+        ctx=ctx,
+        goal=goal,
+        threads=threads,
+        engine=engine,
+        parallel=parallel,
+    )
     from clover_local.gguf.model import describe_from_preset
     from clover_local.measure.records import load_records
     from clover_local.plan.planner import make_plan

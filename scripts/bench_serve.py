@@ -21,7 +21,13 @@ round writes what a fresh start writes: with the prompt cached, llama.cpp evalua
 near-tie can flip, and the same engine wrote 293 tokens one way and 400 the other. The table shows each
 configuration's token count and a hash of its text, so whether two rows wrote the same text is plain.
 
+``--concurrency 1,2,4``: many requests at once instead (``scripts/bench_concurrency.py``): aggregate tokens/s and
+time to first token, ``serve`` with N slots on each engine beside upstream ``llama-server -np N``.
+
+Every engine is opened as ``serve`` opens it: a launch (``clover_local.launch``), planned, then loaded as planned.
+
     .venv/bin/python scripts/bench_serve.py [--preset gemma3-270m] [--rounds 5] [--in-process] [--json]
+    .venv/bin/python scripts/bench_serve.py --concurrency 1,2,4 [--max-tokens 128] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -78,10 +84,24 @@ def _close_engine(cfg: Config) -> None:
     cfg.engine.close()
 
 
-def _reopen(plan: Any, preset: Any, choice: Any, spec: bool) -> Any:
-    from clover_local.runtime import open_engine
+def _open(args: argparse.Namespace, model: str, engine: str, spec: bool, parallel: int = 1) -> Any:
+    """The engine ``serve`` would load for this model: a launch decided, then opened as decided."""
+    from clover_local.launch import LaunchRequest, decide_launch, open_launch
 
-    return open_engine(plan, preset, choice, speculative=spec).engine
+    request = LaunchRequest(
+        preset=args.preset,
+        model=model,
+        ctx=args.ctx,
+        engine=engine,  # type: ignore[arg-type]
+        spec="auto" if spec else "off",
+        parallel=parallel,
+        describe=False,
+    )
+    return open_launch(decide_launch(request))
+
+
+def _reopen(args: argparse.Namespace, model: str, engine: str, spec: bool) -> Any:
+    return _open(args, model, engine, spec).engine
 
 
 def _in_process(engine: Any, max_tokens: int) -> dict[str, float]:
@@ -132,18 +152,36 @@ def main() -> int:
         default="",
         help="run only the configurations whose name contains this (e.g. 'speculation on')",
     )
+    parser.add_argument(
+        "--threads", type=int, help="with --concurrency: decode threads for every configuration"
+    )
+    parser.add_argument(
+        "--concurrency",
+        metavar="N,N,...",
+        help="requests at once (e.g. 1,2,4,8): serve with N slots on each engine beside llama-server -np N",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     from clover_local.llamacpp.binary import find_llama_server
     from clover_local.llamacpp.server import start_llama_server
     from clover_local.presets import load_preset
-    from clover_local.runtime import EngineChoice, choose_engine, open_engine, plan_for, require_model
+    from clover_local.runtime import plan_for, require_model
     from clover_local.serve.api import ApiConfig
     from clover_local.serve.runner import BackgroundServer
 
     model = str(require_model(None if args.model else load_preset(args.preset), args.model))
-    plan, preset = plan_for(args.preset, model=model, ctx=args.ctx)
+    if args.concurrency:
+        from bench_concurrency import print_plot, print_report, run_concurrency
+
+        levels = [int(n) for n in args.concurrency.split(",") if n.strip()]
+        report = run_concurrency(args, model, levels)
+        print(json.dumps(report, indent=2) if args.json else "", end="")
+        if not args.json:
+            print_report(report)
+            print_plot(report)
+        return 0
+    plan, _ = plan_for(args.preset, model=model, ctx=args.ctx)
     binary = find_llama_server()
     configs: list[Config] = []
     with ExitStack() as stack:
@@ -153,23 +191,22 @@ def main() -> int:
             configs.append(
                 Config("llama-server by hand (default flags)", baseline.url, api_key=baseline.api_key)
             )
-        engines: list[tuple[str, EngineChoice, bool]] = [
-            ("serve embedded, speculation on", EngineChoice("embedded", "bench"), True),
-            ("serve embedded, speculation off", EngineChoice("embedded", "bench"), False),
+        engines: list[tuple[str, str, bool]] = [
+            ("serve embedded, speculation on", "embedded", True),
+            ("serve embedded, speculation off", "embedded", False),
         ]
         if binary is not None:
-            choice = choose_engine("llama-server")
             engines += [
-                ("serve llama-server, speculation on", choice, True),
-                ("serve llama-server, speculation off", choice, False),
+                ("serve llama-server, speculation on", "llama-server", True),
+                ("serve llama-server, speculation off", "llama-server", False),
             ]
         engines = [e for e in engines if args.only in e[0]]
-        for name, choice, spec in engines:
-            opened = open_engine(plan, preset, choice, speculative=spec)
+        for name, kind, spec in engines:
+            opened = _open(args, model, kind, spec)
             if args.in_process:
                 cfg = Config(name.removeprefix("serve "), engine=opened.engine)
-                if args.fresh and choice.kind == "llama-server":
-                    cfg.reopen = partial(_reopen, plan, preset, choice, spec)
+                if args.fresh and kind == "llama-server":
+                    cfg.reopen = partial(_reopen, args, model, kind, spec)
                 stack.callback(_close_engine, cfg)
                 configs.append(cfg)
                 continue

@@ -62,6 +62,8 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
         "n_ubatch": 512,
         "use_mmap": True,
         "use_mlock": False,
+        "n_seq_max": 1,
+        "kv_unified": False,
         "swa_full": False,
         "offload_kqv": True,
         "split_mode": 1,
@@ -189,7 +191,8 @@ def test_kwargs_are_llama_init_keywords_and_type_ids_match_ggml() -> None:
     params = inspect.signature(llama_cpp.Llama.__init__).parameters
     plan = clover_plan("gpu=nvidia:24G,gpu=nvidia:12G,ram=64G")
     for key in llama_cpp_kwargs(plan):
-        assert key == "tensor_buft_overrides" or key in params, key
+        # The loader's own keys (engine.native.build_params sets them on llama_context_params directly).
+        assert key in ("tensor_buft_overrides", "n_seq_max", "kv_unified") or key in params, key
     for name, value in GGML_TYPES.items():
         if name != "bf16":  # llama_cpp exports no BF16 constant; ggml.h has GGML_TYPE_BF16 = 30
             assert getattr(llama_cpp, f"GGML_TYPE_{name.upper()}") == value

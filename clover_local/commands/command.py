@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         metavar="REPO",
         help="vLLM/SGLang: the safetensors repo (default: the GGUF repo without -GGUF)",
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, parallel_default="auto")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,10 +31,30 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         help="another GGUF repo of the preset's model: its quants as its files name them, picked as "
         "llama.cpp's -hf REPO[:QUANT] picks them",
     )
+    parser.add_argument(
+        "--parallel",
+        type=_slots,
+        metavar="N|auto",
+        help="slots: requests decoded at once, each with its own context (serve's default: auto, as many as "
+        "fit up to 4; elsewhere 1)",
+    )
     add_rpc_options(parser)
     add_spec_option(parser)
     add_force_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _slots(value: str) -> int:
+    """``--parallel``: a number of slots, or ``auto`` (0: decide)."""
+    if value == "auto":
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of slots: {value!r} (a number, or auto)") from None
+
+
+PARALLEL_AUTO = "auto"
 
 
 def add_force_option(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +115,11 @@ def launch_request(args: argparse.Namespace, **overrides: object) -> LaunchReque
     if getattr(args, "speculative", None) == "off":  # the older spelling of --spec off
         spec = "off"
     model = getattr(args, "model", None)
+    # serve (and the command it prints) decides slots unless told; every other front end runs one sequence.
+    asked: int | None = getattr(args, "parallel", None)
+    if asked is None:
+        asked = 0 if getattr(args, "parallel_default", 1) == PARALLEL_AUTO else 1
+    parallel = asked or None
     request = LaunchRequest(
         preset=getattr(args, "preset", None),
         model=str(model) if model else None,
@@ -111,6 +136,7 @@ def launch_request(args: argparse.Namespace, **overrides: object) -> LaunchReque
         simulate=getattr(args, "simulate", None),
         offline=getattr(args, "offline", False),
         force=getattr(args, "force", False),
+        parallel=parallel,
     )
     return replace(request, **overrides)  # type: ignore[arg-type]
 

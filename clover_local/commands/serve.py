@@ -58,7 +58,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--no-spec", dest="spec", action="store_const", const="off", help="same as --spec off"
     )
     parser.add_argument("--verbose", action="store_true", help="print llama-server's log and every request")
-    parser.set_defaults(func=run)
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests that may wait for a slot (default: 4 per slot); past it a request gets 503 with "
+        "Retry-After",
+    )
+    parser.set_defaults(func=run, parallel_default="auto")
 
 
 def read_api_key(args: argparse.Namespace) -> str | None:
@@ -95,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     from clover_local.serve.request_guard import hosts_allowed
     from clover_local.serve.runner import serve_forever
 
+    if args.max_queue is not None and args.max_queue < 0:
+        raise UsageError(f"--max-queue {args.max_queue} is negative.", "Give 0 or more waiting requests.")
     if not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port} is not a port number (1-65535).")
     api_key = read_api_key(args)
@@ -120,12 +130,19 @@ def run(args: argparse.Namespace) -> int:
     config = replace(
         ApiConfig.for_model(preset.name, plan.model_path, api_key),
         allowed_hosts=hosts_allowed(args.host, extra_hosts),
+        max_queue=args.max_queue,
     )
     print(
         f"serving {config.model_id} on http://{args.host}:{args.port}/v1 "
-        f"(context {opened.engine.n_ctx} tokens{', API key required' if api_key else ''}); Ctrl-C stops",
+        f"(context {opened.engine.n_ctx} tokens per slot, {plan.parallel} slot{'s' if plan.parallel > 1 else ''}"
+        f"{', API key required' if api_key else ''}); Ctrl-C stops",
         file=sys.stderr,
     )
+    import logging
+
+    # Slots and the queue in serve's log: refusals (queue full) always; waits and admissions with --verbose.
+    logging.basicConfig(format="serve: %(message)s")
+    logging.getLogger("clover_local.serve").setLevel(logging.INFO if args.verbose else logging.WARNING)
     try:
         serve_forever(
             opened.engine,

@@ -6,6 +6,10 @@ and keeps the longest drafted prefix the model agrees with, plus the model's own
 requested only for the positions being verified, so memory stays O(draft x vocab). Rejected positions are
 removed from the KV cache (and, on recurrent/hybrid models, rolled back through llama.cpp's recurrent-state
 snapshots, ``n_rs_seq``). The KV cache of the previous turn is reused for the shared prefix of the next prompt.
+
+With several slots (``plan.parallel``, llama.cpp's ``n_seq_max``) requests run at once: ``engine.scheduler``
+decodes every active sequence's next token in one batch, each in its own slot and with its own sampler
+(``engine.sequence``); a sequence alone steps as above, speculation included.
 """
 
 from __future__ import annotations
@@ -24,16 +28,15 @@ from clover_local.engine import grammar, templates, toolcalls
 from clover_local.engine.batch_threads import BatchThreads
 from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
+from clover_local.engine.scheduler import SlotScheduler
+from clover_local.engine.sequence import ActiveSequence, Run, Slot
 from clover_local.engine.templates import TemplateChoice, renderer
-from clover_local.engine.textstream import StopTextStream
 from clover_local.engine.types import (
     ChatMessage,
     Finished,
-    FinishReason,
     GenerationEvent,
     GenerationRequest,
     GenerationStats,
-    TextDelta,
     ToolFormat,
 )
 from clover_local.errors import EngineError, UsageError
@@ -59,17 +62,9 @@ class EngineParts:
     """The MTP draft head (``engine.mtp.MtpHead``) when the plan drafts with it; None otherwise."""
 
 
-@dataclass
-class _Run:
-    """Counters of one generation."""
-
-    n_out: int = 0
-    t_first: float | None = None
-    finish: FinishReason = "length"
-
-
 class EmbeddedEngine:
-    """:class:`clover_local.engine.types.ChatEngine` on llama-cpp-python's ctypes API. One generation at a time."""
+    """:class:`clover_local.engine.types.ChatEngine` on llama-cpp-python's ctypes API: one generation at a time
+    with one slot; with several (``slots``), that many at once from as many threads."""
 
     def __init__(self, parts: EngineParts) -> None:
         self._parts = parts
@@ -77,7 +72,12 @@ class EmbeddedEngine:
         self._ctx = parts.ctx
         self._vocab = C.llama_model_get_vocab(parts.model)
         self._n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
-        self._n_ctx = int(C.llama_n_ctx(parts.ctx))
+        self._n_seq = max(1, int(C.llama_n_seq_max(parts.ctx)))
+        # Each slot's own share of the cache (llama.cpp splits -c evenly between the sequences).
+        self._n_ctx = int(C.llama_n_ctx(parts.ctx)) if self._n_seq == 1 else int(C.llama_n_ctx_seq(parts.ctx))
+        self._slots = [Slot(i) for i in range(self._n_seq)]
+        self._batch_seq = 0
+        """The sequence id every row of the batch carries now (-1: mixed, after a batch of several)."""
         self._n_batch = int(C.llama_n_batch(parts.ctx))
         self._mem = C.llama_get_memory(parts.ctx)
         self._n_swa = int(C.llama_model_n_swa(parts.model))
@@ -92,7 +92,6 @@ class EmbeddedEngine:
         self._piece_buf = ctypes.create_string_buffer(512)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
-        self._kv_tokens: list[int] = []
         self._spec_broken = False
         self.notices: list[str] = list(parts.notices)
         self._render = renderer(
@@ -101,9 +100,19 @@ class EmbeddedEngine:
         templates.check_template(self._render)
         self._turn_markers = self._find_turn_markers()
         self._closed = False
-        self.backend_sampling = parts.backend_sampling
-        """Sample inside llama.cpp's graph on the model's device (GPU plans) instead of on the host."""
+        self.backend_sampling = parts.backend_sampling and self._n_seq == 1
+        """Sample inside llama.cpp's graph on the model's device (GPU plans) instead of on the host (one slot:
+        the graph's sampler is set per sequence)."""
         self._mtp = parts.mtp
+        if self._mtp is not None and self._n_seq > 1:
+            # The head keeps one sequence's hidden states; with several slots it would follow none of them.
+            self._mtp.close()
+            self._mtp = None
+            self.notices.append(
+                "MTP drafting runs only with one slot in the embedded engine: off for these "
+                f"{self._n_seq} slots (--parallel 1 keeps it); n-gram drafting is not affected."
+            )
+        self._scheduler = SlotScheduler(self) if self._n_seq > 1 else None
         self.batch_threads = BatchThreads(
             lambda t, tb: C.llama_set_n_threads(parts.ctx, t, tb),
             int(C.llama_n_threads(parts.ctx)),
@@ -128,9 +137,23 @@ class EmbeddedEngine:
         return self._parts.template
 
     @property
+    def slots(self) -> int:
+        """Requests generated at once (``plan.parallel``); ``serve`` lets that many through together."""
+        return self._n_seq
+
+    @property
+    def slots_state(self) -> list[Slot]:
+        """Each slot's sequence id and cached tokens (the scheduler hands them out)."""
+        return self._slots
+
+    @property
+    def _kv_tokens(self) -> list[int]:
+        return self._slots[0].kv
+
+    @property
     def cached_tokens(self) -> tuple[int, ...]:
-        """The tokens whose keys and values are in the cache now (prompt and reply so far, in order)."""
-        return tuple(self._kv_tokens)
+        """The tokens whose keys and values are in the first slot's cache now (prompt and reply so far)."""
+        return tuple(self._slots[0].kv)
 
     @property
     def recurrent(self) -> bool:
@@ -148,6 +171,8 @@ class EmbeddedEngine:
         if self._closed:
             return
         self._closed = True
+        if self._scheduler is not None:
+            self._scheduler.close()
         if self._mtp is not None:
             self._mtp.close()
         C.llama_batch_free(self._batch)
@@ -157,7 +182,8 @@ class EmbeddedEngine:
     def reset_cache(self) -> None:
         """Forget the KV cache (the next prompt is evaluated from scratch)."""
         C.llama_memory_clear(self._mem, True)
-        self._kv_tokens.clear()
+        for slot in self._slots:
+            slot.kv.clear()
         if self._mtp is not None:
             self._mtp.clear()
 
@@ -196,137 +222,194 @@ class EmbeddedEngine:
             request = replace(
                 request, stop=(*request.stop, *self._turn_markers, *toolcalls.reply_stops(request))
             )
-        if not request.cache_prompt:
-            self.reset_cache()
-        n_cached = self._reuse_prefix(prompt)
-        gbnf = self._grammar(request)
         picker = TokenPicker(
             self._ctx,
             self._model,
             self._n_vocab,
             self._sampling_config(request),
             backend=self.backend_sampling,
-            grammar=gbnf,
+            grammar=self._grammar(request),
         )
+        inner: Iterator[GenerationEvent] | None = None
         try:
-            events = self._generate_from(request, prompt, n_cached, max_new, picker, cancel, t0)
+            seq = self._sequence(request, prompt, max_new, picker, cancel, t0)
+            if self._scheduler is not None:
+                inner = self._scheduler.run(seq)
+            else:
+                seq.slot = self._slots[0]
+                inner = self._generate_alone(seq)
+            events = inner
             if toolcalls.shown_tools(request):
-                events = toolcalls.split_events(events, self.tool_format, request.tools)
+                events = toolcalls.split_events(inner, self.tool_format, request.tools)
             yield from events
         finally:
+            close = getattr(inner, "close", None)
+            if close is not None:
+                close()  # the scheduler's: waits until the batch no longer uses this sequence's sampler
             picker.close()
 
-    def _generate_from(
+    def _sequence(
         self,
         request: GenerationRequest,
         prompt: list[int],
-        n_cached: int,
         max_new: int,
         picker: TokenPicker,
         cancel: threading.Event | None,
         t0: float,
-    ) -> Iterator[GenerationEvent]:
-        if not self._decode(prompt[n_cached:], n_cached, all_logits=False, cancel=cancel):
-            if not C.llama_memory_seq_rm(self._mem, 0, n_cached, -1):
-                C.llama_memory_clear(self._mem, True)
-                self._kv_tokens.clear()
-            yield Finished(
-                self._stats(prompt, n_cached, t0, t0, time.perf_counter(), _Run(finish="cancelled"))
-            )
-            return
-        self._kv_tokens.extend(prompt[n_cached:])
-        t_prefill = time.perf_counter()
-        yield from self._generate_loop(request, prompt, n_cached, max_new, picker, cancel, t0, t_prefill)
-
-    # --- generation -------------------------------------------------------------------------------------------
-
-    def _generate_loop(
-        self,
-        request: GenerationRequest,
-        prompt: list[int],
-        n_cached: int,
-        max_new: int,
-        picker: TokenPicker,
-        cancel: threading.Event | None,
-        t0: float,
-        t_prefill: float,
-    ) -> Iterator[GenerationEvent]:
-        spec = self._speculation_on(request)
+    ) -> ActiveSequence:
         plan = self._parts.speculative
-        controller = DraftController(plan.n_min, plan.n_max, plan.batch_costs)
-        mtp = self._mtp if spec else None
-        drafter = self.drafter_factory(plan) if spec and mtp is None else None
-        stream = StopTextStream(request.stop)
-        run = _Run()
-        kv = self._kv_tokens
-        new = [picker.pick(0, 1)]
-        if drafter is not None:
-            drafter.reset(prompt)
-            drafter.extend(new)
-        eog, pieces = self._eog, self._pieces
-        while True:
-            done = False
-            for tok in new:
-                if run.t_first is None:
-                    run.t_first = time.perf_counter()
-                is_eog = eog.get(tok)
-                if is_eog is None:
-                    is_eog = eog[tok] = bool(C.llama_vocab_is_eog(self._vocab, tok))
-                if is_eog:
-                    run.finish, done = "stop", True
-                    break
-                run.n_out += 1
-                piece = pieces.get(tok)
-                text = stream.push(piece if piece is not None else self._piece(tok))
-                if text:
-                    yield TextDelta(text)
-                if stream.stopped:
-                    run.finish, done = "stop", True
-                    break
-                if run.n_out >= max_new:
-                    run.finish, done = "length", True
-                    break
-                if cancel is not None and cancel.is_set():
-                    run.finish, done = "cancelled", True
-                    break
-            if done:
-                break
-            last = new[-1]
-            base = len(kv)
-            if base + 1 > self._n_ctx:
-                run.finish = "length"
-                break
-            draft: list[int] = []
-            if mtp is not None and not self._spec_broken:
-                # llama-server's budget (get_n_draft_max): what the reply and the context still allow.
-                draft = mtp.draft(last, base, min(max_new - run.n_out - 1, self._n_ctx - base - 2))
-            elif drafter is not None and not self._spec_broken:
-                room = min(max_new - run.n_out - 1, self._n_ctx - base - 1, self._n_batch - 1)
-                if room >= controller.n_min:
-                    candidate = drafter.draft(min(plan.n_max, room))
-                    draft = candidate[: controller.choose(len(candidate), drafter.last_match)]
-            if not draft:
-                self._decode([last], base, all_logits=False)
-                kv.append(last)
-                new = [picker.pick(0, 1)]
-            else:
-                new = self._verify(last, draft, base, picker)
-                if mtp is not None:
-                    mtp.accept(len(new) - 1)
-                match = drafter.last_match if drafter is not None else 0
-                controller.record(len(draft), len(new) - 1, match_size=match)
-            if drafter is not None:
-                drafter.extend(new)
-        tail = stream.flush()
-        if tail:
-            yield TextDelta(tail)
-        yield Finished(self._stats(prompt, n_cached, t0, t_prefill, time.perf_counter(), run, controller))
+        spec = self._speculation_on(request)
+        seq = ActiveSequence(
+            request,
+            prompt,
+            max_new,
+            picker,
+            cancel,
+            t0,
+            is_eog=self._is_eog,
+            piece=self._piece_of,
+            controller=DraftController(plan.n_min, plan.n_max, plan.batch_costs),
+            drafter=self.drafter_factory(plan) if spec and self._mtp is None else None,
+        )
+        seq.mtp = self._mtp if spec else None
+        return seq
 
-    def _verify(self, last: int, draft: list[int], base: int, picker: TokenPicker) -> list[int]:
+    def _generate_alone(self, seq: ActiveSequence) -> Iterator[GenerationEvent]:
+        """A one-slot engine: the sequence steps alone until done."""
+        if not self.start_sequence(seq):
+            seq.stop("cancelled")
+        while not seq.done:
+            yield from seq.emit(seq.new)
+            if not seq.done:
+                self.step_alone(seq)
+        yield from seq.tail()
+        yield self.finished(seq)
+
+    # --- one sequence ------------------------------------------------------------------------------------------
+
+    def start_sequence(self, seq: ActiveSequence) -> bool:
+        """Reuse the slot's cached prefix, evaluate the rest of the prompt and pick the first token
+        (``seq.new``); False when cancelled meanwhile."""
+        slot = seq.slot
+        assert slot is not None
+        if not seq.request.cache_prompt:
+            self._forget(slot)
+        n_cached = seq.n_cached = self._reuse_prefix(slot, seq.prompt)
+        prompt = seq.prompt
+        if not self._decode(prompt[n_cached:], n_cached, all_logits=False, cancel=seq.cancel, seq=slot.seq):
+            if not C.llama_memory_seq_rm(self._mem, slot.seq, n_cached, -1):
+                self._forget(slot)
+            del slot.kv[n_cached:]
+            seq.t_prefill = seq.t0
+            return False
+        slot.kv.extend(prompt[n_cached:])
+        seq.t_prefill = time.perf_counter()
+        seq.new = [seq.picker.pick(0, 1)]
+        if seq.drafter is not None:
+            seq.drafter.reset(prompt)
+            seq.drafter.extend(seq.new)
+        return True
+
+    def step_alone(self, seq: ActiveSequence) -> None:
+        """One step of a sequence decoded alone: its last token, with a drafted continuation when drafting
+        pays; ``seq.new`` becomes what the step picked."""
+        slot = seq.slot
+        assert slot is not None
+        kv, plan, run = slot.kv, self._parts.speculative, seq.run
+        last = seq.new[-1]
+        base = len(kv)
+        if base + 1 > self._n_ctx:
+            seq.stop("length")
+            return
+        mtp, drafter, controller = seq.mtp, seq.drafter, seq.controller
+        draft: list[int] = []
+        if mtp is not None and not self._spec_broken:
+            # llama-server's budget (get_n_draft_max): what the reply and the context still allow.
+            draft = mtp.draft(last, base, min(seq.max_new - run.n_out - 1, self._n_ctx - base - 2))
+        elif drafter is not None and not self._spec_broken:
+            room = min(seq.max_new - run.n_out - 1, self._n_ctx - base - 1, self._n_batch - 1)
+            if room >= controller.n_min:
+                candidate = drafter.draft(min(plan.n_max, room))
+                draft = candidate[: controller.choose(len(candidate), drafter.last_match)]
+        if not draft:
+            self._decode([last], base, all_logits=False, seq=slot.seq)
+            kv.append(last)
+            new = [seq.picker.pick(0, 1)]
+        else:
+            new = self._verify(slot, last, draft, base, seq.picker)
+            if mtp is not None:
+                mtp.accept(len(new) - 1)
+            match = drafter.last_match if drafter is not None else 0
+            controller.record(len(draft), len(new) - 1, match_size=match)
+        if drafter is not None:
+            drafter.extend(new)
+        seq.new = new
+
+    def step_batch(self, seqs: Sequence[ActiveSequence]) -> None:
+        """One step of several sequences in one ``llama_decode``: each one's last token in its own slot, rows
+        in slot order (llama.cpp splits a batch of per-slot streams by consecutive sequence ids); each picks
+        its next token from its own row."""
+        rows = sorted(seqs, key=lambda q: q.slot.seq if q.slot is not None else 0)
+        n = len(rows)
+        batch = self._batch
+        for i, q in enumerate(rows):
+            assert q.slot is not None
+            self._b_token[i] = q.new[-1]
+            self._b_pos[i] = len(q.slot.kv)
+            batch.seq_id[i][0] = q.slot.seq
+        self._b_logits[:n] = 1
+        self._batch_seq = -1
+        batch.n_tokens = n
+        self.batch_threads.before_batch()
+        rc = C.llama_decode(self._ctx, batch)
+        if rc != 0:
+            for q in rows:
+                assert q.slot is not None
+                self._forget(q.slot)
+            if rc == 1:
+                raise EngineError(
+                    "The context is full (no room in the KV cache).",
+                    "Plan a larger --ctx or fewer --parallel.",
+                )
+            raise EngineError(f"llama.cpp failed to evaluate a batch (llama_decode returned {rc}).")
+        for i, q in enumerate(rows):
+            assert q.slot is not None
+            q.slot.kv.append(q.new[-1])
+            q.new = [q.picker.pick(i, n)]
+            if q.drafter is not None:
+                q.drafter.extend(q.new)
+
+    def finished(self, seq: ActiveSequence) -> Finished:
+        """The sequence's last event: its counters and why it ended."""
+        return Finished(
+            self._stats(
+                seq.prompt, seq.n_cached, seq.t0, seq.t_prefill, time.perf_counter(), seq.run, seq.controller
+            )
+        )
+
+    def _forget(self, slot: Slot) -> None:
+        """Drop a slot's cache (the whole memory on a one-slot engine)."""
+        if self._n_seq == 1 or not C.llama_memory_seq_rm(self._mem, slot.seq, -1, -1):
+            C.llama_memory_clear(self._mem, True)
+            for other in self._slots:
+                other.kv.clear()
+        slot.kv.clear()
+
+    def _is_eog(self, tok: int) -> bool:
+        is_eog = self._eog.get(tok)
+        if is_eog is None:
+            is_eog = self._eog[tok] = bool(C.llama_vocab_is_eog(self._vocab, tok))
+        return is_eog
+
+    def _piece_of(self, tok: int) -> bytes:
+        piece = self._pieces.get(tok)
+        return piece if piece is not None else self._piece(tok)
+
+    def _verify(self, slot: Slot, last: int, draft: list[int], base: int, picker: TokenPicker) -> list[int]:
         """Decode ``last`` + ``draft`` in one batch; return the accepted drafted tokens plus the model's next."""
-        kv = self._kv_tokens
+        kv = slot.kv
         batch = [last, *draft]
-        self._decode(batch, base, all_logits=True)
+        self._decode(batch, base, all_logits=True, seq=slot.seq)
         kv.extend(batch)
         n_rows = len(batch)
         new: list[int] = []
@@ -338,34 +421,43 @@ class EmbeddedEngine:
             break
         n_keep = base + len(new)
         if n_keep < len(kv):
-            if not C.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
-                self._recover_from_failed_rollback(n_keep)
+            if not C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
+                self._recover_from_failed_rollback(slot, n_keep)
             del kv[n_keep:]
             if self._mtp is not None:
                 self._mtp.truncate(n_keep)
         return new
 
-    def _recover_from_failed_rollback(self, n_keep: int) -> None:
+    def _recover_from_failed_rollback(self, slot: Slot, n_keep: int) -> None:
         """llama.cpp could not drop the rejected draft (a recurrent state without snapshots): rebuild the cache
         from the kept tokens and stop speculating on this engine."""
-        kept = self._kv_tokens[:n_keep]
-        C.llama_memory_clear(self._mem, True)
-        self._kv_tokens.clear()
+        kept = slot.kv[:n_keep]
+        self._forget(slot)
         if self._mtp is not None:
             self._mtp.clear()
-        self._decode(kept, 0, all_logits=False)
-        self._kv_tokens.extend(kept)
+        self._decode(kept, 0, all_logits=False, seq=slot.seq)
+        slot.kv.extend(kept)
         self._spec_broken = True
         self.notices.append(
             "Speculative decoding was switched off: llama.cpp could not roll back this model's recurrent state."
         )
 
     def _decode(
-        self, tokens: Sequence[int], start: int, *, all_logits: bool, cancel: threading.Event | None = None
+        self,
+        tokens: Sequence[int],
+        start: int,
+        *,
+        all_logits: bool,
+        cancel: threading.Event | None = None,
+        seq: int = 0,
     ) -> bool:
-        """Evaluate ``tokens`` at positions ``start``...; logits for every token or only the last. Chunks by
-        ``n_batch``; returns False when cancelled between chunks."""
+        """Evaluate ``tokens`` at positions ``start``... of sequence ``seq``; logits for every token or only the
+        last. Chunks by ``n_batch``; returns False when cancelled between chunks."""
         n = len(tokens)
+        if seq != self._batch_seq:
+            for i in range(self._n_batch):
+                self._batch.seq_id[i][0] = seq
+            self._batch_seq = seq
         for off in range(0, n, self._n_batch):
             if cancel is not None and cancel.is_set():
                 return False
@@ -382,8 +474,7 @@ class EmbeddedEngine:
             if rc == 0 and self._mtp is not None:
                 self._mtp.process(tokens[off : off + m], start + off)
             if rc != 0:
-                self._kv_tokens.clear()
-                C.llama_memory_clear(self._mem, True)
+                self._forget(self._slots[seq])
                 if rc == 1:
                     raise EngineError(
                         "The context is full (no room in the KV cache).",
@@ -445,26 +536,25 @@ class EmbeddedEngine:
             raise UsageError("The prompt is empty.")
         return tokens
 
-    def _reuse_prefix(self, prompt: list[int]) -> int:
-        """Keep the KV cache of the longest shared prefix (at least one prompt token is always re-evaluated, for
-        its logits). Returns how many prompt tokens are already in the cache."""
-        kv = self._kv_tokens
+    def _reuse_prefix(self, slot: Slot, prompt: list[int]) -> int:
+        """Keep the slot's KV cache of the longest shared prefix (at least one prompt token is always
+        re-evaluated, for its logits). Returns how many prompt tokens are already in the cache."""
+        kv = slot.kv
         common = 0
         for a, b in zip(kv, prompt, strict=False):
             if a != b:
                 break
             common += 1
         n_keep = min(common, len(prompt) - 1)
-        if n_keep > 0 and n_keep < len(kv) and not C.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+        if n_keep > 0 and n_keep < len(kv) and not C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
             n_keep = 0
         if n_keep > 0:
             # A sliding-window or recurrent cache may no longer hold what the shared prefix needs.
-            pos_min = int(C.llama_memory_seq_pos_min(self._mem, 0))
+            pos_min = int(C.llama_memory_seq_pos_min(self._mem, slot.seq))
             if pos_min > max(0, n_keep - max(1, self._n_swa)):
                 n_keep = 0
         if n_keep == 0:
-            C.llama_memory_clear(self._mem, True)
-            kv.clear()
+            self._forget(slot)
         else:
             del kv[n_keep:]
         if self._mtp is not None:
@@ -548,7 +638,7 @@ class EmbeddedEngine:
         t0: float,
         t_prefill: float,
         t_end: float,
-        run: _Run,
+        run: Run,
         controller: DraftController | None = None,
     ) -> GenerationStats:
         n_prefill = len(prompt) - n_cached

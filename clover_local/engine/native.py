@@ -48,6 +48,8 @@ SETTINGS_KEYS = frozenset(
         "swa_full",
         "op_offload",
         "use_extra_bufts",
+        "n_seq_max",
+        "kv_unified",
     }
 )
 """``llama_cpp.Llama.__init__`` keyword names we honour, plus ``tensor_buft_overrides`` (``"<regex>=CPU"``)."""
@@ -190,7 +192,8 @@ def build_params(settings: dict[str, Any], *, n_rs_seq: int = 0) -> NativeParams
         cp.swa_full = bool(settings["swa_full"])
     if settings.get("op_offload") is not None:
         cp.op_offload = bool(settings["op_offload"])
-    cp.n_seq_max = 1
+    cp.n_seq_max = int(settings.get("n_seq_max", 1))  # the planned slots (plan.slots)
+    cp.kv_unified = bool(settings.get("kv_unified", False))
     cp.n_rs_seq = n_rs_seq
     cp.no_perf = True
     return NativeParams(model=mp, context=cp, keep_alive=keep)

@@ -168,7 +168,8 @@ class ChatEngine(Protocol):
         self, request: GenerationRequest, cancel: threading.Event | None = None
     ) -> Iterator[GenerationEvent]:
         """Stream a reply: ``TextDelta`` events, then exactly one ``Finished``. Setting ``cancel`` stops within a
-        token or two (``finish_reason="cancelled"``). Not thread-safe: one generation at a time per engine."""
+        token or two (``finish_reason="cancelled"``). One generation at a time per engine, unless the engine says
+        it has ``slots`` (an int attribute): then up to that many, from as many threads (``serve`` reads it)."""
         ...
 
     @property

@@ -63,7 +63,11 @@ class LlamaServerEngine:
         api_key: str | None = None,
         owns_process: bool = True,
         template: TemplateChoice | None = None,
+        slots: int = 1,
     ) -> None:
+        self.slots = max(1, slots)
+        """Requests llama-server decodes at once (its ``-np``, the plan's slots): ``serve`` lets that many
+        through together; each runs on its own connection, so ``generate`` may be called from as many threads."""
         if isinstance(server, LlamaServerProcess):
             self._process: LlamaServerProcess | None = server
             self.base_url = server.url

@@ -36,6 +36,8 @@ class Fit:
     """Copies of the recurrent state held per sequence (1 + rollback snapshots for speculation)."""
     engine: str = "embedded"
     """The engine the memory was planned for (its runtime overhead and recurrent copies differ)."""
+    n_seq: int = 1
+    """Slots the memory holds: each its own ``ctx`` KV cells, recurrent state and checkpoints."""
 
     @property
     def gpus_fit(self) -> bool:
@@ -66,13 +68,15 @@ def evaluate(
     margin_scale: float = 1.0,
     recurrent_copies: int = 1,
     engine: str = "embedded",
+    n_seq: int = 1,
 ) -> Fit:
-    """Memory per device for one placement; for several GPUs the layer split is balanced to free memory."""
+    """Memory per device for one placement of ``n_seq`` slots of ``ctx`` tokens; for several GPUs the layer
+    split is balanced to free memory."""
     gpus = machine.gpus if uses_gpus(machine) else ()
     split: tuple[float, ...] = ()
     if len(gpus) > 1:
         split = _balanced_split(
-            machine, model, ctx, n_gpu_layers, n_cpu_moe, cache_type, n_ubatch, recurrent_copies
+            machine, model, ctx, n_gpu_layers, n_cpu_moe, cache_type, n_ubatch, recurrent_copies, n_seq
         )
     p = memory.place(
         model,
@@ -84,6 +88,7 @@ def evaluate(
         type_k=cache_type,
         type_v=cache_type,
         n_ubatch=n_ubatch,
+        n_seq=n_seq,
         recurrent_copies=recurrent_copies,
     )
     gpu_mem = tuple(
@@ -112,6 +117,11 @@ def evaluate(
         recurrent_state_bytes=p.ram_recurrent,
         compute_bytes=p.ram_compute,
         margin_bytes=int(memory.ram_margin_bytes(machine.memory.total_bytes) * margin_scale),
+        checkpoint_bytes=0
+        if model.diffusion is not None
+        else memory.checkpoint_bytes(
+            model.architecture, ctx, cache_type, cache_type, n_ubatch, n_seq, engine
+        ),
     )
     return Fit(
         n_gpu_layers=n_gpu_layers if gpus else 0,
@@ -122,6 +132,7 @@ def evaluate(
         placement=p,
         recurrent_copies=recurrent_copies,
         engine=engine,
+        n_seq=n_seq,
     )
 
 
@@ -144,6 +155,7 @@ def find_fit(
     *,
     recurrent_copies: int = 1,
     engine: str = "embedded",
+    n_seq: int = 1,
 ) -> Fit:
     """The fastest placement whose GPUs all fit; f16 KV first, q8_0 when that saves a step. When RAM is then
     short too (more offload only moves bytes to RAM), the result has ``fits == False``."""
@@ -160,6 +172,7 @@ def find_fit(
                 n_ubatch=n_ubatch,
                 recurrent_copies=rc,
                 engine=engine,
+                n_seq=n_seq,
             )
             for t in KV_TYPES_BY_PREFERENCE
         ]
@@ -176,6 +189,7 @@ def find_fit(
                 n_ubatch=n_ubatch,
                 recurrent_copies=rc,
                 engine=engine,
+                n_seq=n_seq,
             )
             if fit.gpus_fit:
                 return fit
@@ -190,6 +204,7 @@ def find_fit(
         n_ubatch=n_ubatch,
         recurrent_copies=rc,
         engine=engine,
+        n_seq=n_seq,
     )
 
 
@@ -202,6 +217,7 @@ def _balanced_split(
     cache_type: str,
     n_ubatch: int,
     recurrent_copies: int = 1,
+    n_seq: int = 1,
 ) -> tuple[float, ...]:
     """Layers per GPU (as ``tensor_split`` proportions, output head counted on the last GPU), filling each GPU
     in proportion to its free memory after margin and compute buffer."""
@@ -210,8 +226,8 @@ def _balanced_split(
     gpus = machine.gpus
     dense = model.dense_bytes_per_layer()
     experts = model.expert_bytes_per_layer()
-    kv = memory.kv_bytes_per_layer(arch, ctx, cache_type, cache_type, n_ubatch)
-    rec = memory.recurrent_bytes_per_layer(arch, recurrent_copies)
+    kv = memory.kv_bytes_per_layer(arch, ctx, cache_type, cache_type, n_ubatch, n_seq)
+    rec = memory.recurrent_bytes_per_layer(arch, recurrent_copies * n_seq)
     _, output = memory.embedding_and_output_bytes(model)
     act = memory.offloaded_layer_count(n, n_gpu_layers)
     start = n + 1 - act

@@ -67,8 +67,9 @@ def settings(plan: Plan) -> list[Setting]:
         rows.append(Setting("--rpc", ",".join(plan.rpc_servers), None))
     if plan.model_path:
         rows.append(Setting("-m", plan.model_path, "model_path", plan.model_path))
+    n_ctx = plan.ctx * plan.parallel  # llama.cpp splits -c evenly between the slots (n_ctx_seq)
     rows += [
-        Setting("-c", str(plan.ctx), "n_ctx", plan.ctx),
+        Setting("-c", str(n_ctx), "n_ctx", n_ctx),
         # llama-server: -1 means "auto" (fit), "all" offloads every layer; llama-cpp-python: -1 means all.
         Setting(
             "-ngl",
@@ -106,9 +107,12 @@ def settings(plan: Plan) -> list[Setting]:
         Setting("-ub", str(plan.n_ubatch), "n_ubatch", plan.n_ubatch),
         Setting("--load-mode", plan.load_mode, "use_mmap", use_mmap),
         Setting(None, None, "use_mlock", use_mlock),
-        # One sequence, as the embedded engine runs: KV cells and recurrent state are sized per sequence, and
-        # llama-server's default (-1 = 4 slots, unified KV) would size the SWA cache and recurrent state x4.
-        Setting("-np", "1", None),
+        # The planned slots (plan.slots): KV cells, recurrent state and checkpoints are sized for them. Never
+        # llama-server's default (-1 = 4 slots, unified KV), which the plan did not size.
+        Setting("-np", str(plan.parallel), "n_seq_max", plan.parallel),
+        # One KV stream per slot (each holds its own ctx cells), as plan.memory counts them; pinned, since
+        # llama-server's auto slots would turn unified on.
+        Setting("--no-kv-unified" if plan.parallel > 1 else None, None, "kv_unified", False),
         # llama-server defaults to swa_full off, llama_context_default_params() to on: pin the server's.
         Setting(None, None, "swa_full", False),
         # The KV cache lives with its layer on the GPU (llama-server's default; -nkvo would turn it off).
@@ -135,6 +139,8 @@ def settings(plan: Plan) -> list[Setting]:
         # With Jinja on (the default at this commit) --chat-template takes its value as Jinja source, so a
         # built-in name like "gemma" would become the template text itself; built-in names need --no-jinja.
         rows.append(Setting("--no-jinja", None, None))
+    if plan.ctx_checkpoints:  # counted in RAM by plan.memory.checkpoint_bytes (llama-server only)
+        rows.append(Setting("--ctx-checkpoints", str(plan.ctx_checkpoints), None))
     rows += _speculation_rows(plan)
     # --fit (default on at this commit) re-fits every parameter still at its default to free device memory, and
     # may add its own tensor overrides or shrink the context; the plan has already decided all of that, so fitting
@@ -199,7 +205,8 @@ class LlamaSettings:
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``llama_cpp.Llama(**kwargs)``, plus ``tensor_buft_overrides`` (``"<regex>=CPU"``
-        strings the embedded engine applies through ctypes; pop it before calling ``Llama``)."""
+        strings), ``n_seq_max`` and ``kv_unified`` (the slots), which the embedded engine sets through ctypes; pop
+        them before calling ``Llama``."""
         return {row.kwarg: row.kwarg_value for row in self.rows if row.kwarg is not None}
 
     def shell_command(self, binary: str = "llama-server", *, hf_repo: str | None = None) -> str:

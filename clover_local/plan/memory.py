@@ -4,8 +4,14 @@ Pure functions that mirror llama.cpp at the vendored commit (0c1e570):
 
 - KV cache (``src/llama-kv-cache*.cpp``): only layers with attention hold KV; cells are padded to 256. Sliding-window
   layers (Gemma 3) hold ``min(ctx, window + n_ubatch)`` cells, padded to 256 (``llama_kv_cache_iswa``), unless
-  ``swa_full``.
-- Recurrent state (``llama-memory-recurrent.cpp``): a fixed size per sequence, whatever the context.
+  ``swa_full``. With ``n_seq`` slots the cache is one stream per slot (``kv_unified`` off, what ``-np N`` gives):
+  ``-c`` is split evenly (``n_ctx_seq = n_ctx / n_seq_max``, ``llama-context.cpp``), so each slot holds its own
+  ``ctx`` cells and its own sliding window, and the whole cache is ``n_seq`` times one slot's.
+- Recurrent state (``llama-memory-recurrent.cpp``): a fixed size per sequence, whatever the context; one cell per
+  slot (``mem_size = max(1, n_seq_max)``), each kept ``1 + n_rs_seq`` times.
+- Context checkpoints (llama-server's ``--ctx-checkpoints``, ``server-context.cpp``): on models whose cache cannot
+  be cut back (recurrent state, a sliding window), each slot keeps copies of its partial state in RAM so the next
+  turn can resume from one: at most ``n_ctx_checkpoints`` per slot, each the slot's recurrent state and SWA cells.
 - Compute buffer: calibrated on the real ``sched_reserve: CPU compute buffer size`` log line. For Gemma 3 270M
   (n_vocab 262,144, n_embd 640, n_ubatch 512) llama.cpp reserves 514.50 MiB at 4K and 16K context, flash attention
   on or off = ``n_ubatch * (n_vocab + 2 * n_embd) * 4`` bytes exactly: the logits of a full ubatch dominate.
@@ -62,12 +68,14 @@ def is_swa_layer(arch: Architecture, il: int) -> bool:
 def kv_cells_per_layer(
     arch: Architecture, ctx: int, n_ubatch: int = 512, n_seq: int = 1, swa_full: bool = False
 ) -> list[int]:
-    """KV cells each layer holds (0 for recurrent layers)."""
+    """KV cells each layer holds for ``n_seq`` slots of ``ctx`` tokens each (0 for recurrent layers): one stream
+    per slot, as llama.cpp splits ``-c`` without ``--kv-unified``."""
     base = pad_cells(ctx)
-    swa = base if swa_full else pad_cells(min(base, arch.sliding_window * n_seq + n_ubatch))
+    swa = base if swa_full else pad_cells(min(base, arch.sliding_window + n_ubatch))
     attention = set(arch.attention_layers)
     return [
-        0 if il not in attention else swa if is_swa_layer(arch, il) else base for il in range(arch.n_layers)
+        0 if il not in attention else n_seq * (swa if is_swa_layer(arch, il) else base)
+        for il in range(arch.n_layers)
     ]
 
 
@@ -150,6 +158,30 @@ RUNTIME_OVERHEAD_BYTES: dict[tuple[str, str], int] = {
 H200 (CUDA 13) with a Clover-shaped model: the embedded engine's process held 1.16-1.19 GiB more than its
 model, KV, recurrent and compute buffers in each of 4 loads; llama-server 0.35-0.54 GiB in 3 loads (issue 10).
 Metal and the CPU: none beyond the buffers (Metal's is in the working-set limit already)."""
+
+
+CTX_CHECKPOINTS = 8
+"""Context checkpoints each llama-server slot may keep (``--ctx-checkpoints``; upstream's 32 would hold, for a
+hybrid model, 32 copies of each slot's recurrent state in RAM): the plan pins and counts them."""
+
+
+def keeps_checkpoints(arch: Architecture) -> bool:
+    """llama-server checkpoints a slot's context on models whose cache cannot be cut back to a prefix: a
+    recurrent state, or sliding-window layers."""
+    return bool(arch.recurrent_state_bytes) or any(is_swa_layer(arch, il) for il in arch.attention_layers)
+
+
+def checkpoint_bytes(
+    arch: Architecture, ctx: int, type_k: str, type_v: str, n_ubatch: int, n_seq: int, engine: str
+) -> int:
+    """RAM llama-server's context checkpoints may take at most: per slot :data:`CTX_CHECKPOINTS` copies of its
+    recurrent state and its sliding-window KV cells. None on the embedded engine (it re-evaluates instead)."""
+    if engine != "llama-server" or not keeps_checkpoints(arch):
+        return 0
+    per_cell = kv_bytes_per_cell(arch, type_k, type_v)
+    one_slot = kv_cells_per_layer(arch, ctx, n_ubatch, 1)
+    swa = sum(int(c * per_cell) for il, c in enumerate(one_slot) if is_swa_layer(arch, il))
+    return CTX_CHECKPOINTS * n_seq * (arch.recurrent_state_bytes + swa)
 
 
 def runtime_overhead_bytes(backend: str, engine: str) -> int:

@@ -20,6 +20,7 @@ from clover_local.plan import memory
 from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_diffusion
 from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
 from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
+from clover_local.plan.slots import choose_slots
 from clover_local.plan.speed import LayerWork, predict_tokens_per_s
 from clover_local.plan.threads import ThreadPlan, cpu_repack, plan_threads
 from clover_local.plan.types import Alternative, DeviceMemory, LoadMode, Plan, SpeculativePlan, Wishes
@@ -105,8 +106,11 @@ def make_plan(
     reasons: list[str] = [why_quant]
     if wishes.ctx is None:
         fit, ctx = _grow_context(machine, desc, fit, ctx, ctx_limit)
+    fit, why_slots = choose_slots(machine, desc, fit, ctx, wishes.parallel, N_UBATCH)
+    fits = {**fits, quant: fit}  # the plan's memory is this fit's: its context and its slots
     reasons += _placement_reasons(machine, desc, fit)
     reasons += _context_reasons(preset, desc, fit, ctx, wishes)
+    reasons.append(why_slots)
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, ctx))
 
@@ -188,6 +192,8 @@ def make_plan(
         n_batch=N_BATCH,
         n_ubatch=N_UBATCH,
         engine=wishes.engine,
+        parallel=fit.n_seq,
+        ctx_checkpoints=memory.CTX_CHECKPOINTS if fit.memory.ram.checkpoint_bytes else 0,
     )
 
 
@@ -389,6 +395,7 @@ def _context_reasons(preset: Preset, desc: ModelDescription, fit: Fit, ctx: int,
     arch = desc.architecture
     per_token = memory.kv_bytes_per_token(arch, fit.cache_type, fit.cache_type)
     kv = sum(g.kv_cache_bytes for g in fit.memory.gpus) + fit.memory.ram.kv_cache_bytes
+    kv //= max(fit.n_seq, 1)  # one slot's
     how = (
         "as asked"
         if wishes.ctx
@@ -407,12 +414,18 @@ def _context_reasons(preset: Preset, desc: ModelDescription, fit: Fit, ctx: int,
         else "every layer holds KV"
     )
     out = [
-        f"Context {ctx} tokens ({how}); KV cache {fb(kv)} at {fit.cache_type} ({fb(per_token)} per token: {which})."
+        f"Context {ctx} tokens ({how}); KV cache {fb(kv)}{' per slot' if fit.n_seq > 1 else ''} at {fit.cache_type} ({fb(per_token)} per token: {which})."
     ]
     if fit.cache_type != "f16":
         out.append(f"KV cache {fit.cache_type}: memory is tight, and it halves the KV cache against f16.")
     if arch.recurrent_state_bytes:
         out.append(f"Recurrent state {fb(arch.recurrent_state_bytes)} per sequence, whatever the context.")
+    checkpoints = fit.memory.ram.checkpoint_bytes
+    if checkpoints:
+        out.append(
+            f"Context checkpoints: llama-server keeps up to {memory.CTX_CHECKPOINTS} per slot in RAM (at most "
+            f"{fb(checkpoints)}) so a next turn can resume where this model's cache cannot be cut back."
+        )
     template = preset.chat_template
     if template not in (TEMPLATE_FROM_GGUF, TEMPLATE_COMPLETION):
         out.append(f"Chat template: llama.cpp's built-in {template!r} (the GGUF has none).")

@@ -50,7 +50,9 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
     )
     width = max([8, *(len(d.name) for d in plan.memory.gpus)])
     lines = [
-        f"{preset.display_name}: {plan.quant} ({fb(plan.file_bytes)}), context {plan.ctx}, {where}, "
+        f"{preset.display_name}: {plan.quant} ({fb(plan.file_bytes)}), context {plan.ctx}"
+        + (f" x {plan.parallel} slots" if plan.parallel > 1 else "")
+        + f", {where}, "
         + (
             f"diffusion ({plan.diffusion.schedule} schedule, {plan.diffusion.steps_per_block} steps per block)"
             if plan.diffusion is not None
@@ -62,10 +64,14 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
         f"{'memory':{width}} {'weights':>11} {'KV cache':>11} {'recurrent':>11} {'compute':>11} {'total':>11} "
         f"{'available':>11} {'margin':>10}",
     ]
+    checkpoints = plan.memory.ram.checkpoint_bytes
+    if checkpoints:
+        lines[-1] += f" {'checkpoints':>11}"
     for d in (*plan.memory.gpus, plan.memory.ram):
         lines.append(
             f"{d.name:{width}} {fb(d.weights_bytes):>11} {fb(d.kv_cache_bytes):>11} {fb(d.recurrent_state_bytes):>11} "
             f"{fb(d.compute_bytes):>11} {fb(d.used_bytes):>11} {fb(d.capacity_bytes):>11} {fb(d.margin_bytes):>10}"
+            + (f" {fb(d.checkpoint_bytes):>11}" if checkpoints else "")
             + ("" if d.fits else "  short")
         )
     lines += ["", "Why:"] + [f"  - {r}" for r in plan.reasons]
@@ -83,7 +89,8 @@ def plan_summary(plan: Plan) -> str:
     spec = "on" if plan.speculative.enabled else "off"
     est = " (estimated sizes)" if plan.estimated else ""
     head = [
-        f"{plan.quant} · {gigabytes(plan.file_bytes)}{est} · context {plan.ctx:,} tokens",
+        f"{plan.quant} · {gigabytes(plan.file_bytes)}{est} · context {plan.ctx:,} tokens"
+        + (f" · {plan.parallel} slots" if plan.parallel > 1 else ""),
         f"{where}{experts} · speculative decoding {spec}",
         f"Predicted speed: about {plan.predicted_tokens_per_s:.0f} tokens/s"
         if plan.diffusion is None

@@ -23,6 +23,9 @@ class Wishes:
     goal: Goal = "quality"
     speculative: bool | None = None
     threads: int | None = None
+    parallel: int | None = 1
+    """Slots: requests decoded at once (``--parallel``); None: as many as fit, up to
+    :data:`clover_local.plan.slots.DEFAULT_SLOTS`."""
     engine: EngineKind = "embedded"
     """Which engine will run the plan: they hold different memory (``plan.memory.runtime_overhead_bytes``,
     ``plan.memory.recurrent_copies``)."""
@@ -44,6 +47,8 @@ class DeviceMemory:
     runtime_bytes: int = 0
     """What the GPU runtime itself holds in the process (CUDA context, cuBLAS, graphs): not in llama.cpp's log,
     but in the device's memory all the same."""
+    checkpoint_bytes: int = 0
+    """llama-server's context checkpoints at most (RAM only; ``plan.memory.checkpoint_bytes``)."""
 
     @property
     def used_bytes(self) -> int:
@@ -53,6 +58,7 @@ class DeviceMemory:
             + self.recurrent_state_bytes
             + self.compute_bytes
             + self.runtime_bytes
+            + self.checkpoint_bytes
         )
 
     @property
@@ -155,6 +161,7 @@ class Plan:
     quant: str
     file_bytes: int
     ctx: int
+    """Tokens of context each slot holds (``-c`` is ``ctx * parallel``, split evenly between the slots)."""
     n_gpu_layers: int
     """-1 = all layers. 0 on CPU-only plans."""
     n_cpu_moe: int
@@ -200,6 +207,12 @@ class Plan:
     header of X.gguf on the Hub")``; filled by ``runtime.plan_for`` (``fetch.describe``)."""
     diffusion: DiffusionPlan | None = None
     """Set for diffusion models: decode by denoising steps over the canvas (n_ctx = n_batch = n_ubatch)."""
+    parallel: int = 1
+    """Slots: sequences decoded at once, each with its own ``ctx`` cells of KV cache and its own recurrent state
+    (llama.cpp's ``n_seq_max``, llama-server's ``-np``); chosen by ``plan.slots``."""
+    ctx_checkpoints: int = 0
+    """Context checkpoints each llama-server slot may keep (``--ctx-checkpoints``, counted in RAM); 0: none
+    planned (the embedded engine, or a model whose cache can be cut back)."""
     repack: bool = True
     """llama.cpp may repack weights into its extra CPU buffer types (``--no-repack`` when False)."""
     architecture: ArchCheck | None = None

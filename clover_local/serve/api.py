@@ -3,8 +3,10 @@
 Routes: ``/v1/chat/completions`` (with tools and structured output), ``/v1/completions``, OpenAI's
 ``/v1/responses`` and Anthropic's ``/v1/messages`` (streamed as server-sent events or not), ``/v1/models``,
 ``/health``; ``/v1/embeddings`` answers a named 400. With an API key, every request without it gets 401.
-One generation runs at a time (engines are not thread-safe); others wait their turn. A client that disconnects mid-stream cancels its
-generation, and bad requests get OpenAI-shaped 400s: the server keeps serving either way.
+As many generations run at once as the engine has slots (``plan.parallel``: the embedded engine decodes them in one
+batch, llama-server in its own slots); later requests wait in arrival order, and past ``max_queue`` waiting ones a
+request gets 503 with ``Retry-After`` (``serve.slots``). A client that disconnects cancels its generation and frees
+its slot, and bad requests get OpenAI-shaped 400s: the server keeps serving either way.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -46,8 +49,10 @@ from clover_local.serve.api_errors import ApiError, error_body
 from clover_local.serve.error_map import REQUEST_ERRORS, api_error
 from clover_local.serve.openai_schema import ParsedRequest
 from clover_local.serve.request_fields import ignored_header
+from clover_local.serve.slots import QUEUE_PER_SLOT, SlotGate, retry_headers
 
 _END = object()
+log = logging.getLogger("clover_local.serve")
 
 
 class _Mailbox:
@@ -93,6 +98,9 @@ class ApiConfig:
     """``Host`` names accepted besides loopback ones (:func:`request_guard.hosts_allowed`); None: any."""
     max_request_s: float = 1800.0
     """Longest one generation may run; then it is stopped and answered with what it made."""
+    max_queue: int | None = None
+    """Requests that may wait for a slot; past it one gets 503 with ``Retry-After``. None:
+    :data:`serve.slots.QUEUE_PER_SLOT` per slot."""
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -134,12 +142,14 @@ class _ApiKeyMiddleware:
 
 
 class OpenAIServer:
-    """The routes and the one-at-a-time generation queue around one engine."""
+    """The routes and the slots (a bounded arrival-order queue) around one engine."""
 
     def __init__(self, engine: ChatEngine, config: ApiConfig) -> None:
         self.engine = engine
         self.config = config
-        self._lock = asyncio.Lock()
+        slots = int(getattr(engine, "slots", 1) or 1)  # engines that generate several at once say how many
+        queue = config.max_queue if config.max_queue is not None else QUEUE_PER_SLOT * slots
+        self.gate = SlotGate(slots, queue)
         self._created = int(time.time())
 
     def app(self) -> Starlette:
@@ -173,7 +183,16 @@ class OpenAIServer:
             return JSONResponse(
                 {"status": "error", "model": self.config.model_id, "error": error}, status_code=503
             )
-        return JSONResponse({"status": "ok", "model": self.config.model_id, "busy": self._lock.locked()})
+        gate = self.gate
+        return JSONResponse(
+            {
+                "status": "ok",
+                "model": self.config.model_id,
+                "busy": gate.busy > 0,
+                "slots": {"total": gate.slots, "busy": gate.busy, "idle": gate.slots - gate.busy},
+                "queue": {"waiting": gate.waiting, "limit": gate.max_queue},
+            }
+        )
 
     async def models(self, request: Request) -> Response:
         data = [
@@ -208,12 +227,15 @@ class OpenAIServer:
 
         def refuse(exc: ApiError) -> Response:
             return JSONResponse(
-                exc.body() if oa_errors else anthropic_api.error_body(exc), status_code=exc.status
+                exc.body() if oa_errors else anthropic_api.error_body(exc),
+                status_code=exc.status,
+                headers=retry_headers(exc),
             )
 
         try:
             parsed = api.parse(await _json_body(request), self.config.model_names)
             gen_request = await asyncio.to_thread(self._fit_context, parsed)
+            self.gate.check()
         except REQUEST_ERRORS as exc:
             return refuse(api_error(exc))
         if parsed.stream:
@@ -249,9 +271,10 @@ class OpenAIServer:
             parse = oa.parse_chat if chat else oa.parse_completion
             parsed = parse(body, self.config.model_names)
             gen_request = await asyncio.to_thread(self._fit_context, parsed)
+            self.gate.check()
         except REQUEST_ERRORS as exc:
             error = api_error(exc)
-            return JSONResponse(error.body(), status_code=error.status)
+            return JSONResponse(error.body(), status_code=error.status, headers=retry_headers(error))
         if parsed.stream:
             stream = self._stream_chat if chat else self._stream_completion
             return StreamingResponse(
@@ -296,9 +319,10 @@ class OpenAIServer:
     async def _events(
         self, request: GenerationRequest, cancel: threading.Event
     ) -> AsyncIterator[GenerationEvent]:
-        """Run the engine in a thread and yield its events; the lock is freed only when that thread ends,
-        so a cancelled generation never overlaps the next one."""
-        await self._lock.acquire()
+        """Run the engine in a thread and yield its events once a slot is free; the slot is freed only when
+        that thread ends, so a cancelled generation never overlaps the one given its slot."""
+        if not await self._wait_for_slot(cancel):
+            return
         mailbox = _Mailbox(asyncio.get_running_loop())
         # The per-request time limit: a reply that runs too long is stopped like one whose client left.
         deadline = mailbox.loop.call_later(self.config.max_request_s, cancel.set)
@@ -311,12 +335,12 @@ class OpenAIServer:
                 mailbox.post(exc)
             finally:
                 mailbox.post(_END)
-                mailbox.loop.call_soon_threadsafe(self._lock.release)
+                mailbox.loop.call_soon_threadsafe(self.gate.release)
 
         try:
             threading.Thread(target=work, name="clover-serve-generate", daemon=True).start()
         except BaseException:
-            self._lock.release()
+            self.gate.release()
             raise
         try:
             while True:
@@ -329,6 +353,36 @@ class OpenAIServer:
         finally:
             deadline.cancel()
             cancel.set()  # no-op when finished; stops the engine when the client went away
+
+    async def _wait_for_slot(self, cancel: threading.Event) -> bool:
+        """A slot, in arrival order; False when the client left while waiting (its place is given up)."""
+        gate = self.gate
+        if gate.busy >= gate.slots:
+            log.info("all %d slots busy: a request waits (%d waiting before it)", gate.slots, gate.waiting)
+        acquire = asyncio.ensure_future(gate.acquire())
+        try:
+            while not acquire.done() and not cancel.is_set():
+                await asyncio.wait({acquire}, timeout=0.25)
+        except BaseException:  # this task was cancelled (the client of a stream left) while waiting
+            if not acquire.done():
+                acquire.cancel()  # a slot it was handed meanwhile is passed on (SlotGate.acquire)
+            elif not acquire.cancelled() and acquire.exception() is None:
+                self.gate.release()
+            raise
+        if not acquire.done():  # the client left while waiting
+            acquire.cancel()
+            try:
+                await acquire
+            except asyncio.CancelledError:
+                return False
+            self.gate.release()
+            return False
+        acquire.result()  # QueueFull: the queue filled since this request was checked
+        if cancel.is_set():
+            self.gate.release()
+            return False
+        log.info("slots: %d of %d busy, %d waiting", gate.busy, gate.slots, gate.waiting)
+        return True
 
     async def _collect(
         self, http_request: Request, request: GenerationRequest
@@ -360,7 +414,7 @@ class OpenAIServer:
             text, calls, finished = await self._collect(http_request, request)
         except REQUEST_ERRORS as exc:
             error = api_error(exc)
-            return JSONResponse(error.body(), status_code=error.status)
+            return JSONResponse(error.body(), status_code=error.status, headers=retry_headers(error))
         rid = oa.new_id("chatcmpl" if chat else "cmpl")
         build = oa.chat_response if chat else oa.completion_response
         body = build(rid, parsed.model, text, finished.stats)

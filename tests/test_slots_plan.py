@@ -1,0 +1,170 @@
+"""Slots in the plan (``plan.slots``): memory sized for N sequences as llama.cpp holds them (one KV stream of
+``ctx`` cells per slot, recurrent state per slot, llama-server's checkpoints per slot), the default (as many as
+fit beside the one-slot placement, up to 4; 1 where memory is tight), ``--parallel N`` as asked, and the
+settings rendered for both engines from the same rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clover_local.cli import main
+from clover_local.detect import parse_simulate
+from clover_local.errors import UsageError
+from clover_local.plan import memory
+from clover_local.plan.llama_args import llama_cpp_kwargs, llama_server_args
+from clover_local.plan.planner import make_plan
+from clover_local.plan.slots import DEFAULT_SLOTS, MAX_SLOTS
+from clover_local.plan.types import Plan, Wishes
+from clover_local.presets import load_preset
+
+
+def plan(spec: str, preset: str = "smollm2-135m", **wishes: object) -> Plan:
+    return make_plan(parse_simulate(spec), load_preset(preset), None, Wishes(**wishes))  # type: ignore[arg-type]
+
+
+def kv_total(p: Plan) -> int:
+    return sum(g.kv_cache_bytes for g in p.memory.gpus) + p.memory.ram.kv_cache_bytes
+
+
+def recurrent_total(p: Plan) -> int:
+    return sum(g.recurrent_state_bytes for g in p.memory.gpus) + p.memory.ram.recurrent_state_bytes
+
+
+def test_default_is_four_slots_where_they_fit_each_with_its_own_context() -> None:
+    one = plan("ram=32G,cpu=8", parallel=1)
+    four = plan("ram=32G,cpu=8", parallel=None)
+    assert four.parallel == DEFAULT_SLOTS and one.parallel == 1
+    assert four.ctx == one.ctx  # a slot's context is the one-slot plan's
+    assert kv_total(four) == 4 * kv_total(one)
+    assert any(r.startswith("4 slots:") for r in four.reasons)
+    argv = llama_server_args(four)
+    assert argv[argv.index("-c") + 1] == str(4 * four.ctx)  # llama.cpp splits -c evenly between slots
+    assert argv[argv.index("-np") + 1] == "4" and "--no-kv-unified" in argv
+    kwargs = llama_cpp_kwargs(four)
+    assert kwargs["n_ctx"] == 4 * four.ctx and kwargs["n_seq_max"] == 4 and kwargs["kv_unified"] is False
+
+
+def test_one_slot_where_memory_is_tight_and_the_reason_says_so() -> None:
+    # Gemma 3 270M's KV cache at its context: a machine where one slot fits but not a second one beside it.
+    tight = plan("ram=2.3G,cpu=2", "gemma3-270m", parallel=None)
+    roomy = plan("ram=32G,cpu=2", "gemma3-270m", parallel=None)
+    assert roomy.parallel > 1
+    assert tight.parallel == 1
+    assert any(r.startswith("1 slot: memory is tight") for r in tight.reasons)
+    assert llama_server_args(tight)[llama_server_args(tight).index("-np") + 1] == "1"
+
+
+def test_default_slots_never_move_experts_off_the_gpu() -> None:
+    spec = "gpu=nvidia:24G,ram=64G"
+    one = plan(spec, "clover-35b-a3b", parallel=1)
+    auto = plan(spec, "clover-35b-a3b", parallel=None)
+    assert (auto.n_gpu_layers, auto.n_cpu_moe) == (one.n_gpu_layers, one.n_cpu_moe)
+    assert auto.fits
+
+
+def test_asked_slots_are_planned_as_asked_and_a_moved_placement_is_said() -> None:
+    spec = "gpu=nvidia:24G,ram=64G"
+    one = plan(spec, "clover-35b-a3b", parallel=1, ctx=65536)
+    many = plan(spec, "clover-35b-a3b", parallel=16, ctx=65536)
+    assert many.parallel == 16
+    why = next(r for r in many.reasons if r.startswith("16 slots, as asked"))
+    if many.n_cpu_moe != one.n_cpu_moe:
+        assert "placement changed" in why
+    assert many.n_cpu_moe >= one.n_cpu_moe
+
+
+def test_recurrent_state_is_held_per_slot() -> None:
+    spec = "gpu=nvidia:80G,ram=128G"
+    one = plan(spec, "clover-35b-a3b", parallel=1)
+    three = plan(spec, "clover-35b-a3b", parallel=3)
+    assert recurrent_total(one) > 0
+    assert abs(recurrent_total(three) - 3 * recurrent_total(one)) < 1024  # per-layer integer shares
+
+
+def test_sliding_window_cells_per_slot() -> None:
+    arch = load_preset("gemma3-270m").architecture
+    one = memory.kv_cells_per_layer(arch, 4096, n_ubatch=512)
+    four = memory.kv_cells_per_layer(arch, 4096, n_ubatch=512, n_seq=4)
+    assert four == [4 * c for c in one]  # a stream per slot: its own window, its own full cells
+
+
+def test_llama_server_checkpoints_are_pinned_and_counted_in_ram() -> None:
+    spec = "ram=32G,cpu=8"
+    served = plan(spec, "gemma3-270m", parallel=2, engine="llama-server")
+    embedded = plan(spec, "gemma3-270m", parallel=2, engine="embedded")
+    assert served.ctx_checkpoints == memory.CTX_CHECKPOINTS and embedded.ctx_checkpoints == 0
+    argv = llama_server_args(served)
+    assert argv[argv.index("--ctx-checkpoints") + 1] == str(memory.CTX_CHECKPOINTS)
+    assert served.memory.ram.checkpoint_bytes > 0 == embedded.memory.ram.checkpoint_bytes
+    assert served.memory.ram.used_bytes - embedded.memory.ram.used_bytes >= served.memory.ram.checkpoint_bytes
+    # an attention-only model can be cut back to any prefix: no checkpoints
+    assert plan(spec, "smollm2-135m", parallel=2, engine="llama-server").ctx_checkpoints == 0
+
+
+@pytest.mark.parametrize("n", [0, -1, MAX_SLOTS + 1])
+def test_slots_out_of_range_are_a_usage_error(n: int) -> None:
+    with pytest.raises(UsageError, match="--parallel"):
+        plan("ram=32G,cpu=8", parallel=n)
+
+
+def test_plan_json_shows_slots_and_serve_defaults_to_auto(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--preset", "smollm2-135m", "--simulate", "ram=32G,cpu=8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["parallel"] == 1  # plan shows what `run`/`chat` load: one sequence
+    assert (
+        main(["plan", "--preset", "smollm2-135m", "--simulate", "ram=32G,cpu=8", "--parallel", "3", "--json"])
+        == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["parallel"] == 3 and data["llama_cpp_kwargs"]["n_seq_max"] == 3
+    assert (
+        main(
+            [
+                "plan",
+                "--preset",
+                "smollm2-135m",
+                "--simulate",
+                "ram=32G,cpu=8",
+                "--parallel",
+                "auto",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["parallel"] == DEFAULT_SLOTS
+    assert main(["command", "--preset", "smollm2-135m", "--simulate", "ram=32G,cpu=8"]) == 0
+    assert f"-np {DEFAULT_SLOTS}" in capsys.readouterr().out  # the command for a server: slots decided
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_planned_memory_for_slots_is_what_llama_cpp_allocates(gemma_path: Path, slots: int) -> None:
+    """The real Gemma 3 270M loaded with the plan's settings: llama.cpp's own buffer sizes (its load log) for N
+    slots are the plan's, KV cache exactly (one stream of ctx cells per slot, sliding window per slot)."""
+    from clover_local.engine.loader import load_engine
+    from clover_local.gguf.header import read_local_header
+    from clover_local.plan.llama_args import llama_settings
+    from clover_local.testing.measure import parse_buffer_log
+
+    header = read_local_header(gemma_path)
+    p = make_plan(
+        parse_simulate("ram=24G,cpu=2"),
+        load_preset("gemma3-270m"),
+        model=header,
+        wishes=Wishes(ctx=2048, parallel=slots),
+        model_path=str(gemma_path),
+    )
+    assert p.parallel == slots
+    result = load_engine(gemma_path, llama_settings(p).kwargs(), speculative=p.speculative)
+    try:
+        assert result.engine.slots == slots and result.engine.n_ctx == 2048
+        logged = parse_buffer_log("\n".join(result.load_log))
+    finally:
+        result.engine.close()
+    ram = p.memory.ram
+    assert logged["kv"] == ram.kv_cache_bytes == slots * memory.kv_cache_bytes(header.architecture, 2048)
+    reserved = sum(logged.values())
+    assert 0.9 <= ram.used_bytes / reserved <= 1.1, (ram, logged)
