@@ -3,8 +3,8 @@ optional, nested and literal fields (``qty: int = Field(ge=1)``): instructor (to
 pydantic-ai (tool output) and the OpenAI Agents SDK (typed output). The model is a tiny random one: it writes
 whatever the grammar lets through, so each object comes out valid only because the schema is enforced.
 
-The libraries are optional test dependencies (installing them into an environment can move ``openai``); each
-test is skipped where its library is missing."""
+The libraries are in the ``test`` extra; each test is skipped where its library is missing (an environment
+set up without them)."""
 
 from __future__ import annotations
 
