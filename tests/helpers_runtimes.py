@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from releases_server import ReleasesServer
 
-from clover_local import settings
+from clover_local import llama_arch_table, settings
 
 # Read before the autouse fixture points CLOVER_DATA_DIR at a temporary folder.
 PINNED_BIN = settings.llama_server_dir()
@@ -41,6 +41,24 @@ bool llm_arch_is_diffusion(const llm_arch & arch) {
     }
 }
 """
+
+
+def arch_cpp(*extra: str) -> str:
+    """A ``src/llama-arch.cpp`` naming the pinned llama.cpp's architectures and ``extra`` ones (the name table
+    and the diffusion switch, as :func:`clover_local.arch_support.parse_llama_arch` reads them)."""
+    names = (*llama_arch_table.ARCHITECTURES, *extra)
+    rows = "".join(f'    {{ LLM_ARCH_N{i},  "{name}" }},\n' for i, name in enumerate(names))
+    cases = "".join(
+        f"        case LLM_ARCH_N{i}:\n" for i, n in enumerate(names) if n in llama_arch_table.DIFFUSION
+    )
+    return (
+        "static const std::map<llm_arch, const char *> LLM_ARCH_NAMES = {\n"
+        f'{rows}    {{ LLM_ARCH_UNKNOWN, "(unknown)" }},\n}};\n\n'
+        "bool llm_arch_is_diffusion(const llm_arch & arch) {\n    switch (arch) {\n"
+        f"{cases}            return true;\n        default:\n            return false;\n    }}\n}}\n"
+    )
+
+
 ARG_CPP = """// common/arg.cpp of a stand-in release
     add_opt(common_arg(
         {"-c", "--ctx-size"}, "N",
