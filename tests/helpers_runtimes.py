@@ -150,6 +150,27 @@ def publish(
     return name
 
 
+_OS_WORDS = {"linux": "ubuntu", "macos": "macos", "windows": "win"}
+_VARIANTS = {
+    "cpu": "",
+    "metal": "",
+    "vulkan": "vulkan-",
+    "cuda-12": "cuda-12.4-",
+    "cuda-13": "cuda-13.1-",
+    "rocm": "rocm-7.2-",
+}
+
+
+def host_asset(tag: str) -> str:
+    """The archive name upstream gives the build this machine's first backend picks (so the app, which asks
+    this machine, chooses it: a CUDA machine gets a ``cuda-12.4`` name holding the pinned CPU build)."""
+    from clover_local.runtimes.install import host_target
+
+    aim = host_target()
+    ext = "zip" if aim.os == "windows" else "tar.gz"
+    return f"llama-{tag}-bin-{_OS_WORDS[aim.os]}-{_VARIANTS[aim.backends[0]]}{aim.arch}.{ext}"
+
+
 @pytest.fixture
 def releases(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[ReleasesServer]:
     """The stand-in, with CLOVER_LLAMACPP_RELEASES / CLOVER_LLAMACPP_RAW pointed at it and runtimes in a

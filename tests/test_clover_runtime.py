@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers_runtimes import arch_cpp, releases
+from helpers_runtimes import arch_cpp, host_asset, publish, releases, script_runtime, tar_gz
 from hub_server import HubServer
 from releases_server import REPO_PATH, ReleasesServer
 
@@ -397,32 +397,23 @@ def test_plan_repo_reads_a_community_quants_header(
 
 
 async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
-    runtimes: Path, upstream: ReleasesServer, monkeypatch: pytest.MonkeyPatch
+    runtimes: Path, upstream: ReleasesServer
 ) -> None:
-    """The Clover plan names the release to install, Download stays off, and ``i`` runs the installer (the
-    runtime installer's ``install(tag, progress=)``, here a stand-in module that installs a runtime folder,
-    since ``clover_local.runtimes.install`` is another branch's); after it the plan names the runtime. Without
-    the installer, the key says which command to run instead."""
-    import sys
-    import types
-
+    """The Clover plan names the release to install and Download stays off; ``i`` opens the Runtimes screen,
+    which installs that release with the real installer from the releases stand-in (an archive as upstream
+    packs one, under the name this machine picks, with a llama-arch.cpp that knows clover_moe); back on the
+    plan it is made again and names the installed runtime."""
     from textual.widgets import Button, Static
     from waiting import wait_until
 
     from clover_local.detect import parse_simulate
+    from clover_local.runtimes.installed import installed_runtimes
     from clover_local.tui.app import CloverApp, StartOptions
     from clover_local.tui.screens.plan import PlanScreen
+    from clover_local.tui.screens.runtimes import RuntimesScreen
 
-    calls: list[str] = []
-
-    def install(tag: str, *, progress: object = None) -> object:
-        calls.append(tag)
-        assert callable(progress)
-        progress(1, 2)
-        _fake_runtime(runtimes, tag, (CLOVER_ARCH,))
-        return types.SimpleNamespace(label=f"llama.cpp {tag} (cpu, archive)")
-
-    monkeypatch.setitem(sys.modules, "clover_local.runtimes.install", None)  # not installed: ImportError
+    publish(upstream, RELEASE, tar_gz(script_runtime(RELEASE)), name=host_asset(RELEASE))
+    upstream.add_raw(RELEASE, "src/llama-arch.cpp", arch_cpp(CLOVER_ARCH))
     app = CloverApp(StartOptions(preset="clover-35b-a3b"), machine=parse_simulate("ram=64G,cpu=16"))
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
@@ -435,22 +426,19 @@ async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
         assert screen.query_one("#plan-download", Button).disabled
 
         await pilot.press("i")
-        await wait_until(lambda: screen.installing is None and calls == [], "the refusal", pilot=pilot)
-        await wait_until(
-            lambda: any(f"clover-local runtime install {RELEASE}" in n.message for n in app._notifications),
-            "the command to run instead",
-            pilot=pilot,
-        )
+        await wait_until(lambda: isinstance(app.screen, RuntimesScreen), "the runtimes screen", pilot=pilot)
+        runtimes_screen = app.screen
+        assert isinstance(runtimes_screen, RuntimesScreen) and runtimes_screen.install_at_once == RELEASE
+        await wait_until(lambda: runtimes_screen.ended == 1, "the install to end", pilot=pilot)
+        assert str(runtimes_screen.query_one("#runtime-error", Static).render()) == ""
+        assert [rt.tag for rt in installed_runtimes()] == [RELEASE]
+        assert runtimes_screen.installed_now is not None and runtimes_screen.installed_now.tag == RELEASE
 
-        monkeypatch.setitem(
-            sys.modules, "clover_local.runtimes.install", types.SimpleNamespace(install=install)
-        )
         count = screen.plan_count
-        await pilot.press("i")
-        await wait_until(
-            lambda: screen.plan_count > count and screen.installing is None, "re-plan", pilot=pilot
-        )
-        assert calls == [RELEASE] and not button.display
+        await pilot.press("escape")  # the Runtimes screen returns what it installed
+        await wait_until(lambda: app.screen is screen, "back to the plan", pilot=pilot)
+        await wait_until(lambda: screen.plan_count > count, "the plan made again", pilot=pilot)
+        assert screen.installing is None and not button.display
         assert screen.plan is not None and screen.plan.architecture is not None
         assert screen.plan.architecture.runtime == RELEASE
         assert f"llama.cpp {RELEASE} (installed runtime" in str(
