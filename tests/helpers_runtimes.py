@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from releases_server import ReleasesServer
 
-from clover_local import settings
+from clover_local import llama_arch_table, settings
 
 # Read before the autouse fixture points CLOVER_DATA_DIR at a temporary folder.
 PINNED_BIN = settings.llama_server_dir()
@@ -41,6 +41,24 @@ bool llm_arch_is_diffusion(const llm_arch & arch) {
     }
 }
 """
+
+
+def arch_cpp(*extra: str) -> str:
+    """A ``src/llama-arch.cpp`` naming the pinned llama.cpp's architectures and ``extra`` ones (the name table
+    and the diffusion switch, as :func:`clover_local.arch_support.parse_llama_arch` reads them)."""
+    names = (*llama_arch_table.ARCHITECTURES, *extra)
+    rows = "".join(f'    {{ LLM_ARCH_N{i},  "{name}" }},\n' for i, name in enumerate(names))
+    cases = "".join(
+        f"        case LLM_ARCH_N{i}:\n" for i, n in enumerate(names) if n in llama_arch_table.DIFFUSION
+    )
+    return (
+        "static const std::map<llm_arch, const char *> LLM_ARCH_NAMES = {\n"
+        f'{rows}    {{ LLM_ARCH_UNKNOWN, "(unknown)" }},\n}};\n\n'
+        "bool llm_arch_is_diffusion(const llm_arch & arch) {\n    switch (arch) {\n"
+        f"{cases}            return true;\n        default:\n            return false;\n    }}\n}}\n"
+    )
+
+
 ARG_CPP = """// common/arg.cpp of a stand-in release
     add_opt(common_arg(
         {"-c", "--ctx-size"}, "N",
@@ -130,6 +148,27 @@ def publish(
         server.add_raw(tag, "src/llama-arch.cpp", ARCH_CPP)
         server.add_raw(tag, "common/arg.cpp", ARG_CPP)
     return name
+
+
+_OS_WORDS = {"linux": "ubuntu", "macos": "macos", "windows": "win"}
+_VARIANTS = {
+    "cpu": "",
+    "metal": "",
+    "vulkan": "vulkan-",
+    "cuda-12": "cuda-12.4-",
+    "cuda-13": "cuda-13.1-",
+    "rocm": "rocm-7.2-",
+}
+
+
+def host_asset(tag: str) -> str:
+    """The archive name upstream gives the build this machine's first backend picks (so the app, which asks
+    this machine, chooses it: a CUDA machine gets a ``cuda-12.4`` name holding the pinned CPU build)."""
+    from clover_local.runtimes.install import host_target
+
+    aim = host_target()
+    ext = "zip" if aim.os == "windows" else "tar.gz"
+    return f"llama-{tag}-bin-{_OS_WORDS[aim.os]}-{_VARIANTS[aim.backends[0]]}{aim.arch}.{ext}"
 
 
 @pytest.fixture

@@ -188,6 +188,11 @@ class ReleasesServer:
         with self._lock:
             return self._held
 
+    def paths(self) -> list[str]:
+        """The path of every request so far, in order (what a test asserts was asked, or that nothing was)."""
+        with self._lock:
+            return [r.path for r in self.requests]
+
     def downloads(self, name: str) -> list[RequestRecord]:
         """The GETs of one asset (its name ends the path), redirects included."""
         with self._lock:

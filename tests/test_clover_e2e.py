@@ -1,8 +1,10 @@
 """A model whose architecture only an installed runtime knows, end to end through a real llama-server: the test
 runtime (``scripts/make_test_runtime.py``: the pinned llama.cpp with its qwen35moe row named ``clover_moe``,
 installed as ``b99999``) runs the tiny clover_moe GGUF in ``clover-local run``, in ``clover-local serve`` asked
-by the official openai client, and in the chat in a real terminal (tmux). The pinned llama.cpp cannot load that
-file; only the runtime can, so a reply proves the runtime ran it."""
+by the official openai client, and in the chat in a real terminal (tmux); and the way a person gets it: that
+runtime's files packed as a release archive, served by the releases stand-in as release ``b99999``, installed with
+``clover-local runtime install b99999`` and then run. The pinned llama.cpp cannot load that file; only the
+runtime can, so a reply proves the runtime ran it."""
 
 from __future__ import annotations
 
@@ -12,12 +14,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
 import openai
 import psutil
 import pytest
+from helpers_runtimes import host_asset, releases
+from releases_server import ReleasesServer
 from waiting import wait_until
 
 from clover_local.arch_support import check_architecture
@@ -29,6 +34,7 @@ from clover_local.testing.runtime import TEST_TAG, built_runtime, runtimes_folde
 RUNTIMES = runtimes_folder()  # read before the per-test user directories are set
 BUILT = built_runtime(RUNTIMES)
 KEY = "e2e-key"
+__all__ = ["releases"]  # the fixture
 
 pytestmark = [
     pytest.mark.slow,
@@ -58,6 +64,54 @@ def test_run_answers_one_prompt_through_the_runtime(capsys: pytest.CaptureFixtur
     result = json.loads(out)
     assert result["text"].strip(), "the runtime's llama-server wrote a reply"
     assert f"llama.cpp {TEST_TAG}" in err and "Engine: llama-server" in err
+
+
+def test_installed_from_the_releases_stand_in_then_run(releases: ReleasesServer, tmp_path: Path) -> None:
+    """What a person does: ``runtime install`` the release that knows the model (here the test runtime's files
+    packed as upstream packs a release, its llama-arch.cpp as the release's raw source, its digest published),
+    then ``run`` the model; the plan names the runtime just installed and its llama-server writes the reply."""
+    assert BUILT is not None
+    archive = tmp_path / host_asset(TEST_TAG)
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(BUILT.server, arcname=f"llama-{TEST_TAG}/llama-server")
+    releases.add_release(TEST_TAG)
+    releases.add_asset(TEST_TAG, archive.name, archive)
+    releases.add_raw(TEST_TAG, "src/llama-arch.cpp", (BUILT.root / "llama-arch.cpp").read_bytes())
+    releases.add_raw(TEST_TAG, "common/arg.cpp", (BUILT.root / "arg.cpp").read_bytes())
+    installed = tmp_path / "runtimes"
+    env = {**os.environ, "CLOVER_RUNTIMES_DIR": str(installed)}
+    assert (
+        env["CLOVER_LLAMACPP_RELEASES"] == releases.api_url and env["CLOVER_LLAMACPP_RAW"] == releases.raw_url
+    )
+    clover = [sys.executable, "-m", "clover_local"]
+
+    done = subprocess.run(
+        [*clover, "runtime", "install", TEST_TAG], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert releases.downloads(archive.name), "the archive came from the stand-in"
+    manifest = json.loads((installed / TEST_TAG / "runtime.json").read_text())
+    assert (
+        manifest["origin"] == "archive"
+        and manifest["sha256"] == releases.releases[TEST_TAG].assets[archive.name].sha256
+    )
+
+    model = str(tiny_clover_model())
+    plan = subprocess.run(
+        [*clover, "plan", "--model", model, "--json"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert plan.returncode == 0, plan.stderr
+    arch = json.loads(plan.stdout)["architecture"]
+    assert (arch["supported"], arch["runtime"]) == (True, TEST_TAG)
+    assert Path(arch["server_path"]).is_relative_to(installed.resolve()), arch["server_path"]
+
+    argv = ["run", "--model", model, "--prompt", "Hello there", "--max-tokens", "8", "--ctx", "512"]
+    ran = subprocess.run(
+        [*clover, *argv, "--temperature", "0", "--json"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["text"].strip(), "the installed runtime's llama-server wrote a reply"
+    assert f"llama.cpp {TEST_TAG}" in ran.stderr and "Engine: llama-server" in ran.stderr
 
 
 def test_serve_answers_the_openai_client_through_the_runtime() -> None:

@@ -5,20 +5,20 @@ the runtime's llama-server with the plan's flags fitted to *its* ``--help``; pla
 saying which runtime runs it or what to install, and no model byte fetched before that; the Clover preset's
 memory model from the header's keys; community repos' quants picked as ``llama-server -hf`` picks them.
 
-The upstream release is a local stand-in (``helpers_upstream``); installed runtimes are folders in the layout of
+The upstream release is the releases stand-in (``releases_server``, fixture ``releases``); installed runtimes are folders in the layout of
 ``clover_local.runtimes.installed`` whose llama-server is a script that answers ``--version`` and ``--help``
 (the real patched llama-server runs the model in ``test_clover_e2e.py``)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers_upstream import Upstream, arch_source
+from helpers_runtimes import arch_cpp, host_asset, publish, releases, script_runtime, tar_gz
 from hub_server import HubServer
+from releases_server import REPO_PATH, ReleasesServer
 
 from clover_local import settings
 from clover_local.arch_support import ArchSupport, check_architecture, packaged_table, require_supported
@@ -34,6 +34,7 @@ from clover_local.testing.models import CLOVER_ARCH, tiny_clover_model, tiny_mod
 RELEASE = "b12060"
 BUILT_ARG_CPP = settings.llama_server_dir() / "arg.cpp"  # kept by scripts/build-llama-server; read at import
 MACHINE = ["--simulate", "ram=16G,cpu=4"]
+__all__ = ["releases"]  # the fixture
 
 # llama-server --help as llama.cpp lays it out (names and value hint in the first 40 columns), without any
 # self-speculation flag and without --load-mode: what an older or differently built runtime might list.
@@ -71,7 +72,7 @@ def _fake_runtime(root: Path, tag: str, known: tuple[str, ...]) -> Path:
         f"cat <<'EOF'\n{help_text}\nEOF\n"
     )
     server.chmod(0o755)
-    (folder / "llama-arch.cpp").write_text(arch_source(*known))
+    (folder / "llama-arch.cpp").write_text(arch_cpp(*known))
     write_manifest(
         folder,
         {"tag": tag, "backend": "cpu", "origin": "archive", "server": "bin/llama-server", "installed": "now"},
@@ -88,40 +89,43 @@ def runtimes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def upstream(monkeypatch: pytest.MonkeyPatch) -> Iterator[Upstream]:
-    """The latest release knows clover_moe."""
-    stand_in = Upstream(RELEASE, {RELEASE: arch_source(CLOVER_ARCH)}).start(monkeypatch)
-    yield stand_in
-    stand_in.stop()
+def upstream(releases: ReleasesServer) -> ReleasesServer:
+    """The releases stand-in, whose latest release knows clover_moe."""
+    releases.add_release(RELEASE)
+    releases.add_raw(RELEASE, "src/llama-arch.cpp", arch_cpp(CLOVER_ARCH))
+    return releases
 
 
 # -- the upstream release's table ---------------------------------------------------------------------------
 
 
-def test_the_latest_release_is_asked_once_and_kept(upstream: Upstream) -> None:
+def test_the_latest_release_is_asked_once_and_kept(upstream: ReleasesServer) -> None:
     first = latest_arch_source()
     assert first.tag == RELEASE and CLOVER_ARCH in first.text
-    assert upstream.requests == ["/releases/latest", f"/{RELEASE}/src/llama-arch.cpp"]
+    assert upstream.paths() == [f"{REPO_PATH}/releases/latest", f"/raw/{RELEASE}/src/llama-arch.cpp"]
     again = latest_arch_source()
-    assert again.text == first.text and len(upstream.requests) == 2  # both kept in the cache dir
+    assert again.text == first.text and len(upstream.paths()) == 2  # both kept in the cache dir
     assert latest_arch_source(offline=True).tag == RELEASE  # offline, the cache answers
 
 
-def test_offline_with_nothing_kept_is_a_clear_error_and_asks_nobody(upstream: Upstream) -> None:
+def test_offline_with_nothing_kept_is_a_clear_error_and_asks_nobody(upstream: ReleasesServer) -> None:
     with pytest.raises(UpstreamError, match=r"Offline: the latest llama\.cpp release was not asked"):
         latest_arch_source(offline=True)
-    assert upstream.requests == []
+    assert upstream.paths() == []
 
 
 def test_an_unreachable_or_wrong_server_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(UpstreamError, match="could not be reached"):
+    with pytest.raises(UpstreamError, match=r"127\.0\.0\.1:9 is unreachable"):
         latest_arch_source()  # conftest points the releases base at a closed port
-    wrong = Upstream("latest-and-greatest", {}).start(monkeypatch)
+    wrong = ReleasesServer().start()
+    monkeypatch.setenv("CLOVER_LLAMACPP_RELEASES", wrong.api_url)
+    monkeypatch.setenv("CLOVER_LLAMACPP_RAW", wrong.raw_url)
     try:
+        wrong.add_release("latest-and-greatest")
         with pytest.raises(UpstreamError, match=r"not a llama\.cpp tag"):
             latest_arch_source()
-        wrong.latest = RELEASE
-        with pytest.raises(UpstreamError, match="HTTP 404"):
+        wrong.add_release(RELEASE)
+        with pytest.raises(UpstreamError, match=r"llama-arch\.cpp does not exist \(404\)"):
             latest_arch_source()  # the tag is fine, its llama-arch.cpp is not there
     finally:
         wrong.stop()
@@ -131,26 +135,26 @@ def test_an_unreachable_or_wrong_server_is_a_clear_error(monkeypatch: pytest.Mon
 
 
 def test_known_to_the_pinned_llama_cpp_runs_embedded_whatever_is_installed(
-    runtimes: Path, upstream: Upstream
+    runtimes: Path, upstream: ReleasesServer
 ) -> None:
     _fake_runtime(runtimes, "b13000", (CLOVER_ARCH,))
     check = check_architecture("qwen35moe")
     assert (check.supported, check.runner, check.runtime) == (True, "llama.cpp", None)
-    assert upstream.requests == []  # nothing asked for what the pinned llama.cpp knows
+    assert upstream.paths() == []  # nothing asked for what the pinned llama.cpp knows
 
 
-def test_the_newest_installed_runtime_that_knows_it_runs_it(runtimes: Path, upstream: Upstream) -> None:
+def test_the_newest_installed_runtime_that_knows_it_runs_it(runtimes: Path, upstream: ReleasesServer) -> None:
     older = _fake_runtime(runtimes, "b12100", (CLOVER_ARCH,))
     newer = _fake_runtime(runtimes, "b12500", (CLOVER_ARCH,))
     _fake_runtime(runtimes, "b12900", ())  # newest, but does not know it
     check = check_architecture(CLOVER_ARCH)
     assert (check.supported, check.runner, check.runtime) == (True, "llama-server", "b12500")
     assert check.server_path == str(newer.resolve()) != str(older.resolve())
-    assert "llama.cpp b12500" in check.runs_with and upstream.requests == []
+    assert "llama.cpp b12500" in check.runs_with and upstream.paths() == []
 
 
 def test_with_no_runtime_the_latest_release_is_named_with_its_install_command(
-    runtimes: Path, upstream: Upstream
+    runtimes: Path, upstream: ReleasesServer
 ) -> None:
     check = check_architecture(CLOVER_ARCH)
     assert (check.supported, check.runner, check.install) == (False, None, RELEASE)
@@ -163,7 +167,7 @@ def test_with_no_runtime_the_latest_release_is_named_with_its_install_command(
     assert require_supported(check, "x", "download", installable_ok=True) is check  # a plan may name it
 
 
-def test_unknown_everywhere_offline_or_not(runtimes: Path, upstream: Upstream) -> None:
+def test_unknown_everywhere_offline_or_not(runtimes: Path, upstream: ReleasesServer) -> None:
     nobody = check_architecture("clover-next")
     assert not nobody.supported and nobody.install is None
     assert f"nor does the latest llama.cpp release, {RELEASE}" in nobody.why
@@ -183,7 +187,7 @@ def _support() -> ArchSupport:
 
 
 def test_plan_names_the_release_and_the_command(
-    runtimes: Path, upstream: Upstream, capsys: pytest.CaptureFixture[str]
+    runtimes: Path, upstream: ReleasesServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model = str(tiny_clover_model())
     assert main(["plan", "--model", model, "--json", *MACHINE]) == 0
@@ -203,7 +207,7 @@ def test_plan_names_the_release_and_the_command(
 
 
 def test_plan_names_the_installed_runtime_and_fits_its_flags(
-    runtimes: Path, upstream: Upstream, capsys: pytest.CaptureFixture[str]
+    runtimes: Path, upstream: ReleasesServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from clover_local.detect import parse_simulate
     from clover_local.launch import LaunchRequest, decide_launch
@@ -240,7 +244,7 @@ def test_plan_names_the_installed_runtime_and_fits_its_flags(
 
 
 def test_download_fetches_nothing_until_the_release_is_installed(
-    runtimes: Path, upstream: Upstream, hub_server: HubServer, capsys: pytest.CaptureFixture[str]
+    runtimes: Path, upstream: ReleasesServer, hub_server: HubServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     repo = "acme/Clover-Tiny-GGUF"
     hub_server.add_file(repo, "Clover-Tiny-Q4_K_M.gguf", tiny_clover_model())
@@ -263,7 +267,7 @@ def test_download_with_upstream_unreachable_fetches_nothing_and_says_why(
     hub_server.add_file(repo, "Clover-Tiny-Q8_0.gguf", tiny_clover_model())
     assert main(["download", "--repo", repo, "--quant", "Q8_0"]) == 2
     err = capsys.readouterr().err
-    assert "the latest llama.cpp release was not asked" in err and "could not be reached" in err
+    assert "the latest llama.cpp release was not asked" in err and "is unreachable" in err
     assert "Nothing was downloaded" in err and _blobs(repo) == []
 
 
@@ -280,7 +284,7 @@ def _blobs(repo: str) -> list[str]:
 
 
 def test_the_clover_preset_expects_clovers_architecture_and_plans_ngram_only(
-    runtimes: Path, upstream: Upstream
+    runtimes: Path, upstream: ReleasesServer
 ) -> None:
     from clover_local.detect import parse_simulate
     from clover_local.launch import LaunchRequest, decide_launch
@@ -378,7 +382,7 @@ def test_a_community_repo_offers_the_quants_its_files_name() -> None:
 
 
 def test_plan_repo_reads_a_community_quants_header(
-    runtimes: Path, upstream: Upstream, hub_server: HubServer, capsys: pytest.CaptureFixture[str]
+    runtimes: Path, upstream: ReleasesServer, hub_server: HubServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     repo = "someone/Clover-Tiny-GGUF"
     hub_server.add_file(repo, "Clover-Tiny.IQ3_XXS.gguf", tiny_clover_model())
@@ -393,32 +397,23 @@ def test_plan_repo_reads_a_community_quants_header(
 
 
 async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
-    runtimes: Path, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+    runtimes: Path, upstream: ReleasesServer
 ) -> None:
-    """The Clover plan names the release to install, Download stays off, and ``i`` runs the installer (the
-    runtime installer's ``install(tag, progress=)``, here a stand-in module that installs a runtime folder,
-    since ``clover_local.runtimes.install`` is another branch's); after it the plan names the runtime. Without
-    the installer, the key says which command to run instead."""
-    import sys
-    import types
-
+    """The Clover plan names the release to install and Download stays off; ``i`` opens the Runtimes screen,
+    which installs that release with the real installer from the releases stand-in (an archive as upstream
+    packs one, under the name this machine picks, with a llama-arch.cpp that knows clover_moe); back on the
+    plan it is made again and names the installed runtime."""
     from textual.widgets import Button, Static
     from waiting import wait_until
 
     from clover_local.detect import parse_simulate
+    from clover_local.runtimes.installed import installed_runtimes
     from clover_local.tui.app import CloverApp, StartOptions
     from clover_local.tui.screens.plan import PlanScreen
+    from clover_local.tui.screens.runtimes import RuntimesScreen
 
-    calls: list[str] = []
-
-    def install(tag: str, *, progress: object = None) -> object:
-        calls.append(tag)
-        assert callable(progress)
-        progress(1, 2)
-        _fake_runtime(runtimes, tag, (CLOVER_ARCH,))
-        return types.SimpleNamespace(label=f"llama.cpp {tag} (cpu, archive)")
-
-    monkeypatch.setitem(sys.modules, "clover_local.runtimes.install", None)  # not installed: ImportError
+    publish(upstream, RELEASE, tar_gz(script_runtime(RELEASE)), name=host_asset(RELEASE))
+    upstream.add_raw(RELEASE, "src/llama-arch.cpp", arch_cpp(CLOVER_ARCH))
     app = CloverApp(StartOptions(preset="clover-35b-a3b"), machine=parse_simulate("ram=64G,cpu=16"))
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
@@ -431,22 +426,19 @@ async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
         assert screen.query_one("#plan-download", Button).disabled
 
         await pilot.press("i")
-        await wait_until(lambda: screen.installing is None and calls == [], "the refusal", pilot=pilot)
-        await wait_until(
-            lambda: any(f"clover-local runtime install {RELEASE}" in n.message for n in app._notifications),
-            "the command to run instead",
-            pilot=pilot,
-        )
+        await wait_until(lambda: isinstance(app.screen, RuntimesScreen), "the runtimes screen", pilot=pilot)
+        runtimes_screen = app.screen
+        assert isinstance(runtimes_screen, RuntimesScreen) and runtimes_screen.install_at_once == RELEASE
+        await wait_until(lambda: runtimes_screen.ended == 1, "the install to end", pilot=pilot)
+        assert str(runtimes_screen.query_one("#runtime-error", Static).render()) == ""
+        assert [rt.tag for rt in installed_runtimes()] == [RELEASE]
+        assert runtimes_screen.installed_now is not None and runtimes_screen.installed_now.tag == RELEASE
 
-        monkeypatch.setitem(
-            sys.modules, "clover_local.runtimes.install", types.SimpleNamespace(install=install)
-        )
         count = screen.plan_count
-        await pilot.press("i")
-        await wait_until(
-            lambda: screen.plan_count > count and screen.installing is None, "re-plan", pilot=pilot
-        )
-        assert calls == [RELEASE] and not button.display
+        await pilot.press("escape")  # the Runtimes screen returns what it installed
+        await wait_until(lambda: app.screen is screen, "back to the plan", pilot=pilot)
+        await wait_until(lambda: screen.plan_count > count, "the plan made again", pilot=pilot)
+        assert screen.installing is None and not button.display
         assert screen.plan is not None and screen.plan.architecture is not None
         assert screen.plan.architecture.runtime == RELEASE
         assert f"llama.cpp {RELEASE} (installed runtime" in str(
@@ -456,7 +448,7 @@ async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
 
 
 def test_a_launch_that_needs_an_install_is_shown_not_opened(
-    runtimes: Path, upstream: Upstream, tmp_path: Path
+    runtimes: Path, upstream: ReleasesServer, tmp_path: Path
 ) -> None:
     from clover_local.launch import LaunchRequest, choose_runner, open_launch
 
@@ -484,7 +476,7 @@ def test_a_launch_that_needs_an_install_is_shown_not_opened(
 
 
 def test_a_runtime_whose_help_cannot_be_asked_is_fitted_from_its_kept_arg_cpp(
-    runtimes: Path, upstream: Upstream
+    runtimes: Path, upstream: ReleasesServer
 ) -> None:
     """The kept ``common/arg.cpp`` (the pinned one here, as beside the built llama-server) says what that
     llama.cpp accepts; an option it lacks is dropped with a notice, as ``--help`` would have it."""
@@ -515,7 +507,7 @@ def test_a_runtime_whose_help_cannot_be_asked_is_fitted_from_its_kept_arg_cpp(
 
 def test_offline_plan_and_download_say_so_and_fetch_nothing(
     runtimes: Path,
-    upstream: Upstream,
+    upstream: ReleasesServer,
     hub_server: HubServer,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -524,7 +516,7 @@ def test_offline_plan_and_download_say_so_and_fetch_nothing(
     assert main(["plan", "--model", model, "--offline", *MACHINE]) == 2
     err = capsys.readouterr().err
     assert "Offline: the latest llama.cpp release was not asked" in err and "Traceback" not in err
-    assert upstream.requests == []  # nobody asked
+    assert upstream.paths() == []  # nobody asked
 
     repo = "acme/Clover-Tiny-GGUF"
     hub_server.add_file(repo, "Clover-Tiny-Q4_K_M.gguf", tiny_clover_model())
@@ -535,4 +527,4 @@ def test_offline_plan_and_download_say_so_and_fetch_nothing(
     assert main(["download", "--repo", repo, "--quant", "Q4_K_M"]) != 0
     err = capsys.readouterr().err
     assert "offline" in err.lower() and "Traceback" not in err
-    assert _blobs(repo) == [] and upstream.requests == []
+    assert _blobs(repo) == [] and upstream.paths() == []

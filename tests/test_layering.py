@@ -21,7 +21,16 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "clover_local"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("clover_local", "clover_local.errors", "clover_local.settings", "clover_local.runtimes.installed"),
+    (
+        "clover_local",
+        "clover_local.errors",
+        "clover_local.settings",
+        "clover_local.runtimes.installed",
+        # The releases client: the architecture check (base) asks the latest release before any model byte.
+        "clover_local.runtimes.net",
+        "clover_local.runtimes.releases",
+        "clover_local.runtimes.upstream",
+    ),
     ("clover_local.presets",),
     ("clover_local.detect", "clover_local.gguf"),
     ("clover_local.plan",),

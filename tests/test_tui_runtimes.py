@@ -9,7 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers_runtimes import PINNED_BIN, pinned_runtime_archive, publish, releases, script_runtime, tar_gz
+from helpers_runtimes import (
+    PINNED_BIN,
+    host_asset,
+    pinned_runtime_archive,
+    publish,
+    releases,
+    script_runtime,
+    tar_gz,
+)
 from releases_server import ReleasesServer
 from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, Log, Static
@@ -18,31 +26,13 @@ from waiting import wait_until
 from clover_local import settings
 from clover_local.detect import parse_simulate
 from clover_local.runtimes.assets import Target
-from clover_local.runtimes.install import host_target, install
+from clover_local.runtimes.install import install
 from clover_local.runtimes.installed import installed_runtimes
 from clover_local.tui.app import CloverApp, StartOptions
 from clover_local.tui.screens.plan import PlanScreen
 from clover_local.tui.screens.runtimes import ConfirmRemove, RuntimesScreen
 
 __all__ = ["releases"]  # the fixture
-
-_OS_WORDS = {"linux": "ubuntu", "macos": "macos", "windows": "win"}
-_VARIANTS = {
-    "cpu": "",
-    "metal": "",
-    "vulkan": "vulkan-",
-    "cuda-12": "cuda-12.4-",
-    "cuda-13": "cuda-13.1-",
-    "rocm": "rocm-7.2-",
-}
-
-
-def host_asset(tag: str) -> str:
-    """The archive name upstream gives the build this machine's first backend picks (so the app, which asks
-    this machine, chooses it: a CUDA machine gets a ``cuda-12.4`` name holding the pinned CPU build)."""
-    aim = host_target()
-    ext = "zip" if aim.os == "windows" else "tar.gz"
-    return f"llama-{tag}-bin-{_OS_WORDS[aim.os]}-{_VARIANTS[aim.backends[0]]}{aim.arch}.{ext}"
 
 
 @pytest.fixture(scope="session")

@@ -4,19 +4,23 @@ machine, a fixed conversation, an engine that never generates (no model is loade
 from __future__ import annotations
 
 import pytest
+from helpers_runtimes import arch_cpp, releases
 from helpers_tui import ScreenHost, StillEngine, steady_cursors
+from releases_server import ReleasesServer
 from textual.pilot import Pilot
 from waiting import wait_until
 
 from clover_local import conversations, user_prefs
 from clover_local.detect import parse_simulate
 from clover_local.engine.types import ChatMessage
+from clover_local.testing.models import CLOVER_ARCH
 from clover_local.tui.app import CloverApp, StartOptions
 from clover_local.tui.screens.chat import ChatScreen
 from clover_local.tui.screens.modals import HelpScreen, SettingsScreen
 from clover_local.tui.screens.plan import PlanScreen
 
 pytestmark = pytest.mark.slow
+__all__ = ["releases"]  # the fixture
 SIZES = [(80, 24), (120, 40)]
 
 CONVERSATION = conversations.Conversation(
@@ -52,7 +56,11 @@ async def _plan_ready(pilot: Pilot) -> None:
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_plan_screen(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+def test_plan_screen(snap_compare, size: tuple[int, int], releases: ReleasesServer) -> None:  # type: ignore[no-untyped-def]
+    """The Clover plan on a fresh install: the latest release (the stand-in's b12060) knows clover_moe, so the
+    plan names it and offers its install."""
+    releases.add_release("b12060")
+    releases.add_raw("b12060", "src/llama-arch.cpp", arch_cpp(CLOVER_ARCH))
     assert snap_compare(_plan_app(), terminal_size=size, run_before=_plan_ready)
 
 

@@ -138,15 +138,14 @@ class PinnedRuntime:
 
 def pinned_runtimes() -> tuple[PinnedRuntime, ...]:
     """The embedded engine's llama.cpp, and the pinned ``llama-server`` when it has been built."""
-    from clover_local.arch_support import packaged_table
+    from clover_local import llama_arch_table as pinned  # the pin itself, as the architecture check reads it
 
-    table = packaged_table()
     found = [
         PinnedRuntime(
             "embedded",
             "llama-cpp-python",
-            f"llama_cpp (llama-cpp-python {table.llama_cpp_python})",
-            table.llama_cpp_commit,
+            f"llama_cpp (llama-cpp-python {pinned.LLAMA_CPP_PYTHON})",
+            pinned.LLAMA_CPP_COMMIT,
         )
     ]
     folder = settings.llama_server_dir()
@@ -155,7 +154,7 @@ def pinned_runtimes() -> tuple[PinnedRuntime, ...]:
     except (OSError, ValueError):
         info = None
     if isinstance(info, dict) and (folder / "llama-server").is_file():
-        commit = str(info.get("llama_cpp_commit", table.llama_cpp_commit))
+        commit = str(info.get("llama_cpp_commit", pinned.LLAMA_CPP_COMMIT))
         found.append(
             PinnedRuntime(str(info.get("backend", "cpu")), "source", str(folder / "llama-server"), commit)
         )

@@ -50,9 +50,12 @@ def check_online(what: str) -> None:
         )
 
 
-def client() -> httpx2.Client:
+def client(timeout_s: float | None = None) -> httpx2.Client:
+    """The client every runtimes request goes through (redirects left to :func:`open_stream`); ``timeout_s``
+    bounds connecting and each read (default: :data:`CONNECT_TIMEOUT_S`, :data:`READ_TIMEOUT_S`)."""
+    read, connect = (READ_TIMEOUT_S, CONNECT_TIMEOUT_S) if timeout_s is None else (timeout_s, timeout_s)
     return httpx2.Client(
-        timeout=httpx2.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+        timeout=httpx2.Timeout(read, connect=connect),
         follow_redirects=False,
         trust_env=True,
     )

@@ -1,29 +1,34 @@
 """What the latest upstream llama.cpp release can load, read before any model byte: its tag
 (``<releases>/releases/latest`` -> ``tag_name``) and that tag's ``src/llama-arch.cpp`` (``<raw>/<tag>/...``).
 
-Both are cached in :func:`clover_local.settings.cache_dir` (``upstream/``): a tag's source never changes, and the
-latest tag is asked again after :data:`LATEST_TTL_S`. Offline, only the cache answers. Every failure is an
+The network part is :mod:`clover_local.runtimes.releases` over :mod:`clover_local.runtimes.net`, as for an
+install (the offline switch, the token only to the API's origin, redirects one hop at a time). Both answers are
+cached in :func:`clover_local.settings.cache_dir` (``upstream/``): a tag's source never changes, and the latest
+tag is asked again after :data:`LATEST_TTL_S`. Offline, only the cache answers. Every failure is an
 :class:`~clover_local.errors.UpstreamError` saying what could not be read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-import urllib.error
-import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from clover_local import settings
-from clover_local.errors import UpstreamError
+from clover_local.errors import RuntimeInstallError, UpstreamError
+from clover_local.runtimes import net
 from clover_local.runtimes.installed import valid_tag
+from clover_local.runtimes.releases import fetch_release, fetch_source_file, source_file_url
 
 LATEST_TTL_S = 6 * 3600
 """How long the latest release's tag is trusted before it is asked again."""
 TIMEOUT_S = 10.0
-_MAX_ARCH_SOURCE = 8 << 20
-"""llama-arch.cpp is ~100 kB; a longer answer is not it."""
+"""A plan waits at most this long on each connection and read (an install waits longer)."""
+ARCH_PATH = "src/llama-arch.cpp"
+_OFFLINE_FIX = "Go online once (drop --offline / HF_HUB_OFFLINE), or install a runtime that knows the model."
 
 
 @dataclass(frozen=True)
@@ -50,13 +55,14 @@ def arch_source(tag: str, *, offline: bool = False, timeout_s: float = TIMEOUT_S
     cached = _cache() / tag / "llama-arch.cpp"
     if cached.is_file():
         return UpstreamSource(tag, cached.read_text(encoding="utf-8", errors="replace"), str(cached))
-    url = f"{settings.llamacpp_raw_url().rstrip('/')}/{tag}/src/llama-arch.cpp"
     if offline:
         raise UpstreamError(
             f"Offline: llama.cpp {tag}'s llama-arch.cpp was not fetched before, and no server is asked.",
-            "Go online once (drop --offline / HF_HUB_OFFLINE), or install a runtime that knows the model.",
+            _OFFLINE_FIX,
         )
-    text = _get(url, timeout_s).decode("utf-8", errors="replace")
+    url = source_file_url(tag, ARCH_PATH)
+    with _as_upstream_error(), net.client(timeout_s) as http:
+        text = fetch_source_file(tag, ARCH_PATH, http).decode("utf-8", errors="replace")
     if "LLM_ARCH_" not in text:
         raise UpstreamError(f"{url} is not llama.cpp's llama-arch.cpp (no LLM_ARCH_ names in it).")
     _write(cached, text)
@@ -72,39 +78,24 @@ def _latest_tag(offline: bool, timeout_s: float) -> str:
             return tag
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    url = f"{settings.llamacpp_releases_url().rstrip('/')}/releases/latest"
     if offline:
         raise UpstreamError(
-            "Offline: the latest llama.cpp release was not asked which architectures it knows.",
-            "Go online once (drop --offline / HF_HUB_OFFLINE), or install a runtime that knows the model.",
+            "Offline: the latest llama.cpp release was not asked which architectures it knows.", _OFFLINE_FIX
         )
-    try:
-        tag = json.loads(_get(url, timeout_s))["tag_name"]
-    except (ValueError, KeyError, TypeError):
-        raise UpstreamError(f"{url} did not answer with a release (no tag_name).") from None
-    if not (isinstance(tag, str) and valid_tag(tag)):
-        raise UpstreamError(f"{url} names the latest release {tag!r}, not a llama.cpp tag (b<number>).")
+    with _as_upstream_error(), net.client(timeout_s) as http:
+        tag = fetch_release("latest", http).tag  # its tag is checked there (b<digits>)
     _write(kept, json.dumps({"tag": tag, "asked": time.time()}))
     return tag
 
 
-def _get(url: str, timeout_s: float) -> bytes:
-    request = urllib.request.Request(url, headers={"User-Agent": "clover-local", "Accept": "*/*"})
+@contextlib.contextmanager
+def _as_upstream_error() -> Iterator[None]:
+    """The releases client's :class:`RuntimeInstallError` (worded for an install) as this module's
+    :class:`UpstreamError`, with what it says and its fix."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-            data: bytes = reply.read(_MAX_ARCH_SOURCE + 1)
-    except urllib.error.HTTPError as exc:
-        raise UpstreamError(f"{url} answered HTTP {exc.code}.") from None
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise UpstreamError(
-            f"{url} could not be reached ({reason}).",
-            "Check the network (CLOVER_LLAMACPP_RELEASES / CLOVER_LLAMACPP_RAW name the servers), or plan "
-            "with --offline.",
-        ) from None
-    if len(data) > _MAX_ARCH_SOURCE:
-        raise UpstreamError(f"{url} answered more than {_MAX_ARCH_SOURCE >> 20} MiB: not what was asked for.")
-    return data
+        yield
+    except RuntimeInstallError as exc:
+        raise UpstreamError(exc.what, exc.fix) from None
 
 
 def _cache() -> Path:

@@ -142,24 +142,3 @@ def warm_architecture_check(preset: Preset) -> None:
     from clover_local.arch_support import check_architecture
 
     check_architecture(preset.architecture.arch)
-
-
-class InstallerMissing(Exception):
-    """This build has no runtime installer (``clover_local.runtimes.install``) yet."""
-
-
-def install_runtime(tag: str, progress: Callable[[int, int], None] | None = None) -> str:
-    """Install the upstream llama.cpp release ``tag`` (the plan named it), reporting (done, total) bytes;
-    returns what was installed, in words. Network I/O and minutes: call from a worker.
-
-    The installer is ``clover_local.runtimes.install.install(tag, *, progress=None) -> InstalledRuntime``;
-    :class:`InstallerMissing` when it is not part of this build."""
-    import importlib
-
-    try:
-        installer = importlib.import_module("clover_local.runtimes.install")
-    except ImportError as exc:
-        raise InstallerMissing(str(exc)) from None
-    install: Callable[..., object] = installer.install
-    runtime = install(tag, progress=progress)
-    return str(getattr(runtime, "label", tag))

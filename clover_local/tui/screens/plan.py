@@ -29,6 +29,7 @@ from clover_local.fetch.describe import QuantDescriptions
 from clover_local.plan.render import plan_summary
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
+from clover_local.runtimes.installed import InstalledRuntime
 from clover_local.tui import services
 from clover_local.tui.services import ModelChoice
 from clover_local.tui.widgets.memory import MemoryView, legend
@@ -62,14 +63,6 @@ class PlanScreen(Screen[Plan | ModelChoice]):
             super().__init__()
             self.models = models
 
-    class RuntimeInstalled(Message, bubble=False):
-        """The install the plan asked for ended: what was installed, or why not."""
-
-        def __init__(self, installed: str | None, error: str | None) -> None:
-            super().__init__()
-            self.installed = installed
-            self.error = error
-
     def __init__(
         self,
         preset: Preset,
@@ -91,7 +84,7 @@ class PlanScreen(Screen[Plan | ModelChoice]):
         self.plan_count = 0
         """How many plans were made (tests wait on it)."""
         self.installing: str | None = None
-        """The release being installed (the install key runs it), None when none is."""
+        """The release the Runtimes screen is installing for this plan (the install key opened it), else None."""
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -232,44 +225,21 @@ class PlanScreen(Screen[Plan | ModelChoice]):
         return True
 
     def action_install_runtime(self) -> None:
+        """``i``: the Runtimes screen installs the release the plan names (progress, ``Esc`` cancels); when it
+        returns, the plan is made again and names the runtime installed."""
+        from clover_local.tui.screens.runtimes import RuntimesScreen
+
         tag = self._install_tag()
         if tag is None or self.installing is not None:
             return
         self.installing = tag
-        button = self.query_one("#plan-install", Button)
-        button.label, button.disabled = f"Installing llama.cpp {tag}…", True
         self.refresh_bindings()
-        self._install(tag)
+        self.app.push_screen(RuntimesScreen(install=tag), self._runtime_returned)
 
-    @work(thread=True, exclusive=True, group="install")
-    def _install(self, tag: str) -> None:
-        def progress(done: int, total: int) -> None:
-            share = f" {100 * done // total}%" if total > 0 else ""
-            self.app.call_from_thread(self._install_progress, f"Installing llama.cpp {tag}…{share}")
-
-        try:
-            installed = services.install_runtime(tag, progress)
-        except services.InstallerMissing:
-            error = (
-                f"This build cannot install runtimes yet: run `clover-local runtime install {tag}` in a "
-                "terminal, then come back."
-            )
-            self.post_message(PlanScreen.RuntimeInstalled(None, error))
-        except CloverError as exc:
-            self.post_message(PlanScreen.RuntimeInstalled(None, str(exc)))
-        else:
-            self.post_message(PlanScreen.RuntimeInstalled(installed, None))
-
-    def _install_progress(self, text: str) -> None:
-        self.query_one("#plan-install", Button).label = text
-
-    def on_plan_screen_runtime_installed(self, message: RuntimeInstalled) -> None:
+    def _runtime_returned(self, runtime: InstalledRuntime | None) -> None:
         self.installing = None
-        self.query_one("#plan-install", Button).disabled = False
-        if message.error is not None:
-            self.notify(message.error, severity="error", timeout=10)
-        else:
-            self.notify(f"Installed {message.installed}: it runs this model.", timeout=5)
+        if runtime is not None:
+            self.notify(f"Installed {runtime.label}.", timeout=5)
         self.replan()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
