@@ -396,13 +396,15 @@ def test_plan_repo_reads_a_community_quants_header(
 # -- the app's plan screen ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("way", ["i", "f3"])
 async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
-    runtimes: Path, upstream: ReleasesServer
+    runtimes: Path, upstream: ReleasesServer, way: str
 ) -> None:
     """The Clover plan names the release to install and Download stays off; ``i`` opens the Runtimes screen,
     which installs that release with the real installer from the releases stand-in (an archive as upstream
     packs one, under the name this machine picks, with a llama-arch.cpp that knows clover_moe); back on the
-    plan it is made again and names the installed runtime."""
+    plan it is made again and names the installed runtime. The same when the Runtimes screen is opened with F3
+    and the latest release installed there with its own ``i``."""
     from textual.widgets import Button, Static
     from waiting import wait_until
 
@@ -425,10 +427,16 @@ async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
         assert button.display and RELEASE in str(button.label)
         assert screen.query_one("#plan-download", Button).disabled
 
-        await pilot.press("i")
+        await pilot.press(way)
         await wait_until(lambda: isinstance(app.screen, RuntimesScreen), "the runtimes screen", pilot=pilot)
         runtimes_screen = app.screen
-        assert isinstance(runtimes_screen, RuntimesScreen) and runtimes_screen.install_at_once == RELEASE
+        assert isinstance(runtimes_screen, RuntimesScreen)
+        if way == "i":
+            assert runtimes_screen.install_at_once == RELEASE
+        else:
+            assert runtimes_screen.install_at_once is None
+            await wait_until(lambda: runtimes_screen.latest is not None, "the latest release", pilot=pilot)
+            await pilot.press("i")
         await wait_until(lambda: runtimes_screen.ended == 1, "the install to end", pilot=pilot)
         assert str(runtimes_screen.query_one("#runtime-error", Static).render()) == ""
         assert [rt.tag for rt in installed_runtimes()] == [RELEASE]

@@ -273,7 +273,14 @@ class CloverApp(App[None]):
         from clover_local.tui.screens.runtimes import RuntimesScreen
 
         if not isinstance(self.screen, RuntimesScreen):
-            self.push_screen(RuntimesScreen())
+            self.push_screen(RuntimesScreen(), self._after_runtimes)
+
+    def _after_runtimes(self, installed: object) -> None:
+        """A runtime installed from the Runtimes screen may be the one the plan below waits for: plan again."""
+        from clover_local.tui.screens.plan import PlanScreen
+
+        if installed is not None and isinstance(self.screen, PlanScreen):
+            self.screen.replan()
 
     def _remember_theme(self, theme: Theme) -> None:
         self.prefs = replace(user_prefs.load_prefs(), theme=theme.name)
