@@ -146,7 +146,11 @@ def test_a_short_request_ends_while_a_long_one_is_still_streaming(server: Backgr
     long = HeldStream(server.url, completion("zebra", CTX - 100, stream=True))
     short = text_of(raw_post(server.url, "/v1/completions", json.dumps(completion("cobalt", 6)).encode()))
     assert only_its_own_word(short, "cobalt")
-    assert health(server.url)["slots"]["busy"] == 1  # the long reply still holds its slot ...
+    # ... while the long reply still holds its slot (the short one's slot is given back just after its reply is
+    # sent: wait for that, never race it).
+    wait_until(
+        lambda: health(server.url)["slots"]["busy"] == 1, what="the short reply's slot to be given back"
+    )
     long.hang_up()
     wait_until(
         lambda: health(server.url)["slots"]["busy"] == 0, what="the hung-up reply to give its slot back"
