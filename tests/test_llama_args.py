@@ -45,7 +45,7 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
     n = plan.n_cpu_moe
     assert llama_server_args(plan) == [
         "-c", "16384", "-ngl", "all", "--n-cpu-moe", str(n), "-fa", "on", "-ctk", "f16", "-ctv", "f16",
-        "-t", "7", "-tb", "7", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
+        "-t", "8", "-tb", "8", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
         "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-min", "2",
         "--spec-ngram-mod-n-max", "16", "--fit", "off",
     ]  # fmt: skip
@@ -56,7 +56,7 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
         "flash_attn": True,
         "type_k": 1,
         "type_v": 1,
-        "n_threads": 7,
+        "n_threads": 8,
         "n_threads_batch": 8,
         "n_batch": 2048,
         "n_ubatch": 512,
@@ -80,7 +80,7 @@ def test_exact_argv_for_cpu_only_with_model_path() -> None:
     )
     assert llama_server_args(plan) == [
         "-m", "/m/gemma.gguf", "-c", "4096", "-ngl", "0", "-fa", "on", "-ctk", "f16", "-ctv", "f16",
-        "-t", "3", "-tb", "3", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
+        "-t", "4", "-tb", "4", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
         "--chat-template", "gemma", "--no-jinja", "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24",
         "--spec-ngram-mod-n-min", "2", "--spec-ngram-mod-n-max", "16", "--fit", "off",
     ]  # fmt: skip

@@ -21,7 +21,7 @@ import numpy as np
 from llama_cpp import llama_cpp as C
 
 from clover_local.engine import grammar, templates, toolcalls
-from clover_local.engine.batch_threads import BatchThreads
+from clover_local.engine.batch_threads import LoadThreads
 from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
 from clover_local.engine.templates import TemplateChoice, renderer
@@ -104,12 +104,12 @@ class EmbeddedEngine:
         self.backend_sampling = parts.backend_sampling
         """Sample inside llama.cpp's graph on the model's device (GPU plans) instead of on the host."""
         self._mtp = parts.mtp
-        self.batch_threads = BatchThreads(
+        self.threads = LoadThreads(
             lambda t, tb: C.llama_set_n_threads(parts.ctx, t, tb),
             int(C.llama_n_threads(parts.ctx)),
             int(C.llama_n_threads_batch(parts.ctx)),
         )
-        """Batches get every planned thread only while other programs leave the cores free."""
+        """Steps get every planned thread only while other programs leave the cores free."""
         self.drafter_factory: Callable[[SpeculativePlan], Drafter] = default_drafter
         """Makes the drafter for each generation (tests swap in drafters that guess on purpose)."""
 
@@ -376,8 +376,7 @@ class EmbeddedEngine:
             if off + m == n:
                 self._b_logits[m - 1] = 1
             self._batch.n_tokens = m
-            if m > 1:
-                self.batch_threads.before_batch()
+            self.threads.before_step()
             rc = C.llama_decode(self._ctx, self._batch)
             if rc == 0 and self._mtp is not None:
                 self._mtp.process(tokens[off : off + m], start + off)
@@ -403,8 +402,8 @@ class EmbeddedEngine:
     ) -> dict[int, list[float]]:
         """Seconds llama.cpp takes to evaluate a batch of ``m`` tokens with logits on every row (what verifying
         ``m - 1`` drafted tokens costs) after ``context``, for each ``m`` in ``sizes``, interleaved over
-        ``rounds`` (fewer once ``budget_s`` is spent, never fewer than two), with batches on the decode threads
-        (what they always get: all the planned batch threads only come while the machine is otherwise idle).
+        ``rounds`` (fewer once ``budget_s`` is spent, never fewer than two), with batches on the planned decode
+        threads whatever the load (the table is a ratio of batch to one-token cost on the same threads).
         The cache is empty afterwards."""
         self.reset_cache()
         base = len(context)
@@ -412,7 +411,7 @@ class EmbeddedEngine:
         follow = list(context[: max(sizes)]) or [self._bos]
         started = time.perf_counter()
         try:
-            with self.batch_threads.pinned(self.batch_threads.threads):
+            with self.threads.pinned(self.threads.threads):
                 self._decode(context, 0, all_logits=False)
                 for r in range(rounds):
                     if r >= 2 and time.perf_counter() - started > budget_s:

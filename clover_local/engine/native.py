@@ -205,7 +205,7 @@ def _repack_default() -> bool:
 
 
 def default_threads() -> int:
-    """The planner's generation threads for this machine (physical cores less one, at least one)."""
+    """The planner's generation threads for this machine (every physical core, at least one)."""
     import os
 
     from clover_local.plan.threads import plan_threads

@@ -110,7 +110,13 @@ def make_plan(
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, ctx))
 
-    threads = plan_threads(machine.cpu.physical_cores, machine.cpu.logical_cores, wishes.threads)
+    threads = plan_threads(
+        machine.cpu.physical_cores,
+        machine.cpu.logical_cores,
+        wishes.threads,
+        engine=wishes.engine,
+        others_busy=machine.cpu.others_busy_cores,
+    )
     reasons.append(threads.reason)
     reasons.append(
         "Flash attention on: llama.cpp supports it on every backend here, it keeps the compute buffer small "
@@ -539,7 +545,13 @@ def _plan_diffusion_model(
     reasons = [why_quant, *dreasons, *_placement_reasons(machine, desc, fit)]
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, canvas))
-    threads = plan_threads(machine.cpu.physical_cores, machine.cpu.logical_cores, wishes.threads)
+    threads = plan_threads(
+        machine.cpu.physical_cores,
+        machine.cpu.logical_cores,
+        wishes.threads,
+        engine=wishes.engine,
+        others_busy=machine.cpu.others_busy_cores,
+    )
     reasons.append(f"{threads.reason.rstrip('.')}; every step is one {canvas}-token batch.")
     load_mode, why_load = _load_mode(machine, fit)
     reasons.append(why_load)
