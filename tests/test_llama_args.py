@@ -14,6 +14,7 @@ import pytest
 
 from clover_local import settings as clover_settings
 from clover_local.detect import parse_simulate
+from clover_local.engine.native import ENGINE_ONLY_KEYS
 from clover_local.gguf.model import describe_from_preset
 from clover_local.plan import memory
 from clover_local.plan.llama_args import (
@@ -46,7 +47,7 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
     assert llama_server_args(plan) == [
         "-c", "16384", "-ngl", "all", "--n-cpu-moe", str(n), "-fa", "on", "-ctk", "f16", "-ctv", "f16",
         "-t", "8", "-tb", "8", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
-        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-min", "2",
+        "--ctx-checkpoints", "8", "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-min", "2",
         "--spec-ngram-mod-n-max", "16", "--fit", "off",
     ]  # fmt: skip
     assert llama_cpp_kwargs(plan) == {
@@ -64,6 +65,7 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
         "use_mlock": False,
         "swa_full": False,
         "offload_kqv": True,
+        "ctx_checkpoints": 8,
         "split_mode": 1,
         "main_gpu": 0,
         "tensor_split": None,
@@ -189,7 +191,7 @@ def test_kwargs_are_llama_init_keywords_and_type_ids_match_ggml() -> None:
     params = inspect.signature(llama_cpp.Llama.__init__).parameters
     plan = clover_plan("gpu=nvidia:24G,gpu=nvidia:12G,ram=64G")
     for key in llama_cpp_kwargs(plan):
-        assert key == "tensor_buft_overrides" or key in params, key
+        assert key == "tensor_buft_overrides" or key in params or key in ENGINE_ONLY_KEYS, key
     for name, value in GGML_TYPES.items():
         if name != "bf16":  # llama_cpp exports no BF16 constant; ggml.h has GGML_TYPE_BF16 = 30
             assert getattr(llama_cpp, f"GGML_TYPE_{name.upper()}") == value

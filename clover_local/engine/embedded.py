@@ -22,6 +22,7 @@ from llama_cpp import llama_cpp as C
 
 from clover_local.engine import grammar, templates, toolcalls
 from clover_local.engine.batch_threads import LoadThreads
+from clover_local.engine.checkpoints import TAIL_TOKENS, Checkpoints
 from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
 from clover_local.engine.templates import TemplateChoice, renderer
@@ -57,6 +58,8 @@ class EngineParts:
     notices: list[str] = field(default_factory=list)
     mtp: Any = None
     """The MTP draft head (``engine.mtp.MtpHead``) when the plan drafts with it; None otherwise."""
+    ctx_checkpoints: int = 0
+    """Context checkpoints to keep on a recurrent or hybrid model (``engine.checkpoints``; the plan's count)."""
 
 
 @dataclass
@@ -110,6 +113,10 @@ class EmbeddedEngine:
             int(C.llama_n_threads_batch(parts.ctx)),
         )
         """Steps get every planned thread only while other programs leave the cores free."""
+        # The MTP head keeps a context of its own, which a checkpoint of the trunk would not put back.
+        checkpoints = parts.ctx_checkpoints if parts.recurrent and parts.mtp is None else 0
+        self.checkpoints = Checkpoints(parts.ctx, checkpoints)
+        """Recurrent state at prompt positions, restored when the next prompt shares them."""
         self.drafter_factory: Callable[[SpeculativePlan], Drafter] = default_drafter
         """Makes the drafter for each generation (tests swap in drafters that guess on purpose)."""
 
@@ -158,6 +165,7 @@ class EmbeddedEngine:
         """Forget the KV cache (the next prompt is evaluated from scratch)."""
         C.llama_memory_clear(self._mem, True)
         self._kv_tokens.clear()
+        self.checkpoints.clear()
         if self._mtp is not None:
             self._mtp.clear()
 
@@ -226,10 +234,12 @@ class EmbeddedEngine:
         cancel: threading.Event | None,
         t0: float,
     ) -> Iterator[GenerationEvent]:
-        if not self._decode(prompt[n_cached:], n_cached, all_logits=False, cancel=cancel):
+        if not self._evaluate_prompt(prompt, n_cached, cancel):
+            self.checkpoints.forget_after(n_cached)
             if not C.llama_memory_seq_rm(self._mem, 0, n_cached, -1):
                 C.llama_memory_clear(self._mem, True)
                 self._kv_tokens.clear()
+                self.checkpoints.clear()
             yield Finished(
                 self._stats(prompt, n_cached, t0, t0, time.perf_counter(), _Run(finish="cancelled"))
             )
@@ -237,6 +247,21 @@ class EmbeddedEngine:
         self._kv_tokens.extend(prompt[n_cached:])
         t_prefill = time.perf_counter()
         yield from self._generate_loop(request, prompt, n_cached, max_new, picker, cancel, t0, t_prefill)
+
+    def _evaluate_prompt(self, prompt: list[int], n_cached: int, cancel: threading.Event | None) -> bool:
+        """Evaluate the prompt after its cached tokens; on a model with checkpoints, keep one at its end (the
+        next turn's prompt starts with this one when the client resends the history as it was) and one
+        :data:`TAIL_TOKENS` before (when the history ends its last turn differently)."""
+        cut = len(prompt) - TAIL_TOKENS
+        if self.checkpoints.limit <= 0 or cut <= n_cached:
+            return self._decode(prompt[n_cached:], n_cached, all_logits=False, cancel=cancel)
+        if not self._decode(prompt[n_cached:cut], n_cached, all_logits=False, cancel=cancel):
+            return False
+        self.checkpoints.save(cut)
+        if not self._decode(prompt[cut:], cut, all_logits=False, cancel=cancel):
+            return False
+        self.checkpoints.save(len(prompt))
+        return True
 
     # --- generation -------------------------------------------------------------------------------------------
 
@@ -382,6 +407,7 @@ class EmbeddedEngine:
                 self._mtp.process(tokens[off : off + m], start + off)
             if rc != 0:
                 self._kv_tokens.clear()
+                self.checkpoints.clear()
                 C.llama_memory_clear(self._mem, True)
                 if rc == 1:
                     raise EngineError(
@@ -455,7 +481,7 @@ class EmbeddedEngine:
             common += 1
         n_keep = min(common, len(prompt) - 1)
         if n_keep > 0 and n_keep < len(kv) and not C.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
-            n_keep = 0
+            n_keep = self._restore_checkpoint(n_keep)
         if n_keep > 0:
             # A sliding-window or recurrent cache may no longer hold what the shared prefix needs.
             pos_min = int(C.llama_memory_seq_pos_min(self._mem, 0))
@@ -466,9 +492,18 @@ class EmbeddedEngine:
             kv.clear()
         else:
             del kv[n_keep:]
+        self.checkpoints.forget_after(n_keep)
         if self._mtp is not None:
             self._mtp.truncate(n_keep)
         return n_keep
+
+    def _restore_checkpoint(self, n_max: int) -> int:
+        """The recurrent state cannot be cut back to ``n_max`` tokens: restore the latest checkpoint inside them
+        and drop the attention cache after it. Returns the tokens kept (0: none, evaluate from the start)."""
+        n_keep = self.checkpoints.restore(n_max)
+        if n_keep and C.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+            return n_keep
+        return 0
 
     # --- helpers ----------------------------------------------------------------------------------------------
 

@@ -110,6 +110,7 @@ def evaluate(
         weights_bytes=p.ram_weights,
         kv_cache_bytes=p.ram_kv,
         recurrent_state_bytes=p.ram_recurrent,
+        checkpoint_bytes=memory.checkpoint_bytes(model.architecture),
         compute_bytes=p.ram_compute,
         margin_bytes=int(memory.ram_margin_bytes(machine.memory.total_bytes) * margin_scale),
     )

@@ -117,6 +117,10 @@ def settings(plan: Plan) -> list[Setting]:
     ]
     if not plan.repack:
         rows.append(Setting("--no-repack", None, "use_extra_bufts", False))  # plan.threads.cpu_repack
+    if plan.ctx_checkpoints:  # plan.memory.context_checkpoints; engine.checkpoints in the embedded engine
+        rows.append(
+            Setting("--ctx-checkpoints", str(plan.ctx_checkpoints), "ctx_checkpoints", plan.ctx_checkpoints)
+        )
     if len(plan.tensor_split) > 1:
         rows += [
             Setting("-sm", plan.split_mode, "split_mode", SPLIT_MODES[plan.split_mode]),

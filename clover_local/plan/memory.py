@@ -136,6 +136,23 @@ def recurrent_copies(arch: Architecture, speculative: SpeculativePlan, engine: s
     return 1 + rollback_snapshots(speculative)
 
 
+CONTEXT_CHECKPOINTS = 8
+"""Context checkpoints kept per sequence on recurrent and hybrid models: the embedded engine keeps two per turn
+(at the prompt's end and a few tokens before it, ``engine.checkpoints``), so the last four turns can be resumed;
+llama-server gets the same count (``--ctx-checkpoints``; its own default, 32, would hold four times the RAM)."""
+
+
+def context_checkpoints(arch: Architecture) -> int:
+    """How many context checkpoints a plan keeps: only a recurrent state needs them (a KV cache is cut back)."""
+    return CONTEXT_CHECKPOINTS if arch.recurrent_state_bytes else 0
+
+
+def checkpoint_bytes(arch: Architecture) -> int:
+    """RAM the context checkpoints hold at most: each is one sequence's recurrent state
+    (``llama_state_seq_get_data_ext`` with ``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`` copies only that part)."""
+    return context_checkpoints(arch) * arch.recurrent_state_bytes
+
+
 RUNTIME_OVERHEAD_BYTES: dict[tuple[str, str], int] = {
     ("cuda", "embedded"): int(1.2 * GIB),
     ("cuda", "llama-server"): int(0.55 * GIB),

@@ -130,6 +130,13 @@ def make_plan(
         )
     load_mode, why_load = _load_mode(machine, fit)
     reasons.append(why_load)
+    n_checkpoints = memory.context_checkpoints(desc.architecture)
+    if n_checkpoints:
+        reasons.append(
+            f"Up to {n_checkpoints} context checkpoints in RAM ({fb(memory.checkpoint_bytes(desc.architecture))}, "
+            "one recurrent state each): a recurrent state cannot be cut back like a KV cache, so the state is "
+            "copied at the end of each prompt, and a conversation that grows re-evaluates only its new tokens."
+        )
     if enabled:
         copies = fit.recurrent_copies
         cost = (
@@ -237,6 +244,7 @@ def _assemble_plan(
         alternatives=_alternatives(machine, quant, candidates, fits),
         estimated=not desc.exact,
         repack=repack,
+        ctx_checkpoints=memory.context_checkpoints(desc.architecture),
         **decoding,
     )
 

@@ -59,10 +59,16 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
         f"{'available':>11} {'margin':>10}",
     ]
     for d in (*plan.memory.gpus, plan.memory.ram):
+        state = d.recurrent_state_bytes + d.checkpoint_bytes
         lines.append(
-            f"{d.name:{width}} {fb(d.weights_bytes):>11} {fb(d.kv_cache_bytes):>11} {fb(d.recurrent_state_bytes):>11} "
+            f"{d.name:{width}} {fb(d.weights_bytes):>11} {fb(d.kv_cache_bytes):>11} {fb(state):>11} "
             f"{fb(d.compute_bytes):>11} {fb(d.used_bytes):>11} {fb(d.capacity_bytes):>11} {fb(d.margin_bytes):>10}"
             + ("" if d.fits else "  short")
+        )
+    if plan.memory.ram.checkpoint_bytes:
+        lines.append(
+            f"(recurrent in RAM: the state and up to {plan.ctx_checkpoints} context checkpoints of it, "
+            f"{fb(plan.memory.ram.checkpoint_bytes)})"
         )
     lines += ["", "Why:"] + [f"  - {r}" for r in plan.reasons]
     if plan.alternatives:

@@ -44,6 +44,9 @@ class DeviceMemory:
     runtime_bytes: int = 0
     """What the GPU runtime itself holds in the process (CUDA context, cuBLAS, graphs): not in llama.cpp's log,
     but in the device's memory all the same."""
+    checkpoint_bytes: int = 0
+    """Context checkpoints at most (copies of the recurrent state at prompt positions, in RAM:
+    ``plan.memory.checkpoint_bytes``)."""
 
     @property
     def used_bytes(self) -> int:
@@ -51,6 +54,7 @@ class DeviceMemory:
             self.weights_bytes
             + self.kv_cache_bytes
             + self.recurrent_state_bytes
+            + self.checkpoint_bytes
             + self.compute_bytes
             + self.runtime_bytes
         )
@@ -202,6 +206,8 @@ class Plan:
     """Set for diffusion models: decode by denoising steps over the canvas (n_ctx = n_batch = n_ubatch)."""
     repack: bool = True
     """llama.cpp may repack weights into its extra CPU buffer types (``--no-repack`` when False)."""
+    ctx_checkpoints: int = 0
+    """Context checkpoints kept on a recurrent or hybrid model (``--ctx-checkpoints``; ``engine.checkpoints``)."""
     architecture: ArchCheck | None = None
     """What the llama.cpp here makes of the model's ``general.architecture``: loadable, by what runner, and why;
     filled by ``runtime.plan_for`` (which refuses an unsupported one unless forced)."""
