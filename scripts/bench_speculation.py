@@ -236,8 +236,13 @@ def _rounds(
 
 @contextmanager
 def _busy_programs(n: int) -> Iterator[None]:
-    """``n`` other programs, each keeping one core busy, for the block (and a second for the load to show)."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    """``n`` other programs, each keeping one core busy, for the block (and a second for the load to show).
+    Each in a session of its own, as another program is: Linux shares the CPU between sessions first
+    (autogroup scheduling), and llama-server runs in its own, so a busy child left in this process's session
+    would take its share from the embedded engine alone."""
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(n)
+    ]
     try:
         time.sleep(1.0)
         yield
