@@ -13,18 +13,33 @@ from __future__ import annotations
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from clover_local.engine.sequence import ActiveSequence, choose_slot
-from clover_local.engine.types import GenerationEvent
+from clover_local.engine.sequence import ActiveSequence, Slot, choose_slot
+from clover_local.engine.types import Finished, GenerationEvent
 from clover_local.errors import EngineError
 
-if TYPE_CHECKING:
-    from clover_local.engine.embedded import EmbeddedEngine
-
 _END = object()
+
+
+class SlotEngine(Protocol):
+    """What the scheduler asks of its engine (``engine.embedded.EmbeddedEngine``, which imports this module)."""
+
+    @property
+    def slots_state(self) -> list[Slot]: ...
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def start_sequence(self, seq: ActiveSequence) -> bool: ...
+
+    def step_alone(self, seq: ActiveSequence) -> None: ...
+
+    def step_batch(self, seqs: Sequence[ActiveSequence]) -> None: ...
+
+    def finished(self, seq: ActiveSequence) -> Finished: ...
 
 
 @dataclass
@@ -38,7 +53,7 @@ class _Job:
 class SlotScheduler:
     """Runs the sequences of an engine with several slots (``llama_n_seq_max > 1``)."""
 
-    def __init__(self, engine: EmbeddedEngine) -> None:
+    def __init__(self, engine: SlotEngine) -> None:
         self._engine = engine
         self._cond = threading.Condition()
         self._waiting: deque[_Job] = deque()
