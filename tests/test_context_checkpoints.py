@@ -1,6 +1,6 @@
 """Context checkpoints on a hybrid (Gated DeltaNet + attention) model: a growing conversation re-evaluates only
 its new tokens, a history that ends its last turn differently resumes a few tokens before, the count is
-bounded, and the plan holds their memory for both engines."""
+bounded, each slot keeps its own, and the plan holds their memory for both engines."""
 
 from __future__ import annotations
 
@@ -131,3 +131,34 @@ def test_the_plan_holds_the_checkpoints_memory_for_both_engines() -> None:
     attention = make_plan(machine, load_preset("gemma3-270m"), None, Wishes())
     assert attention.ctx_checkpoints == 0 and attention.memory.ram.checkpoint_bytes == 0
     assert "--ctx-checkpoints" not in llama_server_args(attention)
+
+
+def _agent_messages(agent: str, n: int) -> tuple[ChatMessage, ...]:
+    """Agent ``agent``'s request on turn ``n``: its system prompt differs from the first word, so no other agent's
+    slot holds a tenth of it (``engine.sequence.SIMILARITY``) and each turn goes back to the agent's own slot."""
+    system = ChatMessage("system", f"{agent.title()} reviews the {agent} module. {SYSTEM}")
+    return (system, *_messages_of_turn(n)[1:])
+
+
+def test_each_slot_keeps_its_own_checkpoints() -> None:
+    engine = load_engine(
+        tiny_model("qwen35moe"),
+        {"n_ctx": 4096, "n_seq_max": 2, "kv_unified": False, "n_threads": 2, "ctx_checkpoints": 8},
+        chat_template="gguf",
+        speculative=SpeculativePlan(enabled=False),
+    ).engine
+    assert isinstance(engine, EmbeddedEngine) and engine.slots == 2
+    try:
+        previous: dict[str, int] = {}
+        for n in range(1, 4):
+            for agent in ("alpha", "omega"):  # two agent sessions, turns interleaved over the two slots
+                request = GenerationRequest(messages=_agent_messages(agent, n), max_tokens=8, temperature=0.0)
+                _, stats = generate_text(engine, request)
+                if agent in previous:
+                    assert stats.cached_tokens == previous[agent]  # resumed from its own slot's checkpoint
+                previous[agent] = stats.prompt_tokens
+        restored = [c.restored for c in engine._checkpoints]
+        held = [len(c.positions) for c in engine._checkpoints]
+    finally:
+        engine.close()
+    assert restored == [2, 2] and all(0 < h <= 8 for h in held)
