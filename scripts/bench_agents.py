@@ -15,6 +15,14 @@ binary is found (a template without tool syntax, like Gemma's built-in one, gets
 as on the embedded engine).
 
     .venv/bin/python scripts/bench_agents.py [--preset gemma3-270m] [--rounds 3] [--json]
+
+The agent loop (``--loop GGUF...``, issue 28): ``--turns`` turns of a session that grows by a tool call and a
+few hundred tokens of tool result per turn, sent whole every turn (as agents do), on each GGUF, the embedded
+engine and llama-server side by side at the same threads and context checkpoints; per turn the prompt tokens
+each evaluated (the rest came from its cache), TTFT and decode speed. On a hybrid model without checkpoints
+every turn would evaluate the whole prompt again.
+
+    .venv/bin/python scripts/bench_agents.py --loop SmolLM2.gguf tiny-qwen35moe.gguf [--turns 10] [--threads 2]
 """
 
 from __future__ import annotations
@@ -90,7 +98,22 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=400)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--loop",
+        metavar="GGUF",
+        nargs="+",
+        help="instead: the agent loop on these GGUFs (an attention model and a hybrid one), both engines",
+    )
+    parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    if args.loop:
+        loops = {m: agent_loop(m, args.turns, 32, 8192, args.threads) for m in args.loop}
+        if args.json:
+            print(json.dumps(loops, indent=2))
+        for m, rows in loops.items():
+            print_loop(Path(m).name, rows)
+        return 0
 
     from clover_local.launch import LaunchRequest, decide_launch, open_launch
     from clover_local.llamacpp.binary import find_llama_server
@@ -169,6 +192,93 @@ def print_table(report: dict[str, Any]) -> None:
         )
     if report["llama_server_skipped"]:
         print(f"(llama-server rows skipped: {report['llama_server_skipped']})")
+
+
+# --- the agent loop (issue 28): a growing session, turn by turn, on both engines ---------------------------------
+
+LOOP_SYSTEM = (
+    "You are a coding agent working in a repository. Answer with exactly one tool call per turn, as JSON.\n"
+    "Tools:\n"
+    '- read_file {"path": string}: the file\'s text\n'
+    '- write_file {"path": string, "content": string}: replace a file\n'
+    '- run {"command": string}: run a shell command, returns its output\n'
+    '- search {"pattern": string}: lines matching a regex, as path:line:text\n'
+)
+
+
+def loop_turn_messages(n: int) -> list[Any]:
+    """Turn ``n``'s request: the system prompt, then per earlier turn the client's own record of the tool call
+    and its result (a few hundred tokens each), then the new result. The same bytes for both engines."""
+    from clover_local.engine.types import ChatMessage
+
+    messages = [
+        ChatMessage("system", LOOP_SYSTEM),
+        ChatMessage("user", "Rename unpaid_orders to open_orders."),
+    ]
+    for turn in range(n):
+        messages.append(ChatMessage("assistant", f'{{"tool": "read_file", "path": "orders_{turn}.py"}}'))
+        body = ORDERS_HEAD.replace("unpaid_orders", f"unpaid_orders_{turn}")
+        messages.append(ChatMessage("user", f"Result of read_file orders_{turn}.py:\n```python\n{body}```"))
+    return messages
+
+
+def agent_loop(model: str, turns: int, max_tokens: int, ctx: int, threads: int) -> list[dict[str, Any]]:
+    """Each turn on the embedded engine and on llama-server (same threads, same context checkpoints as the plan
+    gives a recurrent model), interleaved; per turn the prompt tokens, those evaluated, TTFT and decode speed."""
+    from clover_local.engine.loader import load_engine
+    from clover_local.engine.types import Finished, GenerationRequest
+    from clover_local.llamacpp.server import start_llama_server
+    from clover_local.llamacpp.server_engine import LlamaServerEngine
+    from clover_local.plan.memory import CTX_CHECKPOINTS
+    from clover_local.plan.types import SpeculativePlan
+
+    settings = {"n_ctx": ctx, "n_threads": threads, "n_threads_batch": threads}
+    embedded = load_engine(
+        model,
+        {**settings, "ctx_checkpoints": CTX_CHECKPOINTS},
+        speculative=SpeculativePlan(enabled=False),
+    ).engine
+    argv = ["-m", model, "-c", str(ctx), "-np", "1", "-t", str(threads), "-tb", str(threads)]
+    server = LlamaServerEngine(
+        start_llama_server([*argv, "--ctx-checkpoints", str(CTX_CHECKPOINTS)]),
+        model_name=Path(model).stem,
+    )
+    rows: list[dict[str, Any]] = []
+    try:
+        for n in range(turns):
+            request = GenerationRequest(
+                messages=tuple(loop_turn_messages(n)), max_tokens=max_tokens, temperature=0.0
+            )
+            row: dict[str, Any] = {"turn": n + 1}
+            for name, engine in (("embedded", embedded), ("llama-server", server)):
+                stats = next(e.stats for e in engine.generate(request) if isinstance(e, Finished))
+                row[name] = {
+                    "prompt": stats.prompt_tokens,
+                    "evaluated": stats.prompt_tokens - stats.cached_tokens,
+                    "ttft_s": round(stats.ttft_s, 3),
+                    "decode_tps": round(stats.decode_tokens_per_s, 1),
+                }
+            print(json.dumps(row), file=sys.stderr)
+            rows.append(row)
+    finally:
+        embedded.close()
+        server.close()
+    return rows
+
+
+def print_loop(model: str, rows: list[dict[str, Any]]) -> None:
+    print(f"\n{model}: tokens evaluated of the prompt per turn, TTFT, decode tokens/s")
+    print(
+        "| turn | prompt | embedded evaluated | llama-server evaluated | embedded TTFT | llama-server TTFT | "
+        "embedded tok/s | llama-server tok/s |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        e, s = r["embedded"], r["llama-server"]
+        print(
+            f"| {r['turn']} | {e['prompt']} | {e['evaluated']} | {s['evaluated']} | {e['ttft_s']:.2f} s | "
+            f"{s['ttft_s']:.2f} s | {e['decode_tps']} | {s['decode_tps']} |"
+        )
 
 
 if __name__ == "__main__":

@@ -11,13 +11,7 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
-from clover_local.engine.batch_threads import (
-    SLACK_CORES,
-    BatchThreads,
-    CpuSample,
-    batch_threads_for,
-    others_busy_cores,
-)
+from clover_local.engine.batch_threads import CpuSample, LoadThreads, others_busy_cores
 
 
 def test_other_programs_cpu_is_the_machines_less_this_processs() -> None:
@@ -28,61 +22,104 @@ def test_other_programs_cpu_is_the_machines_less_this_processs() -> None:
     assert others_busy_cores(before, CpuSample(12.0, 100.5, 41.0)) == 0.0  # ticks are coarse: never negative
 
 
-@pytest.mark.parametrize(
-    ("threads", "batch", "cpus", "others", "chosen"),
-    [
-        (1, 2, 2, 0.0, 2),  # idle 2-core machine: both cores for batches
-        (1, 2, 2, SLACK_CORES, 2),  # a terminal redrawing leaves them free
-        (1, 2, 2, 0.9, 1),  # one busy program: back to the decode thread
-        (7, 8, 8, 0.5, 7),
-        (15, 16, 32, 1.0, 16),  # hyperthreads: one busy program leaves 16 logical CPUs free
-        (2, 2, 2, 2.0, 2),  # nothing to switch when batches get no more threads than decoding
-    ],
-)
-def test_all_batch_threads_only_when_the_others_leave_the_cores_free(
-    threads: int, batch: int, cpus: int, others: float, chosen: int
-) -> None:
-    assert batch_threads_for(threads, batch, cpus, others) == chosen
+class _Load:
+    """A machine whose other programs use ``busy`` cores from now on, one second per look."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.busy_s = 0.0
+        self.busy = 0.0
+
+    def sample(self) -> CpuSample:
+        return CpuSample(self.now, self.busy_s, 0.0)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self.busy_s += self.busy * seconds
 
 
 def test_the_guard_looks_at_most_every_quarter_second_and_switches_both_ways() -> None:
-    now = [0.0]
-    busy = [0.0]
+    load = _Load()
     applied: list[tuple[int, int]] = []
-
-    def sample() -> CpuSample:
-        return CpuSample(now[0], busy[0], 0.0)
-
-    guard = BatchThreads(
-        lambda t, tb: applied.append((t, tb)), 1, 2, sample=sample, clock=lambda: now[0], n_cpus=2
+    guard = LoadThreads(
+        lambda t, tb: applied.append((t, tb)), 2, 2, sample=load.sample, clock=lambda: load.now, n_cpus=2
     )
-    assert guard.before_batch() == 2 and applied == []
-    now[0], busy[0] = 1.0, 1.0  # another program used a whole core
-    assert guard.before_batch() == 1 and applied == [(1, 1)]
-    now[0], busy[0] = 1.1, 1.1
-    assert guard.before_batch() == 1  # too soon to look again
-    now[0], busy[0] = 2.0, 1.1  # quiet again
-    assert guard.before_batch() == 2 and applied == [(1, 1), (1, 2)] and guard.switches == 2
-    now[0], busy[0] = 3.0, 2.1
+    assert guard.before_step() == (2, 2) and applied == []
+    load.busy = 1.0  # another program uses a whole core
+    load.advance(1.0)
+    assert guard.before_step() == (1, 1) and applied == [(1, 1)]
+    load.busy = 0.0
+    load.advance(0.1)
+    assert guard.before_step() == (1, 1)  # too soon to look again
+    load.advance(0.9)  # quiet again
+    assert guard.before_step() == (2, 2) and applied == [(1, 1), (2, 2)] and guard.switches == 2
+    load.busy = 1.0
+    load.advance(1.0)
     with guard.pinned(2):  # measuring the plan's own costs: all threads, whatever the load
-        assert guard.current == 2 and guard.before_batch() == 2
-    assert BatchThreads(lambda t, tb: applied.append((t, tb)), 2, 2, sample=sample).before_batch() == 2
+        assert guard.current == (2, 2) and guard.before_step() == (2, 2)
 
 
 @pytest.mark.slow
-def test_busy_programs_on_every_core_take_the_batch_threads_back() -> None:
+def test_busy_programs_on_every_core_take_the_threads_back() -> None:
     import psutil
 
     applied: list[tuple[int, int]] = []
-    guard = BatchThreads(lambda t, tb: applied.append((t, tb)), 1, psutil.cpu_count(logical=True) or 2)
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(guard.threads_batch)]
+    n = psutil.cpu_count(logical=True) or 2
+    guard = LoadThreads(lambda t, tb: applied.append((t, tb)), n, n)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
     try:
-        wait_until(lambda: guard.before_batch() == 1, "the batch threads dropped to the decode thread", 120)
+        wait_until(lambda: guard.before_step() == (1, 1), "the threads dropped to one", 120)
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
     assert applied[-1] == (1, 1)
+
+
+@pytest.mark.slow
+def test_threads_that_change_between_steps_never_change_the_text(smollm2_path: Path) -> None:
+    """The same engine, the same greedy request: once on one fixed thread, once with the threads switching
+    between one and two at every step (prompt batches and one-token steps alike, as the load would)."""
+    from helpers_engine import generate_text
+    from llama_cpp import llama_cpp as C
+
+    from clover_local.engine.embedded import EmbeddedEngine
+    from clover_local.engine.types import ChatMessage, GenerationRequest
+    from clover_local.launch import LaunchRequest, decide_launch, open_launch
+
+    launch = decide_launch(LaunchRequest(preset="smollm2-135m", model=str(smollm2_path), ctx=1024))
+    engine = open_launch(launch).engine
+    assert isinstance(engine, EmbeddedEngine)
+    request = GenerationRequest(
+        messages=(ChatMessage("user", "Write a short story about a lighthouse keeper and a storm."),),
+        max_tokens=48,
+        temperature=0.0,
+        speculative=False,
+        cache_prompt=False,
+    )
+    try:
+        with engine.threads.pinned(1):
+            alone = generate_text(engine, request)[0]
+        load = _Load()
+        load.busy = 1.0  # busy at first: the first step drops to one thread
+        ctx = engine._ctx
+        applied: list[int] = []
+
+        def apply(t: int, tb: int) -> None:
+            C.llama_set_n_threads(ctx, t, tb)
+            applied.append(int(C.llama_n_threads(ctx)))
+            load.busy = 1.0 if t == 2 else 0.0  # the next look sees the load that switches back
+
+        def clock() -> float:  # a second passes between steps: the guard looks before every one
+            load.advance(1.0)
+            return load.now
+
+        engine.threads = LoadThreads(apply, 2, 2, sample=load.sample, clock=clock, n_cpus=2)
+        switching = generate_text(engine, request)[0]
+    finally:
+        engine.close()
+    assert alone and switching == alone
+    assert applied.count(1) > 10 and applied.count(2) > 10  # llama.cpp really ran on both counts
 
 
 @pytest.mark.slow
@@ -110,7 +147,7 @@ def test_the_thread_count_never_changes_the_text(gemma_path: Path) -> None:
             speculative=plan.speculative,
         ).engine
         try:
-            with engine.batch_threads.pinned(threads_batch):  # exactly these threads, whatever else runs
+            with engine.threads.pinned(1, threads_batch):  # exactly these threads, whatever else runs
                 for speculative in (False, True):
                     texts[threads_batch, speculative] = generate_text(
                         engine, replace(request, speculative=speculative)

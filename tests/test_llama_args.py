@@ -14,6 +14,7 @@ import pytest
 
 from clover_local import settings as clover_settings
 from clover_local.detect import parse_simulate
+from clover_local.engine.native import ENGINE_ONLY_KEYS
 from clover_local.gguf.model import describe_from_preset
 from clover_local.plan import memory
 from clover_local.plan.llama_args import (
@@ -45,8 +46,8 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
     n = plan.n_cpu_moe
     assert llama_server_args(plan) == [
         "-c", "16384", "-ngl", "all", "--n-cpu-moe", str(n), "-fa", "on", "-ctk", "f16", "-ctv", "f16",
-        "-t", "7", "-tb", "7", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
-        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-min", "2",
+        "-t", "8", "-tb", "8", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
+        "--ctx-checkpoints", "8", "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-min", "2",
         "--spec-ngram-mod-n-max", "16", "--fit", "off",
     ]  # fmt: skip
     assert llama_cpp_kwargs(plan) == {
@@ -56,7 +57,7 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
         "flash_attn": True,
         "type_k": 1,
         "type_v": 1,
-        "n_threads": 7,
+        "n_threads": 8,
         "n_threads_batch": 8,
         "n_batch": 2048,
         "n_ubatch": 512,
@@ -66,6 +67,7 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
         "kv_unified": False,
         "swa_full": False,
         "offload_kqv": True,
+        "ctx_checkpoints": 8,
         "split_mode": 1,
         "main_gpu": 0,
         "tensor_split": None,
@@ -82,7 +84,7 @@ def test_exact_argv_for_cpu_only_with_model_path() -> None:
     )
     assert llama_server_args(plan) == [
         "-m", "/m/gemma.gguf", "-c", "4096", "-ngl", "0", "-fa", "on", "-ctk", "f16", "-ctv", "f16",
-        "-t", "3", "-tb", "3", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
+        "-t", "4", "-tb", "4", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
         "--chat-template", "gemma", "--no-jinja", "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24",
         "--spec-ngram-mod-n-min", "2", "--spec-ngram-mod-n-max", "16", "--fit", "off",
     ]  # fmt: skip
@@ -191,8 +193,10 @@ def test_kwargs_are_llama_init_keywords_and_type_ids_match_ggml() -> None:
     params = inspect.signature(llama_cpp.Llama.__init__).parameters
     plan = clover_plan("gpu=nvidia:24G,gpu=nvidia:12G,ram=64G")
     for key in llama_cpp_kwargs(plan):
-        # The loader's own keys (engine.native.build_params sets them on llama_context_params directly).
-        assert key in ("tensor_buft_overrides", "n_seq_max", "kv_unified") or key in params, key
+        # The loader's own keys (engine.native.build_params sets them on llama_context_params directly) and
+        # the embedded engine's (engine.checkpoints).
+        own = ("tensor_buft_overrides", "n_seq_max", "kv_unified")
+        assert key in own or key in params or key in ENGINE_ONLY_KEYS, key
     for name, value in GGML_TYPES.items():
         if name != "bf16":  # llama_cpp exports no BF16 constant; ggml.h has GGML_TYPE_BF16 = 30
             assert getattr(llama_cpp, f"GGML_TYPE_{name.upper()}") == value

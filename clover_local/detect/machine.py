@@ -20,6 +20,9 @@ class Cpu:
     """Instruction-set extensions that matter to llama.cpp: ``avx2``, ``avx512f``, ``neon``, ``sve``..."""
     arch: str = ""
     """``x86_64``, ``arm64``..."""
+    others_busy_cores: float | None = None
+    """Cores' worth of CPU other programs used while the machine was probed (``detect.cpu_load``); None when
+    not measured (``--simulate`` without ``busy=``)."""
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,6 +21,7 @@ from clover_local.detect.amd import load_amdsmi, probe_amd_sysfs, probe_amdsmi
 from clover_local.detect.apple import RunSysctl, probe_apple
 from clover_local.detect.build import load_llama_cpp, probe_build
 from clover_local.detect.cpu import CoreCounter, probe_cpu_linux, probe_cpu_macos
+from clover_local.detect.cpu_load import CpuSample, others_busy_cores, sample_cpu
 from clover_local.detect.drm import SYSFS_ROOT, drm_cards
 from clover_local.detect.hints import build_hints
 from clover_local.detect.intel import probe_intel_sysfs
@@ -29,6 +31,8 @@ from clover_local.detect.nvidia import load_nvml, probe_nvidia
 
 T = TypeVar("T")
 NVIDIA_VENDOR_ID = "0x10de"
+LOAD_WINDOW_S = 0.25
+"""The shortest window the other programs' CPU use is measured over while probing."""
 
 
 def run_sysctl(key: str) -> str | None:
@@ -60,6 +64,8 @@ class ProbeInputs:
     load_nvml: Callable[[], Any] = load_nvml
     load_amdsmi: Callable[[], Any] = load_amdsmi
     load_llama_cpp: Callable[[], tuple[Any, str]] = load_llama_cpp
+    sample_cpu: Callable[[], CpuSample] = sample_cpu
+    """CPU time used so far (``detect.cpu_load``), sampled as probing starts and ends."""
 
 
 def detect_machine(models_dir: Path | None = None, inputs: ProbeInputs | None = None) -> Machine:
@@ -73,6 +79,7 @@ def detect_machine(models_dir: Path | None = None, inputs: ProbeInputs | None = 
 
         models_dir = hf_cache_dir()
     probes: list[ProbeResult] = []
+    load_from = inp.sample_cpu()
 
     def soft(name: str, probe: Callable[[], tuple[T, ProbeResult]], fallback: T) -> T:
         try:
@@ -101,6 +108,7 @@ def detect_machine(models_dir: Path | None = None, inputs: ProbeInputs | None = 
     hints = list(build_hints(gpu_tuple, build))
     if inp.system == "linux" and not any(g.vendor == "nvidia" for g in gpus):
         hints += soft("nvidia-pci", lambda: _nvidia_without_nvml(inp.sysfs_root), [])
+    cpu = replace(cpu, others_busy_cores=_others_busy_since(load_from, inp.sample_cpu))
     return Machine(
         cpu=cpu,
         memory=memory,
@@ -111,6 +119,16 @@ def detect_machine(models_dir: Path | None = None, inputs: ProbeInputs | None = 
         probes=tuple(probes),
         hints=tuple(hints),
     )
+
+
+def _others_busy_since(start: CpuSample, sample: Callable[[], CpuSample]) -> float:
+    """The other programs' CPU use since ``start``, over at least :data:`LOAD_WINDOW_S` (the counters tick in
+    10 ms: a shorter window would read one stray tick as a busy core)."""
+    now = sample()
+    if now.at - start.at < LOAD_WINDOW_S:
+        time.sleep(LOAD_WINDOW_S - (now.at - start.at))
+        now = sample()
+    return round(others_busy_cores(start, now), 2)
 
 
 def detect_cpu() -> Cpu:

@@ -8,6 +8,7 @@ Spec: comma-separated ``key=value`` parts, e.g. ``ram=32G,gpu=nvidia:12G,gpu=nvi
 - ``unified=SIZE``   Apple Silicon with SIZE of unified memory: RAM = SIZE and one ``apple`` GPU whose memory
   is the Metal working-set limit (:func:`clover_local.detect.apple.metal_working_set`, the real probe's rule)
 - ``cpu=N``          CPU cores (default 8)
+- ``busy=N``         cores' worth of CPU other programs use (default: not measured, taken as idle)
 - ``disk=SIZE``      free disk where models are stored (default 500G)
 - ``rpc=KIND:SIZE@HOST:PORT`` a device lent by another machine through llama.cpp's RPC backend, repeatable
   (``gpu:nvidia:12G@192.168.1.20:50052``, ``cpu:32G@192.168.1.21:50052``); ``link=1Gbit[/0.5ms]`` the network
@@ -55,7 +56,8 @@ SIMULATED_BUILD_VERSION = "0.3.36"
 ACCEPTED_FORMS = (
     "ram=32G, gpu=nvidia:12G or gpu=nvidia:12G@936GB/s (repeatable; vendor nvidia|amd|intel; optional "
     "memory bandwidth in GB/s or TB/s), unified=64G (Apple Silicon), "
-    "cpu=16, disk=500G, backend=cuda|metal|vulkan|rocm|sycl|cpu, rpc=gpu:nvidia:12G@HOST:PORT (repeatable), "
+    "cpu=16, busy=1 (other programs' cores), disk=500G, backend=cuda|metal|vulkan|rocm|sycl|cpu, "
+    "rpc=gpu:nvidia:12G@HOST:PORT (repeatable), "
     "link=1Gbit/0.5ms; sizes in K/M/G/T (binary) or bytes, "
     "parts separated by commas"
 )
@@ -66,7 +68,19 @@ _DEFAULT_BACKEND: dict[GpuVendor, Backend] = {
     "intel": "vulkan",
     "apple": "metal",
 }
-_SINGLE_KEYS = ("ram", "unified", "cpu", "disk", "backend", "link")
+_SINGLE_KEYS = ("ram", "unified", "cpu", "busy", "disk", "backend", "link")
+
+
+def _busy(singles: dict[str, str]) -> float | None:
+    if "busy" not in singles:
+        return None
+    try:
+        busy = float(singles["busy"])
+    except ValueError:
+        _bad(f"busy={singles['busy']}", "give the busy cores as a number, e.g. busy=1 or busy=0.5")
+    if busy < 0:
+        _bad(f"busy={singles['busy']}", "busy cores cannot be negative")
+    return busy
 
 
 def os_reserved_bytes(total_ram_bytes: int) -> int:
@@ -123,6 +137,7 @@ def parse_simulate(spec: str) -> Machine:
             logical_cores=cores,
             features=("neon",) if apple else ("avx2", "f16c", "fma"),
             arch="arm64" if apple else "x86_64",
+            others_busy_cores=_busy(singles),
         ),
         memory=Memory(total_bytes=ram, available_bytes=max(ram - os_reserved_bytes(ram), 0)),
         disk=Disk(path="(simulated)", total_bytes=disk, free_bytes=disk),

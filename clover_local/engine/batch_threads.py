@@ -1,17 +1,18 @@
-"""How many threads llama.cpp uses for a batch right now: every core the plan gives batches while the rest of
-the machine leaves them free, the decode threads while other programs keep the CPU busy.
+"""How many threads llama.cpp uses for the next step (one token, or a batch: the prompt, a draft to verify):
+every core the plan gives while the rest of the machine leaves them free, fewer while other programs keep the
+CPU busy.
 
-A batch (prompt processing, verifying a draft) is compute-bound, so it runs faster on every core: on a 2-core
-machine a verification batch on two threads costs about 0.75 of what it costs on one. But llama.cpp's threads
-wait for each other at every operation by spinning (``ggml_barrier``), so a batch whose threads fill every core
-stalls as soon as another program wants one: one thread loses its core for a scheduler slice at each of a few
-hundred operations, and a batch that takes 20 ms idle takes a second. So before each batch the engine looks at
-how much CPU time the *other* programs used since it last looked (system-wide busy time less this process's
-own, from psutil) and gives the batch all its threads only when that leaves them free.
+llama.cpp's threads wait for each other at every operation by spinning (``ggml_barrier``), so a step whose
+threads fill every core stalls as soon as another program wants one: one thread loses its core for a scheduler
+slice at each of a few hundred operations, and a batch that takes 20 ms idle takes a second. So before each step
+the engine looks (at most every :data:`CHECK_EVERY_S`) at how much CPU time the *other* programs used since it
+last looked (``detect.cpu_load``) and sets the threads ``plan.threads.threads_for_load`` leaves them
+(``llama_set_n_threads``).
 
 This never changes the text: llama.cpp's CPU kernels compute every output element in one thread, whatever the
-thread count (``tests/test_batch_threads.py`` checks that greedy replies are the same on one and on two batch
-threads). Only speed depends on the machine's load; what the drafter decides still never does.
+thread count (``tests/test_batch_threads.py`` checks that greedy replies are the same on one and on two threads,
+and when the threads change between steps). Only speed depends on the machine's load; what the drafter decides
+still never does.
 """
 
 from __future__ import annotations
@@ -19,53 +20,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import psutil
 
+from clover_local.detect.cpu_load import CpuSample, others_busy_cores, sample_cpu
+from clover_local.plan.threads import SLACK_CORES, threads_for_load
+
+__all__ = ["CHECK_EVERY_S", "SLACK_CORES", "CpuSample", "LoadThreads", "others_busy_cores", "sample_cpu"]
+
 CHECK_EVERY_S = 0.25
 """Look at the other programs' CPU use at most this often (``/proc/stat`` counts in 10 ms ticks)."""
-SLACK_CORES = 0.25
-"""Other programs may use this much of a core and still leave the batch threads their cores (a shell, a
-terminal redrawing)."""
 
 
-@dataclass(frozen=True)
-class CpuSample:
-    at: float
-    """Monotonic seconds."""
-    busy_s: float
-    """CPU seconds every program used, on all cores."""
-    mine_s: float
-    """CPU seconds this process used (all its threads)."""
-
-
-def sample_cpu() -> CpuSample:
-    total = psutil.cpu_times()
-    busy = sum(total) - total.idle - getattr(total, "iowait", 0.0) - getattr(total, "steal", 0.0)
-    mine = psutil.Process().cpu_times()
-    return CpuSample(time.monotonic(), busy, mine.user + mine.system)
-
-
-def others_busy_cores(before: CpuSample, after: CpuSample) -> float:
-    """How many cores' worth of CPU other programs used between two samples."""
-    wall = after.at - before.at
-    if wall <= 0:
-        return 0.0
-    others = (after.busy_s - before.busy_s) - (after.mine_s - before.mine_s)
-    return max(0.0, others / wall)
-
-
-def batch_threads_for(threads: int, threads_batch: int, n_cpus: int, others: float) -> int:
-    """All ``threads_batch`` when the other programs leave that many cores free, else the decode ``threads``."""
-    if threads_batch <= threads:
-        return threads_batch
-    return threads_batch if n_cpus - others >= threads_batch - SLACK_CORES else threads
-
-
-class BatchThreads:
-    """Sets llama.cpp's batch threads before each batch (``llama_set_n_threads``), from the other programs'
-    recent CPU use; a no-op when the plan gives batches no more threads than decoding."""
+class LoadThreads:
+    """Sets llama.cpp's decode and batch threads before each step (``llama_set_n_threads``), from the other
+    programs' recent CPU use: the planned ``threads`` / ``threads_batch`` are the most."""
 
     def __init__(
         self,
@@ -84,17 +53,18 @@ class BatchThreads:
         self._clock = clock
         self._n_cpus = n_cpus or psutil.cpu_count(logical=True) or 1
         self._pinned = False
-        self._last = sample() if threads_batch > threads else None
-        self.current = threads_batch
+        self._last = sample()
+        self.current = (threads, threads_batch)
+        """(decode, batch) threads set in llama.cpp now."""
         self.switches = 0
-        """How often the batch threads changed (for tests and benchmarks)."""
+        """How often the threads changed (for tests and benchmarks)."""
 
-    def before_batch(self) -> int:
-        """The batch threads for the next batch (set in llama.cpp when they change)."""
-        if self._last is None or self._pinned or self._clock() - self._last.at < CHECK_EVERY_S:
+    def before_step(self) -> tuple[int, int]:
+        """The (decode, batch) threads for the next step (set in llama.cpp when they change)."""
+        if self._pinned or self._clock() - self._last.at < CHECK_EVERY_S:
             return self.current
         now = self._sample()
-        wanted = batch_threads_for(
+        wanted = threads_for_load(
             self.threads, self.threads_batch, self._n_cpus, others_busy_cores(self._last, now)
         )
         self._last = now
@@ -102,19 +72,19 @@ class BatchThreads:
         return self.current
 
     @contextmanager
-    def pinned(self, threads_batch: int) -> Iterator[None]:
-        """Exactly ``threads_batch`` batch threads inside the block, whatever the load (measuring costs)."""
-        self._set(threads_batch)
+    def pinned(self, threads: int, threads_batch: int | None = None) -> Iterator[None]:
+        """Exactly these threads inside the block (``threads_batch``: as many as ``threads`` unless given),
+        whatever the load (measuring costs, tests)."""
+        self._set((threads, threads if threads_batch is None else threads_batch))
         self._pinned = True
         try:
             yield
         finally:
             self._pinned = False
-            if self._last is not None:
-                self._last = self._sample()
+            self._last = self._sample()
 
-    def _set(self, wanted: int) -> None:
+    def _set(self, wanted: tuple[int, int]) -> None:
         if wanted != self.current:
-            self._apply(self.threads, wanted)
+            self._apply(*wanted)
             self.current = wanted
             self.switches += 1

@@ -91,11 +91,22 @@ class DraftController:
     that maximises tokens per unit of cost and drafts nothing where no ``k`` beats plain decoding. While it is
     not drafting it still probes now and then (less often each time a probe fails), so a copy that starts later
     in the reply is picked up.
+
+    Speculation never costs more than :data:`LOSS_BUDGET` of the reply's steps, by the same cost model: it keeps
+    the steps drafting has saved so far (each verification yields ``accepted + 1`` tokens for ``costs[k]``) and
+    verifies a draft only as long as it is short enough that, were every drafted token wrong, the loss would stay
+    within :data:`START_BUDGET` plus :data:`LOSS_BUDGET` of the steps so far. A reply with nothing to copy then
+    drafts little and short; a copy earns its own longer drafts after the first one or two.
     """
 
     MARGIN = 1.1
     """Expected speed-up a draft must promise: the cost model is an estimate, a wrong guess only wastes time."""
     DECAY = 0.9
+    LOSS_BUDGET = 0.03
+    """The most of a reply's steps drafting may lose, at worst, by the cost model (issue 28: at least 0.97x)."""
+    START_BUDGET = 1.5
+    """Steps drafting may lose before any draft has paid back: a first two-token draft on a CPU, where verifying
+    it costs 2.4 steps (``plan.verify_cost``)."""
     PROBE_EVERY = 16
     """Plain steps before the first probe where drafting does not pay; each failed probe waits 4x longer (up to
     256), so a reply with nothing to copy (counting, free chat) pays at most a step or two for probing."""
@@ -111,6 +122,10 @@ class DraftController:
         self.drafted = 0
         self.accepted = 0
         self.steps = 0
+        self.seen = 0
+        """Generation steps the controller was asked about (drafted or not)."""
+        self.saved = 0.0
+        """Steps drafting saved so far by the cost model (negative: lost)."""
 
     def p(self, match_size: int) -> float:
         """Estimated chance that a drafted token from a match of this size is right; before any evidence,
@@ -131,7 +146,8 @@ class DraftController:
 
     def choose(self, available: int, match_size: int) -> int:
         """How many of ``available`` drafted tokens to verify now (0: decode one token plainly)."""
-        limit = min(available, self.n_max)
+        self.seen += 1
+        limit = min(available, self.n_max, self._affordable())
         if limit < self.n_min:
             return 0
         p = self.p(match_size)
@@ -150,9 +166,18 @@ class DraftController:
             return min(limit, self.n_min)  # the shortest draft: a wrong probe wastes the least
         return 0
 
+    def _affordable(self) -> int:
+        """The longest draft whose total failure keeps the loss within the budget."""
+        allowance = self.saved + self.START_BUDGET + self.LOSS_BUDGET * self.seen
+        k = 0
+        while k < self.n_max and self.batch_cost(k + 2) - 1 <= allowance:
+            k += 1
+        return k
+
     def record(self, drafted: int, accepted: int, match_size: int = 0) -> None:
         """A verification step drafted ``drafted`` tokens of which the first ``accepted`` were right."""
         self.steps += 1
+        self.saved += accepted + 1 - self.batch_cost(drafted + 1)
         self.drafted += drafted
         self.accepted += accepted
         trials = accepted + (1 if accepted < drafted else 0)

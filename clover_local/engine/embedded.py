@@ -25,7 +25,8 @@ import numpy as np
 from llama_cpp import llama_cpp as C
 
 from clover_local.engine import grammar, templates, toolcalls
-from clover_local.engine.batch_threads import BatchThreads
+from clover_local.engine.batch_threads import LoadThreads
+from clover_local.engine.checkpoints import TAIL_TOKENS, Checkpoints
 from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
 from clover_local.engine.scheduler import SlotScheduler
@@ -60,6 +61,8 @@ class EngineParts:
     notices: list[str] = field(default_factory=list)
     mtp: Any = None
     """The MTP draft head (``engine.mtp.MtpHead``) when the plan drafts with it; None otherwise."""
+    ctx_checkpoints: int = 0
+    """Context checkpoints to keep on a recurrent or hybrid model (``engine.checkpoints``; the plan's count)."""
 
 
 class EmbeddedEngine:
@@ -113,12 +116,16 @@ class EmbeddedEngine:
                 f"{self._n_seq} slots (--parallel 1 keeps it); n-gram drafting is not affected."
             )
         self._scheduler = SlotScheduler(self) if self._n_seq > 1 else None
-        self.batch_threads = BatchThreads(
+        self.threads = LoadThreads(
             lambda t, tb: C.llama_set_n_threads(parts.ctx, t, tb),
             int(C.llama_n_threads(parts.ctx)),
             int(C.llama_n_threads_batch(parts.ctx)),
         )
-        """Batches get every planned thread only while other programs leave the cores free."""
+        """Steps get every planned thread only while other programs leave the cores free."""
+        # The MTP head keeps a context of its own, which a checkpoint of the trunk would not put back.
+        checkpoints = parts.ctx_checkpoints if parts.recurrent and self._mtp is None else 0
+        self._checkpoints = [Checkpoints(parts.ctx, checkpoints, slot.seq) for slot in self._slots]
+        """Each slot's recurrent state at prompt positions, restored when its next prompt shares them."""
         self.drafter_factory: Callable[[SpeculativePlan], Drafter] = default_drafter
         """Makes the drafter for each generation (tests swap in drafters that guess on purpose)."""
 
@@ -149,6 +156,11 @@ class EmbeddedEngine:
     @property
     def _kv_tokens(self) -> list[int]:
         return self._slots[0].kv
+
+    @property
+    def checkpoints(self) -> Checkpoints:
+        """The first slot's context checkpoints (each slot keeps its own)."""
+        return self._checkpoints[0]
 
     @property
     def cached_tokens(self) -> tuple[int, ...]:
@@ -184,6 +196,7 @@ class EmbeddedEngine:
         C.llama_memory_clear(self._mem, True)
         for slot in self._slots:
             slot.kv.clear()
+            self._checkpoints[slot.seq].clear()
         if self._mtp is not None:
             self._mtp.clear()
 
@@ -296,7 +309,8 @@ class EmbeddedEngine:
             self._forget(slot)
         n_cached = seq.n_cached = self._reuse_prefix(slot, seq.prompt)
         prompt = seq.prompt
-        if not self._decode(prompt[n_cached:], n_cached, all_logits=False, cancel=seq.cancel, seq=slot.seq):
+        if not self._evaluate_prompt(slot, prompt, n_cached, seq.cancel):
+            self._checkpoints[slot.seq].forget_after(n_cached)
             if not C.llama_memory_seq_rm(self._mem, slot.seq, n_cached, -1):
                 self._forget(slot)
             del slot.kv[n_cached:]
@@ -308,6 +322,24 @@ class EmbeddedEngine:
         if seq.drafter is not None:
             seq.drafter.reset(prompt)
             seq.drafter.extend(seq.new)
+        return True
+
+    def _evaluate_prompt(
+        self, slot: Slot, prompt: list[int], n_cached: int, cancel: threading.Event | None
+    ) -> bool:
+        """Evaluate the prompt after its cached tokens in the slot; on a model with checkpoints, keep one at its
+        end (the next turn's prompt starts with this one when the client resends the history as it was) and one
+        :data:`TAIL_TOKENS` before (when the history ends its last turn differently)."""
+        checkpoints = self._checkpoints[slot.seq]
+        cut = len(prompt) - TAIL_TOKENS
+        if checkpoints.limit <= 0 or cut <= n_cached:
+            return self._decode(prompt[n_cached:], n_cached, all_logits=False, cancel=cancel, seq=slot.seq)
+        if not self._decode(prompt[n_cached:cut], n_cached, all_logits=False, cancel=cancel, seq=slot.seq):
+            return False
+        checkpoints.save(cut)
+        if not self._decode(prompt[cut:], cut, all_logits=False, cancel=cancel, seq=slot.seq):
+            return False
+        checkpoints.save(len(prompt))
         return True
 
     def step_alone(self, seq: ActiveSequence) -> None:
@@ -360,7 +392,7 @@ class EmbeddedEngine:
         self._b_logits[:n] = 1
         self._batch_seq = -1
         batch.n_tokens = n
-        self.batch_threads.before_batch()
+        self.threads.before_step()
         rc = C.llama_decode(self._ctx, batch)
         if rc != 0:
             for q in rows:
@@ -393,7 +425,9 @@ class EmbeddedEngine:
             C.llama_memory_clear(self._mem, True)
             for other in self._slots:
                 other.kv.clear()
+                self._checkpoints[other.seq].clear()
         slot.kv.clear()
+        self._checkpoints[slot.seq].clear()
 
     def _is_eog(self, tok: int) -> bool:
         is_eog = self._eog.get(tok)
@@ -468,8 +502,7 @@ class EmbeddedEngine:
             if off + m == n:
                 self._b_logits[m - 1] = 1
             self._batch.n_tokens = m
-            if m > 1:
-                self.batch_threads.before_batch()
+            self.threads.before_step()
             rc = C.llama_decode(self._ctx, self._batch)
             if rc == 0 and self._mtp is not None:
                 self._mtp.process(tokens[off : off + m], start + off)
@@ -494,8 +527,8 @@ class EmbeddedEngine:
     ) -> dict[int, list[float]]:
         """Seconds llama.cpp takes to evaluate a batch of ``m`` tokens with logits on every row (what verifying
         ``m - 1`` drafted tokens costs) after ``context``, for each ``m`` in ``sizes``, interleaved over
-        ``rounds`` (fewer once ``budget_s`` is spent, never fewer than two), with batches on the decode threads
-        (what they always get: all the planned batch threads only come while the machine is otherwise idle).
+        ``rounds`` (fewer once ``budget_s`` is spent, never fewer than two), with batches on the planned decode
+        threads whatever the load (the table is a ratio of batch to one-token cost on the same threads).
         The cache is empty afterwards."""
         self.reset_cache()
         base = len(context)
@@ -503,7 +536,7 @@ class EmbeddedEngine:
         follow = list(context[: max(sizes)]) or [self._bos]
         started = time.perf_counter()
         try:
-            with self.batch_threads.pinned(self.batch_threads.threads):
+            with self.threads.pinned(self.threads.threads):
                 self._decode(context, 0, all_logits=False)
                 for r in range(rounds):
                     if r >= 2 and time.perf_counter() - started > budget_s:
@@ -547,7 +580,7 @@ class EmbeddedEngine:
             common += 1
         n_keep = min(common, len(prompt) - 1)
         if n_keep > 0 and n_keep < len(kv) and not C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
-            n_keep = 0
+            n_keep = self._restore_checkpoint(slot, n_keep)
         if n_keep > 0:
             # A sliding-window or recurrent cache may no longer hold what the shared prefix needs.
             pos_min = int(C.llama_memory_seq_pos_min(self._mem, slot.seq))
@@ -557,9 +590,18 @@ class EmbeddedEngine:
             self._forget(slot)
         else:
             del kv[n_keep:]
+        self._checkpoints[slot.seq].forget_after(n_keep)
         if self._mtp is not None:
             self._mtp.truncate(n_keep)
         return n_keep
+
+    def _restore_checkpoint(self, slot: Slot, n_max: int) -> int:
+        """The slot's recurrent state cannot be cut back to ``n_max`` tokens: restore its latest checkpoint inside
+        them and drop the attention cache after it. Returns the tokens kept (0: none, evaluate from the start)."""
+        n_keep = self._checkpoints[slot.seq].restore(n_max)
+        if n_keep and C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
+            return n_keep
+        return 0
 
     # --- helpers ----------------------------------------------------------------------------------------------
 

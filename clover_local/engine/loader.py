@@ -173,6 +173,7 @@ def _load(
         backend_sampling=bool(settings.get("backend_sampling", int(settings.get("n_gpu_layers", 0)) != 0)),
         keep_alive=params.keep_alive,
         notices=notices,
+        ctx_checkpoints=int(settings.get("ctx_checkpoints", 0)),
         mtp=mtp,
     )
     if is_diffusion:

@@ -54,9 +54,11 @@ SETTINGS_KEYS = frozenset(
 )
 """``llama_cpp.Llama.__init__`` keyword names we honour, plus ``tensor_buft_overrides`` (``"<regex>=CPU"``)."""
 
-IGNORED_KEYS = frozenset({"model_path", "chat_format", "verbose", "backend_sampling"})
+ENGINE_ONLY_KEYS = frozenset({"ctx_checkpoints"})
+"""Keys of the embedded engine's own (``engine.checkpoints``), which ``llama_cpp.Llama`` has no keyword for."""
+IGNORED_KEYS = frozenset({"model_path", "chat_format", "verbose", "backend_sampling"}) | ENGINE_ONLY_KEYS
 """Keys ``llama_cpp_kwargs`` may carry that the loader takes elsewhere (path, template, the engine's
-sampling place) or not at all."""
+sampling place, its context checkpoints) or not at all."""
 
 
 class _BuftOverride(ctypes.Structure):
@@ -207,7 +209,7 @@ def _repack_default() -> bool:
 
 
 def default_threads() -> int:
-    """The planner's generation threads for this machine (physical cores less one, at least one)."""
+    """The planner's generation threads for this machine (every physical core, at least one)."""
     import os
 
     from clover_local.plan.threads import plan_threads
@@ -281,7 +283,9 @@ _DEFAULTS_LOCK = threading.Lock()
 def load_llama(model_path: str | Path, *, use_extra_bufts: bool = True, **kwargs: Any) -> llama_cpp.Llama:
     """llama-cpp-python's high-level ``Llama``, loaded under the same repacking rule as the engine's own params
     (:func:`build_params`): ``Llama`` takes no ``use_extra_bufts`` (it would drop the key silently), so on a CPU
-    whose repacked kernels must not run, its default model params are given with repacking off for this load."""
+    whose repacked kernels must not run, its default model params are given with repacking off for this load.
+    Settings only the embedded engine knows (:data:`ENGINE_ONLY_KEYS`) are left out."""
+    kwargs = {k: v for k, v in kwargs.items() if k not in ENGINE_ONLY_KEYS}
     if use_extra_bufts and _repack_default():
         return llama_cpp.Llama(str(model_path), **kwargs)
     original = C.llama_model_default_params

@@ -99,9 +99,10 @@ def settings(plan: Plan) -> list[Setting]:
         Setting("-ctk", plan.cache_type_k, "type_k", GGML_TYPES[plan.cache_type_k]),
         Setting("-ctv", plan.cache_type_v, "type_v", GGML_TYPES[plan.cache_type_v]),
         Setting("-t", str(plan.threads), "n_threads", plan.threads),
-        # Batches: the embedded engine gets every planned core and gives them back while other programs are busy
-        # (engine.batch_threads); llama-server has no such guard, and a batch on every core collapses beside one
-        # busy program (0.07 of its idle speed, measured by scripts/bench_contention.py --batches, docs/reliability-general.md), so it batches on the decode threads.
+        # The embedded engine takes these as the most and follows the load between steps (engine.batch_threads);
+        # llama-server's are fixed at launch (plan.threads: picked by the load measured while probing), and it
+        # batches on its decode threads: a batch on cores another program wants collapses (0.07 of its idle
+        # speed, scripts/bench_contention.py --batches, docs/reliability-general.md).
         Setting("-tb", str(plan.threads), "n_threads_batch", plan.threads_batch),
         Setting("-b", str(plan.n_batch), "n_batch", plan.n_batch),
         Setting("-ub", str(plan.n_ubatch), "n_ubatch", plan.n_ubatch),
@@ -139,8 +140,10 @@ def settings(plan: Plan) -> list[Setting]:
         # With Jinja on (the default at this commit) --chat-template takes its value as Jinja source, so a
         # built-in name like "gemma" would become the template text itself; built-in names need --no-jinja.
         rows.append(Setting("--no-jinja", None, None))
-    if plan.ctx_checkpoints:  # counted in RAM by plan.memory.checkpoint_bytes (llama-server only)
-        rows.append(Setting("--ctx-checkpoints", str(plan.ctx_checkpoints), None))
+    if plan.ctx_checkpoints:  # per slot, counted in RAM by plan.memory.checkpoint_bytes; engine.checkpoints
+        rows.append(
+            Setting("--ctx-checkpoints", str(plan.ctx_checkpoints), "ctx_checkpoints", plan.ctx_checkpoints)
+        )
     rows += _speculation_rows(plan)
     # --fit (default on at this commit) re-fits every parameter still at its default to free device memory, and
     # may add its own tensor overrides or shrink the context; the plan has already decided all of that, so fitting

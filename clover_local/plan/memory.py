@@ -9,9 +9,10 @@ Pure functions that mirror llama.cpp at the vendored commit (0c1e570):
   ``ctx`` cells and its own sliding window, and the whole cache is ``n_seq`` times one slot's.
 - Recurrent state (``llama-memory-recurrent.cpp``): a fixed size per sequence, whatever the context; one cell per
   slot (``mem_size = max(1, n_seq_max)``), each kept ``1 + n_rs_seq`` times.
-- Context checkpoints (llama-server's ``--ctx-checkpoints``, ``server-context.cpp``): on models whose cache cannot
-  be cut back (recurrent state, a sliding window), each slot keeps copies of its partial state in RAM so the next
-  turn can resume from one: at most ``n_ctx_checkpoints`` per slot, each the slot's recurrent state and SWA cells.
+- Context checkpoints (llama-server's ``--ctx-checkpoints``, ``server-context.cpp``; the embedded engine's
+  ``engine.checkpoints``): on models whose cache cannot be cut back (recurrent state; on llama-server a sliding
+  window too), each slot keeps copies of its partial state in RAM so the next turn can resume from one: at most
+  ``n_ctx_checkpoints`` per slot, each the slot's recurrent state (and, on llama-server, its SWA cells).
 - Compute buffer: calibrated on the real ``sched_reserve: CPU compute buffer size`` log line. For Gemma 3 270M
   (n_vocab 262,144, n_embd 640, n_ubatch 512) llama.cpp reserves 514.50 MiB at 4K and 16K context, flash attention
   on or off = ``n_ubatch * (n_vocab + 2 * n_embd) * 4`` bytes exactly: the logits of a full ubatch dominate.
@@ -161,26 +162,34 @@ Metal and the CPU: none beyond the buffers (Metal's is in the working-set limit 
 
 
 CTX_CHECKPOINTS = 8
-"""Context checkpoints each llama-server slot may keep (``--ctx-checkpoints``; upstream's 32 would hold, for a
-hybrid model, 32 copies of each slot's recurrent state in RAM): the plan pins and counts them."""
+"""Context checkpoints each slot may keep, on either engine: the embedded engine takes two per turn (at the
+prompt's end and a few tokens before it, ``engine.checkpoints``), so the last four turns can be resumed;
+llama-server gets the same count (``--ctx-checkpoints``; upstream's 32 would hold, for a hybrid model, 32 copies
+of each slot's recurrent state in RAM): the plan pins and counts them."""
 
 
-def keeps_checkpoints(arch: Architecture) -> bool:
-    """llama-server checkpoints a slot's context on models whose cache cannot be cut back to a prefix: a
-    recurrent state, or sliding-window layers."""
-    return bool(arch.recurrent_state_bytes) or any(is_swa_layer(arch, il) for il in arch.attention_layers)
+def keeps_checkpoints(arch: Architecture, engine: str) -> bool:
+    """Whether the engine checkpoints a slot's context: on models whose cache cannot be cut back to a prefix.
+    llama-server does on a recurrent state or sliding-window layers; the embedded engine on a recurrent state
+    (a sliding window it re-evaluates)."""
+    if arch.recurrent_state_bytes:
+        return True
+    return engine == "llama-server" and any(is_swa_layer(arch, il) for il in arch.attention_layers)
 
 
 def checkpoint_bytes(
     arch: Architecture, ctx: int, type_k: str, type_v: str, n_ubatch: int, n_seq: int, engine: str
 ) -> int:
-    """RAM llama-server's context checkpoints may take at most: per slot :data:`CTX_CHECKPOINTS` copies of its
-    recurrent state and its sliding-window KV cells. None on the embedded engine (it re-evaluates instead)."""
-    if engine != "llama-server" or not keeps_checkpoints(arch):
+    """RAM the context checkpoints may take at most: per slot :data:`CTX_CHECKPOINTS` copies of what a partial
+    state holds (``llama_state_seq_get_data_ext`` with ``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``: its recurrent
+    state and, on llama-server, its sliding-window KV cells; never the full attention cache)."""
+    if not keeps_checkpoints(arch, engine):
         return 0
-    per_cell = kv_bytes_per_cell(arch, type_k, type_v)
-    one_slot = kv_cells_per_layer(arch, ctx, n_ubatch, 1)
-    swa = sum(int(c * per_cell) for il, c in enumerate(one_slot) if is_swa_layer(arch, il))
+    swa = 0
+    if engine == "llama-server":
+        per_cell = kv_bytes_per_cell(arch, type_k, type_v)
+        one_slot = kv_cells_per_layer(arch, ctx, n_ubatch, 1)
+        swa = sum(int(c * per_cell) for il, c in enumerate(one_slot) if is_swa_layer(arch, il))
     return CTX_CHECKPOINTS * n_seq * (arch.recurrent_state_bytes + swa)
 
 

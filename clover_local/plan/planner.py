@@ -114,7 +114,13 @@ def make_plan(
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, ctx))
 
-    threads = plan_threads(machine.cpu.physical_cores, machine.cpu.logical_cores, wishes.threads)
+    threads = plan_threads(
+        machine.cpu.physical_cores,
+        machine.cpu.logical_cores,
+        wishes.threads,
+        engine=wishes.engine,
+        others_busy=machine.cpu.others_busy_cores,
+    )
     reasons.append(threads.reason)
     reasons.append(
         "Flash attention on: llama.cpp supports it on every backend here, it keeps the compute buffer small "
@@ -422,9 +428,15 @@ def _context_reasons(preset: Preset, desc: ModelDescription, fit: Fit, ctx: int,
         out.append(f"Recurrent state {fb(arch.recurrent_state_bytes)} per sequence, whatever the context.")
     checkpoints = fit.memory.ram.checkpoint_bytes
     if checkpoints:
+        what = "recurrent state" if fit.engine == "embedded" else "recurrent state and sliding-window cells"
+        if not arch.recurrent_state_bytes:
+            what = "sliding-window cells"
+        per = "each slot's" if fit.n_seq > 1 else "the"
+        engine = "the embedded engine" if fit.engine == "embedded" else fit.engine
         out.append(
-            f"Context checkpoints: llama-server keeps up to {memory.CTX_CHECKPOINTS} per slot in RAM (at most "
-            f"{fb(checkpoints)}) so a next turn can resume where this model's cache cannot be cut back."
+            f"Context checkpoints: {engine} keeps up to {memory.CTX_CHECKPOINTS} copies of {per} {what} in RAM "
+            f"(at most {fb(checkpoints)}), taken at the end of each prompt, so a conversation that grows "
+            "re-evaluates only its new tokens where this model's cache cannot be cut back."
         )
     template = preset.chat_template
     if template not in (TEMPLATE_FROM_GGUF, TEMPLATE_COMPLETION):
@@ -552,7 +564,13 @@ def _plan_diffusion_model(
     reasons = [why_quant, *dreasons, *_placement_reasons(machine, desc, fit)]
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, canvas))
-    threads = plan_threads(machine.cpu.physical_cores, machine.cpu.logical_cores, wishes.threads)
+    threads = plan_threads(
+        machine.cpu.physical_cores,
+        machine.cpu.logical_cores,
+        wishes.threads,
+        engine=wishes.engine,
+        others_busy=machine.cpu.others_busy_cores,
+    )
     reasons.append(f"{threads.reason.rstrip('.')}; every step is one {canvas}-token batch.")
     load_mode, why_load = _load_mode(machine, fit)
     reasons.append(why_load)

@@ -2,27 +2,42 @@
 
 llama.cpp's CPU threads meet at a barrier after every operation of the graph and wait there by spinning
 (``ggml_barrier`` in ggml-cpu.c spins on an atomic; there is no sleeping wait). When the threads fill every
-core and any other process wants one (a browser, a build, the chat UI itself), one thread loses its core for
-a scheduler time slice while the others spin at the barrier, burning the very CPU it needs: decoding drops
-from ~56 to ~0.5 tokens/s on a 2-core machine with one busy process. Leaving one core to the rest of the
-machine keeps it usable: the cost when the machine is idle is one core's share of the work, small where
-decoding is limited by memory bandwidth, and bounded on small machines (measured in docs/reliability-general.md,
-``scripts/bench_contention.py``).
+core and any other process wants one (a browser, a build), one thread loses its core for a scheduler time slice
+while the others spin at the barrier, burning the very CPU it needs: decoding drops from ~56 to ~0.5 tokens/s on
+a 2-core machine with one busy process. On an idle machine, though, every physical core decodes faster (1.3x on
+2 cores: docs/speed.md). So threads follow the load (:func:`threads_for_load`): every physical core while the
+other programs leave them free, fewer while they do not. The embedded engine decides it again between steps
+(``engine.batch_threads``, ``llama_set_n_threads``); llama-server, whose threads are fixed at launch, gets the
+count the load measured while the machine was probed (``Cpu.others_busy_cores``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+SLACK_CORES = 0.25
+"""Other programs may use this much of a core and still leave the threads their cores (a shell, a terminal
+redrawing)."""
 
 
 @dataclass(frozen=True)
 class ThreadPlan:
     threads: int
-    """Generation (decode) threads: llama.cpp ``-t`` / ``n_threads``."""
+    """Generation (decode) threads: llama.cpp ``-t`` / ``n_threads``; the most the embedded engine uses."""
     threads_batch: int
-    """Prompt-processing threads: ``-tb`` / ``n_threads_batch``."""
+    """Prompt-processing threads: ``-tb`` / ``n_threads_batch``; the most the embedded engine uses."""
     reason: str
+
+
+def threads_for_load(threads: int, threads_batch: int, n_cpus: int, others: float) -> tuple[int, int]:
+    """(decode, batch) threads while other programs use ``others`` cores of ``n_cpus`` logical CPUs: as many as
+    their cores leave free, at most the planned ``threads`` / ``threads_batch``, at least one; batches never get
+    fewer than decoding. The one decision behind every thread count (both engines, every step)."""
+    free = math.floor(n_cpus - others + SLACK_CORES)
+    decode = max(1, min(threads, free))
+    return decode, max(decode, min(threads_batch, free))
 
 
 AMX_REASON = (
@@ -40,35 +55,50 @@ def cpu_repack(features: Sequence[str]) -> tuple[bool, str | None]:
     return True, None
 
 
-def plan_threads(physical_cores: int, logical_cores: int, wanted: int | None = None) -> ThreadPlan:
-    """Threads for a machine with these cores: generation leaves one core free for everything else (at least
-    one thread; ``wanted``, ``--threads``, is honoured); batches get every physical core (llama.cpp's own
-    default, ``cpu_get_num_math``) in the embedded engine, which drops them to the generation threads while
-    other programs keep the CPU busy (``engine.batch_threads``); llama-server, which cannot, batches on the
-    generation threads (``plan.llama_args``)."""
+def plan_threads(
+    physical_cores: int,
+    logical_cores: int,
+    wanted: int | None = None,
+    *,
+    engine: str = "embedded",
+    others_busy: float | None = None,
+) -> ThreadPlan:
+    """Threads for a machine with these cores. The embedded engine gets every physical core (``wanted``,
+    ``--threads``, is the most instead) for decoding and batches, and gives cores back between steps while
+    other programs use them. llama-server, whose threads are fixed at launch, gets what :func:`threads_for_load`
+    leaves for the other programs' load measured while the machine was probed (``others_busy``; idle when not
+    measured), decoding and batching alike (``--threads`` as asked)."""
     physical = max(1, physical_cores)
-    threads = wanted if wanted and wanted > 0 else max(1, physical - 1)
-    batch = max(threads, physical)
-    count = f"{threads} thread{'' if threads == 1 else 's'}"
-    if wanted and wanted > 0:
-        why = f"{count} for generation (as asked)"
-    elif physical > 1:
-        why = (
-            f"{count} for generation (physical cores less one: llama.cpp's threads spin-wait for each "
-            "other, so one thread sharing a core with another busy program stalls them all; a free core keeps "
-            "decoding steady when something else runs)"
+    logical = max(physical, logical_cores)
+    most = wanted if wanted and wanted > 0 else physical
+    count = f"{most} thread{'' if most == 1 else 's'}"
+    asked = f"{count} (as asked)" if wanted and wanted > 0 else f"{count} (every physical core)"
+    if engine == "llama-server":
+        if wanted and wanted > 0:
+            return ThreadPlan(
+                most, most, f"llama-server: {asked} for generation and batches, fixed at launch."
+            )
+        threads, _ = threads_for_load(most, most, logical, others_busy or 0.0)
+        measured = (
+            "the load was not measured"
+            if others_busy is None
+            else f"other programs used {others_busy:.1f} cores while the machine was probed"
         )
-    else:
-        why = "1 thread for generation (one core)"
-    if batch == threads:
         return ThreadPlan(
-            threads, batch, f"{why}, and as many for batches (prompt processing, verifying drafts)."
+            threads,
+            threads,
+            f"llama-server: {threads} of {physical} threads for generation and batches ({measured}; each thread "
+            "needs a core of its own, since llama.cpp's threads spin-wait for each other and one that shares a "
+            "core stalls them all). They are fixed at launch: if other programs get busy later, relaunch; the "
+            "embedded engine follows the load by itself.",
         )
+    batch = max(most, physical)
+    batch_part = "" if batch == most else f", {batch} for batches (prompt processing, verifying drafts)"
     return ThreadPlan(
-        threads,
+        most,
         batch,
-        f"{why}; {batch} for batches in the embedded engine (prompt processing, verifying drafts: every "
-        f"physical core, since a batch is compute-bound; {threads} while other programs keep the CPU busy), "
-        f"and {threads} in llama-server, which cannot give them back (measured beside one busy program: a "
-        "llama-server batching on every core kept 0.07 of its speed).",
+        f"{asked} for generation{batch_part} while the machine is otherwise idle; between steps the embedded "
+        "engine gives cores back while other programs use them, down to one thread (llama.cpp's threads "
+        "spin-wait for each other, so one thread sharing a core with another busy program stalls them all). "
+        "The text is the same on any thread count.",
     )

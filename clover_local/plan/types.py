@@ -48,7 +48,8 @@ class DeviceMemory:
     """What the GPU runtime itself holds in the process (CUDA context, cuBLAS, graphs): not in llama.cpp's log,
     but in the device's memory all the same."""
     checkpoint_bytes: int = 0
-    """llama-server's context checkpoints at most (RAM only; ``plan.memory.checkpoint_bytes``)."""
+    """Context checkpoints at most: copies of each slot's partial state (recurrent state, sliding-window cells)
+    at prompt positions, in RAM only (``plan.memory.checkpoint_bytes``)."""
 
     @property
     def used_bytes(self) -> int:
@@ -56,9 +57,9 @@ class DeviceMemory:
             self.weights_bytes
             + self.kv_cache_bytes
             + self.recurrent_state_bytes
+            + self.checkpoint_bytes
             + self.compute_bytes
             + self.runtime_bytes
-            + self.checkpoint_bytes
         )
 
     @property
@@ -211,8 +212,8 @@ class Plan:
     """Slots: sequences decoded at once, each with its own ``ctx`` cells of KV cache and its own recurrent state
     (llama.cpp's ``n_seq_max``, llama-server's ``-np``); chosen by ``plan.slots``."""
     ctx_checkpoints: int = 0
-    """Context checkpoints each llama-server slot may keep (``--ctx-checkpoints``, counted in RAM); 0: none
-    planned (the embedded engine, or a model whose cache can be cut back)."""
+    """Context checkpoints each slot may keep (llama-server's ``--ctx-checkpoints``; the embedded engine's
+    ``engine.checkpoints``), counted in RAM; 0: none planned (a model whose cache can be cut back)."""
     repack: bool = True
     """llama.cpp may repack weights into its extra CPU buffer types (``--no-repack`` when False)."""
     architecture: ArchCheck | None = None

@@ -26,7 +26,7 @@ def memory_segments(device: DeviceMemory, width: int) -> list[tuple[str, int]]:
     parts = {
         "weights": device.weights_bytes,
         "kv": device.kv_cache_bytes,
-        "state": device.recurrent_state_bytes + device.checkpoint_bytes,  # llama-server's checkpoints: states
+        "state": device.recurrent_state_bytes + device.checkpoint_bytes,  # checkpoints are copies of states
         "buffers": device.compute_bytes,
         "margin": device.margin_bytes,
     }
