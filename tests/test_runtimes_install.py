@@ -297,7 +297,9 @@ def test_a_cancelled_install_installs_nothing_and_keeps_its_part(releases: Relea
     wait_until(lambda: releases.held_streams == 1, "the transfer held at 200 kB")
     # The server has sent 200 kB; the client writes them as they come out of the socket. Cancel once they are
     # on disk, not while some still sit in the socket's buffer (a race a fast server wins and a slow client loses).
-    wait_until(lambda: part.exists() and part.stat().st_size >= 200_000, "the 200 kB sent written to the part")
+    wait_until(
+        lambda: part.exists() and part.stat().st_size >= 200_000, "the 200 kB sent written to the part"
+    )
     cancel.set()  # the person presses Esc mid-transfer
     releases.knobs("b9001", name).hold_at = None  # the next bytes arrive and meet the cancel
     worker.join()
