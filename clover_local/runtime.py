@@ -24,7 +24,7 @@ from clover_local.arch_support import Action, ArchCheck
 from clover_local.errors import UsageError
 from clover_local.gguf.names import DraftKind
 from clover_local.plan.diffusion import DiffusionPlan, DiffusionWishes
-from clover_local.plan.types import EngineKind, Goal, Plan, Wishes
+from clover_local.plan.types import EngineKind, Goal, Plan, SpecMode, Wishes
 from clover_local.presets import Preset, load_preset
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def plan_for(
     diffusion: DiffusionWishes | None = None,
     rpc: str | None = None,
     link: str | None = None,
-    spec: str = "auto",
+    spec: SpecMode = "auto",
     drafters: frozenset[str] | None = None,
     force: bool = False,
     parallel: int | None = 1,
@@ -339,7 +339,7 @@ def _with_speculation(
     preset: Preset,
     desc: ModelDescription | None,
     sidecars: _Sidecars,
-    spec: str,
+    spec: SpecMode,
     machine: Machine,
     drafters: frozenset[str] | None = None,
 ) -> Plan:
