@@ -42,6 +42,7 @@ __all__ = [
     "measure_verify_costs",
     "open_launch",
     "safer_launch",
+    "with_model_file",
 ]
 
 EngineWish = Literal["auto", "embedded", "llama-server"]
@@ -332,7 +333,7 @@ def decide_launch(
     runner = choose_runner(
         request, arch, diffusion=description.diffusion is not None, find_binary=find_binary
     )
-    plan, preset = runtime.plan_for(
+    plan, preset = runtime._plan_for_runner(
         preset,
         model=request.model,
         quant=request.quant,
@@ -357,6 +358,17 @@ def decide_launch(
     settings = llama_settings(plan)
     argv, dropped = _fitted_argv(runner, settings)
     return Launch(request, preset, machine, runner, plan, settings, (*notices, *dropped), argv)
+
+
+def with_model_file(launch: Launch, path: str) -> Launch:
+    """``launch``, shown before its file was here (the plan screen, then a download), now run from ``path``:
+    the same launch when its plan already names that file; else the same request on the same machine at the
+    same context, planned from the file's own header and the drafters downloaded beside it (before the download
+    the plan could name only the repo's file names). The runner follows the same model, so it is the one shown."""
+    if launch.plan.model_path == path:
+        return launch
+    request = replace(launch.request, preset=launch.preset, model=path, repo=None, ctx=launch.plan.ctx)
+    return decide_launch(request, machine=launch.machine)
 
 
 def _fitted_argv(runner: Runner, settings: LlamaSettings) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:

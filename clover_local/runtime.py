@@ -2,12 +2,10 @@
 
 - :func:`find_model`: which local GGUF a person means (a path, a preset's packaged or downloaded file, or the
   file the first run chose);
-- :func:`plan_for`: the plan for this machine (or a described one), with the best sizes at hand (a local file's
-  header, each quant's described sizes, else the preset's estimates); the plan carries the model path once it
-  is known, so ``plan.llama_args`` renders ``-m`` wherever the plan is shown or run;
 - the pieces :mod:`clover_local.launch` puts together: the preset a request means (:func:`resolve_preset`),
-  the architecture check, sidecars, the chat template. Which engine runs a plan is decided there, once, before
-  the plan (``launch.choose_runner``).
+  the architecture check, sidecars, the chat template, and the plan itself (``_plan_for_runner``: the launch's
+  step, budgeted for the runner it chose). Which engine runs a plan is decided there, once, before the plan
+  (``launch.choose_runner``); everything else asks ``launch.decide_launch`` for a plan, never this module.
 
 Heavy modules (llama_cpp, huggingface_hub) are imported inside the functions, so the app paints before they load.
 """
@@ -24,7 +22,7 @@ from clover_local.arch_support import Action, ArchCheck
 from clover_local.errors import UsageError
 from clover_local.gguf.names import DraftKind
 from clover_local.plan.diffusion import DiffusionPlan, DiffusionWishes
-from clover_local.plan.types import EngineKind, Goal, Plan, Wishes
+from clover_local.plan.types import EngineKind, Goal, Plan, SpecMode, Wishes
 from clover_local.presets import Preset, load_preset
 
 if TYPE_CHECKING:
@@ -43,7 +41,6 @@ __all__ = [
     "find_model",
     "local_header",
     "local_sidecars",
-    "plan_for",
     "preset_for_file",
     "preset_named_by_file",
     "require_model",
@@ -138,29 +135,28 @@ def checked_gguf(path: Path) -> Path:
 # -- the plan ---------------------------------------------------------------------------------------------
 
 
-def plan_for(
+def _plan_for_runner(
     preset: Preset | str | None,
     *,
+    engine: EngineKind,
+    drafters: frozenset[str],
+    machine: Machine,
     model: str | Path | None = None,
     quant: str = "auto",
     ctx: int | None = None,
     goal: Goal = "quality",
     threads: int | None = None,
-    machine: Machine | None = None,
-    simulate: str | None = None,
     models: QuantDescriptions | None = None,
     describe: bool = True,
     offline: bool = False,
-    engine: EngineKind = "embedded",
     diffusion: DiffusionWishes | None = None,
-    rpc: str | None = None,
-    link: str | None = None,
-    spec: str = "auto",
-    drafters: frozenset[str] | None = None,
+    spec: SpecMode = "auto",
     force: bool = False,
     parallel: int | None = 1,
 ) -> tuple[Plan, Preset]:
-    """The plan for ``preset`` on ``machine`` (None: ``simulate``'s described machine, else this one, detected).
+    """The plan for ``preset`` on ``machine``, budgeted for ``engine`` and drafting only with ``drafters``: the
+    step of ``launch.decide_launch`` after it has chosen the runner (nothing else calls it: a plan made without
+    its runner would be budgeted for another engine than the one that runs it; ``tests/test_layering.py``).
     A ``model`` given without a preset is planned as the preset its file name says (:func:`preset_for_file`:
     its chat template, context and sampling), else as itself.
 
@@ -177,13 +173,12 @@ def plan_for(
     ``parallel``: slots (``--parallel``; None: as many as fit, up to 4, ``plan.slots``).
 
     ``drafters``: the speculation modes the engine that will run the plan can run (``launch.Runner.drafters``);
-    heads of other kinds are not offered. ``engine``: the engine whose memory is budgeted.
+    heads of other kinds are not offered. ``engine``: the engine whose memory is budgeted (``launch.Runner.kind``).
 
     The model's architecture is checked against the llama.cpp here (``plan.architecture``): one it cannot load
     raises :class:`ArchitectureError` unless ``force``; a sidecar it cannot load is left out, with a reason.
     """
     chosen = resolve_preset(preset, model)
-    machine = machine or detect(simulate, rpc, link)
     wishes = Wishes(
         quant="auto" if model else quant,
         ctx=ctx,
@@ -339,7 +334,7 @@ def _with_speculation(
     preset: Preset,
     desc: ModelDescription | None,
     sidecars: _Sidecars,
-    spec: str,
+    spec: SpecMode,
     machine: Machine,
     drafters: frozenset[str] | None = None,
 ) -> Plan:

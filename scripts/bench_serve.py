@@ -163,10 +163,11 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
+    from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.llamacpp.binary import find_llama_server
     from clover_local.llamacpp.server import start_llama_server
     from clover_local.presets import load_preset
-    from clover_local.runtime import plan_for, require_model
+    from clover_local.runtime import require_model
     from clover_local.serve.api import ApiConfig
     from clover_local.serve.runner import BackgroundServer
 
@@ -181,7 +182,7 @@ def main() -> int:
             print_report(report)
             print_plot(report)
         return 0
-    plan, _ = plan_for(args.preset, model=model, ctx=args.ctx)
+    plan = decide_launch(LaunchRequest(args.preset, model, ctx=args.ctx)).plan
     binary = find_llama_server()
     configs: list[Config] = []
     with ExitStack() as stack:

@@ -126,15 +126,15 @@ def test_threads_that_change_between_steps_never_change_the_text(smollm2_path: P
 def test_the_thread_count_never_changes_the_text(gemma_path: Path) -> None:
     from helpers_engine import generate_text
 
-    from clover_local import runtime
     from clover_local.engine.loader import load_engine
     from clover_local.engine.types import GenerationRequest
+    from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.plan.llama_args import llama_cpp_kwargs
     from clover_local.presets import load_preset
     from clover_local.testing.spec_workloads import WORKLOADS
 
     preset = load_preset("gemma3-270m")
-    plan, _ = runtime.plan_for(preset, model=gemma_path, ctx=2048)
+    plan = decide_launch(LaunchRequest(preset, str(gemma_path), ctx=2048)).plan
     readme = next(w for w in WORKLOADS if w.name == "edit_readme")  # a reply that copies: drafts get verified
     request = GenerationRequest(prompt=readme.completion, max_tokens=40, temperature=0.0, stop=("```",))
     texts: dict[tuple[int, bool], str] = {}

@@ -455,6 +455,71 @@ async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
         assert not screen.query_one("#plan-download", Button).disabled
 
 
+CARD = "gpu=nvidia:24G,ram=32G,cpu=8"
+"""A card on which the engines' budgets differ for Clover (llama-server holds less runtime memory)."""
+QUANT_CARD = "gpu=nvidia:38G,ram=32G,cpu=8"
+"""... and on which they pick different quants: Q8_0 fits whole for llama-server, not for the embedded engine."""
+
+
+async def test_the_plan_screen_shows_the_plan_of_the_launch_that_runs_it(
+    runtimes: Path, upstream: ReleasesServer
+) -> None:
+    """Clover runs in llama-server (an installed runtime knows its architecture): the app's plan screen shows
+    the plan of ``decide_launch``'s launch, budgeted for llama-server, not one budgeted for the embedded engine,
+    and ``Download and run`` hands that very launch to the app."""
+    from textual.widgets import Static
+    from waiting import wait_until
+
+    from clover_local.detect import parse_simulate
+    from clover_local.launch import Launch, LaunchRequest, decide_launch
+    from clover_local.tui.app import CloverApp, StartOptions
+    from clover_local.tui.screens.plan import PlanScreen
+
+    _fake_runtime(runtimes, "b12500", (CLOVER_ARCH,))
+    machine = parse_simulate(CARD)
+    expected = decide_launch(LaunchRequest("clover-35b-a3b", describe=False), machine=machine)
+    assert (expected.runner.kind, expected.plan.engine) == ("llama-server", "llama-server")
+    app = CloverApp(StartOptions(preset="clover-35b-a3b"), machine=machine)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PlanScreen)
+        await wait_until(lambda: screen.plan is not None, "the plan", pilot=pilot)
+        assert screen.launch is not None and screen.launch.runner == expected.runner
+        assert screen.plan == expected.plan
+        assert str(screen.query_one("#plan-summary", Static).render()).strip()
+        dismissed: list[object] = []
+        screen.dismiss = dismissed.append  # type: ignore[method-assign,assignment]
+        screen.action_download()
+        assert len(dismissed) == 1 and isinstance(dismissed[0], Launch) and dismissed[0] is screen.launch
+
+
+def test_download_picks_the_quant_of_the_launch_that_runs_it(
+    runtimes: Path, upstream: ReleasesServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``download``'s automatic quant is the one ``clover-local plan`` and the launch choose: planned for
+    llama-server, which runs Clover here, where the embedded engine's budget would pick another quant."""
+    from clover_local import runtime
+    from clover_local.commands.download import auto_quant
+    from clover_local.detect import parse_simulate
+    from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.plan.planner import make_plan
+    from clover_local.plan.types import Wishes
+    from clover_local.presets import load_preset
+
+    _fake_runtime(runtimes, "b12500", (CLOVER_ARCH,))
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the preset's estimates: no Hub asked
+    machine = parse_simulate(QUANT_CARD)
+    monkeypatch.setattr(runtime, "detect", lambda *_args: machine)  # this machine, as described
+    preset = load_preset("clover-35b-a3b")
+    launch = decide_launch(LaunchRequest(preset))
+    embedded = make_plan(machine, preset, None, Wishes(engine="embedded"))  # what download once used
+    assert launch.runner.kind == "llama-server" and launch.plan.quant != embedded.quant
+    quant, note = auto_quant(preset)
+    assert quant == launch.plan.quant, note
+
+
 def test_a_launch_that_needs_an_install_is_shown_not_opened(
     runtimes: Path, upstream: ReleasesServer, tmp_path: Path
 ) -> None:

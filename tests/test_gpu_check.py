@@ -17,7 +17,7 @@ from clover_local.measure.llama_bench import Placement, llama_bench_argv, parse_
 from clover_local.measure.records import add_record, load_records, records_path
 from clover_local.plan.measured import SpeedRecord
 from clover_local.plan.planner import make_plan
-from clover_local.plan.types import Wishes
+from clover_local.plan.types import Plan, Wishes
 from clover_local.presets import load_preset
 from tests.helpers_serve import llama_server_path
 
@@ -148,14 +148,17 @@ def test_bench_records_llama_bench_and_plans_then_use_it(
     plan on this machine shows the measurement instead of the estimate. `--vs-llama-bench` reports engine (b)
     against llama-bench with the same settings."""
     from clover_local.cli import main
-    from clover_local.runtime import plan_for
+    from clover_local.launch import LaunchRequest, decide_launch
+
+    def plan_for(preset: str) -> Plan:
+        return decide_launch(LaunchRequest(preset)).plan
 
     monkeypatch.setenv("CLOVER_LLAMA_SERVER", str(llama_server_path()))
-    assert plan_for("gemma3-270m")[0].speed_source == "estimate"
+    assert plan_for("gemma3-270m").speed_source == "estimate"
     assert main(["bench", "--llama-bench", "--preset", "gemma3-270m", "--max-tokens", "8"]) == 0
     assert "Recorded in" in capsys.readouterr().out
     (record,) = load_records()
-    plan = plan_for("gemma3-270m")[0]
+    plan = plan_for("gemma3-270m")
     assert plan.speed_source == "measured" and record.tokens_per_s > 0
     # The plan shows the measurement as it shows every speed, to 0.1 token/s (29.75 measured -> 29.8).
     assert plan.predicted_tokens_per_s == round(record.tokens_per_s, 1)

@@ -65,20 +65,35 @@ def test_a_hybrid_model_holds_different_memory_per_runner(tmp_path: Path) -> Non
     assert embedded.plan.memory.ram.recurrent_state_bytes != server.plan.memory.ram.recurrent_state_bytes
 
 
+@pytest.mark.parametrize("runtime_knows_it", [False, True])
 def test_llama_server_path_is_honoured_when_the_architecture_needs_llama_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runtime_knows_it: bool
 ) -> None:
-    """``serve --llama-server PATH`` with a model only a newer llama.cpp knows: PATH runs it, not the binary
-    the default search finds (the old engine switch after planning used the default search)."""
-    default = _fake_server(tmp_path, "default-llama-server")
-    named = _fake_server(tmp_path)
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    only_server = ArchCheck("clover_moe", True, "llama-server", "only the newer llama.cpp knows it")
-    monkeypatch.setenv("CLOVER_LLAMA_SERVER", "")
+    """``serve --llama-server PATH`` with a model only a newer llama.cpp knows: PATH runs it, not the binary the
+    default search finds on ``PATH`` nor the installed runtime the architecture check names (the old engine
+    switch after planning used the default search). PATH is in a folder the default search never looks in."""
+    on_path = _fake_server(_folder(tmp_path / "on-path"))
+    runtime = _fake_server(_folder(tmp_path / "runtime" / "bin"))
+    named = _fake_server(_folder(tmp_path / "mine"))
+    monkeypatch.setenv("PATH", f"{on_path.parent}:/usr/bin:/bin")
+    why = "only the newer llama.cpp knows it"
+    only_server = ArchCheck(
+        "clover_moe", True, "llama-server", why, server_path=str(runtime) if runtime_knows_it else None
+    )
+    default = runtime if runtime_knows_it else on_path
+    # Without --llama-server the default search runs it: the file it finds is another one than PATH.
+    unnamed = choose_runner(LaunchRequest(), only_server)
+    assert unnamed.binary is not None and unnamed.binary.path.resolve() == default.resolve()
+
     runner = choose_runner(LaunchRequest(llama_server=str(named)), only_server)
     assert runner.kind == "llama-server" and runner.binary is not None
-    assert runner.binary.path == named.resolve() and runner.binary.path != default.resolve()
-    assert "only the newer llama.cpp knows it" in runner.why
+    assert runner.binary.path == named.resolve() != default.resolve()
+    assert why in runner.why
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir(parents=True)
+    return path
 
 
 def test_engine_embedded_with_a_model_that_needs_llama_server_is_a_clear_error() -> None:

@@ -14,6 +14,8 @@ from helpers_tui import ScreenHost
 from waiting import wait_until
 
 from clover_local import user_prefs
+from clover_local.detect import parse_simulate
+from clover_local.launch import LaunchRequest, decide_launch
 from clover_local.llamacpp import http_client
 from clover_local.llamacpp.server import free_port
 from clover_local.presets import load_preset
@@ -33,6 +35,23 @@ async def _launch_command(model: Path) -> str:
         assert screen.loaded is not None, "the model loaded"
         screen.loaded.engine.close()
         return screen.command
+
+
+async def test_the_plan_screens_launch_is_opened_as_shown(gemma_path: Path) -> None:
+    """A launch the plan screen showed is the one the launch screen loads, not one decided again for the
+    chat's saved settings (here another context) or for the machine as detected now."""
+    preset = load_preset("gemma3-270m")
+    request = LaunchRequest(preset, str(gemma_path), ctx=768, spec="off")
+    shown = decide_launch(request, machine=parse_simulate("ram=16G,cpu=2"))
+    assert shown.plan.model_path is not None
+    screen = LaunchScreen(shown.plan.model_path, preset, user_prefs.ModelSettings(ctx=1024), shown)
+    app = ScreenHost(lambda: screen)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(lambda: screen.loaded is not None or screen.failed, "the load", pilot=pilot)
+        assert screen.loaded is not None, "the model loaded"
+        screen.loaded.engine.close()
+        assert screen.loaded.launch is shown
+        assert screen.command == shown.command and "-c 768" in screen.command
 
 
 async def test_the_launch_command_names_the_model_file(gemma_path: Path) -> None:

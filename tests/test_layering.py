@@ -237,6 +237,64 @@ def test_nothing_but_the_settings_producer_builds_llama_cpp_settings() -> None:
     assert not offenders, "\n".join(offenders)
 
 
+PLANNERS = {
+    "_plan_for_runner": ("clover_local.launch",),
+    "make_plan": ("clover_local.runtime", "clover_local.plan.planner"),
+}
+"""Who may call the planner directly: ``launch.decide_launch`` plans once it has chosen the runner (through
+``runtime._plan_for_runner``, which calls ``make_plan``; the planner calls itself for pooled devices). Everything
+else (commands, the app's screens, ``download``'s quant, ``serve``, ``doctor``, ``bench``, ``measure``, scripts)
+asks ``decide_launch``, so no plan is budgeted for an engine other than the one that runs it."""
+
+
+def _planner_calls(path: Path) -> list[tuple[str, int]]:
+    """Calls of the planner functions in a file (``f(...)``, ``module.f(...)``), and imports of them by name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = (
+                func.id
+                if isinstance(func, ast.Name)
+                else func.attr
+                if isinstance(func, ast.Attribute)
+                else ""
+            )
+            if name in PLANNERS:
+                found.append((name, node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            found.extend((alias.name, node.lineno) for alias in node.names if alias.name in PLANNERS)
+    return found
+
+
+def test_only_the_launch_plans() -> None:
+    """Every plan comes from the launch, made after its runner is chosen: a plan made directly is budgeted for
+    the embedded engine whatever runs it (the app's plan screen and ``download``'s quant once were, while
+    Clover runs in llama-server). Scripts count too; tests may drive the pure planner (``make_plan``) with
+    tables of machines, but not the launch's private step."""
+    root = PACKAGE.parent
+    offenders = []
+    for name, path in MODULES.items():
+        if name.startswith(TEST_ONLY):
+            continue
+        offenders += [
+            f"{name}:{line} calls {f}" for f, line in _planner_calls(path) if name not in PLANNERS[f]
+        ]
+    for path in sorted((root / "scripts").glob("*.py")):
+        offenders += [
+            f"scripts/{path.name}:{line} calls {f}" for f, line in _planner_calls(path) if f != "make_plan"
+        ]
+    for path in sorted((root / "tests").glob("*.py")):
+        offenders += [
+            f"tests/{path.name}:{line} calls {f}"
+            for f, line in _planner_calls(path)
+            if f == "_plan_for_runner"
+        ]
+    assert not offenders, "\n".join(offenders)
+    # Not vacuous: the launch's own call is seen, and so would a screen's.
+    assert any(f == "_plan_for_runner" for f, _ in _planner_calls(MODULES["clover_local.launch"]))
+
+
 def test_the_checker_sees_an_upward_import_and_a_cycle() -> None:
     """The rules above are not vacuous: a planner importing the fetch step, and two modules importing each
     other, are caught."""

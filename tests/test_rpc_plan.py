@@ -230,10 +230,11 @@ def test_plan_json_has_one_entry_per_device_local_first(clover, capsys: pytest.C
     assert out["network"]["seconds_per_token"] > 0 and 0 < out["network"]["share"] < 1
     assert out["llama_server_args"][:2] == ["--rpc", "10.0.0.2:50052,10.0.0.3:50052"]
     assert out["rpc_servers"] == ["10.0.0.2:50052", "10.0.0.3:50052"]
-    from clover_local.runtime import plan_for
+    from clover_local.launch import LaunchRequest, decide_launch
 
-    # the same plan asked of the runtime directly (it also chooses the speculation mode, as the CLI does)
-    direct = json.loads(json.dumps(plan_to_dict(plan_for(clover, simulate=spec, describe=False)[0])))
+    # the same plan asked of the launch directly (it also chooses the speculation mode, as the CLI does)
+    launch = decide_launch(LaunchRequest(clover, simulate=spec, describe=False))
+    direct = json.loads(json.dumps(plan_to_dict(launch.plan)))
     assert (direct["memory"], direct["network"]) == (out["memory"], out["network"])
 
 

@@ -61,9 +61,10 @@ def test_a_packaged_preset_needs_no_download(gemma_path: Path) -> None:
 
 
 def test_the_plan_for_a_local_file_carries_it_into_the_argv(gemma_path: Path) -> None:
-    plan, preset = runtime.plan_for(
-        "gemma3-270m", model=gemma_path, ctx=1024, machine=parse_simulate("ram=16G,cpu=4")
+    launch = decide_launch(
+        LaunchRequest("gemma3-270m", str(gemma_path), ctx=1024), machine=parse_simulate("ram=16G,cpu=4")
     )
+    plan, preset = launch.plan, launch.preset
     assert preset.name == "gemma3-270m" and not plan.estimated
     assert plan.model_path == str(gemma_path.resolve())
     argv = llama_server_args(plan)
@@ -89,7 +90,10 @@ def test_a_bare_model_file_is_planned_as_its_preset_with_that_template(gemma_pat
     """``serve --model gemma-3-270m-Q4_K_M.gguf`` (no --preset): Gemma's preset, so llama.cpp's ``gemma``
     template on both engines, not the default preset's "the GGUF's own" (Gemma's GGUF has none, and
     llama-server then falls back to ChatML, whose ``<|im_end|>`` Gemma's vocabulary cannot end a turn with)."""
-    plan, preset = runtime.plan_for(None, model=gemma_path, ctx=1024, machine=parse_simulate("ram=16G,cpu=4"))
+    launch = decide_launch(
+        LaunchRequest(None, str(gemma_path), ctx=1024), machine=parse_simulate("ram=16G,cpu=4")
+    )
+    plan, preset = launch.plan, launch.preset
     assert preset.name == "gemma3-270m" and plan.chat_template == "gemma"
     argv = llama_server_args(plan)
     at = argv.index("--chat-template")
@@ -103,6 +107,8 @@ def test_a_gguf_without_a_template_and_preset_is_chatted_with_as_plain_text(tmp_
     from clover_local.testing.models import TinySpec, tiny_model_from_spec
 
     path = tiny_model_from_spec(TinySpec(kind="llama", chat_template=""))
-    plan, _ = runtime.plan_for(None, model=path, ctx=512, machine=parse_simulate("ram=16G,cpu=4"))
+    plan = decide_launch(
+        LaunchRequest(None, str(path), ctx=512), machine=parse_simulate("ram=16G,cpu=4")
+    ).plan
     template = runtime.chat_template_for(plan)
     assert template.kind == "completion" and template.notice

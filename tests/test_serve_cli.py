@@ -174,15 +174,15 @@ def test_doctor_says_whether_a_models_template_calls_tools(gemma_path: Path) -> 
     """``doctor --model``: Gemma's built-in template has no tool syntax (the generic format); Qwen3's does."""
     from clover_local.commands.doctor import chat_report
     from clover_local.detect import parse_simulate
-    from clover_local.runtime import plan_for
+    from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.testing.models import TinySpec, tiny_model_from_spec
     from clover_local.testing.vocab import QWEN3_TOOLS_TEMPLATE
 
     machine = parse_simulate("ram=16G,cpu=2")
-    gemma = chat_report(plan_for(None, model=gemma_path, ctx=1024, machine=machine)[0])
+    gemma = chat_report(decide_launch(LaunchRequest(None, str(gemma_path), ctx=1024), machine=machine).plan)
     assert (gemma["template"], gemma["kind"], gemma["tool_calls"]) == ("gemma", "builtin", "generic")
     qwen = tiny_model_from_spec(TinySpec(kind="llama", chat_template=QWEN3_TOOLS_TEMPLATE, tool_caller=True))
-    native = chat_report(plan_for(None, model=qwen, ctx=1024, machine=machine)[0])
+    native = chat_report(decide_launch(LaunchRequest(None, str(qwen), ctx=1024), machine=machine).plan)
     assert (native["kind"], native["tool_calls"]) == ("jinja", "native") and "hermes" in native[
         "tool_calls_detail"
     ]

@@ -16,6 +16,7 @@ import pytest
 from clover_local.detect import parse_simulate
 from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, GenerationStats
 from clover_local.gguf.header import read_local_header
+from clover_local.launch import LaunchRequest, decide_launch
 from clover_local.llamacpp.binary import ServerBinary
 from clover_local.llamacpp.server import plan_server_argv, start_llama_server
 from clover_local.llamacpp.server_engine import LlamaServerEngine
@@ -24,7 +25,6 @@ from clover_local.plan.llama_args import settings
 from clover_local.plan.speculation import HeadOffer, plan_speculation
 from clover_local.plan.types import Plan
 from clover_local.presets import load_preset
-from clover_local.runtime import plan_for
 from clover_local.testing.models import tiny_mtp_model
 from tests.helpers_serve import llama_server_path
 from tests.test_llama_args import _arg_cpp_options
@@ -33,15 +33,18 @@ PROMPT = "Write a list of fruits, one per line, and say why each is good."
 
 
 def mtp_plan(model: Path, spec: str = "mtp", machine: str = "ram=16G,cpu=2", ctx: int = 2048) -> Plan:
-    plan, _ = plan_for(
+    """The plan of the launch that runs ``model`` in llama-server (budgeted for it). Only the plan is used: the
+    binary named is never started (the tests start the built one with the plan's argv)."""
+    request = LaunchRequest(
         load_preset("clover-35b-a3b"),
-        model=model,
+        str(model),
         ctx=ctx,
         threads=1,
-        machine=parse_simulate(machine),
         spec=spec,
+        engine="llama-server",  # type: ignore[arg-type]
     )
-    return plan
+    unstarted = ServerBinary(Path("/nonexistent/llama-server"), "test")
+    return decide_launch(request, machine=parse_simulate(machine), find_binary=lambda _: unstarted).plan
 
 
 def test_every_speculation_flag_is_in_arg_cpp() -> None:

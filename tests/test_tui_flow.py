@@ -14,8 +14,9 @@ from textual.screen import Screen
 from textual.widgets import Button, Input, Select, Static
 from waiting import wait_until
 
-from clover_local import runtime, settings, user_prefs
+from clover_local import settings, user_prefs
 from clover_local.detect import parse_simulate
+from clover_local.launch import LaunchRequest, decide_launch
 from clover_local.presets import load_preset
 from clover_local.testing.models import gemma_path, tiny_model
 from clover_local.tui.app import CloverApp, StartOptions
@@ -98,9 +99,8 @@ async def test_download_shows_progress_pauses_and_resumes(hub_server: HubServer)
     hub_server.add_file(REPO, FILE, data)
     hub_server.knobs(REPO, FILE).hold_at = len(data) // 3  # still downloading when "p" comes, at any speed
     preset = replace(load_preset("gemma3-270m"), repo=REPO, python_package=None)
-    plan, _ = runtime.plan_for(
-        preset, quant="Q4_K_M", ctx=1024, machine=parse_simulate("ram=16G,cpu=4"), describe=False
-    )
+    request = LaunchRequest(preset, quant="Q4_K_M", ctx=1024, describe=False)
+    plan = decide_launch(request, machine=parse_simulate("ram=16G,cpu=4")).plan
     results: list[str | None] = []
     screen = DownloadScreen(preset, plan)
     app = ScreenHost(Screen)
@@ -145,7 +145,12 @@ async def test_first_run_flow_downloads_launches_chats_and_is_remembered(hub_ser
         await wait_until(lambda: isinstance(app.screen, LaunchScreen), "download, then launch", pilot=pilot)
         launch = app.screen
         assert isinstance(launch, LaunchScreen)
+        assert launch.shown is not None and launch.shown is plan_screen.launch, "the launch the plan showed"
         await wait_until(lambda: launch.loaded is not None, "the model to load", pilot=pilot)
+        loaded = launch.loaded.launch
+        # Run from the downloaded file: the same runner, machine and context as shown.
+        assert (loaded.runner, loaded.machine) == (launch.shown.runner, launch.shown.machine)
+        assert loaded.plan.ctx == launch.shown.plan.ctx and loaded.plan.quant == launch.shown.plan.quant
         argv = shlex.split(launch.command)
         assert argv[0] == "llama-server" and "-c" in argv
         assert argv[argv.index("-m") + 1] == str(launch.model_path), "the command runs the downloaded file"
@@ -198,9 +203,8 @@ def _slow_marker(request: pytest.FixtureRequest) -> None:
 
 async def test_download_error_is_shown_in_words(hub_server: HubServer) -> None:
     preset = replace(load_preset("gemma3-270m"), repo="test-org/no-such-repo", python_package=None)
-    plan, _ = runtime.plan_for(
-        preset, quant="Q4_K_M", ctx=1024, machine=parse_simulate("ram=16G,cpu=4"), describe=False
-    )
+    request = LaunchRequest(preset, quant="Q4_K_M", ctx=1024, describe=False)
+    plan = decide_launch(request, machine=parse_simulate("ram=16G,cpu=4")).plan
     screen = DownloadScreen(preset, plan)
     app = ScreenHost(Screen)
     async with app.run_test(size=(80, 24)) as pilot:

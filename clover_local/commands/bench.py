@@ -350,13 +350,13 @@ def _record_llama_bench(args: argparse.Namespace) -> int:
     """Plan for this machine, run llama-bench at that placement, record it for the planner."""
     import datetime
 
+    from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.measure.llama_bench import run_llama_bench
     from clover_local.measure.records import add_record
     from clover_local.plan.measured import SpeedRecord, machine_key, model_key
-    from clover_local.runtime import plan_for
 
     preset = args.preset or (None if args.model else DEFAULT_PRESET)
-    plan, _ = plan_for(preset, model=args.model, ctx=args.ctx)
+    plan = decide_launch(LaunchRequest(preset, args.model, ctx=args.ctx)).plan
     if not plan.model_path:
         raise UsageError(
             "The planned model is not downloaded, so it cannot be measured.",

@@ -172,11 +172,14 @@ def run(args: argparse.Namespace) -> int:
     embedded = llama_cpp_python_report()
     out: dict[str, Any] = {"llama_server": server, "llama_cpp_python": embedded}
     if args.model or args.preset:
+        from clover_local.launch import LaunchRequest, decide_launch
         from clover_local.presets import load_preset
-        from clover_local.runtime import plan_for, require_model
+        from clover_local.runtime import require_model
 
         model = require_model(None if args.model else load_preset(args.preset), args.model)
-        plan, preset = plan_for(args.preset, model=model, ctx=args.ctx)
+        request = LaunchRequest(args.preset, str(model), ctx=args.ctx, llama_server=args.llama_server)
+        launch = decide_launch(request)
+        plan, preset = launch.plan, launch.preset
         tools = server.get("tools") or {}
         out["chat"] = chat_report(plan)
         out["fit"] = fit_report(plan, preset, tools.get("llama-fit-params"))

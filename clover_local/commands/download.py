@@ -177,9 +177,11 @@ def auto_quant(preset: Preset, *, force: bool = False) -> tuple[str, str]:
     from clover_local.fetch.download import fallback_quant
 
     try:
-        from clover_local.runtime import plan_for
+        from clover_local.launch import LaunchRequest, decide_launch
 
-        plan, _ = plan_for(preset, force=force)
+        # The plan of the launch that will run it: budgeted for its runner (llama-server for a model only
+        # llama-server runs), so the quant fetched is the one `clover-local plan` shows and `run` loads.
+        plan = decide_launch(LaunchRequest(preset, force=force)).plan
         sizes = "".join(f"\n  sizes of {quant}: {text}" for quant, text in plan.size_sources)
         return (
             plan.quant,

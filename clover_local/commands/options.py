@@ -112,8 +112,6 @@ def launch_request(args: argparse.Namespace, **overrides: object) -> LaunchReque
     from clover_local.launch import LaunchRequest
 
     spec: SpecMode = getattr(args, "spec", "auto")
-    if getattr(args, "speculative", None) == "off":  # the older spelling of --spec off
-        spec = "off"
     model = getattr(args, "model", None)
     # serve (and the command it prints) decides slots unless told; every other front end runs one sequence.
     asked: int | None = getattr(args, "parallel", None)

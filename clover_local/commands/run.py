@@ -37,9 +37,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--max-tokens", type=int, default=512, metavar="N", help="reply length limit (512)")
     parser.add_argument("--temperature", type=float, metavar="T", help="0 = greedy (default: the preset's)")
     parser.add_argument("--seed", type=int, metavar="S", help="sampling seed (default: random)")
-    parser.add_argument(
-        "--speculative", choices=("on", "off"), help="--speculative off is --spec off (the older spelling)"
-    )
     from clover_local.commands.options import add_spec_option
 
     add_spec_option(parser)

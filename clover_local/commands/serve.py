@@ -54,9 +54,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--engine", choices=("auto", "embedded", "llama-server"), default="auto", help="default: auto"
     )
     parser.add_argument("--llama-server", metavar="PATH", help="the llama-server binary to use")
-    parser.add_argument(
-        "--no-spec", dest="spec", action="store_const", const="off", help="same as --spec off"
-    )
     parser.add_argument("--verbose", action="store_true", help="print llama-server's log and every request")
     parser.add_argument(
         "--max-queue",

@@ -56,10 +56,9 @@ class CaseReport:
 
 def plan_case(model: Path, preset: str, ctx: int | None) -> Plan:
     """The plan the product makes for this file on this machine as it is now (free memory included)."""
-    from clover_local.runtime import plan_for
+    from clover_local.launch import LaunchRequest, decide_launch
 
-    plan, _ = plan_for(preset, model=str(model), ctx=ctx)
-    return plan
+    return decide_launch(LaunchRequest(preset, str(model), ctx=ctx)).plan
 
 
 def _gpu_breakdown(plan: Plan) -> dict[str, int]:

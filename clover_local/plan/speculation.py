@@ -33,9 +33,9 @@ from clover_local.gguf.model import ModelDescription
 from clover_local.gguf.names import DRAFT_KINDS, FFN_EXPS_REGEX, DraftKind
 from clover_local.plan import memory
 from clover_local.plan.types import DeviceMemory, DraftMemory, MemoryPlan, Plan, SpeculativePlan
+from clover_local.plan.types import SpecMode as SpecMode
 from clover_local.presets import Architecture
 
-SpecMode = Literal["auto", "mtp", "dflash", "dspark", "eagle3", "ngram", "off"]
 SPEC_MODES: tuple[SpecMode, ...] = ("auto", "mtp", "dflash", "dspark", "eagle3", "ngram", "off")
 """Every ``--spec`` value: the one type for a speculation mode, in every front end and the preferences."""
 SERVER_ONLY_MODES: frozenset[str] = frozenset({"dflash", "dspark", "eagle3"})
@@ -98,7 +98,7 @@ def plan_speculation(
     plan: Plan,
     model: ModelDescription,
     offers: Sequence[HeadOffer],
-    requested: str = "auto",
+    requested: SpecMode = "auto",
     measured: Mapping[str, float] | None = None,
 ) -> Plan:
     """The plan with its ``speculative`` mode chosen (and why), and the draft's memory added to its devices.
@@ -163,11 +163,11 @@ def head_overrides(model: ModelDescription, head: HeadOffer, experts_in_ram: boo
 def choose_mode(
     plan: Plan,
     offers: Sequence[HeadOffer],
-    requested: str,
+    requested: SpecMode,
     measured: Mapping[str, float],
     *,
     recurrent: bool = False,
-) -> tuple[str, HeadOffer | None, str]:
+) -> tuple[SpecMode, HeadOffer | None, str]:
     """(mode, the head it runs or None, why in one sentence). ``recurrent``: the model keeps recurrent state
     (a hybrid like Clover), which every rolled-back draft must restore."""
     by_kind: dict[str, HeadOffer] = {o.kind: o for o in offers}
@@ -187,7 +187,7 @@ def choose_mode(
     if not plan.speculative.enabled:
         return "off", None, "the preset turns self-speculation off."
     usable = {"ngram", *by_kind}
-    ratios = {m: r for m, r in measured.items() if m in usable}
+    ratios = {m: measured[m] for m in SPEC_MODES if m in measured and m in usable}
     if ratios:
         best = max(ratios, key=lambda m: ratios[m])
         table = ", ".join(f"{m} {r:.2f}x" for m, r in sorted(ratios.items(), key=lambda kv: -kv[1]))

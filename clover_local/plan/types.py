@@ -12,6 +12,9 @@ Goal = Literal["quality", "speed"]
 LoadMode = Literal["auto", "mmap", "mlock", "mmap+mlock", "none"]
 FlashAttn = Literal["on", "off", "auto"]
 EngineKind = Literal["embedded", "llama-server"]
+SpecMode = Literal["auto", "mtp", "dflash", "dspark", "eagle3", "ngram", "off"]
+"""A self-speculation mode (``--spec``; ``plan.speculation.SPEC_MODES`` lists them): what is asked for, and the
+mode a plan chose (never ``auto``)."""
 
 
 @dataclass(frozen=True)
@@ -110,9 +113,9 @@ class SpeculativePlan:
     costs_key: str = ""
     """Where this plan's measured costs are kept (``plan.measured.verify_costs_key``); empty: never measured (a
     plan made without a machine to key it by)."""
-    mode: str = "ngram"
+    mode: SpecMode = "ngram"
     """``ngram``, ``mtp``, ``dflash``, ``dspark``, ``eagle3`` or ``off`` (``plan.speculation``)."""
-    requested: str = "auto"
+    requested: SpecMode = "auto"
     """What the person asked for (``--spec``)."""
     head: str | None = None
     """Where the drafter's weights are: ``embedded`` (MTP blocks in the model file) or ``sidecar``."""
@@ -205,7 +208,7 @@ class Plan:
     """With workers: the predicted speed of this machine planned alone, for comparison."""
     size_sources: tuple[tuple[str, str], ...] = ()
     """(quant, where its sizes came from) for each quant weighed, e.g. ``("Q4_K_M", "exact, from the GGUF
-    header of X.gguf on the Hub")``; filled by ``runtime.plan_for`` (``fetch.describe``)."""
+    header of X.gguf on the Hub")``; filled by ``launch.decide_launch`` (``fetch.describe``)."""
     diffusion: DiffusionPlan | None = None
     """Set for diffusion models: decode by denoising steps over the canvas (n_ctx = n_batch = n_ubatch)."""
     parallel: int = 1
@@ -218,4 +221,4 @@ class Plan:
     """llama.cpp may repack weights into its extra CPU buffer types (``--no-repack`` when False)."""
     architecture: ArchCheck | None = None
     """What the llama.cpp here makes of the model's ``general.architecture``: loadable, by what runner, and why;
-    filled by ``runtime.plan_for`` (which refuses an unsupported one unless forced)."""
+    filled by ``launch.decide_launch`` (which refuses an unsupported one unless forced)."""

@@ -21,6 +21,7 @@ from textual.theme import Theme
 from clover_local import runtime, user_files, user_prefs
 from clover_local.compare.report import CompareReport
 from clover_local.detect.machine import Machine
+from clover_local.launch import Launch, LaunchRequest
 from clover_local.plan.speculation import SpecMode
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset, load_preset
@@ -122,6 +123,8 @@ class CloverApp(App[None]):
         from clover_local.tui.screens.launch import LaunchScreen
         from clover_local.tui.screens.plan import PlanScreen
 
+        launch: Launch | None = None
+        """The plan screen's launch: downloaded, then opened as shown (not decided again)."""
         plan: Plan | None = None
         direct = model_path is not None
         defaults: user_prefs.ModelSettings | None = None
@@ -130,43 +133,42 @@ class CloverApp(App[None]):
             if choice is not None:
                 target = await self._open_choice(choice)
                 preset, model_path, key, defaults, title = target
-                choice, plan, direct = None, None, model_path is not None
+                choice, launch, plan, direct = None, None, None, model_path is not None
             if model_path is None:
+                request = self._plan_request(preset)
                 picked = await self.push_screen_wait(
-                    PlanScreen(preset, self.machine, simulate=self.options.simulate, initial=plan)
+                    PlanScreen(
+                        preset, self.machine, simulate=self.options.simulate, initial=plan, request=request
+                    )
                 )
-                if isinstance(picked, ModelChoice):
+                if isinstance(picked, ModelChoice):  # a typed-in file is opened with its own settings
                     choice = picked
                     continue
-                plan = picked
-                if plan.model_path is not None:  # a file typed in: its own settings, not this preset's
-                    choice = ModelChoice(path=plan.model_path)
-                    continue
+                launch, plan = picked, picked.plan
                 downloaded = await self.push_screen_wait(DownloadScreen(preset, plan))
                 if isinstance(downloaded, ModelChoice):  # offline: the demo model or one on disk
                     choice = downloaded
                     continue
                 if downloaded is None:
                     continue
-                plan = replace(plan, model_path=downloaded)
                 model_path = downloaded
                 self._remember_first_run(preset, plan.quant, plan.ctx, model_path)
                 key, defaults, title = None, None, ""
             key = key or preset.name
             settings = self._settings_for(key, preset, plan, defaults)
-            launch = LaunchScreen(
+            screen = LaunchScreen(
                 model_path,
                 preset,
                 settings,
-                plan,
+                launch,
                 auto_continue=direct,
                 key=key,
                 rpc=self.options.rpc,
                 force=self.options.force,
             )
-            opened = await self.push_screen_wait(launch)
+            opened = await self.push_screen_wait(screen)
             if opened is None:  # the load failed: back to the plan
-                model_path, direct = None, False
+                model_path, direct, launch = None, False, None
                 continue
             chat = ChatScreen(
                 opened.engine,
@@ -180,6 +182,14 @@ class CloverApp(App[None]):
             if switch is None:
                 return
             choice, model_path, key, defaults, title = switch, None, None, None, ""
+
+    def _plan_request(self, preset: Preset) -> LaunchRequest:
+        """What the plan screen plans with besides its own choices: the speculation mode the chat will use
+        (``--spec``, else the model's saved one), ``--ctx`` while its context is ``auto``, ``--rpc`` and
+        ``--force``, so its launch is the one the launch screen opens."""
+        spec = self._settings_for(preset.name, preset, None).spec_mode
+        opts = self.options
+        return LaunchRequest(preset, ctx=opts.ctx, spec=spec, rpc=opts.rpc, force=opts.force)
 
     async def _open_choice(
         self, choice: ModelChoice
@@ -215,17 +225,18 @@ class CloverApp(App[None]):
         plan: Plan | None,
         defaults: user_prefs.ModelSettings | None = None,
     ) -> user_prefs.ModelSettings:
-        """The model's saved settings (else ``defaults``, else the preset's), with the context given on the
-        command line, else the plan's, and the speculation mode given with ``--spec``."""
+        """The model's saved settings (else ``defaults``, else the preset's), with the plan screen's context
+        (the launch opened), else the one given on the command line, and the speculation mode given with
+        ``--spec``."""
         self.prefs = user_prefs.load_prefs()  # what the last chat saved
         if key in self.prefs.models or defaults is None:
             settings = self.prefs.settings_for(key, preset)
         else:
             settings = defaults
-        if self.options.ctx:
-            settings = replace(settings, ctx=self.options.ctx)
-        elif plan is not None:
+        if plan is not None:
             settings = replace(settings, ctx=plan.ctx)
+        elif self.options.ctx:
+            settings = replace(settings, ctx=self.options.ctx)
         if self.options.spec and self.options.spec != "auto":
             settings = replace(settings, spec_mode=self.options.spec)
         return settings

@@ -1,5 +1,6 @@
-"""What the TUI adds to :mod:`clover_local.runtime`: the plan it loads (the person's context and speculation
-choice, and a core left to the UI on small machines), and the download behind the download screen.
+"""What the TUI adds to :mod:`clover_local.runtime` and :mod:`clover_local.launch`: the launch it loads for a
+model already on disk (the person's context and speculation choice), and the download behind the download
+screen.
 
 Screens call these from worker threads or for quick pure work. Heavy modules (llama_cpp, huggingface_hub)
 are imported inside the functions, so the app paints before any of them load. Nothing here imports Textual.
@@ -108,9 +109,10 @@ def launch_for(
     rpc: str | None = None,
     force: bool = False,
 ) -> Launch:
-    """The launch the app loads, and shows as the llama-server command: ``model_path`` planned for this machine
-    as it is now with the person's context and speculation choice (:func:`spec_mode`), memory fitted again for
-    that context (``launch.decide_launch``). Reads the file's header: call from a worker."""
+    """The launch the app loads for a model on disk when no plan screen came first (a file given, remembered or
+    picked), and shows as the llama-server command: ``model_path`` planned for this machine as it is now with
+    the person's context and speculation choice (``launch.decide_launch``). After the plan screen the app opens
+    that screen's launch instead. Reads the file's header: call from a worker."""
     from clover_local.launch import LaunchRequest, decide_launch
 
     request = LaunchRequest(

@@ -18,8 +18,7 @@ from textual.widgets import Button, Footer, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from clover_local.errors import CloverError
-from clover_local.launch import Launch, OpenedEngine, measure_verify_costs, open_launch
-from clover_local.plan.types import Plan
+from clover_local.launch import Launch, OpenedEngine, measure_verify_costs, open_launch, with_model_file
 from clover_local.presets import Preset
 from clover_local.tui import services
 from clover_local.user_prefs import ModelSettings
@@ -57,7 +56,7 @@ class LaunchScreen(Screen[OpenedEngine | None]):
         model_path: str,
         preset: Preset,
         model_settings: ModelSettings,
-        plan: Plan | None = None,
+        launch: Launch | None = None,
         *,
         auto_continue: bool = False,
         key: str = "",
@@ -66,16 +65,17 @@ class LaunchScreen(Screen[OpenedEngine | None]):
     ) -> None:
         super().__init__()
         self.rpc = rpc
+        """Workers (``--rpc``) to plan with when no launch is given; a plan with workers runs in llama-server."""
         self.force = force
         """Plan the file even when the llama.cpp here cannot load its architecture (``chat --force``)."""
-        """Workers (``--rpc``) to plan with when no plan is given; a plan with workers runs in llama-server."""
         self.key = key or preset.name
         """What the model's settings are saved under."""
         self.model_path = model_path
         self.preset = preset
         self.model_settings = model_settings
-        self.plan = plan
-        """The plan screen's plan, if any; what loads is :attr:`launch`, decided again for the settings."""
+        self.shown = launch
+        """The plan screen's launch, if any: opened as shown, run from ``model_path`` once downloaded
+        (``launch.with_model_file``); without one the launch is decided here for ``model_settings``."""
         self.launch: Launch | None = None
         self.auto_continue = auto_continue
         self.loaded: OpenedEngine | None = None
@@ -120,9 +120,12 @@ class LaunchScreen(Screen[OpenedEngine | None]):
                 self.post_message(LaunchScreen.Progress(float(fraction)))
 
         try:
-            launch = services.launch_for(
-                self.preset, self.model_path, self.model_settings, rpc=self.rpc, force=self.force
-            )
+            if self.shown is not None:
+                launch = with_model_file(self.shown, self.model_path)
+            else:
+                launch = services.launch_for(
+                    self.preset, self.model_path, self.model_settings, rpc=self.rpc, force=self.force
+                )
             self.post_message(LaunchScreen.Planned(launch))
             loaded = open_launch(launch, progress=progress)
             measured = measure_verify_costs(loaded)

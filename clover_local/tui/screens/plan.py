@@ -2,8 +2,9 @@
 
 Changing the quant or the context re-plans at once (the planner is pure and fast). A local GGUF can be chosen
 instead of downloading. Detection runs in a worker so the screen paints before any probe (or llama_cpp) loads.
-Dismisses with the chosen plan: its ``model_path`` is the local file to run, or None to download the quant first;
-or with a :class:`ModelChoice` (the demo model, a model on disk).
+Each plan is the plan of a launch (``launch.decide_launch``: the runner chosen first, the plan budgeted for it),
+so what is shown is what runs. Dismisses with that :class:`Launch` (download its quant, then run it), or with a
+:class:`ModelChoice` (the demo model, a model on disk, a local GGUF typed in: opened with its own settings).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from clover_local.detect.machine import Machine
 from clover_local.detect.report import machine_summary
 from clover_local.errors import CloverError
 from clover_local.fetch.describe import QuantDescriptions
+from clover_local.launch import Launch, LaunchRequest, decide_launch
 from clover_local.plan.render import plan_summary
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
@@ -38,7 +40,7 @@ CTX_CHOICES = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 NARROW_WIDTH = 110
 
 
-class PlanScreen(Screen[Plan | ModelChoice]):
+class PlanScreen(Screen[Launch | ModelChoice]):
     """The first-run screen: choose quant and context (or a local GGUF), then download or launch; or chat at
     once with the demo model or a model already on disk (no network needed)."""
 
@@ -70,14 +72,19 @@ class PlanScreen(Screen[Plan | ModelChoice]):
         *,
         simulate: str | None = None,
         initial: Plan | None = None,
+        request: LaunchRequest | None = None,
     ) -> None:
         super().__init__()
         self.preset = preset
+        self.request = request or LaunchRequest()
+        """What the person asked beyond this screen's choices (the speculation mode, ``--rpc``, ``--force``,
+        ``--ctx`` while the context is ``auto``); the screen sets the preset, quant, context and file."""
         self.initial = initial
         """A plan chosen before (back from a cancelled download): its quant and context are preselected."""
         self.machine = machine
         self.simulate = simulate
-        self.plan: Plan | None = None
+        self.launch: Launch | None = None
+        """The launch shown (its plan, budgeted for its runner); what Download and run hands back."""
         self.model_path: str | None = None
         self.models: QuantDescriptions | None = None
         """Exact sizes per quant once the detection worker has read them; estimates until then."""
@@ -136,7 +143,7 @@ class PlanScreen(Screen[Plan | ModelChoice]):
     @work(thread=True, exclusive=True, group="detect")
     def _detect(self) -> None:
         try:
-            machine = runtime.detect(self.simulate)
+            machine = runtime.detect(self.simulate, self.request.rpc, self.request.link)
             services.warm_architecture_check(self.preset)  # before the first re-plan asks it on the UI thread
         except CloverError as exc:
             self.post_message(PlanScreen.MachineReady(None, str(exc)))
@@ -172,28 +179,35 @@ class PlanScreen(Screen[Plan | ModelChoice]):
         if self.machine is None:
             return
         quant = str(self.query_one("#quant", Select).value)
-        ctx = int(self.query_one("#ctx", Select).value or 0) or None  # type: ignore[arg-type]
+        ctx = int(self.query_one("#ctx", Select).value or 0) or self.request.ctx  # type: ignore[arg-type]
+        request = replace(
+            self.request,
+            preset=self.preset,
+            model=self.model_path,
+            repo=None,
+            quant=quant,
+            ctx=ctx,
+            describe=False,
+        )
         try:
-            plan, _ = runtime.plan_for(
-                self.preset,
-                model=self.model_path,
-                quant=quant,
-                ctx=ctx,
-                machine=self.machine,
-                models=self.models,
-                describe=False,
-            )
+            launch = decide_launch(request, machine=self.machine, models=self.models)
         except CloverError as exc:
-            self.plan = None
+            self.launch = None
             self.query_one("#plan-summary", Static).update(str(exc))
             self.query_one("#plan-summary", Static).add_class("error")
             self.query_one("#plan-download", Button).disabled = True
             self.plan_count += 1
             return
-        self.show_plan(plan)
+        self.show_launch(launch)
 
-    def show_plan(self, plan: Plan) -> None:
-        self.plan = plan
+    @property
+    def plan(self) -> Plan | None:
+        """The plan shown: the launch's."""
+        return self.launch.plan if self.launch is not None else None
+
+    def show_launch(self, launch: Launch) -> None:
+        self.launch = launch
+        plan = launch.plan
         self.plan_count += 1
         summary = self.query_one("#plan-summary", Static)
         summary.update(plan_summary(plan))
@@ -280,9 +294,9 @@ class PlanScreen(Screen[Plan | ModelChoice]):
         self.query_one("#local-path", Input).focus()
 
     def action_download(self) -> None:
-        if self.plan is not None and self.model_path is None and self._install_tag() is None:
-            self.dismiss(replace(self.plan, model_path=None))
+        if self.launch is not None and self.model_path is None and self._install_tag() is None:
+            self.dismiss(self.launch)
 
     def action_run_local(self) -> None:
-        if self.plan is not None and self.model_path is not None:
-            self.dismiss(replace(self.plan, model_path=self.model_path))
+        if self.launch is not None and self.model_path is not None:
+            self.dismiss(ModelChoice(path=self.model_path))
