@@ -140,7 +140,16 @@ def download(
 
 def warm_architecture_check(preset: Preset) -> None:
     """Ask, once, what the latest llama.cpp release knows when nothing here knows the preset's architecture
-    (network I/O, kept in the cache dir): the plan screen's re-plans then read the answer without waiting."""
-    from clover_local.arch_support import check_architecture
+    (network I/O, kept in the cache dir), and the ``--help`` of the installed llama-server that runs it (a child
+    process, cached on disk): the plan screen's re-plans then read both answers without waiting."""
+    from contextlib import suppress
+    from pathlib import Path
 
-    check_architecture(preset.architecture.arch)
+    from clover_local.arch_support import check_architecture
+    from clover_local.errors import ServerError
+    from clover_local.llamacpp.binary import capabilities
+
+    check = check_architecture(preset.architecture.arch)
+    if check.server_path is not None:  # the launch fits its flags to that llama-server's --help: ask it now
+        with suppress(ServerError):  # the launch says why, with the arg.cpp kept beside the runtime
+            capabilities(Path(check.server_path))
