@@ -77,3 +77,56 @@ async def test_a_bad_contender_is_said_on_the_screen(tmp_path: Path) -> None:
         await wait_until(lambda: screen.error is not None, "the error", pilot=pilot)
         assert "no-such-preset-here" in (screen.error or "")
         assert not screen.running
+
+
+async def test_compare_app_runs_with_the_options_given_on_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compare --app`` hands every option to the screen's run, as the command would run them: the sampling,
+    repeats and budget each contender gets, the engine and context wished for, the key's variable, and the
+    report file (``--json``)."""
+    from helpers_engine import ScriptedEngine
+
+    from clover_local.cli import main
+    from clover_local.compare.options import CompareOptions, OpenedContender
+    from clover_local.tui import app as app_module
+
+    started: list[StartOptions] = []
+    monkeypatch.setattr(app_module, "run_app", lambda options=None: started.append(options) or 0)
+    report = tmp_path / "report.json"
+    tasks = write_tasks(tmp_path, TASKS[:1])
+    argv = ["compare", "smollm2-135m", "--app", "--tasks", str(tasks), "--json", str(report)]
+    argv += ["--temperature", "0.5", "--repeat", "2", "--max-tokens", "7", "--seed", "9"]
+    argv += ["--ctx", "512", "--engine", "embedded", "--key-env", "MY_ENDPOINT_KEY", "--system", "Be brief."]
+    assert main(argv) == 0
+    wanted = CompareOptions(
+        max_tokens=7,
+        temperature=0.5,
+        repeat=2,
+        seed=9,
+        system="Be brief.",
+        ctx=512,
+        key_env="MY_ENDPOINT_KEY",
+        engine="embedded",
+    )
+    (options,) = started
+    assert options.compare_options == wanted and options.compare_report == report
+
+    seen: list[CompareOptions] = []
+    engine = ScriptedEngine()
+
+    def opener(contender, given, machine, progress):  # type: ignore[no-untyped-def]
+        seen.append(given)
+        return OpenedContender(engine=engine, close=lambda: None, description="scripted")
+
+    monkeypatch.setattr(openers, "open_contender", opener)
+    app = CloverApp(options)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await wait_until(lambda: isinstance(app.screen, CompareScreen), "the Compare screen", pilot=pilot)
+        screen = app.screen
+        assert isinstance(screen, CompareScreen)
+        await wait_until(lambda: screen.report is not None or screen.error, "the comparison", pilot=pilot)
+        assert screen.error is None and screen.report is not None
+    assert seen == [wanted], "the screen's run got the command line's options"
+    assert [(r.max_tokens, r.temperature, r.seed) for r in engine.requests] == [(7, 0.5, 9), (7, 0.5, 10)]
+    assert screen.saved is not None and screen.saved[0] == report and report.is_file()

@@ -55,7 +55,9 @@ def test_a_missing_package_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -
 @pytest.mark.slow
 def test_run_answers_a_question_with_no_network(offline: None, capsys: pytest.CaptureFixture[str]) -> None:
     prompt = "Which city is the capital of France? Answer in one word."
-    assert main(["run", "--preset", "smollm2-135m", "--prompt", prompt, "--max-tokens", "24", "--json"]) == 0
+    # Greedy, asked for: the preset samples (the model card's temperature 0.2), and this answer is read.
+    argv = ["run", "--preset", "smollm2-135m", "--prompt", prompt, "--max-tokens", "24", "--temperature", "0"]
+    assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert "Paris" in out["text"]
 
@@ -68,7 +70,10 @@ def test_chat_answers_in_a_real_terminal_with_no_network(smollm2_path: Path) -> 
     from test_tui_tmux import STATUS_DONE, Tmux
 
     settings = user_prefs.ModelSettings.from_preset(load_preset("smollm2-135m"))
-    settings = user_prefs.ModelSettings(**{**settings.__dict__, "max_tokens": 24, "ctx": 1024})
+    # Greedy, asked for in the saved settings (the preset samples): the answer on screen is read.
+    settings = user_prefs.ModelSettings(
+        **{**settings.__dict__, "max_tokens": 24, "ctx": 1024, "temperature": 0.0}
+    )
     user_prefs.save_prefs(user_prefs.Prefs().with_model_settings("smollm2-135m", settings))
     tmux = Tmux(f"clover-demo-{os.getpid()}")
     exe = Path(sys.executable).with_name("clover-local")

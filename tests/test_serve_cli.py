@@ -79,8 +79,11 @@ def served(request: pytest.FixtureRequest) -> Iterator[tuple[str, subprocess.Pop
 def test_openai_client_chat_stream_and_key(served: tuple[str, subprocess.Popen[str], str]) -> None:
     _engine, _proc, base = served
     client = openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0, timeout=120)
-    reply = client.chat.completions.create(
-        model="gemma3-270m", messages=[{"role": "user", "content": "Write one word."}], max_tokens=8
+    reply = client.chat.completions.create(  # greedy, asked for (the preset samples): the replies are read
+        model="gemma3-270m",
+        messages=[{"role": "user", "content": "Write one word."}],
+        max_tokens=8,
+        temperature=0,
     )
     assert reply.choices[0].message.content
     assert reply.usage is not None and reply.usage.completion_tokens > 0
@@ -89,6 +92,7 @@ def test_openai_client_chat_stream_and_key(served: tuple[str, subprocess.Popen[s
             model="gemma3-270m",
             messages=[{"role": "user", "content": "Count to five."}],
             max_tokens=12,
+            temperature=0,
             stream=True,
         )
     )

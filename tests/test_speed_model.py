@@ -117,6 +117,30 @@ def test_recorded_runs_replace_or_calibrate_the_estimate() -> None:
     assert make_plan(machine, preset, desc, speed_records=[other_machine]).speed_source == "estimate"
 
 
+@pytest.mark.parametrize(("measured", "written"), [(2.54, "2.5"), (2.5, "2.5"), (12.54, "12"), (0.96, "1.0")])
+def test_the_summary_and_the_reasons_write_one_speed(measured: float, written: str) -> None:
+    """The plan keeps its speed rounded to a tenth and its reasons saw it unrounded: both are written by one
+    function, so 2.54 tokens/s is "2.5" in the summary and in the reasons (it was "about 2" and "~3")."""
+    from clover_local.plan.render import describe_plan, plan_summary
+
+    desc = clover_shaped()
+    machine = h200(20.0)
+    preset = load_preset("clover-35b-a3b")
+    plain = make_plan(machine, preset, desc)
+    record = SpeedRecord(
+        machine=machine_key(machine),
+        model=model_key(desc.quant, desc.file_bytes),
+        n_gpu_layers=plain.n_gpu_layers,
+        n_cpu_moe=plain.n_cpu_moe,
+        tokens_per_s=measured,
+        predicted_tokens_per_s=plain.estimated_tokens_per_s,
+    )
+    plan = make_plan(machine, preset, desc, speed_records=[record])
+    assert f"Predicted speed: about {written} tokens/s" in plan_summary(plan)
+    assert any(r.startswith(f"Decode ~{written} tokens/s: measured") for r in plan.reasons), plan.reasons
+    assert f"~{written} tokens/s (estimate)" in describe_plan(plan, preset)[0]
+
+
 SESSION = DATA["measured_2026_11_30"]
 
 

@@ -4,6 +4,10 @@ Gemma, an instant and a slow scripted engine)."""
 
 from __future__ import annotations
 
+import random
+import threading
+from collections.abc import Iterator
+
 import pytest
 from helpers_engine import GatedEngine, WithoutPromptCache
 from helpers_tui import ScreenHost
@@ -11,7 +15,7 @@ from textual.widgets import Input, Markdown, Static
 from waiting import wait_until
 
 from clover_local import chat_store, conversations, user_prefs
-from clover_local.engine.types import ChatEngine
+from clover_local.engine.types import ChatEngine, GenerationEvent, GenerationRequest
 from clover_local.presets import load_preset
 from clover_local.tui.screens.chat import ChatScreen
 from clover_local.tui.screens.chat_list import ChatList
@@ -117,23 +121,49 @@ async def test_input_stays_usable_while_streaming(any_speed_engine: ChatEngine) 
         assert screen.history[2].content == "And the moons of Mars?"
 
 
-async def test_regenerate_and_edit_last(gemma_engine: ChatEngine) -> None:
-    # Each prompt from scratch: the regenerated reply then runs the very computation of the first (with the
-    # cache, the prompt's last token is evaluated alone the second time, and a near-tie can flip on some CPUs).
-    app = _host(WithoutPromptCache(gemma_engine))
+class RequestsSeen(WithoutPromptCache):
+    """Every prompt from scratch (the same seed then samples the same reply), and each request kept."""
+
+    def __init__(self, inner: ChatEngine) -> None:
+        super().__init__(inner)
+        self.requests: list[GenerationRequest] = []
+
+    def generate(
+        self, request: GenerationRequest, cancel: threading.Event | None = None
+    ) -> Iterator[GenerationEvent]:
+        self.requests.append(request)
+        return super().generate(request, cancel)
+
+
+async def test_regenerate_writes_a_new_reply_with_the_presets_sampling_and_edit_last(
+    gemma_engine: ChatEngine,
+) -> None:
+    preset = load_preset("gemma3-270m").sampling
+    engine = RequestsSeen(gemma_engine)
+    # Seeded: the chat's seeds, and so its replies, are the same on every run of the test.
+    app = ScreenHost(lambda: ChatScreen(engine, "gemma3-270m", _settings(), seeds=random.Random(1)))
     async with app.run_test(size=(80, 24)) as pilot:
         screen = app.screen
         assert isinstance(screen, ChatScreen)
-        await _send(pilot, PROMPT)
+        await _send(pilot, "Write a short poem about the sea.")
         await wait_until(lambda: _reply_done(screen, 2), "the reply", pilot=pilot)
         first = screen.history[-1].content
         await pilot.press("ctrl+r")
         await wait_until(lambda: screen.replies_done == 2, "the regenerated reply", pilot=pilot)
         assert len(screen.history) == 2 and len(screen.query(ReplyView)) == 1
-        assert screen.history[-1].content == first, "greedy sampling regenerates the same reply"
+        asked, again = engine.requests
+        assert (asked.temperature, asked.top_k, asked.top_p) == (
+            preset.temperature,
+            preset.top_k,
+            preset.top_p,
+        )
+        assert asked.temperature > 0 and asked.top_k != 1, "the preset samples: it is not greedy"
+        assert again.seed is not None and again.seed != asked.seed, "Regenerate draws a new seed"
+        assert again.messages == asked.messages and again.temperature == asked.temperature
+        assert screen.history[-1].content != first, "a new reply, not the same one again"
         await pilot.press("ctrl+g")
         assert screen.history == [] and not screen.query(ReplyView)
-        assert screen.query_one("#prompt", MessageBox).text == PROMPT
+        assert screen.query_one("#prompt", MessageBox).text == "Write a short poem about the sea."
 
 
 async def test_conversation_is_kept_as_it_goes_exported_and_reopened(gemma_engine: ChatEngine) -> None:
@@ -191,6 +221,7 @@ async def test_settings_are_saved_per_model_and_help_lists_keys(gemma_engine: Ch
         app.push_screen(HelpScreen())
         await wait_until(lambda: isinstance(app.screen, HelpScreen), "help", pilot=pilot)
         await pilot.pause()
-        assert "Ctrl+R" in str(app.screen.query_one("#help-text", Static).render())
+        keys = str(app.screen.query_one("#help-text", Static).render())
+        assert "Ctrl+R" in keys and "F4  compare models" in keys, "every binding is in the footer or F1"
         await pilot.press("escape")
         await wait_until(lambda: app.screen is screen, "help to close", pilot=pilot)

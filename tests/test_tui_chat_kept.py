@@ -35,8 +35,12 @@ pytestmark = pytest.mark.slow
 
 
 def _settings(max_tokens: int = 16) -> user_prefs.ModelSettings:
+    """Gemma's settings, greedy (asked for: the preset samples): the summaries and answers read here come out
+    the same on every run."""
     base = user_prefs.ModelSettings.from_preset(load_preset("gemma3-270m"))
-    return user_prefs.ModelSettings(**{**base.__dict__, "max_tokens": max_tokens, "ctx": 1024})
+    return user_prefs.ModelSettings(
+        **{**base.__dict__, "max_tokens": max_tokens, "ctx": 1024, "temperature": 0.0}
+    )
 
 
 def _host(engine: ChatEngine, max_tokens: int = 16) -> ScreenHost:
@@ -135,6 +139,40 @@ async def test_a_full_context_is_said_and_the_next_message_is_answered(gemma_eng
         screen.journal.flush()
         kept = chat_store.ChatStore().load(chat_store.ChatStore().list()[0].id)
         assert len(kept.messages) == 6, "what was left out of the context is still in the chat"
+
+
+@pytest.mark.parametrize("remembered", ["drop", "summary"])
+async def test_a_remembered_choice_for_a_full_context_is_taken_without_asking(
+    gemma_engine: ChatEngine, remembered: str
+) -> None:
+    from dataclasses import replace
+
+    user_prefs.save_prefs(replace(user_prefs.load_prefs(), context_overflow=remembered))
+    app = _host(gemma_engine, max_tokens=12)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        await _send(pilot, "Remember these words: " + _words(600))
+        await wait_until(lambda: screen.replies_done == 1, "the first reply", pilot=pilot)
+        second = "And these: " + _words(600, "stone")
+        await _send(pilot, second)
+        if remembered == "drop":
+            await wait_until(
+                lambda: screen.replies_done == 2, "the reply without the oldest turn", pilot=pilot
+            )
+            assert screen.context_from == 2 and screen.history[-2].content == second
+            assert screen.failed_turns == 0
+        else:
+            await wait_until(
+                lambda: bool(screen.query(".summary")) and len(screen.history) == 2 and not screen.generating,
+                "the summary, then the new chat's reply",
+                pilot=pilot,
+            )
+            assert screen.history[0].content == second
+            assert "Summary of an earlier conversation:" in screen.system_prompt
+        assert screen.history[-1].role == "assistant"
+        assert not any(isinstance(s, ContextFullScreen) for s in app.screen_stack), "not asked again"
+        assert _box(pilot).text == ""
 
 
 async def test_ctrl_c_stops_a_reply_and_the_chat_goes_on(any_speed_engine: ChatEngine) -> None:
@@ -356,6 +394,47 @@ async def test_a_file_picked_on_the_plan_screen_chats_with_its_own_settings() ->
             "the file's context, not the Clover preset's"
         )
         assert str(chat.query_one("#chat-title", Static).render()).startswith(path.name)
+        assert user_prefs.load_prefs().first_run.model_path == str(path), "loaded: the next start goes to it"
+
+
+async def test_a_file_that_fails_to_load_is_not_where_the_next_start_goes(tmp_path: Path) -> None:
+    # A tokenizer llama.cpp does not know ("zzzzz" for "llama", in place): every check before the load passes
+    # (a truncated file is refused on the plan screen already), and llama.cpp refuses to load it.
+    data = bytearray(tiny_model("llama").read_bytes())
+    at = data.index(b"tokenizer.ggml.model") + len(b"tokenizer.ggml.model") + 4 + 8  # key, type, length
+    assert data[at : at + 5] == b"llama"
+    data[at : at + 5] = b"zzzzz"
+    broken = tmp_path / "unknown-tokenizer.gguf"
+    broken.write_bytes(bytes(data))
+
+    async def fail_then_back(app: CloverApp, pilot) -> None:  # type: ignore[no-untyped-def]
+        await wait_until(
+            lambda: isinstance(app.screen, LaunchScreen) and app.screen.failed, "the failed load", pilot=pilot
+        )
+        await pilot.press("escape")
+        await wait_until(lambda: isinstance(app.screen, PlanScreen), "back to the plan", pilot=pilot)
+
+    app = CloverApp(StartOptions(), machine=parse_simulate("ram=16G,cpu=2"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        plan = app.screen
+        assert isinstance(plan, PlanScreen)
+        await wait_until(lambda: plan.plan is not None, "the plan", pilot=pilot)
+        box = plan.query_one("#local-path", Input)
+        box.value = str(broken)
+        box.focus()
+        await pilot.press("enter")
+        await wait_until(lambda: plan.model_path is not None, "the file", pilot=pilot)
+        plan.action_run_local()
+        await fail_then_back(app, pilot)
+    assert user_prefs.load_prefs().first_run.model_path == "", "picked, failed: never remembered"
+
+    # Remembered before it failed (an older clover-local, or a file damaged since): forgotten once it fails.
+    stale = user_prefs.FirstRun(preset="clover-35b-a3b", model_path=str(broken), kind="file")
+    user_prefs.save_prefs(user_prefs.load_prefs().with_first_run(stale))
+    app = CloverApp(StartOptions(), machine=parse_simulate("ram=16G,cpu=2"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await fail_then_back(app, pilot)
+    assert not user_prefs.load_prefs().first_run.complete, "the next plain start goes to the plan"
 
 
 async def test_a_full_context_can_go_on_in_a_new_chat_carrying_a_summary(gemma_engine: ChatEngine) -> None:

@@ -134,7 +134,9 @@ async def test_download_shows_progress_pauses_and_resumes(hub_server: HubServer)
 async def test_first_run_flow_downloads_launches_chats_and_is_remembered(hub_server: HubServer) -> None:
     hub_server.add_file(REPO, FILE, gemma_path())
     _hub_preset_file()
-    short = replace(user_prefs.ModelSettings.from_preset(load_preset("gemma-hub")), max_tokens=16)
+    short = replace(
+        user_prefs.ModelSettings.from_preset(load_preset("gemma-hub")), max_tokens=16, temperature=0.0
+    )
     user_prefs.save_prefs(user_prefs.Prefs().with_model_settings("gemma-hub", short))
     app = CloverApp(StartOptions(preset="gemma-hub", simulate="ram=16G,cpu=2"))
     async with app.run_test(size=(80, 24)) as pilot:

@@ -94,7 +94,16 @@ def run(args: argparse.Namespace) -> int:
     if args.app:
         from clover_local.tui.app import StartOptions, run_app
 
-        return run_app(StartOptions(compare=tuple(c.name for c in contenders), compare_tasks=tasks.source))
+        report = args.json or args.resume
+        return run_app(
+            StartOptions(
+                compare=tuple(c.name for c in contenders),
+                compare_tasks=tasks.source,
+                compare_options=options,
+                compare_report=Path(report).expanduser() if report else None,
+                compare_previous=previous,
+            )
+        )
     from clover_local.compare.openers import check_contenders
 
     check_contenders(contenders, options)  # before any model loads

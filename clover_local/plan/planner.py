@@ -21,7 +21,7 @@ from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_d
 from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
 from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
 from clover_local.plan.slots import choose_slots
-from clover_local.plan.speed import LayerWork, predict_tokens_per_s
+from clover_local.plan.speed import LayerWork, format_tokens_per_s, predict_tokens_per_s
 from clover_local.plan.threads import ThreadPlan, cpu_repack, plan_threads
 from clover_local.plan.types import Alternative, DeviceMemory, LoadMode, Plan, SpeculativePlan, Wishes
 from clover_local.plan.verify_cost import batch_costs
@@ -163,12 +163,15 @@ def make_plan(
     )
     if speed_source == "estimate":
         reasons.append(
-            f"Predicted decode ~{tps:.0f} tokens/s: an estimate from memory bandwidth and per-layer kernel costs "
-            f"at {SPEED_CTX_SAMPLE} tokens of context, not a measurement ({'; '.join(speed_notes)}); "
+            f"Predicted decode ~{format_tokens_per_s(tps)} tokens/s: an estimate from memory bandwidth and "
+            f"per-layer kernel costs at {SPEED_CTX_SAMPLE} tokens of context, not a measurement ({'; '.join(speed_notes)}); "
             "run `clover-local bench --llama-bench` to measure."
         )
     else:
-        reasons.append(f"Decode ~{tps:.0f} tokens/s: {speed_why} (the estimate alone: ~{estimate:.0f}).")
+        reasons.append(
+            f"Decode ~{format_tokens_per_s(tps)} tokens/s: {speed_why} "
+            f"(the estimate alone: ~{format_tokens_per_s(estimate)})."
+        )
     if not desc.exact:
         reasons.append(
             f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file); "

@@ -11,6 +11,7 @@ from clover_local.arch_support import check_to_dict
 from clover_local.detect.units import format_bytes as fb
 from clover_local.detect.units import gigabytes
 from clover_local.plan.llama_args import llama_cpp_kwargs, llama_server_args
+from clover_local.plan.speed import format_tokens_per_s
 from clover_local.plan.types import DeviceMemory, Plan
 from clover_local.presets import Preset
 
@@ -56,7 +57,7 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
         + (
             f"diffusion ({plan.diffusion.schedule} schedule, {plan.diffusion.steps_per_block} steps per block)"
             if plan.diffusion is not None
-            else f"KV {plan.cache_type_k}, ~{plan.predicted_tokens_per_s:.0f} tokens/s (estimate)"
+            else f"KV {plan.cache_type_k}, ~{format_tokens_per_s(plan.predicted_tokens_per_s)} tokens/s (estimate)"
         )
         + ("" if plan.fits else "  [DOES NOT FIT WELL]"),
         *([f"Runs with: {plan.architecture.runs_with}"] if plan.architecture is not None else []),
@@ -92,7 +93,7 @@ def plan_summary(plan: Plan) -> str:
         f"{plan.quant} · {gigabytes(plan.file_bytes)}{est} · context {plan.ctx:,} tokens"
         + (f" · {plan.parallel} slots" if plan.parallel > 1 else ""),
         f"{where}{experts} · speculative decoding {spec}",
-        f"Predicted speed: about {plan.predicted_tokens_per_s:.0f} tokens/s"
+        f"Predicted speed: about {format_tokens_per_s(plan.predicted_tokens_per_s)} tokens/s"
         if plan.diffusion is None
         else f"Diffusion: {plan.diffusion.schedule} schedule, {plan.diffusion.steps_per_block} steps per block",
         "FITS" if plan.fits else "DOES NOT FIT: see the reasons",

@@ -145,3 +145,11 @@ def predict_tokens_per_s(
     if seconds <= 0:
         return 0.0, notes
     return 1.0 / seconds, notes
+
+
+def format_tokens_per_s(tokens_per_s: float) -> str:
+    """A speed as every screen writes it: rounded to a tenth first (as the plan keeps it), then one decimal below
+    10 tokens/s and whole numbers above. The plan's summary and its reasons both write through this, so
+    2.54 tokens/s reads "2.5" in both, never "about 2" in one and "~3" in the other."""
+    tenths = round(tokens_per_s, 1)
+    return f"{tenths:.1f}" if tenths < 10 else f"{tenths:.0f}"

@@ -9,7 +9,7 @@ App.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,6 +19,7 @@ from textual.binding import Binding, BindingType
 from textual.theme import Theme
 
 from clover_local import runtime, user_files, user_prefs
+from clover_local.compare.options import CompareOptions
 from clover_local.compare.report import CompareReport
 from clover_local.detect.machine import Machine
 from clover_local.launch import Launch, LaunchRequest
@@ -48,6 +49,13 @@ class StartOptions:
     compare: tuple[str, ...] | None = None
     """``compare --app``: open at the Compare screen with these contenders (the app closes after it)."""
     compare_tasks: str = "builtin"
+    compare_options: CompareOptions = field(default_factory=CompareOptions)
+    """``compare --app``'s options (``--temperature``, ``--repeat``, ``--max-tokens``, ``--ctx``, ``--engine``,
+    ``--key-env``...), as the command runs them."""
+    compare_report: Path | None = None
+    """``--json`` (or ``--resume``) FILE: where the report is written as it runs."""
+    compare_previous: CompareReport | None = None
+    """``--resume``: the interrupted run, whose finished tasks are kept and not run again."""
 
 
 def model_key(preset: Preset, model_path: str | None, *, preset_chosen: bool = True) -> str:
@@ -91,7 +99,14 @@ class CloverApp(App[None]):
         opts = self.options
         first = self.prefs.first_run
         if opts.compare is not None:
-            self.run_compare_flow(opts.compare, opts.compare_tasks, then_exit=True)
+            self.run_compare_flow(
+                opts.compare,
+                opts.compare_tasks,
+                then_exit=True,
+                options=opts.compare_options,
+                report_path=opts.compare_report,
+                previous=opts.compare_previous,
+            )
         elif opts.model_path and opts.preset:
             preset = load_preset(opts.preset)
             self.run_flow(preset, opts.model_path, model_key(preset, opts.model_path))
@@ -129,10 +144,11 @@ class CloverApp(App[None]):
         direct = model_path is not None
         defaults: user_prefs.ModelSettings | None = None
         title = ""
+        first: user_prefs.FirstRun | None = None  # the next start's model, remembered once it has loaded
         while True:
             if choice is not None:
                 target = await self._open_choice(choice)
-                preset, model_path, key, defaults, title = target
+                preset, model_path, key, defaults, title, first = target
                 choice, launch, plan, direct = None, None, None, model_path is not None
             if model_path is None:
                 request = self._plan_request(preset)
@@ -152,7 +168,9 @@ class CloverApp(App[None]):
                 if downloaded is None:
                     continue
                 model_path = downloaded
-                self._remember_first_run(preset, plan.quant, plan.ctx, model_path)
+                first = user_prefs.FirstRun(
+                    preset=preset.name, quant=plan.quant, ctx=plan.ctx, model_path=downloaded
+                )
                 key, defaults, title = None, None, ""
             key = key or preset.name
             settings = self._settings_for(key, preset, plan, defaults)
@@ -167,9 +185,13 @@ class CloverApp(App[None]):
                 force=self.options.force,
             )
             opened = await self.push_screen_wait(screen)
-            if opened is None:  # the load failed: back to the plan
-                model_path, direct, launch = None, False, None
+            if opened is None:  # the load failed: back to the plan, and the next start does not try it again
+                self._forget_first_run(model_path)
+                model_path, direct, launch, first = None, False, None, None
                 continue
+            if first is not None:
+                self._remember_first_run(first)
+                first = None
             chat = ChatScreen(
                 opened.engine,
                 key,
@@ -193,30 +215,27 @@ class CloverApp(App[None]):
 
     async def _open_choice(
         self, choice: ModelChoice
-    ) -> tuple[Preset, str | None, str, user_prefs.ModelSettings | None, str]:
+    ) -> tuple[Preset, str | None, str, user_prefs.ModelSettings | None, str, user_prefs.FirstRun | None]:
         """What a picked model opens: its preset, its file (None: not on disk, plan and download it), the key its
-        settings are saved under, its first-time settings, and the chat's title."""
+        settings are saved under, its first-time settings, the chat's title, and what the next start goes to
+        once it has loaded (None: the choice is not to be remembered)."""
         if choice.path is not None:
             path = choice.path
             preset, key, matched = services.preset_and_key_for_file(path)
             defaults = await asyncio.to_thread(services.settings_for_file, path, preset, matched)
-            if choice.remember:
-                first = user_prefs.FirstRun(
-                    preset=preset.name, ctx=defaults.ctx, model_path=path, kind="file"
-                )
-                self.prefs = self.prefs.with_first_run(first)
-                self._save_prefs()
-            return preset, path, key, defaults, preset.display_name if matched else Path(path).name
+            first = (
+                user_prefs.FirstRun(preset=preset.name, ctx=defaults.ctx, model_path=path, kind="file")
+                if choice.remember
+                else None
+            )
+            title = preset.display_name if matched else Path(path).name
+            return preset, path, key, defaults, title, first
         preset = load_preset(choice.preset)
         found = await asyncio.to_thread(runtime.find_model, preset)
         if found is None:  # not on disk: plan and download it
-            return preset, None, preset.name, None, preset.display_name
-        if choice.remember:
-            self.prefs = self.prefs.with_first_run(
-                user_prefs.FirstRun(preset=preset.name, model_path=str(found))
-            )
-            self._save_prefs()
-        return preset, str(found), preset.name, None, preset.display_name
+            return preset, None, preset.name, None, preset.display_name, None
+        first = user_prefs.FirstRun(preset=preset.name, model_path=str(found)) if choice.remember else None
+        return preset, str(found), preset.name, None, preset.display_name, first
 
     def _settings_for(
         self,
@@ -241,10 +260,16 @@ class CloverApp(App[None]):
             settings = replace(settings, spec_mode=self.options.spec)
         return settings
 
-    def _remember_first_run(self, preset: Preset, quant: str, ctx: int, model_path: str) -> None:
-        first = user_prefs.FirstRun(preset=preset.name, quant=quant, ctx=ctx, model_path=model_path)
-        self.prefs = self.prefs.with_first_run(first)
+    def _remember_first_run(self, first: user_prefs.FirstRun) -> None:
+        self.prefs = user_prefs.load_prefs().with_first_run(first)
         self._save_prefs()
+
+    def _forget_first_run(self, model_path: str) -> None:
+        """A remembered model that failed to load: the next plain start goes to the plan, not to it again."""
+        prefs = user_prefs.load_prefs()
+        if prefs.first_run.model_path == model_path:
+            self.prefs = prefs.with_first_run(user_prefs.FirstRun())
+            self._save_prefs()
 
     def action_compare(self) -> None:
         """The Compare screen, over whatever is shown; not while a chat holds a loaded model (compare loads each
@@ -265,11 +290,27 @@ class CloverApp(App[None]):
         self.run_compare_flow((), "builtin", then_exit=False)
 
     @work(exclusive=True, group="compare-flow")
-    async def run_compare_flow(self, contenders: tuple[str, ...], tasks: str, *, then_exit: bool) -> None:
+    async def run_compare_flow(
+        self,
+        contenders: tuple[str, ...],
+        tasks: str,
+        *,
+        then_exit: bool,
+        options: CompareOptions | None = None,
+        report_path: Path | None = None,
+        previous: CompareReport | None = None,
+    ) -> None:
         """The Compare screen until the person leaves it; its report is kept in :attr:`last_compare`."""
         from clover_local.tui.screens.compare import CompareScreen
 
-        screen = CompareScreen(contenders, tasks, auto_start=bool(contenders))
+        screen = CompareScreen(
+            contenders,
+            tasks,
+            options=options,
+            auto_start=bool(contenders),
+            report_path=report_path,
+            previous=previous,
+        )
         self.last_compare = await self.push_screen_wait(screen)
         if then_exit:
             self.exit()

@@ -95,6 +95,7 @@ class ChatScreen(Screen[ModelChoice | None]):
         info: str = "",
         title: str = "",
         store: chat_store.ChatStore | None = None,
+        seeds: random.Random | None = None,
     ) -> None:
         super().__init__()
         self.engine = engine
@@ -122,6 +123,9 @@ class ChatScreen(Screen[ModelChoice | None]):
         self.reply_shown_at = 0.0
         """``time.perf_counter()`` when the last reply was requested, and when all of it was on screen."""
         self.failed_turns = 0
+        self.seeds = seeds or random.Random()
+        """Where each reply's seed comes from: every reply, a regenerated one too, draws a new one (so Ctrl+R
+        writes a new reply with any sampling but greedy); a seeded ``Random`` makes a chat reproducible."""
         self._shut = False
 
     def compose(self) -> ComposeResult:
@@ -192,7 +196,8 @@ class ChatScreen(Screen[ModelChoice | None]):
         await self.query_one("#transcript", VerticalScroll).mount(view)
         await self._start_reply(drop_oldest=drop_oldest)
 
-    async def _start_reply(self, *, drop_oldest: bool | None = None, seed: int | None = None) -> None:
+    async def _start_reply(self, *, drop_oldest: bool | None = None) -> None:
+        seed = self.seeds.randrange(2**31)
         reply = ReplyView()
         self._reply = reply
         await self.query_one("#transcript", VerticalScroll).mount(reply)
@@ -228,7 +233,7 @@ class ChatScreen(Screen[ModelChoice | None]):
         reply: ReplyView,
         system: tuple[ChatMessage, ...],
         turns: list[ChatMessage],
-        seed: int | None,
+        seed: int,
         drop_oldest: bool,
         cancel: threading.Event,
     ) -> None:
@@ -288,8 +293,14 @@ class ChatScreen(Screen[ModelChoice | None]):
         if text and not box.text.strip():
             box.set_text(text)
         if message.context_full and text and self.history[self.context_from :]:
-            self._pending.clear()  # earlier turns to leave out or summarize: ask how
-            self._ask_context_full(text)
+            self._pending.clear()  # earlier turns to leave out or summarize
+            remembered = user_prefs.load_prefs().context_overflow
+            if remembered == "summary":
+                if box.text == text:
+                    box.clear_text()
+                await self._summarize_then_send(text)
+            elif remembered != "drop":  # "drop" was tried: this message alone does not fit, said above
+                self._ask_context_full(text)
 
     def _set_status(self, *, generating: bool) -> None:
         text = format_status(self.last_stats, self.engine.n_ctx, generating=generating)
@@ -420,7 +431,7 @@ class ChatScreen(Screen[ModelChoice | None]):
         self.history.pop()
         await self._views.pop().remove()
         self.journal.truncate(len(self.history))
-        await self._start_reply(seed=random.randrange(2**31))
+        await self._start_reply()  # a new seed: a new reply
 
     async def action_edit_last(self) -> None:
         """Put the last message back in the box and drop it (and its reply) from the chat."""

@@ -51,6 +51,7 @@ class CompareScreen(Screen[CompareReport | None]):
         opener: Opener | None = None,
         auto_start: bool = False,
         report_path: Path | None = None,
+        previous: CompareReport | None = None,
     ) -> None:
         super().__init__()
         self.initial_contenders = contenders
@@ -61,6 +62,8 @@ class CompareScreen(Screen[CompareReport | None]):
         self.auto_start = auto_start
         self.report_path = report_path
         """Where the report is saved as it runs (None: a new file in clover-local's data folder)."""
+        self.previous = previous
+        """An interrupted run to go on with (``--resume``): its finished tasks are not run again."""
         self.saved: tuple[Path, Path] | None = None
         """The report and its picture, once written."""
         self.report: CompareReport | None = None
@@ -133,6 +136,7 @@ class CompareScreen(Screen[CompareReport | None]):
                 tasks,
                 self.options,
                 opener=self.opener,
+                previous=self.previous,
                 on_progress=step,
                 cancel=self._cancel,
                 save=lambda r: save_report(r, path),
@@ -162,6 +166,7 @@ class CompareScreen(Screen[CompareReport | None]):
         from clover_local.compare.report import format_table
 
         self.running = False
+        self.previous = None  # gone on with: another Run starts afresh
         self.query_one("#compare-run", Button).disabled = False
         status = self.query_one("#compare-status", Static)
         if message.error or message.report is None:

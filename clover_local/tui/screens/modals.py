@@ -167,7 +167,7 @@ HELP_TEXT = """\
   Ctrl+J       new line (also Alt+Enter); a paste keeps every line
   Esc, Ctrl+C  stop the reply (Ctrl+C when nothing runs: quit)
   PgUp/PgDn    scroll the chat          Tab  complete a /command
-  Ctrl+R       regenerate the last reply
+  Ctrl+R       a new reply in place of the last (a new seed)
   Ctrl+G       edit the last message and send it again
   Ctrl+Y       copy the last reply to the clipboard
   Ctrl+N       new chat (the last one is kept)
@@ -189,6 +189,7 @@ HELP_TEXT = """\
 [b]Everywhere[/b]
   F1  this help    Ctrl+P  commands (theme: light or dark)    Ctrl+Q  quit
   F3  llama.cpp runtimes: list, install the latest release, remove
+  F4  compare models on the same tasks: accuracy and latency
 """
 
 
