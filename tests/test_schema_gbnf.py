@@ -349,6 +349,14 @@ def test_a_keyword_no_grammar_enforces_is_refused_alike_for_both_engines(keyword
     assert refusals == [(keyword, "#/$defs/x")] * 2
 
 
+def test_a_remote_reference_is_refused_alike_for_both_engines() -> None:
+    schema = {"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}
+    for check in (schema_grammar, schema_fields):
+        with pytest.raises(SchemaRefused, match="never fetched") as info:
+            check(schema)
+        assert (info.value.keyword, info.value.path) == ("$ref", "#/properties/a")
+
+
 def test_keyword_names_that_are_not_schema_keywords_are_not_refused() -> None:
     """A property named ``not`` or ``contains`` (a search tool's parameter), a no-op ``uniqueItems: false``, and
     an unused definition are no constraint to refuse."""

@@ -194,11 +194,6 @@ class Converter:
     def _ref(self, ref: Any, path: str, doc: Document, depth: int) -> str:
         if not isinstance(ref, str):
             raise SchemaRefused("$ref", path, "must be a string.")
-        if not ref.startswith("#"):
-            raise SchemaRefused(
-                "$ref", path, f"{ref!r} points outside the schema; remote references are never fetched.",
-                "Put the definition under '$defs' and refer to it as '#/$defs/NAME'.",
-            )  # fmt: skip
         target = doc.resolve(ref, path)
         ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", ref[1:])
         key = doc.prefix + ref

@@ -67,10 +67,16 @@ _NO_OP: dict[str, object] = {"uniqueItems": False, "minProperties": 0}
 
 def refuse_unenforceable(schema: dict[str, Any], path: str) -> None:
     """A ``SchemaRefused`` naming the first keyword of this one schema object (its subschemas aside) that no
-    grammar enforces."""
+    grammar enforces, or a reference to another document (never fetched)."""
     for key in schema:
         if key in UNENFORCEABLE and not (key in _NO_OP and schema[key] == _NO_OP[key]):
             raise SchemaRefused(key, path, UNENFORCEABLE[key] + ".", f"Drop '{key}' from the schema.")
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and not ref.startswith("#"):
+        raise SchemaRefused(
+            "$ref", path, f"{ref!r} points outside the schema; remote references are never fetched.",
+            "Put the definition under '$defs' and refer to it as '#/$defs/NAME'.",
+        )  # fmt: skip
 
 
 def beside(schema: dict[str, Any], combinator: str) -> dict[str, Any]:
