@@ -474,3 +474,21 @@ def test_constraints_beside_a_ref_alternative_are_refused() -> None:
     with pytest.raises(SchemaRefused) as info:
         schema_grammar(schema)
     assert (info.value.keyword, info.value.path) == ("maxLength", "#/anyOf/0")
+
+
+def test_the_llama_server_engine_refuses_before_a_stream_starts() -> None:
+    """``serve`` calls ``check_request`` before it answers: on the llama-server engine it refuses what the
+    schema sent would refuse, with no round trip to llama-server (nothing listens at this address)."""
+    from clover_local.engine.templates import TemplateChoice
+    from clover_local.engine.types import ChatMessage
+    from clover_local.llamacpp.server_engine import LlamaServerEngine
+
+    engine = LlamaServerEngine("http://127.0.0.1:9", template=TemplateChoice("builtin", "chatml"))
+    schema = {"type": "object", "properties": {"a": {"type": "string", "not": {"const": ""}}}}
+    messages = (ChatMessage("user", "hi"),)
+    with pytest.raises(SchemaRefused, match="'not' at #/properties/a"):
+        engine.check_request(GenerationRequest(messages=messages, json_schema=schema))
+    tools = (ToolSpec("t", "", {"type": "object", "properties": {"a": {"type": "array", "contains": {}}}}),)
+    with pytest.raises(SchemaRefused, match="'contains' at #/properties/a"):
+        engine.check_request(GenerationRequest(messages=messages, tools=tools, tool_choice="required"))
+    engine.check_request(GenerationRequest(messages=messages, json_schema={"type": "object"}))

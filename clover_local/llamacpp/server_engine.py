@@ -150,7 +150,8 @@ class LlamaServerEngine:
         """Refuse now what ``generate`` would refuse in the schema or grammar it sends (a keyword no grammar
         enforces; a schema over clover-local's limits where its grammar is sent), so a streamed request gets a
         400 before any reply is sent."""
-        toolcalls.call_grammar(request, self.tool_format)
+        if toolcalls.forced_tools(request):
+            toolcalls.call_grammar(request, self.tool_format)
         if request.json_schema is not None:
             schema_fields(request.json_schema)
 
