@@ -8,7 +8,7 @@
   lengths beside a pattern or format, ``allOf`` (it keeps the properties of object parts and drops the rest),
   ``prefixItems`` beside ``items`` (it reads ``items`` only), a tuple's ``minItems``/``maxItems``, a
   ``required`` name missing from ``properties``, constraints beside ``anyOf``/``oneOf`` (it reads only the
-  alternatives). Such a schema is sent as clover-local's grammar instead.
+  alternatives), a subschema that is ``true`` or ``false`` (it fails on any schema that is not an object). Such a schema is sent as clover-local's grammar instead.
 
 Any other schema goes to llama-server as it came, held to none of the embedded engine's limits."""
 
@@ -33,12 +33,15 @@ def unenforced_upstream(schema: Any) -> str | None:
     of it). A keyword no grammar enforces is a ``SchemaRefused`` naming it and its path."""
     found: str | None = None
     for node, path in _subschemas(schema):
+        if isinstance(node, bool):
+            found = found or "$"  # llama-server fails on a schema that is not an object ("true", "false")
+            continue
         refuse_unenforceable(node, path)
         found = found or _gap(node)
     return found
 
 
-def _subschemas(schema: Any) -> Iterator[tuple[dict[str, Any], str]]:
+def _subschemas(schema: Any) -> Iterator[tuple[dict[str, Any] | bool, str]]:
     """Each schema object the converters visit, with its path (a reference's target under the reference's
     name, as the converters name it): references are followed, unused ``$defs`` and the names in
     ``properties`` are not schemas and are passed over. Iterative, so nesting costs no stack."""
@@ -47,6 +50,9 @@ def _subschemas(schema: Any) -> Iterator[tuple[dict[str, Any], str]]:
     stack: list[tuple[Any, str]] = [(schema, "#")]
     while stack:
         node, path = stack.pop()
+        if isinstance(node, bool):
+            yield node, path
+            continue
         if not isinstance(node, dict) or id(node) in seen:
             continue
         seen.add(id(node))
@@ -59,9 +65,10 @@ def _subschemas(schema: Any) -> Iterator[tuple[dict[str, Any], str]]:
             value = node.get(key)
             if isinstance(value, list):
                 children += [(s, f"{path}/{key}/{i}") for i, s in enumerate(value)]
-        for key in ("items", "additionalProperties"):
-            if isinstance(node.get(key), dict):
-                children.append((node[key], f"{path}/{key}"))
+        if isinstance(node.get("items"), dict | bool):
+            children.append((node["items"], f"{path}/items"))
+        if isinstance(node.get("additionalProperties"), dict):
+            children.append((node["additionalProperties"], f"{path}/additionalProperties"))
         props = node.get("properties")
         if isinstance(props, dict):
             children += [(s, f"{path}/properties/{name}") for name, s in props.items()]
