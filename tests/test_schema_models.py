@@ -1,7 +1,7 @@
 """The corpus of real schema shapes (``tests/schema_corpus.py``: pydantic v2 models, coding agents' tools)
 forced on both engines with SmolLM2 135M Instruct through the openai client: as ``response_format`` and as a
-forced tool call, the reply parses and validates against its schema with jsonschema, formats checked. And the issue's cases:
-a one-sided integer bound, a ``$ref`` in a forced call, and a number with ``exclusiveMinimum: 0, maximum: 2``
+forced tool call, the reply parses and validates against its schema with jsonschema, formats checked. And the
+issue's cases: a one-sided integer bound, a ``$ref`` in a forced call, and a number with ``exclusiveMinimum: 0, maximum: 2``
 on llama-server (which its own converter left unchecked). One request per case, short replies."""
 
 from __future__ import annotations

@@ -33,31 +33,10 @@ UNENFORCEABLE: dict[str, str] = {
 """Each keyword, with why the grammar cannot enforce it."""
 
 CONSTRAINTS = frozenset(
-    {
-        "$ref",
-        "anyOf",
-        "oneOf",
-        "allOf",
-        "type",
-        "const",
-        "enum",
-        "properties",
-        "required",
-        "additionalProperties",
-    }
-    | {
-        "items",
-        "prefixItems",
-        "minItems",
-        "maxItems",
-        "pattern",
-        "format",
-        "minLength",
-        "maxLength",
-        "minimum",
-    }
-    | {"maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
-)
+    ("$ref", "anyOf", "oneOf", "allOf", "type", "const", "enum", "properties", "required", "additionalProperties",
+     "items", "prefixItems", "minItems", "maxItems", "pattern", "format", "minLength", "maxLength", "minimum",
+     "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+)  # fmt: skip
 """The keywords the converters read. Any other (``title``, ``description``, ``default``, pydantic's
 ``discriminator``) is an annotation that constrains nothing, unless it is in :data:`UNENFORCEABLE`."""
 

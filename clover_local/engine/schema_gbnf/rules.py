@@ -1,6 +1,7 @@
 """The fixed GBNF rules the converter builds on: llama.cpp's ``PRIMITIVE_RULES`` and ``STRING_FORMAT_RULES``
-(``common/json-schema-to-grammar.cpp``; its ``date`` made exact), plus the string formats OpenAI's Structured Outputs lists that
-llama.cpp leaves unchecked (email, hostname, ipv4, ipv6, duration), each a subset of what the format allows."""
+(``common/json-schema-to-grammar.cpp``; its ``date`` made exact), plus the string formats OpenAI's Structured
+Outputs lists that llama.cpp leaves unchecked (email, hostname, ipv4, ipv6, duration), each a subset of what the
+format allows."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@
   lengths beside a pattern or format, ``allOf`` (it keeps the properties of object parts and drops the rest),
   ``prefixItems`` beside ``items`` (it reads ``items`` only), a tuple's ``minItems``/``maxItems``, a
   ``required`` name missing from ``properties``, constraints beside ``anyOf``/``oneOf`` (it reads only the
-  alternatives), a subschema that is ``true`` or ``false`` (it fails on any schema that is not an object). Such a schema is sent as clover-local's grammar instead.
+  alternatives), a subschema that is ``true`` or ``false`` (it fails on any schema that is not an object).
+  Such a schema is sent as clover-local's grammar instead.
 
 Any other schema goes to llama-server as it came, held to none of the embedded engine's limits."""
 
