@@ -378,6 +378,7 @@ def test_keyword_names_that_are_not_schema_keywords_are_not_refused() -> None:
         ({"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "string"}}, "prefixItems"),
         ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "minItems": 2}, "minItems"),
         ({"type": "object", "properties": {"any": True}}, "$"),
+        ({"type": "integer", "minimum": 0, "exclusiveMinimum": 5}, "exclusiveMinimum"),
     ],
 )  # fmt: skip
 def test_what_llama_servers_converter_passes_over_goes_as_clover_locals_grammar(

@@ -3,7 +3,7 @@
 
 - what no grammar enforces (:mod:`.keywords`) is refused by name and path, as on the embedded engine;
 - what it accepts without enforcing, where clover-local's grammar does enforce it: a number's bounds and
-  ``multipleOf``, an integer's ``multipleOf``, the string formats besides ``time`` and ``uuid`` (its ``date``
+  ``multipleOf``, an integer's ``multipleOf`` or ``exclusiveMinimum`` beside ``minimum`` (it reads one), the string formats besides ``time`` and ``uuid`` (its ``date``
   allows February 30th), ``\\d``/``\\w``/``\\s`` in patterns (it widens an unsupported pattern to any string),
   lengths beside a pattern or format, ``allOf`` (it keeps the properties of object parts and drops the rest),
   ``prefixItems`` beside ``items`` (it reads ``items`` only), a tuple's ``minItems``/``maxItems``, a
@@ -84,6 +84,9 @@ def _gap(node: dict[str, Any]) -> str | None:
         return str(next(k for k in node if k in _NUMBER_KEYS))
     if "integer" in kinds and "multipleOf" in node:
         return "multipleOf"
+    for inclusive, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if "integer" in kinds and inclusive in node and exclusive in node:
+            return exclusive  # it reads the inclusive bound only (and a draft-4 boolean not at all)
     if node.get("format") in _OWN_FORMATS:
         return "format"
     pattern = node.get("pattern")
