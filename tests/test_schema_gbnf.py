@@ -378,6 +378,8 @@ def test_keyword_names_that_are_not_schema_keywords_are_not_refused() -> None:
         ({"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "string"}}, "prefixItems"),
         ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "minItems": 2}, "minItems"),
         ({"type": "object", "properties": {"any": True}}, "$"),
+        ({"type": "string", "pattern": "abc"}, "pattern"),
+        ({"type": "string", "pattern": "^[^,]+$"}, "pattern"),
         ({"type": "integer", "minimum": 0, "exclusiveMinimum": 5}, "exclusiveMinimum"),
     ],
 )  # fmt: skip
@@ -385,7 +387,8 @@ def test_what_llama_servers_converter_passes_over_goes_as_clover_locals_grammar(
     schema: dict[str, Any], keyword: str
 ) -> None:
     """Read from the pinned ``common/json-schema.cpp``: its ``date`` allows February 30th; ``allOf`` on a string
-    becomes an empty object; ``items`` wins over ``prefixItems``; a tuple's counts are not read."""
+    becomes an empty object; ``items`` wins over ``prefixItems``; a tuple's counts are not read; an unanchored
+    pattern is any string, and ``[^,]`` writes a raw ``"``."""
     assert unenforced_upstream(schema) == keyword
     assert "grammar" in schema_fields(schema)
 

@@ -3,13 +3,14 @@
 
 - what no grammar enforces (:mod:`.keywords`) is refused by name and path, as on the embedded engine;
 - what it accepts without enforcing, where clover-local's grammar does enforce it: a number's bounds and
-  ``multipleOf``, an integer's ``multipleOf`` or ``exclusiveMinimum`` beside ``minimum`` (it reads one), the string formats besides ``time`` and ``uuid`` (its ``date``
-  allows February 30th), ``\\d``/``\\w``/``\\s`` in patterns (it widens an unsupported pattern to any string),
-  lengths beside a pattern or format, ``allOf`` (it keeps the properties of object parts and drops the rest),
-  ``prefixItems`` beside ``items`` (it reads ``items`` only), a tuple's ``minItems``/``maxItems``, a
-  ``required`` name missing from ``properties``, constraints beside ``anyOf``/``oneOf`` (it reads only the
-  alternatives), a subschema that is ``true`` or ``false`` (it fails on any schema that is not an object).
-  Such a schema is sent as clover-local's grammar instead.
+  ``multipleOf``, an integer's ``multipleOf`` or ``exclusiveMinimum`` beside ``minimum`` (it reads one), the
+  string formats besides ``time`` and ``uuid`` (its ``date`` allows February 30th), any ``pattern`` (it takes
+  an unanchored one, a lookaround or ``\\d`` as any string in silence, and its ``.`` and ``[^...]`` can write
+  a raw ``"`` into the JSON), lengths beside a format, ``allOf`` (it keeps the properties of object parts and
+  drops the rest), ``prefixItems`` beside ``items`` (it reads ``items`` only), a tuple's
+  ``minItems``/``maxItems``, a ``required`` name missing from ``properties``, constraints beside
+  ``anyOf``/``oneOf`` (it reads only the alternatives), a subschema that is ``true`` or ``false`` (it fails on
+  any schema that is not an object). Such a schema is sent as clover-local's grammar instead.
 
 Any other schema goes to llama-server as it came, held to none of the embedded engine's limits."""
 
@@ -26,7 +27,6 @@ _NUMBER_KEYS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "m
 _UPSTREAM_FORMATS = {"time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"}
 """The formats llama-server's converter enforces exactly."""
 _OWN_FORMATS = set(FORMATS) - _UPSTREAM_FORMATS
-_SHORTHANDS = ("\\d", "\\w", "\\s", "\\D", "\\W", "\\S")
 
 
 def unenforced_upstream(schema: Any) -> str | None:
@@ -89,11 +89,9 @@ def _gap(node: dict[str, Any]) -> str | None:
             return exclusive  # it reads the inclusive bound only (and a draft-4 boolean not at all)
     if node.get("format") in _OWN_FORMATS:
         return "format"
-    pattern = node.get("pattern")
-    if isinstance(pattern, str) and any(e in pattern for e in _SHORTHANDS):
+    if "pattern" in node:
         return "pattern"
-    shaped = "pattern" in node or node.get("format") in _UPSTREAM_FORMATS
-    if shaped and ("minLength" in node or "maxLength" in node):
+    if node.get("format") in _UPSTREAM_FORMATS and ("minLength" in node or "maxLength" in node):
         return "minLength" if "minLength" in node else "maxLength"
     if "allOf" in node:
         return "allOf"
