@@ -7,7 +7,16 @@ from __future__ import annotations
 import datetime
 from typing import Annotated, Any, Literal
 
+import jsonschema
 from pydantic import BaseModel, Field
+
+FORMAT_CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
+
+
+def validate(instance: Any, schema: dict[str, Any]) -> None:
+    """``jsonschema.validate`` with ``format`` checked (plain ``validate`` treats it as an annotation, so a
+    reply's date-time, email or hostname would go unchecked)."""
+    jsonschema.Draft202012Validator(schema, format_checker=FORMAT_CHECKER).validate(instance)
 
 
 class Item(BaseModel):

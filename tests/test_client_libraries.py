@@ -1,6 +1,7 @@
 """The real client libraries get their typed objects from both engines, on a pydantic model with bounded,
 optional, nested and literal fields (``qty: int = Field(ge=1)``): instructor (tools and JSON-schema modes),
-pydantic-ai (tool output) and the OpenAI Agents SDK (typed output). The model is a tiny random one: it writes
+pydantic-ai (tool output, over chat completions and over the Responses API) and the OpenAI Agents SDK (typed
+output). The model is a tiny random one: it writes
 whatever the grammar lets through, so each object comes out valid only because the schema is enforced.
 
 The libraries are in the ``test`` extra; each test is skipped where its library is missing (an environment
@@ -67,6 +68,21 @@ def test_pydantic_ai_gets_a_typed_object(url: str) -> None:
 
     model = OpenAIChatModel("m", provider=OpenAIProvider(base_url=url, api_key=KEY))
     agent = agent_mod.Agent(model, output_type=Cart, retries=0)
+    result = agent.run_sync("Two apples, please.", model_settings={"max_tokens": 600, "seed": 1})
+    _check(result.output)
+
+
+@pytest.mark.parametrize("output", ["tool", "native"])
+def test_pydantic_ai_gets_a_typed_object_over_the_responses_api(url: str, output: str) -> None:
+    """pydantic-ai's ``OpenAIResponsesModel``: ``/v1/responses`` with the output as a forced function tool, or
+    as ``text.format`` (``NativeOutput``)."""
+    agent_mod = pytest.importorskip("pydantic_ai")
+    from pydantic_ai.models.openai import OpenAIResponsesModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIResponsesModel("m", provider=OpenAIProvider(base_url=url, api_key=KEY))
+    output_type = agent_mod.NativeOutput(Cart) if output == "native" else Cart
+    agent = agent_mod.Agent(model, output_type=output_type, retries=0)
     result = agent.run_sync("Two apples, please.", model_settings={"max_tokens": 600, "seed": 1})
     _check(result.output)
 

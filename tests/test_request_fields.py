@@ -117,16 +117,54 @@ def _nested(levels: int, count: int) -> dict[str, Any]:
     return {"type": "object", "properties": {"a": schema}, "required": ["a"]}
 
 
+def _blow_up_body(path: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A forced call to tool ``f`` in each API's own shape."""
+    if path == "/v1/responses":
+        tool: dict[str, Any] = {"type": "function", "name": "f", "parameters": params}
+        return {**ROUTES[path], "tools": [tool], "tool_choice": "required"}
+    if path == "/v1/messages":
+        return {
+            **ROUTES[path],
+            "tools": [{"name": "f", "input_schema": params}],
+            "tool_choice": {"type": "any"},
+        }
+    tool = {"type": "function", "function": {"name": "f", "parameters": params}}
+    return {**ROUTES[path], "tools": [tool], "tool_choice": "required"}
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
 @pytest.mark.parametrize(("levels", "count"), [(5, 30), (4, 1000)])
 def test_issue_27s_schema_blow_up_is_a_named_400_and_the_server_keeps_answering(
-    url: str, levels: int, count: int
+    url: str, path: str, levels: int, count: int
 ) -> None:
-    tool = {"type": "function", "function": {"name": "f", "parameters": _nested(levels, count)}}
-    body = {**ROUTES["/v1/chat/completions"], "tools": [tool], "tool_choice": "required"}
-    status, _, reply = _post(url, "/v1/chat/completions", body)
-    assert status == 400 and "'f'" in _message(reply) and "minItems" in _message(reply)
+    """Issue 27 case 1 on each route that forces a call: chat ``required``, Responses ``required``, Messages
+    ``any``."""
+    status, _, reply = _post(url, path, _blow_up_body(path, _nested(levels, count)))
+    assert status == 400 and "'f'" in _message(reply) and "minItems" in _message(reply), reply
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=5)
     conn.request("GET", "/health")
     assert conn.getresponse().status == 200
     conn.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "body"),
+    [
+        ("/v1/chat/completions", "parallel_tool_calls", {"parallel_tool_calls": "false"}),
+        ("/v1/responses", "parallel_tool_calls", {"parallel_tool_calls": "false"}),
+        ("/v1/responses", "parallel_tool_calls", {"parallel_tool_calls": 0}),
+        (
+            "/v1/messages",
+            "tool_choice.disable_parallel_tool_use",
+            {"tool_choice": {"type": "auto", "disable_parallel_tool_use": "true"}},
+        ),
+    ],
+)
+def test_a_flag_that_is_not_a_boolean_is_refused_on_every_route(
+    url: str, path: str, field: str, body: dict[str, Any]
+) -> None:
+    """One policy: ``"false"`` is not false (``bool("false")`` is true: Responses read it so, and called tools
+    in parallel)."""
+    status, _, reply = _post(url, path, {**_blow_up_body(path, {"type": "object"}), **body})
+    assert status == 400 and f"'{field}' must be true or false" in _message(reply), reply

@@ -4,6 +4,7 @@ enforce, or what is over a limit, is refused with the keyword and its path, befo
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from typing import Any
@@ -14,12 +15,15 @@ import pytest
 from clover_local.engine import grammar, toolcalls
 from clover_local.engine.schema_gbnf import SchemaRefused, schema_grammar
 from clover_local.engine.schema_gbnf.intrange import min_max_int
+from clover_local.engine.schema_gbnf.keywords import UNENFORCEABLE
+from clover_local.engine.schema_gbnf.rules import FORMATS
+from clover_local.engine.schema_gbnf.shortest import shortest_json
 from clover_local.engine.schema_gbnf.upstream import unenforced_upstream
 from clover_local.engine.types import GenerationRequest, ToolSpec
 from clover_local.errors import RequestRefused
 from clover_local.llamacpp.server_tools import agent_payload, schema_fields
 from tests.gbnf_regex import to_regex
-from tests.schema_corpus import CORPUS
+from tests.schema_corpus import CORPUS, FORMAT_CHECKER, validate
 
 
 def _parses_in_llama_cpp(gbnf: str) -> None:
@@ -75,6 +79,8 @@ def test_number_bounds_are_enforced() -> None:
     [
         ({"type": "string", "format": "date-time"}, '"2024-02-29T13:05:00Z"', '"2024-13-01T00:00:00Z"'),
         ({"type": "string", "format": "date"}, '"2024-02-29"', '"24-02-29"'),
+        ({"type": "string", "format": "time"}, '"23:59:07.125+05:30"', '"24:00:00Z"'),
+        ({"type": "string", "format": "ipv6"}, '"2001:db8:0:0:0:ff00:42:8329"', '"2001:db8::g"'),
         ({"type": "string", "format": "email"}, '"ana.b@example.org"', '"ana@"'),
         ({"type": "string", "format": "ipv4"}, '"192.168.0.255"', '"256.1.1.1"'),
         ({"type": "string", "format": "uuid"}, '"123e4567-e89b-12d3-a456-426614174000"', '"123e4567"'),
@@ -103,7 +109,40 @@ def test_keywords_are_enforced(schema: dict[str, Any], good: str, bad: str) -> N
     gbnf = schema_grammar(schema)
     _parses_in_llama_cpp(gbnf)
     assert _accepts(schema, good) and not _accepts(schema, bad)
-    jsonschema.validate(json.loads(good), schema)
+    validate(json.loads(good), schema)
+
+
+def test_the_formats_the_grammar_enforces_are_checked_by_the_tests_validator() -> None:
+    """The replies of the model tests are validated with formats checked (``validate``): each format the
+    grammar promises has a checker here (some come from the test extra's rfc3339-validator, fqdn, isoduration),
+    and it refuses a wrong value."""
+    wrong = {
+        "date-time": "2024-02-30T00:00:00Z", "date": "2023-02-29", "time": "25:00:00Z", "duration": "P1X",
+        "email": "nobody", "hostname": "-bad-.com", "ipv4": "256.0.0.1", "ipv6": "1::2::3", "uuid": "123e4567",
+    }  # fmt: skip
+    assert set(wrong) == {*FORMATS, "uuid"}
+    for fmt, value in wrong.items():
+        assert fmt in FORMAT_CHECKER.checkers, f"no checker for {fmt}: is the test extra installed?"
+        with pytest.raises(jsonschema.ValidationError):
+            validate(value, {"type": "string", "format": fmt})
+
+
+@pytest.mark.parametrize("fmt", ["date", "date-time"])
+def test_dates_are_exact_calendar_dates(fmt: str) -> None:
+    """llama.cpp's rule let 2023-02-30 through; each month has its own days, February 29th leap years only."""
+    schema = {"type": "string", "format": fmt}
+    pattern = to_regex(schema_grammar(schema))
+    suffix = "T12:00:00Z" if fmt == "date-time" else ""
+    for year in (1, 4, 100, 400, 1900, 1999, 2000, 2023, 2024, 2100, 9999):
+        for month in range(0, 14):
+            for day in range(0, 33):
+                text = f"{year:04d}-{month:02d}-{day:02d}"
+                try:
+                    real = datetime.date.fromisoformat(text) is not None
+                except ValueError:
+                    real = False
+                assert bool(pattern.fullmatch(json.dumps(text + suffix))) == real, text
+    assert not pattern.fullmatch(json.dumps("0000-01-01" + suffix)), "year 0 is no date"
 
 
 def test_refs_resolve_in_their_own_document_wherever_the_schema_is_placed() -> None:
@@ -220,7 +259,7 @@ def test_the_shortest_call_follows_refs_and_bounds() -> None:
     text = toolcalls.shortest_call([ToolSpec("t", "", params)], "hermes")
     body = json.loads(text.removeprefix("<tool_call>\n").removesuffix("\n</tool_call>"))
     assert body["arguments"] == {"r": {"n": 5}, "tags": ["c", "c"]}
-    jsonschema.validate(body["arguments"], params)
+    validate(body["arguments"], params)
 
 
 def test_llama_server_gets_a_grammar_only_for_what_its_converter_leaves_unchecked() -> None:
@@ -254,9 +293,9 @@ def test_real_schema_shapes_are_enforced(name: str) -> None:
     _parses_in_llama_cpp(gbnf)
     _parses_in_llama_cpp(grammar.hermes_calls_grammar([ToolSpec(name, "", schema)], parallel=True))
     for instance in good:
-        jsonschema.validate(instance, schema)
+        validate(instance, schema)
     for instance in bad:
-        assert not jsonschema.Draft202012Validator(schema).is_valid(instance), instance
+        assert not jsonschema.Draft202012Validator(schema, format_checker=FORMAT_CHECKER).is_valid(instance)
     if name == "tree":
         return  # recursive: no regex; the model tests check its replies
     pattern = to_regex(gbnf)
@@ -277,3 +316,184 @@ def test_a_reply_schema_on_llama_server_takes_the_route_that_enforces_it() -> No
     request = GenerationRequest(messages=(ChatMessage("user", "hi"),), json_schema={"type": "object"})
     assert clover_enforces(TemplateChoice("jinja", "gguf", "{{ messages }}"), request)
     assert completion_payload(request, "p", None, ())["json_schema"] == {"type": "object"}
+
+
+_UNENFORCEABLE_VALUES: dict[str, Any] = {
+    "not": {"type": "string"}, "if": {"type": "string"}, "then": {"minLength": 1}, "else": {"type": "integer"},
+    "contains": {"type": "integer"}, "uniqueItems": True, "patternProperties": {"^a": {}},
+    "propertyNames": {"maxLength": 3}, "minProperties": 1, "maxProperties": 2,
+    "dependentRequired": {"a": ["b"]}, "dependentSchemas": {"a": {}}, "dependencies": {"a": ["b"]},
+    "unevaluatedProperties": False, "unevaluatedItems": False, "$dynamicRef": "#meta", "$recursiveRef": "#",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("keyword", sorted(UNENFORCEABLE))
+def test_a_keyword_no_grammar_enforces_is_refused_alike_for_both_engines(keyword: str) -> None:
+    """llama-server's converter (``common/json-schema.cpp``) passes over these keywords in silence, as a grammar
+    must: the embedded engine's converter and the check before llama-server refuse each with the same keyword
+    and path, wherever it is (here inside a referenced definition, under a property)."""
+    schema = {
+        "$defs": {
+            "x": {"type": "array", "items": {"type": "integer"}, keyword: _UNENFORCEABLE_VALUES[keyword]}
+        },
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/x"}},
+        "required": ["a"],
+    }
+    jsonschema.Draft202012Validator.check_schema(schema)
+    refusals = []
+    for check in (schema_grammar, schema_fields):
+        with pytest.raises(SchemaRefused) as info:
+            check(schema)
+        refusals.append((info.value.keyword, info.value.path))
+    assert refusals == [(keyword, "#/$defs/x")] * 2
+
+
+def test_a_remote_reference_is_refused_alike_for_both_engines() -> None:
+    schema = {"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}
+    for check in (schema_grammar, schema_fields):
+        with pytest.raises(SchemaRefused, match="never fetched") as info:
+            check(schema)
+        assert (info.value.keyword, info.value.path) == ("$ref", "#/properties/a")
+
+
+def test_keyword_names_that_are_not_schema_keywords_are_not_refused() -> None:
+    """A property named ``not`` or ``contains`` (a search tool's parameter), a no-op ``uniqueItems: false``, and
+    an unused definition are no constraint to refuse."""
+    schema = {
+        "$defs": {"unused": {"not": {}}},
+        "type": "object",
+        "properties": {"contains": {"type": "string"}, "not": {"type": "array", "uniqueItems": False}},
+    }
+    assert schema_fields(schema) == {"json_schema": schema}
+    _parses_in_llama_cpp(schema_grammar(schema))
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword"),
+    [
+        ({"type": "string", "format": "date"}, "format"),
+        ({"type": "object", "properties": {"d": {"type": "string", "format": "date-time"}}}, "format"),
+        ({"type": "string", "allOf": [{"pattern": "^a+$"}]}, "allOf"),
+        ({"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "string"}}, "prefixItems"),
+        ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "minItems": 2}, "minItems"),
+        ({"type": "object", "properties": {"any": True}}, "$"),
+        ({"type": "string", "pattern": "abc"}, "pattern"),
+        ({"type": "string", "pattern": "^[^,]+$"}, "pattern"),
+        ({"type": "integer", "minimum": 0, "exclusiveMinimum": 5}, "exclusiveMinimum"),
+    ],
+)  # fmt: skip
+def test_what_llama_servers_converter_passes_over_goes_as_clover_locals_grammar(
+    schema: dict[str, Any], keyword: str
+) -> None:
+    """Read from the pinned ``common/json-schema.cpp``: its ``date`` allows February 30th; ``allOf`` on a string
+    becomes an empty object; ``items`` wins over ``prefixItems``; a tuple's counts are not read; an unanchored
+    pattern is any string, and ``[^,]`` writes a raw ``"``."""
+    assert unenforced_upstream(schema) == keyword
+    assert "grammar" in schema_fields(schema)
+
+
+def test_a_required_name_missing_from_properties_is_refused_on_both_engines() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]}
+    for check in (schema_grammar, schema_fields):
+        with pytest.raises(SchemaRefused, match="'b'"):
+            check(schema)
+
+
+def test_a_tuple_shorter_than_its_max_items_allows_is_refused() -> None:
+    with pytest.raises(SchemaRefused) as info:
+        schema_grammar({"type": "array", "prefixItems": [{"type": "integer"}] * 3, "maxItems": 2})
+    assert info.value.keyword == "maxItems"
+
+
+@pytest.mark.parametrize(
+    ("schema", "value"),
+    [
+        ({"type": "integer", "exclusiveMinimum": 0}, 1),
+        ({"type": "integer", "exclusiveMaximum": 0}, -1),
+        ({"type": "integer", "minimum": 0, "exclusiveMinimum": 0}, 1),
+        ({"type": "integer", "minimum": 4, "maximum": 20, "multipleOf": 3}, 6),
+        ({"type": "number", "exclusiveMinimum": 0, "maximum": 2}, 1),
+        ({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}, 0.1),
+        ({"type": "number", "exclusiveMinimum": -1, "exclusiveMaximum": 0}, -0.1),
+        ({"type": "number", "minimum": -2.5, "maximum": 7}, 0),
+    ],
+)  # fmt: skip
+def test_the_shortest_number_is_inside_exclusive_bounds(schema: dict[str, Any], value: float) -> None:
+    """``exclusiveMinimum: 0`` excludes 0: the shortest value (and so the length a forced call is measured
+    by) is the one the grammar would write, and the grammar accepts it."""
+    length, found = shortest_json(schema, 100)
+    assert found == value and length == len(json.dumps(value))
+    validate(found, schema)
+    assert _accepts(schema, json.dumps(found))
+
+
+def test_the_shortest_value_of_a_type_list_is_measured_per_type() -> None:
+    """Each type of a list is measured on a dict made for it; a memo keyed by the id of a freed one gave the next
+    type its length (12 for ``null`` below, not 4)."""
+    assert shortest_json({"type": ["string", "null"], "minLength": 10}, 100)[0] == 4
+    assert shortest_json({"type": ["null", "string"], "minLength": 10}, 100)[0] == 4
+    params = {
+        "type": "object",
+        "properties": {"a": {"type": ["string", "null"], "minLength": 10}, "b": {"type": ["array", "integer"], "minItems": 9}},
+        "required": ["a", "b"],
+    }  # fmt: skip
+    length, value = shortest_json(params, 100)
+    assert value == {"a": None, "b": 0} and length == len(json.dumps(value, separators=(",", ":")))
+
+
+@pytest.mark.parametrize(
+    ("schema", "good", "bad"),
+    [
+        (CORPUS["person"][0]["properties"]["email"], '"a@b.co"', '"ab"'),
+        (
+            {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+             "anyOf": [{"required": ["a"]}, {"required": ["b"]}]},
+            '{"b": 1}',
+            "{}",
+        ),
+        ({"type": "string", "anyOf": [{"type": "null"}, {"maxLength": 2}]}, '"ab"', "null"),
+        ({"oneOf": [{"type": "integer"}, {"type": "string"}], "minimum": 3}, "3", "2"),
+    ],
+)  # fmt: skip
+def test_constraints_beside_alternatives_hold_for_each_alternative(
+    schema: dict[str, Any], good: str, bad: str
+) -> None:
+    """pydantic writes ``str | None`` with a format as ``{"anyOf": [...], "format": "email"}``: the format
+    beside the alternatives holds for them, as JSON Schema says (both converters read only the alternatives).
+    llama-server gets clover-local's grammar for it."""
+    assert _accepts(schema, good) and not _accepts(schema, bad)
+    validate(json.loads(good), schema)
+    assert not jsonschema.Draft202012Validator(schema, format_checker=FORMAT_CHECKER).is_valid(
+        json.loads(bad)
+    )
+    assert "grammar" in schema_fields(schema)
+
+
+def test_constraints_beside_a_ref_alternative_are_refused() -> None:
+    schema = {
+        "$defs": {"x": {"type": "string"}},
+        "anyOf": [{"$ref": "#/$defs/x"}, {"type": "null"}],
+        "maxLength": 3,
+    }
+    with pytest.raises(SchemaRefused) as info:
+        schema_grammar(schema)
+    assert (info.value.keyword, info.value.path) == ("maxLength", "#/anyOf/0")
+
+
+def test_the_llama_server_engine_refuses_before_a_stream_starts() -> None:
+    """``serve`` calls ``check_request`` before it answers: on the llama-server engine it refuses what the
+    schema sent would refuse, with no round trip to llama-server (nothing listens at this address)."""
+    from clover_local.engine.templates import TemplateChoice
+    from clover_local.engine.types import ChatMessage
+    from clover_local.llamacpp.server_engine import LlamaServerEngine
+
+    engine = LlamaServerEngine("http://127.0.0.1:9", template=TemplateChoice("builtin", "chatml"))
+    schema = {"type": "object", "properties": {"a": {"type": "string", "not": {"const": ""}}}}
+    messages = (ChatMessage("user", "hi"),)
+    with pytest.raises(SchemaRefused, match="'not' at #/properties/a"):
+        engine.check_request(GenerationRequest(messages=messages, json_schema=schema))
+    tools = (ToolSpec("t", "", {"type": "object", "properties": {"a": {"type": "array", "contains": {}}}}),)
+    with pytest.raises(SchemaRefused, match="'contains' at #/properties/a"):
+        engine.check_request(GenerationRequest(messages=messages, tools=tools, tool_choice="required"))
+    engine.check_request(GenerationRequest(messages=messages, json_schema={"type": "object"}))

@@ -146,6 +146,15 @@ class LlamaServerEngine:
             raise ServerError(f"llama-server could not count tokens (HTTP {resp.status}).")
         return len(data["tokens"])
 
+    def check_request(self, request: GenerationRequest) -> None:
+        """Refuse now what ``generate`` would refuse in the schema or grammar it sends (a keyword no grammar
+        enforces; a schema over clover-local's limits where its grammar is sent), so a streamed request gets a
+        400 before any reply is sent."""
+        if toolcalls.forced_tools(request):
+            toolcalls.call_grammar(request, self.tool_format)
+        if request.json_schema is not None:
+            schema_fields(request.json_schema)
+
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None
     ) -> Iterator[GenerationEvent]:

@@ -72,7 +72,8 @@ def completion_payload(
 def schema_fields(schema: dict[str, Any]) -> dict[str, Any]:
     """How a reply's JSON schema goes to llama-server: as ``json_schema`` for its own converter, or, when the
     schema uses something that converter accepts without enforcing (``schema_gbnf.upstream``), as
-    clover-local's ``grammar`` of it, so what llama-server is given is enforced."""
+    clover-local's ``grammar`` of it, so what llama-server is given is enforced. A keyword no grammar enforces
+    is a ``SchemaRefused`` naming it and its path, as on the embedded engine."""
     schema = schema or {"type": "object"}
     if unenforced_upstream(schema) is None:
         return {"json_schema": schema}

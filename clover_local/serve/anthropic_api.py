@@ -85,7 +85,8 @@ def _tool_choice(raw: Any, tools: tuple[Any, ...]) -> tuple[str, bool]:
         raise ApiError(
             400, "'tool_choice' must be {'type': 'auto' | 'any' | 'tool' | 'none'}.", param="tool_choice"
         )
-    parallel = not raw.get("disable_parallel_tool_use", False)
+    flag = "tool_choice.disable_parallel_tool_use"
+    parallel = not agent.parse_flag(raw.get("disable_parallel_tool_use"), flag, default=False)
     kind = raw["type"]
     if kind == "tool":
         return agent.parse_tool_choice({"type": "function", "name": raw.get("name")}, tools), False

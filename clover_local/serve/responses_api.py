@@ -45,7 +45,9 @@ def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     fields: dict[str, Any] = {
         "tools": tools,
         "tool_choice": agent.parse_tool_choice(choice, tools),
-        "parallel_tool_calls": bool(body.get("parallel_tool_calls", False)),
+        "parallel_tool_calls": agent.parse_flag(
+            body.get("parallel_tool_calls"), "parallel_tool_calls", default=False
+        ),
         "json_schema": _text_format(body.get("text")),
     }
     common = oa.common_fields(body, known_models, names={"max_tokens": "max_output_tokens"})

@@ -209,14 +209,23 @@ def openai_call(call: ToolCall, index: int | None = None) -> dict[str, Any]:
     return out
 
 
+def parse_flag(raw: Any, param: str, *, default: bool) -> bool:
+    """A true/false field (``parallel_tool_calls``, Anthropic's ``disable_parallel_tool_use``), the same on
+    every route: absent or null is ``default``; anything but a JSON boolean (``"false"``, ``0``) is a 400, never
+    read by its truthiness."""
+    if raw is None:
+        return default
+    if not isinstance(raw, bool):
+        raise oa.ApiError(400, f"'{param}' must be true or false (got {raw!r}).", param=param)
+    return raw
+
+
 def agent_fields(body: dict[str, Any]) -> dict[str, Any]:
     """The ``GenerationRequest`` fields of a chat body's ``tools``, ``tool_choice``, ``parallel_tool_calls`` and
     ``response_format``."""
     tools = parse_tools(body.get("tools"))
     choice = parse_tool_choice(body.get("tool_choice"), tools)
-    parallel = body.get("parallel_tool_calls", False)
-    if not isinstance(parallel, bool):
-        raise oa.ApiError(400, "'parallel_tool_calls' must be true or false.", param="parallel_tool_calls")
+    parallel = parse_flag(body.get("parallel_tool_calls"), "parallel_tool_calls", default=False)
     schema = parse_response_format(body.get("response_format"))
     if schema is not None and tools and choice != "none":
         raise oa.ApiError(

@@ -20,12 +20,9 @@ from clover_local.engine.schema_gbnf.common import (
     required_of,
     schema_list,
 )
+from clover_local.engine.schema_gbnf.keywords import beside, refuse_unenforceable, with_constraints
 from clover_local.engine.schema_gbnf.limits import LIMITS, Limits, SchemaRefused
 from clover_local.engine.schema_gbnf.rules import FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
-
-_REFUSED: tuple[str, ...] = ("not", "if", "then", "else", "contains", "dependentSchemas", "dependentRequired")
-_REFUSED += ("patternProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef")
-_REFUSED += ("minProperties", "maxProperties")
 
 
 def schema_grammar(schema: dict[str, Any], limits: Limits = LIMITS) -> str:
@@ -113,23 +110,22 @@ class Converter:
             return self.add_rule(rule_name, self.primitive("value"))
         if not isinstance(schema, dict):
             raise SchemaRefused("$", path, "a schema must be an object (or true); false allows no value.")
-        for key in _REFUSED:
-            if key in schema:
-                raise SchemaRefused(
-                    key, path, "the grammar cannot enforce this keyword.", "Drop it from the schema."
-                )
-        if schema.get("uniqueItems") is True:
-            raise SchemaRefused("uniqueItems", path, "the grammar cannot enforce unique items.", "Drop it.")
+        refuse_unenforceable(schema, path)
         if "$ref" in schema:
             return self.add_rule(rule_name, self._ref(schema["$ref"], path, doc, depth))
         for key in ("oneOf", "anyOf"):
             if key in schema:
-                alts = schema_list(schema[key], key, path)
+                constraints = beside(schema, key)
                 sub = name + ("-" if name else "alternative-")
                 rules = [
-                    self._visit(a, f"{sub}{i}", f"{path}/{key}/{i}", doc, depth + 1)
-                    for i, a in enumerate(alts)
+                    self._visit(alt, f"{sub}{i}", f"{path}/{key}/{i}", doc, depth + 1)
+                    for i, a in enumerate(schema_list(schema[key], key, path))
+                    if (alt := with_constraints(a, constraints, f"{path}/{key}/{i}")) is not None
                 ]
+                if not rules:
+                    raise SchemaRefused(
+                        "type", path, f"no alternative of '{key}' has the type given beside it."
+                    )
                 return self.add_rule(rule_name, " | ".join(rules))
         kind = schema.get("type")
         if isinstance(kind, list):
@@ -198,11 +194,6 @@ class Converter:
     def _ref(self, ref: Any, path: str, doc: Document, depth: int) -> str:
         if not isinstance(ref, str):
             raise SchemaRefused("$ref", path, "must be a string.")
-        if not ref.startswith("#"):
-            raise SchemaRefused(
-                "$ref", path, f"{ref!r} points outside the schema; remote references are never fetched.",
-                "Put the definition under '$defs' and refer to it as '#/$defs/NAME'.",
-            )  # fmt: skip
         target = doc.resolve(ref, path)
         ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", ref[1:])
         key = doc.prefix + ref
@@ -341,6 +332,8 @@ class Converter:
             items = schema_list(prefix, "prefixItems", path)
             if lo > len(items):
                 raise SchemaRefused("minItems", path, f"{lo} is more than the {len(items)} prefixItems.")
+            if hi is not None and hi < len(items):
+                raise SchemaRefused("maxItems", path, f"{hi} is fewer than the {len(items)} prefixItems.")
             rules = [
                 self._visit(s, f"{sub}tuple-{i}", f"{path}/prefixItems/{i}", doc, depth + 1)
                 for i, s in enumerate(items)

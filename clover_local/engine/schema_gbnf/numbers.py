@@ -20,8 +20,7 @@ _BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
 
 def number_rule(primitive: Primitive, max_enum: int, schema: dict[str, Any], kind: str, path: str) -> str:
     """The GBNF body for an ``integer`` or ``number`` schema."""
-    lo, lo_excl = _bound(schema, "minimum", "exclusiveMinimum", path)
-    hi, hi_excl = _bound(schema, "maximum", "exclusiveMaximum", path)
+    lo, lo_excl, hi, hi_excl = bounds(schema, path)
     step = schema.get("multipleOf")
     fraction_digits: int | None = None
     if step is not None:
@@ -35,12 +34,7 @@ def number_rule(primitive: Primitive, max_enum: int, schema: dict[str, Any], kin
                 raise SchemaRefused(
                     "multipleOf", path, f"{step} is not enforced (only whole numbers and 0.1, 0.01, ...)."
                 )
-    first = (
-        None if lo is None else (math.floor(lo) + 1 if lo_excl and float(lo).is_integer() else math.ceil(lo))
-    )
-    last = (
-        None if hi is None else (math.ceil(hi) - 1 if hi_excl and float(hi).is_integer() else math.floor(hi))
-    )
+    first, last = whole_range(lo, lo_excl, hi, hi_excl)
     if kind == "integer":
         return _integers(
             primitive, max_enum, first, last, int(step) if step is not None and int(step) > 1 else 1, path
@@ -63,6 +57,26 @@ def number_rule(primitive: Primitive, max_enum: int, schema: dict[str, Any], kin
             "minimum" if lo is not None else "maximum", path, "no number is inside these bounds."
         )
     return " | ".join(f"({a})" for a in alternatives)
+
+
+def bounds(schema: dict[str, Any], path: str) -> tuple[float | None, bool, float | None, bool]:
+    """(lower bound, exclusive?, upper bound, exclusive?); a bound that is not a finite number is refused."""
+    lo, lo_excl = _bound(schema, "minimum", "exclusiveMinimum", path)
+    hi, hi_excl = _bound(schema, "maximum", "exclusiveMaximum", path)
+    return lo, lo_excl, hi, hi_excl
+
+
+def whole_range(
+    lo: float | None, lo_excl: bool, hi: float | None, hi_excl: bool
+) -> tuple[int | None, int | None]:
+    """The first and last integer inside the bounds (None: unbounded on that side)."""
+    first = (
+        None if lo is None else (math.floor(lo) + 1 if lo_excl and float(lo).is_integer() else math.ceil(lo))
+    )
+    last = (
+        None if hi is None else (math.ceil(hi) - 1 if hi_excl and float(hi).is_integer() else math.floor(hi))
+    )
+    return first, last
 
 
 def _integers(
@@ -131,4 +145,4 @@ def _number(value: Any, keyword: str, path: str) -> float | int:
     return float(value) if isinstance(value, float) else int(value)
 
 
-__all__ = ["INT64_MAX", "number_rule"]
+__all__ = ["INT64_MAX", "bounds", "number_rule", "whole_range"]

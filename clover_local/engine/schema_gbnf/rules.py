@@ -1,6 +1,7 @@
 """The fixed GBNF rules the converter builds on: llama.cpp's ``PRIMITIVE_RULES`` and ``STRING_FORMAT_RULES``
-(``common/json-schema-to-grammar.cpp``), plus the string formats OpenAI's Structured Outputs lists that
-llama.cpp leaves unchecked (email, hostname, ipv4, ipv6, duration), each a subset of what the format allows."""
+(``common/json-schema-to-grammar.cpp``; its ``date`` made exact), plus the string formats OpenAI's Structured
+Outputs lists that llama.cpp leaves unchecked (email, hostname, ipv4, ipv6, duration), each a subset of what the
+format allows."""
 
 from __future__ import annotations
 
@@ -47,7 +48,20 @@ _H16 = "[0-9a-fA-F]{1,4}"
 _N = "[0-9]{1,9}"
 
 STRING_FORMAT_RULES: dict[str, BuiltinRule] = {
-    "date": BuiltinRule('[0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [1-2] [0-9] | "3" [0-1] )'),
+    # Exact calendar dates (llama.cpp's rule allows 2023-02-30, which no date-time parser takes): years
+    # 0001-9999, each month's own days, February 29th only in leap years.
+    "date": BuiltinRule(
+        'date-year "-" ( "0" [13578] "-" date-day31 | "1" [02] "-" date-day31 | "0" [469] "-" date-day30 '
+        '| "11" "-" date-day30 | "02" "-" date-day28 ) | date-leap-year "-02-29"',
+        ("date-year", "date-leap-year", "date-day28", "date-day30", "date-day31"),
+    ),
+    "date-year": BuiltinRule('[0-9]{3} [1-9] | [0-9]{2} [1-9] "0" | [0-9] [1-9] "00" | [1-9] "000"'),
+    "date-leap-year": BuiltinRule(
+        '[0-9]{2} ( [02468] [48] | [13579] [26] | [2468] "0" ) | ( [02468] [48] | [13579] [26] | [2468] "0" ) "00"'
+    ),
+    "date-day28": BuiltinRule('"0" [1-9] | "1" [0-9] | "2" [0-8]'),
+    "date-day30": BuiltinRule('date-day28 | "29" | "30"', ("date-day28",)),
+    "date-day31": BuiltinRule('date-day30 | "31"', ("date-day30",)),
     "time": BuiltinRule(
         '([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{3} )? '
         '( "Z" | ( "+" | "-" ) ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )'

@@ -8,6 +8,7 @@ import json
 import math
 from typing import Any
 
+from clover_local.engine.schema_gbnf import numbers
 from clover_local.engine.schema_gbnf.common import Document
 from clover_local.errors import RequestRefused
 
@@ -17,7 +18,9 @@ INFINITE = math.inf
 class _Shortest:
     def __init__(self, root: Any) -> None:
         self.doc = Document(root, "")
-        self.memo: dict[int, float] = {}
+        # By id: a schema is kept with its length, so no other dict (the ``{**s, "type": t}`` made for each of a
+        # type list's types) can take its id while the memo holds it.
+        self.memo: dict[int, tuple[Any, float]] = {}
         self.busy: set[int] = set()
 
     def length(self, schema: Any, depth: int = 0) -> float:
@@ -28,7 +31,7 @@ class _Shortest:
             return 4.0  # true (any value): null
         key = id(schema)
         if key in self.memo:
-            return self.memo[key]
+            return self.memo[key][1]
         if key in self.busy:
             return INFINITE
         self.busy.add(key)
@@ -36,7 +39,7 @@ class _Shortest:
             value = self._length(schema, depth)
         finally:
             self.busy.discard(key)
-        self.memo[key] = value
+        self.memo[key] = (schema, value)
         return value
 
     def _length(self, s: dict[str, Any], depth: int) -> float:
@@ -74,7 +77,7 @@ class _Shortest:
         if kind == "string":
             return 2.0 + _int(s.get("minLength"))
         if kind in ("integer", "number"):
-            return float(len(str(_nearest_zero(s))))
+            return float(len(_dump(_nearest_zero(s))))
         return {"boolean": 4.0, "null": 4.0}.get(str(kind), 1.0)
 
     def value(self, schema: Any) -> Any:
@@ -132,13 +135,24 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _nearest_zero(s: dict[str, Any]) -> int:
-    lo = s.get("minimum", s.get("exclusiveMinimum"))
-    hi = s.get("maximum", s.get("exclusiveMaximum"))
-    lo = lo if isinstance(lo, int | float) and not isinstance(lo, bool) else None
-    hi = hi if isinstance(hi, int | float) and not isinstance(hi, bool) else None
-    if lo is not None and lo > 0:
-        return math.floor(lo) + 1 if "exclusiveMinimum" in s and "minimum" not in s else math.ceil(lo)
-    if hi is not None and hi < 0:
-        return math.ceil(hi) - 1 if "exclusiveMaximum" in s and "maximum" not in s else math.floor(hi)
-    return 0
+def _nearest_zero(s: dict[str, Any]) -> int | float:
+    """The integer or number nearest zero that ``numbers.number_rule``'s grammar writes for ``s``: an integer in
+    range (a multiple of a whole ``multipleOf``), else the decimal ``k.1`` nearest zero."""
+    try:
+        lo, lo_excl, hi, hi_excl = numbers.bounds(s, "#")
+    except RequestRefused:
+        return 0
+    first, last = numbers.whole_range(lo, lo_excl, hi, hi_excl)
+    raw = s.get("multipleOf")
+    step = 1
+    if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 1 and float(raw).is_integer():
+        step = int(raw)
+    if first is None or last is None or first <= last:
+        if (first is None or first <= 0) and (last is None or last >= 0):
+            return 0
+        if first is not None and first > 0:
+            return -(-first // step) * step
+        return (last // step) * step if last is not None else 0
+    if lo is not None and lo >= 0:
+        return math.ceil(lo) + 0.1
+    return -(math.ceil(-hi) + 0.1) if hi is not None else 0
