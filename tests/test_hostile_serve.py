@@ -161,6 +161,56 @@ def test_a_slow_body_is_cut_at_the_deadline_and_health_answers_meanwhile() -> No
         assert health(s) == 200
 
 
+def _trickle(sock: socket.socket, stop: threading.Event) -> None:
+    """A byte of header every 20 ms, never the blank line that ends the headers, until the socket is shut."""
+    while not stop.wait(0.02):
+        try:
+            sock.sendall(b"a")
+        except OSError:
+            return
+
+
+@pytest.mark.parametrize("kept_alive", [False, True], ids=["new connection", "after a first request"])
+def test_a_sender_that_trickles_its_headers_is_closed_at_the_deadline(kept_alive: bool) -> None:
+    """Slowloris on the headers, with no API key set: uvicorn has no header deadline (its keep-alive timer
+    stops at the first byte), so a byte now and then held the connection for ever. The deadline counts from the
+    start, however the bytes come: 408, closed, and /health answers meanwhile and after."""
+    with _serve(header_timeout_s=1.0) as s:
+        sock = socket.create_connection((s.host, s.port), timeout=30)
+        stop = threading.Event()
+        try:
+            if kept_alive:
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                first = http.client.HTTPResponse(sock)
+                first.begin()
+                assert first.status == 200 and json.loads(first.read())["status"] == "ok"
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ")
+            threading.Thread(target=_trickle, args=(sock, stop), daemon=True).start()
+            assert health(s) == 200
+            reply = b""
+            while chunk := sock.recv(4096):  # to the end: the server closes the connection
+                reply += chunk
+            assert reply.startswith(b"HTTP/1.1 408 ")
+            assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_timeout"
+        finally:
+            stop.set()
+            sock.close()
+        assert health(s) == 200
+
+
+def test_headers_past_16_kib_are_refused_before_any_key_check() -> None:
+    """What one connection may buffer before its key is read: h11 holds at most 16 KiB of incomplete headers
+    (uvicorn's ``h11_max_incomplete_event_size``), then answers 400 and closes."""
+    with _serve(api_key=KEY) as s:
+        sock = socket.create_connection((s.host, s.port), timeout=30)
+        try:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 20_000)
+            assert _status_of(sock) == 400
+        finally:
+            sock.close()
+        assert request(s, "GET", "/health", headers={"Authorization": f"Bearer {KEY}"})[0] == 200
+
+
 def _held_connection(s: BackgroundServer) -> socket.socket:
     """A connection the server has surely accepted (it answered /health on it) that then stays inside a
     request whose body never comes."""

@@ -47,6 +47,7 @@ from clover_local.serve import request_guard as guard
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, error_body
 from clover_local.serve.error_map import REQUEST_ERRORS, api_error
+from clover_local.serve.header_deadline import HEADER_TIMEOUT_S
 from clover_local.serve.openai_schema import ParsedRequest
 from clover_local.serve.request_fields import ignored_header
 from clover_local.serve.slots import QUEUE_PER_SLOT, SlotGate, retry_headers
@@ -94,6 +95,8 @@ class ApiConfig:
     api_key: str | None = None
     max_body_bytes: int = guard.MAX_BODY_BYTES
     body_timeout_s: float = guard.BODY_TIMEOUT_S
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    """Longest a request's headers may take to arrive (``serve.header_deadline``): then 408 and closed."""
     allowed_hosts: frozenset[str] | None = frozenset()
     """``Host`` names accepted besides loopback ones (:func:`request_guard.hosts_allowed`); None: any."""
     max_request_s: float = 1800.0
