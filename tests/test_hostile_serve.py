@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from helpers_engine import EngineWrapper, GatedEngine, ScriptedEngine
 
+from clover_local import cli
 from clover_local.commands.serve import read_api_key
 from clover_local.serve import request_guard as guard
 from clover_local.serve import runner
@@ -264,6 +265,15 @@ def test_a_reply_past_the_time_limit_is_stopped() -> None:
         status, body = post_json(s, {**CHAT, "max_tokens": 20})
         assert status == 200 and body["choices"][0]["message"]["content"] == "1\n"
         assert health(s) == 200
+
+
+@pytest.mark.parametrize("seconds", ["0", "-5", "nan"])
+def test_the_time_limit_option_must_be_a_time(seconds: str, capsys: Any) -> None:
+    """``serve --max-request-time`` sets ``ApiConfig.max_request_s``; a value that is no time is a usage error
+    before any model is opened."""
+    assert cli.main(["serve", "--preset", "gemma3-270m", "--max-request-time", seconds]) == 2
+    err = capsys.readouterr().err
+    assert "--max-request-time" in err and "Give seconds above 0" in err and "Traceback" not in err
 
 
 def test_the_key_comes_from_the_environment_or_a_file(
