@@ -17,6 +17,7 @@ from helpers_engine import EngineWrapper, GatedEngine, ScriptedEngine
 
 from clover_local import cli
 from clover_local.commands.serve import read_api_key
+from clover_local.serve import openai_schema as oa
 from clover_local.serve import request_guard as guard
 from clover_local.serve import runner
 from clover_local.serve.api import ApiConfig
@@ -274,6 +275,74 @@ def test_the_time_limit_option_must_be_a_time(seconds: str, capsys: Any) -> None
     assert cli.main(["serve", "--preset", "gemma3-270m", "--max-request-time", seconds]) == 2
     err = capsys.readouterr().err
     assert "--max-request-time" in err and "Give seconds above 0" in err and "Traceback" not in err
+
+
+def _many_properties(n: int) -> dict[str, Any]:
+    props = {f"p{i}": {"type": "integer", "minimum": 1, "maximum": 99} for i in range(n)}
+    return {"type": "object", "properties": props}
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("/v1/chat/completions", {"tools": "function", "tool_choice": "required"}),
+        ("/v1/chat/completions", {"response_format": "json_schema"}),
+        ("/v1/responses", {"tools": "flat", "tool_choice": "required"}),
+        ("/v1/responses", {"text": "format"}),
+        ("/v1/messages", {"tools": "input_schema", "tool_choice": {"type": "any"}}),
+    ],
+)
+def test_schemas_past_the_object_limit_are_refused_before_they_are_read(
+    server: BackgroundServer, path: str, fields: dict[str, Any]
+) -> None:
+    """Issue 27 case 1: the meta-schema check costs about a millisecond per subschema, and 300,000 bounded
+    integer properties (a 15 MB body) held the server for minutes. Counted first, they are a named 400."""
+    schema = _many_properties(guard.MAX_SCHEMA_OBJECTS)
+    shapes: dict[str, Any] = {
+        "function": [{"type": "function", "function": {"name": "f", "parameters": schema}}],
+        "json_schema": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+        "flat": [{"type": "function", "name": "f", "parameters": schema}],
+        "format": {"format": {"type": "json_schema", "name": "r", "schema": schema}},
+        "input_schema": [{"name": "f", "input_schema": schema}],
+    }
+    body: dict[str, Any] = {"model": MODEL, "max_tokens": 8}
+    body |= {"input": "hi"} if path == "/v1/responses" else {"messages": CHAT["messages"]}
+    body |= {k: shapes.get(v, v) if isinstance(v, str) else v for k, v in fields.items()}
+    status, reply = request(
+        server, "POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    assert status == 400
+    if path == "/v1/messages":
+        assert "more than 4096 JSON objects" in reply["error"]["message"]
+    else:
+        assert reply["error"]["code"] == "schema_too_large"
+    assert health(server) == 200
+
+
+def test_a_request_is_parsed_off_the_event_loop(
+    server: BackgroundServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decoding and checking a body (a 16 MiB one, or schemas up to the limit: seconds of Python) runs in a
+    worker thread: /health answers while a parse is held in the middle. On the event loop it waited for it."""
+    entered, release = threading.Event(), threading.Event()
+    real_parse = oa.parse_chat
+
+    def held_parse(body: Any, names: tuple[str, ...]) -> Any:
+        entered.set()
+        release.wait(120)  # longer than the /health request waits (30 s)
+        return real_parse(body, names)
+
+    monkeypatch.setattr(oa, "parse_chat", held_parse)
+    replies: list[int] = []
+    sender = threading.Thread(target=lambda: replies.append(post_json(server, CHAT)[0]), daemon=True)
+    sender.start()
+    try:
+        assert entered.wait(30)
+        assert health(server) == 200  # while the parse is held
+    finally:
+        release.set()
+    sender.join(30)
+    assert replies == [200]
 
 
 def test_the_key_comes_from_the_environment_or_a_file(

@@ -35,6 +35,13 @@ MAX_STOP_STRINGS = 16
 """Most stop strings one request may give (OpenAI allows 4); each is checked against every piece of text."""
 MAX_STOP_CHARS = 256
 """Longest stop string accepted."""
+MAX_SCHEMA_OBJECTS = 4096
+"""Most JSON objects the schemas of one request may hold together (every tool's parameters, the reply
+format): each costs about a millisecond of ``jsonschema``'s meta-schema check and at least a grammar rule, and
+a grammar holds at most 4096 rules (``schema_gbnf.limits``). 300,000 properties took minutes."""
+SCHEMA_FIELDS = ("tools", "response_format", "text")
+"""Where a request carries schemas: tools (all three APIs), ``response_format`` (chat and text completions),
+``text.format`` (Responses)."""
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 """Host names a server bound to loopback always answers to (with any port)."""
 
@@ -240,6 +247,30 @@ def refuse_unsupported(body: Any) -> None:
                 code="unsupported_parameter",
                 param=field,
             )
+
+
+def check_schema_size(body: Any) -> None:
+    """400 ``schema_too_large`` when the request's schemas (:data:`SCHEMA_FIELDS`) hold more than
+    :data:`MAX_SCHEMA_OBJECTS` objects, counted before anything reads them as schemas."""
+    if not isinstance(body, dict):
+        return
+    stack = [body[f] for f in SCHEMA_FIELDS if f in body]
+    objects = 0
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            objects += 1
+            if objects > MAX_SCHEMA_OBJECTS:
+                raise ApiError(
+                    400,
+                    f"The request's schemas ({', '.join(f for f in SCHEMA_FIELDS if f in body)}) hold more than "
+                    f"{MAX_SCHEMA_OBJECTS} JSON objects; a grammar can enforce at most that many. Send fewer "
+                    "tools or smaller schemas.",
+                    code="schema_too_large",
+                )
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
 
 
 def _check_structure(body: Any) -> None:
