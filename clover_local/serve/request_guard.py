@@ -224,13 +224,20 @@ def decode_json(raw: bytes) -> Any:
     """The request body as JSON; :class:`ApiError` (400) when it is not JSON, nests deeper than
     :data:`MAX_JSON_DEPTH`, or holds a string that is not valid Unicode (a lone surrogate)."""
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, object_hook=_hand_over)
     except RecursionError:
         raise _too_deep() from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
     _check_structure(body)
     return body
+
+
+def _hand_over(obj: dict[str, Any]) -> dict[str, Any]:
+    """``json.loads``' object hook, which changes nothing: a Python call per object lets the interpreter hand
+    the GIL to the event loop while a large body decodes (``json``'s C decoder alone kept it for the whole
+    16 MiB, 0.6 s here, during which ``/health`` waited; with the hook the loop waits at most ~30 ms)."""
+    return obj
 
 
 def refuse_unsupported(body: Any) -> None:
