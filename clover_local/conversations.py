@@ -1,5 +1,8 @@
 """Saved chat conversations: one JSON file each in ``settings.conversations_dir()``.
 
+Chats are personal: every file is written private (0600, through a temporary name of its own) in a 0700
+folder, as ``chat_store`` keeps its database.
+
 Pure Python (no Textual), so the chat screen, tests and any future command share one format. A file that
 cannot be read is reported as a :class:`CloverError` naming the file, never a traceback.
 """
@@ -16,6 +19,7 @@ from typing import Any
 from clover_local import settings
 from clover_local.engine.types import ChatMessage
 from clover_local.errors import CloverError
+from clover_local.user_files import make_private_dir, write_atomically
 
 FORMAT_VERSION = 1
 _ROLES = ("system", "user", "assistant")
@@ -68,19 +72,26 @@ def save(conversation: Conversation, folder: Path | None = None) -> Path:
     """Write the conversation as JSON and return its path. Same created time and title overwrite in place."""
     folder = folder or settings.conversations_dir()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        _private_folder(folder)
         stamp = re.sub(r"[^0-9]", "", conversation.created)[:14]
         slug = _SLUG_RE.sub("-", conversation.title.lower()).strip("-")[:40] or "conversation"
         path = folder / f"{stamp}-{slug}.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(conversation.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(path)
+        text = json.dumps(conversation.to_json(), indent=2, ensure_ascii=False)
+        write_atomically(path, text.encode("utf-8"), private=True)
     except OSError as exc:
         raise CloverError(
             f"Could not save the conversation in {folder}: {exc.strerror or exc}.",
             "Check that the folder is writable, or set CLOVER_DATA_DIR to another folder.",
         ) from None
     return path
+
+
+def _private_folder(folder: Path) -> None:
+    """The conversations folder, 0700: created so, and closed if an older version made it 0755 (its file
+    names carry the chats' titles)."""
+    make_private_dir(folder)
+    if folder.stat().st_mode & 0o077:
+        folder.chmod(0o700)
 
 
 def load(path: Path) -> Conversation:
@@ -161,7 +172,7 @@ def export(conversation: Conversation, folder: Path | None = None) -> tuple[Path
     json_path = save(conversation, folder)
     md_path = json_path.with_suffix(".md")
     try:
-        md_path.write_text(to_markdown(conversation), encoding="utf-8")
+        write_atomically(md_path, to_markdown(conversation).encode("utf-8"), private=True)
     except OSError as exc:
         raise CloverError(
             f"Could not write {md_path}: {exc.strerror or exc}.",

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 from helpers_engine import EngineWrapper, GatedEngine, ScriptedEngine
 
+from clover_local import cli
 from clover_local.commands.serve import read_api_key
+from clover_local.serve import openai_schema as oa
 from clover_local.serve import request_guard as guard
 from clover_local.serve import runner
 from clover_local.serve.api import ApiConfig
@@ -161,6 +163,56 @@ def test_a_slow_body_is_cut_at_the_deadline_and_health_answers_meanwhile() -> No
         assert health(s) == 200
 
 
+def _trickle(sock: socket.socket, stop: threading.Event) -> None:
+    """A byte of header every 20 ms, never the blank line that ends the headers, until the socket is shut."""
+    while not stop.wait(0.02):
+        try:
+            sock.sendall(b"a")
+        except OSError:
+            return
+
+
+@pytest.mark.parametrize("kept_alive", [False, True], ids=["new connection", "after a first request"])
+def test_a_sender_that_trickles_its_headers_is_closed_at_the_deadline(kept_alive: bool) -> None:
+    """Slowloris on the headers, with no API key set: uvicorn has no header deadline (its keep-alive timer
+    stops at the first byte), so a byte now and then held the connection for ever. The deadline counts from the
+    start, however the bytes come: 408, closed, and /health answers meanwhile and after."""
+    with _serve(header_timeout_s=1.0) as s:
+        sock = socket.create_connection((s.host, s.port), timeout=30)
+        stop = threading.Event()
+        try:
+            if kept_alive:
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                first = http.client.HTTPResponse(sock)
+                first.begin()
+                assert first.status == 200 and json.loads(first.read())["status"] == "ok"
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ")
+            threading.Thread(target=_trickle, args=(sock, stop), daemon=True).start()
+            assert health(s) == 200
+            reply = b""
+            while chunk := sock.recv(4096):  # to the end: the server closes the connection
+                reply += chunk
+            assert reply.startswith(b"HTTP/1.1 408 ")
+            assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_timeout"
+        finally:
+            stop.set()
+            sock.close()
+        assert health(s) == 200
+
+
+def test_headers_past_16_kib_are_refused_before_any_key_check() -> None:
+    """What one connection may buffer before its key is read: h11 holds at most 16 KiB of incomplete headers
+    (uvicorn's ``h11_max_incomplete_event_size``), then answers 400 and closes."""
+    with _serve(api_key=KEY) as s:
+        sock = socket.create_connection((s.host, s.port), timeout=30)
+        try:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 20_000)
+            assert _status_of(sock) == 400
+        finally:
+            sock.close()
+        assert request(s, "GET", "/health", headers={"Authorization": f"Bearer {KEY}"})[0] == 200
+
+
 def _held_connection(s: BackgroundServer) -> socket.socket:
     """A connection the server has surely accepted (it answered /health on it) that then stays inside a
     request whose body never comes."""
@@ -214,6 +266,83 @@ def test_a_reply_past_the_time_limit_is_stopped() -> None:
         status, body = post_json(s, {**CHAT, "max_tokens": 20})
         assert status == 200 and body["choices"][0]["message"]["content"] == "1\n"
         assert health(s) == 200
+
+
+@pytest.mark.parametrize("seconds", ["0", "-5", "nan"])
+def test_the_time_limit_option_must_be_a_time(seconds: str, capsys: Any) -> None:
+    """``serve --max-request-time`` sets ``ApiConfig.max_request_s``; a value that is no time is a usage error
+    before any model is opened."""
+    assert cli.main(["serve", "--preset", "gemma3-270m", "--max-request-time", seconds]) == 2
+    err = capsys.readouterr().err
+    assert "--max-request-time" in err and "Give seconds above 0" in err and "Traceback" not in err
+
+
+def _many_properties(n: int) -> dict[str, Any]:
+    props = {f"p{i}": {"type": "integer", "minimum": 1, "maximum": 99} for i in range(n)}
+    return {"type": "object", "properties": props}
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("/v1/chat/completions", {"tools": "function", "tool_choice": "required"}),
+        ("/v1/chat/completions", {"response_format": "json_schema"}),
+        ("/v1/responses", {"tools": "flat", "tool_choice": "required"}),
+        ("/v1/responses", {"text": "format"}),
+        ("/v1/messages", {"tools": "input_schema", "tool_choice": {"type": "any"}}),
+    ],
+)
+def test_schemas_past_the_object_limit_are_refused_before_they_are_read(
+    server: BackgroundServer, path: str, fields: dict[str, Any]
+) -> None:
+    """Issue 27 case 1: the meta-schema check costs about a millisecond per subschema, and 300,000 bounded
+    integer properties (a 15 MB body) held the server for minutes. Counted first, they are a named 400."""
+    schema = _many_properties(guard.MAX_SCHEMA_OBJECTS)
+    shapes: dict[str, Any] = {
+        "function": [{"type": "function", "function": {"name": "f", "parameters": schema}}],
+        "json_schema": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+        "flat": [{"type": "function", "name": "f", "parameters": schema}],
+        "format": {"format": {"type": "json_schema", "name": "r", "schema": schema}},
+        "input_schema": [{"name": "f", "input_schema": schema}],
+    }
+    body: dict[str, Any] = {"model": MODEL, "max_tokens": 8}
+    body |= {"input": "hi"} if path == "/v1/responses" else {"messages": CHAT["messages"]}
+    body |= {k: shapes.get(v, v) if isinstance(v, str) else v for k, v in fields.items()}
+    status, reply = request(
+        server, "POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    assert status == 400
+    if path == "/v1/messages":
+        assert "more than 4096 JSON objects" in reply["error"]["message"]
+    else:
+        assert reply["error"]["code"] == "schema_too_large"
+    assert health(server) == 200
+
+
+def test_a_request_is_parsed_off_the_event_loop(
+    server: BackgroundServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decoding and checking a body (a 16 MiB one, or schemas up to the limit: seconds of Python) runs in a
+    worker thread: /health answers while a parse is held in the middle. On the event loop it waited for it."""
+    entered, release = threading.Event(), threading.Event()
+    real_parse = oa.parse_chat
+
+    def held_parse(body: Any, names: tuple[str, ...]) -> Any:
+        entered.set()
+        release.wait(120)  # longer than the /health request waits (30 s)
+        return real_parse(body, names)
+
+    monkeypatch.setattr(oa, "parse_chat", held_parse)
+    replies: list[int] = []
+    sender = threading.Thread(target=lambda: replies.append(post_json(server, CHAT)[0]), daemon=True)
+    sender.start()
+    try:
+        assert entered.wait(30)
+        assert health(server) == 200  # while the parse is held
+    finally:
+        release.set()
+    sender.join(30)
+    assert replies == [200]
 
 
 def test_the_key_comes_from_the_environment_or_a_file(

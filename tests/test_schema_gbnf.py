@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -222,7 +223,7 @@ def test_hostile_sizes_are_refused_before_anything_big_is_built() -> None:
         schema_grammar(deep)
     wide = {
         "type": "object",
-        "properties": {f"p{i}": {"type": "string", "maxLength": 4000} for i in range(40)},
+        "properties": {f"p{i}": {"type": "string", "maxLength": 2000} for i in range(60)},
     }
     with pytest.raises(SchemaRefused, match="grammar elements"):
         schema_grammar(wide)
@@ -497,3 +498,22 @@ def test_the_llama_server_engine_refuses_before_a_stream_starts() -> None:
     with pytest.raises(SchemaRefused, match="'contains' at #/properties/a"):
         engine.check_request(GenerationRequest(messages=messages, tools=tools, tool_choice="required"))
     engine.check_request(GenerationRequest(messages=messages, json_schema={"type": "object"}))
+
+
+def test_repetitions_stop_where_llama_cpp_s_grammar_parser_does(smollm2_path: Path) -> None:
+    """llama.cpp parses at most 2000 repetitions (``MAX_REPETITION_THRESHOLD``): ``minLength: 4000`` passed a
+    limit of 4096 here and then failed in the engine as a 500. Now 2000 is built and parsed, 2001 is refused by
+    keyword, and a grammar llama.cpp cannot parse is the request's fault (a 400), not a server error."""
+    import llama_cpp
+    from llama_cpp import llama_cpp as C
+
+    from clover_local.engine.sampling import GrammarGate
+    from clover_local.errors import RequestRefused
+
+    llm = llama_cpp.Llama(model_path=str(smollm2_path), vocab_only=True, verbose=False)
+    vocab = C.llama_model_get_vocab(llm.model)
+    GrammarGate(vocab, llm.n_vocab(), schema_grammar({"type": "string", "minLength": 2000}))
+    with pytest.raises(SchemaRefused, match="minLength"):
+        schema_grammar({"type": "string", "minLength": 2001})
+    with pytest.raises(RequestRefused, match="could not parse the grammar"):
+        GrammarGate(vocab, llm.n_vocab(), 'root ::= "a"{4000}')

@@ -5,6 +5,7 @@ Gemma, an instant and a slow scripted engine)."""
 from __future__ import annotations
 
 import random
+import stat
 import threading
 from collections.abc import Iterator
 
@@ -185,6 +186,9 @@ async def test_conversation_is_kept_as_it_goes_exported_and_reopened(gemma_engin
         assert len(saved) == 1 and conversations.load(saved[0].path).messages == tuple(said)
         markdown = saved[0].path.with_suffix(".md").read_text(encoding="utf-8")
         assert markdown.startswith("# ") and PROMPT in markdown and "## Model" in markdown
+        for private in (saved[0].path, saved[0].path.with_suffix(".md")):  # a chat is personal
+            assert stat.S_IMODE(private.stat().st_mode) == 0o600
+        assert stat.S_IMODE(saved[0].path.parent.stat().st_mode) == 0o700
         await pilot.press("ctrl+n")
         assert screen.history == [] and not screen.query(ReplyView)
         await pilot.press("ctrl+o")

@@ -63,6 +63,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="requests that may wait for a slot (default: 4 per slot); past it a request gets 503 with "
         "Retry-After",
     )
+    parser.add_argument(
+        "--max-request-time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="longest one reply may run (default: 1800); then it is stopped and answered with what it made",
+    )
     parser.set_defaults(func=run, parallel_default="auto")
 
 
@@ -102,6 +109,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_queue is not None and args.max_queue < 0:
         raise UsageError(f"--max-queue {args.max_queue} is negative.", "Give 0 or more waiting requests.")
+    if args.max_request_time is not None and not args.max_request_time > 0:
+        raise UsageError(
+            f"--max-request-time {args.max_request_time:g} is not a time.", "Give seconds above 0, e.g. 600."
+        )
     if not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port} is not a port number (1-65535).")
     api_key = read_api_key(args)
@@ -129,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
         allowed_hosts=hosts_allowed(args.host, extra_hosts),
         max_queue=args.max_queue,
     )
+    if args.max_request_time is not None:
+        config = replace(config, max_request_s=args.max_request_time)
     print(
         f"serving {config.model_id} on http://{args.host}:{args.port}/v1 "
         f"(context {opened.engine.n_ctx} tokens per slot, {plan.parallel} slot{'s' if plan.parallel > 1 else ''}"

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 from clover_local.compare.checks import CheckResult
 from clover_local.compare.stats import Paired, Spread, paired, spread, wilson
 from clover_local.errors import UsageError
+from clover_local.user_files import write_atomically
 
 REPORT_KIND = "clover-local compare"
 REPORT_VERSION = 1
@@ -236,11 +236,10 @@ def default_report_path() -> Path:
 
 
 def save_report(report: CompareReport, path: str | Path) -> None:
-    """Write the report atomically (a half-written file would lose a resumable run)."""
-    p = Path(path).expanduser()
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(report.to_json(), indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, p)
+    """Write the report atomically (a half-written file would lose a resumable run), through a temporary
+    name of its own (a second run saving beside it, or a planted ``<name>.tmp`` link, cannot tear it)."""
+    text = json.dumps(report.to_json(), indent=1, ensure_ascii=False)
+    write_atomically(Path(path).expanduser(), text.encode("utf-8"))
 
 
 # -- the table ----------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any, cast
 import numpy as np
 from llama_cpp import llama_cpp as C
 
-from clover_local.errors import EngineError
+from clover_local.errors import EngineError, RequestRefused
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class GrammarGate:
     def __init__(self, vocab: Any, n_vocab: int, gbnf: str) -> None:
         self._smpl = C.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
         if not self._smpl:
-            raise EngineError(
+            raise RequestRefused(  # the request's schema, not the engine, is at fault: a 400
                 "llama.cpp could not parse the grammar built for this request.",
                 "Simplify the JSON schema (see llama.cpp's grammars/README.md for what it supports).",
             )

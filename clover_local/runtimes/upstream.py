@@ -22,6 +22,7 @@ from clover_local.errors import RuntimeInstallError, UpstreamError
 from clover_local.runtimes import net
 from clover_local.runtimes.installed import valid_tag
 from clover_local.runtimes.releases import fetch_release, fetch_source_file, source_file_url
+from clover_local.user_files import write_atomically
 
 LATEST_TTL_S = 6 * 3600
 """How long the latest release's tag is trusted before it is asked again."""
@@ -103,10 +104,5 @@ def _cache() -> Path:
 
 
 def _write(path: Path, text: str) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError:
-        pass  # a cache that cannot be written only costs asking again
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs asking again
+        write_atomically(path, text.encode("utf-8"))  # a name of its own: two processes asking never tear it

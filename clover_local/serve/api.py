@@ -17,7 +17,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from clover_local.serve import request_guard as guard
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, error_body
 from clover_local.serve.error_map import REQUEST_ERRORS, api_error
+from clover_local.serve.header_deadline import HEADER_TIMEOUT_S
 from clover_local.serve.openai_schema import ParsedRequest
 from clover_local.serve.request_fields import ignored_header
 from clover_local.serve.slots import QUEUE_PER_SLOT, SlotGate, retry_headers
@@ -94,6 +95,8 @@ class ApiConfig:
     api_key: str | None = None
     max_body_bytes: int = guard.MAX_BODY_BYTES
     body_timeout_s: float = guard.BODY_TIMEOUT_S
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    """Longest a request's headers may take to arrive (``serve.header_deadline``): then 408 and closed."""
     allowed_hosts: frozenset[str] | None = frozenset()
     """``Host`` names accepted besides loopback ones (:func:`request_guard.hosts_allowed`); None: any."""
     max_request_s: float = 1800.0
@@ -233,7 +236,7 @@ class OpenAIServer:
             )
 
         try:
-            parsed = api.parse(await _json_body(request), self.config.model_names)
+            parsed = await _parse_request(request, api.parse, self.config.model_names)
             gen_request = await asyncio.to_thread(self._fit_context, parsed)
             self.gate.check()
         except REQUEST_ERRORS as exc:
@@ -267,9 +270,8 @@ class OpenAIServer:
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
         try:
-            body = await _json_body(request)
             parse = oa.parse_chat if chat else oa.parse_completion
-            parsed = parse(body, self.config.model_names)
+            parsed = await _parse_request(request, parse, self.config.model_names)
             gen_request = await asyncio.to_thread(self._fit_context, parsed)
             self.gate.check()
         except REQUEST_ERRORS as exc:
@@ -491,10 +493,21 @@ async def _cancel_on_disconnect(request: Request, cancel: threading.Event) -> No
         await asyncio.sleep(0.25)
 
 
-async def _json_body(request: Request) -> Any:
-    body = guard.decode_json(await request.body())
-    guard.refuse_unsupported(body)
-    return body
+async def _parse_request(
+    request: Request, parse: Callable[[Any, tuple[str, ...]], ParsedRequest], names: tuple[str, ...]
+) -> ParsedRequest:
+    """The body decoded, checked and parsed by the route's ``parse``, in a worker thread: a 16 MiB body or a
+    large schema costs seconds of Python (``jsonschema`` checks about a thousand subschemas a second), and on
+    the event loop those seconds stopped every other request, ``/health`` included."""
+    raw = await request.body()
+
+    def work() -> ParsedRequest:
+        body = guard.decode_json(raw)
+        guard.refuse_unsupported(body)
+        guard.check_schema_size(body)
+        return parse(body, names)
+
+    return await asyncio.to_thread(work)
 
 
 def _sse(data: dict[str, Any]) -> str:

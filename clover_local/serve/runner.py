@@ -12,6 +12,7 @@ import uvicorn
 from clover_local.engine.types import ChatEngine
 from clover_local.errors import ServerError
 from clover_local.serve.api import ApiConfig, create_app
+from clover_local.serve.header_deadline import header_deadline_protocol
 
 MAX_CONNECTIONS = 256
 """Open connections (and requests in progress) served at once; past it new ones get 503 at once, so a flood of
@@ -28,6 +29,7 @@ def _config(engine: ChatEngine, config: ApiConfig, host: str, port: int, log_lev
         lifespan="off",
         timeout_graceful_shutdown=5,
         limit_concurrency=MAX_CONNECTIONS,
+        http=header_deadline_protocol(config.header_timeout_s),  # h11, with a deadline for the headers
     )
 
 

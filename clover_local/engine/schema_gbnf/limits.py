@@ -11,8 +11,10 @@ from clover_local.errors import RequestRefused
 class Limits:
     """Bounds checked before any rule text is written, so a small hostile schema costs milliseconds."""
 
-    max_count: int = 4096
-    """Any one repetition: ``minItems``/``maxItems``/``minLength``/``maxLength``, a pattern's ``{m,n}``."""
+    max_count: int = 2000
+    """Any one repetition: ``minItems``/``maxItems``/``minLength``/``maxLength``, a pattern's ``{m,n}``. llama.cpp's
+    grammar parser refuses more (``MAX_REPETITION_THRESHOLD`` in ``llama-grammar.cpp``): ``minLength: 4000``
+    passed a limit of 4096 and then failed in the engine as a 500."""
     max_expanded: int = 100_000
     """Grammar elements once llama.cpp writes every ``{m,n}`` out (its parser copies each repetition)."""
     max_depth: int = 64
