@@ -80,7 +80,12 @@ EDIT = {
             "maxItems": 4,
             "items": {
                 "type": "object",
-                "properties": {"old": {"type": "string"}, "new": {"type": "string"}},
+                # Bounded as many agents' edit tools bound them: at greedy, SmolLM2 fills an unbounded string
+                # with one digit run until the token limit, a reply no grammar can end.
+                "properties": {
+                    "old": {"type": "string", "maxLength": 40},
+                    "new": {"type": "string", "maxLength": 40},
+                },
                 "required": ["old", "new"],
             },
         },

@@ -41,7 +41,7 @@ def _reply_json(url: str, schema: dict[str, Any]) -> Any:
             "type": "json_schema",
             "json_schema": {"name": "r", "schema": schema, "strict": True},
         },
-        max_tokens=400,
+        max_tokens=600,
         temperature=0,
     )
     assert reply.choices[0].finish_reason == "stop", reply.choices[0].message.content
@@ -63,7 +63,7 @@ def test_each_tool_shape_is_enforced_as_a_forced_call(url: str, name: str) -> No
         messages=[{"role": "user", "content": ASK}],
         tools=[tool],
         tool_choice="required",
-        max_tokens=400,
+        max_tokens=600,
         temperature=0,
     )
     calls = reply.choices[0].message.tool_calls or []
