@@ -71,6 +71,10 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
         "split_mode": 1,
         "main_gpu": 0,
         "tensor_split": None,
+        # The embedded engine's own: Clover is hybrid and speculates up to 16 tokens (plan.llama_args)
+        "n_rs_seq": 17,
+        "n_outputs_max_per_seq": 17,
+        "backend_sampling": True,
     }
 
 
