@@ -155,3 +155,23 @@ def test_speculation_on_a_hybrid_model_allocates_rollback_snapshots() -> None:
     assert copies == 10
     assert sizes[True] == pytest.approx(sizes[False] * copies, rel=0.01)
     assert sizes[False] * 2**20 == pytest.approx(arch.recurrent_state_bytes, abs=0.005 * 2**20)
+
+
+def test_a_hybrid_model_without_the_snapshots_speculation_needs_is_refused_not_fixed() -> None:
+    """The loader changes no setting: settings made for no speculation, loaded with speculation on a hybrid
+    model, are an error that names what is short (the producer would have given the snapshots)."""
+    from clover_local.plan.types import SpeculativePlan
+
+    path = tiny_model("qwen35moe")
+    settings = engine_settings(path, ctx=256, speculative=SpeculativePlan(enabled=False))
+    with pytest.raises(EngineError, match=r"n_rs_seq 0 \(needs 17\)") as info:
+        load_engine(path, settings, chat_template="completion", speculative=SpeculativePlan(enabled=True))
+    assert info.value.fix and "llama_settings" in info.value.fix
+    # The same settings rendered for the speculation load.
+    loaded = load_engine(
+        path,
+        engine_settings(path, ctx=256, speculative=SpeculativePlan(enabled=True)),
+        chat_template="completion",
+        speculative=SpeculativePlan(enabled=True),
+    )
+    loaded.engine.close()
