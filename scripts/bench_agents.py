@@ -231,13 +231,13 @@ def agent_loop(model: str, turns: int, max_tokens: int, ctx: int, threads: int) 
     from clover_local.llamacpp.server_engine import LlamaServerEngine
     from clover_local.plan.memory import CTX_CHECKPOINTS
     from clover_local.plan.types import SpeculativePlan
+    from clover_local.testing.settings import engine_settings
 
-    settings = {"n_ctx": ctx, "n_threads": threads, "n_threads_batch": threads}
-    embedded = load_engine(
-        model,
-        {**settings, "ctx_checkpoints": CTX_CHECKPOINTS},
-        speculative=SpeculativePlan(enabled=False),
-    ).engine
+    off = SpeculativePlan(enabled=False)
+    settings = engine_settings(
+        model, ctx=ctx, threads=threads, speculative=off, ctx_checkpoints=CTX_CHECKPOINTS
+    )
+    embedded = load_engine(model, settings, speculative=off).engine
     argv = ["-m", model, "-c", str(ctx), "-np", "1", "-t", str(threads), "-tb", str(threads)]
     server = LlamaServerEngine(
         start_llama_server([*argv, "--ctx-checkpoints", str(CTX_CHECKPOINTS)]),

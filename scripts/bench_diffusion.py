@@ -29,6 +29,7 @@ from clover_local.engine.types import ChatMessage
 from clover_local.gguf.header import read_local_header
 from clover_local.plan.diffusion import plan_diffusion
 from clover_local.testing.models import TinySpec, tiny_model, tiny_model_from_spec
+from clover_local.testing.settings import engine_settings
 
 PROMPT = "The capital of France is"
 BIG_DREAM = TinySpec(
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, (path, schedule, block) in models.items():
         plan, _ = plan_diffusion(read_local_header(path), ctx=args.ub)
         engine = load_engine(
-            path, {"n_ctx": args.ub, "n_threads": args.threads, "n_gpu_layers": 0}, diffusion=plan
+            path, engine_settings(path, ctx=args.ub, threads=args.threads), diffusion=plan
         ).engine
         assert isinstance(engine, DiffusionEngine)
         runner = engine.runner

@@ -30,6 +30,7 @@ from clover_local.engine.types import ChatMessage
 from clover_local.gguf.header import read_local_header
 from clover_local.plan.diffusion import plan_diffusion
 from clover_local.testing.models import tiny_model
+from clover_local.testing.settings import engine_settings
 
 COMMON_SHIM = """#pragma once
 #include "llama.h"
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             path = tiny_model(kind)
             plan, _ = plan_diffusion(read_local_header(path), ctx=args.canvas)
             engine = load_engine(
-                path, {"n_ctx": args.canvas, "n_threads": args.threads}, diffusion=plan
+                path, engine_settings(path, ctx=args.canvas, threads=args.threads), diffusion=plan
             ).engine
             runner = engine.runner
             prompt = engine.tokenize(engine.render_prompt((ChatMessage("user", "The capital of France is"),)))

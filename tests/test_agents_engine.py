@@ -26,6 +26,7 @@ from clover_local.engine.types import (
 from clover_local.plan.types import SpeculativePlan
 from clover_local.testing.gguf_writer import default_spec
 from clover_local.testing.models import TINY_KINDS, TinyKind, tiny_model, tiny_model_from_spec
+from clover_local.testing.settings import engine_settings
 from clover_local.testing.vocab import QWEN3_TOOLS_TEMPLATE
 from tests.test_speculative import OracleDrafter, _default_factory
 
@@ -59,7 +60,7 @@ WEATHER = ToolSpec(
 def engine(request: pytest.FixtureRequest) -> Iterator[EmbeddedEngine]:
     result = load_engine(
         tiny_model(request.param),
-        {"n_ctx": 1024, "n_threads": 2},
+        engine_settings(tiny_model(request.param), ctx=1024, speculative=SPEC),
         chat_template="completion",
         speculative=SPEC,
     )
@@ -136,7 +137,9 @@ def test_unconstrained_requests_take_no_grammar(engine: EmbeddedEngine) -> None:
 @pytest.mark.parametrize("kind", ["llama", "qwen35moe"])
 def test_forced_tool_call_through_the_template(kind: TinyKind) -> None:
     path = tiny_model_from_spec(replace(default_spec(kind), chat_template=QWEN3_TOOLS_TEMPLATE))
-    engine = load_engine(path, {"n_ctx": 1024, "n_threads": 2}, chat_template="gguf", speculative=SPEC).engine
+    engine = load_engine(
+        path, engine_settings(path, ctx=1024, speculative=SPEC), chat_template="gguf", speculative=SPEC
+    ).engine
     try:
         request = GenerationRequest(
             messages=(ChatMessage("user", "Weather in Oslo?"),),

@@ -29,6 +29,7 @@ from clover_local.presets import load_preset
 from clover_local.serve.api import ApiConfig
 from clover_local.serve.runner import BackgroundServer
 from clover_local.testing.models import TinySpec, gemma_path, tiny_model_from_spec
+from clover_local.testing.settings import engine_settings
 from clover_local.testing.vocab import QWEN3_TOOLS_TEMPLATE
 from tests.helpers_serve import llama_server_path, raw_post
 
@@ -67,7 +68,10 @@ ASK = [{"role": "user", "content": "What is the weather in Oslo for 3 days?"}]
 def _open_engine(kind: str, model: str, *, template: str, argv: list[str]) -> ChatEngine:
     if kind == "embedded":
         return load_engine(
-            model, {"n_ctx": 2048, "n_threads": 2, "n_batch": 512}, chat_template=template, speculative=SPEC
+            model,
+            engine_settings(model, ctx=2048, n_batch=512, speculative=SPEC),
+            chat_template=template,
+            speculative=SPEC,
         ).engine
     process = start_llama_server(argv, binary=ServerBinary(llama_server_path(), "test"))
     return LlamaServerEngine(process, model_name="m")

@@ -22,16 +22,19 @@ from clover_local.plan.planner import make_plan
 from clover_local.plan.types import SpeculativePlan, Wishes
 from clover_local.presets import load_preset
 from clover_local.testing.models import tiny_model
+from clover_local.testing.settings import engine_settings
 
 SYSTEM = "You are a coding agent. Tools: read_file(path), write_file(path, text), run(command)."
+
+OFF = SpeculativePlan(enabled=False)
 
 
 def _engine(checkpoints: int) -> EmbeddedEngine:
     engine = load_engine(
         tiny_model("qwen35moe"),
-        {"n_ctx": 2048, "n_threads": 2, "ctx_checkpoints": checkpoints},
+        engine_settings(tiny_model("qwen35moe"), ctx=2048, speculative=OFF, ctx_checkpoints=checkpoints),
         chat_template="gguf",
-        speculative=SpeculativePlan(enabled=False),  # no rollback snapshots: only checkpoints can resume
+        speculative=OFF,  # no rollback snapshots: only checkpoints can resume
     ).engine
     assert isinstance(engine, EmbeddedEngine) and engine.recurrent
     return engine
@@ -143,9 +146,9 @@ def _agent_messages(agent: str, n: int) -> tuple[ChatMessage, ...]:
 def test_each_slot_keeps_its_own_checkpoints() -> None:
     engine = load_engine(
         tiny_model("qwen35moe"),
-        {"n_ctx": 4096, "n_seq_max": 2, "kv_unified": False, "n_threads": 2, "ctx_checkpoints": 8},
+        engine_settings(tiny_model("qwen35moe"), ctx=2048, parallel=2, speculative=OFF, ctx_checkpoints=8),
         chat_template="gguf",
-        speculative=SpeculativePlan(enabled=False),
+        speculative=OFF,
     ).engine
     assert isinstance(engine, EmbeddedEngine) and engine.slots == 2
     try:

@@ -15,6 +15,7 @@ import pytest
 from clover_local.engine.loader import load_engine
 from clover_local.engine.types import Finished, GenerationRequest, TextDelta
 from clover_local.plan.types import SpeculativePlan
+from clover_local.testing.settings import engine_settings
 from tests.helpers_serve import llama_server_path
 
 pytestmark = pytest.mark.slow
@@ -58,7 +59,7 @@ def test_embedded_reply_is_the_same_idle_and_busy(
 ) -> None:
     loaded = load_engine(
         gemma_path,
-        {"n_ctx": 1024, "n_threads": 2, "n_batch": 512},
+        engine_settings(gemma_path, ctx=1024, n_batch=512),
         chat_template="completion",
         speculative=SpeculativePlan(enabled=True),
     )

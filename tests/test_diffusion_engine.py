@@ -15,6 +15,7 @@ from clover_local import settings
 from clover_local.engine.diffusion_schedule import Algorithm
 from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, Refining, TextDelta
 from clover_local.gguf.header import read_local_header
+from clover_local.testing.settings import engine_settings
 
 if TYPE_CHECKING:
     from clover_local.engine.diffusion_engine import DiffusionEngine
@@ -86,7 +87,7 @@ def load(model: Path) -> DiffusionEngine:
     from clover_local.plan.diffusion import plan_diffusion
 
     plan, _ = plan_diffusion(read_local_header(model), ctx=UB)
-    engine = load_engine(model, {"n_ctx": UB, "n_threads": THREADS, "n_gpu_layers": 0}, diffusion=plan).engine
+    engine = load_engine(model, engine_settings(model, ctx=UB, threads=THREADS), diffusion=plan).engine
     from clover_local.engine.diffusion_engine import DiffusionEngine
 
     assert isinstance(engine, DiffusionEngine)
@@ -185,7 +186,9 @@ def test_planned_buffers_match_llama_cpp_load_log(kind: str, canvas: int) -> Non
     path = tiny_model(kind)
     desc = read_local_header(path)
     plan, _ = plan_diffusion(desc, ctx=canvas)
-    result = load_engine(path, {"n_ctx": canvas, "n_threads": THREADS, "flash_attn": True}, diffusion=plan)
+    result = load_engine(
+        path, engine_settings(path, ctx=canvas, threads=THREADS, flash_attn="on"), diffusion=plan
+    )
     result.engine.close()
     logged = parse_buffer_log("\n".join(result.load_log))
     assert "kv" not in logged

@@ -14,6 +14,7 @@ from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion
 from clover_local.serve.api import ApiConfig
 from clover_local.serve.runner import BackgroundServer
 from clover_local.testing.models import tiny_model
+from clover_local.testing.settings import engine_settings
 
 MODEL = "tiny-llada-moe"
 
@@ -24,7 +25,7 @@ def server() -> Iterator[BackgroundServer]:
     plan, _ = plan_diffusion(
         read_local_header(path), wishes=DiffusionWishes(block_length=16, steps_per_block=4), ctx=256
     )
-    engine = load_engine(path, {"n_ctx": 256, "n_threads": 1}, diffusion=plan).engine
+    engine = load_engine(path, engine_settings(path, ctx=256, threads=1), diffusion=plan).engine
     with BackgroundServer(engine, ApiConfig(MODEL)) as s:
         yield s
     engine.close()

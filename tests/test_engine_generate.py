@@ -16,6 +16,7 @@ from clover_local.engine.types import ChatMessage, GenerationRequest
 from clover_local.errors import EngineError, UsageError
 from clover_local.plan.types import SpeculativePlan
 from clover_local.testing.models import gemma_path, tiny_model
+from clover_local.testing.settings import engine_settings
 from tests.helpers_engine import generate_text
 from tests.helpers_picks import assert_same_up_to_a_near_tie, prompt_of, recording_picks
 
@@ -24,14 +25,16 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def gemma() -> Iterator[EmbeddedEngine]:
-    result = load_engine(gemma_path(), {"n_ctx": 1024, "n_threads": 2}, chat_template="gemma")
+    result = load_engine(gemma_path(), engine_settings(gemma_path(), ctx=1024), chat_template="gemma")
     yield result.engine
     result.engine.close()
 
 
 @pytest.fixture(scope="module")
 def tiny_chat() -> Iterator[EmbeddedEngine]:
-    result = load_engine(tiny_model("llama"), {"n_ctx": 512, "n_threads": 2}, chat_template="gguf")
+    result = load_engine(
+        tiny_model("llama"), engine_settings(tiny_model("llama"), ctx=512), chat_template="gguf"
+    )
     yield result.engine
     result.engine.close()
 
@@ -62,7 +65,7 @@ def test_builtin_gemma_template_renders_turns(gemma: EmbeddedEngine) -> None:
 
 
 def test_gguf_template_missing_falls_back_to_completion_with_a_notice() -> None:
-    result = load_engine(gemma_path(), {"n_ctx": 256, "n_threads": 2}, chat_template="gguf")
+    result = load_engine(gemma_path(), engine_settings(gemma_path(), ctx=256), chat_template="gguf")
     try:
         assert any("no chat template" in n for n in result.notices)
         assert result.engine.render_prompt([ChatMessage("user", "Hi")]) == "Hi"
@@ -114,7 +117,9 @@ def test_request_needs_exactly_one_of_messages_and_prompt(tiny_chat: EmbeddedEng
 def test_eos_ends_the_reply_with_stop() -> None:
     # The tiny model's vocabulary has an EOS; with a large budget a random model eventually samples it or runs
     # out: either way the reason is reported and matches the length.
-    result = load_engine(tiny_model("llama"), {"n_ctx": 256}, chat_template="completion")
+    result = load_engine(
+        tiny_model("llama"), engine_settings(tiny_model("llama"), ctx=256), chat_template="completion"
+    )
     try:
         _, stats = generate_text(
             result.engine, GenerationRequest(prompt="hi", max_tokens=30, temperature=1.5, seed=3)
@@ -196,7 +201,7 @@ def test_bench_command_reports_all_four_engines(tmp_path: Path, capsys: pytest.C
 def test_speculation_plan_off_means_no_drafts(tiny_chat: EmbeddedEngine) -> None:
     result = load_engine(
         tiny_model("llama"),
-        {"n_ctx": 256},
+        engine_settings(tiny_model("llama"), ctx=256, speculative=SpeculativePlan(enabled=False)),
         chat_template="completion",
         speculative=SpeculativePlan(enabled=False),
     )
@@ -210,7 +215,9 @@ def test_speculation_plan_off_means_no_drafts(tiny_chat: EmbeddedEngine) -> None
 
 
 def test_hybrid_model_reuses_its_cache_on_the_next_turn() -> None:
-    result = load_engine(tiny_model("qwen35moe"), {"n_ctx": 512, "n_threads": 2}, chat_template="gguf")
+    result = load_engine(
+        tiny_model("qwen35moe"), engine_settings(tiny_model("qwen35moe"), ctx=512), chat_template="gguf"
+    )
     engine = result.engine
     try:
         turn1 = (ChatMessage("user", "hello there"),)

@@ -13,12 +13,10 @@ from clover_local.engine import native
 from clover_local.engine.loader import load_engine
 from clover_local.errors import EngineError, OutOfMemoryError, UsageError
 from clover_local.gguf.header import read_local_header
-from clover_local.plan.llama_args import n_cpu_moe_overrides
 from clover_local.testing.models import tiny_model
+from clover_local.testing.settings import engine_settings
 
 pytestmark = pytest.mark.slow
-
-GGML_TYPE_F32 = 0
 
 
 def _overridden_tensors(lines: list[str]) -> list[str]:
@@ -27,7 +25,7 @@ def _overridden_tensors(lines: list[str]) -> list[str]:
 
 def test_n_cpu_moe_overrides_reach_llama_cpp_for_the_first_layers_only() -> None:
     path = tiny_model("qwen3moe")
-    params = native.build_params({"tensor_buft_overrides": n_cpu_moe_overrides(2), "n_ctx": 256})
+    params = native.build_params(engine_settings(path, ctx=256, n_cpu_moe=2))
     from llama_cpp import llama_cpp as C
 
     with native.LogCapture() as log:
@@ -44,7 +42,7 @@ def test_n_cpu_moe_overrides_reach_llama_cpp_for_the_first_layers_only() -> None
 def test_loader_reports_overridden_experts_in_its_placement() -> None:
     result = load_engine(
         tiny_model("qwen35moe"),
-        {"n_ctx": 256, "n_threads": 2, "tensor_buft_overrides": n_cpu_moe_overrides(8)},
+        engine_settings(tiny_model("qwen35moe"), ctx=256, n_cpu_moe=8),
         chat_template="completion",
     )
     try:
@@ -57,7 +55,10 @@ def test_loader_reports_overridden_experts_in_its_placement() -> None:
 def test_progress_callback_sees_loading_finish() -> None:
     seen: list[float] = []
     result = load_engine(
-        tiny_model("llama"), {"n_ctx": 256}, chat_template="completion", progress=seen.append
+        tiny_model("llama"),
+        engine_settings(tiny_model("llama"), ctx=256),
+        chat_template="completion",
+        progress=seen.append,
     )
     result.engine.close()
     assert seen and seen[-1] == pytest.approx(1.0)
@@ -66,7 +67,7 @@ def test_progress_callback_sees_loading_finish() -> None:
 def test_out_of_memory_is_an_error_the_loader_does_not_rewrite() -> None:
     # 32M cells of f32 K and V on the tiny llama: 64 GiB of KV cache, more than this machine has. Planning
     # again for less memory is the launch's (tests/test_launch.py), never the loader's.
-    settings = {"n_ctx": 2**25, "n_threads": 2, "type_k": GGML_TYPE_F32, "type_v": GGML_TYPE_F32}
+    settings = engine_settings(tiny_model("llama"), ctx=2**25, cache_type_k="f32", cache_type_v="f32")
     with pytest.raises(OutOfMemoryError, match="not enough memory"):
         load_engine(tiny_model("llama"), settings, chat_template="completion")
 
@@ -76,7 +77,7 @@ def test_truncated_gguf_is_a_clear_error(tmp_path: Path) -> None:
     broken = tmp_path / "truncated.gguf"
     broken.write_bytes(data[: len(data) // 2])
     with pytest.raises(EngineError, match="corrupt or truncated") as info:
-        load_engine(broken, {"n_ctx": 256}, chat_template="completion")
+        load_engine(broken, engine_settings(tiny_model("llama"), ctx=256), chat_template="completion")
     assert info.value.fix and "download it again" in info.value.fix
 
 
@@ -84,19 +85,19 @@ def test_garbage_bytes_are_not_a_gguf(tmp_path: Path) -> None:
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"\x7fELF" + bytes(range(256)) * 8)
     with pytest.raises(EngineError, match="is not a GGUF file"):
-        load_engine(junk, {"n_ctx": 256})
+        load_engine(junk, engine_settings(tiny_model("llama"), ctx=256))
 
 
 def test_gguf_header_with_garbage_after_magic_is_a_clear_error(tmp_path: Path) -> None:
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"GGUF" + b"\xff" * 4096)
     with pytest.raises(EngineError, match="could not load the model"):
-        load_engine(junk, {"n_ctx": 256})
+        load_engine(junk, engine_settings(tiny_model("llama"), ctx=256))
 
 
 def test_missing_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(EngineError, match="does not exist"):
-        load_engine(tmp_path / "nope.gguf", {})
+        load_engine(tmp_path / "nope.gguf", engine_settings(tiny_model("llama"), ctx=256))
 
 
 def test_unknown_architecture_names_it(tmp_path: Path) -> None:
@@ -112,14 +113,21 @@ def test_unknown_architecture_names_it(tmp_path: Path) -> None:
     writer.write_tensors_to_file()
     writer.close()
     with pytest.raises(EngineError, match="architecture 'nonesuch'"):
-        load_engine(path, {"n_ctx": 256})
+        load_engine(path, engine_settings(tiny_model("llama"), ctx=256))
 
 
 def test_bad_settings_are_usage_errors() -> None:
     with pytest.raises(UsageError, match="Unknown engine setting"):
-        native.build_params({"n_ctxx": 5})
+        native.build_params({**engine_settings(tiny_model("llama"), ctx=256), "n_ctxx": 5})
     with pytest.raises(UsageError, match="<regex>=CPU"):
-        native.build_params({"tensor_buft_overrides": ["exps=CUDA0"]})
+        native.build_params(
+            {**engine_settings(tiny_model("llama"), ctx=256), "tensor_buft_overrides": ["exps=CUDA0"]}
+        )
+    # No hidden defaults: a setting the producer always gives is required.
+    partial = {k: v for k, v in engine_settings(tiny_model("llama"), ctx=256).items() if k != "n_threads"}
+    with pytest.raises(UsageError, match="missing: n_threads") as info:
+        native.build_params(partial)
+    assert info.value.fix and "llama_settings(plan)" in info.value.fix
 
 
 def test_importing_the_engine_package_does_not_import_llama_cpp() -> None:
@@ -135,9 +143,8 @@ def test_speculation_on_a_hybrid_model_allocates_rollback_snapshots() -> None:
     sizes = {}
     for enabled in (False, True):
         plan = SpeculativePlan(enabled=enabled, n_max=8)
-        result = load_engine(
-            tiny_model("qwen35moe"), {"n_ctx": 256}, chat_template="completion", speculative=plan
-        )
+        settings = engine_settings(tiny_model("qwen35moe"), ctx=256, speculative=plan)
+        result = load_engine(tiny_model("qwen35moe"), settings, chat_template="completion", speculative=plan)
         result.engine.close()
         line = next(ln for ln in result.load_log if "RS buffer size" in ln)
         sizes[enabled] = float(line.split("=")[1].split()[0])
@@ -148,3 +155,23 @@ def test_speculation_on_a_hybrid_model_allocates_rollback_snapshots() -> None:
     assert copies == 10
     assert sizes[True] == pytest.approx(sizes[False] * copies, rel=0.01)
     assert sizes[False] * 2**20 == pytest.approx(arch.recurrent_state_bytes, abs=0.005 * 2**20)
+
+
+def test_a_hybrid_model_without_the_snapshots_speculation_needs_is_refused_not_fixed() -> None:
+    """The loader changes no setting: settings made for no speculation, loaded with speculation on a hybrid
+    model, are an error that names what is short (the producer would have given the snapshots)."""
+    from clover_local.plan.types import SpeculativePlan
+
+    path = tiny_model("qwen35moe")
+    settings = engine_settings(path, ctx=256, speculative=SpeculativePlan(enabled=False))
+    with pytest.raises(EngineError, match=r"n_rs_seq 0 \(needs 17\)") as info:
+        load_engine(path, settings, chat_template="completion", speculative=SpeculativePlan(enabled=True))
+    assert info.value.fix and "llama_settings" in info.value.fix
+    # The same settings rendered for the speculation load.
+    loaded = load_engine(
+        path,
+        engine_settings(path, ctx=256, speculative=SpeculativePlan(enabled=True)),
+        chat_template="completion",
+        speculative=SpeculativePlan(enabled=True),
+    )
+    loaded.engine.close()

@@ -121,7 +121,9 @@ def test_a_model_loads_with_numpy_imported_first(gemma_path: Path) -> None:
         "import numpy\n"
         "from clover_local.engine.loader import load_engine\n"
         "from clover_local.engine.types import GenerationRequest, TextDelta\n"
-        f"r = load_engine({str(gemma_path)!r}, {{'n_ctx': 512, 'n_threads': 1}}, chat_template='completion')\n"
+        "from clover_local.testing.settings import engine_settings\n"
+        f"r = load_engine({str(gemma_path)!r}, engine_settings({str(gemma_path)!r}, ctx=512, threads=1),"
+        " chat_template='completion')\n"
         "req = GenerationRequest(prompt='The capital of France is', max_tokens=4, temperature=0)\n"
         "print(''.join(e.text for e in r.engine.generate(req) if isinstance(e, TextDelta)))\n"
     )

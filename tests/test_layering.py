@@ -219,22 +219,69 @@ def test_the_product_never_imports_the_test_model_writers() -> None:
 SETTINGS_PRODUCER = "clover_local.plan.llama_args"
 SETTINGS_CONSUMERS = ("clover_local.engine.native", "clover_local.engine.loader")
 """The embedded engine reads the settings it is given (``native.build_params``); nothing else builds them."""
-SETTING_KEYS = {"n_ctx", "n_threads", "n_gpu_layers", "n_batch", "n_ubatch", "tensor_buft_overrides"}
+SETTING_KEYS = {
+    "n_ctx",
+    "n_threads",
+    "n_gpu_layers",
+    "n_batch",
+    "n_ubatch",
+    "tensor_buft_overrides",
+    "n_rs_seq",
+    "n_outputs_max_per_seq",
+}
+
+
+def _settings_built(source: str) -> list[str]:
+    """Where ``source`` builds llama.cpp settings by hand: a dict literal with their keys (``{"n_ctx": ...}``), or
+    one set or changed by key (``settings["n_ubatch"] = ...``, ``settings["n_batch"] += ...``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Dict):
+            keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+            if keys & SETTING_KEYS:
+                found.append(f"{node.lineno} builds {sorted(keys & SETTING_KEYS)}")
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+            else []
+        )
+        for target in targets:
+            for sub in ast.walk(target):
+                key = sub.slice if isinstance(sub, ast.Subscript) else None
+                if isinstance(key, ast.Constant) and key.value in SETTING_KEYS:
+                    found.append(f"{node.lineno} sets {key.value!r}")
+    return found
 
 
 def test_nothing_but_the_settings_producer_builds_llama_cpp_settings() -> None:
-    """A dict with llama.cpp's keyword names (``{"n_ctx": ...}``) or a hand-made argv with ``-ngl`` is built only
-    in ``plan.llama_args``: every launch renders its settings there, so the command shown is what loads."""
+    """A dict with llama.cpp's keyword names (``{"n_ctx": ...}``), or one changed by key after the plan
+    (``settings["n_ubatch"] = ...``), is built only in ``plan.llama_args``: every launch renders its settings
+    there, so the command shown is what loads (tests and scripts load files through ``testing.settings``)."""
     offenders = []
     for name, path in MODULES.items():
         if name in (SETTINGS_PRODUCER, *SETTINGS_CONSUMERS) or name.startswith(TEST_ONLY):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Dict):
-                keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
-                if keys & SETTING_KEYS:
-                    offenders.append(f"{name}:{node.lineno} builds {sorted(keys & SETTING_KEYS)}")
+        offenders += [f"{name}:{where}" for where in _settings_built(path.read_text(encoding="utf-8"))]
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_settings_guard_sees_a_hand_built_dict_and_a_changed_key() -> None:
+    """The guard above is not vacuous: a settings dict, a key set after the plan and one bumped are each
+    caught; reading a key, or the same names in a call's keywords, are not."""
+    snippet = (
+        "settings = {'n_ctx': 4096, 'n_threads': 2}\n"
+        "settings['n_ubatch'] = max(settings['n_ubatch'], 18)\n"
+        "params['n_batch'] += 1\n"
+        "ctx = settings['n_ctx']\n"
+        "plan_diffusion(header, n_ctx=ctx)\n"
+    )
+    assert sorted(_settings_built(snippet)) == [
+        "1 builds ['n_ctx', 'n_threads']",
+        "2 sets 'n_ubatch'",
+        "3 sets 'n_batch'",
+    ]
 
 
 PLANNERS = {

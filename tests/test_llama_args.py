@@ -71,6 +71,10 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
         "split_mode": 1,
         "main_gpu": 0,
         "tensor_split": None,
+        # The embedded engine's own: Clover is hybrid and speculates up to 16 tokens (plan.llama_args)
+        "n_rs_seq": 17,
+        "n_outputs_max_per_seq": 17,
+        "backend_sampling": True,
     }
 
 
@@ -232,3 +236,69 @@ def test_gemma_loads_with_the_kwargs_and_llama_cpp_agrees_with_the_memory_model(
     assert ram.kv_cache_bytes == memory.kv_cache_bytes(arch, 4096)
     # CPU-only: every weight is in RAM (up to the per-layer integer division of the preset estimate).
     assert abs(ram.weights_bytes - describe_from_preset(preset, "Q4_K_M").file_bytes) <= arch.n_layers
+
+
+def test_a_hybrid_plan_that_speculates_gets_its_snapshots_and_batch_from_the_producer() -> None:
+    """The loader's old rules live in the settings table: a recurrent/hybrid model that speculates gets one
+    rollback snapshot per drafted token and a ubatch that holds a whole verification, in argv and kwargs alike;
+    a plain model and a plan without speculation get neither."""
+    from dataclasses import replace
+
+    from clover_local.plan.llama_args import llama_settings
+    from clover_local.plan.types import SpeculativePlan
+
+    plan = replace(clover_plan("gpu=nvidia:12G,ram=32G,cpu=8"), n_batch=4, n_ubatch=4)
+    assert plan.recurrent and plan.speculative.enabled
+    n_max = plan.speculative.n_max
+    rendered = llama_settings(plan)
+    kwargs, argv = rendered.kwargs(), rendered.argv()
+    assert kwargs["n_rs_seq"] == memory.rollback_snapshots(plan.speculative) == n_max + 1
+    assert kwargs["n_ubatch"] == n_max + 2 and kwargs["n_batch"] == n_max + 2
+    assert kwargs["n_outputs_max_per_seq"] == n_max + 1
+    assert argv[argv.index("-ub") + 1] == str(n_max + 2) and argv[argv.index("-b") + 1] == str(n_max + 2)
+    assert "n_rs_seq" not in " ".join(argv)  # an embedded-only row: llama-server asks for its own snapshots
+
+    plain = llama_settings(replace(plan, recurrent=False)).kwargs()
+    assert (plain["n_rs_seq"], plain["n_ubatch"], plain["n_batch"]) == (0, 4, 4)
+    off = llama_settings(replace(plan, speculative=SpeculativePlan(enabled=False))).kwargs()
+    assert (off["n_rs_seq"], off["n_ubatch"], off["n_outputs_max_per_seq"]) == (0, 4, 1)
+    cpu = llama_settings(replace(plan, n_gpu_layers=0)).kwargs()
+    assert kwargs["backend_sampling"] and not cpu["backend_sampling"]
+
+
+def test_the_command_shown_and_the_embedded_settings_agree_on_a_hybrid_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``clover-local command`` for the tiny hybrid model and the embedded launch of the same request: every
+    setting both engines take has the same value, and the embedded one carries the snapshots speculation needs."""
+    import json
+
+    from clover_local.cli import main
+    from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.testing.models import tiny_model
+
+    model = str(tiny_model("qwen35moe"))
+    machine = "ram=16G,cpu=4"
+    shown = [
+        "command",
+        "--model",
+        model,
+        "--simulate",
+        machine,
+        "--spec",
+        "ngram",
+        "--parallel",
+        "1",
+        "--json",
+    ]
+    assert main(shown) == 0
+    argv = json.loads(capsys.readouterr().out)["argv"]
+    request = LaunchRequest(None, model, engine="embedded", spec="ngram")
+    launch = decide_launch(request, machine=parse_simulate(machine))
+    kwargs = launch.settings.kwargs()
+    shared = {"-c": "n_ctx", "-b": "n_batch", "-ub": "n_ubatch", "-t": "n_threads", "-np": "n_seq_max"}
+    assert {flag: argv[argv.index(flag) + 1] for flag in shared} == {
+        f: str(kwargs[k]) for f, k in shared.items()
+    }
+    assert launch.plan.recurrent and launch.plan.speculative.enabled
+    assert kwargs["n_rs_seq"] == memory.rollback_snapshots(launch.plan.speculative) > 0

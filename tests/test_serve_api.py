@@ -18,6 +18,7 @@ from clover_local.presets import load_preset
 from clover_local.serve.api import ApiConfig, bind_warning
 from clover_local.serve.runner import BackgroundServer
 from clover_local.testing.models import gemma_path
+from clover_local.testing.settings import engine_settings
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +36,7 @@ def engine() -> Iterator[RecordingEngine]:
     preset = load_preset(MODEL)
     result = load_engine(
         gemma_path(),
-        {"n_ctx": CTX, "n_threads": 2, "n_batch": 512},
+        engine_settings(gemma_path(), ctx=CTX, n_batch=512),
         chat_template=preset.chat_template,
         sampling=preset.sampling,
         speculative=SpeculativePlan(enabled=True),

@@ -26,6 +26,7 @@ from clover_local.engine.loader import load_engine
 from clover_local.engine.types import GenerationRequest, TextDelta
 from clover_local.plan.types import SpeculativePlan
 from clover_local.testing.models import TINY_KINDS, gemma_path, tiny_model
+from clover_local.testing.settings import engine_settings
 from tests.helpers_engine import generate_text
 from tests.helpers_picks import (
     assert_greedy_picks,
@@ -38,6 +39,7 @@ from tests.helpers_picks import (
 pytestmark = pytest.mark.slow
 
 SPEC = SpeculativePlan(enabled=True, n_min=1, n_max=8)
+NO_SPEC_8 = SpeculativePlan(enabled=False, n_min=1, n_max=8)
 
 
 class OracleDrafter:
@@ -74,7 +76,7 @@ def _plain_reference(engine: EmbeddedEngine, request: GenerationRequest) -> tupl
 def tiny_engine(request: pytest.FixtureRequest) -> Iterator[EmbeddedEngine]:
     result = load_engine(
         tiny_model(request.param),
-        {"n_ctx": 512, "n_threads": 2},
+        engine_settings(tiny_model(request.param), ctx=512, speculative=SPEC),
         chat_template="completion",
         speculative=SPEC,
     )
@@ -137,7 +139,9 @@ def _default_factory() -> Any:
 
 
 def test_ngram_drafts_from_a_repeated_prompt_are_accepted_and_keep_to_the_argmax() -> None:
-    result = load_engine(tiny_model("llama"), {"n_ctx": 1024, "n_threads": 2}, chat_template="completion")
+    result = load_engine(
+        tiny_model("llama"), engine_settings(tiny_model("llama"), ctx=1024), chat_template="completion"
+    )
     engine = result.engine
     prompt = "the cat sat on the mat and the dog sat on the log " * 6
     request = GenerationRequest(prompt=prompt, max_tokens=60, temperature=0, speculative=True)
@@ -159,7 +163,9 @@ def test_verification_asks_llama_cpp_for_logits_only_at_drafted_positions(
     from llama_cpp import llama_cpp as C
 
     result = load_engine(
-        tiny_model("llama"), {"n_ctx": 1024, "n_batch": 64, "n_threads": 2}, chat_template="completion"
+        tiny_model("llama"),
+        engine_settings(tiny_model("llama"), ctx=1024, n_batch=64),
+        chat_template="completion",
     )
     engine = result.engine
     calls: list[tuple[int, int]] = []
@@ -216,9 +222,9 @@ def test_hybrid_model_without_snapshots_recovers_and_stops_speculating() -> None
     # Loaded without speculation, the context has no recurrent-state snapshots, so a partial rollback fails.
     result = load_engine(
         tiny_model("qwen35moe"),
-        {"n_ctx": 512, "n_threads": 2},
+        engine_settings(tiny_model("qwen35moe"), ctx=512, speculative=NO_SPEC_8),
         chat_template="completion",
-        speculative=SpeculativePlan(enabled=False, n_min=1, n_max=8),
+        speculative=NO_SPEC_8,
     )
     engine = result.engine
     request = GenerationRequest(prompt=PROMPT, max_tokens=40, temperature=0)
@@ -236,7 +242,7 @@ def test_hybrid_model_without_snapshots_recovers_and_stops_speculating() -> None
 
 @pytest.fixture(scope="module")
 def gemma() -> Iterator[EmbeddedEngine]:
-    result = load_engine(gemma_path(), {"n_ctx": 2048, "n_threads": 2}, chat_template="completion")
+    result = load_engine(gemma_path(), engine_settings(gemma_path(), ctx=2048), chat_template="completion")
     yield result.engine
     result.engine.close()
 

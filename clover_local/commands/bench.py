@@ -176,25 +176,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-BENCH_KEYS = ("n_ctx", "n_batch", "n_threads", "n_gpu_layers")
-
-
 def _cpu_settings(args: argparse.Namespace, path: Path) -> dict[str, Any]:
-    """The settings of the launch for ``path`` on this machine's CPU (``--ctx``, ``--threads``), in the keys
-    llama-cpp-python's ``Llama`` and the embedded engine share."""
+    """The settings of the launch for ``path`` on this machine's CPU (``--ctx``, ``--threads``), flash attention
+    off, room for n-gram speculation (engine c: ``engine.benchmark.run_benchmark``), rendered by the settings
+    producer; ``Llama`` takes them too (the engine's own keys are dropped by ``native.load_llama``)."""
     from dataclasses import replace
 
     from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.plan.llama_args import llama_settings
+    from clover_local.plan.types import SpeculativePlan
     from clover_local.runtime import detect
 
     cpu_only = replace(detect(), gpus=())
     request = LaunchRequest(
         None, str(path), ctx=args.ctx, threads=args.threads, engine="embedded", spec="off"
     )
-    kwargs = decide_launch(request, machine=cpu_only).settings.kwargs()
-    settings = {key: kwargs[key] for key in BENCH_KEYS}
-    settings["flash_attn"] = False
-    return settings
+    plan = decide_launch(request, machine=cpu_only).plan
+    like_for_like = replace(plan, flash_attn="off", speculative=SpeculativePlan(enabled=True))
+    return llama_settings(like_for_like).kwargs()
 
 
 def _measure_verify_costs(args: argparse.Namespace) -> int:

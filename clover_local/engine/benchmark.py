@@ -273,7 +273,9 @@ def run_benchmark(
     from clover_local.engine.native import load_llama
     from clover_local.plan.types import SpeculativePlan
 
-    llama_kwargs = {k: v for k, v in settings.items() if k != "tensor_buft_overrides"}
+    # The path is given apart; the template is the engines' own (completion); overrides go through ctypes.
+    dropped = ("model_path", "chat_format", "tensor_buft_overrides")
+    llama_kwargs = {k: v for k, v in settings.items() if k not in dropped}
     runners: dict[str, Callable[[str, str, int], Sample]] = {}
     closers: list[Callable[[], None]] = []
     if "a" in engines:

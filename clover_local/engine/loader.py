@@ -128,16 +128,7 @@ def _load(
                 'Drop the diffusion options (or `decoding = "diffusion"` in the preset) for this model.',
             )
         recurrent = bool(C.llama_model_is_recurrent(model) or C.llama_model_is_hybrid(model))
-        if recurrent and speculative.enabled:
-            # Keep a recurrent-state snapshot per drafted token so rejected drafts can be rolled back.
-            params.context.n_rs_seq = rollback_snapshots(speculative)
-            params.context.n_ubatch = max(params.context.n_ubatch, speculative.n_max + 2)
-            params.context.n_batch = max(params.context.n_batch, params.context.n_ubatch)
-        if speculative.enabled:
-            # A verification batch has up to n_max + 1 outputs: backend sampling needs room for each.
-            params.context.n_outputs_max_per_seq = max(
-                params.context.n_outputs_max_per_seq, speculative.n_max + 1
-            )
+        _check_speculation_settings(path, settings, speculative, recurrent=recurrent)
         with native.LogCapture() as ctx_log:
             ctx = C.llama_init_from_model(model, params.context)
         if not ctx:
@@ -168,9 +159,7 @@ def _load(
         sampling=sampling,
         speculative=speculative,
         recurrent=recurrent,
-        # Sampled replies on a GPU: the sampler chain in llama.cpp's graph, measured 206 vs 170 tokens/s on an
-        # H200 (the host chain sorts 248K logits per token). CPU plans keep the host chain (a shortlist).
-        backend_sampling=bool(settings.get("backend_sampling", int(settings.get("n_gpu_layers", 0)) != 0)),
+        backend_sampling=bool(settings["backend_sampling"]),  # plan.llama_args._engine_rows
         keep_alive=params.keep_alive,
         notices=notices,
         ctx_checkpoints=int(settings.get("ctx_checkpoints", 0)),
@@ -194,6 +183,29 @@ def _load(
         notices=tuple(notices),
         load_log=tuple(log.lines + ctx_log.lines),
     )
+
+
+def _check_speculation_settings(
+    path: Path, settings: dict[str, Any], speculative: SpeculativePlan, *, recurrent: bool
+) -> None:
+    """Refuse settings that cannot hold the speculation asked for, rather than change them here: the settings
+    producer (``plan.llama_args``) sizes them from the plan, and the command shown must be what loads."""
+    if not speculative.enabled:
+        return
+    needs = {"n_outputs_max_per_seq": speculative.n_max + 1}  # one output per verified token
+    if recurrent:  # a snapshot per drafted token, and the whole verification in one ubatch
+        needs |= {"n_rs_seq": rollback_snapshots(speculative), "n_ubatch": speculative.n_max + 2}
+    short = [
+        f"{key} {settings[key]} (needs {need})" for key, need in needs.items() if int(settings[key]) < need
+    ]
+    if short:
+        kind = "a recurrent or hybrid model" if recurrent else "a model"
+        raise EngineError(
+            f"The settings for {path.name} cannot hold speculation up to {speculative.n_max} tokens on {kind}: "
+            f"{', '.join(short)}.",
+            "Build the settings from the plan (plan.llama_args.llama_settings) with the same speculation; a plan "
+            "made for the file knows whether its model is recurrent.",
+        )
 
 
 def _default_diffusion_plan(path: Path, settings: dict[str, Any]) -> DiffusionPlan:

@@ -27,7 +27,7 @@ GGML_LOG_LEVEL_ERROR = 4
 GGML_LOG_LEVEL_CONT = 5
 _GGML_BACKEND_DEVICE_TYPE_CPU = 0
 
-SETTINGS_KEYS = frozenset(
+REQUIRED_KEYS = frozenset(
     {
         "n_gpu_layers",
         "n_ctx",
@@ -46,17 +46,24 @@ SETTINGS_KEYS = frozenset(
         "offload_kqv",
         "tensor_buft_overrides",
         "swa_full",
-        "op_offload",
-        "use_extra_bufts",
         "n_seq_max",
         "kv_unified",
+        "n_rs_seq",
+        "n_outputs_max_per_seq",
+        "backend_sampling",
     }
 )
-"""``llama_cpp.Llama.__init__`` keyword names we honour, plus ``tensor_buft_overrides`` (``"<regex>=CPU"``)."""
+"""What ``plan.llama_args.llama_settings(plan).kwargs()`` always gives, and :func:`build_params` needs: the
+loader decides no setting itself, so a missing one is a mistake, not a default."""
+OPTIONAL_KEYS = frozenset({"use_extra_bufts", "op_offload"})
+"""Given only when they differ from llama.cpp's default (``--no-repack``; never at present)."""
+SETTINGS_KEYS = REQUIRED_KEYS | OPTIONAL_KEYS
+"""``llama_cpp.Llama.__init__`` keyword names we honour, plus the ones the loader sets through ctypes."""
 
-ENGINE_ONLY_KEYS = frozenset({"ctx_checkpoints"})
-"""Keys of the embedded engine's own (``engine.checkpoints``), which ``llama_cpp.Llama`` has no keyword for."""
-IGNORED_KEYS = frozenset({"model_path", "chat_format", "verbose", "backend_sampling"}) | ENGINE_ONLY_KEYS
+ENGINE_ONLY_KEYS = frozenset({"ctx_checkpoints", "n_rs_seq", "n_outputs_max_per_seq", "backend_sampling"})
+"""Keys of the embedded engine's own (``engine.checkpoints``, its speculation and sampler), which
+``llama_cpp.Llama`` has no keyword for."""
+IGNORED_KEYS = frozenset({"model_path", "chat_format", "verbose", "ctx_checkpoints", "backend_sampling"})
 """Keys ``llama_cpp_kwargs`` may carry that the loader takes elsewhere (path, template, the engine's
 sampling place, its context checkpoints) or not at all."""
 
@@ -142,29 +149,36 @@ def _load_mode(use_mmap: bool, use_mlock: bool) -> int:
     return C.LLAMA_LOAD_MODE_MMAP if use_mmap else C.LLAMA_LOAD_MODE_NONE
 
 
-def build_params(settings: dict[str, Any], *, n_rs_seq: int = 0) -> NativeParams:
-    """llama.cpp model/context params from a ``llama_cpp_kwargs``-style dict. Unknown keys are a UsageError."""
+def build_params(settings: dict[str, Any]) -> NativeParams:
+    """llama.cpp model/context params from ``llama_settings(plan).kwargs()``, exactly as given: unknown or
+    missing keys are a UsageError (the settings producer decides every value; nothing here has a default)."""
     unknown = set(settings) - SETTINGS_KEYS - IGNORED_KEYS
     if unknown:
         raise UsageError(
             f"Unknown engine setting(s): {', '.join(sorted(unknown))}.",
             f"Known settings: {', '.join(sorted(SETTINGS_KEYS))}.",
         )
+    missing = REQUIRED_KEYS - set(settings)
+    if missing:
+        raise UsageError(
+            f"Engine setting(s) missing: {', '.join(sorted(missing))}.",
+            "Build the settings from a plan: clover_local.plan.llama_args.llama_settings(plan).kwargs().",
+        )
     keep: list[Any] = []
     mp = C.llama_model_default_params()
-    mp.n_gpu_layers = int(settings.get("n_gpu_layers", 0))
+    mp.n_gpu_layers = int(settings["n_gpu_layers"])
     # The planner's rule for the CPU that runs it, whatever machine the settings were planned for (a described
     # one cannot know that this CPU's AMX kernels crash).
     mp.use_extra_bufts = bool(settings.get("use_extra_bufts", True)) and _repack_default()
-    mp.split_mode = int(settings.get("split_mode", C.LLAMA_SPLIT_MODE_LAYER))
-    mp.main_gpu = int(settings.get("main_gpu", 0))
-    mp.load_mode = _load_mode(bool(settings.get("use_mmap", True)), bool(settings.get("use_mlock", False)))
-    split = settings.get("tensor_split") or ()
+    mp.split_mode = int(settings["split_mode"])
+    mp.main_gpu = int(settings["main_gpu"])
+    mp.load_mode = _load_mode(bool(settings["use_mmap"]), bool(settings["use_mlock"]))
+    split = settings["tensor_split"] or ()
     if split:
         arr = (ctypes.c_float * max(len(split), C.llama_max_devices()))(*map(float, split))
         keep.append(arr)
         mp.tensor_split = ctypes.cast(arr, ctypes.POINTER(ctypes.c_float))
-    overrides = list(settings.get("tensor_buft_overrides") or ())
+    overrides = list(settings["tensor_buft_overrides"] or ())
     if overrides:
         patterns = [_parse_override(o).encode() for o in overrides]
         buft = cpu_buffer_type()
@@ -178,25 +192,22 @@ def build_params(settings: dict[str, Any], *, n_rs_seq: int = 0) -> NativeParams
         mp.tensor_buft_overrides = ctypes.addressof(table)
 
     cp = C.llama_context_default_params()
-    cp.n_ctx = int(settings.get("n_ctx", 4096))
-    cp.n_batch = int(settings.get("n_batch", 512))
-    cp.n_ubatch = min(int(settings.get("n_ubatch", 512)), cp.n_batch)
-    threads = int(settings.get("n_threads") or default_threads())
-    cp.n_threads = threads
-    cp.n_threads_batch = int(settings.get("n_threads_batch") or threads)
-    cp.flash_attn_type = _flash_attn_type(settings.get("flash_attn"))
-    if settings.get("type_k") is not None:
-        cp.type_k = int(settings["type_k"])
-    if settings.get("type_v") is not None:
-        cp.type_v = int(settings["type_v"])
-    cp.offload_kqv = bool(settings.get("offload_kqv", True))
-    if settings.get("swa_full") is not None:
-        cp.swa_full = bool(settings["swa_full"])
+    cp.n_ctx = int(settings["n_ctx"])
+    cp.n_batch = int(settings["n_batch"])
+    cp.n_ubatch = min(int(settings["n_ubatch"]), cp.n_batch)
+    cp.n_threads = int(settings["n_threads"])
+    cp.n_threads_batch = int(settings["n_threads_batch"])
+    cp.flash_attn_type = _flash_attn_type(settings["flash_attn"])
+    cp.type_k = int(settings["type_k"])
+    cp.type_v = int(settings["type_v"])
+    cp.offload_kqv = bool(settings["offload_kqv"])
+    cp.swa_full = bool(settings["swa_full"])
     if settings.get("op_offload") is not None:
         cp.op_offload = bool(settings["op_offload"])
-    cp.n_seq_max = int(settings.get("n_seq_max", 1))  # the planned slots (plan.slots)
-    cp.kv_unified = bool(settings.get("kv_unified", False))
-    cp.n_rs_seq = n_rs_seq
+    cp.n_seq_max = int(settings["n_seq_max"])  # the planned slots (plan.slots)
+    cp.kv_unified = bool(settings["kv_unified"])
+    cp.n_rs_seq = int(settings["n_rs_seq"])
+    cp.n_outputs_max_per_seq = int(settings["n_outputs_max_per_seq"])
     cp.no_perf = True
     return NativeParams(model=mp, context=cp, keep_alive=keep)
 
@@ -206,22 +217,6 @@ def _repack_default() -> bool:
     from clover_local.engine.repack import repack_safe_here
 
     return repack_safe_here()
-
-
-def default_threads() -> int:
-    """The planner's generation threads for this machine (every physical core, at least one)."""
-    import os
-
-    from clover_local.plan.threads import plan_threads
-
-    try:
-        import psutil
-
-        physical, logical = psutil.cpu_count(logical=False), psutil.cpu_count(logical=True)
-    except Exception:  # psutil missing or unsupported platform
-        physical = logical = None
-    logical = logical or os.cpu_count() or 2
-    return plan_threads(physical or max(1, logical // 2), logical).threads
 
 
 class LogCapture:

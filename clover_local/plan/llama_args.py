@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clover_local.gguf.names import FFN_EXPS_REGEX
+from clover_local.plan.memory import rollback_snapshots
 from clover_local.plan.types import Plan
 from clover_local.presets import TEMPLATE_COMPLETION, TEMPLATE_FROM_GGUF
 
@@ -68,6 +69,7 @@ def settings(plan: Plan) -> list[Setting]:
     if plan.model_path:
         rows.append(Setting("-m", plan.model_path, "model_path", plan.model_path))
     n_ctx = plan.ctx * plan.parallel  # llama.cpp splits -c evenly between the slots (n_ctx_seq)
+    n_batch, n_ubatch = batch_sizes(plan)
     rows += [
         Setting("-c", str(n_ctx), "n_ctx", n_ctx),
         # llama-server: -1 means "auto" (fit), "all" offloads every layer; llama-cpp-python: -1 means all.
@@ -104,8 +106,8 @@ def settings(plan: Plan) -> list[Setting]:
         # batches on its decode threads: a batch on cores another program wants collapses (0.07 of its idle
         # speed, scripts/bench_contention.py --batches, docs/reliability-general.md).
         Setting("-tb", str(plan.threads), "n_threads_batch", plan.threads_batch),
-        Setting("-b", str(plan.n_batch), "n_batch", plan.n_batch),
-        Setting("-ub", str(plan.n_ubatch), "n_ubatch", plan.n_ubatch),
+        Setting("-b", str(n_batch), "n_batch", n_batch),
+        Setting("-ub", str(n_ubatch), "n_ubatch", n_ubatch),
         Setting("--load-mode", plan.load_mode, "use_mmap", use_mmap),
         Setting(None, None, "use_mlock", use_mlock),
         # The planned slots (plan.slots): KV cells, recurrent state and checkpoints are sized for them. Never
@@ -144,12 +146,42 @@ def settings(plan: Plan) -> list[Setting]:
         rows.append(
             Setting("--ctx-checkpoints", str(plan.ctx_checkpoints), "ctx_checkpoints", plan.ctx_checkpoints)
         )
+    rows += _engine_rows(plan)
     rows += _speculation_rows(plan)
     # --fit (default on at this commit) re-fits every parameter still at its default to free device memory, and
     # may add its own tensor overrides or shrink the context; the plan has already decided all of that, so fitting
     # again could only make llama-server disagree with the embedded engine.
     rows.append(Setting("--fit", "off", None))
     return rows
+
+
+def batch_sizes(plan: Plan) -> tuple[int, int]:
+    """(n_batch, n_ubatch): the plan's, except that a recurrent or hybrid model that speculates verifies a whole
+    draft (up to ``n_max + 1`` tokens, and one more) in one ubatch, so its recurrent state is stepped once and
+    each drafted token's snapshot can be rolled back to."""
+    n_batch, n_ubatch = plan.n_batch, plan.n_ubatch
+    if plan.recurrent and plan.speculative.enabled:
+        n_ubatch = max(n_ubatch, plan.speculative.n_max + 2)
+        n_batch = max(n_batch, n_ubatch)
+    return n_batch, n_ubatch
+
+
+def _engine_rows(plan: Plan) -> list[Setting]:
+    """Settings only the embedded engine takes (no argv: llama-server decides each itself, or has no such
+    setting). The embedded loader applies them as given."""
+    spec = plan.speculative
+    return [
+        # Recurrent-state snapshots per sequence, one per drafted token, so a rejected draft can be rolled back
+        # (plan.memory.recurrent_copies counts them). llama-server asks for its own (need_n_rs_seq in common.h).
+        Setting(None, None, "n_rs_seq", rollback_snapshots(spec) if plan.recurrent else 0),
+        # A verification batch has up to n_max + 1 outputs per sequence: backend sampling needs room for each
+        # (llama_context_default_params: 1).
+        Setting(None, None, "n_outputs_max_per_seq", spec.n_max + 1 if spec.enabled else 1),
+        # Sampled replies on a GPU: the sampler chain in llama.cpp's graph, measured 206 vs 170 tokens/s on an
+        # H200 (the host chain sorts 248K logits per token). CPU plans keep the host chain (a shortlist).
+        # llama-server's -bs is experimental at this commit and unmeasured here, so it is not passed.
+        Setting(None, None, "backend_sampling", plan.n_gpu_layers != 0),
+    ]
 
 
 def _speculation_rows(plan: Plan) -> list[Setting]:

@@ -246,6 +246,7 @@ def _assemble_plan(
         alternatives=_alternatives(machine, quant, candidates, fits),
         estimated=not desc.exact,
         repack=repack,
+        recurrent=desc.architecture.recurrent_state_bytes > 0,
         **decoding,
     )
 

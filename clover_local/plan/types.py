@@ -219,6 +219,9 @@ class Plan:
     ``engine.checkpoints``), counted in RAM; 0: none planned (a model whose cache can be cut back)."""
     repack: bool = True
     """llama.cpp may repack weights into its extra CPU buffer types (``--no-repack`` when False)."""
+    recurrent: bool = False
+    """The model keeps a recurrent state (a recurrent or hybrid architecture): speculation on it needs rollback
+    snapshots and a batch that holds a whole verification (``plan.llama_args``)."""
     architecture: ArchCheck | None = None
     """What the llama.cpp here makes of the model's ``general.architecture``: loadable, by what runner, and why;
     filled by ``launch.decide_launch`` (which refuses an unsupported one unless forced)."""
