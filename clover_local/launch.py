@@ -333,24 +333,33 @@ def decide_launch(
     runner = choose_runner(
         request, arch, diffusion=description.diffusion is not None, find_binary=find_binary
     )
-    plan, preset = runtime._plan_for_runner(
-        preset,
-        model=request.model,
-        quant=request.quant,
-        ctx=request.ctx,
-        goal=request.goal,
-        threads=request.threads,
-        machine=machine,
-        models=models,
-        describe=request.describe,
-        offline=request.offline,
-        engine=runner.kind,
-        diffusion=request.diffusion,
-        spec=request.spec,
-        drafters=runner.drafters,
-        force=request.force,
-        parallel=request.parallel,
-    )
+    resolved = preset
+
+    def plan_with(parallel: int | None) -> tuple[Plan, Preset]:
+        return runtime._plan_for_runner(
+            resolved,
+            model=request.model,
+            quant=request.quant,
+            ctx=request.ctx,
+            goal=request.goal,
+            threads=request.threads,
+            machine=machine,
+            models=models,
+            describe=request.describe,
+            offline=request.offline,
+            engine=runner.kind,
+            diffusion=request.diffusion,
+            spec=request.spec,
+            drafters=runner.drafters,
+            force=request.force,
+            parallel=parallel,
+        )
+
+    plan, preset = plan_with(request.parallel)
+    if _mtp_needs_one_slot(request, runner, plan):
+        plan, preset = plan_with(1)
+        kept = tuple(r for r in plan.reasons if not r.startswith("1 slot (--parallel 1)"))
+        plan = replace(plan, reasons=(*kept, MTP_ONE_SLOT))
     if plan.chat_template != (request.chat_template or plan.chat_template):
         plan = replace(plan, chat_template=request.chat_template or plan.chat_template)
     said = runner.kind == "llama-server" or request.engine not in (None, runner.kind)
@@ -358,6 +367,25 @@ def decide_launch(
     settings = llama_settings(plan)
     argv, dropped = _fitted_argv(runner, settings)
     return Launch(request, preset, machine, runner, plan, settings, (*notices, *dropped), argv)
+
+
+MTP_ONE_SLOT = (
+    "1 slot: this plan drafts with the model's MTP head, which the embedded engine runs for one sequence only, so"
+    " a lone request keeps its speculation (--parallel N serves N requests at once, drafting by n-gram instead)."
+)
+
+
+def _mtp_needs_one_slot(request: LaunchRequest, runner: Runner, plan: Plan) -> bool:
+    """Default slots (``parallel`` None) would switch off the MTP head the plan drafts with: the embedded engine's
+    head follows one sequence (``engine.embedded``), and a lone request must keep its speculation. Slots asked
+    for (``--parallel N``) are planned as asked, and the engine says what they cost."""
+    return (
+        request.parallel is None
+        and runner.kind == "embedded"
+        and plan.parallel > 1
+        and plan.speculative.enabled
+        and plan.speculative.mode == "mtp"
+    )
 
 
 def with_model_file(launch: Launch, path: str) -> Launch:

@@ -168,3 +168,27 @@ def test_planned_memory_for_slots_is_what_llama_cpp_allocates(gemma_path: Path, 
     assert logged["kv"] == ram.kv_cache_bytes == slots * memory.kv_cache_bytes(header.architecture, 2048)
     reserved = sum(logged.values())
     assert 0.9 <= ram.used_bytes / reserved <= 1.1, (ram, logged)
+
+
+@pytest.mark.parametrize(
+    ("spec", "parallel", "slots"), [("mtp", None, 1), ("ngram", None, DEFAULT_SLOTS), ("mtp", 3, 3)]
+)
+def test_default_slots_keep_an_embedded_mtp_head(spec: str, parallel: int | None, slots: int) -> None:
+    """The embedded engine's MTP head follows one sequence: default slots would switch it off, so a plan drafting
+    with it keeps one slot and says why; n-gram drafting takes the default slots, and slots asked for are given."""
+    from clover_local.launch import MTP_ONE_SLOT, LaunchRequest, decide_launch
+    from clover_local.testing.models import tiny_mtp_model
+
+    model, _ = tiny_mtp_model("embedded")
+    request = LaunchRequest(
+        model=str(model),
+        ctx=2048,
+        spec=spec,
+        engine="embedded",
+        parallel=parallel,  # type: ignore[arg-type]
+    )
+    launch = decide_launch(request, machine=parse_simulate("ram=32G,cpu=8"))
+    assert launch.plan.speculative.mode == spec
+    assert launch.plan.parallel == slots
+    assert (MTP_ONE_SLOT in launch.plan.reasons) == (spec == "mtp" and parallel is None)
+    assert launch.settings.kwargs()["n_seq_max"] == slots  # what loads is what the plan says
