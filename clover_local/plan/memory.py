@@ -219,7 +219,8 @@ def compute_buffer_bytes(arch: Architecture, n_ubatch: int = 512, holds_output: 
 
 
 def output_buffer_bytes(arch: Architecture, n_outputs: int = 1) -> int:
-    """The host buffer llama.cpp keeps for returned logits (one token's worth while generating)."""
+    """The host buffer llama.cpp keeps for returned logits: one token's worth per slot while generating (its
+    ``output buffer size`` log line: 1 MiB per slot for Gemma's 262K vocabulary)."""
     return arch.n_vocab * 4 * n_outputs
 
 
@@ -324,7 +325,9 @@ def place(
     # A diffusion model keeps no KV cache and returns the logits of the whole canvas (one ubatch) each step.
     diffusion = model.diffusion is not None
     kv = [0] * n if diffusion else kv_bytes_per_layer(arch, ctx, type_k, type_v, n_ubatch, n_seq)
-    n_outputs = n_ubatch if diffusion else 1
+    # llama.cpp reserves one row of returned logits per sequence when the context is made
+    # (``output_reserve(n_seq_max)``): a slot's next token.
+    n_outputs = n_ubatch if diffusion else n_seq
     rec = recurrent_bytes_per_layer(arch, n_seq * recurrent_copies)
     embd, output = embedding_and_output_bytes(model)
 
