@@ -146,10 +146,10 @@ def _tokens(model: Any, n: int) -> list[int]:
     vocab = C.llama_model_get_vocab(model)
     text = _PROMPT_TEXT.encode()
     buf = (C.llama_token * (len(text) + 8))()
-    count = C.llama_tokenize(vocab, text, len(text), buf, len(buf), False, False)
+    count = int(C.llama_tokenize(vocab, text, len(text), buf, len(buf), False, False))
     if count <= 0:
         raise SystemExit("Tokenizing the fill text failed.")
-    one: list[int] = list(buf[:count])
+    one = [int(t) for t in buf[:count]]
     return (one * (1 + n // count))[:n]
 
 
