@@ -16,7 +16,14 @@ only the last token's logits are computed, so most of it never becomes resident.
 reservation (an allocation that must succeed; on a GPU it is really taken), so on CPU RAM it over-predicts
 by about that buffer. The tiny models are a few MB: fixed overheads dominate and their ratios mean little.
 
-Usage: ``.venv/bin/python scripts/check_memory_model.py [--quick] [--json FILE]``
+``--slots N`` checks what slots add instead (``clover_local.testing.measure_slots``): each model planned for 1 and
+for N slots (the embedded engine's launch, as ``serve --parallel N``), each loaded with that plan's settings in a
+fresh process, every slot's context filled, one token of each decoded in one batch. Per extra slot: ``planned``
+(KV streams, recurrent state and its snapshots, a row of logits; the plan's checkpoints apart, since no load takes
+them), ``reserved`` (llama.cpp's log) and ``resident`` (RSS growth), and ``plan/rss``. The compute buffer does not
+grow with the slots, so what a CPU never touches of it cancels out: this is the honest check of the slot part.
+
+Usage: ``.venv/bin/python scripts/check_memory_model.py [--quick] [--slots N] [--json FILE]``
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from pathlib import Path
 
 from clover_local.errors import CloverError
 from clover_local.testing.measure import MIB, LoadSettings, Measurement, measure_load
+from clover_local.testing.measure_slots import SlotsCheck, check_slots_memory
 
 
 @dataclass(frozen=True)
@@ -126,11 +134,73 @@ def _format_row(r: Row) -> str:
     )
 
 
+SLOT_CTX = {"gemma": 2048, "qwen35moe": 8192}
+"""Context per slot for ``--slots``: Gemma 3 270M, and the tiny hybrid (whose KV and state are small, so a long
+context makes them stand out of the process's fixed overheads)."""
+
+
+def run_slots(slots: int, quick: bool) -> list[SlotsCheck]:
+    from clover_local.testing.models import gemma_path, tiny_model
+
+    print(SLOTS_HEADER)
+    rows: list[SlotsCheck] = []
+    paths = [gemma_path()] if quick else [gemma_path(), tiny_model("qwen35moe")]
+    for name, path in zip(SLOT_CTX, paths, strict=False):
+        rows.append(check_slots_memory(path, SLOT_CTX[name], slots))
+        print(_format_slots(rows[-1]), flush=True)
+    return rows
+
+
+SLOTS_HEADER = (
+    f"{'model':<32} {'ctx':>5} {'N':>2} | per extra slot: {'planned':>8} {'reserved':>8} {'resident':>8} "
+    f"{'plan/rss':>8} | {'+checkpoints':>12}"
+)
+
+
+def _format_slots(c: SlotsCheck) -> str:
+    return (
+        f"{c.model[:32]:<32} {c.ctx:>5} {c.slots:>2} | {'':>15} {c.planned_per_slot / MIB:>7.2f}M "
+        f"{c.reserved_per_slot / MIB:>7.2f}M {c.resident_per_slot / MIB:>7.2f}M {c.ratio:>8.3f} | "
+        f"{c.checkpoints_per_slot / MIB:>11.2f}M"
+    )
+
+
+def _slots_dict(c: SlotsCheck) -> dict[str, object]:
+    return {
+        "model": c.model,
+        "ctx_per_slot": c.ctx,
+        "slots": c.slots,
+        "planned_ram_bytes": {"1": c.planned_one, str(c.slots): c.planned_many},
+        "planned_checkpoint_bytes": {"1": c.checkpoints_one, str(c.slots): c.checkpoints_many},
+        "resident_growth_bytes": {"1": c.one.growth.rss, str(c.slots): c.many.growth.rss},
+        "reserved_by_kind": {"1": c.one.buffers, str(c.slots): c.many.buffers},
+        "filled_tokens_per_slot": c.many.filled_tokens,
+        "planned_per_slot_bytes": round(c.planned_per_slot),
+        "reserved_per_slot_bytes": round(c.reserved_per_slot),
+        "resident_per_slot_bytes": round(c.resident_per_slot),
+        "ratio_planned_to_resident_per_slot": round(c.ratio, 3),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Planner RAM prediction vs llama.cpp reality (CPU).")
     parser.add_argument("--quick", action="store_true", help="one context per model, mmap only")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    parser.add_argument(
+        "--slots", type=int, metavar="N", help="check what N slots add against 1 (--quick: Gemma only)"
+    )
     args = parser.parse_args(argv)
+    if args.slots is not None:
+        if args.slots < 2:
+            parser.error("--slots needs 2 or more (it compares N slots with one)")
+        try:
+            checks = run_slots(args.slots, args.quick)
+        except CloverError as e:
+            print(e, file=sys.stderr)
+            return 1
+        if args.json:
+            args.json.write_text(json.dumps([_slots_dict(c) for c in checks], indent=2))
+        return 0
     print(HEADER)
     try:
         rows = run(args.quick)

@@ -192,3 +192,29 @@ def test_default_slots_keep_an_embedded_mtp_head(spec: str, parallel: int | None
     assert launch.plan.parallel == slots
     assert (MTP_ONE_SLOT in launch.plan.reasons) == (spec == "mtp" and parallel is None)
     assert launch.settings.kwargs()["n_seq_max"] == slots  # what loads is what the plan says
+
+
+def test_memory_picture_shows_the_slots_the_plan_holds() -> None:
+    """The plan report, ``plan --json`` and the app's memory bars are drawn from the plan's memory for its N
+    slots: N KV streams, not one slot's."""
+    from clover_local.detect.units import format_bytes
+    from clover_local.plan.render import describe_plan, plan_to_dict
+    from clover_local.tui.widgets.memory import memory_segments
+
+    one = plan("ram=4G,cpu=8", parallel=1, ctx=8192)
+    four = plan("ram=4G,cpu=8", parallel=4, ctx=8192)
+    kv = four.memory.ram.kv_cache_bytes
+    assert four.parallel == 4 and kv == 4 * one.memory.ram.kv_cache_bytes
+    assert plan_to_dict(four)["memory"]["ram"]["kv_cache_bytes"] == kv
+    report = describe_plan(four, load_preset("smollm2-135m"))
+    assert "context 8192 x 4 slots" in report[0]
+    ram_row = next(line for line in report if line.startswith("ram "))
+    columns = [
+        ram_row[i : i + 12].strip() for i in range(8, 8 + 12 * 5, 12)
+    ]  # weights KV recurrent compute total
+    assert columns[1] == format_bytes(kv) and columns[4] == format_bytes(four.memory.ram.used_bytes)
+    width = 400
+    bars = {n: dict(memory_segments(p.memory.ram, width)) for n, p in ((1, one), (4, four))}
+    scale = max(four.memory.ram.capacity_bytes, four.memory.ram.used_bytes + four.memory.ram.margin_bytes)
+    assert abs(bars[4]["kv"] - width * kv / scale) <= 1
+    assert bars[4]["kv"] > 3 * bars[1]["kv"] >= 3

@@ -51,6 +51,94 @@ class SlotsMeasurement:
         return self.after_fill.minus(self.before)
 
 
+@dataclass(frozen=True)
+class SlotsCheck:
+    """The plan's memory for 1 and for N slots of one model, against fresh-process loads of both, every slot
+    filled: what the N - 1 extra slots are planned to take, and what they add to resident memory."""
+
+    model: str
+    ctx: int
+    """Tokens of context per slot."""
+    slots: int
+    planned_one: int
+    planned_many: int
+    """The plan's RAM total (``plan.memory.ram.used_bytes``) for 1 and for ``slots`` slots."""
+    checkpoints_one: int
+    checkpoints_many: int
+    """Of which context checkpoints: the embedded engine's copies of a slot's state, taken between turns (never
+    here), so counted on the plan's side only."""
+    one: SlotsMeasurement
+    many: SlotsMeasurement
+
+    def _per_slot(self, one: int, many: int) -> float:
+        return (many - one) / (self.slots - 1)
+
+    @property
+    def planned_per_slot(self) -> float:
+        """Planned bytes of one more slot, without its checkpoints (which no load takes)."""
+        return self._per_slot(
+            self.planned_one - self.checkpoints_one, self.planned_many - self.checkpoints_many
+        )
+
+    @property
+    def checkpoints_per_slot(self) -> float:
+        return self._per_slot(self.checkpoints_one, self.checkpoints_many)
+
+    @property
+    def reserved_per_slot(self) -> float:
+        """What llama.cpp's buffers (its log) grew by, per slot."""
+        return self._per_slot(sum(self.one.buffers.values()), sum(self.many.buffers.values()))
+
+    @property
+    def resident_per_slot(self) -> float:
+        """What the process's resident memory grew by, per slot."""
+        return self._per_slot(self.one.growth.rss, self.many.growth.rss)
+
+    @property
+    def ratio(self) -> float:
+        """Planned over resident, per slot: 1 is exact, > 1 conservative."""
+        return self.planned_per_slot / max(self.resident_per_slot, 1.0)
+
+
+MEASURING_MACHINE = "ram=24G,cpu=2"
+"""The machine the slots are planned for: CPU only, so every planned byte is in RAM, with room for any slots."""
+
+
+def check_slots_memory(model_path: Path, ctx: int, slots: int, fill: int | None = None) -> SlotsCheck:
+    """Plan ``model_path`` with ``ctx`` tokens per slot for 1 and for ``slots`` slots on the embedded engine
+    (``decide_launch``, as ``serve --parallel N`` does), load each with the settings that launch renders in a
+    fresh process, fill every slot (:func:`measure_slots`) and put the two side by side."""
+    from clover_local.detect.simulate import parse_simulate
+    from clover_local.errors import CloverError
+    from clover_local.launch import LaunchRequest, decide_launch
+
+    machine = parse_simulate(MEASURING_MACHINE)
+    launches = [
+        decide_launch(
+            LaunchRequest(model=str(model_path), ctx=ctx, engine="embedded", parallel=n), machine=machine
+        )
+        for n in (1, slots)
+    ]
+    for launch, n in zip(launches, (1, slots), strict=True):
+        if launch.plan.parallel != n or launch.plan.ctx != ctx:
+            raise CloverError(
+                f"The plan for {n} slots has {launch.plan.parallel} of {launch.plan.ctx} tokens."
+            )
+    one, many = (measure_slots(model_path, launch.settings.kwargs(), fill) for launch in launches)
+    ram_one, ram_many = (launch.plan.memory.ram for launch in launches)
+    return SlotsCheck(
+        model=model_path.name,
+        ctx=ctx,
+        slots=slots,
+        planned_one=ram_one.used_bytes,
+        planned_many=ram_many.used_bytes,
+        checkpoints_one=ram_one.checkpoint_bytes,
+        checkpoints_many=ram_many.checkpoint_bytes,
+        one=one,
+        many=many,
+    )
+
+
 def measure_slots(
     model_path: Path, settings: dict[str, Any], fill: int | None = None, timeout_s: float = 900
 ) -> SlotsMeasurement:
