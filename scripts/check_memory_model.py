@@ -134,8 +134,8 @@ def _format_row(r: Row) -> str:
     )
 
 
-SLOT_CTX = {"gemma": 2048, "qwen35moe": 8192}
-"""Context per slot for ``--slots``: Gemma 3 270M, and the tiny hybrid (whose KV and state are small, so a long
+SLOT_CTX = {"gemma": 2048, "qwen35moe": 4096}
+"""Context per slot for ``--slots``: Gemma 3 270M, and the tiny hybrid (whose KV and state are small, so the longest
 context makes them stand out of the process's fixed overheads)."""
 
 

@@ -8,6 +8,9 @@ What is compared (``scripts/check_memory_model.py`` prints the full table and ex
   touches little, so the total is conservative: between 1x and 3x of resident (measured here: ~2.2x).
   Without the compute buffers, the prediction must be within 0.5x..2x of resident (measured: ~0.75x).
 Generous bands: the machine is shared and the page cache can be squeezed.
+
+What slots add is checked honestly against resident memory: the compute buffer does not grow with the slots, so
+what a CPU leaves untouched of it cancels out of ``RSS(N slots) - RSS(1 slot)`` (``testing.measure_slots``).
 """
 
 from __future__ import annotations
@@ -84,3 +87,21 @@ def test_planner_ram_prediction_matches_a_real_gemma_load(gemma_path: Path) -> N
     assert 0.5 <= (ram.used_bytes - ram.compute_bytes) / resident <= 2.0, (ram, m.growth)
     # Sanity of the measurement itself: the weights' pages are resident after a decode (mmap: file-backed).
     assert m.growth.file >= 0.5 * ram.weights_bytes
+
+
+@pytest.mark.slow
+def test_planned_memory_of_slots_is_what_they_add_to_resident_memory(gemma_path: Path) -> None:
+    """Gemma 3 270M planned for 1 and for 3 slots of 2048 tokens (``serve --parallel``'s launch), each loaded with
+    its plan's settings in a fresh process, every slot's context filled and one token of each decoded in one
+    batch: the plan's bytes per extra slot (21 MiB of KV streams, full and sliding-window, and 1 MiB of logits)
+    are within 10% of what each extra slot added to resident memory (measured: 0.97, i.e. 22.0 planned of
+    22.7-22.8 MiB resident per slot, in runs on a shared 2-core machine). The band leaves room for what is
+    resident beyond llama.cpp's buffers and moves with the slots (the logits of 3 rows in the compute scratch,
+    malloc's pages for the batch) and for pages another process's pressure may take: ~0.8 MiB per slot today."""
+    from clover_local.testing.measure_slots import FILL_MARGIN, check_slots_memory
+
+    check = check_slots_memory(gemma_path, ctx=2048, slots=3)
+    assert check.many.n_ctx_seq == 2048 and check.many.filled_tokens == 2048 - FILL_MARGIN
+    # The arithmetic first: what llama.cpp reserves per slot is the plan's, byte for byte.
+    assert check.reserved_per_slot == check.planned_per_slot == 22 * MIB, check.many.buffers
+    assert 0.9 <= check.ratio <= 1.1, (check.planned_per_slot / MIB, check.resident_per_slot / MIB)
