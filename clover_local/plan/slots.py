@@ -84,15 +84,16 @@ def choose_slots(
         )
         return grown, (
             f"{wished} slots, as asked (--parallel): {wished} requests decode at once in one batch, each with its "
-            f"own {ctx}-token context ({fb(per_slot)} per slot: KV cache, recurrent state, checkpoints){cost}."
+            f"own {ctx}-token context ({fb(per_slot)} per slot: KV cache, recurrent state, checkpoints, a row of "
+            f"logits){cost}."
         )
     for n in range(DEFAULT_SLOTS, 1, -1):
         grown = _same_placement(machine, model, fit, ctx, n, n_ubatch)
         if _comfortable(machine, grown):
             return grown, (
                 f"{n} slots: {n} requests decode at once in one batch (agents fan out), each with its own "
-                f"{ctx}-token context; {fb(per_slot)} per slot (KV cache, recurrent state, checkpoints) fits "
-                f"beside the same placement (--parallel N to change)."
+                f"{ctx}-token context; {fb(per_slot)} per slot (KV cache, recurrent state, checkpoints, a row of "
+                f"logits) fits beside the same placement (--parallel N to change)."
             )
     return fit, (
         f"1 slot: memory is tight, and a second slot ({fb(per_slot)} more) would not fit beside this placement; "
