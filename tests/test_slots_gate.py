@@ -127,7 +127,11 @@ def test_through_serve_waiting_requests_are_served_in_arrival_order(
 
         threads.append(threading.Thread(target=ask))
         threads[-1].start()
-        wait_until(lambda n=n: health(server.url)["queue"]["waiting"] == n, what=f"request {n + 1} to wait")
+
+        def queued(n: int = n) -> bool:
+            return bool(health(server.url)["queue"]["waiting"] == n)
+
+        wait_until(queued, what=f"request {n + 1} to wait")
     gate.release()
     for t in threads:
         t.join(timeout=120)
