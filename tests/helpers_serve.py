@@ -110,3 +110,42 @@ def start_stream_and_hang_up(
         if conn.sock is not None:
             conn.sock.shutdown(socket.SHUT_RDWR)
         conn.close()
+
+
+def health(url: str) -> dict[str, Any]:
+    """``serve``'s ``/health`` (slots busy/total, the queue)."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("GET", "/health")
+        return dict(json.loads(conn.getresponse().read()))
+    finally:
+        conn.close()
+
+
+class HeldStream:
+    """A streamed request whose first text has arrived and which is then left unread (held open)."""
+
+    def __init__(self, url: str, payload: dict[str, Any]) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=120)
+        self.conn.request(
+            "POST", "/v1/completions", body=json.dumps(payload), headers={"Content-Type": "application/json"}
+        )
+        self.resp = self.conn.getresponse()
+        assert self.resp.status == 200, self.resp.read()
+        self.first = self._next_text()
+        assert self.first is not None
+
+    def _next_text(self) -> str | None:
+        while True:
+            line = self.resp.readline().decode()
+            if not line or "[DONE]" in line:
+                return None
+            if line.startswith("data:"):
+                text = (json.loads(line[5:]).get("choices") or [{}])[0].get("text")
+                if text:
+                    return str(text)
+
+    def hang_up(self) -> None:
+        self.conn.close()

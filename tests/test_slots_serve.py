@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from helpers_engine import GatedEngine, ScriptedEngine
-from helpers_serve import RecordingEngine, llama_server_path, raw_post
+from helpers_serve import HeldStream, RecordingEngine, health, llama_server_path, raw_post
 from waiting import wait_until
 
 from clover_local.launch import LaunchRequest, decide_launch, open_launch
@@ -31,16 +31,6 @@ WORDS = ("zebra", "apple", "cobalt", "orange")
 """Words Gemma 3 270M goes on repeating when a prompt repeats them (greedy)."""
 
 
-def health(url: str) -> dict[str, Any]:
-    host, port = url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        conn.request("GET", "/health")
-        return dict(json.loads(conn.getresponse().read()))
-    finally:
-        conn.close()
-
-
 def completion(word: str, max_tokens: int, *, stream: bool = False) -> dict[str, Any]:
     return {
         "model": MODEL,
@@ -49,34 +39,6 @@ def completion(word: str, max_tokens: int, *, stream: bool = False) -> dict[str,
         "temperature": 0,
         "stream": stream,
     }
-
-
-class HeldStream:
-    """A streamed request whose first text has arrived and which is then left unread (held open)."""
-
-    def __init__(self, url: str, payload: dict[str, Any]) -> None:
-        host, port = url.removeprefix("http://").split(":")
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=120)
-        self.conn.request(
-            "POST", "/v1/completions", body=json.dumps(payload), headers={"Content-Type": "application/json"}
-        )
-        self.resp = self.conn.getresponse()
-        assert self.resp.status == 200, self.resp.read()
-        self.first = self._next_text()
-        assert self.first is not None
-
-    def _next_text(self) -> str | None:
-        while True:
-            line = self.resp.readline().decode()
-            if not line or "[DONE]" in line:
-                return None
-            if line.startswith("data:"):
-                text = (json.loads(line[5:]).get("choices") or [{}])[0].get("text")
-                if text:
-                    return str(text)
-
-    def hang_up(self) -> None:
-        self.conn.close()
 
 
 def text_of(status_body: tuple[int, Any]) -> str:
