@@ -17,7 +17,7 @@ from clover_local.plan import memory
 from clover_local.plan.llama_args import llama_cpp_kwargs, llama_server_args
 from clover_local.plan.planner import make_plan
 from clover_local.plan.slots import DEFAULT_SLOTS, MAX_SLOTS
-from clover_local.plan.types import Plan, Wishes
+from clover_local.plan.types import Plan, SpecMode, Wishes
 from clover_local.presets import load_preset
 
 
@@ -173,7 +173,7 @@ def test_planned_memory_for_slots_is_what_llama_cpp_allocates(gemma_path: Path, 
 @pytest.mark.parametrize(
     ("spec", "parallel", "slots"), [("mtp", None, 1), ("ngram", None, DEFAULT_SLOTS), ("mtp", 3, 3)]
 )
-def test_default_slots_keep_an_embedded_mtp_head(spec: str, parallel: int | None, slots: int) -> None:
+def test_default_slots_keep_an_embedded_mtp_head(spec: SpecMode, parallel: int | None, slots: int) -> None:
     """The embedded engine's MTP head follows one sequence: default slots would switch it off, so a plan drafting
     with it keeps one slot and says why; n-gram drafting takes the default slots, and slots asked for are given."""
     from clover_local.launch import MTP_ONE_SLOT, LaunchRequest, decide_launch
@@ -185,7 +185,7 @@ def test_default_slots_keep_an_embedded_mtp_head(spec: str, parallel: int | None
         ctx=2048,
         spec=spec,
         engine="embedded",
-        parallel=parallel,  # type: ignore[arg-type]
+        parallel=parallel,
     )
     launch = decide_launch(request, machine=parse_simulate("ram=32G,cpu=8"))
     assert launch.plan.speculative.mode == spec
