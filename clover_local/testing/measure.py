@@ -23,6 +23,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 MIB = 1024 * 1024
 _BUFFER_RE = re.compile(r"^\w+:\s+(\S+)\s+(model|output|KV|RS|compute) buffer size =\s+([\d.]+) MiB", re.M)
@@ -87,20 +88,10 @@ class Measurement:
 
 def measure_load(model_path: Path, settings: LoadSettings, timeout_s: float = 600) -> Measurement:
     """Load ``model_path`` with ``settings`` in a fresh process and measure it (see the module docstring)."""
-    from clover_local.errors import EngineError
-
-    request = json.dumps({"model": str(model_path), "settings": asdict(settings)})
-    proc = subprocess.run(
-        [sys.executable, "-m", "clover_local.testing.measure", request],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    request = {"model": str(model_path), "settings": asdict(settings)}
+    result, log = run_measuring_child(
+        "clover_local.testing.measure", request, f"Measuring {model_path.name}", timeout_s
     )
-    if proc.returncode != 0 or not proc.stdout.strip():
-        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-        raise EngineError(f"Measuring {model_path.name} failed (exit {proc.returncode}):\n{tail}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
     return Measurement(
         model=model_path.name,
         settings=settings,
@@ -108,9 +99,33 @@ def measure_load(model_path: Path, settings: LoadSettings, timeout_s: float = 60
         after_load=MemoryUse(**result["after_load"]),
         after_decode=MemoryUse(**result["after_decode"]),
         peak_rss=result["peak_rss"],
-        buffers=parse_buffer_log(proc.stderr),
+        buffers=parse_buffer_log(log),
         prompt_tokens=result["prompt_tokens"],
     )
+
+
+def run_measuring_child(
+    module: str, request: dict[str, Any], what: str, timeout_s: float
+) -> tuple[dict[str, Any], str]:
+    """Run ``python -m module REQUEST_JSON`` in a fresh process (its memory is its own) and return the JSON object
+    it prints last, and its stderr (llama.cpp's log); an :class:`EngineError` with the child's last lines when it
+    fails."""
+    from clover_local.errors import EngineError
+
+    proc = subprocess.run(
+        [sys.executable, "-m", module, json.dumps(request)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    if proc.returncode != 0 or not proc.stdout.strip():
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        raise EngineError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not isinstance(result, dict):
+        raise EngineError(f"{what} failed: the child printed {type(result).__name__}, not an object.")
+    return result, proc.stderr
 
 
 def parse_buffer_log(log: str) -> dict[str, int]:

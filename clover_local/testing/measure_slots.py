@@ -13,14 +13,12 @@ between an N-slot and a one-slot measurement is what the N - 1 extra slots reall
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clover_local.testing.measure import MemoryUse, parse_buffer_log, read_memory_use
+from clover_local.testing.measure import MemoryUse, parse_buffer_log, read_memory_use, run_measuring_child
 
 FILL_MARGIN = 16
 """Tokens left free at the end of each slot's context (the last decode needs one)."""
@@ -144,20 +142,9 @@ def measure_slots(
 ) -> SlotsMeasurement:
     """Load ``model_path`` with ``settings`` (the producer's kwargs) in a fresh process, fill each slot with
     ``fill`` tokens (None: its whole context less :data:`FILL_MARGIN`) and measure it."""
-    from clover_local.errors import EngineError
-
-    request = json.dumps({"model": str(model_path), "settings": settings, "fill": fill})
-    proc = subprocess.run(
-        [sys.executable, "-m", "clover_local.testing.measure_slots", request],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    if proc.returncode != 0 or not proc.stdout.strip():
-        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-        raise EngineError(f"Measuring {model_path.name} with slots failed (exit {proc.returncode}):\n{tail}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    request = {"model": str(model_path), "settings": settings, "fill": fill}
+    what = f"Measuring {model_path.name} with slots"
+    result, _log = run_measuring_child("clover_local.testing.measure_slots", request, what, timeout_s)
     return SlotsMeasurement(
         model=model_path.name,
         n_seq=result["n_seq"],
