@@ -202,3 +202,46 @@ def test_a_template_that_only_refuses_a_system_message_passes_the_check() -> Non
 def test_namespaces_refuse_underscore_names() -> None:
     with pytest.raises(jinja2.exceptions.SecurityError):
         jinja_env.render("{% set ns = namespace(_x=1) %}{{ ns._x }}", [])
+
+
+@pytest.mark.parametrize("name", ["loop_controls", "generation"])
+def test_a_gguf_whose_template_uses_them_chats_on_the_embedded_engine(name: str) -> None:
+    """The template inside a GGUF (a tiny random llama written with it) is what the engine opens with: rendered as
+    transformers renders it, and a reply is generated from it."""
+    from clover_local.engine.loader import load_engine
+    from clover_local.engine.types import GenerationRequest
+    from clover_local.plan.types import SpeculativePlan
+    from clover_local.testing.gguf_writer import TinySpec
+    from clover_local.testing.models import tiny_model_from_spec
+    from clover_local.testing.settings import engine_settings
+    from tests.helpers_engine import generate_text
+
+    source = {"loop_controls": LOOP_CONTROLS, "generation": GENERATION}[name]
+    path = tiny_model_from_spec(TinySpec(kind="llama", chat_template=source))
+    plain = SpeculativePlan(enabled=False)
+    engine = load_engine(path, engine_settings(path, ctx=512, speculative=plain), speculative=plain).engine
+    try:
+        msgs = [ChatMessage("system", "S"), ChatMessage("user", "hi"), ChatMessage("assistant", "yo")]
+        msgs.append(ChatMessage("user", "and now?"))
+        reference = [templates.template_message(m) for m in msgs]
+        # The tiny vocabulary spells its bos and eos <s> and </s>.
+        assert engine.render_prompt(msgs) == _reference(source, reference, bos_token="<s>", eos_token="</s>")
+        text, stats = generate_text(
+            engine, GenerationRequest(messages=tuple(msgs), max_tokens=4, temperature=0)
+        )
+        assert stats.prompt_tokens > 0 and stats.completion_tokens > 0
+    finally:
+        engine.close()
+
+
+def test_a_gguf_whose_template_cannot_render_is_refused_when_it_opens() -> None:
+    """Found at load (with the fix), not at the first request."""
+    from clover_local.engine.loader import load_engine
+    from clover_local.testing.gguf_writer import TinySpec
+    from clover_local.testing.models import tiny_model_from_spec
+    from clover_local.testing.settings import engine_settings
+
+    path = tiny_model_from_spec(TinySpec(kind="llama", chat_template="{{ messages[0].content.nope() }}"))
+    with pytest.raises(EngineError) as info:
+        load_engine(path, engine_settings(path, ctx=512))
+    assert info.value.fix and "chat_template" in info.value.fix
