@@ -226,7 +226,7 @@ def test_a_gguf_whose_template_uses_them_chats_on_the_embedded_engine(name: str)
         reference = [templates.template_message(m) for m in msgs]
         # The tiny vocabulary spells its bos and eos <s> and </s>.
         assert engine.render_prompt(msgs) == _reference(source, reference, bos_token="<s>", eos_token="</s>")
-        text, stats = generate_text(
+        _text, stats = generate_text(
             engine, GenerationRequest(messages=tuple(msgs), max_tokens=4, temperature=0)
         )
         assert stats.prompt_tokens > 0 and stats.completion_tokens > 0
