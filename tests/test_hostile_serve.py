@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,9 +18,9 @@ from helpers_engine import EngineWrapper, GatedEngine, ScriptedEngine
 
 from clover_local import cli
 from clover_local.commands.serve import read_api_key
+from clover_local.serve import adapters, runner
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import request_guard as guard
-from clover_local.serve import runner
 from clover_local.serve.api import ApiConfig
 from clover_local.serve.runner import BackgroundServer
 
@@ -332,7 +333,7 @@ def test_a_request_is_parsed_off_the_event_loop(
         release.wait(120)  # longer than the /health request waits (30 s)
         return real_parse(body, names)
 
-    monkeypatch.setattr(oa, "parse_chat", held_parse)
+    monkeypatch.setattr(adapters, "CHAT", replace(adapters.CHAT, parse=held_parse))
     replies: list[int] = []
     sender = threading.Thread(target=lambda: replies.append(post_json(server, CHAT)[0]), daemon=True)
     sender.start()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 import threading
 import time
@@ -41,7 +40,7 @@ from clover_local.engine.types import (
 )
 from clover_local.errors import CloverError
 from clover_local.netaddr import is_loopback_host
-from clover_local.serve import anthropic_api, responses_api
+from clover_local.serve import adapters
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import request_guard as guard
 from clover_local.serve import tools as agent
@@ -205,16 +204,16 @@ class OpenAIServer:
         return JSONResponse({"object": "list", "data": data})
 
     async def chat(self, request: Request) -> Response:
-        return await self._handle(request, chat=True)
+        return await self._handle(request, adapters.CHAT)
 
     async def completions(self, request: Request) -> Response:
-        return await self._handle(request, chat=False)
+        return await self._handle(request, adapters.COMPLETIONS)
 
     async def responses(self, request: Request) -> Response:
-        return await self._handle_other(request, responses_api, oa_errors=True)
+        return await self._handle(request, adapters.RESPONSES)
 
     async def messages(self, request: Request) -> Response:
-        return await self._handle_other(request, anthropic_api, oa_errors=False)
+        return await self._handle(request, adapters.MESSAGES)
 
     async def embeddings(self, request: Request) -> Response:
         exc = ApiError(
@@ -225,15 +224,12 @@ class OpenAIServer:
         )
         return JSONResponse(exc.body(), status_code=400)
 
-    async def _handle_other(self, request: Request, api: Any, *, oa_errors: bool) -> Response:
-        """``/v1/responses`` and ``/v1/messages``: another request and reply shape around the same generation."""
+    async def _handle(self, request: Request, api: adapters.Adapter) -> Response:
+        """Every generating route: the body parsed by its API's adapter, the prompt fitted to the context, a slot
+        (or a place in the queue), then the engine's events written as that API answers them."""
 
         def refuse(exc: ApiError) -> Response:
-            return JSONResponse(
-                exc.body() if oa_errors else anthropic_api.error_body(exc),
-                status_code=exc.status,
-                headers=retry_headers(exc),
-            )
+            return JSONResponse(api.error_body(exc), status_code=exc.status, headers=retry_headers(exc))
 
         try:
             parsed = await _parse_request(request, api.parse, self.config.model_names)
@@ -243,7 +239,7 @@ class OpenAIServer:
             return refuse(api_error(exc))
         if parsed.stream:
             return StreamingResponse(
-                self._stream_other(api.EventWriter(parsed), gen_request),
+                self._stream(api.writer(parsed), gen_request),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **ignored_header(parsed)},
             )
@@ -253,7 +249,7 @@ class OpenAIServer:
             return refuse(api_error(exc))
         return JSONResponse(api.response(parsed, text, calls, finished.stats), headers=ignored_header(parsed))
 
-    async def _stream_other(self, writer: Any, request: GenerationRequest) -> AsyncIterator[str]:
+    async def _stream(self, writer: adapters.EventWriter, request: GenerationRequest) -> AsyncIterator[str]:
         for line in writer.start():
             yield line
         async for kind, payload in self._stream_events(request):
@@ -267,26 +263,6 @@ class OpenAIServer:
                 lines = writer.error(payload)
             for line in lines:
                 yield line
-
-    async def _handle(self, request: Request, *, chat: bool) -> Response:
-        try:
-            parse = oa.parse_chat if chat else oa.parse_completion
-            parsed = await _parse_request(request, parse, self.config.model_names)
-            gen_request = await asyncio.to_thread(self._fit_context, parsed)
-            self.gate.check()
-        except REQUEST_ERRORS as exc:
-            error = api_error(exc)
-            return JSONResponse(error.body(), status_code=error.status, headers=retry_headers(error))
-        if parsed.stream:
-            stream = self._stream_chat if chat else self._stream_completion
-            return StreamingResponse(
-                stream(gen_request, parsed),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **ignored_header(parsed)},
-            )
-        reply = await self._complete(request, gen_request, parsed, chat=chat)
-        reply.headers.update(ignored_header(parsed))
-        return reply
 
     def _fit_context(self, parsed: ParsedRequest) -> GenerationRequest:
         """Refuse a prompt the context cannot hold; cap max_tokens to what is left of it."""
@@ -409,66 +385,6 @@ class OpenAIServer:
             raise CloverError("The engine ended without a result.")
         return "".join(parts), calls, finished
 
-    async def _complete(
-        self, http_request: Request, request: GenerationRequest, parsed: ParsedRequest, *, chat: bool
-    ) -> Response:
-        try:
-            text, calls, finished = await self._collect(http_request, request)
-        except REQUEST_ERRORS as exc:
-            error = api_error(exc)
-            return JSONResponse(error.body(), status_code=error.status, headers=retry_headers(error))
-        rid = oa.new_id("chatcmpl" if chat else "cmpl")
-        build = oa.chat_response if chat else oa.completion_response
-        body = build(rid, parsed.model, text, finished.stats)
-        if calls:
-            message = body["choices"][0]["message"]
-            message["content"] = message["content"] or None
-            message["tool_calls"] = [agent.openai_call(c) for c in calls]
-        return JSONResponse(body)
-
-    async def _stream_chat(self, request: GenerationRequest, parsed: ParsedRequest) -> AsyncIterator[str]:
-        rid, created = oa.new_id("chatcmpl"), int(time.time())
-        yield _sse(oa.chat_chunk(rid, parsed.model, created, {"role": "assistant", "content": ""}, None))
-        async for kind, payload in self._stream_events(request):
-            if kind == "text":
-                yield _sse(oa.chat_chunk(rid, parsed.model, created, {"content": payload}, None))
-            elif kind == "call":
-                delta = {"tool_calls": [agent.openai_call(payload.call, payload.index)]}
-                yield _sse(oa.chat_chunk(rid, parsed.model, created, delta, None))
-            elif kind == "done":
-                stats = payload.stats
-                last = oa.chat_chunk(rid, parsed.model, created, {}, oa.openai_finish(stats.finish_reason))
-                last["timings"] = oa.timings(stats)
-                yield _sse(last)
-                if parsed.include_usage:
-                    usage_chunk = oa.chat_chunk(rid, parsed.model, created, {}, None)
-                    usage_chunk["choices"] = []
-                    usage_chunk["usage"] = oa.usage(stats)
-                    yield _sse(usage_chunk)
-            else:
-                yield _sse(payload)
-        yield "data: [DONE]\n\n"
-
-    async def _stream_completion(
-        self, request: GenerationRequest, parsed: ParsedRequest
-    ) -> AsyncIterator[str]:
-        rid, created = oa.new_id("cmpl"), int(time.time())
-        async for kind, payload in self._stream_events(request):
-            if kind == "text":
-                yield _sse(oa.completion_chunk(rid, parsed.model, created, payload, None))
-            elif kind == "done":
-                stats = payload.stats
-                last = oa.completion_chunk(
-                    rid, parsed.model, created, "", oa.openai_finish(stats.finish_reason)
-                )
-                last["timings"] = oa.timings(stats)
-                if parsed.include_usage:
-                    last["usage"] = oa.usage(stats)
-                yield _sse(last)
-            else:
-                yield _sse(payload)
-        yield "data: [DONE]\n\n"
-
     async def _stream_events(self, request: GenerationRequest) -> AsyncIterator[tuple[str, Any]]:
         """("text", str) per delta, ("done", Finished) at the end, ("error", body) if the engine fails.
         When the client disconnects, Starlette cancels this generator and ``_events`` sets the cancel event."""
@@ -508,10 +424,6 @@ async def _parse_request(
         return parse(body, names)
 
     return await asyncio.to_thread(work)
-
-
-def _sse(data: dict[str, Any]) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
