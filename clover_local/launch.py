@@ -419,7 +419,10 @@ def _fitted_argv(runner: Runner, settings: LlamaSettings) -> tuple[tuple[str, ..
             kept.read_text(encoding="utf-8", errors="replace"), f"{runner.runtime}"
         )
         said = (f"{exc.what} Its flags were checked against the arg.cpp kept beside it ({kept}).",)
-    adapted = adapt_args(settings.argv(), caps)
+    from clover_local.engine.repack import common_argv_here
+
+    # This CPU's repacking rule too (the plan may describe another machine): the command shown is what runs.
+    adapted = adapt_args(common_argv_here(settings.argv()), caps)
     return tuple(adapted.argv), (*said, *adapted.warnings)
 
 
@@ -546,6 +549,7 @@ def _open(
         binary=launch.runner.binary,
         on_log=on_log,
         ready_timeout_s=ready_timeout_s,
+        adapt=launch.server_argv is None,  # fitted when decided; only a binary not asked then is asked now
     )
     engine = LlamaServerEngine(
         process, model_name=preset.name, sampling=preset.sampling, template=template, slots=plan.parallel

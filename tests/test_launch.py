@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from helpers_serve import llama_server_path
 
 from clover_local.arch_support import ArchCheck
 from clover_local.detect import parse_simulate
@@ -137,3 +138,27 @@ def test_bench_verbs_name_what_the_old_flags_did(capsys: pytest.CaptureFixture[s
     model = str(tiny_model("llama"))
     assert main(["bench", "verify-costs", "--model", model, "--ctx", "512", "--json"]) == 0
     assert '"costs"' in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_llama_server_launch_starts_with_the_argv_it_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The argv is fitted to the binary (its --help) and to this CPU's repacking rule when the launch is decided;
+    opening starts exactly that, adapting nothing again."""
+    model = tiny_model("llama")
+    request = LaunchRequest(
+        model=str(model), ctx=512, engine="llama-server", llama_server=str(llama_server_path())
+    )
+    launch = decide_launch(request, machine=parse_simulate(MACHINE))
+    assert launch.server_argv is not None, "fitted when decided"
+
+    def asked_again(_binary: Path) -> None:
+        raise AssertionError("opening the launch asked the binary's --help again")
+
+    monkeypatch.setattr("clover_local.llamacpp.server.capabilities", asked_again)
+    opened = open_launch(launch)
+    try:
+        process = opened.engine._process  # type: ignore[attr-defined]
+        assert process.argv[: len(launch.argv)] == launch.argv
+        assert not process.warnings, "nothing left to adapt when it opened"
+    finally:
+        opened.engine.close()
