@@ -26,7 +26,7 @@ from waiting import wait_until
 from clover_local import settings
 from clover_local.detect import parse_simulate
 from clover_local.runtimes.assets import Target
-from clover_local.runtimes.install import install
+from clover_local.runtimes.install import downloads_dir, install
 from clover_local.runtimes.installed import installed_runtimes
 from clover_local.tui.app import CloverApp, StartOptions
 from clover_local.tui.screens.plan import PlanScreen
@@ -108,6 +108,12 @@ async def test_esc_cancels_an_install_and_leaves_nothing(releases: ReleasesServe
         screen = await _open(app, pilot)
         await pilot.press("i")
         await wait_until(lambda: releases.held_streams == 1, "the transfer held at 200 kB", pilot=pilot)
+        # Every byte sent is on disk, so the install waits for the next ones: Esc is seen as "Cancelling" until
+        # they come (pressed while some still sat in the socket buffer, it met them at once and ended first).
+        part = downloads_dir("b9001") / (name + ".part")
+        await wait_until(
+            lambda: part.exists() and part.stat().st_size >= 200_000, "the 200 kB sent on disk", pilot=pilot
+        )
         await pilot.press("escape")
         assert "Cancelling" in _text(screen, "#runtime-status")
         releases.knobs("b9001", name).hold_at = None  # the next bytes arrive and meet the cancel
