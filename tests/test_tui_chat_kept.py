@@ -6,6 +6,7 @@ PageUp from the message box, and an offline first run that reaches a chat with t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers_engine import GatedEngine
@@ -362,6 +363,19 @@ async def test_offline_first_run_reaches_a_chat_with_the_demo_model() -> None:
     assert first.preset == "smollm2-135m" and first.complete, "the next start goes to this chat"
 
 
+async def _run_file_from_plan(app: CloverApp, pilot: Any, path: Path) -> None:
+    """What a person does on the first screen: type a GGUF's path into the plan screen and run it."""
+    plan = app.screen
+    assert isinstance(plan, PlanScreen)
+    await wait_until(lambda: plan.plan is not None, "the plan", pilot=pilot)
+    box = plan.query_one("#local-path", Input)
+    box.value = str(path)
+    box.focus()
+    await pilot.press("enter")
+    await wait_until(lambda: plan.model_path is not None, "the file", pilot=pilot)
+    plan.action_run_local()
+
+
 async def test_a_file_picked_on_the_plan_screen_chats_with_its_own_settings() -> None:
     path = tiny_model("llama")  # a GGUF no preset names
     preset, key, matched = services.preset_and_key_for_file(str(path))
@@ -373,15 +387,7 @@ async def test_a_file_picked_on_the_plan_screen_chats_with_its_own_settings() ->
     )
     app = CloverApp(StartOptions(), machine=parse_simulate("ram=16G,cpu=2"))
     async with app.run_test(size=(80, 24)) as pilot:
-        plan = app.screen
-        assert isinstance(plan, PlanScreen)
-        await wait_until(lambda: plan.plan is not None, "the plan", pilot=pilot)
-        box = plan.query_one("#local-path", Input)
-        box.value = str(path)
-        box.focus()
-        await pilot.press("enter")
-        await wait_until(lambda: plan.model_path is not None, "the file", pilot=pilot)
-        plan.action_run_local()
+        await _run_file_from_plan(app, pilot, path)
         await wait_until(
             lambda: isinstance(app.screen, (LaunchScreen, ChatScreen)), "the launch", pilot=pilot
         )
@@ -416,15 +422,7 @@ async def test_a_file_that_fails_to_load_is_not_where_the_next_start_goes(tmp_pa
 
     app = CloverApp(StartOptions(), machine=parse_simulate("ram=16G,cpu=2"))
     async with app.run_test(size=(80, 24)) as pilot:
-        plan = app.screen
-        assert isinstance(plan, PlanScreen)
-        await wait_until(lambda: plan.plan is not None, "the plan", pilot=pilot)
-        box = plan.query_one("#local-path", Input)
-        box.value = str(broken)
-        box.focus()
-        await pilot.press("enter")
-        await wait_until(lambda: plan.model_path is not None, "the file", pilot=pilot)
-        plan.action_run_local()
+        await _run_file_from_plan(app, pilot, broken)
         await fail_then_back(app, pilot)
     assert user_prefs.load_prefs().first_run.model_path == "", "picked, failed: never remembered"
 
