@@ -37,6 +37,7 @@ __all__ = [
     "LaunchRequest",
     "OpenedEngine",
     "Runner",
+    "VerifyCostsProbe",
     "choose_runner",
     "decide_launch",
     "measure_verify_costs",
@@ -558,11 +559,21 @@ def _open(
     return OpenedEngine(engine, launch, notes)
 
 
-def measure_verify_costs(opened: OpenedEngine) -> str | None:
+@dataclass(frozen=True)
+class VerifyCostsProbe:
+    """What the first-load verification probe did: its notice for the person, and whether the table was kept."""
+
+    notice: str
+    kept: bool
+
+
+def measure_verify_costs(opened: OpenedEngine) -> VerifyCostsProbe | None:
     """At an n-gram drafting plan's first load on this machine, time what verifying a draft costs here
-    (``engine.verify_probe``), keep it for every later plan and use it now; returns a notice saying so (None
-    when there was nothing to measure). An explicit step, called by the front ends after opening: later plans
-    read the kept numbers (``runtime.with_measured_costs``), so drafting decisions never depend on timings."""
+    (``engine.verify_probe``), keep it for every later plan and use it now; returns what it did (None when
+    there was nothing to measure). A measurement taken while other programs kept the CPU busy is neither kept
+    nor used (the notice says so), and is taken again at the next load. An explicit step, called by the front
+    ends after opening: later plans read the kept numbers (``runtime.with_measured_costs``), so drafting
+    decisions never depend on timings."""
     from clover_local.engine.embedded import EmbeddedEngine
 
     engine, spec = opened.engine, opened.plan.speculative
@@ -578,11 +589,21 @@ def measure_verify_costs(opened: OpenedEngine) -> str | None:
     from clover_local.plan.measured import VerifyCostRecord
 
     measured = measure_batch_costs(engine, spec.n_max + 1)
+    if not measured.quiet:
+        return VerifyCostsProbe(
+            f"Did not keep what verifying a draft costs here: other programs used {measured.others_busy:.1f} "
+            "cores while it was measured, so the timings were of stalls. The drafter uses its model for now; "
+            "it is measured again at a later load.",
+            kept=False,
+        )
     add_verify_costs(
-        VerifyCostRecord(spec.costs_key, measured.costs, measured.step_ms, time.strftime("%Y-%m-%d"))
+        VerifyCostRecord(
+            spec.costs_key, measured.costs, measured.step_ms, time.strftime("%Y-%m-%d"), measured.others_busy
+        )
     )
     engine.use_batch_costs(measured.costs)
-    return (
+    return VerifyCostsProbe(
         f"Measured what verifying a draft costs here (once, kept for later loads): {len(measured.costs)} tokens "
-        f"cost {measured.costs[-1]:.1f} plain steps, so speculation gains at most {measured.ceiling:.2f}x."
+        f"cost {measured.costs[-1]:.1f} plain steps, so speculation gains at most {measured.ceiling:.2f}x.",
+        kept=True,
     )

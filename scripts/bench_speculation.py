@@ -150,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         base = LaunchRequest(name, ctx=4096, threads=args.threads)
         launch = decide_launch(replace(base, engine="embedded", spec="ngram"))
         opened = open_launch(launch)
-        measure_verify_costs(opened)
+        probe = measure_verify_costs(opened)
+        if probe is not None:
+            print(probe.notice, file=sys.stderr)
         engine = opened.engine
         spec = engine.speculative
         costs = tuple(spec.batch_costs)

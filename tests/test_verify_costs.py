@@ -3,14 +3,52 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
-from clover_local.engine.verify_probe import costs_from_times, probe_sizes
+from clover_local.detect.cpu_load import CpuSample
+from clover_local.engine.verify_probe import costs_from_times, measured_quietly, probe_sizes
 from clover_local.measure.records import add_verify_costs, load_verify_costs, verify_costs_path
 from clover_local.plan.measured import VerifyCostRecord, measured_verify_costs
+
+
+def _cpu_counters(others_busy: float) -> Callable[[], CpuSample]:
+    """CPU counters in which the other programs keep ``others_busy`` cores busy, whatever the machine running
+    the test is doing (so the probe's keep-or-drop decision does not depend on the load of this machine)."""
+    import time
+
+    def sample() -> CpuSample:
+        now = time.monotonic()
+        return CpuSample(now, busy_s=others_busy * now, mine_s=0.0)
+
+    return sample
+
+
+@pytest.fixture
+def quiet_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe sees no other program on the CPU."""
+    monkeypatch.setattr("clover_local.engine.verify_probe.sample_cpu", _cpu_counters(0.0))
+
+
+@pytest.fixture
+def busy_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe sees other programs keeping every core of this machine busy."""
+    import psutil
+
+    cores = float(psutil.cpu_count(logical=True) or 1)
+    monkeypatch.setattr("clover_local.engine.verify_probe.sample_cpu", _cpu_counters(cores))
+
+
+def test_a_probe_is_quiet_only_when_the_load_leaves_its_threads_every_core() -> None:
+    assert measured_quietly(0.0, threads=2, n_cpus=2)
+    assert measured_quietly(0.2, threads=2, n_cpus=2)  # a shell or a terminal: within the engine's slack
+    assert not measured_quietly(0.3, threads=2, n_cpus=2)  # the engine itself would drop a thread here
+    assert not measured_quietly(1.0, threads=2, n_cpus=2)
+    assert measured_quietly(1.0, threads=2, n_cpus=4)  # cores to spare: the probe's threads kept theirs
+    assert measured_quietly(2.0, threads=1, n_cpus=2)  # one thread always has a core
 
 
 def test_probe_sizes_time_short_batches_and_the_longest() -> None:
@@ -33,13 +71,18 @@ def test_costs_take_each_sizes_fastest_round_interpolate_and_never_decrease() ->
 
 
 def test_the_latest_table_of_the_key_that_covers_the_drafts_is_used() -> None:
-    old = VerifyCostRecord("k", (1.0, 2.0, 3.0), 10.0)
-    new = VerifyCostRecord("k", (1.0, 1.5, 2.0, 2.5), 9.0)
-    other = VerifyCostRecord("other", (1.0, 1.1, 1.2, 1.3), 9.0)
+    old = VerifyCostRecord("k", (1.0, 2.0, 3.0), 10.0, others_busy=0.0)
+    new = VerifyCostRecord("k", (1.0, 1.5, 2.0, 2.5), 9.0, others_busy=0.1)
+    other = VerifyCostRecord("other", (1.0, 1.1, 1.2, 1.3), 9.0, others_busy=0.0)
     assert measured_verify_costs([old, new, other], "k", 4) == new
     assert measured_verify_costs([old, other], "k", 4) is None  # too short for 3 drafted tokens
     assert measured_verify_costs([old], "k", 3) == old
-    assert measured_verify_costs([VerifyCostRecord("k", (2.0, 3.0), 1.0)], "k", 2) is None
+    assert measured_verify_costs([VerifyCostRecord("k", (2.0, 3.0), 1.0, others_busy=0.0)], "k", 2) is None
+    # Kept before the probe looked at the load (it may be a table of stalls: 418 ms steps on a 10 ms model):
+    # not used, so the engine measures again.
+    unchecked = VerifyCostRecord("k", (1.0, 1.07, 1.27, 1.44), 417.6)
+    assert measured_verify_costs([old, unchecked], "k", 3) == old
+    assert measured_verify_costs([unchecked], "k", 3) is None
 
 
 def test_records_replace_their_key_and_a_damaged_file_gives_none(isolated_dirs: Path) -> None:
@@ -50,10 +93,13 @@ def test_records_replace_their_key_and_a_damaged_file_gives_none(isolated_dirs: 
     verify_costs_path().write_text("{not json")
     assert load_verify_costs() == []
     verify_costs_path().write_text(json.dumps([{"key": "a"}, {"key": "b", "costs": [1, 2], "step_ms": 3}]))
-    assert [r.key for r in load_verify_costs()] == ["b"]
+    assert [(r.key, r.others_busy) for r in load_verify_costs()] == [("b", None)]
+    add_verify_costs(VerifyCostRecord("c", (1.0, 1.5), 4.0, "2026-12-03", others_busy=0.12))
+    assert load_verify_costs()[-1].others_busy == 0.12
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("quiet_cpu")
 def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(gemma_path: Path) -> None:
     from helpers_engine import generate_text
 
@@ -74,14 +120,15 @@ def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(
 
     opened = open_launch(launch)
     assert load_verify_costs() == []  # opening measures nothing: measuring is its own step
-    notice = measure_verify_costs(opened)
+    probe = measure_verify_costs(opened)
     request = GenerationRequest(
         prompt=WORKLOADS["code_rewrite"], max_tokens=48, temperature=0.0, stop=("```",)
     )
     try:
-        assert notice is not None and "verifying a draft costs" in notice
+        assert probe is not None and probe.kept and "verifying a draft costs" in probe.notice
         (record,) = load_verify_costs()
         assert record.key == spec.costs_key and len(record.costs) == spec.n_max + 1
+        assert record.others_busy == 0.0
         assert record.costs[0] == 1.0 and all(b >= a for a, b in pairwise(record.costs))
         assert record.step_ms > 0
         assert opened.engine.speculative.batch_costs == record.costs
@@ -106,6 +153,43 @@ def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("busy_cpu")
+def test_a_probe_beside_busy_programs_is_neither_kept_nor_used(tiny_models: dict[str, Path]) -> None:
+    from dataclasses import replace
+
+    from clover_local.launch import LaunchRequest, decide_launch, measure_verify_costs, open_launch
+
+    asked = LaunchRequest(None, str(tiny_models["llama"]), ctx=512, engine="embedded", spec="ngram")
+    launch = decide_launch(asked)
+    model_costs = launch.plan.speculative.batch_costs
+    opened = open_launch(replace(launch, plan=replace(launch.plan, threads=2, threads_batch=2)))
+    try:
+        probe = measure_verify_costs(opened)
+        assert probe is not None and not probe.kept
+        assert "Did not keep" in probe.notice and "measured again at a later load" in probe.notice
+        assert opened.engine.speculative.batch_costs == model_costs  # the model's table, not the stalls'
+    finally:
+        opened.engine.close()
+    assert load_verify_costs() == []
+    assert decide_launch(asked).plan.speculative.costs_source == "model"  # the next load measures again
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("busy_cpu")
+def test_bench_verify_costs_beside_busy_programs_keeps_nothing_and_says_so(
+    tiny_models: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from clover_local.cli import main
+
+    model = str(tiny_models["llama"])
+    assert main(["bench", "--verify-costs", "--model", model, "--ctx", "512", "--threads", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "Did not keep" in err and "otherwise idle" in err
+    assert load_verify_costs() == []
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("quiet_cpu")
 def test_bench_verify_costs_measures_again_and_keeps_it(
     tiny_models: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -221,14 +221,19 @@ def _measure_verify_costs(args: argparse.Namespace) -> int:
     plan = replace(plan, speculative=replace(spec, enabled=True, costs_source="model"))
     opened = open_launch(replace(launch, plan=plan))
     try:
-        measure_verify_costs(opened)
+        probe = measure_verify_costs(opened)
     finally:
         opened.engine.close()
+    if probe is None or not probe.kept:
+        print(probe.notice if probe else "Nothing was measured.", file=sys.stderr)
+        print("Run it again while the machine is otherwise idle.", file=sys.stderr)
+        return 1
     record = next(r for r in reversed(load_verify_costs()) if r.key == spec.costs_key)
     data = {
         "key": record.key,
         "costs": list(record.costs),
         "step_ms": record.step_ms,
+        "others_busy": record.others_busy,
         "saved_to": str(verify_costs_path()),
     }
     if args.json:

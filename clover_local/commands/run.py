@@ -103,7 +103,7 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     summary = pooling_summary(plan)
     if summary:
         said = (summary, *said)
-    return replace(opened, notices=(*said, *opened.notices, *([measured] if measured else [])))
+    return replace(opened, notices=(*said, *opened.notices, *([measured.notice] if measured else [])))
 
 
 def run(args: argparse.Namespace) -> int:

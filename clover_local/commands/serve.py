@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None
     opened = open_launch(launch, on_log=on_log)
     measured = measure_verify_costs(opened)
-    for notice in (*opened.notices, *([measured] if measured else [])):
+    for notice in (*opened.notices, *([measured.notice] if measured else [])):
         print(f"note: {notice}", file=sys.stderr)
     plan = opened.plan
     extra_hosts = [*args.allowed_host, *os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")]

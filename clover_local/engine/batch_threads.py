@@ -51,7 +51,7 @@ class LoadThreads:
         self.threads_batch = threads_batch
         self._sample = sample
         self._clock = clock
-        self._n_cpus = n_cpus or psutil.cpu_count(logical=True) or 1
+        self.n_cpus = n_cpus or psutil.cpu_count(logical=True) or 1
         self._pinned = False
         self._last = sample()
         self.current = (threads, threads_batch)
@@ -65,7 +65,7 @@ class LoadThreads:
             return self.current
         now = self._sample()
         wanted = threads_for_load(
-            self.threads, self.threads_batch, self._n_cpus, others_busy_cores(self._last, now)
+            self.threads, self.threads_batch, self.n_cpus, others_busy_cores(self._last, now)
         )
         self._last = now
         self._set(wanted)

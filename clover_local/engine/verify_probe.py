@@ -7,17 +7,27 @@ steps, on another 8, and a GPU hardly notices it. So the engine times it itself,
 plain step and batches of 2 to ``n_max + 1`` tokens after the same context, interleaved over a few rounds,
 the fastest round of each kept. Batches are timed on the decode threads, what they get whenever other programs
 are busy (``engine.batch_threads``): on an idle machine they get more cores and cost less, so the table is a
-bound that holds under load, and a busy machine at the first load does not leave a table of stalls behind
-(batch threads that fill every core stall when another program wants one). The result is stored with the machine's speed records (``measure.records``) and then used as a
-fixed number: drafting never reads a clock while it generates, so the same request gives the same text
-whatever the machine's load, and another machine gets its own costs.
+bound that holds under load.
+
+A table is kept only when the machine was quiet while it was measured: when the other programs' CPU use
+(``detect.cpu_load``) during the probe would have taken a thread away (``plan.threads.threads_for_load``), the
+probe's threads spun against them, every batch and the plain step stalled, and their ratios say nothing about
+this machine (measured beside other work on a 2-core VM: a plain step of 418 ms where 10 ms is the machine's,
+a 2-token batch at 1.07 steps where it costs 1.75, so every short draft looked free and speculation cost 15%).
+Such a measurement is dropped and taken again at a later load. A kept one is stored with the machine's speed
+records (``measure.records``) and then used as a fixed number: drafting never reads a clock while it
+generates, so the same request gives the same text whatever the machine's load, and another machine gets its
+own costs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from clover_local.detect.cpu_load import CpuSample, others_busy_cores, sample_cpu
+from clover_local.plan.threads import threads_for_load
 
 if TYPE_CHECKING:
     from clover_local.engine.embedded import EmbeddedEngine
@@ -41,6 +51,10 @@ class MeasuredCosts:
     step_ms: float
     """One plain decoding step, milliseconds (median)."""
     rounds: int
+    others_busy: float = 0.0
+    """Cores' worth of CPU the other programs used while it was measured (``detect.cpu_load``)."""
+    quiet: bool = True
+    """Whether they left the probe's threads their cores: only a quiet measurement is kept and used."""
 
     @property
     def ceiling(self) -> float:
@@ -79,17 +93,35 @@ def costs_from_times(times: Mapping[int, Sequence[float]], n_max_batch: int) -> 
     return tuple(out)
 
 
+def measured_quietly(others_busy: float, threads: int, n_cpus: int) -> bool:
+    """Whether ``threads`` pinned threads had their cores while the other programs used ``others_busy`` cores of
+    ``n_cpus``: the load would have left them every one (the engine's own rule, ``threads_for_load``)."""
+    return threads_for_load(threads, threads, n_cpus, others_busy) == (threads, threads)
+
+
 def measure_batch_costs(
-    engine: EmbeddedEngine, n_max_batch: int, *, rounds: int = ROUNDS, budget_s: float = BUDGET_S
+    engine: EmbeddedEngine,
+    n_max_batch: int,
+    *,
+    rounds: int = ROUNDS,
+    budget_s: float = BUDGET_S,
+    sample: Callable[[], CpuSample] | None = None,
 ) -> MeasuredCosts:
     """Time a plain step and verification batches of up to ``n_max_batch`` tokens on ``engine`` (its cache is
-    empty afterwards), and return the cost table."""
+    empty afterwards), and return the cost table with how busy the other programs kept the CPU meanwhile
+    (``sample``: the CPU's counters, read before and after; ``detect.cpu_load.sample_cpu`` unless given)."""
     tokens = engine.tokenize(CONTEXT_TEXT, add_special=True)
     context = tokens[: min(CONTEXT_TOKENS, max(1, engine.n_ctx - n_max_batch - 2))]
+    read = sample or sample_cpu
+    before = read()
     times = engine.time_batches(context, probe_sizes(n_max_batch), rounds, budget_s)
+    others = others_busy_cores(before, read())
     done = min(len(ts) for ts in times.values())
+    threads = engine.threads
     return MeasuredCosts(
         costs=costs_from_times(times, n_max_batch),
         step_ms=round(min(times[1]) * 1000, 3),
         rounds=done,
+        others_busy=round(others, 2),
+        quiet=measured_quietly(others, threads.threads, threads.n_cpus),
     )

@@ -114,8 +114,15 @@ def load_verify_costs(path: Path | None = None) -> list[VerifyCostRecord]:
     for item in raw if isinstance(raw, list) else []:
         try:
             costs = tuple(float(c) for c in item["costs"])
+            others = item.get("others_busy")
             out.append(
-                VerifyCostRecord(str(item["key"]), costs, float(item["step_ms"]), str(item.get("when", "")))
+                VerifyCostRecord(
+                    str(item["key"]),
+                    costs,
+                    float(item["step_ms"]),
+                    str(item.get("when", "")),
+                    None if others is None else float(others),
+                )
             )
         except (TypeError, KeyError, ValueError):
             continue

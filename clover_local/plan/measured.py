@@ -93,6 +93,9 @@ class VerifyCostRecord:
     """``costs[m - 1]``: a batch of ``m`` tokens relative to one plain decoding step."""
     step_ms: float
     when: str = ""
+    others_busy: float | None = None
+    """Cores' worth of CPU other programs used while it was measured; None: measured before the probe looked
+    (such a table may be one of stalls, and is measured again)."""
 
 
 def verify_costs_key(
@@ -116,8 +119,14 @@ def verify_costs_key(
 def measured_verify_costs(
     records: Sequence[VerifyCostRecord], key: str, n_max_batch: int
 ) -> VerifyCostRecord | None:
-    """The latest table measured for ``key`` that covers batches of up to ``n_max_batch`` tokens."""
+    """The latest table measured for ``key`` that covers batches of up to ``n_max_batch`` tokens, among those
+    measured while the probe looked at the load (``engine.verify_probe`` keeps only quiet ones)."""
     for record in reversed(records):
-        if record.key == key and len(record.costs) >= n_max_batch and record.costs[:1] == (1.0,):
+        if (
+            record.key == key
+            and record.others_busy is not None
+            and len(record.costs) >= n_max_batch
+            and record.costs[:1] == (1.0,)
+        ):
             return record
     return None

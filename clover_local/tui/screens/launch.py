@@ -130,7 +130,7 @@ class LaunchScreen(Screen[OpenedEngine | None]):
             loaded = open_launch(launch, progress=progress)
             measured = measure_verify_costs(loaded)
             if measured:
-                loaded = replace(loaded, notices=(*loaded.notices, measured))
+                loaded = replace(loaded, notices=(*loaded.notices, measured.notice))
         except CloverError as exc:
             self.post_message(LaunchScreen.Ready(None, str(exc)))
             return
