@@ -6,6 +6,15 @@ For each N, every configuration gets N different chat requests at once (greedy, 
 Figures per configuration: aggregate tokens/s (all completion tokens over the wall time from the first send to
 the last reply's end; median over rounds) and each request's time to first token, p50 and p99 over all rounds.
 Ratios are against upstream ``llama-server -np N`` at the same N.
+
+``serve`` runs as its own process (``clover-local serve``, as a person runs it), never inside the benchmark:
+the clients' own Python (parsing four streams of events) would otherwise share the server's interpreter and
+cores, which upstream llama-server, a process of its own, never pays (measured on 2 cores with a tiny model:
+1238 tokens/s in the benchmark's process, against 2000 for the engine without HTTP).
+
+Then one request alone (issue 30: slots must not slow it down): ``serve`` with its default slots beside
+``serve`` with one slot (what it was before slots), on each engine, for a story (nothing to copy) and a code
+rename (what speculation is for), rounds interleaved; decode tokens/s (after the first token), medians.
 """
 
 from __future__ import annotations
@@ -13,12 +22,15 @@ from __future__ import annotations
 import http.client
 import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 TOPICS = (
     "a lighthouse",
@@ -42,13 +54,13 @@ class Target:
     """(wall seconds, completion tokens, time to first token of each request) per round."""
 
 
-def _stream_chat(target: Target, topic: str, max_tokens: int, started: float) -> tuple[int, float]:
+def _stream_chat(target: Target, content: str, max_tokens: int, started: float) -> tuple[int, float]:
     """One streamed chat request: its completion tokens and its time to first token (from ``started``)."""
     host, port = target.url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=900)
     body = {
         "model": target.model,
-        "messages": [{"role": "user", "content": f"Write a short story about {topic}."}],
+        "messages": [{"role": "user", "content": content}],
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
@@ -82,12 +94,64 @@ def _stream_chat(target: Target, topic: str, max_tokens: int, started: float) ->
     return tokens, ttft
 
 
+@contextmanager
+def serve_process(args: Any, model: str, engine: str, parallel: int | None) -> Iterator[tuple[str, str]]:
+    """``clover-local serve`` in a process of its own (its default slots when ``parallel`` is None): its URL and
+    the model name it serves, once ``/health`` answers; stopped on exit."""
+    from clover_local.llamacpp.server import free_port
+
+    port = free_port()
+    argv = [sys.executable, "-m", "clover_local", "serve", "--model", model, "--engine", engine]
+    argv += ["--port", str(port), "--ctx", str(args.ctx)]
+    argv += ["--parallel", str(parallel)] if parallel is not None else []
+    argv += ["--preset", args.preset] if getattr(args, "preset", None) else []
+    argv += ["--threads", str(args.threads)] if getattr(args, "threads", None) else []
+    argv += ["--llama-server", args.llama_server] if getattr(args, "llama_server", None) else []
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    try:
+        model_id = _wait_until_serving(proc, port, log)
+        yield f"http://127.0.0.1:{port}", model_id
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _wait_until_serving(
+    proc: subprocess.Popen[bytes], port: int, log: IO[bytes], timeout_s: float = 600.0
+) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            log.seek(0)
+            err = log.read().decode(errors="replace")
+            raise SystemExit(f"clover-local serve exited ({proc.returncode}):\n{err[-2000:]}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/v1/models")
+            resp = conn.getresponse()
+            body = resp.read()
+            conn.close()
+            if resp.status == 200:
+                return str(json.loads(body)["data"][0]["id"])
+        except (OSError, http.client.HTTPException):
+            pass
+        time.sleep(0.25)
+    raise SystemExit(f"clover-local serve did not answer on port {port} within {timeout_s:.0f} s")
+
+
 def one_round(target: Target, n: int, max_tokens: int) -> None:
     results: list[tuple[int, float]] = [(0, float("nan"))] * n
     started = time.perf_counter()
 
     def ask(i: int) -> None:
-        results[i] = _stream_chat(target, TOPICS[i % len(TOPICS)], max_tokens, started)
+        topic = TOPICS[i % len(TOPICS)]
+        results[i] = _stream_chat(target, f"Write a short story about {topic}.", max_tokens, started)
 
     threads = [threading.Thread(target=ask, args=(i,)) for i in range(n)]
     for t in threads:
@@ -127,11 +191,9 @@ def summarize(targets: list[Target]) -> list[dict[str, Any]]:
 
 def run_concurrency(args: Any, model: str, levels: list[int]) -> dict[str, Any]:
     """Open, for each N, upstream ``llama-server -np N`` and ``serve`` with N slots on each engine; measure."""
-    from clover_local.launch import LaunchRequest, decide_launch, open_launch
+    from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.llamacpp.binary import find_llama_server
     from clover_local.llamacpp.server import start_llama_server
-    from clover_local.serve.api import ApiConfig
-    from clover_local.serve.runner import BackgroundServer
 
     binary = find_llama_server(getattr(args, "llama_server", None))
     report: dict[str, Any] = {
@@ -165,10 +227,10 @@ def run_concurrency(args: Any, model: str, levels: list[int]) -> dict[str, Any]:
                 stack.callback(upstream.stop)
                 targets.append(Target(f"upstream llama-server -np {n}", upstream.url, upstream.api_key))
             for engine, launch in launches.items():
-                opened = open_launch(launch)
-                stack.callback(opened.engine.close)
-                server = stack.enter_context(BackgroundServer(opened.engine, ApiConfig("bench-model")))
-                targets.append(Target(f"serve --engine {engine} ({launch.plan.parallel} slots)", server.url))
+                url, model_id = stack.enter_context(serve_process(args, model, engine, n))
+                targets.append(
+                    Target(f"serve --engine {engine} ({launch.plan.parallel} slots)", url, model=model_id)
+                )
             for t in targets:  # warm-up
                 one_round(t, 1, 8)
                 t.rounds.clear()
@@ -181,6 +243,85 @@ def run_concurrency(args: Any, model: str, levels: list[int]) -> dict[str, Any]:
                     f"N={n} {row['name']}: {row['aggregate_tps']:.1f} tokens/s", file=sys.stderr, flush=True
                 )
     return report
+
+
+def lone_prompts() -> dict[str, str]:
+    from clover_local.testing.serve_bench import ORDERS_SOURCE
+
+    return {
+        "story": "Write a short story about a lighthouse.",
+        "code rename": (
+            f"Original file:\n```python\n{ORDERS_SOURCE}```\n\nWrite the same file after renaming Order to "
+            "Invoice."
+        ),
+    }
+
+
+def run_lone(args: Any, model: str) -> list[dict[str, Any]]:
+    """One request at a time: ``serve`` with its default slots beside ``serve`` with one, on each engine."""
+    from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.llamacpp.binary import find_llama_server
+
+    binary = find_llama_server(getattr(args, "llama_server", None))
+    engines = ["embedded", *(["llama-server"] if binary is not None else [])]
+    prompts = lone_prompts()
+    rows: list[dict[str, Any]] = []
+    with ExitStack() as stack:
+        targets: dict[tuple[str, str], Target] = {}
+        for engine in engines:
+            for slots, parallel in (("1 slot", 1), ("default", None)):
+                request = LaunchRequest(
+                    preset=args.preset,
+                    model=model,
+                    ctx=args.ctx,
+                    parallel=parallel,
+                    engine=engine,
+                    threads=args.threads,
+                    describe=False,
+                )
+                launch = decide_launch(request)
+                url, model_id = stack.enter_context(serve_process(args, model, engine, parallel))
+                label = f"{launch.plan.parallel} slots" if parallel is None else slots
+                targets[(engine, slots)] = Target(f"serve --engine {engine} ({label})", url, model=model_id)
+        speeds: dict[tuple[str, str, str], list[float]] = {}
+        for t in targets.values():  # warm-up
+            _stream_chat(t, "Hello.", 8, time.perf_counter())
+        for _ in range(args.rounds):
+            for prompt, content in prompts.items():
+                for (engine, slots), t in targets.items():
+                    started = time.perf_counter()
+                    tokens, ttft = _stream_chat(t, content, args.max_tokens, started)
+                    decode_s = time.perf_counter() - started - ttft
+                    if tokens > 1 and decode_s > 0:
+                        speeds.setdefault((engine, prompt, slots), []).append((tokens - 1) / decode_s)
+        for engine in engines:
+            for prompt in prompts:
+                one = statistics.median(speeds[(engine, prompt, "1 slot")])
+                default = statistics.median(speeds[(engine, prompt, "default")])
+                rows.append(
+                    {
+                        "engine": engine,
+                        "prompt": prompt,
+                        "default_name": targets[(engine, "default")].name,
+                        "one_slot_tps": one,
+                        "default_tps": default,
+                        "ratio": default / one,
+                    }
+                )
+                print(
+                    f"lone {engine} {prompt}: {default:.1f} / {one:.1f} tokens/s", file=sys.stderr, flush=True
+                )
+    return rows
+
+
+def print_lone(rows: list[dict[str, Any]]) -> None:
+    print("\none request alone: serve with its default slots / serve with one slot (decode tokens/s)")
+    print(f"{'engine':<13} {'prompt':<12} {'default slots':>14} {'1 slot':>8} {'ratio':>6}")
+    for r in rows:
+        print(
+            f"{r['engine']:<13} {r['prompt']:<12} {r['default_tps']:>14.1f} {r['one_slot_tps']:>8.1f}"
+            f" {r['ratio']:>5.2f}x"
+        )
 
 
 def print_report(report: dict[str, Any]) -> None:

@@ -173,14 +173,16 @@ def main() -> int:
 
     model = str(require_model(None if args.model else load_preset(args.preset), args.model))
     if args.concurrency:
-        from bench_concurrency import print_plot, print_report, run_concurrency
+        from bench_concurrency import print_lone, print_plot, print_report, run_concurrency, run_lone
 
         levels = [int(n) for n in args.concurrency.split(",") if n.strip()]
         report = run_concurrency(args, model, levels)
+        report["lone"] = run_lone(args, model)
         print(json.dumps(report, indent=2) if args.json else "", end="")
         if not args.json:
             print_report(report)
             print_plot(report)
+            print_lone(report["lone"])
         return 0
     plan = decide_launch(LaunchRequest(args.preset, model, ctx=args.ctx)).plan
     binary = find_llama_server()

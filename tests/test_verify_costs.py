@@ -155,14 +155,13 @@ def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(
 @pytest.mark.slow
 @pytest.mark.usefixtures("busy_cpu")
 def test_a_probe_beside_busy_programs_is_neither_kept_nor_used(tiny_models: dict[str, Path]) -> None:
-    from dataclasses import replace
-
     from clover_local.launch import LaunchRequest, decide_launch, measure_verify_costs, open_launch
 
-    asked = LaunchRequest(None, str(tiny_models["llama"]), ctx=512, engine="embedded", spec="ngram")
+    model = str(tiny_models["llama"])
+    asked = LaunchRequest(None, model, ctx=512, threads=2, engine="embedded", spec="ngram")
     launch = decide_launch(asked)
     model_costs = launch.plan.speculative.batch_costs
-    opened = open_launch(replace(launch, plan=replace(launch.plan, threads=2, threads_batch=2)))
+    opened = open_launch(launch)
     try:
         probe = measure_verify_costs(opened)
         assert probe is not None and not probe.kept

@@ -20,6 +20,13 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ctx", type=int, metavar="N", help="context size in tokens (default: decided)")
     parser.add_argument("--goal", choices=("quality", "speed"), default="quality", help="what to favour")
     parser.add_argument(
+        "--threads",
+        type=_positive,
+        metavar="N",
+        help="CPU threads at most (default: every physical core; the embedded engine uses fewer while other "
+        "programs keep the CPU busy)",
+    )
+    parser.add_argument(
         "--simulate",
         metavar="SPEC",
         help="plan for a described machine, e.g. ram=32G,gpu=nvidia:12G (see docs/detect.md)",
@@ -42,6 +49,16 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     add_spec_option(parser)
     add_force_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {number}")
+    return number
 
 
 def _slots(value: str) -> int:
