@@ -59,6 +59,29 @@ def test_the_guard_looks_at_most_every_quarter_second_and_switches_both_ways() -
         assert guard.current == (2, 2) and guard.before_step() == (2, 2)
 
 
+def test_a_look_that_began_while_the_engine_was_idle_decides_nothing() -> None:
+    """Between requests the engine does not look: a burst of other work then (a client writing its request, a
+    process exiting) must not take a thread from the next request; the quarter second after it decides."""
+    load = _Load()
+    applied: list[tuple[int, int]] = []
+    guard = LoadThreads(
+        lambda t, tb: applied.append((t, tb)), 2, 2, sample=load.sample, clock=lambda: load.now, n_cpus=2
+    )
+    load.busy = 1.5  # a burst while no request ran
+    load.advance(3.0)
+    load.busy = 0.0
+    assert guard.before_step() == (2, 2) and applied == []  # a window of 3 s: not a reading of now
+    load.advance(0.3)
+    assert guard.before_step() == (2, 2) and applied == []  # the fresh window was quiet
+    load.busy = 1.0  # busy from now on: the next fresh look takes a thread back
+    load.advance(0.3)
+    assert guard.before_step() == (1, 1) and applied == [(1, 1)]
+    load.advance(5.0)  # idle a long time while it stayed busy: keeps one thread until it looks again
+    assert guard.before_step() == (1, 1)
+    load.advance(0.3)
+    assert guard.before_step() == (1, 1) and applied == [(1, 1)]
+
+
 @pytest.mark.slow
 def test_busy_programs_on_every_core_take_the_threads_back() -> None:
     import psutil
