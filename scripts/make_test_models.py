@@ -8,6 +8,8 @@ Models go to ``$CLOVER_TEST_MODELS``, else ``<repo>/.models``.
 included) to ``PATH`` instead: ``scripts/make_test_models.py --kind dream --out /tmp/dream.gguf``.
 ``--kind qwen35moe-mtp --mtp embedded|sidecar --out PATH`` writes the tiny qwen35moe with a
 multi-token-prediction head in the file (``blk.<n_layer>.nextn.*``) or as ``mtp-<name>`` beside it.
+``--kind bench-hybrid --out PATH`` writes the benchmarks' random hybrid MoE, as slow per token as SmolLM2
+(``gguf_writer.bench_hybrid_spec``: 556 MB, not used by tests).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from pathlib import Path
 
 from clover_local.errors import CloverError
-from clover_local.testing.gguf_writer import default_spec, write_tiny_gguf
+from clover_local.testing.gguf_writer import bench_hybrid_spec, default_spec, write_tiny_gguf
 from clover_local.testing.models import (
     DIFFUSION_KINDS,
     TINY_KINDS,
@@ -37,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny-only", action="store_true", help="skip the real Gemma 3 270M")
     parser.add_argument(
-        "--kind", choices=(*TINY_KINDS, *DIFFUSION_KINDS, "qwen35moe-mtp"), help="write only this tiny model"
+        "--kind",
+        choices=(*TINY_KINDS, *DIFFUSION_KINDS, "qwen35moe-mtp", "bench-hybrid"),
+        help="write only this tiny model",
     )
     parser.add_argument("--out", type=Path, help="with --kind: the file to write")
     parser.add_argument("--weight-type", choices=("f16", "q8_0"), default="f16", help="with --kind")
@@ -56,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         print(_line(f"{args.kind} {args.mtp}", model, time.perf_counter() - t0))
         if side is not None:
             print(_line("  mtp sidecar", side, 0.0))
+        return 0
+    if args.kind == "bench-hybrid":
+        t0 = time.perf_counter()
+        write_tiny_gguf(bench_hybrid_spec(), args.out)
+        print(_line(args.kind, args.out, time.perf_counter() - t0))
         return 0
     if args.kind is not None:
         t0 = time.perf_counter()

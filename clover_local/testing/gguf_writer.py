@@ -101,6 +101,33 @@ def default_spec(kind: TinyKind, weight_type: WeightType = "f16") -> TinySpec:
     raise ValueError(f"unknown tiny model kind {kind!r}")
 
 
+def bench_hybrid_spec() -> TinySpec:
+    """A random-weight hybrid MoE (qwen35moe: Gated DeltaNet with every 4th layer full attention, 16 experts top
+    4 and a shared one, Clover's layout) as slow per token as SmolLM2 135M on a CPU (about 80 tokens/s on 2
+    cores, 556 MB at Q8_0), for benchmarks that want a hybrid model's row to be about the engines rather than
+    about the per-token overhead a tiny model's sub-millisecond steps magnify. Not used by tests."""
+    return TinySpec(
+        kind="qwen35moe",
+        n_layer=24,
+        n_embd=768,
+        n_head=12,
+        n_head_kv=2,
+        head_dim=64,
+        n_rot=32,
+        n_ff=2048,
+        n_expert=16,
+        n_expert_used=4,
+        n_ff_exp=512,
+        n_ff_shexp=512,
+        full_attention_interval=4,
+        ssm_state=64,
+        ssm_k_heads=4,
+        ssm_v_heads=8,
+        weight_type="q8_0",
+        n_word_pieces=4000,
+    )
+
+
 class _Weights:
     """Seeded random tensors in numpy order, typed for the file (norms and SSM scalars stay F32)."""
 
