@@ -94,6 +94,22 @@ def _stream_chat(target: Target, content: str, max_tokens: int, started: float) 
     return tokens, ttft
 
 
+def _launch(args: Any, model: str, engine: str, parallel: int | None) -> Any:
+    """The launch ``serve`` decides for these options (its default slots when ``parallel`` is None)."""
+    from clover_local.launch import LaunchRequest, decide_launch
+
+    request = LaunchRequest(
+        preset=args.preset,
+        model=model,
+        ctx=args.ctx,
+        parallel=parallel,
+        engine=engine,
+        threads=args.threads,
+        describe=False,
+    )
+    return decide_launch(request)
+
+
 @contextmanager
 def serve_process(args: Any, model: str, engine: str, parallel: int | None) -> Iterator[tuple[str, str]]:
     """``clover-local serve`` in a process of its own (its default slots when ``parallel`` is None): its URL and
@@ -191,7 +207,6 @@ def summarize(targets: list[Target]) -> list[dict[str, Any]]:
 
 def run_concurrency(args: Any, model: str, levels: list[int]) -> dict[str, Any]:
     """Open, for each N, upstream ``llama-server -np N`` and ``serve`` with N slots on each engine; measure."""
-    from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.llamacpp.binary import find_llama_server
     from clover_local.llamacpp.server import start_llama_server
 
@@ -208,16 +223,7 @@ def run_concurrency(args: Any, model: str, levels: list[int]) -> dict[str, Any]:
             engines = ["embedded", *(["llama-server"] if binary is not None else [])]
             launches = {}
             for engine in engines:
-                request = LaunchRequest(
-                    preset=args.preset,
-                    model=model,
-                    ctx=args.ctx,
-                    parallel=n,
-                    engine=engine,
-                    threads=args.threads,
-                    describe=False,
-                )
-                launches[engine] = decide_launch(request)
+                launches[engine] = _launch(args, model, engine, n)
             plan = launches["embedded"].plan
             report["threads"] = plan.threads
             if binary is not None:
@@ -259,7 +265,6 @@ def lone_prompts() -> dict[str, str]:
 
 def run_lone(args: Any, model: str) -> list[dict[str, Any]]:
     """One request at a time: ``serve`` with its default slots beside ``serve`` with one, on each engine."""
-    from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.llamacpp.binary import find_llama_server
 
     binary = find_llama_server(getattr(args, "llama_server", None))
@@ -270,16 +275,7 @@ def run_lone(args: Any, model: str) -> list[dict[str, Any]]:
         targets: dict[tuple[str, str], Target] = {}
         for engine in engines:
             for slots, parallel in (("1 slot", 1), ("default", None)):
-                request = LaunchRequest(
-                    preset=args.preset,
-                    model=model,
-                    ctx=args.ctx,
-                    parallel=parallel,
-                    engine=engine,
-                    threads=args.threads,
-                    describe=False,
-                )
-                launch = decide_launch(request)
+                launch = _launch(args, model, engine, parallel)
                 url, model_id = stack.enter_context(serve_process(args, model, engine, parallel))
                 label = f"{launch.plan.parallel} slots" if parallel is None else slots
                 targets[(engine, slots)] = Target(f"serve --engine {engine} ({label})", url, model=model_id)

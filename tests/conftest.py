@@ -3,7 +3,7 @@ nothing touches the person's real config, data or models."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +12,7 @@ import pytest
 if TYPE_CHECKING:
     from hub_server import HubServer
 
+    from clover_local.detect.cpu_load import CpuSample
     from clover_local.engine.types import ChatEngine
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -128,3 +129,33 @@ def any_speed_engine(request: pytest.FixtureRequest) -> ChatEngine:
         engine: ChatEngine = request.getfixturevalue("gemma_engine")
         return engine
     return ScriptedEngine(delay_s=0.0 if request.param == "instant" else SLOW_TOKEN_S)
+
+
+def _cpu_counters(others_busy: float) -> Callable[[], CpuSample]:
+    """CPU counters in which the other programs keep ``others_busy`` cores busy, whatever the machine running
+    the test is doing."""
+    import time
+
+    from clover_local.detect.cpu_load import CpuSample
+
+    def sample() -> CpuSample:
+        now = time.monotonic()
+        return CpuSample(now, busy_s=others_busy * now, mine_s=0.0)
+
+    return sample
+
+
+@pytest.fixture
+def quiet_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verification-cost probe sees no other program on the CPU: it keeps what it measures, however busy
+    the machine running the tests is (``engine.verify_probe`` drops a table measured beside busy programs)."""
+    monkeypatch.setattr("clover_local.engine.verify_probe.sample_cpu", _cpu_counters(0.0))
+
+
+@pytest.fixture
+def busy_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verification-cost probe sees other programs keeping every core of this machine busy."""
+    import psutil
+
+    cores = float(psutil.cpu_count(logical=True) or 1)
+    monkeypatch.setattr("clover_local.engine.verify_probe.sample_cpu", _cpu_counters(cores))

@@ -128,6 +128,7 @@ def test_after_an_out_of_memory_load_the_shown_command_is_what_loaded() -> None:
         opened.engine.close()
 
 
+@pytest.mark.usefixtures("quiet_cpu")
 def test_bench_verbs_name_what_the_old_flags_did(capsys: pytest.CaptureFixture[str]) -> None:
     """``bench`` is verbs (engines, spec-modes, verify-costs, llama-bench, show) with one default model; the older
     flags still name the same verbs."""

@@ -3,43 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
-from clover_local.detect.cpu_load import CpuSample
 from clover_local.engine.verify_probe import costs_from_times, measured_quietly, probe_sizes
 from clover_local.measure.records import add_verify_costs, load_verify_costs, verify_costs_path
 from clover_local.plan.measured import VerifyCostRecord, measured_verify_costs
-
-
-def _cpu_counters(others_busy: float) -> Callable[[], CpuSample]:
-    """CPU counters in which the other programs keep ``others_busy`` cores busy, whatever the machine running
-    the test is doing (so the probe's keep-or-drop decision does not depend on the load of this machine)."""
-    import time
-
-    def sample() -> CpuSample:
-        now = time.monotonic()
-        return CpuSample(now, busy_s=others_busy * now, mine_s=0.0)
-
-    return sample
-
-
-@pytest.fixture
-def quiet_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The probe sees no other program on the CPU."""
-    monkeypatch.setattr("clover_local.engine.verify_probe.sample_cpu", _cpu_counters(0.0))
-
-
-@pytest.fixture
-def busy_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The probe sees other programs keeping every core of this machine busy."""
-    import psutil
-
-    cores = float(psutil.cpu_count(logical=True) or 1)
-    monkeypatch.setattr("clover_local.engine.verify_probe.sample_cpu", _cpu_counters(cores))
 
 
 def test_a_probe_is_quiet_only_when_the_load_leaves_its_threads_every_core() -> None:
