@@ -33,8 +33,9 @@ CHECK_EVERY_S = 0.25
 STALE_AFTER_S = 1.0
 """A look longer ago than this began while the engine was idle (between requests): what other programs did then
 (the client writing its request, a process exiting) says little about the next steps, so the guard keeps its
-threads and decides on a fresh window (measured: dropping to one thread for the first quarter second of every
-request, after a llama-server had run in between, cost 6-7% of a 128-token reply on 2 cores)."""
+threads and decides on a fresh window (seen in the speculation benchmark: every request, after a llama-server had
+run in between, dropped to one thread for its first quarter second and back, about 20 of a 128-token reply's
+tokens at two thirds of the speed, some 6% of its time on 2 cores)."""
 
 
 class LoadThreads:
