@@ -51,9 +51,9 @@ class MeasuredCosts:
     step_ms: float
     """One plain decoding step, milliseconds (median)."""
     rounds: int
-    others_busy: float = 0.0
+    others_busy: float
     """Cores' worth of CPU the other programs used while it was measured (``detect.cpu_load``)."""
-    quiet: bool = True
+    quiet: bool
     """Whether they left the probe's threads their cores: only a quiet measurement is kept and used."""
 
     @property
