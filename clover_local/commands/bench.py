@@ -47,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--rounds", type=int, default=3, metavar="N", help="runs per engine and workload (3)")
     parser.add_argument("--max-tokens", type=int, default=256, metavar="N", help="tokens per reply (256)")
     parser.add_argument("--ctx", type=int, default=2048, metavar="N", help="context size (2048)")
-    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: physical cores)")
+    from clover_local.commands.options import add_threads_option
+
+    add_threads_option(parser, "CPU threads (default: physical cores)")
     parser.add_argument("--workloads", default="code_rewrite,summary,free_chat", help="comma-separated")
     parser.add_argument("--engines", default="a,b,c,d", help="comma-separated subset of a,b,c,d")
     parser.add_argument("--json", action="store_true", help="print the whole report as JSON")

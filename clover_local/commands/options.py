@@ -19,12 +19,10 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quant", default="auto", metavar="auto|Q4_K_M|Q8_0", help="quant (default: auto)")
     parser.add_argument("--ctx", type=int, metavar="N", help="context size in tokens (default: decided)")
     parser.add_argument("--goal", choices=("quality", "speed"), default="quality", help="what to favour")
-    parser.add_argument(
-        "--threads",
-        type=_positive,
-        metavar="N",
-        help="CPU threads at most (default: every physical core; the embedded engine uses fewer while other "
-        "programs keep the CPU busy)",
+    add_threads_option(
+        parser,
+        "CPU threads at most (default: every physical core; the embedded engine uses fewer while other programs "
+        "keep the CPU busy)",
     )
     parser.add_argument(
         "--simulate",
@@ -49,6 +47,11 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     add_spec_option(parser)
     add_force_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_threads_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--threads N``, the same on every command that takes it: a whole number, 1 or more."""
+    parser.add_argument("--threads", type=_positive, metavar="N", help=help)
 
 
 def _positive(value: str) -> int:

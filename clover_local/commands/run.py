@@ -41,7 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     add_spec_option(parser)
     parser.add_argument("--ctx", type=int, metavar="N", help="context size in tokens (default: planned)")
-    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: planned)")
+    from clover_local.commands.options import add_threads_option
+
+    add_threads_option(parser, "CPU threads (default: planned)")
     parser.add_argument(
         "--template",
         metavar="NAME",

@@ -39,7 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         metavar="DEV1,DEV2",
         help="devices to lend, as llama.cpp names them (CUDA0, Vulkan1, CPU...; default: every GPU, else the CPU)",
     )
-    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads when lending the CPU")
+    from clover_local.commands.options import add_threads_option
+
+    add_threads_option(parser, "CPU threads when lending the CPU")
     parser.add_argument(
         "--cache", action="store_true", help="keep large weights in a local file cache (faster reloads)"
     )
