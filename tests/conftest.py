@@ -3,6 +3,7 @@ nothing touches the person's real config, data or models."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +17,14 @@ if TYPE_CHECKING:
     from clover_local.engine.types import ChatEngine
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# llama.cpp's CPU threads (OpenMP builds: llama-cpp-python's and the llama-server the tests build) wait for each
+# other at every operation by spinning. Tests simulate 2-core machines, so a llama-server child runs 2 threads;
+# beside one other busy program (CI's machine may still be busy) its spinning threads stall each other and the
+# suite took over four times as long (test_agents_generic.py: 125 s against more than 580 s beside one busy core).
+# Sleeping waits make the tests' speed follow the load without changing any result. Set before anything loads
+# libgomp (it reads this once), and inherited by every child the tests start. Benchmarks do not use it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(autouse=True)
