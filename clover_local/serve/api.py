@@ -250,19 +250,25 @@ class OpenAIServer:
         return JSONResponse(api.response(parsed, text, calls, finished.stats), headers=ignored_header(parsed))
 
     async def _stream(self, writer: adapters.EventWriter, request: GenerationRequest) -> AsyncIterator[str]:
-        for line in writer.start():
-            yield line
-        async for kind, payload in self._stream_events(request):
-            if kind == "text":
-                lines = writer.text(payload)
-            elif kind == "call":
-                lines = writer.call(payload)
-            elif kind == "done":
-                lines = writer.done(payload.stats)
-            else:
-                lines = writer.error(payload)
-            for line in lines:
-                yield line
+        """The reply's server-sent events, one write per wake-up of the loop: every event the engine made since
+        the last one (a verified draft gives several tokens at once; a busy loop finds several waiting) goes
+        out in one chunk, rather than one trip through the response and the socket per token."""
+        start = "".join(writer.start())
+        if start:
+            yield start
+        async for batch in self._stream_events(request):
+            chunk: list[str] = []
+            for kind, payload in batch:
+                if kind == "text":
+                    chunk += writer.text(payload)
+                elif kind == "call":
+                    chunk += writer.call(payload)
+                elif kind == "done":
+                    chunk += writer.done(payload.stats)
+                else:
+                    chunk += writer.error(payload)
+            if chunk:
+                yield "".join(chunk)
 
     def _fit_context(self, parsed: ParsedRequest) -> GenerationRequest:
         """Refuse a prompt the context cannot hold; cap max_tokens to what is left of it."""
@@ -296,9 +302,10 @@ class OpenAIServer:
 
     async def _events(
         self, request: GenerationRequest, cancel: threading.Event
-    ) -> AsyncIterator[GenerationEvent]:
-        """Run the engine in a thread and yield its events once a slot is free; the slot is freed only when
-        that thread ends, so a cancelled generation never overlaps the one given its slot."""
+    ) -> AsyncIterator[list[GenerationEvent]]:
+        """Run the engine in a thread once a slot is free and yield its events, as many at a time as it made
+        since the loop last looked; the slot is freed only when that thread ends, so a cancelled generation
+        never overlaps the one given its slot."""
         if not await self._wait_for_slot(cancel):
             return
         mailbox = _Mailbox(asyncio.get_running_loop())
@@ -322,12 +329,16 @@ class OpenAIServer:
             raise
         try:
             while True:
+                batch: list[GenerationEvent] = []
                 for item in await mailbox.take():
-                    if item is _END:
+                    if item is _END or isinstance(item, BaseException):
+                        if batch:
+                            yield batch  # what came before the end or the failure is delivered first
+                        if isinstance(item, BaseException):
+                            raise item
                         return
-                    if isinstance(item, BaseException):
-                        raise item
-                    yield item
+                    batch.append(item)
+                yield batch
         finally:
             deadline.cancel()
             cancel.set()  # no-op when finished; stops the engine when the client went away
@@ -372,33 +383,38 @@ class OpenAIServer:
         calls: list[ToolCall] = []
         finished: Finished | None = None
         try:
-            async for event in self._events(request, cancel):
-                if isinstance(event, TextDelta):
-                    parts.append(event.text)
-                elif isinstance(event, ToolCallMade):
-                    calls.append(event.call)
-                elif isinstance(event, Finished):
-                    finished = event
+            async for batch in self._events(request, cancel):
+                for event in batch:
+                    if isinstance(event, TextDelta):
+                        parts.append(event.text)
+                    elif isinstance(event, ToolCallMade):
+                        calls.append(event.call)
+                    elif isinstance(event, Finished):
+                        finished = event
         finally:
             watcher.cancel()
         if finished is None:
             raise CloverError("The engine ended without a result.")
         return "".join(parts), calls, finished
 
-    async def _stream_events(self, request: GenerationRequest) -> AsyncIterator[tuple[str, Any]]:
-        """("text", str) per delta, ("done", Finished) at the end, ("error", body) if the engine fails.
-        When the client disconnects, Starlette cancels this generator and ``_events`` sets the cancel event."""
+    async def _stream_events(self, request: GenerationRequest) -> AsyncIterator[list[tuple[str, Any]]]:
+        """Batches of ("text", str) per delta, ("call", ToolCallMade), ("done", Finished) at the end, and
+        ("error", body) if the engine fails. When the client disconnects, Starlette cancels this generator and
+        ``_events`` sets the cancel event."""
         cancel = threading.Event()
         try:
-            async for event in self._events(request, cancel):
-                if isinstance(event, TextDelta):
-                    yield "text", event.text
-                elif isinstance(event, ToolCallMade):
-                    yield "call", event
-                elif isinstance(event, Finished):
-                    yield "done", event
+            async for batch in self._events(request, cancel):
+                out: list[tuple[str, Any]] = []
+                for event in batch:
+                    if isinstance(event, TextDelta):
+                        out.append(("text", event.text))
+                    elif isinstance(event, ToolCallMade):
+                        out.append(("call", event))
+                    elif isinstance(event, Finished):
+                        out.append(("done", event))
+                yield out
         except REQUEST_ERRORS as exc:
-            yield "error", api_error(exc).body()
+            yield [("error", api_error(exc).body())]
 
 
 async def _cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
