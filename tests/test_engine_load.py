@@ -136,42 +136,48 @@ def test_importing_the_engine_package_does_not_import_llama_cpp() -> None:
     assert out.stdout.strip() == "False"
 
 
-def test_speculation_on_a_hybrid_model_allocates_rollback_snapshots() -> None:
+def test_a_hybrid_model_allocates_snapshots_for_a_drafter_head_and_none_for_ngram_drafts() -> None:
+    """What llama.cpp allocates is what the planner budgets (``plan.memory.recurrent_copies``): n-gram drafting
+    holds no snapshots in llama.cpp (one copy of the state, taken per draft in RAM, is counted beside it); the
+    settings an MTP head's drafts get hold one snapshot per drafted token."""
     from clover_local.plan.memory import recurrent_copies, rollback_snapshots
     from clover_local.plan.types import SpeculativePlan
 
+    path = tiny_model("qwen35moe")
+    arch = read_local_header(path).architecture
+    off = SpeculativePlan(enabled=False)
+    ngram = SpeculativePlan(enabled=True, n_max=8)
+    mtp = SpeculativePlan(enabled=True, n_max=8, mode="mtp")
     sizes = {}
-    for enabled in (False, True):
-        plan = SpeculativePlan(enabled=enabled, n_max=8)
-        settings = engine_settings(tiny_model("qwen35moe"), ctx=256, speculative=plan)
-        result = load_engine(tiny_model("qwen35moe"), settings, chat_template="completion", speculative=plan)
+    for name, plan, loaded_with in (("off", off, off), ("ngram", ngram, ngram), ("mtp", mtp, off)):
+        # The MTP settings are loaded without the head (the tiny model has none): only their snapshots matter.
+        settings = engine_settings(path, ctx=256, speculative=plan)
+        result = load_engine(path, settings, chat_template="completion", speculative=loaded_with)
         result.engine.close()
         line = next(ln for ln in result.load_log if "RS buffer size" in ln)
-        sizes[enabled] = float(line.split("=")[1].split()[0])
-    assert rollback_snapshots(SpeculativePlan(enabled=True, n_max=8)) == 9
-    # What llama.cpp allocated is what the planner budgets (plan.memory.recurrent_copies).
-    arch = read_local_header(tiny_model("qwen35moe")).architecture
-    copies = recurrent_copies(arch, SpeculativePlan(enabled=True, n_max=8))
-    assert copies == 10
-    assert sizes[True] == pytest.approx(sizes[False] * copies, rel=0.01)
-    assert sizes[False] * 2**20 == pytest.approx(arch.recurrent_state_bytes, abs=0.005 * 2**20)
+        sizes[name] = float(line.split("=")[1].split()[0])
+    assert (rollback_snapshots(ngram), rollback_snapshots(mtp)) == (0, 9)
+    assert sizes["ngram"] == pytest.approx(sizes["off"], rel=0.01)
+    assert recurrent_copies(arch, ngram) == 2  # the state and the copy a rejected draft is rolled back to
+    assert sizes["mtp"] == pytest.approx(sizes["off"] * recurrent_copies(arch, mtp), rel=0.01)
+    assert recurrent_copies(arch, mtp) == 10
+    assert sizes["off"] * 2**20 == pytest.approx(arch.recurrent_state_bytes, abs=0.005 * 2**20)
 
 
-def test_a_hybrid_model_without_the_snapshots_speculation_needs_is_refused_not_fixed() -> None:
-    """The loader changes no setting: settings made for no speculation, loaded with speculation on a hybrid
-    model, are an error that names what is short (the producer would have given the snapshots)."""
+def test_a_hybrid_model_without_the_snapshots_a_drafter_head_needs_is_refused_not_fixed() -> None:
+    """The loader changes no setting: settings made for no speculation, loaded for MTP drafting on a hybrid
+    model, are an error that names what is short (the producer would have given the snapshots); n-gram drafting
+    needs none of them."""
     from clover_local.plan.types import SpeculativePlan
 
     path = tiny_model("qwen35moe")
+    mtp = SpeculativePlan(enabled=True, mode="mtp")
     settings = engine_settings(path, ctx=256, speculative=SpeculativePlan(enabled=False))
+    settings["n_outputs_max_per_seq"] = 17  # short of snapshots only
     with pytest.raises(EngineError, match=r"n_rs_seq 0 \(needs 17\)") as info:
-        load_engine(path, settings, chat_template="completion", speculative=SpeculativePlan(enabled=True))
+        load_engine(path, settings, chat_template="completion", speculative=mtp)
     assert info.value.fix and "llama_settings" in info.value.fix
-    # The same settings rendered for the speculation load.
     loaded = load_engine(
-        path,
-        engine_settings(path, ctx=256, speculative=SpeculativePlan(enabled=True)),
-        chat_template="completion",
-        speculative=SpeculativePlan(enabled=True),
+        path, settings, chat_template="completion", speculative=SpeculativePlan(enabled=True)
     )
     loaded.engine.close()

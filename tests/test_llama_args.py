@@ -71,8 +71,9 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
         "split_mode": 1,
         "main_gpu": 0,
         "tensor_split": None,
-        # The embedded engine's own: Clover is hybrid and speculates up to 16 tokens (plan.llama_args)
-        "n_rs_seq": 17,
+        # The embedded engine's own: Clover is hybrid; its n-gram drafts are rolled back from a copy of the state,
+        # not through llama.cpp's snapshots (plan.memory.rollback_snapshots)
+        "n_rs_seq": 0,
         "n_outputs_max_per_seq": 17,
         "backend_sampling": True,
     }
@@ -238,17 +239,19 @@ def test_gemma_loads_with_the_kwargs_and_llama_cpp_agrees_with_the_memory_model(
     assert abs(ram.weights_bytes - describe_from_preset(preset, "Q4_K_M").file_bytes) <= arch.n_layers
 
 
-def test_a_hybrid_plan_that_speculates_gets_its_snapshots_and_batch_from_the_producer() -> None:
-    """The loader's old rules live in the settings table: a recurrent/hybrid model that speculates gets one
+def test_a_hybrid_plan_gets_snapshots_and_a_whole_verification_ubatch_only_for_a_drafter_head() -> None:
+    """The loader's rules live in the settings table: a recurrent/hybrid model whose MTP head drafts gets one
     rollback snapshot per drafted token and a ubatch that holds a whole verification, in argv and kwargs alike;
-    a plain model and a plan without speculation get neither."""
+    n-gram drafting (rolled back from a copy of the state, as llama-server does), a plain model and a plan
+    without speculation get neither."""
     from dataclasses import replace
 
     from clover_local.plan.llama_args import llama_settings
     from clover_local.plan.types import SpeculativePlan
 
-    plan = replace(clover_plan("gpu=nvidia:12G,ram=32G,cpu=8"), n_batch=4, n_ubatch=4)
-    assert plan.recurrent and plan.speculative.enabled
+    base = replace(clover_plan("gpu=nvidia:12G,ram=32G,cpu=8"), n_batch=4, n_ubatch=4)
+    assert base.recurrent and base.speculative.enabled and base.speculative.mode == "ngram"
+    plan = replace(base, speculative=replace(base.speculative, mode="mtp"))
     n_max = plan.speculative.n_max
     rendered = llama_settings(plan)
     kwargs, argv = rendered.kwargs(), rendered.argv()
@@ -258,6 +261,9 @@ def test_a_hybrid_plan_that_speculates_gets_its_snapshots_and_batch_from_the_pro
     assert argv[argv.index("-ub") + 1] == str(n_max + 2) and argv[argv.index("-b") + 1] == str(n_max + 2)
     assert "n_rs_seq" not in " ".join(argv)  # an embedded-only row: llama-server asks for its own snapshots
 
+    ngram = llama_settings(base).kwargs()
+    assert (ngram["n_rs_seq"], ngram["n_ubatch"], ngram["n_batch"]) == (0, 4, 4)
+    assert ngram["n_outputs_max_per_seq"] == n_max + 1  # a verified draft still has a row per token
     plain = llama_settings(replace(plan, recurrent=False)).kwargs()
     assert (plain["n_rs_seq"], plain["n_ubatch"], plain["n_batch"]) == (0, 4, 4)
     off = llama_settings(replace(plan, speculative=SpeculativePlan(enabled=False))).kwargs()
@@ -270,7 +276,7 @@ def test_the_command_shown_and_the_embedded_settings_agree_on_a_hybrid_model(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``clover-local command`` for the tiny hybrid model and the embedded launch of the same request: every
-    setting both engines take has the same value, and the embedded one carries the snapshots speculation needs."""
+    setting both engines take has the same value, and the embedded one asks for no snapshots for n-gram drafts."""
     import json
 
     from clover_local.cli import main
@@ -301,4 +307,4 @@ def test_the_command_shown_and_the_embedded_settings_agree_on_a_hybrid_model(
         f: str(kwargs[k]) for f, k in shared.items()
     }
     assert launch.plan.recurrent and launch.plan.speculative.enabled
-    assert kwargs["n_rs_seq"] == memory.rollback_snapshots(launch.plan.speculative) > 0
+    assert kwargs["n_rs_seq"] == memory.rollback_snapshots(launch.plan.speculative) == 0

@@ -111,6 +111,9 @@ def test_greedy_speculation_keeps_to_the_argmax_through_partial_rollbacks(
     assert stats.completion_tokens == 64
     prompt = prompt_of(tiny_engine, request)
     assert_plain_up_to_near_ties(tiny_engine, prompt, tokens)
+    # On the hybrid model the rejected tails were rolled back from a copy of the recurrent state.
+    assert (tiny_engine.drafts_rolled_back > 0) is tiny_engine.recurrent
+    assert not any("switched off" in n for n in tiny_engine.notices)
 
 
 def test_seeded_sampling_with_speculation_is_reproducible(tiny_engine: EmbeddedEngine) -> None:
@@ -218,13 +221,19 @@ def test_cancel_stops_within_a_token_even_mid_verification(tiny_engine: Embedded
     assert stats.accepted_tokens > 0
 
 
-def test_hybrid_model_without_snapshots_recovers_and_stops_speculating() -> None:
-    # Loaded without speculation, the context has no recurrent-state snapshots, so a partial rollback fails.
+def test_hybrid_model_whose_state_cannot_be_copied_recovers_and_stops_speculating(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a copy of the recurrent state to roll back to (llama.cpp could not write one), the first rejected
+    draft cannot be cut back: the engine evaluates the kept tokens again, turns drafting off and says so."""
+    from clover_local.engine.checkpoints import DraftRollback
+
+    monkeypatch.setattr(DraftRollback, "save", lambda self: False)
     result = load_engine(
         tiny_model("qwen35moe"),
-        engine_settings(tiny_model("qwen35moe"), ctx=512, speculative=NO_SPEC_8),
+        engine_settings(tiny_model("qwen35moe"), ctx=512, speculative=SPEC),
         chat_template="completion",
-        speculative=NO_SPEC_8,
+        speculative=SPEC,
     )
     engine = result.engine
     request = GenerationRequest(prompt=PROMPT, max_tokens=40, temperature=0)
@@ -237,6 +246,7 @@ def test_hybrid_model_without_snapshots_recovers_and_stops_speculating() -> None
         assert_plain_up_to_near_ties(engine, prompt_of(engine, request), emitted(picks.last, stats))
     finally:
         engine.close()
+    assert engine.drafts_rolled_back == 0
     assert any("switched off" in n for n in engine.notices)
 
 

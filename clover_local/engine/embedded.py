@@ -4,8 +4,11 @@ self-speculative (n-gram) decoding.
 One generation step either decodes the last token alone, or decodes it together with a drafted continuation
 and keeps the longest drafted prefix the model agrees with, plus the model's own next token. Logits are
 requested only for the positions being verified, so memory stays O(draft x vocab). Rejected positions are
-removed from the KV cache (and, on recurrent/hybrid models, rolled back through llama.cpp's recurrent-state
-snapshots, ``n_rs_seq``). The KV cache of the previous turn is reused for the shared prefix of the next prompt.
+removed from the KV cache. On recurrent/hybrid models an n-gram draft is rolled back as llama-server does it: the
+sequence's recurrent state is copied before the batch and, when part of the draft is rejected, put back and the
+kept tokens evaluated again (``engine.checkpoints.DraftRollback``); the MTP head uses llama.cpp's recurrent-state
+snapshots (``n_rs_seq``) instead. The KV cache of the previous turn is reused for the shared prefix of the next
+prompt.
 
 With several slots (``plan.parallel``, llama.cpp's ``n_seq_max``) requests run at once: ``engine.scheduler``
 decodes every active sequence's next token in one batch, each in its own slot and with its own sampler
@@ -26,7 +29,7 @@ from llama_cpp import llama_cpp as C
 
 from clover_local.engine import grammar, templates, toolcalls
 from clover_local.engine.batch_threads import LoadThreads
-from clover_local.engine.checkpoints import TAIL_TOKENS, Checkpoints
+from clover_local.engine.checkpoints import TAIL_TOKENS, Checkpoints, DraftRollback
 from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
 from clover_local.engine.scheduler import SlotScheduler
@@ -126,6 +129,12 @@ class EmbeddedEngine:
         checkpoints = parts.ctx_checkpoints if parts.recurrent and self._mtp is None else 0
         self._checkpoints = [Checkpoints(parts.ctx, checkpoints, slot.seq) for slot in self._slots]
         """Each slot's recurrent state at prompt positions, restored when its next prompt shares them."""
+        keeps_snapshots = int(C.llama_n_rs_seq(parts.ctx)) > 0
+        self._rollbacks = [
+            DraftRollback(parts.ctx, slot.seq) if parts.recurrent and not keeps_snapshots else None
+            for slot in self._slots
+        ]
+        """On a recurrent model without llama.cpp's snapshots: each slot's state kept while a draft is verified."""
         self.drafter_factory: Callable[[SpeculativePlan], Drafter] = default_drafter
         """Makes the drafter for each generation (tests swap in drafters that guess on purpose)."""
 
@@ -171,6 +180,11 @@ class EmbeddedEngine:
     def recurrent(self) -> bool:
         """The model keeps a recurrent state (Mamba, Gated DeltaNet...), alone or beside attention."""
         return self._parts.recurrent
+
+    @property
+    def drafts_rolled_back(self) -> int:
+        """Drafts rejected in part and rolled back from a copy of the recurrent state (tests, benchmarks)."""
+        return sum(r.restored for r in self._rollbacks if r is not None)
 
     @property
     def speculative(self) -> SpeculativePlan:
@@ -443,6 +457,9 @@ class EmbeddedEngine:
         """Decode ``last`` + ``draft`` in one batch; return the accepted drafted tokens plus the model's next."""
         kv = slot.kv
         batch = [last, *draft]
+        rollback = self._rollbacks[slot.seq]
+        if rollback is not None and not rollback.save():
+            rollback = None  # no copy: a rejection then finds seq_rm refused (_recover_from_failed_rollback)
         self._decode(batch, base, all_logits=True, seq=slot.seq)
         kv.extend(batch)
         n_rows = len(batch)
@@ -455,12 +472,23 @@ class EmbeddedEngine:
             break
         n_keep = base + len(new)
         if n_keep < len(kv):
-            if not C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
+            if rollback is not None:
+                self._replay(slot, rollback, base, batch[: len(new)])
+            elif not C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
                 self._recover_from_failed_rollback(slot, n_keep)
             del kv[n_keep:]
             if self._mtp is not None:
                 self._mtp.truncate(n_keep)
         return new
+
+    def _replay(self, slot: Slot, rollback: DraftRollback, base: int, kept: list[int]) -> None:
+        """Part of a draft was rejected on a recurrent model without snapshots: put back the state from before the
+        batch, drop the batch's attention cells, and evaluate the kept tokens again (their logits were already
+        used: only the state they leave matters)."""
+        if not rollback.restore() or not C.llama_memory_seq_rm(self._mem, slot.seq, base, -1):
+            self._recover_from_failed_rollback(slot, base + len(kept))
+            return
+        self._decode(kept, base, all_logits=False, seq=slot.seq)
 
     def _recover_from_failed_rollback(self, slot: Slot, n_keep: int) -> None:
         """llama.cpp could not drop the rejected draft (a recurrent state without snapshots): rebuild the cache
@@ -528,12 +556,14 @@ class EmbeddedEngine:
         """Seconds llama.cpp takes to evaluate a batch of ``m`` tokens with logits on every row (what verifying
         ``m - 1`` drafted tokens costs) after ``context``, for each ``m`` in ``sizes``, interleaved over
         ``rounds`` (fewer once ``budget_s`` is spent, never fewer than two), with batches on the planned decode
-        threads whatever the load (the table is a ratio of batch to one-token cost on the same threads).
+        threads whatever the load (the table is a ratio of batch to one-token cost on the same threads). On a
+        recurrent model without snapshots a batch includes copying the state it would be rolled back to.
         The cache is empty afterwards."""
         self.reset_cache()
         base = len(context)
         times: dict[int, list[float]] = {m: [] for m in sizes}
         follow = list(context[: max(sizes)]) or [self._bos]
+        rollback = self._rollbacks[0]
         started = time.perf_counter()
         try:
             with self.threads.pinned(self.threads.threads):
@@ -544,6 +574,8 @@ class EmbeddedEngine:
                     for m in sizes:
                         batch = (follow * (m // len(follow) + 1))[:m]
                         t0 = time.perf_counter()
+                        if m > 1 and rollback is not None:
+                            rollback.save()  # part of verifying a draft on this engine
                         self._decode(batch, base, all_logits=m > 1)
                         times[m].append(time.perf_counter() - t0)
                         if not C.llama_memory_seq_rm(self._mem, 0, base, -1):

@@ -193,7 +193,7 @@ def _check_speculation_settings(
     if not speculative.enabled:
         return
     needs = {"n_outputs_max_per_seq": speculative.n_max + 1}  # one output per verified token
-    if recurrent:  # a snapshot per drafted token, and the whole verification in one ubatch
+    if recurrent and rollback_snapshots(speculative):  # a snapshot per drafted token, the batch in one ubatch
         needs |= {"n_rs_seq": rollback_snapshots(speculative), "n_ubatch": speculative.n_max + 2}
     short = [
         f"{key} {settings[key]} (needs {need})" for key, need in needs.items() if int(settings[key]) < need

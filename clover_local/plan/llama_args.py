@@ -156,11 +156,12 @@ def settings(plan: Plan) -> list[Setting]:
 
 
 def batch_sizes(plan: Plan) -> tuple[int, int]:
-    """(n_batch, n_ubatch): the plan's, except that a recurrent or hybrid model that speculates verifies a whole
-    draft (up to ``n_max + 1`` tokens, and one more) in one ubatch, so its recurrent state is stepped once and
-    each drafted token's snapshot can be rolled back to."""
+    """(n_batch, n_ubatch): the plan's, except that a recurrent or hybrid model that rolls drafts back through
+    llama.cpp's snapshots (an MTP head's) verifies a whole draft (up to ``n_max + 1`` tokens, and one more) in one
+    ubatch, so its recurrent state is stepped once and each drafted token's snapshot can be rolled back to. An
+    n-gram draft is rolled back from a copy of the state, whatever the ubatches."""
     n_batch, n_ubatch = plan.n_batch, plan.n_ubatch
-    if plan.recurrent and plan.speculative.enabled:
+    if plan.recurrent and rollback_snapshots(plan.speculative):
         n_ubatch = max(n_ubatch, plan.speculative.n_max + 2)
         n_batch = max(n_batch, n_ubatch)
     return n_batch, n_ubatch
@@ -171,8 +172,9 @@ def _engine_rows(plan: Plan) -> list[Setting]:
     setting). The embedded loader applies them as given."""
     spec = plan.speculative
     return [
-        # Recurrent-state snapshots per sequence, one per drafted token, so a rejected draft can be rolled back
-        # (plan.memory.recurrent_copies counts them). llama-server asks for its own (need_n_rs_seq in common.h).
+        # Recurrent-state snapshots per sequence, one per token an MTP head drafts, so a rejected draft can be
+        # rolled back (plan.memory.recurrent_copies counts them); none for n-gram drafts, rolled back from a copy
+        # of the state (engine.checkpoints.DraftRollback). llama-server asks for its own (need_n_rs_seq).
         Setting(None, None, "n_rs_seq", rollback_snapshots(spec) if plan.recurrent else 0),
         # A verification batch has up to n_max + 1 outputs per sequence: backend sampling needs room for each
         # (llama_context_default_params: 1).

@@ -128,21 +128,30 @@ def recurrent_layers(arch: Architecture) -> tuple[int, ...]:
 
 def rollback_snapshots(speculative: SpeculativePlan) -> int:
     """Recurrent-state snapshots per sequence the embedded engine asks llama.cpp for (``n_rs_seq``) on recurrent
-    and hybrid models when speculation is on: one per drafted token, so a rejected draft can be rolled back."""
-    return speculative.n_max + 1 if speculative.enabled else 0
+    and hybrid models when a drafter head (MTP) speculates: one per drafted token, so a rejected draft can be
+    rolled back. None for n-gram drafts, as on llama-server (``need_n_rs_seq``): snapshots put ``n_rs_seq + 1``
+    copies of each layer's convolution state in every step's graph, which cost a hybrid model's plain steps
+    8-12% on a 2-core CPU; an n-gram draft is rolled back from one copy of the state instead
+    (``engine.checkpoints.DraftRollback``, counted by :func:`recurrent_copies`)."""
+    return speculative.n_max + 1 if speculative.enabled and speculative.mode != "ngram" else 0
 
 
 def recurrent_copies(arch: Architecture, speculative: SpeculativePlan, engine: str = "embedded") -> int:
-    """How many times llama.cpp allocates the recurrent state (``1 + n_rs_seq``, ``llama-memory-recurrent.cpp``):
-    Clover's 63 MiB state becomes ~1.1 GiB when the embedded engine speculates up to 16 tokens. llama-server
+    """How many times a slot's recurrent state is held: llama.cpp allocates it ``1 + n_rs_seq`` times
+    (``llama-memory-recurrent.cpp``: Clover's 63 MiB state would be ~1.1 GiB with the 17 snapshots of MTP drafts
+    up to 16 tokens), and the embedded engine's n-gram drafting keeps one copy more (in RAM; counted with the
+    state, a bound where the state is on a GPU). llama-server
     asks for snapshots only for drafter heads (``need_n_rs_seq`` in ``common/common.h``: ``draft.n_max`` for
-    draft-mtp/eagle3/dflash/dspark, none for n-gram types, whose drafts it then skips on recurrent models)."""
+    draft-mtp/eagle3/dflash/dspark); n-gram drafts it rolls back from a checkpoint of the state
+    (``common_context_can_seq_rm`` finds no partial removal: "speculative decoding will use checkpoints")."""
     if not arch.recurrent_state_bytes:
         return 1
     if engine == "llama-server":
         drafter = speculative.enabled and speculative.type.startswith("draft-")
         return 1 + (speculative.n_max if drafter else 0)
-    return 1 + rollback_snapshots(speculative)
+    snapshots = rollback_snapshots(speculative)
+    held_while_verifying = 1 if speculative.enabled and not snapshots else 0  # DraftRollback's copy, in RAM
+    return 1 + snapshots + held_while_verifying
 
 
 RUNTIME_OVERHEAD_BYTES: dict[tuple[str, str], int] = {

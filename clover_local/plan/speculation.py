@@ -54,10 +54,11 @@ DRAFT_N_MAX: dict[str, int] = {"mtp": 3, "dflash": 15, "dspark": 7, "eagle3": 3}
 MEASURED_GAIN_MIN = 1.05
 """A measured mode must beat plain decoding by this ratio to be chosen."""
 NGRAM_RECURRENT_GPU_COST = 0.07
-"""Decode speed n-gram self-speculation costs a hybrid (recurrent) model whose layers run on a GPU in the
-embedded engine, even when nothing is drafted: the recurrent state is held 18 times (1 + a snapshot per token of
-a draft of up to 16, for rollback), 1.1 GiB for Clover. Measured on an H200 with a Clover-shaped model: 216
-tokens/s with it on vs 234 off."""
+"""Decode speed n-gram self-speculation cost a hybrid (recurrent) model whose layers run on a GPU in the
+embedded engine, even when nothing was drafted, when it rolled drafts back through llama.cpp's snapshots (the
+recurrent state held 18 times: 1 + a snapshot per token of a draft of up to 16), 1.1 GiB for Clover. Measured
+on an H200 with a Clover-shaped model: 216 tokens/s with it on vs 234 off. The engine now copies the state per
+draft instead (``engine.checkpoints.DraftRollback``), unmeasured on a GPU, so such plans still leave it off."""
 NGRAM_REASON = "Self-speculative decoding ("
 """How the planner's reason for n-gram drafting begins (dropped when speculation ends up off)."""
 MTP_COMPUTE_FLOATS_PER_EMBD = 10
@@ -201,11 +202,12 @@ def choose_mode(
         return (
             "off",
             None,
-            f"the model keeps recurrent state and its layers run on the GPU in the embedded engine, where n-gram"
-            f" drafting's {1 + memory.rollback_snapshots(plan.speculative)} copies of the recurrent state cost"
-            f" {NGRAM_RECURRENT_GPU_COST:.0%} per token even when nothing is drafted (216 vs 234 tokens/s"
-            f" measured on an H200) and memory besides; llama-server does not n-gram draft on recurrent models"
-            f" either (heads offered: {', '.join(o.kind for o in offers) or 'none'}).",
+            f"the model keeps recurrent state and its layers run on the GPU in the embedded engine: rolling back"
+            f" an n-gram draft there either holds {1 + plan.speculative.n_max + 1} copies of the state in every"
+            f" step (llama.cpp's snapshots: {NGRAM_RECURRENT_GPU_COST:.0%} per token even when nothing is drafted,"
+            f" 216 vs 234 tokens/s measured on an H200) or copies it off the GPU for each draft (the embedded"
+            f" engine's way, as llama-server does it, unmeasured on a GPU) (heads offered:"
+            f" {', '.join(o.kind for o in offers) or 'none'}).",
         )
     if not offers:
         return "ngram", None, "the model's files offer no drafter head; n-gram lookup needs none."
