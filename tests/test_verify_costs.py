@@ -174,3 +174,38 @@ def test_bench_verify_costs_measures_again_and_keeps_it(
     assert "Kept for later plans" in capsys.readouterr().out
     (again,) = load_verify_costs()  # measured anew, replacing the first table of the same key
     assert again.key == first["key"]
+
+
+def test_a_hybrid_plans_key_says_verifying_copies_the_state_so_older_tables_are_measured_again(
+    tiny_models: dict[str, Path],
+) -> None:
+    """On a recurrent model an n-gram verification copies the state first (``DraftRollback``), part of what a
+    batch costs: a table measured while llama.cpp's snapshots did the rollback (no mark in its key) is not used."""
+    from clover_local.launch import LaunchRequest, decide_launch
+
+    hybrid = decide_launch(
+        LaunchRequest(None, str(tiny_models["qwen35moe"]), ctx=512, threads=2, spec="ngram")
+    )
+    attention = decide_launch(
+        LaunchRequest(None, str(tiny_models["llama"]), ctx=512, threads=2, spec="ngram")
+    )
+    key = hybrid.plan.speculative.costs_key
+    assert key.endswith(",rollback=copy") and not attention.plan.speculative.costs_key.endswith(
+        ",rollback=copy"
+    )
+    n = hybrid.plan.speculative.n_max + 1
+    older = VerifyCostRecord(
+        key.removesuffix(",rollback=copy"), tuple(1.0 + i for i in range(n)), 10.0, "", 0.0
+    )
+    add_verify_costs(older)
+    assert (
+        decide_launch(
+            LaunchRequest(None, str(tiny_models["qwen35moe"]), ctx=512, threads=2, spec="ngram")
+        ).plan.speculative.costs_source
+        == "model"
+    )
+    add_verify_costs(VerifyCostRecord(key, tuple(1.0 + i / 2 for i in range(n)), 10.0, "", 0.0))
+    again = decide_launch(
+        LaunchRequest(None, str(tiny_models["qwen35moe"]), ctx=512, threads=2, spec="ngram")
+    )
+    assert again.plan.speculative.costs_source == "measured"

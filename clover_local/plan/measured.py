@@ -107,12 +107,15 @@ def verify_costs_key(
     n_cpu_moe: int,
     threads: int,
     threads_batch: int,
+    copies_state: bool = False,
 ) -> str:
-    """What a verification cost table depends on: the machine, the model file, where its layers run and the
-    threads that run one token and a batch."""
+    """What a verification cost table depends on: the machine, the model file, where its layers run, the
+    threads that run one token and a batch, and on a recurrent model whether verifying copies its state first
+    (``engine.checkpoints.DraftRollback``: part of every batch's cost; tables measured while llama.cpp's
+    snapshots did the rollback have no such mark and are measured again)."""
     return (
         f"{machine_key(machine)}|{model_key(quant, file_bytes)}|ngl={n_gpu_layers},moe={n_cpu_moe},"
-        f"t={threads},tb={threads_batch}"
+        f"t={threads},tb={threads_batch}" + (",rollback=copy" if copies_state else "")
     )
 
 
