@@ -457,8 +457,9 @@ async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
 
 CARD = "gpu=nvidia:24G,ram=32G,cpu=8"
 """A card on which the engines' budgets differ for Clover (llama-server holds less runtime memory)."""
-QUANT_CARD = "gpu=nvidia:38G,ram=32G,cpu=8"
-"""... and on which they pick different quants: Q8_0 fits whole for llama-server, not for the embedded engine."""
+QUANT_CARD = "gpu=nvidia:37.6G,ram=32G,cpu=8"
+"""... and on which they pick different quants: Q8_0 fits whole for llama-server, not for the embedded engine
+(which holds 0.65 GiB more CUDA runtime: Q8_0 fits it from 38 GB, llama-server from 37.4 GB)."""
 
 
 async def test_the_plan_screen_shows_the_plan_of_the_launch_that_runs_it(
