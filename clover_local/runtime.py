@@ -365,7 +365,7 @@ def with_measured_costs(plan: Plan, machine: Machine) -> Plan:
     (``engine.verify_probe``; until then the fixed model, and the engine measures at its first load)."""
     from clover_local.measure.records import load_verify_costs
     from clover_local.plan.measured import measured_verify_costs, verify_costs_key
-    from clover_local.plan.memory import rollback_snapshots
+    from clover_local.plan.memory import rolls_back_from_a_copy
 
     spec = plan.speculative
     key = verify_costs_key(
@@ -376,7 +376,7 @@ def with_measured_costs(plan: Plan, machine: Machine) -> Plan:
         n_cpu_moe=plan.n_cpu_moe,
         threads=plan.threads,
         threads_batch=plan.threads_batch,
-        copies_state=plan.recurrent and spec.enabled and not rollback_snapshots(spec),
+        copies_state=plan.recurrent and rolls_back_from_a_copy(spec),
     )
     found = measured_verify_costs(load_verify_costs(), key, spec.n_max + 1)
     if found is None:

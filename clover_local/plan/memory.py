@@ -149,9 +149,14 @@ def recurrent_copies(arch: Architecture, speculative: SpeculativePlan, engine: s
     if engine == "llama-server":
         drafter = speculative.enabled and speculative.type.startswith("draft-")
         return 1 + (speculative.n_max if drafter else 0)
-    snapshots = rollback_snapshots(speculative)
-    held_while_verifying = 1 if speculative.enabled and not snapshots else 0  # DraftRollback's copy, in RAM
-    return 1 + snapshots + held_while_verifying
+    return 1 + rollback_snapshots(speculative) + (1 if rolls_back_from_a_copy(speculative) else 0)
+
+
+def rolls_back_from_a_copy(speculative: SpeculativePlan) -> bool:
+    """Whether the embedded engine rolls a recurrent model's rejected drafts back from one copy of the state
+    (``engine.checkpoints.DraftRollback``, held in RAM and taken before each verification) rather than through
+    llama.cpp's snapshots: n-gram drafts do."""
+    return speculative.enabled and not rollback_snapshots(speculative)
 
 
 RUNTIME_OVERHEAD_BYTES: dict[tuple[str, str], int] = {

@@ -206,8 +206,8 @@ def choose_mode(
             f" an n-gram draft there either holds {1 + plan.speculative.n_max + 1} copies of the state in every"
             f" step (llama.cpp's snapshots: {NGRAM_RECURRENT_GPU_COST:.0%} per token even when nothing is drafted,"
             f" 216 vs 234 tokens/s measured on an H200) or copies it off the GPU for each draft (the embedded"
-            f" engine's way, as llama-server does it, unmeasured on a GPU) (heads offered:"
-            f" {', '.join(o.kind for o in offers) or 'none'}).",
+            f" engine's way, as llama-server does it, unmeasured on a GPU); heads offered:"
+            f" {', '.join(o.kind for o in offers) or 'none'}.",
         )
     if not offers:
         return "ngram", None, "the model's files offer no drafter head; n-gram lookup needs none."

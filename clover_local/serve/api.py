@@ -252,23 +252,19 @@ class OpenAIServer:
     async def _stream(self, writer: adapters.EventWriter, request: GenerationRequest) -> AsyncIterator[str]:
         """The reply's server-sent events, one write per wake-up of the loop: every event the engine made since
         the last one (a verified draft gives several tokens at once; a busy loop finds several waiting) goes
-        out in one chunk, rather than one trip through the response and the socket per token."""
+        out in one chunk, rather than one trip through the response and the socket per token; a failure of the
+        engine ends the stream with its error event. When the client disconnects, Starlette cancels this
+        generator and ``_events`` sets the cancel event."""
         start = "".join(writer.start())
         if start:
             yield start
-        async for batch in self._stream_events(request):
-            chunk: list[str] = []
-            for kind, payload in batch:
-                if kind == "text":
-                    chunk += writer.text(payload)
-                elif kind == "call":
-                    chunk += writer.call(payload)
-                elif kind == "done":
-                    chunk += writer.done(payload.stats)
-                else:
-                    chunk += writer.error(payload)
-            if chunk:
-                yield "".join(chunk)
+        try:
+            async for batch in self._events(request, threading.Event()):
+                chunk = "".join(line for event in batch for line in _event_lines(writer, event))
+                if chunk:
+                    yield chunk
+        except REQUEST_ERRORS as exc:
+            yield "".join(writer.error(api_error(exc).body()))
 
     def _fit_context(self, parsed: ParsedRequest) -> GenerationRequest:
         """Refuse a prompt the context cannot hold; cap max_tokens to what is left of it."""
@@ -397,24 +393,16 @@ class OpenAIServer:
             raise CloverError("The engine ended without a result.")
         return "".join(parts), calls, finished
 
-    async def _stream_events(self, request: GenerationRequest) -> AsyncIterator[list[tuple[str, Any]]]:
-        """Batches of ("text", str) per delta, ("call", ToolCallMade), ("done", Finished) at the end, and
-        ("error", body) if the engine fails. When the client disconnects, Starlette cancels this generator and
-        ``_events`` sets the cancel event."""
-        cancel = threading.Event()
-        try:
-            async for batch in self._events(request, cancel):
-                out: list[tuple[str, Any]] = []
-                for event in batch:
-                    if isinstance(event, TextDelta):
-                        out.append(("text", event.text))
-                    elif isinstance(event, ToolCallMade):
-                        out.append(("call", event))
-                    elif isinstance(event, Finished):
-                        out.append(("done", event))
-                yield out
-        except REQUEST_ERRORS as exc:
-            yield [("error", api_error(exc).body())]
+
+def _event_lines(writer: adapters.EventWriter, event: GenerationEvent) -> list[str]:
+    """The server-sent events of one engine event, in the writer's API."""
+    if isinstance(event, TextDelta):
+        return writer.text(event.text)
+    if isinstance(event, ToolCallMade):
+        return writer.call(event)
+    if isinstance(event, Finished):
+        return writer.done(event.stats)
+    return []
 
 
 async def _cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
