@@ -23,7 +23,7 @@ fresh process, every slot's context filled, one token of each decoded in one bat
 them), ``reserved`` (llama.cpp's log) and ``resident`` (RSS growth), and ``plan/rss``. The compute buffer does not
 grow with the slots, so what a CPU never touches of it cancels out: this is the honest check of the slot part.
 
-Usage: ``.venv/bin/python scripts/check_memory_model.py [--quick] [--slots N] [--json FILE]``
+Usage: ``.venv/bin/python scripts/check_memory_model.py [--quick] [--slots N [--model GGUF [--ctx C]]] [--json FILE]``
 """
 
 from __future__ import annotations
@@ -139,14 +139,19 @@ SLOT_CTX = {"gemma": 2048, "qwen35moe": 4096}
 context makes them stand out of the process's fixed overheads)."""
 
 
-def run_slots(slots: int, quick: bool) -> list[SlotsCheck]:
+def run_slots(slots: int, quick: bool, model: Path | None = None, ctx: int | None = None) -> list[SlotsCheck]:
+    """Gemma and the tiny hybrid at :data:`SLOT_CTX`, or only ``model`` (at ``ctx``, default 4096 per slot)."""
     from clover_local.testing.models import gemma_path, tiny_model
 
     print(SLOTS_HEADER)
+    if model is not None:
+        jobs = [(model, ctx or 4096)]
+    else:
+        paths = [gemma_path()] if quick else [gemma_path(), tiny_model("qwen35moe")]
+        jobs = [(path, SLOT_CTX[name]) for name, path in zip(SLOT_CTX, paths, strict=False)]
     rows: list[SlotsCheck] = []
-    paths = [gemma_path()] if quick else [gemma_path(), tiny_model("qwen35moe")]
-    for name, path in zip(SLOT_CTX, paths, strict=False):
-        rows.append(check_slots_memory(path, SLOT_CTX[name], slots))
+    for path, n_ctx in jobs:
+        rows.append(check_slots_memory(path, n_ctx, slots))
         print(_format_slots(rows[-1]), flush=True)
     return rows
 
@@ -189,12 +194,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--slots", type=int, metavar="N", help="check what N slots add against 1 (--quick: Gemma only)"
     )
+    parser.add_argument("--model", type=Path, help="with --slots: check only this GGUF")
+    parser.add_argument("--ctx", type=int, help="with --model: context per slot (default 4096)")
     args = parser.parse_args(argv)
+    if args.model is not None and args.slots is None:
+        parser.error("--model goes with --slots")
     if args.slots is not None:
         if args.slots < 2:
             parser.error("--slots needs 2 or more (it compares N slots with one)")
         try:
-            checks = run_slots(args.slots, args.quick)
+            checks = run_slots(args.slots, args.quick, args.model, args.ctx)
         except CloverError as e:
             print(e, file=sys.stderr)
             return 1

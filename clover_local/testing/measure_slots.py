@@ -6,7 +6,8 @@ recurrent state (and its rollback snapshots), the rows of returned logits. So ea
 (``python -m clover_local.testing.measure_slots``) with the settings the product renders for the plan
 (``llama_settings(plan).kwargs()``, loaded through the engine's own ``build_params``), prefills every slot's
 sequence to near its context, so each stream's cells are written, then decodes one token of every sequence in
-one batch (each returns logits), and reports its resident growth and llama.cpp's buffer sizes. The difference
+one batch (each returns logits), takes each slot's copy of its recurrent state where the engine rolls n-gram
+drafts back from one (planned for every slot), and reports its resident growth and llama.cpp's buffer sizes. The difference
 between an N-slot and a one-slot measurement is what the N - 1 extra slots really take.
 """
 
@@ -122,7 +123,17 @@ def check_slots_memory(model_path: Path, ctx: int, slots: int, fill: int | None 
             raise CloverError(
                 f"The plan for {n} slots has {launch.plan.parallel} of {launch.plan.ctx} tokens."
             )
-    one, many = (measure_slots(model_path, launch.settings.kwargs(), fill) for launch in launches)
+    from clover_local.plan.memory import rolls_back_from_a_copy
+
+    one, many = (
+        measure_slots(
+            model_path,
+            launch.settings.kwargs(),
+            fill,
+            copy_state=launch.plan.recurrent and rolls_back_from_a_copy(launch.plan.speculative),
+        )
+        for launch in launches
+    )
     ram_one, ram_many = (launch.plan.memory.ram for launch in launches)
     return SlotsCheck(
         model=model_path.name,
@@ -138,11 +149,18 @@ def check_slots_memory(model_path: Path, ctx: int, slots: int, fill: int | None 
 
 
 def measure_slots(
-    model_path: Path, settings: dict[str, Any], fill: int | None = None, timeout_s: float = 900
+    model_path: Path,
+    settings: dict[str, Any],
+    fill: int | None = None,
+    timeout_s: float = 900,
+    *,
+    copy_state: bool = False,
 ) -> SlotsMeasurement:
     """Load ``model_path`` with ``settings`` (the producer's kwargs) in a fresh process, fill each slot with
-    ``fill`` tokens (None: its whole context less :data:`FILL_MARGIN`) and measure it."""
-    request = {"model": str(model_path), "settings": settings, "fill": fill}
+    ``fill`` tokens (None: its whole context less :data:`FILL_MARGIN`) and measure it. ``copy_state``: also take
+    each slot's copy of its recurrent state as the embedded engine does before verifying an n-gram draft
+    (``engine.checkpoints.DraftRollback``), which the plan counts for every slot that drafts."""
+    request = {"model": str(model_path), "settings": settings, "fill": fill, "copy_state": copy_state}
     what = f"Measuring {model_path.name} with slots"
     result, _log = run_measuring_child("clover_local.testing.measure_slots", request, what, timeout_s)
     return SlotsMeasurement(
@@ -169,6 +187,7 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
     """Runs in the fresh process: load, fill every slot, decode one token of each in one batch, report."""
     from llama_cpp import llama_cpp as C
 
+    from clover_local.engine.checkpoints import DraftRollback
     from clover_local.engine.native import LogCapture, build_params
 
     settings: dict[str, Any] = request["settings"]
@@ -200,6 +219,9 @@ def _child(request: dict[str, Any]) -> dict[str, Any]:
         batch.n_tokens = n_seq
         if C.llama_decode(ctx, batch) != 0:
             raise SystemExit("Decoding one token of every slot failed.")
+        copies = [DraftRollback(ctx, seq) for seq in range(n_seq)] if request.get("copy_state") else []
+        if not all(copy.save() for copy in copies):
+            raise SystemExit("Copying a slot's recurrent state failed.")
         after_fill = read_memory_use()
     finally:
         C.llama_batch_free(batch)
