@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from clover_local.plan import memory
 from clover_local.testing.measure import MIB, LoadSettings, measure_load, parse_buffer_log, read_memory_use
 
 LOG_SAMPLE = """\
@@ -94,14 +95,38 @@ def test_planned_memory_of_slots_is_what_they_add_to_resident_memory(gemma_path:
     """Gemma 3 270M planned for 1 and for 3 slots of 2048 tokens (``serve --parallel``'s launch), each loaded with
     its plan's settings in a fresh process, every slot's context filled and one token of each decoded in one
     batch: the plan's bytes per extra slot (21 MiB of KV streams, full and sliding-window, and 1 MiB of logits)
-    are within 10% of what each extra slot added to resident memory (measured: 0.97, i.e. 22.0 planned of
-    22.7-22.8 MiB resident per slot, in runs on a shared 2-core machine). The band leaves room for what is
-    resident beyond llama.cpp's buffers and moves with the slots (the logits of 3 rows in the compute scratch,
-    malloc's pages for the batch) and for pages another process's pressure may take: ~0.8 MiB per slot today."""
+    and the bookkeeping of their 3,072 cells on llama.cpp's heap, 0.43 MiB) are within 10% of what each extra slot
+    added to resident memory (measured: 0.99, i.e. 22.4 planned of 22.7 MiB resident per slot, on a 2-core
+    machine). The band leaves room for what is resident beyond them and moves with the slots (the logits of 3 rows
+    in the compute scratch, malloc's pages for the batch) and for pages another process's pressure may take."""
     from clover_local.testing.measure_slots import FILL_MARGIN, check_slots_memory
 
     check = check_slots_memory(gemma_path, ctx=2048, slots=3)
     assert check.many.n_ctx_seq == 2048 and check.many.filled_tokens == 2048 - FILL_MARGIN
-    # The arithmetic first: what llama.cpp reserves per slot is the plan's, byte for byte.
-    assert check.reserved_per_slot == check.planned_per_slot == 22 * MIB, check.many.buffers
+    # The arithmetic first: what llama.cpp reserves per slot is the plan's, byte for byte, and the plan adds the
+    # cells' bookkeeping, which no buffer in the log holds.
+    assert check.reserved_per_slot == 22 * MIB, check.many.buffers
+    index = (2048 + 1024) * memory.KV_CELL_INDEX_BYTES
+    assert check.planned_per_slot == 22 * MIB + index
+    assert 0.9 <= check.ratio <= 1.1, (check.planned_per_slot / MIB, check.resident_per_slot / MIB)
+
+
+@pytest.mark.slow
+def test_planned_memory_of_a_hybrid_slot_is_what_it_adds_to_resident_memory() -> None:
+    """The tiny hybrid (Gated DeltaNet, one attention layer in four), planned for 1 and for 3 slots of 4096 tokens
+    and measured the same way: per extra slot the plan counts llama.cpp's buffers (a KV stream, a recurrent
+    state, a row of logits), the copy of the state the embedded engine keeps to roll back a rejected n-gram draft
+    (the measurement takes it too) and the bookkeeping of the stream's 4096 cells; within 10% of what the slot
+    added to resident memory (measured: 0.99, 4.80 planned of 4.86 MiB; 0.89 before the cells were counted)."""
+    from clover_local.gguf.header import read_local_header
+    from clover_local.testing.measure_slots import check_slots_memory
+    from clover_local.testing.models import tiny_model
+
+    path = tiny_model("qwen35moe")
+    arch = read_local_header(path).architecture
+    check = check_slots_memory(path, ctx=4096, slots=3)
+    state = (check.many.buffers["rs"] - check.one.buffers["rs"]) / 2  # the log gives MiB to two decimals
+    assert state == pytest.approx(arch.recurrent_state_bytes, abs=0.01 * MIB)
+    copy_and_index = arch.recurrent_state_bytes + memory.kv_cell_index_bytes(arch, 4096)
+    assert check.planned_per_slot - check.reserved_per_slot == pytest.approx(copy_and_index, abs=0.02 * MIB)
     assert 0.9 <= check.ratio <= 1.1, (check.planned_per_slot / MIB, check.resident_per_slot / MIB)

@@ -143,7 +143,8 @@ def test_plan_json_shows_slots_and_serve_defaults_to_auto(capsys: pytest.Capture
 @pytest.mark.parametrize("slots", [1, 3])
 def test_planned_memory_for_slots_is_what_llama_cpp_allocates(gemma_path: Path, slots: int) -> None:
     """The real Gemma 3 270M loaded with the plan's settings: llama.cpp's own buffer sizes (its load log) for N
-    slots are the plan's, KV cache exactly (one stream of ctx cells per slot, sliding window per slot)."""
+    slots are the plan's, KV cache exactly (one stream of ctx cells per slot, sliding window per slot); the plan's
+    KV figure adds the caches' cell bookkeeping, which llama.cpp keeps on its heap, outside the logged buffers."""
     from clover_local.engine.loader import load_engine
     from clover_local.gguf.header import read_local_header
     from clover_local.plan.llama_args import llama_settings
@@ -165,7 +166,12 @@ def test_planned_memory_for_slots_is_what_llama_cpp_allocates(gemma_path: Path, 
     finally:
         result.engine.close()
     ram = p.memory.ram
-    assert logged["kv"] == ram.kv_cache_bytes == slots * memory.kv_cache_bytes(header.architecture, 2048)
+    arch = header.architecture
+    assert logged["kv"] == slots * memory.kv_cache_bytes(arch, 2048)
+    index = memory.kv_cell_index_bytes(arch, 2048, n_seq=slots)
+    # The full-attention and the sliding-window cells of every slot.
+    assert index == slots * (2048 + 1024) * memory.KV_CELL_INDEX_BYTES
+    assert ram.kv_cache_bytes == logged["kv"] + index
     reserved = sum(logged.values())
     assert 0.9 <= ram.used_bytes / reserved <= 1.1, (ram, logged)
 

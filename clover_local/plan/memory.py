@@ -6,7 +6,8 @@ Pure functions that mirror llama.cpp at the vendored commit (0c1e570):
   layers (Gemma 3) hold ``min(ctx, window + n_ubatch)`` cells, padded to 256 (``llama_kv_cache_iswa``), unless
   ``swa_full``. With ``n_seq`` slots the cache is one stream per slot (``kv_unified`` off, what ``-np N`` gives):
   ``-c`` is split evenly (``n_ctx_seq = n_ctx / n_seq_max``, ``llama-context.cpp``), so each slot holds its own
-  ``ctx`` cells and its own sliding window, and the whole cache is ``n_seq`` times one slot's.
+  ``ctx`` cells and its own sliding window, and the whole cache is ``n_seq`` times one slot's. Each stream's cell
+  index (``llama-kv-cells.h``) lives on the host heap, wherever the cells do: :data:`KV_CELL_INDEX_BYTES` a cell.
 - Recurrent state (``llama-memory-recurrent.cpp``): a fixed size per sequence, whatever the context; one cell per
   slot (``mem_size = max(1, n_seq_max)``), each kept ``1 + n_rs_seq`` times.
 - Context checkpoints (llama-server's ``--ctx-checkpoints``, ``server-context.cpp``; the embedded engine's
@@ -110,6 +111,25 @@ def kv_cache_bytes(
 ) -> int:
     """The whole KV cache in bytes (all layers)."""
     return sum(kv_bytes_per_layer(arch, ctx, type_k, type_v, n_ubatch, n_seq, swa_full))
+
+
+KV_CELL_INDEX_BYTES = 148
+"""RAM llama.cpp keeps for each cell of each KV stream beside its K and V data, wherever those live
+(``llama_kv_cells``, ``llama-kv-cells.h``): a position, an extended position (12 bytes), a shift and a set of the
+256 sequences that may hold the cell (52 bytes for every cell), and for a used cell a node in the set of used
+cells and one in its sequence's position index (two ``std::set`` nodes, 48 bytes each with glibc's allocator).
+Every cell is counted as used: a slot's context may fill. Measured: the tiny hybrid's 4096-cell slots took
+0.57 MiB each in RAM beyond llama.cpp's buffers (``scripts/check_memory_model.py --slots 3``); this counts 0.58."""
+
+
+def kv_cell_index_bytes(
+    arch: Architecture, ctx: int, n_ubatch: int = 512, n_seq: int = 1, swa_full: bool = False
+) -> int:
+    """RAM for the cell bookkeeping of the KV caches (:data:`KV_CELL_INDEX_BYTES` per cell): one index per stream
+    of the full-attention cache and, on a model with sliding-window layers, of the sliding-window cache."""
+    cells = kv_cells_per_layer(arch, ctx, n_ubatch, n_seq, swa_full)
+    caches = {(is_swa_layer(arch, il), c) for il, c in enumerate(cells) if c}
+    return KV_CELL_INDEX_BYTES * sum(c for _, c in caches)
 
 
 def kv_bytes_per_token(arch: Architecture, type_k: str = "f16", type_v: str = "f16") -> int:
@@ -346,7 +366,9 @@ def place(
     embd, output = embedding_and_output_bytes(model)
 
     g_w, g_kv, g_rec = [0] * n_gpus, [0] * n_gpus, [0] * n_gpus
-    r_w, r_kv, r_rec = embd, 0, 0
+    # The caches' cell bookkeeping stays in RAM, wherever the cells' K and V live.
+    r_kv = 0 if diffusion else kv_cell_index_bytes(arch, ctx, n_ubatch, n_seq)
+    r_w, r_rec = embd, 0
     for il in range(n):
         d = devices[il]
         expert_on_cpu = il < n_cpu_moe
