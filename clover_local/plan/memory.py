@@ -128,6 +128,7 @@ def kv_cell_index_bytes(
     """RAM for the cell bookkeeping of the KV caches (:data:`KV_CELL_INDEX_BYTES` per cell): one index per stream
     of the full-attention cache and, on a model with sliding-window layers, of the sliding-window cache."""
     cells = kv_cells_per_layer(arch, ctx, n_ubatch, n_seq, swa_full)
+    # Layers share their cache's index: one entry per cache (sliding-window or not) with its cells.
     caches = {(is_swa_layer(arch, il), c) for il, c in enumerate(cells) if c}
     return KV_CELL_INDEX_BYTES * sum(c for _, c in caches)
 

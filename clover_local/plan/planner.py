@@ -423,9 +423,10 @@ def _context_reasons(preset: Preset, desc: ModelDescription, fit: Fit, ctx: int,
         if n_swa
         else "every layer holds KV"
     )
-    index = memory.kv_cell_index_bytes(arch, ctx)  # one slot's, in RAM
+    index = memory.kv_cell_index_bytes(arch, ctx, N_UBATCH)  # one slot's, in RAM wherever the cells are
+    in_ram = f"; {fb(index)} of it in RAM, llama.cpp's index of the cells" if index else ""
     out = [
-        f"Context {ctx} tokens ({how}); KV cache {fb(kv)}{' per slot' if fit.n_seq > 1 else ''} at {fit.cache_type} ({fb(per_token)} per token: {which}; {fb(index)} of it in RAM, llama.cpp's index of the cells)."
+        f"Context {ctx} tokens ({how}); KV cache {fb(kv)}{' per slot' if fit.n_seq > 1 else ''} at {fit.cache_type} ({fb(per_token)} per token: {which}{in_ram})."
     ]
     if fit.cache_type != "f16":
         out.append(f"KV cache {fit.cache_type}: memory is tight, and it halves the KV cache against f16.")

@@ -7,8 +7,8 @@ recurrent state (and its rollback snapshots), the rows of returned logits. So ea
 (``llama_settings(plan).kwargs()``, loaded through the engine's own ``build_params``), prefills every slot's
 sequence to near its context, so each stream's cells are written, then decodes one token of every sequence in
 one batch (each returns logits), takes each slot's copy of its recurrent state where the engine rolls n-gram
-drafts back from one (planned for every slot), and reports its resident growth and llama.cpp's buffer sizes. The difference
-between an N-slot and a one-slot measurement is what the N - 1 extra slots really take.
+drafts back from one (planned for every slot), and reports its resident growth and llama.cpp's buffer sizes.
+The difference between an N-slot and a one-slot measurement is what the N - 1 extra slots really take.
 """
 
 from __future__ import annotations
