@@ -30,6 +30,15 @@ class UsageError(CloverError):
     exit_code = 2
 
 
+class ContextOutOfRange(UsageError):
+    """A context asked for (``--ctx``, a saved setting) outside what the model supports: ``limit`` is the largest
+    it takes. The app plans the largest instead, with a notice; the command line refuses it."""
+
+    def __init__(self, what: str, fix: str | None = None, *, limit: int) -> None:
+        super().__init__(what, fix)
+        self.limit = limit
+
+
 class PresetError(CloverError):
     """A preset file is missing, malformed, or has a bad key (the message names file and key)."""
 

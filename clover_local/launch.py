@@ -16,7 +16,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from clover_local.errors import ArchitectureError, OutOfMemoryError, ServerError, UsageError
+from clover_local.errors import (
+    ArchitectureError,
+    ContextOutOfRange,
+    OutOfMemoryError,
+    ServerError,
+    UsageError,
+)
 from clover_local.plan.diffusion import DiffusionWishes
 from clover_local.plan.llama_args import LlamaSettings, llama_settings
 from clover_local.plan.speculation import SERVER_ONLY_MODES, SPEC_MODES, SpecMode
@@ -397,7 +403,14 @@ def with_model_file(launch: Launch, path: str) -> Launch:
     if launch.plan.model_path == path:
         return launch
     request = replace(launch.request, preset=launch.preset, model=path, repo=None, ctx=launch.plan.ctx)
-    return decide_launch(request, machine=launch.machine)
+    try:
+        return decide_launch(request, machine=launch.machine)
+    except ContextOutOfRange:
+        if launch.request.ctx is not None:
+            raise  # the person asked for it: said, not changed
+        # The plan chose that context from what was known before the download; the file's own header knows
+        # better, so the plan chooses again (the app never refuses a plan it made).
+        return decide_launch(replace(request, ctx=None), machine=launch.machine)
 
 
 def _fitted_argv(runner: Runner, settings: LlamaSettings) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:

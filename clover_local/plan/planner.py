@@ -8,13 +8,13 @@ bandwidth-bound and Q4_K_M reads half the bytes), else the smallest quant, with 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from clover_local.detect.machine import Machine
 from clover_local.detect.units import format_bytes as fb
-from clover_local.errors import PlanError, UsageError
+from clover_local.errors import ContextOutOfRange, PlanError, UsageError
 from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.plan import memory
 from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_diffusion
@@ -38,19 +38,23 @@ SPEED_CTX_SAMPLE = 4096
 N_BATCH, N_UBATCH = 2048, 512
 
 
-def context_limit(preset: Preset) -> int:
-    """The largest context a plan may use: the preset's maximum and the model's training context."""
-    return min(preset.ctx_max, preset.architecture.n_ctx_train)
+def context_limit(preset: Preset, models: Iterable[ModelDescription] = ()) -> int:
+    """The largest context a plan may use: the preset's maximum and the model's training context, the one its
+    GGUF header says where a header was read (a file trained for less than the preset expects is planned for
+    what it was trained for, before and after its download alike)."""
+    trained = [d.architecture.n_ctx_train for d in models if d.architecture.n_ctx_train > 0]
+    return max(256, min(preset.ctx_max, preset.architecture.n_ctx_train, *trained))
 
 
-def check_context(ctx: int, preset: Preset) -> None:
-    """A UsageError unless ``ctx`` (``--ctx``) is between 256 and :func:`context_limit`: checked before
-    anything is allocated, so a wrong number is a sentence, not a failed allocation."""
-    limit = context_limit(preset)
+def check_context(ctx: int, preset: Preset, models: Iterable[ModelDescription] = ()) -> None:
+    """:class:`ContextOutOfRange` unless ``ctx`` (``--ctx``) is between 256 and :func:`context_limit`: checked
+    before anything is allocated, so a wrong number is a sentence, not a failed allocation."""
+    limit = context_limit(preset, models)
     if not 256 <= ctx <= limit:
-        raise UsageError(
+        raise ContextOutOfRange(
             f"A context of {ctx} tokens is outside what {preset.display_name} supports.",
             f"Pick --ctx between 256 and {limit} (the preset's maximum and the model's training context).",
+            limit=limit,
         )
 
 
@@ -83,9 +87,9 @@ def make_plan(
     first = next(iter(candidates.values()))
     if wants_diffusion(preset, first):
         return _plan_diffusion_model(machine, preset, candidates, wishes, model_path, diffusion_wishes)
-    ctx_limit = context_limit(preset)
+    ctx_limit = context_limit(preset, candidates.values())
     if wishes.ctx is not None:
-        check_context(wishes.ctx, preset)
+        check_context(wishes.ctx, preset, candidates.values())
     ctx = wishes.ctx or min(preset.ctx_default, ctx_limit)
     spec = preset.speculative
     enabled = spec.enabled if wishes.speculative is None else wishes.speculative

@@ -245,17 +245,22 @@ class CloverApp(App[None]):
         defaults: user_prefs.ModelSettings | None = None,
     ) -> user_prefs.ModelSettings:
         """The model's saved settings (else ``defaults``, else the preset's), with the plan screen's context
-        (the launch opened), else the one given on the command line, and the speculation mode given with
-        ``--spec``."""
+        (the launch opened), else the one given on the command line, else (nothing saved for it) the one its first
+        run loaded with, and the speculation mode given with ``--spec``."""
         self.prefs = user_prefs.load_prefs()  # what the last chat saved
         if key in self.prefs.models or defaults is None:
             settings = self.prefs.settings_for(key, preset)
         else:
             settings = defaults
+        first = self.prefs.first_run
         if plan is not None:
             settings = replace(settings, ctx=plan.ctx)
         elif self.options.ctx:
             settings = replace(settings, ctx=self.options.ctx)
+        elif key not in self.prefs.models and first.complete and first.preset == preset.name and first.ctx:
+            settings = replace(
+                settings, ctx=first.ctx
+            )  # what the first run planned and loaded, not the default
         if self.options.spec and self.options.spec != "auto":
             settings = replace(settings, spec_mode=self.options.spec)
         return settings

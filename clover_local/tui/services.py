@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from clover_local.errors import ContextOutOfRange
 from clover_local.fetch.describe import QuantDescriptions
 from clover_local.fetch.progress import DownloadProgress
 from clover_local.launch import Launch
@@ -123,7 +124,17 @@ def launch_for(
         rpc=rpc,
         force=force,
     )
-    return decide_launch(request)
+    try:
+        return decide_launch(request)
+    except ContextOutOfRange as exc:
+        # A context saved for this model (or its preset's default) that this file does not take: the largest
+        # it takes, said, rather than a refusal of a choice the person made elsewhere.
+        launch = decide_launch(replace(request, ctx=exc.limit))
+        said = (
+            f"The context saved for this model ({model_settings.ctx:,} tokens) is more than this file takes; "
+            f"loaded with {exc.limit:,} (F2 changes it)."
+        )
+        return replace(launch, notices=(said, *launch.notices))
 
 
 def download(
