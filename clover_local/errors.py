@@ -83,6 +83,21 @@ class ServerError(CloverError):
     """The OpenAI-compatible server or an upstream llama-server failed."""
 
 
+class RunnerUnavailable(ServerError):
+    """The ``llama-server`` child cannot answer now: it stopped and is being started again (``retry_after_s``: when
+    to ask again), or it kept stopping and was given up (``retry_after_s`` None). Its log lines are never in
+    ``what`` (they go to the log): this text reaches API clients."""
+
+    def __init__(self, what: str, fix: str | None = None, *, retry_after_s: float | None = None) -> None:
+        super().__init__(what, fix)
+        self.retry_after_s = retry_after_s
+
+
+class RunnerDied(RunnerUnavailable):
+    """The ``llama-server`` child stopped while a request was being answered: that request gets this one error
+    (never a half-written success), and the child is started again for the next one."""
+
+
 class RequestRefused(CloverError):
     """An engine refused one request as asked (a schema it cannot enforce, a field upstream llama-server
     rejects): the server answers 400, and the engine keeps serving."""

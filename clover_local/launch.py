@@ -496,8 +496,10 @@ def open_launch(
     on_log: Callable[[str], None] | None = None,
     ready_timeout_s: float = 600.0,
 ) -> OpenedEngine:
-    """Load ``launch`` exactly as it says. When the embedded engine runs out of memory, the launch is planned
-    again for less memory (:func:`safer_launch`) and that one is loaded; the result names the launch loaded."""
+    """Load ``launch`` exactly as it says. When the load runs out of memory (the embedded engine, or a llama-server
+    child whose log says so), the launch is planned again for less memory once (:func:`safer_launch`) and that one
+    is loaded; the result names the launch loaded. A llama-server child is supervised: one that stops later is
+    started again with the same argv (``llamacpp.supervisor``), never re-planned behind the person's back."""
     if launch.runner.install is not None:
         arch = launch.plan.architecture
         raise ArchitectureError(
@@ -512,9 +514,7 @@ def open_launch(
         )
     try:
         return _open(launch, progress, on_log, ready_timeout_s)
-    except OutOfMemoryError as first:
-        if launch.runner.kind != "embedded":
-            raise
+    except OutOfMemoryError as first:  # either engine: llama-server's load log is read as the embedded one's
         safer = safer_launch(launch, first.what)
         if safer is None:
             raise
@@ -566,7 +566,12 @@ def _open(
         adapt=launch.server_argv is None,  # fitted when decided; only a binary not asked then is asked now
     )
     engine = LlamaServerEngine(
-        process, model_name=preset.name, sampling=preset.sampling, template=template, slots=plan.parallel
+        process,
+        model_name=preset.name,
+        sampling=preset.sampling,
+        template=template,
+        slots=plan.parallel,
+        ready_timeout_s=ready_timeout_s,
     )
     notes = (*launch.notices, *([template.notice] if template.notice else []), *process.warnings)
     return OpenedEngine(engine, launch, notes)

@@ -16,6 +16,8 @@ from clover_local.engine.types import (
     GenerationEvent,
     GenerationRequest,
     GenerationStats,
+    RunnerHealth,
+    SupervisedEngine,
     TextDelta,
 )
 
@@ -65,6 +67,10 @@ class EngineWrapper:
 
     def close(self) -> None:
         self.inner.close()
+
+    def health(self) -> RunnerHealth:
+        """The inner engine's runner (a wrapped llama-server engine is still supervised)."""
+        return self.inner.health() if isinstance(self.inner, SupervisedEngine) else RunnerHealth()
 
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None

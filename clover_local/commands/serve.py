@@ -153,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     # Slots and the queue in serve's log: refusals (queue full) always; waits and admissions with --verbose.
     logging.basicConfig(format="serve: %(message)s")
     logging.getLogger("clover_local.serve").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    # A llama-server child that stops, its last lines, and its restart: always on this terminal (never in a reply).
+    logging.getLogger("clover_local.runner").setLevel(logging.INFO)
     try:
         serve_forever(
             opened.engine,

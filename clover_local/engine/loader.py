@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from clover_local.engine.embedded import EmbeddedEngine, EngineParts
+from clover_local.engine.load_log import says_out_of_memory
 from clover_local.errors import EngineError, OutOfMemoryError
 from clover_local.plan.diffusion import DiffusionPlan
 from clover_local.plan.memory import rollback_snapshots
@@ -23,11 +24,6 @@ from clover_local.plan.types import SpeculativePlan
 from clover_local.plan.verify_cost import batch_costs
 from clover_local.presets import SamplingDefaults
 
-_OOM_RE = re.compile(
-    r"out of memory|failed to allocate|unable to allocate|cudaMalloc failed|ErrorOutOfDeviceMemory|"
-    r"failed to create .*buffer|buffer allocation failed|bad_alloc",
-    re.IGNORECASE,
-)
 _UNKNOWN_ARCH_RE = re.compile(r"unknown model architecture: '([^']*)'")
 
 
@@ -230,7 +226,7 @@ def _load_error(path: Path, log_text: str, step: str) -> EngineError:
             f"{path.name} uses the model architecture {arch.group(1)!r}, which this llama.cpp does not know.",
             "Update llama-cpp-python, or use the upstream llama-server backend.",
         )
-    if _OOM_RE.search(log_text):
+    if says_out_of_memory(log_text):
         return OutOfMemoryError(f"not enough memory to {step}: {detail}")
     if step != "load the model":
         return EngineError(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 Role = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
@@ -180,3 +180,28 @@ class ChatEngine(Protocol):
     def count_tokens(self, text: str) -> int: ...
 
     def close(self) -> None: ...
+
+
+RunnerState = Literal["ready", "restarting", "failed", "stopped"]
+
+
+@dataclass(frozen=True)
+class RunnerHealth:
+    """Whether an engine's runner (a ``llama-server`` child) can answer: ``ready``; ``restarting`` after it stopped
+    unasked (``retry_after_s``: when to ask again); ``failed`` when it kept stopping and was given up; ``stopped``
+    once closed. ``why`` says what happened, in one sentence and without the child's log lines."""
+
+    state: RunnerState = "ready"
+    why: str = ""
+    restarts: int = 0
+    """Times the runner was started again since it was opened."""
+    retry_after_s: float | None = None
+
+
+@runtime_checkable
+class SupervisedEngine(Protocol):
+    """An engine whose runner is a child process that can stop and be started again (``LlamaServerEngine``):
+    ``serve``'s ``/health`` and the chat's status line show its state. The embedded engine runs in this process
+    and has no such state."""
+
+    def health(self) -> RunnerHealth: ...

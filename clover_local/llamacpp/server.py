@@ -24,8 +24,9 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from clover_local.engine.load_log import says_out_of_memory
 from clover_local.engine.repack import common_argv_here
-from clover_local.errors import ServerError
+from clover_local.errors import OutOfMemoryError, ServerError
 from clover_local.llamacpp import http_client
 from clover_local.llamacpp.binary import (
     Capabilities,
@@ -86,17 +87,28 @@ class LlamaServerProcess:
         api_key: str | None,
         warnings: tuple[str, ...],
         on_log: LogCallback | None,
+        api_key_file: str | None = None,
     ) -> None:
         self.binary = binary
         self.argv = argv
         self.host = host
         self.port = port
         self.api_key = api_key
+        self.api_key_file = api_key_file
         self.warnings = warnings
         self._on_log = on_log
         self._tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL_LINES)
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
+        self.generation = 0
+        """How many times a child was started: a request that began under one generation and finds another (or
+        its child gone) knows the child it talked to stopped."""
+        self.stop_asked = False
+        self.ready_after_s: float | None = None
+        self.last_exit = ""
+        """How the previous child stopped (:meth:`exit_summary`), kept when a new one is started."""
+        """How long the last start took until ``/health`` said ready (what a client waits while it restarts)."""
+        """``stop()`` was called: the child's exit was asked for, so nothing starts it again."""
 
     @property
     def url(self) -> str:
@@ -121,14 +133,38 @@ class LlamaServerProcess:
         env = dict(os.environ)
         if self.api_key:
             env["LLAMA_API_KEY"] = self.api_key
+        self._tail.clear()  # a restarted child's log is its own: an old tail would explain the wrong exit
         self._proc = spawn_child(self.command_line(), env)
+        self.generation += 1
         _live.add(self)
-        self._reader = threading.Thread(target=self._read_log, name="llama-server-log", daemon=True)
+        self._reader = threading.Thread(
+            target=self._read_log, args=(self._proc,), name="llama-server-log", daemon=True
+        )
         self._reader.start()
 
-    def _read_log(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        for raw in self._proc.stdout:
+    def respawn(self, ready_timeout_s: float) -> None:
+        """Start the child again after it stopped unasked: the same argv, key and port (another free port when
+        a program took that one meanwhile), ready when this returns. Raises as :meth:`wait_ready` does."""
+        if self.running:
+            raise ServerError("llama-server is still running; it was not started again.")
+        if self.stop_asked:
+            raise ServerError("llama-server was stopped; it is not started again.")
+        self._join_reader()
+        self.last_exit = self.exit_summary()
+        if self._proc is not None and self._proc.stdout is not None:
+            self._proc.stdout.close()
+        if not _port_is_free(self.host, self.port):
+            self.port = free_port(self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1")
+            self.argv = with_endpoint(
+                self.argv, host=self.host, port=self.port, api_key_file=self.api_key_file
+            )
+        self._spawn()
+        self.wait_ready(ready_timeout_s)
+        check_listener(self, self.port)
+
+    def _read_log(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
             line = raw.decode("utf-8", errors="replace").rstrip()
             self._tail.append(line)
             if self._on_log is not None:
@@ -139,11 +175,17 @@ class LlamaServerProcess:
     def wait_ready(self, timeout_s: float) -> None:
         """Poll ``/health`` until it answers 200; raise ``ServerError`` (with the log tail) if the process
         exits or the timeout passes first."""
-        deadline = time.monotonic() + timeout_s
+        started = time.monotonic()
+        deadline = started + timeout_s
         while True:
             if self._proc is None or self._proc.poll() is not None:
                 code = self._proc.returncode if self._proc else None
                 self._join_reader()
+                if says_out_of_memory(self.log_tail(40)):
+                    raise OutOfMemoryError(
+                        f"llama-server ran out of memory while loading (exit code {code}): "
+                        + _last_error_line(self.log_tail(40))
+                    )
                 raise ServerError(
                     f"llama-server exited (code {code}) before it was ready. Its last lines:\n"
                     + self.log_tail(),
@@ -151,6 +193,7 @@ class LlamaServerProcess:
                 )
             try:
                 if http_client.request(self.url, "GET", "/health", timeout_s=2.0).status == 200:
+                    self.ready_after_s = time.monotonic() - started
                     return
             except ServerError:
                 pass  # not listening yet
@@ -163,14 +206,31 @@ class LlamaServerProcess:
                 )
             time.sleep(0.2)
 
-    def wait_exit(self, timeout_s: float) -> int | None:
-        """The exit code once the server has exited, waiting up to ``timeout_s``; None while it runs."""
+    def wait_exit(self, timeout_s: float | None) -> int | None:
+        """The exit code once the server has exited, waiting up to ``timeout_s`` (None: until it exits); None while
+        it runs."""
         if self._proc is None:
             return None
         try:
             return self._proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The child's exit code once it has exited; None while it runs (or before it started)."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def exit_summary(self) -> str:
+        """Why the child stopped, in one sentence without its log lines (those can hold a prompt's text and the
+        paths of this machine): what API clients and the chat's status are told."""
+        from clover_local.rpc.failures import explain_rpc_failure
+
+        code = self.exit_code
+        self._join_reader()
+        why = explain_rpc_failure(self.log_tail(40), self.argv)
+        oom = " after running out of memory" if says_out_of_memory(self.log_tail(40)) else ""
+        return f"llama-server stopped (exit code {code}){oom}" + (f": {why}" if why else "")
 
     def exit_reason(self) -> str:
         """Why the server stopped, for people: its exit code, what it means when workers (RPC) are involved,
@@ -193,6 +253,7 @@ class LlamaServerProcess:
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM the server's process group, then SIGKILL after ``timeout_s``; returns the exit code."""
+        self.stop_asked = True
         proc = self._proc
         if proc is None:
             return None
@@ -251,7 +312,14 @@ def start_llama_server(
         api_key = secrets.token_urlsafe(32)
     full = with_endpoint(fitted, host=host, port=port, api_key_file=api_key_file)
     server = LlamaServerProcess(
-        binary, full, host=host, port=port, api_key=api_key, warnings=warnings, on_log=on_log
+        binary,
+        full,
+        host=host,
+        port=port,
+        api_key=api_key,
+        warnings=warnings,
+        on_log=on_log,
+        api_key_file=api_key_file,
     )
     server._spawn()
     try:
@@ -297,6 +365,23 @@ def _check_port_free(host: str, port: int) -> None:
             raise ServerError(
                 f"Port {port} on {host} is taken ({exc.strerror}).", "Choose another with --port."
             ) from None
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    try:
+        _check_port_free(host, port)
+    except ServerError:
+        return False
+    return True
+
+
+def _last_error_line(tail: str) -> str:
+    """The log's last line that says memory ran out, else its last error or failure (the whole tail goes to the
+    log, not to people)."""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    memory = [ln for ln in lines if says_out_of_memory(ln)]
+    errors = [ln for ln in lines if "error" in ln.lower() or "fail" in ln.lower()]
+    return (memory or errors or lines or ["no details in its log"])[-1]
 
 
 @atexit.register

@@ -26,13 +26,15 @@ from clover_local.engine.types import (
     GenerationEvent,
     GenerationRequest,
     GenerationStats,
+    RunnerHealth,
     TextDelta,
     ToolCallMade,
     ToolFormat,
     ToolSpec,
 )
-from clover_local.errors import RequestRefused, ServerError
+from clover_local.errors import RequestRefused, RunnerDied, RunnerUnavailable, ServerError
 from clover_local.llamacpp import http_client
+from clover_local.llamacpp.restart_policy import RestartPolicy
 from clover_local.llamacpp.server import LlamaServerProcess
 from clover_local.llamacpp.server_tools import (
     ToolCallCollector,
@@ -43,13 +45,19 @@ from clover_local.llamacpp.server_tools import (
     schema_fields,
     withhold_unfinished,
 )
+from clover_local.llamacpp.supervisor import Supervisor
 from clover_local.presets import SamplingDefaults
+
+DEFAULT_RESTARTS = RestartPolicy()
 
 
 class LlamaServerEngine:
     """A ``ChatEngine`` backed by ``llama-server`` at ``base_url``.
 
-    When built from a :class:`LlamaServerProcess` with ``owns_process=True``, ``close()`` stops the server.
+    When built from a :class:`LlamaServerProcess` with ``owns_process=True``, the server is supervised (started
+    again when it stops unasked, :mod:`~clover_local.llamacpp.supervisor`; ``restarts`` None turns that off) and
+    ``close()`` stops it. While it restarts, requests raise :class:`RunnerUnavailable` (``serve``: a 503 with
+    ``Retry-After``); one in flight when it stopped raises :class:`RunnerDied`.
     Speculative decoding is set when the server starts (``--spec-type``); ``request.speculative`` cannot
     change it per request and is ignored. ``template`` is the chat template the server was started with, as
     ``templates.choose_template`` chose it (None: read from the server's ``/props``)."""
@@ -64,17 +72,24 @@ class LlamaServerEngine:
         owns_process: bool = True,
         template: TemplateChoice | None = None,
         slots: int = 1,
+        restarts: RestartPolicy | None = DEFAULT_RESTARTS,
+        ready_timeout_s: float = 600.0,
     ) -> None:
         self.slots = max(1, slots)
         """Requests llama-server decodes at once (its ``-np``, the plan's slots): ``serve`` lets that many
         through together; each runs on its own connection, so ``generate`` may be called from as many threads."""
+        self._supervisor: Supervisor | None = None
         if isinstance(server, LlamaServerProcess):
             self._process: LlamaServerProcess | None = server
-            self.base_url = server.url
+            self._url = server.url
             self._api_key = api_key or server.api_key
+            if owns_process and restarts is not None:
+                self._supervisor = Supervisor(
+                    server, policy=restarts, ready_timeout_s=ready_timeout_s
+                ).start()
         else:
             self._process = None
-            self.base_url = server.rstrip("/")
+            self._url = server.rstrip("/")
             self._api_key = api_key
         self._owns = owns_process
         self._sampling = sampling or SamplingDefaults()
@@ -86,6 +101,25 @@ class LlamaServerEngine:
     @property
     def process(self) -> LlamaServerProcess | None:
         return self._process
+
+    @property
+    def base_url(self) -> str:
+        """Where llama-server listens now (a restarted child may have had to take another port)."""
+        return self._process.url if self._process is not None else self._url
+
+    @property
+    def supervisor(self) -> Supervisor | None:
+        """What watches and restarts this engine's llama-server (None: not supervised)."""
+        return self._supervisor
+
+    def health(self) -> RunnerHealth:
+        """Whether llama-server can answer: ``ready``, ``restarting`` (it stopped and is being started again),
+        ``failed`` (it kept stopping, or it stopped with no supervisor to start it again) or ``stopped``."""
+        if self._supervisor is not None:
+            return self._supervisor.health
+        if self._process is not None and self._process.pid is not None and not self._process.running:
+            return RunnerHealth("failed", self._process.exit_summary())
+        return RunnerHealth()
 
     @property
     def model_name(self) -> str:
@@ -135,12 +169,19 @@ class LlamaServerEngine:
         return self._turn_markers
 
     def count_tokens(self, text: str) -> int:
-        gone = self.problem()
-        if gone:
-            raise ServerError(gone)
-        resp = http_client.request(
-            self.base_url, "POST", "/tokenize", {"content": text, "add_special": False}, api_key=self._api_key
-        )
+        self._check_runner()
+        generation = self._process.generation if self._process is not None else 0
+        try:
+            resp = http_client.request(
+                self.base_url,
+                "POST",
+                "/tokenize",
+                {"content": text, "add_special": False},
+                api_key=self._api_key,
+            )
+        except ServerError:
+            self._raise_if_exited(generation, wait_s=2.0)
+            raise
         data = resp.json()
         if resp.status != 200 or not isinstance(data, dict) or "tokens" not in data:
             raise ServerError(f"llama-server could not count tokens (HTTP {resp.status}).")
@@ -161,9 +202,7 @@ class LlamaServerEngine:
         """Stream the reply; setting ``cancel`` closes the connection, which stops llama-server's slot."""
         if (request.messages is None) == (request.prompt is None):
             raise ServerError("A request needs exactly one of messages and prompt.")
-        gone = self.problem()
-        if gone:
-            raise ServerError(gone)
+        self._check_runner()
         if clover_enforces(self.template, request):
             events = self._stream(*self._enforced_payload(request), cancel, native=False)
             if toolcalls.shown_tools(request):
@@ -178,10 +217,11 @@ class LlamaServerEngine:
         """One streamed request; ``native``: llama-server's chat route, whose tool calls it parses itself."""
         started = time.perf_counter()
         first_token_at: float | None = None
+        generation = self._process.generation if self._process is not None else 0
         try:
             events = http_client.stream(self.base_url, path, payload, api_key=self._api_key)
         except ServerError:
-            self._raise_if_exited()
+            self._raise_if_exited(generation)
             raise
         n_deltas = 0
         last: dict[str, Any] = {}
@@ -189,7 +229,7 @@ class LlamaServerEngine:
         calls = ToolCallCollector()
         ended = False
         try:
-            for event in self._watched(events):
+            for event in self._watched(events, generation):
                 if cancel is not None and cancel.is_set():
                     finish = "cancelled"
                     break
@@ -209,7 +249,7 @@ class LlamaServerEngine:
                 if cancel is not None and cancel.is_set():
                     finish = "cancelled"
                 elif not ended:
-                    self._raise_if_exited()  # the stream closed without an end: did the server die?
+                    self._raise_if_exited(generation)  # the stream closed without an end: did it die?
         finally:
             events.close()
         made = calls.calls() if native else []
@@ -223,24 +263,52 @@ class LlamaServerEngine:
         )
 
     def problem(self) -> str | None:
-        """Why this engine cannot answer (its llama-server has exited), or None while it can."""
-        if self._process is not None and self._process.pid is not None and not self._process.running:
-            return self._process.exit_reason()
-        return None
+        """Why this engine cannot answer now (its llama-server stopped, is starting again, or was given up), or
+        None while it can."""
+        health = self.health()
+        return None if health.state == "ready" else health.why
 
-    def _raise_if_exited(self, wait_s: float = 5.0) -> None:
-        if self._process is not None and self._process.wait_exit(wait_s) is not None:
-            raise ServerError(self._process.exit_reason())
+    def _check_runner(self) -> None:
+        """Raise :class:`RunnerUnavailable` unless llama-server can answer now."""
+        health = self.health()
+        if health.state == "ready":
+            return
+        if health.state == "restarting":
+            raise RunnerUnavailable(
+                f"The model's runner is starting again ({health.why}).",
+                f"Retry in {health.retry_after_s or 1:.0f} s.",
+                retry_after_s=health.retry_after_s or 1.0,
+            )
+        raise RunnerUnavailable(
+            f"The model's runner is not running: {health.why}.",
+            "Start clover-local again; `clover-local doctor` checks the runtime, and the log has its last lines.",
+        )
 
-    def _watched(self, events: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        """The stream's events; a broken stream from a server that died says why it died."""
+    def _raise_if_exited(self, generation: int, wait_s: float = 5.0) -> None:
+        """:class:`RunnerDied` when the llama-server child this request talked to (``generation``) has stopped,
+        waiting up to ``wait_s`` for a broken connection's server to finish exiting."""
+        process = self._process
+        if process is None:
+            return
+        if process.generation != generation or process.wait_exit(wait_s) is not None:
+            summary = process.exit_summary() if process.generation == generation else process.last_exit
+            raise RunnerDied(
+                f"{summary or 'llama-server stopped'} while answering this request"
+                + ("; it is being started again: send it again." if self._supervisor is not None else "."),
+                retry_after_s=(process.ready_after_s or 1.0) + 1.0,
+            )
+
+    def _watched(self, events: Iterable[dict[str, Any]], generation: int) -> Iterator[dict[str, Any]]:
+        """The stream's events; a broken stream from a server that died says so (no log lines)."""
         try:
             yield from events
         except ServerError:
-            self._raise_if_exited()
+            self._raise_if_exited(generation)
             raise
 
     def close(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.close()
         if self._process is not None and self._owns:
             self._process.stop()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -34,6 +35,8 @@ from clover_local.engine.types import (
     Finished,
     GenerationEvent,
     GenerationRequest,
+    RunnerHealth,
+    SupervisedEngine,
     TextDelta,
     ToolCall,
     ToolCallMade,
@@ -179,11 +182,27 @@ class OpenAIServer:
         )
 
     async def health(self, request: Request) -> Response:
-        problem = getattr(self.engine, "problem", None)
-        error = problem() if callable(problem) else None
-        if error:  # e.g. the llama-server behind it stopped because a worker (RPC) was lost
+        runner = self.engine.health() if isinstance(self.engine, SupervisedEngine) else RunnerHealth()
+        if runner.state == "restarting":  # its llama-server stopped and is being started again
             return JSONResponse(
-                {"status": "error", "model": self.config.model_id, "error": error}, status_code=503
+                {
+                    "status": "loading",
+                    "model": self.config.model_id,
+                    "why": runner.why,
+                    "restarts": runner.restarts,
+                },
+                status_code=503,
+                headers={"Retry-After": str(max(1, math.ceil(runner.retry_after_s or 1)))},
+            )
+        if runner.state != "ready":  # it kept stopping (a lost RPC worker, a model that no longer fits...)
+            return JSONResponse(
+                {
+                    "status": "error",
+                    "model": self.config.model_id,
+                    "error": runner.why,
+                    "restarts": runner.restarts,
+                },
+                status_code=503,
             )
         gate = self.gate
         return JSONResponse(
@@ -193,6 +212,7 @@ class OpenAIServer:
                 "busy": gate.busy > 0,
                 "slots": {"total": gate.slots, "busy": gate.busy, "idle": gate.slots - gate.busy},
                 "queue": {"waiting": gate.waiting, "limit": gate.max_queue},
+                "restarts": runner.restarts,
             }
         )
 

@@ -17,6 +17,7 @@ class ApiError(Exception):
         code: str | None = None,
         param: str | None = None,
         type: str = "invalid_request_error",
+        retry_after_s: float | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -24,6 +25,8 @@ class ApiError(Exception):
         self.code = code
         self.param = param
         self.type = type
+        self.retry_after_s = retry_after_s
+        """When waiting cures it (a full queue, a runner starting again): the ``Retry-After`` the client gets."""
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, code=self.code, param=self.param, type=self.type)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import deque
 
 from clover_local.serve.api_errors import ApiError
@@ -30,8 +31,13 @@ class QueueFull(ApiError):
 
 
 def retry_headers(error: ApiError) -> dict[str, str]:
-    """``Retry-After`` for a refusal that waiting cures (a full queue); none for the others."""
-    return {"Retry-After": str(RETRY_AFTER_S)} if isinstance(error, QueueFull) else {}
+    """``Retry-After`` for a refusal that waiting cures (a full queue, a runner starting again); none for the
+    others."""
+    if isinstance(error, QueueFull):
+        return {"Retry-After": str(RETRY_AFTER_S)}
+    if error.retry_after_s is not None:
+        return {"Retry-After": str(max(1, math.ceil(error.retry_after_s)))}
+    return {}
 
 
 class SlotGate:
