@@ -36,6 +36,12 @@ def cache_dir() -> Path:
     return _env_path("CACHE_DIR", platformdirs.user_cache_dir(APP_NAME))
 
 
+def log_path() -> Path:
+    """The app's log: what the terminal cannot show while the app draws on it (a runner that stopped, and its last
+    lines). ``CLOVER_LOG_FILE``."""
+    return _env_path("LOG_FILE", str(cache_dir() / "clover-local.log"))
+
+
 def user_presets_dir() -> Path:
     """User presets override shipped presets of the same name."""
     return config_dir() / "presets"

@@ -362,5 +362,29 @@ class CloverApp(App[None]):
 
 def run_app(options: StartOptions | None = None) -> int:
     """Run the app in this terminal until the person quits."""
+    _log_to_file()
     CloverApp(options).run()
     return 0
+
+
+def _log_to_file() -> None:
+    """clover-local's log (a runner that stopped and its last lines, ...) to ``settings.log_path()``: the app draws
+    on the terminal, so nothing may print there. A log that cannot be opened costs the log, never the app."""
+    import logging
+    import logging.handlers
+
+    from clover_local import settings
+
+    path = settings.log_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.handlers.RotatingFileHandler(
+            path, maxBytes=1_000_000, backupCount=2, encoding="utf-8"
+        )
+    except OSError:
+        handler = logging.NullHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+    root = logging.getLogger("clover_local")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    root.propagate = False

@@ -16,6 +16,7 @@ from clover_local.engine.types import (
     GenerationRequest,
     GenerationStats,
     Refining,
+    SupervisedEngine,
     TextDelta,
 )
 from clover_local.errors import CloverError
@@ -49,6 +50,7 @@ def stream_reply(
     last_post = 0.0
     last_refine = 0.0
     try:
+        wait_for_runner(engine, cancel, is_cancelled)
         fitted = context_fit.fit(engine, system, turns, request.max_tokens, drop=drop_oldest)
         if not fitted.fits:
             full = True
@@ -80,6 +82,9 @@ def stream_reply(
                     last_refine = now
             elif isinstance(event, Finished):
                 stats = event.stats
+        if stats is not None and stats.prompt_tokens == 0:
+            # A stopped llama-server stream ends before its usage: the conversation still holds the prompt.
+            stats = replace(stats, prompt_tokens=fitted.prompt_tokens)
     except CloverError as exc:
         error = str(exc)
         full = full or "the context holds" in error
@@ -89,6 +94,21 @@ def stream_reply(
         if pending:
             reply.post_message(ReplyView.Delta("".join(pending)))
         reply.post_message(ReplyView.Done(stats, error, context_full=full))
+
+
+RUNNER_WAIT_S = 900.0
+"""Longest a message waits for a runner that is starting again (a large model on a slow disk loads for minutes)."""
+
+
+def wait_for_runner(engine: ChatEngine, cancel: threading.Event, is_cancelled: Callable[[], bool]) -> None:
+    """Hold a message sent while the engine's runner is starting again until it is ready (or the reply is
+    stopped): the message is answered then, rather than refused. A runner that was given up raises at once."""
+    if not isinstance(engine, SupervisedEngine):
+        return
+    deadline = time.monotonic() + RUNNER_WAIT_S
+    while engine.health().state == "restarting" and time.monotonic() < deadline:
+        if is_cancelled() or cancel.wait(0.2):
+            return
 
 
 def full_context_words(fitted: context_fit.Fit, n_turns: int, dropped_oldest: bool) -> tuple[str, str]:

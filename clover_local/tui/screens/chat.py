@@ -29,7 +29,15 @@ from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from clover_local import chat_store, conversations, user_prefs
-from clover_local.engine.types import ChatEngine, ChatMessage, GenerationRequest, GenerationStats, TextDelta
+from clover_local.engine.types import (
+    ChatEngine,
+    ChatMessage,
+    GenerationRequest,
+    GenerationStats,
+    RunnerHealth,
+    SupervisedEngine,
+    TextDelta,
+)
 from clover_local.errors import CloverError
 from clover_local.tui import context_fit, slash
 from clover_local.tui.reply_stream import stream_reply
@@ -38,14 +46,22 @@ from clover_local.tui.thinking import strip_thinking
 from clover_local.tui.widgets.message_box import MessageBox
 from clover_local.tui.widgets.messages import ReplyView, UserMessage
 
+RUNNER_CHECK_S = 0.5
+"""How often the chat looks at its runner's state (a dict read; the supervisor does the watching)."""
 SUMMARY_REQUEST = (
     "Summarize our conversation so far in at most 120 words: the facts, decisions and open questions a new "
     "conversation needs to carry on. Write only the summary."
 )
 
 
-def format_status(stats: GenerationStats | None, n_ctx: int, *, generating: bool = False) -> str:
-    """The status line: speed, time to first token, context used / size, draft acceptance."""
+def format_status(
+    stats: GenerationStats | None,
+    n_ctx: int,
+    *,
+    generating: bool = False,
+    runner: RunnerHealth | None = None,
+) -> str:
+    """The status line: the runner's state, speed, time to first token, context used / size, draft acceptance."""
     if stats is None:
         used = "-"
         parts = ["tok/s -", "TTFT -"]
@@ -55,6 +71,10 @@ def format_status(stats: GenerationStats | None, n_ctx: int, *, generating: bool
         parts = [f"tok/s {stats.decode_tokens_per_s:.1f}", f"TTFT {stats.ttft_s:.2f}s"]
         draft = "draft -" if stats.draft_acceptance is None else f"draft {stats.draft_acceptance:.0%}"
     state = "generating… (Esc stops)" if generating else "ready"
+    if runner is not None and runner.state == "restarting":
+        state = "restarting the runner…"
+    elif runner is not None and runner.state in ("failed", "stopped"):
+        state = "runner stopped (Ctrl+L plans again)"
     return " · ".join([state, *parts, f"ctx {used}/{n_ctx}", draft])
 
 
@@ -127,6 +147,9 @@ class ChatScreen(Screen[ModelChoice | None]):
         """Where each reply's seed comes from: every reply, a regenerated one too, draws a new one (so Ctrl+R
         writes a new reply with any sampling but greedy); a seeded ``Random`` makes a chat reproducible."""
         self._shut = False
+        self.runner = RunnerHealth()
+        """The engine's runner as last said (a llama-server child: ready, restarting, failed); the status line
+        reads the engine's state itself whenever it is drawn."""
 
     def compose(self) -> ComposeResult:
         yield Static(self._title_text(), id="chat-title", markup=False)
@@ -145,6 +168,24 @@ class ChatScreen(Screen[ModelChoice | None]):
         if self.info:
             self.notify(self.info, severity="warning", timeout=10)
         self._last_chat_hint()
+        if isinstance(self.engine, SupervisedEngine):
+            self.set_interval(RUNNER_CHECK_S, self._check_runner)
+
+    def _check_runner(self) -> None:
+        """Say when the runner stops, is started again, is back or was given up (once each), in the status line
+        and one notification; the conversation stays as it is."""
+        assert isinstance(self.engine, SupervisedEngine)
+        now = self.engine.health()
+        before, self.runner = self.runner, now
+        if (now.state, now.restarts) == (before.state, before.restarts):
+            return
+        if now.state == "restarting":
+            self.notify(f"{now.why}…", severity="warning", timeout=8)
+        elif now.state == "ready":
+            self.notify("The model's runner is running again: your conversation is kept.", timeout=6)
+        elif now.state == "failed":
+            self.notify(f"{now.why}. Ctrl+L plans the model again.", severity="error", timeout=30)
+        self._set_status(generating=self.generating)
 
     @work(thread=True, group="store-read")
     def _last_chat_hint(self) -> None:
@@ -268,6 +309,7 @@ class ChatScreen(Screen[ModelChoice | None]):
         self.replies_done += 1
         if message.stats is not None:
             self.last_stats = message.stats
+
         if message.error:
             await self._turn_failed(message)
         else:
@@ -303,7 +345,12 @@ class ChatScreen(Screen[ModelChoice | None]):
                 self._ask_context_full(text)
 
     def _set_status(self, *, generating: bool) -> None:
-        text = format_status(self.last_stats, self.engine.n_ctx, generating=generating)
+        text = format_status(
+            self.last_stats,
+            self.engine.n_ctx,
+            generating=generating,
+            runner=self.engine.health() if isinstance(self.engine, SupervisedEngine) else None,
+        )
         self.query_one("#status", Static).update(text)
 
     def _title_text(self) -> str:
