@@ -27,7 +27,7 @@ _VERSION_RES = (
     re.compile(r"version:\s*(?P<build>\d+)\s*\((?P<commit>\w+)\)"),
 )
 _JINJA_DEFAULT_ON_RE = re.compile(r"^--jinja, --no-jinja .*\(default: enabled\)", re.MULTILINE)
-_CACHE_FORMAT = 3
+_CACHE_FORMAT = 4
 """Bump when what is probed or parsed changes, so cached results are probed again."""
 _DEVICE_RE = re.compile(r"^\s*([A-Za-z]+)\d*:\s")
 _DEVICE_BACKENDS = {
@@ -258,9 +258,29 @@ def parse_version(text: str) -> tuple[str, int | None, str | None]:
 
 
 def parse_help(text: str) -> dict[str, FlagSpec]:
-    """Flag name -> spec, from llama.cpp's ``--help`` layout (names and hint in the first 40 columns)."""
+    """Flag name -> spec, from llama.cpp's ``--help`` layout (names and hint in the first 40 columns, the help
+    text after them and on the lines indented 40). A flag whose help says it "has been removed" (upstream keeps
+    ``--draft-max`` listed that way, and refuses it) is not one the binary takes: it is left out."""
     flags: dict[str, FlagSpec] = {}
+    for names, hint, help_text in _help_entries(text):
+        if _REMOVED in help_text.lower():
+            continue
+        spec = FlagSpec(names, hint)
+        for name in names:
+            flags.setdefault(name, spec)
+    return flags
+
+
+_REMOVED = "has been removed"
+
+
+def _help_entries(text: str) -> list[tuple[tuple[str, ...], str, str]]:
+    """(names, value hint, help text) of each option of a ``--help`` text."""
+    entries: list[tuple[tuple[str, ...], str, list[str]]] = []
     for line in text.splitlines():
+        if line.startswith(" " * 40) and entries:
+            entries[-1][2].append(line.strip())  # the help text's next line
+            continue
         if not line.startswith("-") or line.startswith("---"):
             continue
         spec_text = line[:_HELP_SPEC_WIDTH] if line[_HELP_SPEC_WIDTH:40] == "   " else line
@@ -273,10 +293,9 @@ def parse_help(text: str) -> dict[str, FlagSpec]:
             if not tokens[i - 1].endswith(","):
                 break
         if names:
-            spec = FlagSpec(tuple(names), " ".join(tokens[i:]))
-            for name in names:
-                flags.setdefault(name, spec)
-    return flags
+            rest = line[40:].strip() if line[_HELP_SPEC_WIDTH:40] == "   " else ""
+            entries.append((tuple(names), " ".join(tokens[i:]), [rest]))
+    return [(names, hint, " ".join(lines)) for names, hint, lines in entries]
 
 
 def parse_builtin_templates(text: str) -> tuple[str, ...]:
