@@ -142,12 +142,17 @@ class Launch:
 
     @property
     def command(self) -> str:
-        """The ``llama-server`` command for this launch, ready to paste (the binary it would run)."""
+        """The ``llama-server`` command for this launch, ready to paste (the binary it would run), listening where
+        every release listens when told (``server_args.PRINTED_PORT``)."""
         import shlex
+
+        from clover_local.llamacpp.server_args import printed_endpoint
+        from clover_local.plan.llama_args import hf_args
 
         binary = str(self.runner.binary.path) if self.runner.binary is not None else "llama-server"
         hf = self.preset.repo if not self.settings.model_path and self.preset.repo else None
-        return shlex.join([binary, *(["-hf", f"{hf}:{self.settings.quant}"] if hf else []), *self.argv])
+        model = hf_args(hf, self.settings.quant) if hf else []
+        return shlex.join([binary, *model, *printed_endpoint(self.argv)])
 
 
 @dataclass(frozen=True)
