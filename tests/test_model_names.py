@@ -254,3 +254,57 @@ def test_serve_answers_to_the_preset_name_and_every_name_it_lists(served_under_a
         assert reply.choices[0].message.content is not None
     with pytest.raises(openai.BadRequestError, match="smol-chat"):
         client.chat.completions.create(model="other", messages=[{"role": "user", "content": "Hi"}])
+
+
+# -- the app's model picker --------------------------------------------------------------------------------
+
+
+async def test_the_model_picker_opens_a_name_typed_in_any_form(smollm2_path: Path) -> None:
+    from textual.app import App
+    from textual.widgets import Input, Static
+    from waiting import wait_until as wait
+
+    from clover_local.tui.app import CloverApp
+    from clover_local.tui.screens.models import ModelPicker
+    from clover_local.tui.services import ModelChoice
+
+    class Host(App[None]):
+        CSS_PATH = CloverApp.CSS_PATH
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.picked: list[ModelChoice | None] = []
+
+        def on_mount(self) -> None:
+            self.push_screen(ModelPicker(), self.picked.append)
+
+    typed = {
+        f"hf.co/{DEMO_REPO}:Q4_1": ModelChoice(path=str(smollm2_path)),  # a preset's repo and quant: its file
+        DEMO_REPO: ModelChoice(preset="smollm2-135m"),
+        "smollm2-135m": ModelChoice(preset="smollm2-135m"),
+        str(smollm2_path): ModelChoice(path=str(smollm2_path)),
+    }
+    for text, expected in typed.items():
+        app = Host()
+        async with app.run_test(size=(100, 30)) as pilot:
+            picker = app.screen
+            assert isinstance(picker, ModelPicker)
+            await wait(lambda p=picker: p.ready, "the models on disk", pilot=pilot)
+            box = picker.query_one("#models-path", Input)
+            box.value = text
+            box.focus()
+            await pilot.press("enter")
+            await wait(lambda a=app: bool(a.picked), f"the picker to open {text}", pilot=pilot)
+        assert app.picked == [expected], text
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        picker = app.screen
+        assert isinstance(picker, ModelPicker)
+        await wait(lambda p=picker: p.ready, "the models on disk", pilot=pilot)
+        box = picker.query_one("#models-path", Input)
+        box.value = "no such model"
+        box.focus()
+        await pilot.press("enter")
+        note = picker.query_one("#models-note", Static)
+        await wait(lambda: "hf.co/ORG/REPO[:QUANT]" in str(note.render()), "the forms, said", pilot=pilot)
+        assert not app.picked and app.screen is picker  # still open, to type again
