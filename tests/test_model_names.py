@@ -200,23 +200,12 @@ def test_run_reads_every_form(
 # -- serve answers to the preset's name --------------------------------------------------------------------
 
 
-@pytest.fixture
-def served_under_a_preset(smollm2_path: Path, tmp_path: Path) -> Iterator[str]:
-    """``serve --preset smol-chat`` where the user preset ``smol-chat`` describes its file's architecture
-    otherwise, so the plan is made for the file as itself, under the file's name: the case where a request
-    for the preset's own name was refused."""
-    from clover_local import settings
-
-    text = (Path(__file__).parents[1] / "presets" / "smollm2-135m.toml").read_text()
-    text = text.replace('name = "smollm2-135m"', 'name = "smol-chat"').replace(
-        "n_layers = 30", "n_layers = 31"
-    )
-    settings.user_presets_dir().mkdir(parents=True, exist_ok=True)
-    (settings.user_presets_dir() / "smol-chat.toml").write_text(text)
+def _serve(argv: list[str]) -> Iterator[str]:
+    """``clover-local serve ARGV`` on the embedded engine, as a person runs it; its /v1 base URL."""
     port = free_port()
-    argv = ["serve", "--preset", "smol-chat", "--model", str(smollm2_path), "--engine", "embedded"]
+    options = ["--engine", "embedded", "--ctx", "512", "--parallel", "1", "--port", str(port)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clover_local", *argv, "--ctx", "512", "--parallel", "1", "--port", str(port)],
+        [sys.executable, "-m", "clover_local", "serve", *argv, *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -239,6 +228,22 @@ def served_under_a_preset(smollm2_path: Path, tmp_path: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+@pytest.fixture
+def served_under_a_preset(smollm2_path: Path) -> Iterator[str]:
+    """``serve --preset smol-chat`` where the user preset ``smol-chat`` describes its file's architecture
+    otherwise, so the plan is made for the file as itself, under the file's name: the case where a request
+    for the preset's own name was refused."""
+    from clover_local import settings
+
+    text = (Path(__file__).parents[1] / "presets" / "smollm2-135m.toml").read_text()
+    text = text.replace('name = "smollm2-135m"', 'name = "smol-chat"').replace(
+        "n_layers = 30", "n_layers = 31"
+    )
+    settings.user_presets_dir().mkdir(parents=True, exist_ok=True)
+    (settings.user_presets_dir() / "smol-chat.toml").write_text(text)
+    yield from _serve(["--preset", "smol-chat", "--model", str(smollm2_path)])
 
 
 @pytest.mark.slow
@@ -308,3 +313,17 @@ async def test_the_model_picker_opens_a_name_typed_in_any_form(smollm2_path: Pat
         note = picker.query_one("#models-note", Static)
         await wait(lambda: "hf.co/ORG/REPO[:QUANT]" in str(note.render()), "the forms, said", pilot=pilot)
         assert not app.picked and app.screen is picker  # still open, to type again
+
+
+@pytest.mark.slow
+def test_serve_answers_to_the_preset_of_a_repo_and_to_the_repo_as_typed() -> None:
+    typed = f"hf.co/{DEMO_REPO}:Q4_1"
+    for base in _serve([typed]):
+        client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=120)
+        listed = [m.id for m in client.models.list().data]
+        assert listed[0] == "smollm2-135m" and typed in listed
+        for name in ("smollm2-135m", typed, "SmolLM2-135M-Instruct.Q4_1"):
+            reply = client.chat.completions.create(
+                model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=2, temperature=0
+            )
+            assert reply.choices[0].message.content is not None
