@@ -39,6 +39,11 @@ class ContextOutOfRange(UsageError):
         self.limit = limit
 
 
+class ModelRefError(UsageError):
+    """A model was named in none of the forms clover-local reads (``model_ref.parse_model_ref``); the fix lists
+    them."""
+
+
 class PresetError(CloverError):
     """A preset file is missing, malformed, or has a bad key (the message names file and key)."""
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from shlex import join as shlex_join
 from typing import TYPE_CHECKING, Literal
 
 from clover_local.errors import (
@@ -148,12 +149,17 @@ class Launch:
 
     @property
     def command(self) -> str:
-        """The ``llama-server`` command for this launch, ready to paste (the binary it would run)."""
+        """The ``llama-server`` command for this launch, ready to paste (the binary it would run), listening where
+        every release listens when told (``server_args.PRINTED_PORT``)."""
         import shlex
 
-        binary = str(self.runner.binary.path) if self.runner.binary is not None else "llama-server"
+        from clover_local.llamacpp.server_args import printed_endpoint
+        from clover_local.plan.llama_args import hf_args
+
+        binary = self.runner.binary.command if self.runner.binary is not None else ["llama-server"]
         hf = self.preset.repo if not self.settings.model_path and self.preset.repo else None
-        return shlex.join([binary, *(["-hf", f"{hf}:{self.settings.quant}"] if hf else []), *self.argv])
+        model = hf_args(hf, self.settings.quant) if hf else []
+        return shlex.join([*binary, *model, *printed_endpoint(self.argv)])
 
 
 @dataclass(frozen=True)
@@ -209,7 +215,9 @@ def choose_runner(
         if request.llama_server:  # the person's own llama-server: theirs to know what it loads
             binary = find(request.llama_server)
             if binary is not None:
-                return Runner("llama-server", f"{arch.why}; using {binary.path} as asked", binary)
+                return Runner(
+                    "llama-server", f"{arch.why}; using {shlex_join(binary.command)} as asked", binary
+                )
         return Runner(
             "llama-server",
             f"{arch.why}; `{arch.install_command}` installs it, and its llama-server will run it",
@@ -236,7 +244,9 @@ def choose_runner(
                 "--llama-server PATH.",
             )
         runtime = arch.runtime if arch is not None and not request.llama_server else None
-        return Runner("llama-server", f"{needs}; using {binary.path} ({binary.source})", binary, runtime)
+        return Runner(
+            "llama-server", f"{needs}; using {shlex_join(binary.command)} ({binary.source})", binary, runtime
+        )
     if request.engine in (None, "embedded"):
         said = "as asked" if request.engine == "embedded" else "the default"
         return Runner("embedded", f"the embedded engine (llama-cpp-python), {said}")
@@ -247,9 +257,11 @@ def choose_runner(
                 "--engine llama-server: no llama-server was found (CLOVER_LLAMA_SERVER, the built one, PATH).",
                 "Build one with scripts/build-llama-server, pass --llama-server PATH, or use --engine embedded.",
             )
-        return Runner("llama-server", f"asked for; using {binary.path} ({binary.source})", binary)
+        return Runner(
+            "llama-server", f"asked for; using {shlex_join(binary.command)} ({binary.source})", binary
+        )
     if binary is not None:
-        return Runner("llama-server", f"found {binary.path} ({binary.source})", binary)
+        return Runner("llama-server", f"found {shlex_join(binary.command)} ({binary.source})", binary)
     return Runner(
         "embedded",
         "no llama-server found (build one with scripts/build-llama-server); using llama-cpp-python",
@@ -424,7 +436,7 @@ def _fitted_argv(runner: Runner, settings: LlamaSettings) -> tuple[tuple[str, ..
 
     said: tuple[str, ...] = ()
     try:
-        caps = capabilities(runner.binary.path)
+        caps = capabilities(runner.binary.path, runner.binary.subcommand)
     except ServerError as exc:
         kept = _kept_arg_cpp(runner)
         if kept is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from clover_local.engine.templates import TemplateChoice
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.gguf.model import ModelDescription
+    from clover_local.model_ref import ModelRef
 
 __all__ = [
     "chat_template_for",
@@ -41,9 +42,12 @@ __all__ = [
     "find_model",
     "local_header",
     "local_sidecars",
+    "named_model",
     "preset_for_file",
+    "preset_for_repo",
     "preset_named_by_file",
     "require_model",
+    "require_repo_file",
     "resolve_preset",
 ]
 
@@ -79,6 +83,70 @@ def find_model(preset: Preset | None, model: str | Path | None = None, quant: st
     if quant == "auto" and first.preset == preset.name and first.complete:
         return Path(first.model_path)
     return None
+
+
+@dataclass(frozen=True)
+class NamedModel:
+    """What a model reference (:mod:`clover_local.model_ref`) names on this machine, as the fields of a launch
+    request: a preset, a local file, or a Hub repo (with its quant)."""
+
+    preset: str | None = None
+    model: str | None = None
+    """A local GGUF's path (``~`` expanded)."""
+    repo: str | None = None
+    """A Hub repo that is no preset's own (planned as ``--repo``: its files name its quants)."""
+    quant: str | None = None
+    """The quant named (a preset's own key when the repo is a preset's); None: the command's ``--quant``."""
+
+
+def named_model(ref: ModelRef) -> NamedModel:
+    """The preset, file or repo ``ref`` names. A repo that is a preset's own (``HuggingFaceTB/SmolLM2-135M-
+    Instruct-GGUF``) is that preset, so its settings and packaged file apply, with the quant as the preset
+    names it; any other repo is planned from its own files. An endpoint names nothing to run here."""
+    if ref.kind == "preset":
+        return NamedModel(preset=ref.preset)
+    if ref.kind == "file":
+        assert ref.path is not None
+        return NamedModel(model=str(Path(ref.path).expanduser()))
+    if ref.kind == "endpoint":
+        raise UsageError(
+            f"{ref.text} is an endpoint: it is compared (`clover-local compare`), not run here.",
+            "Name a preset, a .gguf file or a Hugging Face repo.",
+        )
+    assert ref.repo is not None
+    preset = preset_for_repo(ref.repo)
+    if preset is None:
+        return NamedModel(repo=ref.repo, quant=ref.quant)
+    if ref.quant is None:
+        return NamedModel(preset=preset.name)
+    key = next((q for q in preset.quants if q.lower() == ref.quant.lower()), None)
+    if key is not None:
+        return NamedModel(preset=preset.name, quant=key)
+    return NamedModel(preset=preset.name, repo=ref.repo, quant=ref.quant)  # a quant the preset does not list
+
+
+def preset_for_repo(repo: str) -> Preset | None:
+    """The preset whose Hub repo is ``repo`` (compared as the Hub does, without case); None when none is."""
+    from clover_local.presets import list_presets
+
+    for name in list_presets():
+        preset = load_preset(name)
+        if preset.repo and preset.repo.lower() == repo.lower():
+            return preset
+    return None
+
+
+def require_repo_file(repo: str, quant: str | None) -> Path:
+    """The downloaded file of ``repo`` (its ``quant``, else the one ``llama-server -hf REPO`` loads), without the
+    network; a :class:`UsageError` saying how to download it when it is not here."""
+    from clover_local.fetch.download import cached_model_path
+
+    wanted = None if quant in (None, "auto") else quant
+    found = cached_model_path(repo, wanted)
+    if found is not None:
+        return found
+    spec = f"{repo}:{wanted}" if wanted else repo
+    raise UsageError(f"{spec} is not downloaded yet.", f"Run `clover-local download {spec}` first.")
 
 
 def preset_for_file(path: str | Path) -> Preset:

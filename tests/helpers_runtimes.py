@@ -16,6 +16,16 @@ from releases_server import ReleasesServer
 
 from clover_local import llama_arch_table, settings
 
+RELEASES_DATA = Path(__file__).parent / "data" / "llamacpp_releases"
+"""Asset lists of real llama.cpp releases, one file per release (its ``#`` lines say where it was read)."""
+
+
+def assets_of(tag: str) -> list[str]:
+    """The asset names of release ``tag`` as upstream published them (``tests/data/llamacpp_releases``)."""
+    lines = (RELEASES_DATA / f"{tag}.txt").read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
 # Read before the autouse fixture points CLOVER_DATA_DIR at a temporary folder.
 PINNED_BIN = settings.llama_server_dir()
 

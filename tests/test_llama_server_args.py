@@ -1,8 +1,12 @@
 """Fitting a plan's argv to what a llama-server binary accepts, reading its --help, and reading
 llama-fit-params' answer: pure functions, checked with help texts in llama.cpp's own layout (an old build's
-and the vendored one's) and the example output from llama-fit-params' README."""
+and the vendored one's, written here; a newer upstream one's, laid out from upstream's own usage tables,
+``tests/upstream_help.py``) and the example output from llama-fit-params' README."""
 
 from __future__ import annotations
+
+import pytest
+from upstream_help import NEWER_README, help_from_readme
 
 from clover_local.llamacpp.binary import (
     Capabilities,
@@ -181,3 +185,90 @@ def test_builtin_template_name_turns_jinja_off_when_jinja_is_the_default() -> No
     assert adapt_args(["--chat-template", "gemma"], caps).argv == ["--chat-template", "gemma", "--no-jinja"]
     custom = "{% for m in messages %}{{ m.content }}{% endfor %}"
     assert adapt_args(["--chat-template", custom], caps).argv == ["--chat-template", custom]
+
+
+# -- a newer llama-server, as upstream documents it --------------------------------------------------------
+
+_NEWER_TEXT = help_from_readme()
+NEWER = Capabilities(
+    version="00dc805 (tools/server/README.md)",
+    build_number=None,
+    commit="00dc805",
+    flags=parse_help(_NEWER_TEXT),
+    builtin_templates=parse_builtin_templates(_NEWER_TEXT),
+    jinja_by_default=True,
+)
+
+
+def test_a_newer_help_is_read_with_its_renames_and_removals() -> None:
+    flags = NEWER.flags
+    for removed in ("--draft-max", "--draft", "--draft-n", "--draft-min", "--spec-ngram-size-n"):
+        assert removed not in flags, f"{removed} is listed only to say it has been removed"
+    assert flags["--fit"].choices == ("on", "off")
+    assert {"ngram-mod", "draft-mtp", "draft-eagle3"} <= set(flags["--spec-type"].choices)
+    assert flags["-ctkd"].names[0] == "--spec-draft-type-k" and flags["-md"].names[0] == "--spec-draft-model"
+    assert "gemma" in NEWER.builtin_templates and "chatml" in NEWER.builtin_templates
+    # Its own defaults differ from the pinned build's: the plan's argv must not lean on any of them.
+    readme = NEWER_README.read_text()
+    for default in (
+        "port to listen (default: 9931)",
+        "'on' or 'off', default: 'on'",
+        "(default: -1, -1 = auto)",
+    ):
+        assert default in readme
+
+
+def test_a_flag_listed_as_removed_is_dropped_with_a_notice_never_passed() -> None:
+    adapted = adapt_args(["-c", "8", "--draft-max", "16"], NEWER)
+    assert adapted.argv == ["-c", "8"]
+    assert any("--draft-max 16" in w and "dropped" in w for w in adapted.warnings)
+
+
+PLANNED = [
+    ("clover-35b-a3b", "ram=64G,gpu=nvidia:24G", 1),  # all on the GPU, n-gram speculation, -hf
+    ("clover-35b-a3b", "ram=64G,gpu=nvidia:12G,gpu=nvidia:12G", 4),  # experts in RAM, two GPUs, 4 slots
+    ("smollm2-135m", "ram=8G,cpu=4", 1),  # CPU only
+    ("gemma3-270m", "ram=8G", 2),  # a built-in chat template, 2 slots
+]
+
+
+@pytest.mark.parametrize(("preset", "machine", "slots"), PLANNED)
+def test_the_plan_runs_on_a_newer_llama_server_as_planned(preset: str, machine: str, slots: int) -> None:
+    from pathlib import Path
+
+    from clover_local.detect import parse_simulate
+    from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.llamacpp.binary import ServerBinary
+
+    request = LaunchRequest(preset, offline=True, describe=False, engine="llama-server", parallel=slots)
+    newer = ServerBinary(Path("llama-server"), "the newer build")  # planned for, not run: its --help is NEWER
+    launch = decide_launch(request, machine=parse_simulate(machine), find_binary=lambda _configured: newer)
+    planned = launch.settings.argv(hf_repo=launch.preset.repo)
+    adapted = adapt_args(planned, NEWER)
+    assert adapted.argv == planned and adapted.warnings == ()  # every setting is one this build takes as is
+    argv = with_endpoint(adapted.argv, host="127.0.0.1", port=8080)
+    given = dict(split_flags(argv))
+    assert all(NEWER.supports(flag) for flag in given)  # never a flag it does not take
+    # Each default of this build the plan does not want is overridden explicitly, whatever the build's default.
+    assert given["--fit"] == "off"  # on by default: it would re-fit what the plan decided
+    assert given["--port"] == "8080"  # 9931 by default here, 8080 in the pinned build
+    assert given["-np"] == str(launch.plan.parallel)  # auto by default, with a unified KV cache
+    assert given["-ngl"] == ("all" if launch.plan.n_gpu_layers < 0 else str(launch.plan.n_gpu_layers))
+    assert given["-c"] == str(launch.plan.ctx * launch.plan.parallel)
+    if launch.plan.parallel > 1:
+        assert "--no-kv-unified" in given  # each slot its own cells, as planned
+    if "-hf" in given:
+        assert "--no-mmproj" in given  # -hf would fetch and load a projector the plan holds no memory for
+
+
+def test_the_printed_command_says_where_it_listens(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from clover_local.cli import main
+
+    assert (
+        main(["command", "--preset", "clover-35b-a3b", "--offline", "--simulate", "ram=64G", "--json"]) == 0
+    )
+    given = dict(split_flags(json.loads(capsys.readouterr().out)["argv"]))
+    assert (given["--host"], given["--port"], given["--fit"]) == ("127.0.0.1", "8080", "off")
+    assert "-hf" in given and "--no-mmproj" in given

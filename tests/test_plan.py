@@ -236,8 +236,10 @@ def test_cli_plan_text_and_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Q8_0" in text and "gpu0" in text and "Why:" in text
     assert main(["command", "--simulate", "gpu=nvidia:8G,ram=32G"]) == 0
     line = capsys.readouterr().out.strip()
-    assert line.startswith("llama-server -hf Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M -c 16384")
-    assert "--n-cpu-moe" in line and "--fit off" in line
+    assert line.startswith(
+        "llama-server -hf Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M --no-mmproj -c 16384"
+    )
+    assert "--n-cpu-moe" in line and "--fit off" in line and line.endswith("--host 127.0.0.1 --port 8080")
 
 
 def test_cli_bad_input_is_an_error_not_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,188 +1,22 @@
-"""The archive chooser, as a table: real asset names of llama.cpp releases (the ``release.yml`` of
-ggml-org/llama.cpp names them ``llama-<tag>-bin-<os>[-<variant>]-<arch>``; the CUDA runtimes ship apart as
-``cudart-...``), and machines described with ``--simulate``-style values."""
+"""The archive chooser's other half: the target a described machine is (OS, CPU, the backends its GPUs and driver
+can use), and what no real release offers. The picks from real releases' asset lists are in
+``test_runtimes_real_releases.py``."""
 
 from __future__ import annotations
 
 import pynvml
 import pytest
 from helpers_detect import RecordedNvml
+from helpers_runtimes import assets_of
 
 from clover_local.detect.machine import Cpu, Disk, Gpu, Machine, Memory
 from clover_local.detect.nvidia import cuda_driver_version
 from clover_local.runtimes.assets import Target, choose_archive, target_for
 
-TAG = "b7000"
-# The assets of a recent release (the Linux CUDA builds and their cudart archives arrived in late 2026).
-CURRENT = [
-    f"cudart-llama-{TAG}-bin-ubuntu-cuda-13.4-x64.tar.gz",
-    "cudart-llama-bin-win-cuda-12.4-x64.zip",
-    "cudart-llama-bin-win-cuda-13.3-x64.zip",
-    f"llama-{TAG}-bin-macos-arm64.tar.gz",
-    f"llama-{TAG}-bin-macos-x64.tar.gz",
-    f"llama-{TAG}-bin-ubuntu-arm64.tar.gz",
-    f"llama-{TAG}-bin-ubuntu-cuda-12.8-x64.tar.gz",
-    f"llama-{TAG}-bin-ubuntu-cuda-13.4-x64.tar.gz",
-    f"llama-{TAG}-bin-ubuntu-openvino-2026.0-x64.tar.gz",
-    f"llama-{TAG}-bin-ubuntu-rocm-7.2-x64.tar.gz",
-    f"llama-{TAG}-bin-ubuntu-s390x.tar.gz",
-    f"llama-{TAG}-bin-ubuntu-sycl-fp16-x64.tar.gz",
-    f"llama-{TAG}-bin-ubuntu-vulkan-arm64.tar.gz",
-    f"llama-{TAG}-bin-ubuntu-vulkan-x64.tar.gz",
-    f"llama-{TAG}-bin-ubuntu-x64.tar.gz",
-    f"llama-{TAG}-bin-win-cpu-arm64.zip",
-    f"llama-{TAG}-bin-win-cpu-x64.zip",
-    f"llama-{TAG}-bin-win-cuda-12.4-x64.zip",
-    f"llama-{TAG}-bin-win-cuda-13.3-x64.zip",
-    f"llama-{TAG}-bin-win-hip-radeon-x64.zip",
-    f"llama-{TAG}-bin-win-opencl-adreno-arm64.zip",
-    f"llama-{TAG}-bin-win-vulkan-x64.zip",
-    f"llama-{TAG}-ui.tar.gz",
-    f"llama-{TAG}-xcframework.zip",
-]
-# An older release: Linux builds zipped, no Linux CUDA, Windows CPU builds by instruction set.
-OLDER = [
-    "llama-b4282-bin-ubuntu-x64.zip",
-    "llama-b4282-bin-macos-arm64.zip",
-    "llama-b4282-bin-win-avx2-x64.zip",
-    "llama-b4282-bin-win-avx512-x64.zip",
-    "llama-b4282-bin-win-vulkan-x64.zip",
-    "llama-b4282-bin-win-cuda-cu12.2.0-x64.zip",
-    "cudart-llama-bin-win-cu12.2.0-x64.zip",
-]
-
-
-@pytest.mark.parametrize(
-    ("names", "tag", "target", "asset", "extras", "backend"),
-    [
-        (CURRENT, TAG, Target("linux", "x64", ("cpu",)), f"llama-{TAG}-bin-ubuntu-x64.tar.gz", (), "cpu"),
-        (CURRENT, TAG, Target("linux", "arm64", ("cpu",)), f"llama-{TAG}-bin-ubuntu-arm64.tar.gz", (), "cpu"),
-        (CURRENT, TAG, Target("linux", "s390x", ("cpu",)), f"llama-{TAG}-bin-ubuntu-s390x.tar.gz", (), "cpu"),
-        (
-            CURRENT,
-            TAG,
-            Target("linux", "x64", ("vulkan",)),
-            f"llama-{TAG}-bin-ubuntu-vulkan-x64.tar.gz",
-            (),
-            "vulkan",
-        ),
-        (
-            CURRENT,
-            TAG,
-            Target("linux", "x64", ("cuda-13", "cuda-12", "vulkan")),
-            f"llama-{TAG}-bin-ubuntu-cuda-13.4-x64.tar.gz",
-            (f"cudart-llama-{TAG}-bin-ubuntu-cuda-13.4-x64.tar.gz",),
-            "cuda-13",
-        ),
-        (
-            CURRENT,
-            TAG,
-            Target("linux", "x64", ("cuda-12", "vulkan")),
-            f"llama-{TAG}-bin-ubuntu-cuda-12.8-x64.tar.gz",
-            (),  # this release ships no CUDA 12.8 runtime archive for Linux: the system's libraries are used
-            "cuda-12",
-        ),
-        (
-            CURRENT,
-            TAG,
-            Target("linux", "x64", ("rocm", "vulkan")),
-            f"llama-{TAG}-bin-ubuntu-rocm-7.2-x64.tar.gz",
-            (),
-            "rocm",
-        ),
-        (
-            CURRENT,
-            TAG,
-            Target("linux", "arm64", ("rocm", "vulkan")),  # no ROCm build for arm64: Vulkan
-            f"llama-{TAG}-bin-ubuntu-vulkan-arm64.tar.gz",
-            (),
-            "vulkan",
-        ),
-        (
-            CURRENT,
-            TAG,
-            Target("macos", "arm64", ("metal",)),
-            f"llama-{TAG}-bin-macos-arm64.tar.gz",
-            (),
-            "metal",
-        ),
-        (CURRENT, TAG, Target("macos", "x64", ("cpu",)), f"llama-{TAG}-bin-macos-x64.tar.gz", (), "cpu"),
-        (CURRENT, TAG, Target("windows", "x64", ("cpu",)), f"llama-{TAG}-bin-win-cpu-x64.zip", (), "cpu"),
-        (CURRENT, TAG, Target("windows", "arm64", ("cpu",)), f"llama-{TAG}-bin-win-cpu-arm64.zip", (), "cpu"),
-        (
-            CURRENT,
-            TAG,
-            Target("windows", "x64", ("cuda-13", "cuda-12")),
-            f"llama-{TAG}-bin-win-cuda-13.3-x64.zip",
-            ("cudart-llama-bin-win-cuda-13.3-x64.zip",),
-            "cuda-13",
-        ),
-        (
-            CURRENT,
-            TAG,
-            Target("windows", "x64", ("cuda-12",)),
-            f"llama-{TAG}-bin-win-cuda-12.4-x64.zip",
-            ("cudart-llama-bin-win-cuda-12.4-x64.zip",),
-            "cuda-12",
-        ),
-        (
-            CURRENT,
-            TAG,
-            Target("windows", "x64", ("rocm",)),
-            f"llama-{TAG}-bin-win-hip-radeon-x64.zip",
-            (),
-            "rocm",
-        ),
-        (
-            CURRENT,
-            TAG,
-            Target("windows", "x64", ("vulkan",)),
-            f"llama-{TAG}-bin-win-vulkan-x64.zip",
-            (),
-            "vulkan",
-        ),
-        (OLDER, "b4282", Target("linux", "x64", ("cpu",)), "llama-b4282-bin-ubuntu-x64.zip", (), "cpu"),
-        (
-            OLDER,
-            "b4282",
-            Target("macos", "arm64", ("metal",)),
-            "llama-b4282-bin-macos-arm64.zip",
-            (),
-            "metal",
-        ),
-        (OLDER, "b4282", Target("windows", "x64", ("cpu",)), "llama-b4282-bin-win-avx2-x64.zip", (), "cpu"),
-        (
-            OLDER,
-            "b4282",
-            Target("windows", "x64", ("cuda-12",)),
-            "llama-b4282-bin-win-cuda-cu12.2.0-x64.zip",
-            ("cudart-llama-bin-win-cu12.2.0-x64.zip",),
-            "cuda-12",
-        ),
-        (
-            OLDER,
-            "b4282",
-            Target("linux", "x64", ("cuda-12", "vulkan")),  # neither on Linux then
-            None,
-            (),
-            None,
-        ),
-    ],
-)
-def test_the_archive_for_each_target(
-    names: list[str],
-    tag: str,
-    target: Target,
-    asset: str | None,
-    extras: tuple[str, ...],
-    backend: str | None,
-) -> None:
-    choice = choose_archive(names, tag, target)
-    if asset is None:
-        assert choice is None
-        return
-    assert choice is not None
-    assert (choice.asset, choice.extras, choice.backend) == (asset, extras, backend)
+TAG = "b11459"
+CURRENT = assets_of(TAG)
+"""The newest real release's assets (``tests/data/llamacpp_releases``); every release's picks are checked in
+``test_runtimes_real_releases.py``."""
 
 
 @pytest.mark.parametrize(
@@ -192,6 +26,7 @@ def test_the_archive_for_each_target(
         Target("macos", "arm64", ("cuda-12",)),
         Target("windows", "x64", ("metal",)),
         Target("linux", "x64", ("sycl",)),  # not a backend chosen here
+        Target("linux", "arm64", ("cuda-12",)),  # CUDA 12 is built for x64 only
     ],
 )
 def test_nothing_fits_means_none(target: Target) -> None:
@@ -199,9 +34,7 @@ def test_nothing_fits_means_none(target: Target) -> None:
 
 
 def test_an_archive_of_another_tag_is_never_chosen() -> None:
-    assert (
-        choose_archive(["llama-b6999-bin-ubuntu-x64.tar.gz"], TAG, Target("linux", "x64", ("cpu",))) is None
-    )
+    assert choose_archive(assets_of("b10144"), TAG, Target("linux", "x64", ("cpu",))) is None
 
 
 def _machine(os_name: str, arch: str, *vendors: str) -> Machine:

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clover_local.errors import UsageError
+
+if TYPE_CHECKING:
+    from clover_local.tui.app import StartOptions
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser(
         "chat",
         help="chat in the terminal (straight to the chat screen)",
-        description="Open the chat with a local GGUF (--model) or a preset's model (--preset).",
+        description="Open the chat with a model named as MODEL (or --model): a preset, a local GGUF or a Hugging"
+        " Face repo already downloaded.",
     )
-    parser.add_argument("--model", metavar="PATH", help="a local .gguf file (first shard of a split model)")
+    from clover_local.commands.options import add_model_argument
+
+    add_model_argument(parser)
+    parser.add_argument(
+        "--model", metavar="MODEL", help="the model, as MODEL (a .gguf: the first shard of a split model)"
+    )
     parser.add_argument(
         "--preset",
         metavar="NAME",
@@ -34,7 +44,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    model_path = _resolve_model(args.model, args.preset)
+    from clover_local.tui.app import run_app
+
+    return run_app(start_options(args))
+
+
+def start_options(args: argparse.Namespace) -> StartOptions:
+    """What the app opens with: the model named in any form (``MODEL``, ``--model``, ``--preset``), checked
+    before the app starts (its file, its architecture, ``--ctx`` against its limit, ``--rpc``)."""
+    from clover_local.commands.options import apply_model_ref, require_local_model
+    from clover_local.tui.app import StartOptions
+
+    apply_model_ref(args)
+    require_local_model(args)
+    model_path = _resolve_model(args.model, args.preset, getattr(args, "quant", None))
     if model_path is not None:
         from clover_local.runtime import check_local_file
 
@@ -52,17 +75,13 @@ def run(args: argparse.Namespace) -> int:
         from clover_local.detect.remote import parse_rpc
 
         parse_rpc(args.rpc)  # a typo is said now, not inside the app
-    from clover_local.tui.app import StartOptions, run_app
-
-    return run_app(
-        StartOptions(
-            preset=args.preset,
-            model_path=model_path,
-            ctx=args.ctx,
-            rpc=args.rpc,
-            spec=args.spec,
-            force=args.force,
-        )
+    return StartOptions(
+        preset=args.preset,
+        model_path=model_path,
+        ctx=args.ctx,
+        rpc=args.rpc,
+        spec=args.spec,
+        force=args.force,
     )
 
 
@@ -80,7 +99,7 @@ def _check_ctx(ctx: int, preset_name: str | None, model_path: str | None) -> Non
     check_context(ctx, preset)
 
 
-def _resolve_model(model: str | None, preset_name: str | None) -> str | None:
+def _resolve_model(model: str | None, preset_name: str | None, quant: str | None = None) -> str | None:
     """The GGUF to load: the one given, else the preset's (test presets assemble theirs locally).
 
     None means "not on disk yet": the app then opens on the plan screen to choose and download it.
@@ -90,5 +109,5 @@ def _resolve_model(model: str | None, preset_name: str | None) -> str | None:
 
     if not model and preset_name is None:
         return None
-    found = find_model(None if model else load_preset(preset_name), model)
+    found = find_model(None if model else load_preset(preset_name), model, quant or "auto")
     return str(found) if found is not None else None

@@ -48,13 +48,14 @@ def run(args: argparse.Namespace) -> int:
 
     from clover_local.commands.options import launch_from_args
     from clover_local.llamacpp.binary import ServerBinary
+    from clover_local.llamacpp.server_args import printed_endpoint
 
     printed = ServerBinary(Path(args.binary), "command --binary")  # printed, not run: nothing to look for
     launch = launch_from_args(args, engine="llama-server", find_binary=lambda _configured: printed)
     plan, preset = launch.plan, launch.preset
     if args.engine != "llama-server":
         return _print_gpu_server_command(args, plan, preset)
-    argv = [args.binary, *launch.settings.argv(hf_repo=preset.repo)]
+    argv = [args.binary, *printed_endpoint(launch.settings.argv(hf_repo=preset.repo))]
     if launch.runner.runtime is not None and args.binary == "llama-server":
         # Only an installed runtime loads this model: its llama-server, with the flags it accepts.
         argv = shlex.split(launch.command)

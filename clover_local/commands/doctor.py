@@ -63,9 +63,9 @@ def llama_server_report(configured: str | None) -> dict[str, Any]:
             "for you), or set CLOVER_LLAMA_SERVER to an existing binary. Without one, serve and chat use "
             "the embedded engine.",
         }
-    report: dict[str, Any] = {"found": True, "path": str(binary.path), "source": binary.source}
+    report: dict[str, Any] = {"found": True, "path": " ".join(binary.command), "source": binary.source}
     try:
-        caps = capabilities(binary.path)
+        caps = capabilities(binary.path, binary.subcommand)
     except CloverError as exc:
         report["error"] = str(exc)
         return report

@@ -1,6 +1,9 @@
 """``clover-local download``: fetch a model's GGUF into the Hugging Face cache (resumable, verified).
 
 clover-local download                          # the default preset, quant chosen for this machine
+clover-local download smollm2-135m             # a model in any form every command reads (model_ref):
+clover-local download bartowski/SmolLM2-135M-Instruct-GGUF:Q8_0   # as llama.cpp's -hf,
+clover-local download hf.co/bartowski/SmolLM2-135M-Instruct-GGUF  # as Ollama
 clover-local download --quant Q8_0
 clover-local download --repo org/name --quant Q4_K_M
 clover-local download --repo org/name          # the file `llama-server -hf org/name` loads
@@ -33,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             " continues where it stopped; every file is checked against the Hub's sha256."
         ),
     )
+    from clover_local.commands.options import add_model_argument
+
+    add_model_argument(parser)
     add_model_arguments(parser)
     parser.add_argument(
         "--no-draft",
@@ -61,9 +67,17 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from clover_local.arch_support import check_to_dict
+    from clover_local.commands.options import apply_model_ref
     from clover_local.fetch.download import check_architectures, fetch_resolved, resolve_quant_files
     from clover_local.fetch.progress import format_bytes
 
+    apply_model_ref(args)
+    if getattr(args, "model", None):
+        from clover_local.runtime import checked_gguf
+
+        local = checked_gguf(Path(args.model))
+        _report(args, {"path": str(local), "source": "local file"}, f"Ready: {local} (a local file)")
+        return 0
     target = model_target(args, force=args.force)
     if target.packaged is not None:
         _report(args, {"path": str(target.packaged), "source": "python package"}, f"Ready: {target.packaged}")
@@ -71,7 +85,11 @@ def run(args: argparse.Namespace) -> int:
     if target.note:
         print(target.note, file=sys.stderr)
     resolved = resolve_quant_files(
-        target.repo, target.pattern, args.revision, filename=args.file, drafts=not args.no_draft
+        target.repo,
+        target.pattern,
+        args.revision,
+        filename=args.file or target.filename,
+        drafts=not args.no_draft,
     )
     resolved = check_architectures(resolved, force=args.force)  # before any byte of the files
     for note in resolved.notes:
@@ -131,6 +149,8 @@ class ModelTarget:
     """Why this quant (when ``auto`` was resolved)."""
     packaged: Path | None = None
     """The model file assembled from a Python package (test presets), when there is one."""
+    filename: str | None = None
+    """The file to fetch when no quant was named (the one ``-hf REPO`` loads), as ``--file`` would name it."""
 
 
 def model_target(args: argparse.Namespace, *, force: bool = False) -> ModelTarget:
@@ -166,7 +186,7 @@ def _hf_default(repo: str, revision: str | None) -> ModelTarget:
     listing = hub.list_repo(repo, revision or "main")
     first = select_quant_files(repo, [e.path for e in listing.entries], None)[0]
     note = f"File {first}: the one `llama-server -hf {repo}` loads (Q4_K_M, else Q8_0, else the first GGUF)."
-    return ModelTarget(repo, None, first, note)
+    return ModelTarget(repo, None, first, note, filename=first)
 
 
 def auto_quant(preset: Preset, *, force: bool = False) -> tuple[str, str]:

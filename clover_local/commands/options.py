@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from clover_local.errors import UsageError
+
 if TYPE_CHECKING:
     from clover_local.launch import Launch, LaunchRequest
     from clover_local.plan.speculation import SpecMode
@@ -12,7 +14,72 @@ if TYPE_CHECKING:
     from clover_local.presets import Preset
 
 
+MODEL_HELP = (
+    "the model: a preset (smollm2-135m), a .gguf file, ORG/REPO[:QUANT] as llama.cpp's -hf takes it, "
+    "hf.co/ORG/REPO[:QUANT] as Ollama takes it, or hf:ORG/REPO[:QUANT] (default: clover-35b-a3b)"
+)
+
+
+def add_model_argument(parser: argparse.ArgumentParser) -> None:
+    """The model as a positional argument, in the one grammar (``clover_local.model_ref``); ``--model`` takes the
+    same forms. :func:`apply_model_ref` reads either into ``--preset/--model/--repo/--quant``."""
+    parser.add_argument("model_ref", nargs="?", metavar="MODEL", help=MODEL_HELP)
+
+
+def apply_model_ref(args: argparse.Namespace) -> None:
+    """Read the model a command was given (``MODEL`` or ``--model``, in any form of :mod:`clover_local.model_ref`)
+    into the options the command already reads: ``preset``, ``model`` (a local file), ``repo`` and ``quant``.
+    A :class:`UsageError` when the model is named twice, or an option contradicts it."""
+    from clover_local.model_ref import parse_model_ref
+    from clover_local.presets import list_presets
+    from clover_local.runtime import named_model
+
+    positional, flag = getattr(args, "model_ref", None), getattr(args, "model", None)
+    if positional and flag:
+        raise UsageError("The model is named twice: as MODEL and with --model.", "Name it once.")
+    text = positional or flag
+    if not text:
+        return
+    named = named_model(parse_model_ref(str(text), presets=list_presets()))
+    if named.preset is not None:
+        asked = getattr(args, "preset", None)
+        if asked and asked != named.preset:
+            raise UsageError(
+                f"{text} is the preset {named.preset}, and --preset says {asked}.", "Name the model once."
+            )
+        args.preset = named.preset
+    args.model = named.model
+    if named.repo is not None:
+        asked_repo = getattr(args, "repo", None)
+        if asked_repo and asked_repo.lower() != named.repo.lower():
+            raise UsageError(
+                f"{text} names {named.repo}, and --repo says {asked_repo}.", "Name the repo once."
+            )
+        args.repo = named.repo
+    if named.quant is not None:
+        asked_quant = getattr(args, "quant", None)
+        if asked_quant not in (None, "auto") and str(asked_quant).lower() != named.quant.lower():
+            raise UsageError(
+                f"{text} names the quant {named.quant}, and --quant says {asked_quant}.",
+                "Name the quant once.",
+            )
+        args.quant = named.quant
+    args.model_ref = None  # read once: a second call sees the options it set
+
+
+def require_local_model(args: argparse.Namespace) -> None:
+    """For the commands that load the model (``run``, ``chat``, ``serve``): a Hub repo that is no preset's own is
+    run from its downloaded file (``args.model``), found without the network."""
+    from clover_local.runtime import require_repo_file
+
+    repo = getattr(args, "repo", None)
+    if repo and not getattr(args, "model", None):
+        args.model = str(require_repo_file(repo, getattr(args, "quant", None)))
+        args.repo = None
+
+
 def add_plan_options(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser)
     parser.add_argument(
         "--preset", metavar="NAME", help="preset name or path to a .toml (default: clover-35b-a3b)"
     )
@@ -29,7 +96,11 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="plan for a described machine, e.g. ram=32G,gpu=nvidia:12G (see docs/detect.md)",
     )
-    parser.add_argument("--model", metavar="PATH", help="a local GGUF: plan with its exact tensor sizes")
+    parser.add_argument(
+        "--model",
+        metavar="MODEL",
+        help="the model, as MODEL (a local GGUF is planned with its exact tensor sizes)",
+    )
     parser.add_argument(
         "--repo",
         metavar="ORG/NAME",
@@ -131,6 +202,7 @@ def launch_request(args: argparse.Namespace, **overrides: object) -> LaunchReque
 
     from clover_local.launch import LaunchRequest
 
+    apply_model_ref(args)
     spec: SpecMode = getattr(args, "spec", "auto")
     model = getattr(args, "model", None)
     # serve (and the command it prints) decides slots unless told; every other front end runs one sequence.

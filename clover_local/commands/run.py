@@ -25,10 +25,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "one reply and print it. With --json: one object with the text and the stats."
         ),
     )
-    model = parser.add_mutually_exclusive_group()
-    model.add_argument("--model", metavar="PATH", help="a local GGUF file")
-    model.add_argument(
-        "--preset", metavar="NAME", help="a preset (its downloaded model); default: clover-35b-a3b"
+    from clover_local.commands.options import add_model_argument
+
+    add_model_argument(parser)
+    parser.add_argument(
+        "--model", metavar="MODEL", help="the model, as MODEL (a local GGUF file, a preset...)"
+    )
+    parser.add_argument(
+        "--preset",
+        metavar="NAME",
+        help="a preset (its downloaded model; with a .gguf MODEL: its settings); default: clover-35b-a3b",
     )
     prompt = parser.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", metavar="TEXT", help="the user message")
@@ -77,7 +83,7 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     file is (GPU layers, experts, context), as the preset its name says or as itself (its own header);
     ``--preset NAME --model FILE``: that file with that preset's settings; ``--rpc``: pooled with the workers'
     devices, in llama-server (the launch decides that)."""
-    from clover_local.commands.options import launch_from_args
+    from clover_local.commands.options import apply_model_ref, launch_from_args, require_local_model
     from clover_local.launch import measure_verify_costs, open_launch
     from clover_local.plan.pooled import pooling_summary
     from clover_local.presets import load_preset
@@ -85,9 +91,11 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
 
     if args.rpc is not None and args.template is not None:
         raise UsageError("--template is not used with --rpc (llama-server takes the preset's template).")
+    apply_model_ref(args)
+    require_local_model(args)
     # A bare --model: the launch plans it as the preset its file name says (runtime.preset_for_file).
     preset = load_preset(args.preset) if args.preset or not args.model else None
-    path = require_model(preset, args.model)
+    path = require_model(preset, args.model, getattr(args, "quant", None) or "auto")
     launch = launch_from_args(
         args,
         preset=preset,

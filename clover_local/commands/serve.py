@@ -98,11 +98,38 @@ def read_api_key(args: argparse.Namespace) -> str | None:
     raise UsageError(f"--api-key-file {path} holds no key.", "Put the key on the first line.")
 
 
+def names_typed(args: argparse.Namespace) -> tuple[str, ...]:
+    """The model as the person typed it (``hf.co/ORG/REPO:QUANT``, ``ORG/REPO``, a preset...), read before the
+    options are: the server answers to it as well. A file's path is not a name (its file name is)."""
+    typed = [str(t).strip() for t in (getattr(args, "model_ref", None), getattr(args, "model", None)) if t]
+    return tuple(t for t in typed if not t.lower().endswith(".gguf"))
+
+
+def preset_asked(args: argparse.Namespace, typed: tuple[str, ...]) -> str | None:
+    """The preset the person asked for (``--preset``, or named as the model), or the default one when no model
+    was named at all; None for a file or repo named without a preset. Read after :func:`model_file`."""
+    from clover_local import settings
+
+    if args.preset and not str(args.preset).endswith(".toml"):
+        return str(args.preset)
+    return None if typed or args.model else settings.default_preset_name()
+
+
+def model_file(args: argparse.Namespace) -> Path:
+    """The GGUF ``serve`` loads, from the model named in any form (``MODEL``, ``--model``, ``--preset``,
+    ``--repo``/``--quant``): a preset's file, a local file, or a Hub repo's downloaded file."""
+    from clover_local.commands.options import apply_model_ref, require_local_model
+    from clover_local.presets import load_preset
+    from clover_local.runtime import require_model
+
+    apply_model_ref(args)
+    require_local_model(args)
+    return require_model(None if args.model else load_preset(args.preset), args.model, args.quant)
+
+
 def run(args: argparse.Namespace) -> int:
     from clover_local.commands.options import launch_from_args
     from clover_local.launch import measure_verify_costs, open_launch
-    from clover_local.presets import load_preset
-    from clover_local.runtime import require_model
     from clover_local.serve.api import ApiConfig, bind_warning
     from clover_local.serve.request_guard import hosts_allowed
     from clover_local.serve.runner import serve_forever
@@ -119,7 +146,9 @@ def run(args: argparse.Namespace) -> int:
     warning = bind_warning(args.host, api_key)
     if warning:
         print(warning, file=sys.stderr)
-    model = require_model(None if args.model else load_preset(args.preset), args.model, args.quant)
+    typed = names_typed(args)
+    model = model_file(args)
+    asked = preset_asked(args, typed)
     launch = launch_from_args(args, model=str(model))
     plan, preset = launch.plan, launch.preset
     from clover_local.plan.pooled import pooling_summary
@@ -136,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     plan = opened.plan
     extra_hosts = [*args.allowed_host, *os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")]
     config = replace(
-        ApiConfig.for_model(preset.name, plan.model_path, api_key),
+        ApiConfig.for_model(asked or preset.name, plan.model_path, api_key, also=(*typed, preset.name)),
         allowed_hosts=hosts_allowed(args.host, extra_hosts),
         max_queue=args.max_queue,
     )

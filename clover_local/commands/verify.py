@@ -40,7 +40,11 @@ def run(args: argparse.Namespace) -> int:
             target = model_target(args, force=True)  # verifying hashes needs no architecture check
             model = str(target.packaged) if target.packaged else target.repo
             checks = verify_files(
-                model, target.pattern, revision=args.revision, filename=args.file, progress=printer
+                model,
+                target.pattern,
+                revision=args.revision,
+                filename=args.file or target.filename,
+                progress=printer,
             )
     finally:
         printer.end()

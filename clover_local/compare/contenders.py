@@ -1,19 +1,16 @@
 """What a contender on the command line names: a preset, a local ``.gguf``, a Hugging Face GGUF repo
-(``hf:OWNER/REPO[:QUANT]``) or an OpenAI-compatible endpoint someone already runs (``URL#MODEL``)."""
+(``OWNER/REPO[:QUANT]``, ``hf.co/OWNER/REPO[:QUANT]`` or ``hf:OWNER/REPO[:QUANT]``) or an OpenAI-compatible
+endpoint someone already runs (``URL#MODEL``), read by the one model grammar (``clover_local.model_ref``)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import urlsplit
 
 from clover_local.errors import UsageError
 
 ContenderKind = Literal["preset", "gguf", "hf", "endpoint"]
-_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_QUANT = re.compile(r"^[A-Za-z0-9_.\-]{1,40}$")
 MAX_CONTENDERS = 8
 
 
@@ -35,43 +32,24 @@ class Contender:
 
 
 def parse_contender(text: str) -> Contender:
-    """One contender, as the person wrote it; a :class:`UsageError` saying what was meant otherwise."""
-    text = text.strip()
-    if not text:
-        raise UsageError("An empty contender.", "Give a preset, a .gguf, hf:OWNER/REPO[:QUANT] or URL#MODEL.")
-    if text.startswith(("http://", "https://")):
-        return _endpoint(text)
-    if text.startswith("hf:"):
-        repo, _, quant = text[3:].partition(":")
-        if not _REPO.match(repo) or (quant and not _QUANT.match(quant)):
-            raise UsageError(
-                f"{text!r} is not a Hugging Face GGUF repo.", "Write hf:OWNER/REPO or hf:OWNER/REPO:Q4_K_M."
-            )
-        return Contender(text, "hf", repo, quant or None)
-    if text.endswith(".gguf") or "/" in text or text.startswith((".", "~")):
-        return Contender(text, "gguf", text)
-    return Contender(text, "preset", text)
+    """One contender, as the person wrote it, in the model grammar every command reads
+    (:func:`clover_local.model_ref.parse_model_ref`, endpoints allowed); a :class:`UsageError` listing the forms
+    otherwise."""
+    from clover_local.model_ref import parse_model_ref
 
-
-def _endpoint(text: str) -> Contender:
-    url, hash_sign, model = text.partition("#")
-    parts = urlsplit(url)
-    if not hash_sign or not model.strip():
-        raise UsageError(
-            f"The endpoint {url} names no model.",
-            f"Add it after a #: {url}#MODEL (as the endpoint lists it).",
-        )
-    if parts.username or parts.password:
-        raise UsageError(
-            "The endpoint's URL holds a user name or password, which would be printed and saved.",
-            "Put the key in an environment variable and name it with --key-env VAR.",
-        )
-    if parts.query or not parts.hostname:
-        raise UsageError(f"{url} is not an endpoint's base URL.", "Write it as http://HOST:PORT/v1#MODEL.")
-    base = url.rstrip("/")
-    if not parts.path.strip("/"):
-        base += "/v1"
-    return Contender(text, "endpoint", base, model=model.strip())
+    ref = parse_model_ref(text, endpoints=True)
+    name = text.strip()
+    if ref.kind == "endpoint":
+        assert ref.url is not None
+        return Contender(name, "endpoint", ref.url, model=ref.model)
+    if ref.kind == "hub":
+        assert ref.repo is not None
+        return Contender(name, "hf", ref.repo, ref.quant)
+    if ref.kind == "file":
+        assert ref.path is not None
+        return Contender(name, "gguf", ref.path)
+    assert ref.preset is not None
+    return Contender(name, "preset", ref.preset)
 
 
 def parse_contenders(texts: Sequence[str]) -> list[Contender]:

@@ -358,8 +358,8 @@ def _resolve_from_cache(
             return None
         paths = files_for_name(repo, present, filename)
     else:
-        if not any(quant_matches(p, quant or "") for p in present if is_model_gguf(p)):
-            return None
+        if quant and not any(quant_matches(p, quant) for p in present if is_model_gguf(p)):
+            return None  # no quant given: the file `-hf REPO` loads, if it is here
         try:
             paths = select_quant_files(repo, present, quant or "")
         except DownloadError:

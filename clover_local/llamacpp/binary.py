@@ -27,7 +27,7 @@ _VERSION_RES = (
     re.compile(r"version:\s*(?P<build>\d+)\s*\((?P<commit>\w+)\)"),
 )
 _JINJA_DEFAULT_ON_RE = re.compile(r"^--jinja, --no-jinja .*\(default: enabled\)", re.MULTILINE)
-_CACHE_FORMAT = 3
+_CACHE_FORMAT = 4
 """Bump when what is probed or parsed changes, so cached results are probed again."""
 _DEVICE_RE = re.compile(r"^\s*([A-Za-z]+)\d*:\s")
 _DEVICE_BACKENDS = {
@@ -50,6 +50,14 @@ class ServerBinary:
     path: Path
     source: str
     """``CLOVER_LLAMA_SERVER``, ``configured``, ``built`` (by scripts/build-llama-server) or ``PATH``."""
+    subcommand: tuple[str, ...] = ()
+    """``("serve",)`` for llama.cpp's single ``llama`` command (its installer, winget, Homebrew), which runs the
+    same server as ``llama serve``; empty for ``llama-server`` itself."""
+
+    @property
+    def command(self) -> list[str]:
+        """What starts the server, before its flags: ``[path]``, or ``[path, "serve"]``."""
+        return [str(self.path), *self.subcommand]
 
     def sibling(self, name: str) -> Path | None:
         """A tool built alongside it (``llama-fit-params``, ``llama-bench``), else one on PATH."""
@@ -134,7 +142,25 @@ def find_llama_server(configured: str | os.PathLike[str] | None = None) -> Serve
     on_path = shutil.which("llama-server")
     if on_path:
         return ServerBinary(Path(on_path).resolve(), "PATH")
-    return None
+    return unified_llama()
+
+
+UNIFIED_SUBCOMMAND = ("serve",)
+
+
+def unified_llama() -> ServerBinary | None:
+    """llama.cpp's single ``llama`` command on PATH (``llama serve`` is llama-server), when no ``llama-server`` is:
+    what its installer, winget and Homebrew put there. Another program called ``llama`` (llama-stack's CLI...) is
+    not taken: ``llama serve --help`` must list llama-server's options."""
+    found = shutil.which("llama")
+    if not found:
+        return None
+    binary = ServerBinary(Path(found).resolve(), "PATH (llama serve)", UNIFIED_SUBCOMMAND)
+    try:
+        caps = capabilities(binary.path, binary.subcommand)
+    except ServerError:
+        return None
+    return binary if caps.supports("--port") and caps.supports("--model") else None
 
 
 def built_info() -> dict[str, object] | None:
@@ -146,13 +172,13 @@ def built_info() -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def capabilities(binary: Path) -> Capabilities:
-    """Version, flags and devices of a binary; cached per path + size + mtime."""
+def capabilities(binary: Path, subcommand: tuple[str, ...] = ()) -> Capabilities:
+    """Version, flags and devices of a binary (run as ``binary *subcommand``); cached per path + size + mtime."""
     try:
         st = binary.stat()
     except OSError as exc:
         raise ServerError(f"Cannot read llama-server at {binary}: {exc.strerror}.") from None
-    key = f"{_CACHE_FORMAT}|{binary.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    key = f"{_CACHE_FORMAT}|{binary.resolve()}|{' '.join(subcommand)}|{st.st_size}|{st.st_mtime_ns}"
     if key in _memory_cache:
         return _memory_cache[key]
     disk = _read_disk_cache()
@@ -164,7 +190,7 @@ def capabilities(binary: Path) -> Capabilities:
         if caps is not None:
             _memory_cache[key] = caps
             return caps
-    caps = _probe(binary)
+    caps = _probe(binary, subcommand)
     _memory_cache[key] = caps
     disk[key] = asdict(caps)
     _write_disk_cache(disk)
@@ -189,9 +215,9 @@ def _run(binary: Path, *args: str) -> str:
     return proc.stdout + "\n" + proc.stderr
 
 
-def _probe(binary: Path) -> Capabilities:
-    version_text = _run(binary, "--version")
-    help_text = _run(binary, "--help")
+def _probe(binary: Path, subcommand: tuple[str, ...] = ()) -> Capabilities:
+    version_text = _run(binary, *subcommand, "--version")
+    help_text = _run(binary, *subcommand, "--help")
     flags = parse_help(help_text)
     if not flags:
         raise ServerError(
@@ -200,7 +226,7 @@ def _probe(binary: Path) -> Capabilities:
         )
     devices: tuple[str, ...] = ()
     if "--list-devices" in flags:
-        devices = parse_devices(_run(binary, "--list-devices"))
+        devices = parse_devices(_run(binary, *subcommand, "--list-devices"))
     version, build_number, commit = parse_version(version_text)
     return Capabilities(
         version=version,
@@ -258,9 +284,29 @@ def parse_version(text: str) -> tuple[str, int | None, str | None]:
 
 
 def parse_help(text: str) -> dict[str, FlagSpec]:
-    """Flag name -> spec, from llama.cpp's ``--help`` layout (names and hint in the first 40 columns)."""
+    """Flag name -> spec, from llama.cpp's ``--help`` layout (names and hint in the first 40 columns, the help
+    text after them and on the lines indented 40). A flag whose help says it "has been removed" (upstream keeps
+    ``--draft-max`` listed that way, and refuses it) is not one the binary takes: it is left out."""
     flags: dict[str, FlagSpec] = {}
+    for names, hint, help_text in _help_entries(text):
+        if _REMOVED in help_text.lower():
+            continue
+        spec = FlagSpec(names, hint)
+        for name in names:
+            flags.setdefault(name, spec)
+    return flags
+
+
+_REMOVED = "has been removed"
+
+
+def _help_entries(text: str) -> list[tuple[tuple[str, ...], str, str]]:
+    """(names, value hint, help text) of each option of a ``--help`` text."""
+    entries: list[tuple[tuple[str, ...], str, list[str]]] = []
     for line in text.splitlines():
+        if line.startswith(" " * 40) and entries:
+            entries[-1][2].append(line.strip())  # the help text's next line
+            continue
         if not line.startswith("-") or line.startswith("---"):
             continue
         spec_text = line[:_HELP_SPEC_WIDTH] if line[_HELP_SPEC_WIDTH:40] == "   " else line
@@ -273,10 +319,9 @@ def parse_help(text: str) -> dict[str, FlagSpec]:
             if not tokens[i - 1].endswith(","):
                 break
         if names:
-            spec = FlagSpec(tuple(names), " ".join(tokens[i:]))
-            for name in names:
-                flags.setdefault(name, spec)
-    return flags
+            rest = line[40:].strip() if line[_HELP_SPEC_WIDTH:40] == "   " else ""
+            entries.append((tuple(names), " ".join(tokens[i:]), [rest]))
+    return [(names, hint, " ".join(lines)) for names, hint, lines in entries]
 
 
 def parse_builtin_templates(text: str) -> tuple[str, ...]:

@@ -127,7 +127,7 @@ class LlamaServerProcess:
         return "\n".join(list(self._tail)[-n:])
 
     def command_line(self) -> list[str]:
-        return [str(self.binary.path), *self.argv]
+        return [*self.binary.command, *self.argv]
 
     def _spawn(self) -> None:
         env = dict(os.environ)
@@ -300,7 +300,7 @@ def start_llama_server(
     warnings: tuple[str, ...] = ()
     fitted = common_argv_here(argv)  # whatever machine the plan describes, this CPU runs it
     if adapt:
-        adapted = adapt_args(fitted, capabilities(binary.path))
+        adapted = adapt_args(fitted, capabilities(binary.path, binary.subcommand))
         fitted, warnings = adapted.argv, adapted.warnings
     if port is None or port == 0:
         port = free_port(host if host not in ("0.0.0.0", "::") else "127.0.0.1")

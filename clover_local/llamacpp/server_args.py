@@ -29,6 +29,12 @@ _RENAMES: dict[str, tuple[str, ...]] = {
 _SPEC_FALLBACK_TYPES = ("ngram-mod", "ngram-map-k", "ngram-simple")
 
 
+PRINTED_HOST = "127.0.0.1"
+PRINTED_PORT = 8080
+"""Where a printed ``llama-server`` command listens (``clover-local command``, the launch screen): said in the
+command, since llama-server's own default port is not the same in every release (8080, later 9931)."""
+
+
 @dataclass(frozen=True)
 class AdaptedArgs:
     argv: list[str]
@@ -171,6 +177,12 @@ def _translate_n_cpu_moe(value: str | None, caps: Capabilities, warnings: list[s
         "layers cannot be kept in RAM, and the model may not fit."
     )
     return []
+
+
+def printed_endpoint(argv: Sequence[str]) -> list[str]:
+    """The argv with the host and port a printed command listens on (:data:`PRINTED_PORT`), unless set."""
+    flags = dict(split_flags(argv))
+    return list(argv) if "--port" in flags else with_endpoint(argv, host=PRINTED_HOST, port=PRINTED_PORT)
 
 
 def with_endpoint(

@@ -232,7 +232,7 @@ class LlamaSettings:
         Hugging Face itself), else left out."""
         argv: list[str] = []
         if not self.model_path and hf_repo:
-            argv += ["-hf", f"{hf_repo}:{self.quant}"]
+            argv += hf_args(hf_repo, self.quant)
         for row in self.rows:
             if row.flag is not None:
                 argv.append(row.flag)
@@ -249,6 +249,12 @@ class LlamaSettings:
     def shell_command(self, binary: str = "llama-server", *, hf_repo: str | None = None) -> str:
         """The whole ``llama-server`` command line, shell-quoted, ready to paste."""
         return shlex.join([binary, *self.argv(hf_repo=hf_repo)])
+
+
+def hf_args(repo: str, quant: str) -> list[str]:
+    """``-hf REPO:QUANT``: llama-server fetches the model itself. ``--no-mmproj`` with it: ``-hf`` also fetches
+    and loads a repo's multimodal projector by default, which the plan holds no memory for."""
+    return ["-hf", f"{repo}:{quant}", "--no-mmproj"]
 
 
 def llama_settings(plan: Plan) -> LlamaSettings:

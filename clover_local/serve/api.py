@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -112,14 +112,23 @@ class ApiConfig:
         return (self.model_id, *self.aliases)
 
     @staticmethod
-    def for_model(preset_name: str, model_path: str | None, api_key: str | None = None) -> ApiConfig:
-        """Serve ``model_path`` under the preset's name, and under the GGUF's file name with and
-        without ``.gguf`` (what people copy from `ls` or from `/v1/models` of other servers)."""
-        names: list[str] = []
+    def for_model(
+        preset_name: str,
+        model_path: str | None,
+        api_key: str | None = None,
+        *,
+        also: Sequence[str] = (),
+    ) -> ApiConfig:
+        """Serve ``model_path`` under the preset's name, under ``also`` (the names the person gave the model: the
+        preset asked for, the model as typed, ``ORG/REPO:QUANT``), and under the GGUF's file name with and without
+        ``.gguf`` (what people copy from `ls` or from `/v1/models` of other servers). Every one is listed by
+        ``/v1/models`` and accepted as a request's ``model``."""
+        names: list[str] = list(also)
         if model_path:
             path = Path(model_path)
-            names = [n for n in dict.fromkeys((path.name, path.stem)) if n and n != preset_name]
-        return ApiConfig(model_id=preset_name, aliases=tuple(names), api_key=api_key)
+            names += [path.name, path.stem]
+        aliases = tuple(n for n in dict.fromkeys(n.strip() for n in names) if n and n != preset_name)
+        return ApiConfig(model_id=preset_name, aliases=aliases, api_key=api_key)
 
 
 class _ApiKeyMiddleware:

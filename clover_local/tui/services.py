@@ -34,6 +34,30 @@ class ModelChoice:
     """The next plain start opens it (a model picked in the app; not one named on the command line)."""
 
 
+def choice_for_name(text: str) -> ModelChoice:
+    """The model a name typed into the model picker means, in the grammar of every command
+    (:mod:`clover_local.model_ref`): a preset, a local ``.gguf``, or a Hugging Face repo (a preset's own opens as
+    that preset; another one opens from its downloaded file, found without the network). A
+    :class:`~clover_local.errors.CloverError` saying what to do when it names nothing here."""
+    from clover_local.model_ref import parse_model_ref
+    from clover_local.presets import list_presets
+    from clover_local.runtime import checked_gguf, find_model, named_model, require_repo_file
+
+    named = named_model(parse_model_ref(text, presets=list_presets()))
+    if named.model is not None:
+        return ModelChoice(path=str(checked_gguf(Path(named.model))))
+    if named.repo is not None and named.preset is None:
+        return ModelChoice(path=str(require_repo_file(named.repo, named.quant)))
+    assert named.preset is not None
+    from clover_local.presets import load_preset
+
+    if named.quant is not None:  # a quant of a preset's own repo: its file when downloaded, else the preset
+        found = find_model(load_preset(named.preset), None, named.quant)
+        if found is not None:
+            return ModelChoice(path=str(found))
+    return ModelChoice(preset=named.preset)
+
+
 @dataclass(frozen=True)
 class DiskModel:
     """A model already on this machine, as the model picker lists it."""

@@ -1,4 +1,5 @@
-"""Pick a model: the demo model, the models already on disk, the presets, or a GGUF file by its path.
+"""Pick a model: the demo model, the models already on disk, the presets, or one typed in any form every command
+reads (a preset, a .gguf path, ``ORG/REPO[:QUANT]``, ``hf.co/ORG/REPO[:QUANT]``, ``hf:ORG/REPO[:QUANT]``).
 
 Works offline: the disk is scanned in a worker, nothing is fetched. Each choice is opened with its own settings
 (the App decides the launch). Dismisses with a :class:`~clover_local.tui.services.ModelChoice` or None.
@@ -6,9 +7,9 @@ Works offline: the disk is scanned in a worker, nothing is fetched. Each choice 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -44,7 +45,10 @@ class ModelPicker(ModalScreen[ModelChoice | None]):
             yield Static("Choose a model", classes="dialog-title")
             yield Static("Looking for models on this machine…", id="models-note", classes="muted")
             yield OptionList(id="models-list")
-            yield Input(placeholder="…or the path of a .gguf file, then Enter", id="models-path")
+            yield Input(
+                placeholder="…or a .gguf path, ORG/REPO[:QUANT] or hf.co/ORG/REPO[:QUANT], then Enter",
+                id="models-path",
+            )
 
     def on_mount(self) -> None:
         self._find()
@@ -84,11 +88,14 @@ class ModelPicker(ModalScreen[ModelChoice | None]):
             self.dismiss(choice)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        path = Path(event.value.strip()).expanduser()
-        if not path.is_file() or path.suffix.lower() != ".gguf":
-            self.query_one("#models-note", Static).update(f"No .gguf file at {path}.")
+        from clover_local.errors import CloverError
+
+        try:
+            choice = services.choice_for_name(event.value)
+        except CloverError as exc:
+            self.query_one("#models-note", Static).update(Text(str(exc)))  # not markup: it holds [:QUANT]
             return
-        self.dismiss(ModelChoice(path=str(path)))
+        self.dismiss(choice)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
