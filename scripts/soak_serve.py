@@ -120,10 +120,14 @@ def _request(port: int, method: str, path: str, body: dict[str, Any] | None, tim
     return conn, conn.getresponse()
 
 
+MODEL = ["model"]
+"""The name the server answers to (read from its ``/v1/models`` once it is up)."""
+
+
 def _body(kind: str, rng: random.Random) -> dict[str, Any]:
     topic = rng.choice(TOPICS)
     messages = [{"role": "user", "content": f"Write two sentences about {topic}."}]
-    body: dict[str, Any] = {"model": "model", "messages": messages, "max_tokens": 64, "temperature": 0.7}
+    body: dict[str, Any] = {"model": MODEL[0], "messages": messages, "max_tokens": 64, "temperature": 0.7}
     if kind in ("stream", "cancel"):
         body["stream"] = True
         body["max_tokens"] = 160
@@ -236,6 +240,9 @@ def soak(engine: str, args: argparse.Namespace) -> SoakResult:
             resp.read()
             conn.close()
             if resp.status == 200:
+                conn, resp = _request(port, "GET", "/v1/models", None, timeout_s=10)
+                MODEL[0] = str(json.loads(resp.read())["data"][0]["id"])
+                conn.close()
                 break
         if server.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"serve did not start ({engine}); its log: {log.name}")
