@@ -15,6 +15,7 @@ from typing import Any
 
 from clover_local import settings
 from clover_local.errors import PresetError
+from clover_local.runtimes.installed import valid_tag
 from clover_local.user_files import set_aside
 
 TEMPLATE_FROM_GGUF = "gguf"
@@ -139,6 +140,10 @@ class Preset:
     decoding: str = "auto"
     """``auto`` (from the GGUF's architecture), ``autoregressive`` or ``diffusion``."""
     diffusion: DiffusionDefaults = field(default_factory=DiffusionDefaults)
+    min_release: str | None = None
+    """``[runtime] min_release``: the first upstream llama.cpp release that loads the architecture, for a model
+    the pinned llama.cpp does not know: the plan names it (and its install command) before any runtime is
+    installed, even offline (``arch_support.ReleaseHint``)."""
 
 
 def shipped_presets_dir() -> Path:
@@ -313,7 +318,14 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
         raise PresetError(
             f"Preset {path}: key 'decoding' must be one of {', '.join(DECODINGS)}, not {decoding!r}."
         )
+    min_release = top.sub("runtime", required=False).get("min_release", str, None)
+    if min_release is not None and not valid_tag(min_release):
+        raise PresetError(
+            f"Preset {path}: key 'runtime.min_release' must be a llama.cpp release tag (b<number>), not "
+            f"{min_release!r}."
+        )
     return Preset(
+        min_release=min_release,
         decoding=decoding,
         diffusion=_diffusion_table(top.sub("diffusion", required=False)),
         name=top.get("name", str, path.stem),
