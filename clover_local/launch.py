@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from clover_local.engine.types import ChatEngine
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.llamacpp.binary import ServerBinary
+    from clover_local.plan.community import CommunityQuants
 
 __all__ = [
     "ENGINE_WISHES",
@@ -293,11 +294,14 @@ def decide_launch(
     machine: Machine | None = None,
     models: QuantDescriptions | None = None,
     find_binary: Callable[[str | None], ServerBinary | None] | None = None,
+    community: CommunityQuants | None = None,
 ) -> Launch:
     """The launch for ``request`` on ``machine`` (None: the request's ``--simulate`` machine, else this one):
     the model described once (its header, local or on the Hub), its architecture checked, the runner chosen,
     the plan made for that runner, and the settings rendered from the plan. ``find_binary``: how a
-    llama-server is found (``command`` names the one it prints instead of looking for one)."""
+    llama-server is found (``command`` names the one it prints instead of looking for one). A plan that does
+    not fit well names a smaller quant of the preset's community repos that does (:func:`_with_community`;
+    ``community``: their quants, read already)."""
     from clover_local import runtime
     from clover_local.arch_support import check_architecture, installed_support
 
@@ -363,11 +367,53 @@ def decide_launch(
         plan = replace(plan, reasons=(*kept, MTP_ONE_SLOT))
     if plan.chat_template != (request.chat_template or plan.chat_template):
         plan = replace(plan, chat_template=request.chat_template or plan.chat_template)
+    plan = _with_community(request, preset, machine, runner, plan, community)
     said = runner.kind == "llama-server" or request.engine not in (None, runner.kind)
     notices = (f"Engine: {runner.kind} ({runner.why}).",) if said else ()
     settings = llama_settings(plan)
     argv, dropped = _fitted_argv(runner, settings)
     return Launch(request, preset, machine, runner, plan, settings, (*notices, *dropped), argv)
+
+
+def _with_community(
+    request: LaunchRequest,
+    preset: Preset,
+    machine: Machine,
+    runner: Runner,
+    plan: Plan,
+    community: CommunityQuants | None,
+) -> Plan:
+    """``plan``, and when it does not fit well (the preset's automatic quant, not a file or repo asked for), the
+    best smaller quant of the preset's community repos that fits, planned for the same runner, with why and the
+    command that gets it (``plan.community``). Their quants are read here unless given (``describe`` False:
+    not at all); offline, the reasons name the repos that would be asked."""
+    if plan.fits or not preset.community or request.model or request.repo or request.quant != "auto":
+        return plan
+    from clover_local.plan.community import choose_community_quant, weights_room
+    from clover_local.plan.types import Wishes
+
+    if community is None:
+        if not request.describe:
+            return plan
+        from clover_local.fetch.community import find_community_quants
+
+        community = find_community_quants(
+            preset,
+            below_bytes=plan.file_bytes,
+            room_bytes=weights_room(plan),
+            offline=True if request.offline else None,
+        )
+    from clover_local.measure.records import load_records
+
+    wishes = Wishes(
+        ctx=request.ctx,
+        goal=request.goal,
+        threads=request.threads,
+        engine=runner.kind,
+        parallel=request.parallel,
+    )
+    pick, reasons = choose_community_quant(machine, preset, community, wishes, speed_records=load_records())
+    return replace(plan, community=pick, reasons=(*plan.reasons, *reasons))
 
 
 MTP_ONE_SLOT = (

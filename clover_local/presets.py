@@ -116,6 +116,17 @@ DECODINGS = ("auto", "autoregressive", "diffusion")
 
 
 @dataclass(frozen=True)
+class CommunityRepo:
+    """A community GGUF repo of the preset's model (``[[community]]``), asked for a smaller quant when the
+    preset's own quants do not fit well (``fetch.community``)."""
+
+    repo: str
+    """``org/name`` on the Hub."""
+    confirmed: str
+    """Where its name was confirmed (a page and the day it was read): repos are data, checked by people."""
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str
     display_name: str
@@ -140,6 +151,9 @@ class Preset:
     decoding: str = "auto"
     """``auto`` (from the GGUF's architecture), ``autoregressive`` or ``diffusion``."""
     diffusion: DiffusionDefaults = field(default_factory=DiffusionDefaults)
+    community: tuple[CommunityRepo, ...] = ()
+    """``[[community]]``: other GGUF repos of this model, asked for a smaller quant when none of the preset's
+    fits well (the plan names the best that fits, and the command that gets it)."""
     min_release: str | None = None
     """``[runtime] min_release``: the first upstream llama.cpp release that loads the architecture, for a model
     the pinned llama.cpp does not know: the plan names it (and its install command) before any runtime is
@@ -325,6 +339,7 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
             f"{min_release!r}."
         )
     return Preset(
+        community=_community(raw.get("community", []), path),
         min_release=min_release,
         decoding=decoding,
         diffusion=_diffusion_table(top.sub("diffusion", required=False)),
@@ -344,6 +359,22 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
         python_package_file=top.get("python_package_file", str, None),
         source=path,
     )
+
+
+def _community(raw: object, path: Path) -> tuple[CommunityRepo, ...]:
+    """``[[community]]`` tables: each a ``repo`` (``org/name``) and where it was ``confirmed``."""
+    if not isinstance(raw, list):
+        raise PresetError(f"Preset {path}: key 'community' must be a list of tables ([[community]]).")
+    out: list[CommunityRepo] = []
+    for i, table in enumerate(raw):
+        if not isinstance(table, dict):
+            raise PresetError(f"Preset {path}: key 'community[{i}]' must be a table with repo and confirmed.")
+        t = _Reader(table, path, f"community[{i}].")
+        repo = t.get("repo", str)
+        if repo.count("/") != 1 or repo.startswith("/") or repo.endswith("/"):
+            raise t._fail("repo", f"must be a Hugging Face repo (org/name), not {repo!r}")
+        out.append(CommunityRepo(repo, t.get("confirmed", str)))
+    return tuple(out)
 
 
 def _diffusion_table(t: _Reader) -> DiffusionDefaults:

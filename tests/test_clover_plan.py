@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from hub_server import HubServer
 
 from clover_local.cli import main
 
@@ -99,3 +100,185 @@ async def test_plan_command_json_and_the_app_agree_offline_with_no_runtime(
         assert _without_model(screen.launch.settings.argv()) == flags
         assert NEEDS in str(screen.query_one("#plan-summary", Static).render())
         assert f"Install llama.cpp {RELEASE}" in str(screen.query_one("#plan-install").render())
+
+
+# -- a quant that fits: the community repos (item 5) --------------------------------------------------------
+
+OFFICIAL = "Diffuspace/Clover-35B-A3B-Preview-GGUF"
+UNSLOTH_LIKE = "someone/Clover-35B-A3B-Preview-GGUF"
+I1_LIKE = "other/Clover-35B-A3B-Preview-i1-GGUF"
+LAYOUT: dict[str, dict[str, tuple[str, ...]]] = {
+    OFFICIAL: {
+        "Q4_K_M": ("Clover-35B-A3B-Preview-Q4_K_M.gguf",),
+        "Q8_0": ("Clover-35B-A3B-Preview-Q8_0.gguf",),
+    },
+    UNSLOTH_LIKE: {  # quants named their own way, one of them split
+        "Q3_K_XL": ("Clover-35B-A3B-Preview-UD-Q3_K_XL.gguf",),
+        "IQ3_XXS": ("Clover-35B-A3B-Preview-UD-IQ3_XXS.gguf",),
+        "Q2_K_XL": ("Clover-35B-A3B-Preview-UD-Q2_K_XL.gguf",),
+        "Q4_K_S": (
+            "Q4_K_S/Clover-35B-A3B-Preview-Q4_K_S-00001-of-00002.gguf",
+            "Q4_K_S/Clover-35B-A3B-Preview-Q4_K_S-00002-of-00002.gguf",
+        ),
+    },
+    I1_LIKE: {
+        "Q3_K_M": ("Clover-35B-A3B-Preview.i1-Q3_K_M.gguf",),
+        "IQ3_XXS": ("Clover-35B-A3B-Preview.i1-IQ3_XXS.gguf",),
+    },
+}
+"""Clover-shaped GGUF headers (sparse files of the real sizes: Q4_K_M 21.1 GB, Q4_K_S 20.4 GB in two shards,
+UD-Q3_K_XL 17.7 GB, Q3_K_M 17.5 GB, IQ3_XXS 15.0 GB, UD-Q2_K_XL 13.9 GB) as the repos would list them."""
+
+
+@pytest.fixture(scope="module")
+def clover_headers(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
+    from clover_local.testing.clover_shaped import write_clover_header
+
+    root = tmp_path_factory.mktemp("clover-headers")
+    out: dict[tuple[str, str], Path] = {}
+    for repo, quants in LAYOUT.items():
+        for quant, names in quants.items():
+            paths = [root / repo.replace("/", "_") / name for name in names]
+            for path in paths:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            write_clover_header(paths, quant=quant)
+            out |= {(repo, name): path for name, path in zip(names, paths, strict=True)}
+    return out
+
+
+@pytest.fixture
+def community_hub(
+    hub_server: HubServer, clover_headers: dict[tuple[str, str], Path], no_runtime: Path
+) -> HubServer:
+    """The Hub stand-in with the official repo and two community repos, and the Clover preset listing those
+    two (a user preset of the same name: the shipped one lists none, none being confirmed yet)."""
+    from clover_local import settings
+    from clover_local.presets import shipped_presets_dir
+
+    for (repo, name), path in clover_headers.items():
+        hub_server.add_file(repo, name, path, sha256=f"{abs(hash(name)):064x}"[-64:])
+    hub_server.add_file(UNSLOTH_LIKE, "README.md", "# Clover GGUFs\n")
+    shipped = (shipped_presets_dir() / f"{PRESET}.toml").read_text()
+    listed = "".join(
+        f'[[community]]\nrepo = "{repo}"\nconfirmed = "the Hub stand-in (tests)"\n\n'
+        for repo in (UNSLOTH_LIKE, I1_LIKE)
+    )
+    assert "community = []\n" in shipped
+    user = settings.user_presets_dir()
+    user.mkdir(parents=True, exist_ok=True)
+    (user / f"{PRESET}.toml").write_text(shipped.replace("community = []\n", "") + "\n" + listed)
+    return hub_server
+
+
+@pytest.mark.parametrize(
+    ("machine", "repo", "quant"),
+    [
+        ("ram=24G,cpu=8", UNSLOTH_LIKE, "Q4_K_S"),  # the split Q4_K_S fits 24 GB of RAM; Q4_K_M does not
+        ("ram=16G,gpu=nvidia:8G,cpu=8", UNSLOTH_LIKE, "Q3_K_XL"),  # Q4_K_S does not; UD-Q3_K_XL does
+    ],
+)
+def test_where_q4_k_m_does_not_fit_the_plan_names_a_community_quant_that_does(
+    community_hub: HubServer, machine: str, repo: str, quant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+
+    asked = ["--preset", PRESET, "--simulate", machine]
+    assert main(["plan", *asked, "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["quant"] == "Q4_K_M" and planned["fits"] is False  # the preset's own: it says so ...
+    assert "exact, from the GGUF header" in planned["size_sources"]["Q4_K_M"]
+    pick = planned["community"]  # ... and names the best that fits
+    command = f"clover-local download --repo {repo} --quant {quant}"
+    assert (pick["repo"], pick["quant"], pick["command"]) == (repo, quant, command)
+    assert pick["size_source"].startswith("exact, from the GGUF header of")
+    assert pick["predicted_tokens_per_s"] > 0 and pick["ram_bytes"] > 0
+    why = pick["why"]
+    assert "quality order" in why and "tokens/s predicted" in why and f"`{command}`" in why
+    assert why in planned["reasons"]
+    if quant == "Q4_K_S":
+        assert pick["files"] == list(LAYOUT[UNSLOTH_LIKE]["Q4_K_S"]) and "2 files" in why
+        assert "Q3_K_XL of someone" in why  # weighed too: fits, lower in the quality order
+    else:
+        assert "Q4_K_S of someone" not in why  # larger than this machine could hold: its header not read
+    assert main(["plan", *asked]) == 0
+    shown = capsys.readouterr().out
+    assert f"Fits instead: {quant} of {repo}" in shown
+
+    # Headers only: a few MB of each file read, no model downloaded.
+    for hub_repo, name in _files(community_hub):
+        assert community_hub.bytes_served(hub_repo, name) < 16 * 1024 * 1024, name
+    # The quant named plans as named, and fits: `plan --repo R --quant Q` is the same plan.
+    assert main(["plan", "--repo", repo, "--quant", quant, *asked, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["fits"] is True and again["n_cpu_moe"] == pick["n_cpu_moe"]
+    assert again["predicted_tokens_per_s"] == pick["predicted_tokens_per_s"]
+
+
+def _files(hub: HubServer) -> list[tuple[str, str]]:
+    return [(r, p) for r, repo in hub.repos.items() for p in repo.files if p.endswith(".gguf")]
+
+
+def test_offline_it_names_the_repos_it_would_ask_and_asks_none(
+    community_hub: HubServer, offline: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    community_hub.requests.clear()
+    assert main(["plan", "--preset", PRESET, "--simulate", "ram=24G,cpu=8", "--offline", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["fits"] is False and planned["community"] is None
+    said = [r for r in planned["reasons"] if r.startswith("Offline: the community repos")]
+    assert said and UNSLOTH_LIKE in said[0] and I1_LIKE in said[0]
+    assert community_hub.requests == []
+
+
+def test_a_repo_that_cannot_be_listed_is_said_and_the_others_still_answer(
+    community_hub: HubServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    del community_hub.repos[I1_LIKE]
+    assert main(["plan", "--preset", PRESET, "--simulate", "ram=16G,gpu=nvidia:8G,cpu=8", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["community"]["quant"] == "Q3_K_XL"
+    assert any(f"The community repo {I1_LIKE} could not be listed" in r for r in planned["reasons"])
+
+
+def test_a_plan_that_fits_asks_no_community_repo(
+    community_hub: HubServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    community_hub.requests.clear()
+    assert main(["plan", "--preset", PRESET, "--simulate", "ram=64G,cpu=16", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["fits"] is True and planned["community"] is None
+    assert not any(UNSLOTH_LIKE in r.path or I1_LIKE in r.path for r in community_hub.requests)
+
+
+@pytest.mark.parametrize(
+    ("better", "worse"),
+    [
+        ("Q4_K_M", "Q4_K_S"),
+        ("Q4_K_S", "IQ4_XS"),
+        ("Q3_K_XL", "Q3_K_L"),
+        ("UD-Q3_K_XL", "Q3_K_M"),
+        ("Q3_K_M", "IQ3_XXS"),
+        ("iq3_xxs", "Q2_K"),
+        ("Q2_K_XL", "Q2_K"),
+        ("Q2_K", "IQ2_XXS"),
+    ],
+)
+def test_the_quality_order_of_quant_types(better: str, worse: str) -> None:
+    from clover_local.plan.quant_order import quality_rank
+
+    a, b = quality_rank(better), quality_rank(worse)
+    assert a is not None and b is not None and a < b
+    assert quality_rank("APEX-I-NanoPlus") is None
+
+
+def test_only_smaller_quants_that_could_fit_have_their_headers_read() -> None:
+    from clover_local.plan.community import shortlist
+
+    gb = 1_000_000_000
+    listed = {"Q8_0": 37 * gb, "Q4_K_S": 20 * gb, "Q3_K_XL": 18 * gb, "IQ3_XXS": 15 * gb, "Q2_K": 14 * gb}
+    listed |= {"APEX-I-NanoPlus": 13 * gb, "IQ2_XXS": 10 * gb}
+    assert shortlist(listed, below_bytes=21 * gb, room_bytes=19 * gb) == ["Q3_K_XL", "IQ3_XXS", "Q2_K"]
+    assert shortlist(listed, below_bytes=21 * gb, room_bytes=19 * gb, per_repo=9)[-2:] == [
+        "IQ2_XXS",
+        "APEX-I-NanoPlus",  # not a llama.cpp type: after every ranked one
+    ]
+    assert shortlist(listed, below_bytes=21 * gb, room_bytes=5 * gb) == []
