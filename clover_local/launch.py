@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from clover_local.engine.types import ChatEngine
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.llamacpp.binary import ServerBinary
-    from clover_local.plan.community import CommunityQuants
+    from clover_local.plan.community import CommunityQuant, CommunityQuants
 
 __all__ = [
     "ENGINE_WISHES",
@@ -42,6 +42,7 @@ __all__ = [
     "choose_runner",
     "decide_launch",
     "measure_verify_costs",
+    "needs_community",
     "open_launch",
     "safer_launch",
     "with_model_file",
@@ -375,6 +376,13 @@ def decide_launch(
     return Launch(request, preset, machine, runner, plan, settings, (*notices, *dropped), argv)
 
 
+def needs_community(request: LaunchRequest, preset: Preset, plan: Plan) -> bool:
+    """The plan does not fit well, it is of the preset's automatic quant (not a file, repo or quant asked for),
+    and the preset knows community repos that may hold a smaller quant that fits."""
+    asked_for = request.model or request.repo or request.quant != "auto"
+    return not plan.fits and bool(preset.community) and not asked_for
+
+
 def _with_community(
     request: LaunchRequest,
     preset: Preset,
@@ -387,10 +395,11 @@ def _with_community(
     best smaller quant of the preset's community repos that fits, planned for the same runner, with why and the
     command that gets it (``plan.community``). Their quants are read here unless given (``describe`` False:
     not at all); offline, the reasons name the repos that would be asked."""
-    if plan.fits or not preset.community or request.model or request.repo or request.quant != "auto":
+    if not needs_community(request, preset, plan):
         return plan
-    from clover_local.plan.community import choose_community_quant, weights_room
-    from clover_local.plan.types import Wishes
+    from clover_local import runtime
+    from clover_local.fetch.describe import QuantDescriptions
+    from clover_local.plan.community import as_repo_preset, choose_community_quant, weights_room
 
     if community is None:
         if not request.describe:
@@ -403,16 +412,28 @@ def _with_community(
             room_bytes=weights_room(plan),
             offline=True if request.offline else None,
         )
-    from clover_local.measure.records import load_records
 
-    wishes = Wishes(
-        ctx=request.ctx,
-        goal=request.goal,
-        threads=request.threads,
-        engine=runner.kind,
-        parallel=request.parallel,
-    )
-    pick, reasons = choose_community_quant(machine, preset, community, wishes, speed_records=load_records())
+    def plan_for(q: CommunityQuant) -> Plan:
+        """The plan ``--repo q.repo --quant q.quant`` gets: the same step, for the same runner."""
+        described = QuantDescriptions({q.quant: q.description}, (), {q.quant: q.source})
+        planned, _ = runtime._plan_for_runner(
+            as_repo_preset(preset, q),
+            quant=q.quant,
+            ctx=request.ctx,
+            goal=request.goal,
+            threads=request.threads,
+            machine=machine,
+            models=described,
+            offline=request.offline,
+            engine=runner.kind,
+            spec=request.spec,
+            drafters=runner.drafters,
+            force=request.force,
+            parallel=request.parallel,
+        )
+        return planned
+
+    pick, reasons = choose_community_quant(community, plan_for)
     return replace(plan, community=pick, reasons=(*plan.reasons, *reasons))
 
 

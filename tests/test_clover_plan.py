@@ -282,3 +282,25 @@ def test_only_smaller_quants_that_could_fit_have_their_headers_read() -> None:
         "APEX-I-NanoPlus",  # not a llama.cpp type: after every ranked one
     ]
     assert shortlist(listed, below_bytes=21 * gb, room_bytes=5 * gb) == []
+
+
+async def test_the_apps_plan_screen_names_the_community_quant_that_fits(community_hub: HubServer) -> None:
+    """The plan screen shows the plan at once; a worker then asks the community repos (the plan does not fit
+    well), and the plan made again names the quant that fits and the command that gets it, as ``plan`` does."""
+    from textual.widgets import Static
+    from waiting import wait_until
+
+    from clover_local.detect import parse_simulate
+    from clover_local.tui.app import CloverApp, StartOptions
+    from clover_local.tui.screens.plan import PlanScreen
+
+    app = CloverApp(StartOptions(preset=PRESET), machine=parse_simulate("ram=16G,gpu=nvidia:8G,cpu=8"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PlanScreen)
+        await wait_until(lambda: screen.plan is not None and screen.plan.community is not None, pilot=pilot)
+        assert screen.plan is not None and screen.plan.community is not None
+        assert (screen.plan.community.repo, screen.plan.community.quant) == (UNSLOTH_LIKE, "Q3_K_XL")
+        summary = str(screen.query_one("#plan-summary", Static).render())
+        assert f"Fits instead: Q3_K_XL of {UNSLOTH_LIKE}" in summary
+        assert f"clover-local download --repo {UNSLOTH_LIKE} --quant Q3_K_XL" in summary

@@ -11,22 +11,21 @@ weighed did (fits, does not fit, lower quality), its memory, its predicted speed
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from clover_local.detect.machine import Machine
 from clover_local.detect.units import format_bytes as fb
 from clover_local.gguf.model import ModelDescription
-from clover_local.plan.measured import SpeedRecord
 from clover_local.plan.quant_order import quality_rank
 from clover_local.plan.speed import format_tokens_per_s
-from clover_local.plan.types import CommunityPick, Plan, Wishes
+from clover_local.plan.types import CommunityPick, Plan
 from clover_local.presets import Preset, QuantSpec
 
 __all__ = [
     "HEADERS_PER_REPO",
     "CommunityQuant",
     "CommunityQuants",
+    "as_repo_preset",
     "choose_community_quant",
     "download_command",
     "shortlist",
@@ -93,32 +92,28 @@ def download_command(repo: str, quant: str) -> str:
     return shlex.join(["clover-local", "download", "--repo", repo, "--quant", quant])
 
 
-def choose_community_quant(
-    machine: Machine,
-    preset: Preset,
-    found: CommunityQuants,
-    wishes: Wishes,
-    *,
-    speed_records: Sequence[SpeedRecord] = (),
-) -> tuple[CommunityPick | None, tuple[str, ...]]:
-    """The best community quant that fits ``machine`` for the runner ``wishes.engine`` names, and the reasons
-    to add to the plan that did not fit (what was weighed, or why nothing was: offline, unreachable)."""
-    from clover_local.plan.planner import make_plan
+def as_repo_preset(preset: Preset, q: CommunityQuant) -> Preset:
+    """``preset`` for the repo of ``q``, offering that one quant (as ``--repo R --quant Q`` makes it)."""
+    return replace(
+        preset,
+        repo=q.repo,
+        display_name=f"{preset.display_name} ({q.repo})",
+        quants={q.quant: QuantSpec(q.quant, q.quant, q.description.file_bytes)},
+        default_quant="auto",
+        python_package=None,
+        python_package_file=None,
+    )
 
+
+def choose_community_quant(
+    found: CommunityQuants, plan_for: Callable[[CommunityQuant], Plan]
+) -> tuple[CommunityPick | None, tuple[str, ...]]:
+    """The best community quant whose plan fits (``plan_for``: the launch's plan of one quant, for the runner
+    that would run it), and the reasons to add to the plan that did not fit (what was weighed, or why nothing
+    was: offline, unreachable)."""
     if not found.quants:
         return None, found.notes
-    weighed: list[tuple[CommunityQuant, Plan]] = []
-    for q in found.quants:
-        as_repo = replace(
-            preset,
-            repo=q.repo,
-            quants={q.quant: QuantSpec(q.quant, q.quant, q.description.file_bytes)},
-            default_quant="auto",
-        )
-        plan = make_plan(
-            machine, as_repo, q.description, replace(wishes, quant="auto"), speed_records=speed_records
-        )
-        weighed.append((q, plan))
+    weighed = [(q, plan_for(q)) for q in found.quants]
     ranked = sorted(
         weighed,
         key=lambda qp: (
