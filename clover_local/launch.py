@@ -252,6 +252,37 @@ def choose_runner(
     )
 
 
+def _runner_machine(machine: Machine, runner: Runner) -> Machine:
+    """The machine as the runner sees it: llama-server offloads to the GPU backends of its own build (its
+    ``--list-devices``), not llama-cpp-python's (a CPU wheel beside a CUDA runtime is the usual case); a runtime
+    still to be installed, to the backend its installer picks for these GPUs (``runtimes.assets.target_for``).
+    A described machine (``--simulate``) names its build itself; a binary that cannot be asked changes nothing
+    (starting it says why)."""
+    if runner.kind != "llama-server" or machine.simulated or not machine.gpus:
+        return machine
+    from typing import get_args
+
+    from clover_local.detect.machine import Backend
+
+    if runner.binary is not None:
+        from clover_local.llamacpp.binary import capabilities
+
+        try:
+            offered = capabilities(runner.binary.path).backends
+        except ServerError:
+            return machine
+    elif runner.install is not None:
+        from clover_local.runtimes.assets import target_for
+
+        offered = tuple("cuda" if b.startswith("cuda") else b for b in target_for(machine).backends[:1])
+    else:
+        return machine
+    backends = tuple(b for b in dict.fromkeys((*offered, "cpu")) if b in get_args(Backend))
+    gpu = any(b != "cpu" for b in backends)
+    build = replace(machine.build, gpu_offload=gpu, backends=backends)  # type: ignore[arg-type]
+    return machine if build == machine.build else replace(machine, build=build)
+
+
 def _needs_llama_server(request: LaunchRequest, arch: ArchCheck | None) -> str:
     """Why only llama-server can run this request ("" when the embedded engine can)."""
     if request.rpc:
@@ -339,6 +370,7 @@ def decide_launch(
     runner = choose_runner(
         request, arch, diffusion=description.diffusion is not None, find_binary=find_binary
     )
+    machine = _runner_machine(machine, runner)
     resolved = preset
 
     def plan_with(parallel: int | None) -> tuple[Plan, Preset]:

@@ -304,3 +304,82 @@ async def test_the_apps_plan_screen_names_the_community_quant_that_fits(communit
         summary = str(screen.query_one("#plan-summary", Static).render())
         assert f"Fits instead: Q3_K_XL of {UNSLOTH_LIKE}" in summary
         assert f"clover-local download --repo {UNSLOTH_LIKE} --quant Q3_K_XL" in summary
+
+
+# -- the runner's own GPU backends ------------------------------------------------------------------------------
+
+
+def _runtime_with_devices(root: Path, devices: str) -> Path:
+    """An installed runtime b12500 that knows clover_moe, whose llama-server lists ``devices``."""
+    from helpers_runtimes import arch_cpp
+
+    from clover_local.runtimes.installed import write_manifest
+    from clover_local.testing.models import CLOVER_ARCH
+
+    folder = root / "b12500"
+    (folder / "bin").mkdir(parents=True)
+    flags = ("-m,    --model FNAME", "-c,    --ctx-size N", "-ngl,  --n-gpu-layers N", "--list-devices")
+    server = folder / "bin" / "llama-server"
+    server.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then echo "version: 12500 (abcdef123)"; exit 0; fi\n'
+        f'if [ "$1" = "--list-devices" ]; then printf "Available devices:\\n{devices}"; exit 0; fi\n'
+        "cat <<'EOF'\n" + "\n".join(f"{f:<37}   what it does" for f in flags) + "\nEOF\n"
+    )
+    server.chmod(0o755)
+    (folder / "llama-arch.cpp").write_text(arch_cpp(CLOVER_ARCH))
+    write_manifest(
+        folder,
+        {
+            "tag": "b12500",
+            "backend": "cuda",
+            "origin": "archive",
+            "server": "bin/llama-server",
+            "installed": "now",
+        },
+    )
+    return server
+
+
+def _detected_with_a_cpu_wheel() -> object:
+    """A detected (not described) machine with an NVIDIA card, whose llama-cpp-python is a CPU-only wheel."""
+    from dataclasses import replace
+
+    from clover_local.detect import parse_simulate
+    from clover_local.detect.machine import LlamaBuild
+
+    machine = parse_simulate("gpu=nvidia:24G,ram=32G,cpu=8")
+    return replace(machine, simulated=False, build=LlamaBuild(version="0.3.36", gpu_offload=False))
+
+
+@pytest.mark.parametrize(
+    ("devices", "offloads"),
+    [("  CUDA0: NVIDIA GeForce RTX 4090 (24080 MiB, 23700 MiB free)\\n", True), ("", False)],
+)
+def test_llama_server_offloads_to_the_gpus_of_its_own_build(
+    no_runtime: Path, offline: None, devices: str, offloads: bool
+) -> None:
+    """Clover runs in the runtime's llama-server: the plan offloads to the GPU backends that build lists, not
+    llama-cpp-python's (a CPU wheel beside a CUDA runtime), and stays on the CPU with a CPU-only runtime."""
+    from clover_local.launch import LaunchRequest, decide_launch
+
+    _runtime_with_devices(no_runtime, devices)
+    launch = decide_launch(LaunchRequest(PRESET, describe=False), machine=_detected_with_a_cpu_wheel())  # type: ignore[arg-type]
+    assert launch.runner.runtime == "b12500"
+    assert launch.machine.build.gpu_offload is offloads
+    assert (launch.plan.n_gpu_layers != 0) is offloads and (launch.plan.backend == "cuda") is offloads
+
+
+def test_before_the_runtime_is_installed_the_plan_offloads_as_the_installer_would(
+    no_runtime: Path, offline: None
+) -> None:
+    from clover_local.launch import LaunchRequest, decide_launch
+
+    launch = decide_launch(LaunchRequest(PRESET, describe=False), machine=_detected_with_a_cpu_wheel())  # type: ignore[arg-type]
+    assert launch.runner.install == f"clover-local runtime install {RELEASE}"
+    assert launch.machine.build.backends == ("cuda", "cpu") and launch.plan.n_gpu_layers != 0
+    # A described machine keeps the build it describes.
+    from clover_local.detect import parse_simulate
+
+    cpu_build = parse_simulate("gpu=nvidia:24G,ram=32G,cpu=8,backend=cpu")
+    assert decide_launch(LaunchRequest(PRESET, describe=False), machine=cpu_build).plan.n_gpu_layers == 0
