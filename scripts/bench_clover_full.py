@@ -158,7 +158,11 @@ def _parse_args() -> argparse.Namespace:
     p.add_argument("--ctx", type=int, help="context (default: the plan's)")
     p.add_argument("--threads", type=int, help="threads at most (default: the plan's)")
     p.add_argument("--grid", choices=("small", "none"), default="small", help="the grid around the plan")
-    p.add_argument("--ncmoe", default="", help="also these --n-cpu-moe values (GPU), e.g. 0,10,20")
+    p.add_argument(
+        "--ncmoe",
+        default="",
+        help="also these --n-cpu-moe values (GPU), e.g. 0,10,20; around:S is the plan's value -2S, -S, +S, +2S",
+    )
     p.add_argument("--fit-on", action="store_true", help="also the plan's launch with llama.cpp's --fit on")
     p.add_argument("--no-upstream", action="store_true", help="leave out upstream's defaults")
     p.add_argument("--prompts", default="500,4000", help="prompt sizes in tokens (default: 500,4000)")
@@ -283,13 +287,6 @@ def _variants(
                 skipped.append(f"--spec-type {kind}: this llama-server lists {', '.join(types)}")
                 continue
             change(f"--spec-type {kind}", f"speculation {asked} -> {kind}", _spec(kind), "--spec-type")
-    for n in (int(x) for x in args.ncmoe.split(",") if x.strip()):
-        change(
-            f"--n-cpu-moe {n}",
-            f"experts of {plan.n_cpu_moe} -> {n} layers in RAM",
-            _set("-ngl", "all", "--n-cpu-moe", n),
-            "--n-cpu-moe",
-        )
     if args.fit_on:
         change(
             "--fit on",
@@ -297,7 +294,27 @@ def _variants(
             lambda a: _set("--fit", "on")(_drop(_drop(a, "-ngl"), "--n-cpu-moe")),
             "--fit",
         )
+    for n in _ncmoe_values(args.ncmoe, plan.n_cpu_moe, plan.n_gpu_layers):
+        change(
+            f"--n-cpu-moe {n}",
+            f"experts of {plan.n_cpu_moe} -> {n} layers in RAM",
+            _set("-ngl", "all", "--n-cpu-moe", n),
+            "--n-cpu-moe",
+        )
     return out, skipped
+
+
+def _ncmoe_values(text: str, planned: int, n_gpu_layers: int) -> list[int]:
+    """``--ncmoe``'s values: a list, or ``around:S`` (the plan's value -2S, -S, +S, +2S, none below 0); none
+    for a plan that puts nothing on a GPU."""
+    if not text.strip() or n_gpu_layers == 0:
+        return []
+    if text.startswith("around:"):
+        step = int(text.split(":", 1)[1])
+        values = [planned + k * step for k in (-2, -1, 1, 2)]
+    else:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    return [v for v in dict.fromkeys(values) if 0 <= v <= 64 and v != planned]
 
 
 def _repack_variant(change: Callable[..., None], planned: bool) -> None:
