@@ -113,7 +113,7 @@ def community_quants(launch: Launch) -> CommunityQuants:
         launch.preset,
         below_bytes=plan.file_bytes,
         room_bytes=weights_room(plan),
-        offline=launch.request.offline,
+        offline=True if launch.request.offline else None,  # else HF_HUB_OFFLINE decides
     )
 
 
