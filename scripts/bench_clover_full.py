@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -232,7 +232,13 @@ def _variants(
         out.append(Variant(UPSTREAM, upstream, "llama-server's own defaults, same model, context, threads"))
     out.append(Variant(PRODUCT, None, "", plan.predicted_tokens_per_s))
 
-    def change(name: str, what: str, edit: Callable[[list[str]], list[str]], *flags: str) -> None:
+    def change(
+        name: str,
+        what: str,
+        edit: Callable[[list[str]], list[str]],
+        *flags: str,
+        predicted: float | None = None,
+    ) -> None:
         missing = [f for f in flags if not caps.supports(f)]
         if missing:
             skipped.append(f"{name}: this llama-server lists no {', '.join(missing)}")
@@ -241,13 +247,20 @@ def _variants(
         if argv == base:
             skipped.append(f"{name}: the same as the plan")
             return
-        out.append(Variant(name, argv, what))
+        out.append(Variant(name, argv, what, predicted))
 
     if args.grid == "small":
         t = plan.threads
         for threads in sorted({max(1, t // 2), t + 1 if t < (os.cpu_count() or t) else t} - {t}):
+            # The plan's prediction at that thread count: the same request, planned with --threads N.
+            again = decide_launch(replace(launch.request, threads=threads), machine=launch.machine)
             change(
-                f"-t {threads}", f"threads {t} -> {threads}", _set("-t", threads, "-tb", threads), "-t", "-tb"
+                f"-t {threads}",
+                f"threads {t} -> {threads}",
+                _set("-t", threads, "-tb", threads),
+                "-t",
+                "-tb",
+                predicted=again.plan.predicted_tokens_per_s,
             )
         for b, ub in ((512, 512), (4096, 1024)):
             if (b, ub) != (plan.n_batch, plan.n_ubatch):
