@@ -12,7 +12,9 @@ accepts) and ``llm_arch_is_diffusion`` (those ``llama_model_is_diffusion`` repor
 - each installed upstream runtime's (:mod:`clover_local.runtimes.installed`): the ``llama-arch.cpp`` of its tag,
   kept in its folder;
 - the latest upstream release's, when an architecture is known to none of those and looking is allowed (not
-  offline): read before any model byte (:mod:`clover_local.runtimes.upstream`), to name the release to install.
+  offline): read before any model byte (:mod:`clover_local.runtimes.upstream`), to name the release to install;
+- when that release cannot be asked (offline, unreachable), the release a preset says first loads the
+  architecture (its ``[runtime] min_release``, :class:`ReleaseHint`): the plan still names what to install.
 
 :func:`check_architecture` decides; :func:`require_supported` turns a "no" into the one error people see.
 """
@@ -69,6 +71,17 @@ class RuntimeTable:
 
 
 @dataclass(frozen=True)
+class ReleaseHint:
+    """A preset's word that upstream llama.cpp loads ``arch`` from release ``release`` on (its ``[runtime]
+    min_release``): what to install when the latest release cannot be asked."""
+
+    arch: str
+    release: str
+    preset: str
+    """The preset that says so, for messages."""
+
+
+@dataclass(frozen=True)
 class ArchSupport:
     """The tables that apply here: the embedded engine's, a built llama-server's when there is one, every
     installed runtime's (newest first), and whether the latest upstream release may be asked."""
@@ -81,6 +94,12 @@ class ArchSupport:
     look_upstream: bool = False
     """Ask the latest upstream release (:mod:`clover_local.runtimes.upstream`) about an architecture nothing
     here knows; False offline (then only a release's source read before answers)."""
+    hints: tuple[ReleaseHint, ...] = ()
+    """The presets' minimum releases, for architectures nothing here knows (:func:`preset_release_hints`)."""
+
+    def hint(self, arch: str) -> ReleaseHint | None:
+        """The preset's minimum release for ``arch``, if a preset names one."""
+        return next((h for h in self.hints if h.arch == arch), None)
 
 
 @dataclass(frozen=True)
@@ -103,6 +122,8 @@ class ArchCheck:
     """A release that knows the architecture, to install (``supported`` is False until it is)."""
     install_command: str | None = None
     """The one command that installs it."""
+    min_release: str | None = None
+    """The first release that loads it, as its preset says (``[runtime] min_release``); None: not said."""
 
     @property
     def runs_with(self) -> str:
@@ -110,7 +131,8 @@ class ArchCheck:
         if self.runtime is not None:
             return f"llama.cpp {self.runtime} (installed runtime, its llama-server)"
         if self.install is not None:
-            return f"needs llama.cpp {self.install}: install it with `{self.install_command}`"
+            needs = f"{self.min_release} or newer" if self.min_release else self.install
+            return f"needs llama.cpp {needs}: install it with `{self.install_command}`"
         if self.runner == "llama-server":
             return "the built llama-server"
         if self.supported:
@@ -231,7 +253,26 @@ def installed_support(install_dir: Path | None = None, *, offline: bool | None =
     ):
         embedded = server
     offline = settings.hf_offline() if offline is None else offline
-    return ArchSupport(embedded, server, installed, runtime_tables(), look_upstream=not offline)
+    return ArchSupport(
+        embedded, server, installed, runtime_tables(), look_upstream=not offline, hints=preset_release_hints()
+    )
+
+
+def preset_release_hints() -> tuple[ReleaseHint, ...]:
+    """Every preset's ``[runtime] min_release`` for its architecture (user presets over shipped ones); a preset
+    that cannot be read says nothing here (loading it says why)."""
+    from clover_local.errors import PresetError
+    from clover_local.presets import load_preset_file, preset_files
+
+    hints: list[ReleaseHint] = []
+    for path in preset_files().values():
+        try:
+            preset = load_preset_file(path)
+        except PresetError:
+            continue
+        if preset.min_release is not None:
+            hints.append(ReleaseHint(preset.architecture.arch, preset.min_release, preset.name))
+    return tuple(hints)
 
 
 def is_diffusion_arch(arch: str, support: ArchSupport | None = None) -> bool:
@@ -249,7 +290,9 @@ def check_architecture(arch: str, support: ArchSupport | None = None) -> ArchChe
     3. the built llama-server, when it is a newer llama.cpp that knows it;
     4. when looking is allowed, the latest upstream release's ``llama-arch.cpp``: when it knows it, the answer
        names that release and the command that installs it (``supported`` stays False until then);
-    5. else no: ``why`` says what was asked."""
+    5. else, when the latest release could not be asked and a preset names the first release that loads it
+       (:class:`ReleaseHint`), that release and its install command;
+    6. else no: ``why`` says what was asked."""
     support = support or installed_support()
     embedded, server = support.embedded, support.server
     if arch in embedded.names:
@@ -297,8 +340,21 @@ def check_architecture(arch: str, support: ArchSupport | None = None) -> ArchChe
     if support.installed not in (None, embedded.llama_cpp_python):
         why += f"; the table is llama-cpp-python {embedded.llama_cpp_python}'s, but {support.installed} is installed"
     latest = _upstream(support.look_upstream)
+    hint = support.hint(arch)
+    minimum = hint.release if hint is not None else None
     if isinstance(latest, str):
-        return ArchCheck(arch, False, None, f"{why}; {latest})")
+        if hint is None:
+            return ArchCheck(arch, False, None, f"{why}; {latest})")
+        return ArchCheck(
+            arch,
+            False,
+            None,
+            f"{why}; {latest}); the preset {hint.preset} says llama.cpp {hint.release} or newer loads it, and "
+            "none is installed",
+            install=hint.release,
+            install_command=f"clover-local runtime install {hint.release}",
+            min_release=minimum,
+        )
     tag, table = latest
     if arch in table.names and arch not in table.diffusion:
         command = f"clover-local runtime install {tag}"
@@ -309,6 +365,7 @@ def check_architecture(arch: str, support: ArchSupport | None = None) -> ArchChe
             f"{why}); the latest llama.cpp release, {tag}, loads it, and it is not installed",
             install=tag,
             install_command=command,
+            min_release=minimum,
         )
     return ArchCheck(arch, False, None, f"{why}; nor does the latest llama.cpp release, {tag})")
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from clover_local.engine.types import ChatEngine
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.llamacpp.binary import ServerBinary
+    from clover_local.plan.community import CommunityQuant, CommunityQuants
 
 __all__ = [
     "ENGINE_WISHES",
@@ -48,6 +49,7 @@ __all__ = [
     "choose_runner",
     "decide_launch",
     "measure_verify_costs",
+    "needs_community",
     "open_launch",
     "safer_launch",
     "with_model_file",
@@ -268,6 +270,37 @@ def choose_runner(
     )
 
 
+def _runner_machine(machine: Machine, runner: Runner) -> Machine:
+    """The machine as the runner sees it: llama-server offloads to the GPU backends of its own build (its
+    ``--list-devices``), not llama-cpp-python's (a CPU wheel beside a CUDA runtime is the usual case); a runtime
+    still to be installed, to the backend its installer picks for these GPUs (``runtimes.assets.target_for``).
+    A described machine (``--simulate``) names its build itself; a binary that cannot be asked changes nothing
+    (starting it says why)."""
+    if runner.kind != "llama-server" or machine.simulated or not machine.gpus:
+        return machine
+    from typing import get_args
+
+    from clover_local.detect.machine import Backend
+
+    if runner.binary is not None:
+        from clover_local.llamacpp.binary import capabilities
+
+        try:
+            offered = capabilities(runner.binary.path).backends
+        except ServerError:
+            return machine
+    elif runner.install is not None:
+        from clover_local.runtimes.assets import target_for
+
+        offered = tuple("cuda" if b.startswith("cuda") else b for b in target_for(machine).backends[:1])
+    else:
+        return machine
+    backends = tuple(b for b in dict.fromkeys((*offered, "cpu")) if b in get_args(Backend))
+    gpu = any(b != "cpu" for b in backends)
+    build = replace(machine.build, gpu_offload=gpu, backends=backends)  # type: ignore[arg-type]
+    return machine if build == machine.build else replace(machine, build=build)
+
+
 def _needs_llama_server(request: LaunchRequest, arch: ArchCheck | None) -> str:
     """Why only llama-server can run this request ("" when the embedded engine can)."""
     if request.rpc:
@@ -311,11 +344,14 @@ def decide_launch(
     machine: Machine | None = None,
     models: QuantDescriptions | None = None,
     find_binary: Callable[[str | None], ServerBinary | None] | None = None,
+    community: CommunityQuants | None = None,
 ) -> Launch:
     """The launch for ``request`` on ``machine`` (None: the request's ``--simulate`` machine, else this one):
     the model described once (its header, local or on the Hub), its architecture checked, the runner chosen,
     the plan made for that runner, and the settings rendered from the plan. ``find_binary``: how a
-    llama-server is found (``command`` names the one it prints instead of looking for one)."""
+    llama-server is found (``command`` names the one it prints instead of looking for one). A plan that does
+    not fit well names a smaller quant of the preset's community repos that does (:func:`_with_community`;
+    ``community``: their quants, read already)."""
     from clover_local import runtime
     from clover_local.arch_support import check_architecture, installed_support
 
@@ -352,6 +388,7 @@ def decide_launch(
     runner = choose_runner(
         request, arch, diffusion=description.diffusion is not None, find_binary=find_binary
     )
+    machine = _runner_machine(machine, runner)
     resolved = preset
 
     def plan_with(parallel: int | None) -> tuple[Plan, Preset]:
@@ -381,11 +418,73 @@ def decide_launch(
         plan = replace(plan, reasons=(*kept, MTP_ONE_SLOT))
     if plan.chat_template != (request.chat_template or plan.chat_template):
         plan = replace(plan, chat_template=request.chat_template or plan.chat_template)
+    plan = _with_community(request, preset, machine, runner, plan, community)
     said = runner.kind == "llama-server" or request.engine not in (None, runner.kind)
     notices = (f"Engine: {runner.kind} ({runner.why}).",) if said else ()
     settings = llama_settings(plan)
     argv, dropped = _fitted_argv(runner, settings)
     return Launch(request, preset, machine, runner, plan, settings, (*notices, *dropped), argv)
+
+
+def needs_community(request: LaunchRequest, preset: Preset, plan: Plan) -> bool:
+    """The plan does not fit well, it is of the preset's automatic quant (not a file, repo or quant asked for),
+    and the preset knows community repos that may hold a smaller quant that fits."""
+    asked_for = request.model or request.repo or request.quant != "auto"
+    return not plan.fits and bool(preset.community) and not asked_for
+
+
+def _with_community(
+    request: LaunchRequest,
+    preset: Preset,
+    machine: Machine,
+    runner: Runner,
+    plan: Plan,
+    community: CommunityQuants | None,
+) -> Plan:
+    """``plan``, and when it does not fit well (the preset's automatic quant, not a file or repo asked for), the
+    best smaller quant of the preset's community repos that fits, planned for the same runner, with why and the
+    command that gets it (``plan.community``). Their quants are read here unless given (``describe`` False:
+    not at all); offline, the reasons name the repos that would be asked."""
+    if not needs_community(request, preset, plan):
+        return plan
+    from clover_local import runtime
+    from clover_local.fetch.describe import QuantDescriptions
+    from clover_local.plan.community import as_repo_preset, choose_community_quant, weights_room
+
+    if community is None:
+        if not request.describe:
+            return plan
+        from clover_local.fetch.community import find_community_quants
+
+        community = find_community_quants(
+            preset,
+            below_bytes=plan.file_bytes,
+            room_bytes=weights_room(plan),
+            offline=True if request.offline else None,
+        )
+
+    def plan_for(q: CommunityQuant) -> Plan:
+        """The plan ``--repo q.repo --quant q.quant`` gets: the same step, for the same runner."""
+        described = QuantDescriptions({q.quant: q.description}, (), {q.quant: q.source})
+        planned, _ = runtime._plan_for_runner(
+            as_repo_preset(preset, q),
+            quant=q.quant,
+            ctx=request.ctx,
+            goal=request.goal,
+            threads=request.threads,
+            machine=machine,
+            models=described,
+            offline=request.offline,
+            engine=runner.kind,
+            spec=request.spec,
+            drafters=runner.drafters,
+            force=request.force,
+            parallel=request.parallel,
+        )
+        return planned
+
+    pick, reasons = choose_community_quant(community, plan_for)
+    return replace(plan, community=pick, reasons=(*plan.reasons, *reasons))
 
 
 MTP_ONE_SLOT = (

@@ -15,6 +15,7 @@ from typing import Any
 
 from clover_local import settings
 from clover_local.errors import PresetError
+from clover_local.runtimes.installed import valid_tag
 from clover_local.user_files import set_aside
 
 TEMPLATE_FROM_GGUF = "gguf"
@@ -115,6 +116,17 @@ DECODINGS = ("auto", "autoregressive", "diffusion")
 
 
 @dataclass(frozen=True)
+class CommunityRepo:
+    """A community GGUF repo of the preset's model (``[[community]]``), asked for a smaller quant when the
+    preset's own quants do not fit well (``fetch.community``)."""
+
+    repo: str
+    """``org/name`` on the Hub."""
+    confirmed: str
+    """Where its name was confirmed (a page and the day it was read): repos are data, checked by people."""
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str
     display_name: str
@@ -139,6 +151,13 @@ class Preset:
     decoding: str = "auto"
     """``auto`` (from the GGUF's architecture), ``autoregressive`` or ``diffusion``."""
     diffusion: DiffusionDefaults = field(default_factory=DiffusionDefaults)
+    community: tuple[CommunityRepo, ...] = ()
+    """``[[community]]``: other GGUF repos of this model, asked for a smaller quant when none of the preset's
+    fits well (the plan names the best that fits, and the command that gets it)."""
+    min_release: str | None = None
+    """``[runtime] min_release``: the first upstream llama.cpp release that loads the architecture, for a model
+    the pinned llama.cpp does not know: the plan names it (and its install command) before any runtime is
+    installed, even offline (``arch_support.ReleaseHint``)."""
 
 
 def shipped_presets_dir() -> Path:
@@ -313,7 +332,15 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
         raise PresetError(
             f"Preset {path}: key 'decoding' must be one of {', '.join(DECODINGS)}, not {decoding!r}."
         )
+    min_release = top.sub("runtime", required=False).get("min_release", str, None)
+    if min_release is not None and not valid_tag(min_release):
+        raise PresetError(
+            f"Preset {path}: key 'runtime.min_release' must be a llama.cpp release tag (b<number>), not "
+            f"{min_release!r}."
+        )
     return Preset(
+        community=_community(raw.get("community", []), path),
+        min_release=min_release,
         decoding=decoding,
         diffusion=_diffusion_table(top.sub("diffusion", required=False)),
         name=top.get("name", str, path.stem),
@@ -332,6 +359,22 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
         python_package_file=top.get("python_package_file", str, None),
         source=path,
     )
+
+
+def _community(raw: object, path: Path) -> tuple[CommunityRepo, ...]:
+    """``[[community]]`` tables: each a ``repo`` (``org/name``) and where it was ``confirmed``."""
+    if not isinstance(raw, list):
+        raise PresetError(f"Preset {path}: key 'community' must be a list of tables ([[community]]).")
+    out: list[CommunityRepo] = []
+    for i, table in enumerate(raw):
+        if not isinstance(table, dict):
+            raise PresetError(f"Preset {path}: key 'community[{i}]' must be a table with repo and confirmed.")
+        t = _Reader(table, path, f"community[{i}].")
+        repo = t.get("repo", str)
+        if repo.count("/") != 1 or repo.startswith("/") or repo.endswith("/"):
+            raise t._fail("repo", f"must be a Hugging Face repo (org/name), not {repo!r}")
+        out.append(CommunityRepo(repo, t.get("confirmed", str)))
+    return tuple(out)
 
 
 def _diffusion_table(t: _Reader) -> DiffusionDefaults:

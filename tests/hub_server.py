@@ -185,16 +185,25 @@ class HubServer:
             return repo
 
     def add_file(
-        self, repo_id: str, path: str, content: bytes | str | Path, *, lfs: bool | None = None
+        self,
+        repo_id: str,
+        path: str,
+        content: bytes | str | Path,
+        *,
+        lfs: bool | None = None,
+        sha256: str | None = None,
     ) -> HubFile:
         """Add or replace a file (bytes, text, or a path on disk served in chunks); makes a new commit.
 
         ``lfs`` defaults to True for weight files (``.gguf``, ``.safetensors``...) and files of 10 MiB or more.
+        ``sha256``: the digest to advertise instead of reading the file for it: for a sparse file of many GB
+        (a header-only GGUF, ``clover_local.testing.clover_shaped.write_clover_header``) whose headers are read
+        and which is never downloaded whole.
         """
         if isinstance(content, str):
             content = content.encode()
         size = content.stat().st_size if isinstance(content, Path) else len(content)
-        sha256 = _sha256_of(content)
+        sha256 = sha256 or _sha256_of(content)
         if lfs is None:
             lfs = path.endswith(LFS_SUFFIXES) or size >= LFS_MIN_SIZE
         if lfs:

@@ -121,6 +121,7 @@ def test_a_known_architecture_downloads_as_before(
         "server_source": None,
         "install": None,
         "install_command": None,
+        "min_release": None,
         "runs_with": "the pinned llama.cpp (embedded engine or the built llama-server)",
     }
     assert Path(result["path"]).read_bytes() == files["known"].read_bytes()
@@ -171,6 +172,7 @@ def test_plan_json_carries_the_architecture(
         "server_source",
         "install",
         "install_command",
+        "min_release",
     }
 
     assert main(["plan", "--model", str(files["unknown"]), "--json", *machine]) == 2

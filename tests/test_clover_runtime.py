@@ -197,7 +197,7 @@ def test_plan_names_the_release_and_the_command(
     assert main(["plan", "--model", model, *MACHINE]) == 0
     text = capsys.readouterr().out
     assert (
-        f"Runs with: needs llama.cpp {RELEASE}: install it with `clover-local runtime install {RELEASE}`"
+        f"Runs with: needs llama.cpp {RELEASE} or newer: install it with `clover-local runtime install {RELEASE}`"
         in text
     )
     # Running it is refused before anything loads, with the same one command.
@@ -586,10 +586,16 @@ def test_offline_plan_and_download_say_so_and_fetch_nothing(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Offline, the latest release is not asked; the Clover preset's word (``[runtime] min_release``) names the
+    release to install, so a clover_moe file is still planned, for llama-server, and nothing is fetched."""
     model = str(tiny_clover_model())
-    assert main(["plan", "--model", model, "--offline", *MACHINE]) == 2
-    err = capsys.readouterr().err
-    assert "Offline: the latest llama.cpp release was not asked" in err and "Traceback" not in err
+    assert main(["plan", "--model", model, "--offline", "--json", *MACHINE]) == 0
+    out = json.loads(capsys.readouterr().out)
+    arch = out["architecture"]
+    assert (arch["supported"], arch["install"], arch["min_release"]) == (False, RELEASE, RELEASE)
+    assert "Offline: the latest llama.cpp release was not asked" in arch["why"]
+    assert f"the preset clover-35b-a3b says llama.cpp {RELEASE} or newer loads it" in arch["why"]
+    assert out["engine"] == "llama-server" and "--spec-type" in out["llama_server_args"]
     assert upstream.paths() == []  # nobody asked
 
     repo = "acme/Clover-Tiny-GGUF"

@@ -31,7 +31,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "clover_local.runtimes.releases",
         "clover_local.runtimes.upstream",
     ),
-    ("clover_local.presets",),
+    # The architecture check reads the presets' word on the first release that loads an architecture.
+    ("clover_local.presets", "clover_local.arch_support"),
     ("clover_local.detect", "clover_local.gguf"),
     ("clover_local.plan",),
     ("clover_local.user_prefs",),  # the app's remembered choices are plan choices (the --spec mode)

@@ -235,7 +235,8 @@ def test_cli_plan_text_and_command(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     assert "Q8_0" in text and "gpu0" in text and "Why:" in text
     assert main(["command", "--simulate", "gpu=nvidia:8G,ram=32G"]) == 0
-    line = capsys.readouterr().out.strip()
+    said, line = capsys.readouterr().out.strip().splitlines()  # no runtime here: the release it needs first
+    assert said == "# needs llama.cpp b12060 or newer: install it with `clover-local runtime install b12060`"
     assert line.startswith(
         "llama-server -hf Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M --no-mmproj -c 16384"
     )

@@ -73,9 +73,11 @@ def test_the_plan_for_a_local_file_carries_it_into_the_argv(gemma_path: Path) ->
 
 
 def test_opening_a_plan_without_a_file_says_to_download_first() -> None:
-    request = LaunchRequest("clover-35b-a3b", describe=False)
+    request = LaunchRequest(
+        "smollm2-135m", describe=False
+    )  # one the embedded engine runs: nothing to install
     launch = decide_launch(request, machine=parse_simulate("ram=64G,cpu=8"))
-    assert launch.plan.model_path is None
+    assert launch.plan.model_path is None and launch.runner.install is None
     with pytest.raises(UsageError, match="No local model file"):
         open_launch(launch)
 

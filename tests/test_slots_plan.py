@@ -136,8 +136,12 @@ def test_plan_json_shows_slots_and_serve_defaults_to_auto(capsys: pytest.Capture
         == 0
     )
     assert json.loads(capsys.readouterr().out)["parallel"] == DEFAULT_SLOTS
+    # `command` prints the plan's command: `plan`'s one slot unless --parallel says otherwise (issue 40).
     assert main(["command", "--preset", "smollm2-135m", "--simulate", "ram=32G,cpu=8"]) == 0
-    assert f"-np {DEFAULT_SLOTS}" in capsys.readouterr().out  # the command for a server: slots decided
+    assert "-np 1" in capsys.readouterr().out
+    argv = ["command", "--preset", "smollm2-135m", "--simulate", "ram=32G,cpu=8", "--parallel", "auto"]
+    assert main(argv) == 0
+    assert f"-np {DEFAULT_SLOTS}" in capsys.readouterr().out  # as serve decides them
 
 
 @pytest.mark.parametrize("slots", [1, 3])

@@ -19,9 +19,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "command",
         help="print the llama-server command line for the plan",
         description=(
-            "Print the upstream llama-server command that runs the plan (same options as `plan`). Without "
+            "Print the upstream llama-server command that runs the plan (same options as `plan`, the same plan and "
+            "flags: one slot unless --parallel says otherwise, as `serve --parallel auto` decides). Without "
             "--model, a planned quant already downloaded is run from its file (-m PATH); one not downloaded yet is "
-            "fetched by the server itself from Hugging Face (-hf REPO:QUANT)."
+            "fetched by the server itself from Hugging Face (-hf REPO:QUANT). A model only a newer llama.cpp "
+            "loads is printed with the release it needs and the command that installs it."
         ),
     )
     add_plan_options(parser)
@@ -40,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         metavar="REPO",
         help="vLLM/SGLang: the safetensors repo (default: the GGUF repo without -GGUF)",
     )
-    parser.set_defaults(func=run, parallel_default="auto")
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,9 +61,16 @@ def run(args: argparse.Namespace) -> int:
     if launch.runner.runtime is not None and args.binary == "llama-server":
         # Only an installed runtime loads this model: its llama-server, with the flags it accepts.
         argv = shlex.split(launch.command)
+    arch = plan.architecture
+    needs = arch.runs_with if arch is not None and arch.install is not None and not arch.supported else None
     if args.json:
-        print(json.dumps({"argv": argv, "command": shlex.join(argv), "fits": plan.fits}))
+        out: dict[str, object] = {"argv": argv, "command": shlex.join(argv), "fits": plan.fits}
+        if needs is not None and arch is not None:
+            out |= {"needs": needs, "install_command": arch.install_command}
+        print(json.dumps(out))
     else:
+        if needs is not None:
+            print(f"# {needs}")
         if not plan.fits:
             print("# warning: this plan does not fit well; see `clover-local plan` for why")
         print(shlex.join(argv))

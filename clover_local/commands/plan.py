@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     lines = describe_plan(plan, preset)
+    if launch.runner.kind == "llama-server":
+        lines += ["", "Command (`clover-local command`):", f"  {launch.command}"]
     if launch.notices:
         lines += ["", "Notes:"] + [f"  - {n}" for n in launch.notices]
     if fit is not None:

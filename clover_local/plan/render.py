@@ -61,6 +61,7 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
         )
         + ("" if plan.fits else "  [DOES NOT FIT WELL]"),
         *([f"Runs with: {plan.architecture.runs_with}"] if plan.architecture is not None else []),
+        *([_fits_instead(plan)] if plan.community is not None else []),
         "",
         f"{'memory':{width}} {'weights':>11} {'KV cache':>11} {'recurrent':>11} {'compute':>11} {'total':>11} "
         f"{'available':>11} {'margin':>10}",
@@ -100,4 +101,13 @@ def plan_summary(plan: Plan) -> str:
     ]
     if plan.architecture is not None and (plan.architecture.runtime or plan.architecture.install):
         head.append(f"Runs with: {plan.architecture.runs_with}")
+    if plan.community is not None:
+        head.append(_fits_instead(plan))
     return "\n".join(head)
+
+
+def _fits_instead(plan: Plan) -> str:
+    """The smaller community quant that fits where the plan does not, and the command that gets it."""
+    c = plan.community
+    assert c is not None
+    return f"Fits instead: {c.quant} of {c.repo} ({fb(c.file_bytes)}): `{c.command}`"

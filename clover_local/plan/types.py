@@ -142,6 +142,29 @@ class Alternative:
 
 
 @dataclass(frozen=True)
+class CommunityPick:
+    """A smaller quant of another GGUF repo of the model that fits where the plan's own quants do not
+    (``plan.community``): what it is, what its plan on this machine would be, and the command that gets it."""
+
+    repo: str
+    quant: str
+    """As its file names carry it (``Q3_K_XL`` of ``...-UD-Q3_K_XL.gguf``): what ``--quant`` takes."""
+    files: tuple[str, ...]
+    file_bytes: int
+    ctx: int
+    n_gpu_layers: int
+    n_cpu_moe: int
+    ram_bytes: int
+    gpu_bytes: tuple[int, ...]
+    predicted_tokens_per_s: float
+    size_source: str
+    """Where its sizes came from (its GGUF header on the Hub, or the repo listing's file size)."""
+    command: str
+    """The one command that gets it (``clover-local download --repo ... --quant ...``)."""
+    why: str
+
+
+@dataclass(frozen=True)
 class NetworkCost:
     """What one generated token costs on the network when devices of other machines are pooled (RPC)."""
 
@@ -225,3 +248,6 @@ class Plan:
     architecture: ArchCheck | None = None
     """What the llama.cpp here makes of the model's ``general.architecture``: loadable, by what runner, and why;
     filled by ``launch.decide_launch`` (which refuses an unsupported one unless forced)."""
+    community: CommunityPick | None = None
+    """When this plan does not fit well: the best smaller quant of the preset's community repos that does
+    (``plan.community``); filled by ``launch.decide_launch``."""

@@ -17,6 +17,7 @@ from clover_local.errors import ContextOutOfRange
 from clover_local.fetch.describe import QuantDescriptions
 from clover_local.fetch.progress import DownloadProgress
 from clover_local.launch import Launch
+from clover_local.plan.community import CommunityQuants
 from clover_local.presets import Preset
 from clover_local.user_prefs import ModelSettings
 
@@ -124,6 +125,21 @@ def describe_models(preset: Preset) -> QuantDescriptions:
     from clover_local.fetch.describe import describe_quants
 
     return describe_quants(preset)
+
+
+def community_quants(launch: Launch) -> CommunityQuants:
+    """The smaller quants of the launch's community repos that could fit where its plan does not, with their
+    headers (a listing per repo, a few MB per header, cached). Network I/O: call from a worker."""
+    from clover_local.fetch.community import find_community_quants
+    from clover_local.plan.community import weights_room
+
+    plan = launch.plan
+    return find_community_quants(
+        launch.preset,
+        below_bytes=plan.file_bytes,
+        room_bytes=weights_room(plan),
+        offline=True if launch.request.offline else None,  # else HF_HUB_OFFLINE decides
+    )
 
 
 def launch_for(

@@ -27,7 +27,8 @@ from clover_local.detect.machine import Machine
 from clover_local.detect.report import machine_summary
 from clover_local.errors import CloverError
 from clover_local.fetch.describe import QuantDescriptions
-from clover_local.launch import Launch, LaunchRequest, decide_launch
+from clover_local.launch import Launch, LaunchRequest, decide_launch, needs_community
+from clover_local.plan.community import CommunityQuants
 from clover_local.plan.render import plan_summary
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
@@ -57,6 +58,13 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             super().__init__()
             self.machine = machine
             self.error = error
+
+    class CommunityFound(Message, bubble=False):
+        """The preset's community repos asked for a smaller quant (the plan did not fit well)."""
+
+        def __init__(self, found: CommunityQuants) -> None:
+            super().__init__()
+            self.found = found
 
     class ModelsDescribed(Message, bubble=False):
         """Each quant's sizes, exact where a file or the Hub's GGUF header could be read."""
@@ -92,6 +100,9 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         """How many plans were made (tests wait on it)."""
         self.installing: str | None = None
         """The release the Runtimes screen is installing for this plan (the install key opened it), else None."""
+        self.community: CommunityQuants | None = None
+        """The community repos' smaller quants, read by a worker once a plan did not fit well."""
+        self._community_asked = False
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -190,7 +201,9 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             describe=False,
         )
         try:
-            launch = decide_launch(request, machine=self.machine, models=self.models)
+            launch = decide_launch(
+                request, machine=self.machine, models=self.models, community=self.community
+            )
         except CloverError as exc:
             self.launch = None
             self.query_one("#plan-summary", Static).update(str(exc))
@@ -199,6 +212,21 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             self.plan_count += 1
             return
         self.show_launch(launch)
+        if not self._community_asked and needs_community(launch.request, launch.preset, launch.plan):
+            self._community_asked = True
+            self._find_community(launch)
+
+    @work(thread=True, exclusive=True, group="community")
+    def _find_community(self, launch: Launch) -> None:
+        """The community repos' smaller quants for a plan that does not fit well (network: a listing per repo,
+        a few headers); the plan is made again with them and names the best that fits."""
+        found = services.community_quants(launch)
+        if not get_current_worker().is_cancelled:
+            self.post_message(PlanScreen.CommunityFound(found))
+
+    def on_plan_screen_community_found(self, message: CommunityFound) -> None:
+        self.community = message.found
+        self.replan()
 
     @property
     def plan(self) -> Plan | None:
