@@ -43,13 +43,14 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _without_model(argv: list[str]) -> list[str]:
-    """llama-server's flags without the binary and the model (``-hf REPO:QUANT`` or ``-m PATH``)."""
+    """llama-server's flags without the binary, the model (``-hf REPO:QUANT --no-mmproj`` or ``-m PATH``) and
+    the endpoint a pasted command listens on (``--host``, ``--port``): the plan's own flags."""
     out = argv[1:] if argv and not argv[0].startswith("-") else list(argv)
-    for flag in ("-hf", "-m"):
+    for flag in ("-hf", "-m", "--host", "--port"):
         if flag in out:
             at = out.index(flag)
             del out[at : at + 2]
-    return out
+    return [a for a in out if a != "--no-mmproj"]
 
 
 @pytest.mark.parametrize("machine", MACHINES)

@@ -175,9 +175,9 @@ HELP_TEXT = """\
   Ctrl+S       export as Markdown and JSON (kept as they go)
   Ctrl+L       switch model             F2  settings (per model)
   Click "Thinking" to see the model's reasoning.
-  If the model's runner (llama-server) stops, it is started again and
-  the status line says "restarting"; send your message again when it
-  says "ready". If it keeps stopping, Ctrl+L plans the model again.
+  The runner (llama-server) stopped? It is started again: the
+  status line says "restarting", then "ready"; send again then.
+  It keeps stopping? The status line says why; Ctrl+L re-plans.
 
 [b]Commands[/b]
   /new /clear /chats /model /save /help
