@@ -80,6 +80,11 @@ class EngineError(CloverError):
     """llama.cpp could not load the model or generate."""
 
 
+class ContextFull(EngineError):
+    """A prompt (with the room its reply needs) is more than the loaded context holds: the chat offers to leave
+    out the oldest turns or carry a summary, where any other failure is only said."""
+
+
 class OutOfMemoryError(EngineError):
     """Loading failed for lack of memory; a safer plan may work."""
 

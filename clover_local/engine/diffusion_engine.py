@@ -33,7 +33,7 @@ from clover_local.engine.types import (
     Refining,
     TextDelta,
 )
-from clover_local.errors import EngineError, RequestRefused, UsageError
+from clover_local.errors import ContextFull, EngineError, RequestRefused, UsageError
 from clover_local.plan.diffusion import DiffusionPlan
 
 
@@ -68,7 +68,7 @@ class DiffusionEngine(EmbeddedEngine):
             canvas = -(-canvas // plan.block_length) * plan.block_length
         limit = min(self._runner.n_ubatch, self._runner.n_ctx)
         if canvas > limit:
-            raise EngineError(
+            raise ContextFull(
                 f"The prompt ({n_prompt} tokens) and a {answer}-token answer need a {canvas}-token canvas; "
                 f"this context holds {limit}.",
                 "Shorten the conversation, lower the answer length, or load with a larger --ctx.",

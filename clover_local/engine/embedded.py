@@ -43,7 +43,7 @@ from clover_local.engine.types import (
     GenerationStats,
     ToolFormat,
 )
-from clover_local.errors import EngineError, UsageError
+from clover_local.errors import ContextFull, EngineError, UsageError
 from clover_local.plan.types import SpeculativePlan
 from clover_local.presets import SamplingDefaults
 
@@ -240,7 +240,7 @@ class EmbeddedEngine:
         t0 = time.perf_counter()
         prompt = self._prompt_tokens(request)
         if len(prompt) >= self._n_ctx:
-            raise EngineError(
+            raise ContextFull(
                 f"The prompt is {len(prompt)} tokens; the context holds {self._n_ctx}.",
                 "Shorten the conversation or plan a larger context (--ctx).",
             )

@@ -19,7 +19,7 @@ from clover_local.engine.types import (
     SupervisedEngine,
     TextDelta,
 )
-from clover_local.errors import CloverError
+from clover_local.errors import CloverError, ContextFull
 from clover_local.tui import context_fit
 from clover_local.tui.widgets.messages import ReplyView
 
@@ -53,8 +53,7 @@ def stream_reply(
         wait_for_runner(engine, cancel, is_cancelled)
         fitted = context_fit.fit(engine, system, turns, request.max_tokens, drop=drop_oldest)
         if not fitted.fits:
-            full = True
-            raise CloverError(*full_context_words(fitted, len(turns), drop_oldest))
+            raise ContextFull(*full_context_words(fitted, len(turns), drop_oldest))
         if fitted.dropped:
             reply.post_message(ReplyView.Dropped(fitted.dropped))
         eta = fitted.prompt_tokens / prefill_rate if prefill_rate > 0 else None
@@ -87,7 +86,7 @@ def stream_reply(
             stats = replace(stats, prompt_tokens=fitted.prompt_tokens)
     except CloverError as exc:
         error = str(exc)
-        full = full or "the context holds" in error
+        full = isinstance(exc, ContextFull)
     except Exception as exc:  # an engine bug must not take the whole app down mid-chat
         error = f"Generation failed: {type(exc).__name__}: {exc}"
     finally:

@@ -322,8 +322,18 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         self.query_one("#local-path", Input).focus()
 
     def action_download(self) -> None:
-        if self.launch is not None and self.model_path is None and self._install_tag() is None:
-            self.dismiss(self.launch)
+        if self.launch is None or self.model_path is not None:
+            return
+        tag = self._install_tag()
+        if tag is not None:  # nothing is downloaded that no llama.cpp here could run
+            self.notify(
+                f"This model needs llama.cpp {tag} or newer, which is not installed: i installs it first "
+                "(m chats with the demo model meanwhile).",
+                severity="warning",
+                timeout=10,
+            )
+            return
+        self.dismiss(self.launch)
 
     def action_run_local(self) -> None:
         if self.launch is not None and self.model_path is not None:
