@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from helpers_engine import GatedEngine
+from helpers_runner import BUILT, RUNTIMES
 from helpers_tui import ScreenHost
 from textual import events
 from textual.containers import VerticalScroll
@@ -25,7 +26,6 @@ from clover_local.tui import services
 from clover_local.tui.app import CloverApp, StartOptions
 from clover_local.tui.screens.chat import ChatScreen
 from clover_local.tui.screens.chat_list import ChatList
-from clover_local.tui.screens.download import DownloadScreen
 from clover_local.tui.screens.launch import LaunchScreen
 from clover_local.tui.screens.modals import ContextFullScreen, HelpScreen
 from clover_local.tui.screens.plan import PlanScreen
@@ -526,3 +526,31 @@ async def test_quitting_mid_reply_keeps_what_the_reply_wrote(any_speed_engine: C
     messages = chat_store.ChatStore().load(kept[0].id).messages
     assert [m.role for m in messages] == ["user", "assistant"], "Ctrl+Q lost nothing"
     assert messages[1].content.startswith(shown.strip()[:1]) and messages[1].content.strip()
+
+
+async def test_offline_a_download_that_cannot_reach_the_hub_offers_the_demo_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Clover with a runtime that loads it installed (the test runtime), offline: the download fails at once,
+    says so, and offers the demo model."""
+    from clover_local.tui.screens.download import DownloadScreen
+
+    if BUILT is None:
+        pytest.skip("the test runtime is not built (scripts/make_test_runtime.py)")
+    monkeypatch.setenv("CLOVER_RUNTIMES_DIR", str(RUNTIMES))
+    app = CloverApp(StartOptions(), machine=parse_simulate("ram=16G,cpu=2"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        plan = app.screen
+        assert isinstance(plan, PlanScreen)
+        await wait_until(lambda: plan.plan is not None, "the plan", pilot=pilot)
+        await pilot.press("d")
+        await wait_until(
+            lambda: isinstance(app.screen, DownloadScreen) and app.screen.failed, "the failure", pilot=pilot
+        )
+        download = app.screen
+        assert isinstance(download, DownloadScreen)
+        assert "Starting" not in str(download.query_one("#download-status", Static).render()), "nothing stale"
+        assert "demo model" in str(download.query_one("#download-offline", Static).render())
+        assert download.query_one("#download-demo").display
+        await pilot.press("m")
+        await wait_until(lambda: isinstance(app.screen, ChatScreen), "the chat", pilot=pilot)
