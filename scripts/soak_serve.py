@@ -131,7 +131,9 @@ def _body(kind: str, rng: random.Random) -> dict[str, Any]:
     if kind in ("stream", "cancel"):
         body["stream"] = True
         body["max_tokens"] = 160
-    elif kind == "tool":
+    elif kind in ("tool", "schema"):
+        body["max_tokens"] = 160
+    if kind == "tool":
         body["messages"] = [{"role": "user", "content": f"What is the weather near {topic}?"}]
         body["tools"] = [WEATHER_TOOL]
         body["tool_choice"] = "required"
@@ -173,14 +175,19 @@ def _one(port: int, kind: str, rng: random.Random) -> tuple[int | str, bool]:
                 errored = errored or '"error"' in line[:40]
                 if kind == "cancel" and chunks >= 4:
                     return 200, True  # the client leaves mid-stream: conn.close() below hangs up
-            return (200, done and not errored) if not errored else ("stream-error", False)
+            if errored:
+                return "stream-error", False
+            return (200, True) if done else ("stream without its end", False)
         data = json.loads(resp.read())
+        if data["choices"][0].get("finish_reason") == "length":
+            return "200 cut at max_tokens", True  # answered as asked: the reply reached its token limit
         choice = data["choices"][0]["message"]
         if kind == "tool":
-            return 200, bool(choice.get("tool_calls"))
+            return (200, True) if choice.get("tool_calls") else ("200 without a call", False)
         if kind == "schema":
             parsed = json.loads(choice["content"])
-            return 200, isinstance(parsed, dict) and {"name", "age"} <= set(parsed)
+            valid = isinstance(parsed, dict) and {"name", "age"} <= set(parsed)
+            return (200, True) if valid else ("200 not the schema", False)
         return 200, True
     finally:
         conn.close()
