@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import re
+import sys
 from dataclasses import dataclass
 from typing import Union
 
@@ -142,6 +143,10 @@ def _alt(tokens: list[re.Match[str]], i: int) -> tuple[Node, int]:
     return (options[0] if len(options) == 1 else Alt(tuple(options))), i
 
 
+class Endless(ValueError):
+    """The grammar has no finite sentence."""
+
+
 class Sampler:
     """Draws sentences of one grammar."""
 
@@ -179,12 +184,20 @@ class Sampler:
         return node.lo * self.min_len(node.item)
 
     def sentence(self, start: str = "root") -> str:
+        """A random sentence; ``Endless`` when the rule has none of finite length."""
+        if self._short[start] == float("inf"):
+            raise Endless(f"{start} has no finite sentence: a reply under it could never end")
         out: list[str] = []
-        self._emit(Ref(start), out, [0])
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 20_000))
+        try:
+            self._emit(Ref(start), out, [0], 0)
+        finally:
+            sys.setrecursionlimit(limit)
         return "".join(out)
 
-    def _emit(self, node: Node, out: list[str], size: list[int]) -> None:
-        long = size[0] > self.soft_limit
+    def _emit(self, node: Node, out: list[str], size: list[int], depth: int) -> None:
+        long = size[0] > self.soft_limit or depth > 30
         if isinstance(node, Lit):
             out.append(node.text)
             size[0] += len(node.text)
@@ -196,19 +209,19 @@ class Sampler:
             out.append(ch)
             size[0] += 1
         elif isinstance(node, Ref):
-            self._emit(self.rules[node.name], out, size)
+            self._emit(self.rules[node.name], out, size, depth + 1)
         elif isinstance(node, Seq):
             for item in node.items:
-                self._emit(item, out, size)
+                self._emit(item, out, size, depth)
         elif isinstance(node, Alt):
             finite = [o for o in node.options if self.min_len(o) != float("inf")]
             if long:
                 choice = min(finite, key=self.min_len)
             else:
                 choice = self.rng.choice(finite)
-            self._emit(choice, out, size)
+            self._emit(choice, out, size, depth)
         else:
             hi = node.hi if node.hi is not None else node.lo + 4
             count = node.lo if long else self.rng.choice([node.lo, hi, self.rng.randint(node.lo, hi)])
             for _ in range(count):
-                self._emit(node.item, out, size)
+                self._emit(node.item, out, size, depth)

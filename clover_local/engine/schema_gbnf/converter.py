@@ -6,9 +6,10 @@ used (a tool's parameters inside a call object keep their references)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
-from clover_local.engine.schema_gbnf import numbers, pattern
+from clover_local.engine.schema_gbnf import branches, numbers, pattern
 from clover_local.engine.schema_gbnf.common import (
     INVALID_RULE_CHARS,
     Document,
@@ -16,12 +17,21 @@ from clover_local.engine.schema_gbnf.common import (
     class_char,
     constant,
     count_of,
-    properties_of,
-    required_of,
+    pointer,
+    repetition_cost,
     schema_list,
 )
-from clover_local.engine.schema_gbnf.keywords import beside, refuse_unenforceable, with_constraints
+from clover_local.engine.schema_gbnf.keywords import (
+    beside,
+    listed_values,
+    name_matches,
+    refuse_unenforceable,
+    with_constraints,
+)
 from clover_local.engine.schema_gbnf.limits import LIMITS, Limits, SchemaRefused
+from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, lift, merge
+from clover_local.engine.schema_gbnf.objects import ExtraKeys, plan_object
+from clover_local.engine.schema_gbnf.objects import trivial as objects_trivial
 from clover_local.engine.schema_gbnf.rules import FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
 
 
@@ -71,17 +81,15 @@ class Converter:
         return "".join(f"{n} ::= {self._rules[n]}\n" for n in names)
 
     def repetition(self, item: str, lo: int, hi: int | None, sep: str = "", *, where: tuple[str, str]) -> str:
-        """``build_repetition``, after charging what llama.cpp's parser writes out for it."""
+        """``build_repetition``, after charging what llama.cpp's parser writes out for it; a count above what
+        its parser reads (2,000) is written as nested repetitions, exact."""
         keyword, path = where
-        for count in (lo, hi):
-            if count is not None and count > self.limits.max_count:
-                raise SchemaRefused(keyword, path, f"{count} is over the limit of {self.limits.max_count}.")
-        self._expanded += (max(lo, hi or 0) + 1) * (3 if sep else 1)
+        self._expanded += repetition_cost(lo, hi, self.limits.max_count) * (3 if sep else 1)
         if self._expanded > self.limits.max_expanded:
             raise SchemaRefused(
                 keyword, path, f"the repetitions add up to over {self.limits.max_expanded} grammar elements."
             )
-        return build_repetition(item, lo, hi, sep)
+        return build_repetition(item, lo, hi, sep, limit=self.limits.max_count)
 
     def primitive(self, name: str) -> str:
         rule = builtin(name)
@@ -111,53 +119,57 @@ class Converter:
         if not isinstance(schema, dict):
             raise SchemaRefused("$", path, "a schema must be an object (or true); false allows no value.")
         refuse_unenforceable(schema, path)
+        schema = lift(schema)
         if "$ref" in schema:
-            return self.add_rule(rule_name, self._ref(schema["$ref"], path, doc, depth))
+            beside_ref = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
+            if not beside_ref:
+                return self.add_rule(rule_name, self._ref(schema["$ref"], path, doc, depth))
+            # Keywords beside a reference hold too (2019-09 on; before, a subset of what the schema allows).
+            schema = {"allOf": [{"$ref": schema["$ref"]}, beside_ref]}
+        if "allOf" in schema:
+            merged = self._merge_parts(schema, path, doc)
+            return self._visit(merged, name, path, doc, depth + 1)
+        if branches.conditional(schema):
+            cases = branches.expand(schema, doc, path)
+            if len(cases) == 1:
+                return self._visit(cases[0], name, path, doc, depth + 1)
+            sub = name + ("-" if name else "case-")
+            rules = [self._visit(c, f"{sub}{i}", path, doc, depth + 1) for i, c in enumerate(cases)]
+            return self.add_rule(rule_name, " | ".join(dict.fromkeys(rules)))
         for key in ("oneOf", "anyOf"):
             if key in schema:
                 constraints = beside(schema, key)
                 sub = name + ("-" if name else "alternative-")
-                rules = [
-                    self._visit(alt, f"{sub}{i}", f"{path}/{key}/{i}", doc, depth + 1)
+                alternatives = [
+                    (i, alt)
                     for i, a in enumerate(schema_list(schema[key], key, path))
-                    if (alt := with_constraints(a, constraints, f"{path}/{key}/{i}")) is not None
+                    if (alt := with_constraints(a, constraints, pointer(path, key, i))) is not False
                 ]
-                if not rules:
-                    raise SchemaRefused(
-                        "type", path, f"no alternative of '{key}' has the type given beside it."
-                    )
+                if not alternatives:
+                    raise SchemaRefused(key, path, "no alternative meets the keywords beside it.")
+                if key == "oneOf" and len(alternatives) > 1:
+                    kept = branches.exclusive([a for _i, a in alternatives], doc, path)
+                    alternatives = [(i, k) for (i, _a), k in zip(alternatives, kept, strict=True)]
+                rules = [
+                    self._visit(alt, f"{sub}{i}", pointer(path, key, i), doc, depth + 1) for i, alt in alternatives
+                ]
                 return self.add_rule(rule_name, " | ".join(rules))
         kind = schema.get("type")
         if isinstance(kind, list):
             if not kind:
                 raise SchemaRefused("type", path, "must not be empty.")
             rules = [
-                self._visit(
-                    {**schema, "type": t},
-                    f"{name}-{t}" if name else str(t),
-                    f"{path}/type/{i}",
-                    doc,
-                    depth + 1,
-                )
-                for i, t in enumerate(kind)
+                self._visit({**schema, "type": t}, f"{name}-{t}" if name else str(t), path, doc, depth + 1)
+                for t in dict.fromkeys(kind)
             ]
             return self.add_rule(rule_name, " | ".join(rules))
-        if "const" in schema:
-            return self.add_rule(rule_name, constant(schema["const"]))
-        if "enum" in schema:
-            values = schema["enum"]
-            if not isinstance(values, list) or not values:
-                raise SchemaRefused("enum", path, "must be a non-empty array.")
-            if len(values) > self.limits.max_enum:
-                raise SchemaRefused(
-                    "enum", path, f"{len(values)} values, over the limit of {self.limits.max_enum}."
-                )
+        if "const" in schema or "enum" in schema:
+            values = listed_values(schema, path, self.limits.max_enum)
             return self.add_rule(rule_name, "(" + " | ".join(constant(v) for v in values) + ")")
         if kind is not None and not isinstance(kind, str):
             raise SchemaRefused("type", path, "must be a string or an array of strings.")
-        if "allOf" in schema:
-            return self._all_of(schema, name, rule_name, path, doc, depth)
-        has_props = "properties" in schema or schema.get("additionalProperties", True) is not True
+        object_keys = ("properties", "patternProperties", "propertyNames", "required", "minProperties", "maxProperties")
+        has_props = any(k in schema for k in object_keys) or schema.get("additionalProperties", True) is not True
         if kind is None:
             if has_props:
                 kind = "object"
@@ -173,10 +185,7 @@ class Converter:
                depth: int) -> str:  # fmt: skip
         sub = name + "-" if name else ""
         if kind == "object":
-            body = self._object(
-                properties_of(schema, path), required_of(schema, path), schema, name, path, doc, depth
-            )
-            return self.add_rule(rule_name, body)
+            return self.add_rule(rule_name, self._object(schema, name, path, doc, depth))
         if kind == "array":
             return self.add_rule(rule_name, self._array(schema, sub, path, doc, depth))
         if kind == "string":
@@ -194,51 +203,59 @@ class Converter:
     def _ref(self, ref: Any, path: str, doc: Document, depth: int) -> str:
         if not isinstance(ref, str):
             raise SchemaRefused("$ref", path, "must be a string.")
-        target = doc.resolve(ref, path)
-        ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", ref[1:])
-        key = doc.prefix + ref
+        target, at = doc.locate(ref, path)
+        ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", at[1:])
+        key = doc.prefix + at
         if ref_name not in self._rules and key not in self._resolving:
             self._resolving.add(key)
             try:
-                ref_name = self._visit(target, ref_name, ref, doc, depth + 1)
+                ref_name = self._visit(target, ref_name, at, doc, depth + 1)
             finally:
                 self._resolving.discard(key)
         return ref_name
 
-    def _object(self, properties: list[tuple[str, Any]], required: set[str], schema: dict[str, Any] | None,
-                name: str, path: str, doc: Document, depth: int) -> str:  # fmt: skip
+    def _merge_parts(self, schema: dict[str, Any], path: str, doc: Document) -> Any:
+        """``allOf`` (and a ``$ref`` with keywords beside it) as one schema (:mod:`.merge`)."""
+        merged: Any = True
+        for part, where in self._parts(schema, path, doc, 0):
+            merged = merge(merged, part, where)
+            if merged is False:
+                raise SchemaRefused("allOf", path, "no value matches every part.")
+        return merged
+
+    def _parts(self, schema: Any, path: str, doc: Document, depth: int) -> Iterator[tuple[Any, str]]:
+        """The parts of ``schema``'s ``allOf`` and ``$ref``, followed, each with the path it is at."""
+        if depth > self.limits.max_depth:
+            raise SchemaRefused("$ref", path, "references and 'allOf' loop or nest too deep.")
+        if not isinstance(schema, dict):
+            yield schema, path
+            return
+        rest = {k: v for k, v in schema.items() if k not in ("$ref", "allOf")}
+        if "$ref" in schema:
+            if not isinstance(schema["$ref"], str):
+                raise SchemaRefused("$ref", path, "must be a string.")
+            target, at = doc.locate(schema["$ref"], path)
+            yield from self._parts(target, at, doc, depth + 1)
+        if "allOf" in schema:
+            for i, part in enumerate(schema_list(schema["allOf"], "allOf", path)):
+                yield from self._parts(part, pointer(path, "allOf", i), doc, depth + 1)
+        refuse_unenforceable(rest, path)
+        yield rest, path
+
+    def _object(self, schema: dict[str, Any], name: str, path: str, doc: Document, depth: int) -> str:
         sub = name + "-" if name else ""
+        plan = plan_object(schema, path, lambda n, s: name_matches(n, branches.resolved(s, doc, path)))
         kv: dict[str, str] = {}
-        required_props: list[str] = []
-        optional_props: list[str] = []
-        for prop, prop_schema in properties:
-            rule = self._visit(prop_schema, sub + prop, f"{path}/properties/{prop}", doc, depth + 1)
+        for prop, prop_schema, prop_path in plan.properties:
+            rule = self._visit(prop_schema, sub + prop, prop_path, doc, depth + 1)
             kv[prop] = self.add_rule(f"{sub}{prop}-kv", f'{constant(prop)} space ":" space {rule}')
-            (required_props if prop in required else optional_props).append(prop)
-        missing = required - set(kv)
-        if missing:
-            raise SchemaRefused(
-                "required", path, f"names {sorted(missing)[0]!r}, which is not in 'properties'."
-            )
-        additional = schema.get("additionalProperties") if schema is not None else False
-        if schema is not None and "additionalProperties" not in schema and "properties" not in schema:
-            additional = True
-        if additional is not False and additional is not None:
-            value = (
-                self.primitive("value")
-                if additional is True or additional == {}
-                else self._visit(
-                    additional, f"{sub}additional-value", f"{path}/additionalProperties", doc, depth + 1
-                )
-            )
-            if not kv and value == "value":
+        required_props = [p for p, _s, _w in plan.properties if p in plan.required]
+        optional_props = [p for p, _s, _w in plan.properties if p not in plan.required]
+        extras = [r for i, extra in enumerate(plan.extras) if (r := self._extra(extra, f"{sub}extra{i}", doc, depth))]
+        if extras:
+            if not kv and extras == ['string ":" space value']:
                 return self.primitive("object")
-            key_rule = (
-                self.primitive("string")
-                if not kv
-                else self.add_rule(f"{sub}additional-k", self._not_strings(list(kv)))
-            )
-            kv["*"] = self.add_rule(f"{sub}additional-kv", f'{key_rule} ":" space {value}')
+            kv["*"] = self.add_rule(f"{sub}additional-kv", " | ".join(extras))
             optional_props.append("*")
         if not required_props and not optional_props:
             return '"{" space "}"'
@@ -265,61 +282,56 @@ class Converter:
             rule += " )?"
         return rule + ' space "}"'
 
+    def _extra(self, extra: ExtraKeys, name: str, doc: Document, depth: int) -> str | None:
+        """``key ":" space value`` for keys beyond the declared ones; None when no such key is written (a key
+        pattern the grammar cannot express: those keys are left out)."""
+        if extra.pattern is not None:
+            try:
+                key = self._string({"type": "string", "pattern": extra.pattern}, f"{name}-k", extra.path)
+            except SchemaRefused:
+                return None
+        elif extra.names is not None:
+            key = self._visit({**branches.resolved(extra.names, doc, extra.path), "type": "string"}, f"{name}-k",
+                              extra.path, doc, depth + 1)  # fmt: skip
+        elif extra.excluded:
+            key = self.add_rule(f"{name}-k", self._not_strings(list(extra.excluded)))
+        else:
+            key = self.primitive("string")
+        value = (
+            self.primitive("value")
+            if objects_trivial(extra.value)
+            else self._visit(extra.value, f"{name}-value", extra.path, doc, depth + 1)
+        )
+        return f'{key} ":" space {value}'
+
     def _not_strings(self, strings: list[str]) -> str:
-        """A JSON string that is none of ``strings`` (an additional property's key)."""
+        """A JSON string that is none of ``strings`` (an additional property's key). Its characters are written
+        plain, never as escapes: ``"a\\u0062"`` is the key ``ab``, which a check on the text would let by."""
         trie: dict[str, Any] = {}
         for s in strings:
+            if any(c in '"\\' or ord(c) < 0x20 or c == "\x7f" for c in s):
+                continue  # a key written without escapes can never be this name
             node = trie
             for ch in s:
                 node = node.setdefault(ch, {})
             node[""] = {}
-        char = self.primitive("char")
+        char = self.add_rule("key-char", f"[^{pattern.UNSAFE}]")
 
         def visit(node: dict[str, Any]) -> str:
             alts: list[str] = []
-            rejects = ""
             for ch, child in node.items():
                 if ch == "":
                     continue
-                rejects += ch
-                lit = class_char(ch)
                 has_children = any(k != "" for k in child)
-                alts.append(f"[{lit}] ({visit(child)})" if has_children else f"[{lit}] {char}+")
-                if has_children and "" in child:
-                    alts[-1] = f"[{lit}] ({visit(child)})"
+                alts.append(f"[{class_char(ch)}] ({visit(child)})" if has_children else f"[{class_char(ch)}] {char}+")
             if alts:
-                alts.append(f'[^"{"".join(class_char(c) for c in rejects)}] {char}*')
+                rejects = "".join(class_char(c) for c in node if c)
+                alts.append(f"[^{rejects}{pattern.UNSAFE}] {char}*")
             return " | ".join(alts)
 
         end = "" if "" in trie else "?"
-        return f'["] ( {visit(trie)} ){end} ["]'
-
-    def _all_of(self, schema: dict[str, Any], name: str, rule_name: str, path: str, doc: Document,
-                depth: int) -> str:  # fmt: skip
-        parts = schema_list(schema["allOf"], "allOf", path)
-        rest = {k: v for k, v in schema.items() if k != "allOf"}
-        if "properties" in rest or "required" in rest:
-            parts = [*parts, {**rest, "type": "object"}]
-        properties: list[tuple[str, Any]] = []
-        required: set[str] = set()
-        for i, part in enumerate(parts):
-            part, part_doc = self._deref(part, f"{path}/allOf/{i}", doc)
-            if not isinstance(part, dict) or not ("properties" in part or part.get("type") == "object"):
-                if len(parts) == 1:
-                    return self._visit({**rest, **part}, name, f"{path}/allOf/0", part_doc, depth + 1)
-                raise SchemaRefused("allOf", path, "only objects can be combined; this part is not one.")
-            properties += list(properties_of(part, f"{path}/allOf/{i}"))
-            required |= required_of(part, f"{path}/allOf/{i}")
-        return self.add_rule(rule_name, self._object(properties, required, None, name, path, doc, depth))
-
-    def _deref(self, part: Any, path: str, doc: Document) -> tuple[Any, Document]:
-        for _ in range(self.limits.max_depth):
-            if not (isinstance(part, dict) and isinstance(part.get("$ref"), str)):
-                return part, doc
-            if not part["$ref"].startswith("#"):
-                raise SchemaRefused("$ref", path, "remote references are never fetched.")
-            part = doc.resolve(part["$ref"], path)
-        raise SchemaRefused("$ref", path, "references loop.")
+        body = visit(trie)
+        return f'["] ( {body} ){end} ["]' if body else f'["] {char}* ["]'
 
     def _array(self, schema: dict[str, Any], sub: str, path: str, doc: Document, depth: int) -> str:
         lo, hi = count_of(schema, "minItems", path, 0), count_of(schema, "maxItems", path, None)
@@ -329,20 +341,25 @@ class Converter:
             "prefixItems", schema.get("items") if isinstance(schema.get("items"), list) else None
         )
         if prefix is not None:
-            items = schema_list(prefix, "prefixItems", path)
+            key = "prefixItems" if "prefixItems" in schema else "items"
+            items = schema_list(prefix, key, path)
             if lo > len(items):
                 raise SchemaRefused("minItems", path, f"{lo} is more than the {len(items)} prefixItems.")
             if hi is not None and hi < len(items):
                 raise SchemaRefused("maxItems", path, f"{hi} is fewer than the {len(items)} prefixItems.")
             rules = [
-                self._visit(s, f"{sub}tuple-{i}", f"{path}/prefixItems/{i}", doc, depth + 1)
+                self._visit(s, f"{sub}tuple-{i}", pointer(path, key, i), doc, depth + 1)
                 for i, s in enumerate(items)
             ]
+            if schema.get("uniqueItems") is True and len(items) > 1:
+                raise SchemaRefused("uniqueItems", path, "the items of a tuple cannot be kept apart.")
             return '"[" space ' + ' "," space '.join(rules) + ' space "]"'
         items_schema = schema.get("items", True)
+        if schema.get("uniqueItems") is True:
+            return self._unique_items(items_schema, lo, hi, sub, path, doc, depth)
         if (items_schema is True or items_schema == {}) and lo == 0 and hi is None:
             return self.primitive("array")
-        item = self._visit(items_schema, f"{sub}item", f"{path}/items", doc, depth + 1)
+        item = self._visit(items_schema, f"{sub}item", pointer(path, "items"), doc, depth + 1)
         where = ("minItems" if hi is None or lo > hi else "maxItems", path)
         if hi is not None and hi > self.limits.max_count:
             where = ("maxItems", path)
@@ -350,6 +367,32 @@ class Converter:
             where = ("minItems", path)
         body = self.repetition(item, lo, hi, '"," space', where=where)
         return f'"[" space {body} space "]"'
+
+    def _unique_items(self, items_schema: Any, lo: int, hi: int | None, sub: str, path: str, doc: Document,
+                      depth: int) -> str:  # fmt: skip
+        """``uniqueItems``: items whose values are listed are written each at most once, in the listed order;
+        any other items at most one (two items the grammar writes apart could still be equal)."""
+        values = branches.listed(branches.resolved(items_schema, doc, path))
+        if values is not None:
+            values = listed_values({"enum": values}, path, self.limits.max_enum)
+            if lo <= 1 and (hi is None or hi >= len(values)):
+                rules = [self.add_rule(f"{sub}unique-{i}", constant(v)) for i, v in enumerate(values)]
+
+                def rest(i: int) -> str:
+                    tail = f" {self.add_rule(f'{sub}unique-rest-{i + 1}', rest(i + 1))}" if i + 1 < len(rules) else ""
+                    return f'( "," space {rules[i]} )?{tail}'
+
+                firsts = [
+                    rules[i] + (f" {self.add_rule(f'{sub}unique-rest-{i + 1}', rest(i + 1))}" if i + 1 < len(rules) else "")
+                    for i in range(len(rules))
+                ]
+                body = "(" + " | ".join(firsts) + ")" + ("" if lo else "?")
+                return f'"[" space {body} space "]"'
+        if lo > 1:
+            raise SchemaRefused("uniqueItems", path, f"{lo} items that must all differ cannot be enforced "
+                                "(items with listed values can).")  # fmt: skip
+        item = self._visit(items_schema, f"{sub}item", pointer(path, "items"), doc, depth + 1)
+        return f'"[" space {item}{"" if lo else "?"} space "]"'
 
     def _string(self, schema: dict[str, Any], rule_name: str, path: str) -> str:
         lo, hi = count_of(schema, "minLength", path, 0), count_of(schema, "maxLength", path, None)

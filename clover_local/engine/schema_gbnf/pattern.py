@@ -11,8 +11,8 @@ from collections.abc import Callable
 MAX_PATTERN_DEPTH = 100
 _NON_LITERAL = set("|.()[]{}*+?^$")
 _ESCAPED_IN_REGEX_NOT_LITERAL = set("^$.[]()|{}*+?")
-_UNSAFE = '"\\\\\\x00-\\x1F\\x7F'
-DOT = f"[^{_UNSAFE}]"
+UNSAFE = '"\\\\\\x00-\\x1F\\x7F'
+DOT = f"[^{UNSAFE}]"
 _CLASS_ESCAPES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " \\t"}
 _NEGATED_ESCAPES = {"D": "0-9", "W": "a-zA-Z0-9_", "S": " \\t\\n\\r"}
 
@@ -98,7 +98,7 @@ def pattern_rule(
         if i >= length:
             raise Unsupported("unterminated character class")
         state["i"] = i + 1
-        return f"[^{body}{_UNSAFE}]" if negated else f"[{body}]"
+        return f"[^{body}{UNSAFE}]" if negated else f"[{body}]"
 
     def transform() -> tuple[str, bool]:
         seq: list[tuple[str, bool]] = []
@@ -171,7 +171,7 @@ def pattern_rule(
                 cls = (
                     f"[{_CLASS_ESCAPES[nxt]}]"
                     if nxt in _CLASS_ESCAPES
-                    else f"[^{_NEGATED_ESCAPES[nxt]}{_UNSAFE}]"
+                    else f"[^{_NEGATED_ESCAPES[nxt]}{UNSAFE}]"
                 )
                 seq.append((cls, False))
                 state["i"] += 2
