@@ -181,7 +181,7 @@ class Sampler:
             return sum(self.min_len(n) for n in node.items)
         if isinstance(node, Alt):
             return min(self.min_len(n) for n in node.options)
-        return node.lo * self.min_len(node.item)
+        return node.lo * self.min_len(node.item) if node.lo else 0
 
     def sentence(self, start: str = "root") -> str:
         """A random sentence; ``Endless`` when the rule has none of finite length."""

@@ -221,21 +221,21 @@ def _deref(schema: Any, doc: Document, path: str) -> Any:
 # --- oneOf ------------------------------------------------------------------------------------------------
 
 
-def exclusive(alternatives: list[Any], doc: Document, path: str) -> list[Any]:
-    """``oneOf``'s alternatives, each kept from matching any other: apart already, or made so by making a key
-    the other requires absent. Two that cannot be kept apart are refused."""
-    out = list(alternatives)
-    for i, j in itertools.permutations(range(len(out)), 2):
-        if i > j or _apart(out[i], out[j], doc, 0):
-            continue
-        for first, second in ((i, j), (j, i)):
-            fixed = _make_absent(out[first], out[second], doc, path)
-            if fixed is not None:
-                out[first] = fixed
-                break
-        else:
-            raise SchemaRefused("oneOf", path, f"alternatives {i} and {j} can both match one value, and "
-                                "'oneOf' allows exactly one.")  # fmt: skip
+def exclusive(alternatives: list[Any], doc: Document, path: str) -> list[tuple[int, Any]]:
+    """``oneOf``'s alternatives, each written so that what it writes matches none of the others as the schema
+    gives them: apart already, or made so by making a key another requires absent. One that cannot be kept
+    apart is not written (a subset); when none is left the schema is refused."""
+    out = []
+    for i, alternative in enumerate(alternatives):
+        mine = alternative
+        for j, other in enumerate(alternatives):
+            if i == j or mine is None or _apart(mine, other, doc, 0):
+                continue
+            mine = _make_absent(mine, other, doc, path)
+        if mine is not None:
+            out.append((i, mine))
+    if not out:
+        raise SchemaRefused("oneOf", path, "its alternatives overlap, and 'oneOf' allows exactly one to match.")
     return out
 
 

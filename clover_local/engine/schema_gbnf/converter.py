@@ -149,7 +149,7 @@ class Converter:
                     raise SchemaRefused(key, path, "no alternative meets the keywords beside it.")
                 if key == "oneOf" and len(alternatives) > 1:
                     kept = branches.exclusive([a for _i, a in alternatives], doc, path)
-                    alternatives = [(i, k) for (i, _a), k in zip(alternatives, kept, strict=True)]
+                    alternatives = [(alternatives[k][0], a) for k, a in kept]
                 rules = [
                     self._visit(alt, f"{sub}{i}", pointer(path, key, i), doc, depth + 1) for i, alt in alternatives
                 ]
