@@ -15,7 +15,9 @@ import itertools
 from typing import Any
 
 from clover_local.engine.schema_gbnf.common import Document, pointer
+from clover_local.engine.schema_gbnf.keywords import valid_in_document
 from clover_local.engine.schema_gbnf.limits import SchemaRefused
+from clover_local.engine.schema_gbnf.pattern import first_chars
 from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, CONDITIONS, _same, lift, merge, types_meeting
 
 MAX_COMBINATIONS = 256
@@ -240,15 +242,22 @@ def exclusive(alternatives: list[Any], doc: Document, path: str) -> list[tuple[i
 
 
 def _make_absent(mine: Any, other: Any, doc: Document, path: str) -> Any:
-    """``mine`` with a key that ``other`` requires (and ``mine`` does not) made absent; None when none."""
+    """``mine`` made to differ from ``other``: a key that ``other`` requires made absent, or a key that
+    ``other`` forbids made required; None when neither can be done."""
     mine_d, other_d = _deref(mine, doc, path), _deref(other, doc, path)
-    if not isinstance(mine_d, dict) or not isinstance(other_d, dict):
+    if not isinstance(mine_d, dict) or not isinstance(other_d, dict) or "object" not in _types(mine_d):
         return None
-    theirs = [r for r in other_d.get("required") or [] if r not in (mine_d.get("required") or [])]
-    if not theirs or "object" not in _types(mine_d):
-        return None
-    fixed = merge(mine_d, {"properties": {theirs[0]: False}}, path)
-    return None if fixed is False else fixed
+    own_required = mine_d.get("required") or []
+    theirs = [r for r in other_d.get("required") or [] if r not in own_required]
+    if theirs:
+        fixed = merge(mine_d, {"properties": {theirs[0]: False}}, path)
+        return None if fixed is False else fixed
+    own = [k for k, v in (mine_d.get("properties") or {}).items() if v is not False and k not in own_required]
+    forbidden = [k for k in own if _forbids(other_d, k)]
+    if forbidden:
+        fixed = merge(mine_d, {"required": [forbidden[0]]}, path)
+        return None if fixed is False else fixed
+    return None
 
 
 def _types(schema: Any) -> set[str]:
@@ -291,6 +300,11 @@ def _apart(a: Any, b: Any, doc: Document, depth: int) -> bool:
     va, vb = _finite(a), _finite(b)
     if isinstance(va, list) and isinstance(vb, list) and not any(_same(x, y) for x in va for y in vb):
         return True
+    for values, other in ((va, b), (vb, a)):
+        if isinstance(values, list) and all(valid_in_document(v, other, doc.root) is False for v in values):
+            return True
+    if ta & tb <= {"string"} and _first_chars_apart(a, b):
+        return True
     if ta & tb <= {"object"}:
         pa, pb = a.get("properties") or {}, b.get("properties") or {}
         ra, rb = set(a.get("required") or []), set(b.get("required") or [])
@@ -300,6 +314,12 @@ def _apart(a: Any, b: Any, doc: Document, depth: int) -> bool:
         if any(_forbids(b, k) for k in ra) or any(_forbids(a, k) for k in rb):
             return True
     return False
+
+
+def _first_chars_apart(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two patterns whose matches cannot begin with the same character (nor be empty)."""
+    firsts = [first_chars(s["pattern"]) if isinstance(s.get("pattern"), str) else None for s in (a, b)]
+    return firsts[0] is not None and firsts[1] is not None and not (firsts[0] & firsts[1])
 
 
 def _forbids(schema: dict[str, Any], key: str) -> bool:

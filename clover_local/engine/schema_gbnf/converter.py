@@ -5,6 +5,8 @@ used (a tool's parameters inside a call object keep their references)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -32,7 +34,7 @@ from clover_local.engine.schema_gbnf.limits import LIMITS, Limits, SchemaRefused
 from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, lift, merge
 from clover_local.engine.schema_gbnf.objects import ExtraKeys, plan_object
 from clover_local.engine.schema_gbnf.objects import trivial as objects_trivial
-from clover_local.engine.schema_gbnf.rules import FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
+from clover_local.engine.schema_gbnf.rules import FORMAT_LENGTHS, FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
 
 
 def schema_grammar(schema: dict[str, Any], limits: Limits = LIMITS) -> str:
@@ -125,7 +127,7 @@ class Converter:
             if not beside_ref:
                 return self.add_rule(rule_name, self._ref(schema["$ref"], path, doc, depth))
             # Keywords beside a reference hold too (2019-09 on; before, a subset of what the schema allows).
-            schema = {"allOf": [{"$ref": schema["$ref"]}, beside_ref]}
+            return self.add_rule(rule_name, self._ref_with(schema["$ref"], beside_ref, path, doc, depth))
         if "allOf" in schema:
             merged = self._merge_parts(schema, path, doc)
             return self._visit(merged, name, path, doc, depth + 1)
@@ -210,6 +212,23 @@ class Converter:
             self._resolving.add(key)
             try:
                 ref_name = self._visit(target, ref_name, at, doc, depth + 1)
+            finally:
+                self._resolving.discard(key)
+        return ref_name
+
+    def _ref_with(self, ref: Any, beside_ref: dict[str, Any], path: str, doc: Document, depth: int) -> str:
+        """A reference with keywords beside it, as one rule per reference and keywords, so a recursive schema
+        written this way becomes a recursive rule (not an endless merge)."""
+        if not isinstance(ref, str):
+            raise SchemaRefused("$ref", path, "must be a string.")
+        _target, at = doc.locate(ref, path)
+        digest = hashlib.sha1(json.dumps(beside_ref, sort_keys=True, default=str).encode()).hexdigest()[:8]
+        ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", at[1:]) + "-" + digest
+        key = doc.prefix + at + "+" + digest
+        if ref_name not in self._rules and key not in self._resolving:
+            self._resolving.add(key)
+            try:
+                ref_name = self._visit({"allOf": [{"$ref": ref}, beside_ref]}, ref_name, path, doc, depth + 1)
             finally:
                 self._resolving.discard(key)
         return ref_name
@@ -396,11 +415,9 @@ class Converter:
 
     def _string(self, schema: dict[str, Any], rule_name: str, path: str) -> str:
         lo, hi = count_of(schema, "minLength", path, 0), count_of(schema, "maxLength", path, None)
+        if hi is not None and lo > hi:
+            raise SchemaRefused("minLength", path, f"{lo} is above maxLength {hi}.")
         fmt = schema.get("format")
-        shaped = "pattern" in schema or (isinstance(fmt, str) and (fmt in FORMATS or fmt.startswith("uuid")))
-        if shaped and (lo or hi is not None):
-            keyword = "minLength" if lo else "maxLength"
-            raise SchemaRefused(keyword, path, "cannot be enforced together with 'pattern' or 'format'.")
         if "pattern" in schema:
             source = schema["pattern"]
             if not isinstance(source, str):
@@ -409,6 +426,14 @@ class Converter:
                 raise SchemaRefused(
                     "pattern", path, f"longer than {self.limits.max_pattern_chars} characters."
                 )
+            if lo or hi is not None:
+                try:
+                    source = pattern.within_lengths(source, lo, hi)
+                except pattern.Unsupported as exc:
+                    keyword, _, why = str(exc).partition(": ")
+                    if keyword not in ("minLength", "maxLength"):
+                        raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
+                    raise SchemaRefused(keyword, path, f"cannot be enforced together with 'pattern': {why}.") from None
             try:
                 body = pattern.pattern_rule(
                     source, rule_name, self.add_rule,
@@ -418,11 +443,14 @@ class Converter:
                 raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
             return self.add_rule(rule_name, body)
         if isinstance(fmt, str) and (fmt == "uuid" or re.fullmatch(r"uuid[1-5]", fmt)):
-            return self.add_rule(rule_name, self.primitive("uuid"))
-        if isinstance(fmt, str) and fmt in FORMATS:
-            return self.add_rule(rule_name, self.primitive(FORMATS[fmt]))
-        if hi is not None and lo > hi:
-            raise SchemaRefused("minLength", path, f"{lo} is above maxLength {hi}.")
+            fmt = "uuid"
+        if isinstance(fmt, str) and (fmt in FORMATS or fmt == "uuid"):
+            shortest, longest = FORMAT_LENGTHS[fmt]
+            if shortest < lo or (hi is not None and longest > hi):
+                keyword = "minLength" if shortest < lo else "maxLength"
+                raise SchemaRefused(keyword, path, f"cannot be enforced together with 'format': {fmt} values run "
+                                    f"from {shortest} to {longest} characters.")  # fmt: skip
+            return self.add_rule(rule_name, self.primitive("uuid" if fmt == "uuid" else FORMATS[fmt]))
         if lo or hi is not None:
             where = ("maxLength" if hi is not None and hi > self.limits.max_count else "minLength", path)
             chars = self.repetition(self.primitive("char"), lo, hi, where=where)

@@ -95,6 +95,22 @@ def name_matches(name: str, schema: Any) -> bool:
     return _valid(jsonschema.Draft202012Validator(schema), name)
 
 
+def valid_in_document(value: Any, schema: Any, root: Any) -> bool | None:
+    """Whether ``value`` matches ``schema``, a subschema of the document ``root`` (its references resolve
+    against it); None when that cannot be told here."""
+    import jsonschema
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
+    try:
+        cls = jsonschema.validators.validator_for(root, default=jsonschema.Draft202012Validator)
+        resource = Resource.from_contents(root, default_specification=DRAFT202012)
+        registry: Registry[Any] = Registry().with_resource("", resource)
+        return bool(cls(schema, registry=registry).is_valid(value))
+    except Exception:
+        return None
+
+
 def _valid(check: Any, value: Any) -> bool:
     try:
         return bool(check.is_valid(value))

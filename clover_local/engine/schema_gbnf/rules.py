@@ -97,6 +97,19 @@ FORMATS = {
 }
 """The string formats the grammar enforces (``uuid`` aside), by the builtin rule each becomes."""
 
+FORMAT_LENGTHS: dict[str, tuple[int, int]] = {
+    "date": (10, 10),
+    "time": (9, 18),
+    "date-time": (20, 29),
+    "uuid": (36, 36),
+    "ipv4": (7, 15),
+    "ipv6": (15, 39),
+    "hostname": (1, 255),
+    "email": (5, 316),
+    "duration": (3, 80),
+}
+"""The shortest and longest value each format's rule writes (characters), to check length bounds beside it."""
+
 RESERVED_NAMES = frozenset({"root", *PRIMITIVE_RULES, *STRING_FORMAT_RULES})
 
 
