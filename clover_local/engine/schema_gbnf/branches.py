@@ -16,7 +16,7 @@ from typing import Any
 
 from clover_local.engine.schema_gbnf.common import Document, pointer
 from clover_local.engine.schema_gbnf.keywords import valid_in_document
-from clover_local.engine.schema_gbnf.limits import SchemaRefused
+from clover_local.engine.schema_gbnf.limits import SchemaRefused, Unsatisfiable
 from clover_local.engine.schema_gbnf.pattern import first_chars
 from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, CONDITIONS, _same, lift, merge, types_meeting
 
@@ -100,7 +100,7 @@ def _combinations(base: dict[str, Any], rules: list[tuple[dict[str, tuple[Any, .
         if schema is not False:
             out.append(schema)
     if not out:
-        raise SchemaRefused("if", path, "no object meets every condition.")
+        raise Unsatisfiable("if", path, "no object meets every condition.")
     return out
 
 
@@ -249,15 +249,20 @@ def _make_absent(mine: Any, other: Any, doc: Document, path: str) -> Any:
         return None
     own_required = mine_d.get("required") or []
     theirs = [r for r in other_d.get("required") or [] if r not in own_required]
-    if theirs:
-        fixed = merge(mine_d, {"properties": {theirs[0]: False}}, path)
-        return None if fixed is False else fixed
     own = [k for k, v in (mine_d.get("properties") or {}).items() if v is not False and k not in own_required]
     forbidden = [k for k in own if _forbids(other_d, k)]
-    if forbidden:
-        fixed = merge(mine_d, {"required": [forbidden[0]]}, path)
-        return None if fixed is False else fixed
-    return None
+    if theirs:
+        extra: dict[str, Any] = {"properties": {theirs[0]: False}}
+    elif forbidden:
+        extra = {"required": [forbidden[0]]}
+    else:
+        return None
+    if isinstance(mine, dict) and "$ref" in mine:  # kept a reference, so a recursive schema stays one rule
+        rest = merge({k: v for k, v in mine.items() if k != "$ref"}, extra, path)
+        fixed = False if rest is False or merge(mine_d, extra, path) is False else {"$ref": mine["$ref"], **rest}
+    else:
+        fixed = merge(mine_d, extra, path)
+    return None if fixed is False else fixed
 
 
 def _types(schema: Any) -> set[str]:

@@ -30,7 +30,7 @@ from clover_local.engine.schema_gbnf.keywords import (
     refuse_unenforceable,
     with_constraints,
 )
-from clover_local.engine.schema_gbnf.limits import LIMITS, Limits, SchemaRefused
+from clover_local.engine.schema_gbnf.limits import LIMITS, Limits, SchemaRefused, Unsatisfiable
 from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, lift, merge
 from clover_local.engine.schema_gbnf.objects import ExtraKeys, plan_object
 from clover_local.engine.schema_gbnf.objects import trivial as objects_trivial
@@ -148,13 +148,20 @@ class Converter:
                     if (alt := with_constraints(a, constraints, pointer(path, key, i))) is not False
                 ]
                 if not alternatives:
-                    raise SchemaRefused(key, path, "no alternative meets the keywords beside it.")
+                    raise Unsatisfiable(key, path, "no alternative meets the keywords beside it.")
                 if key == "oneOf" and len(alternatives) > 1:
                     kept = branches.exclusive([a for _i, a in alternatives], doc, path)
                     alternatives = [(alternatives[k][0], a) for k, a in kept]
-                rules = [
-                    self._visit(alt, f"{sub}{i}", pointer(path, key, i), doc, depth + 1) for i, alt in alternatives
-                ]
+                rules = []
+                first: Unsatisfiable | None = None
+                for i, alt in alternatives:
+                    try:
+                        rules.append(self._visit(alt, f"{sub}{i}", pointer(path, key, i), doc, depth + 1))
+                    except Unsatisfiable as exc:  # an alternative no value matches is never written
+                        first = first or exc
+                if not rules:
+                    assert first is not None
+                    raise first
                 return self.add_rule(rule_name, " | ".join(rules))
         kind = schema.get("type")
         if isinstance(kind, list):
@@ -175,10 +182,12 @@ class Converter:
         if kind is None:
             if has_props:
                 kind = "object"
-            elif "items" in schema or "prefixItems" in schema:
+            elif any(k in schema for k in ("items", "prefixItems", "minItems", "maxItems", "uniqueItems")):
                 kind = "array"
             elif any(k in schema for k in ("pattern", "minLength", "maxLength", "format")):
                 kind = "string"
+            elif any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")):
+                kind = "number"
             else:
                 return self.add_rule(rule_name, self.primitive("value"))
         return self._typed(schema, kind, name, rule_name, path, doc, depth)
@@ -239,7 +248,7 @@ class Converter:
         for part, where in self._parts(schema, path, doc, 0):
             merged = merge(merged, part, where)
             if merged is False:
-                raise SchemaRefused("allOf", path, "no value matches every part.")
+                raise Unsatisfiable("allOf", path, "no value matches every part.")
         return merged
 
     def _parts(self, schema: Any, path: str, doc: Document, depth: int) -> Iterator[tuple[Any, str]]:
@@ -266,16 +275,27 @@ class Converter:
         plan = plan_object(schema, path, lambda n, s: name_matches(n, branches.resolved(s, doc, path)))
         kv: dict[str, str] = {}
         for prop, prop_schema, prop_path in plan.properties:
-            rule = self._visit(prop_schema, sub + prop, prop_path, doc, depth + 1)
+            try:
+                rule = self._visit(prop_schema, sub + prop, prop_path, doc, depth + 1)
+            except Unsatisfiable:
+                if prop in plan.required:
+                    raise
+                continue  # an optional property no value matches is never written
             kv[prop] = self.add_rule(f"{sub}{prop}-kv", f'{constant(prop)} space ":" space {rule}')
         required_props = [p for p, _s, _w in plan.properties if p in plan.required]
-        optional_props = [p for p, _s, _w in plan.properties if p not in plan.required]
+        optional_props = [p for p, _s, _w in plan.properties if p not in plan.required and p in kv]
         extras = [r for i, extra in enumerate(plan.extras) if (r := self._extra(extra, f"{sub}extra{i}", doc, depth))]
+        if plan.min_extras and not extras:
+            raise SchemaRefused("minProperties", path, "more properties than can be written.")
         if extras:
-            if not kv and extras == ['string ":" space value']:
+            if not kv and not plan.min_extras and extras == ['string ":" space value']:
                 return self.primitive("object")
             kv["*"] = self.add_rule(f"{sub}additional-kv", " | ".join(extras))
-            optional_props.append("*")
+            if plan.min_extras:
+                kv["+"] = f'{kv["*"]} ( "," space {kv["*"]} )*'
+                required_props.append("+")
+            else:
+                optional_props.append("*")
         if not required_props and not optional_props:
             return '"{" space "}"'
         rule = '"{" space ' + ' "," space '.join(kv[p] for p in required_props)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from clover_local.engine.schema_gbnf.limits import SchemaRefused
+from clover_local.engine.schema_gbnf.limits import SchemaRefused, Unsatisfiable
 from clover_local.engine.schema_gbnf.merge import merge
 
 UNENFORCEABLE: dict[str, str] = {
@@ -80,7 +80,7 @@ def listed_values(schema: dict[str, Any], path: str, max_enum: int) -> list[Any]
         values = [v for v in values if _valid(check, v)]
     unique = list({json.dumps(v, sort_keys=True): v for v in values}.values())
     if not unique:
-        raise SchemaRefused(key, path, "no value listed matches the schema's other keywords.")
+        raise Unsatisfiable(key, path, "no value listed matches the schema's other keywords.")
     return unique
 
 

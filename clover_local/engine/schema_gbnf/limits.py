@@ -38,3 +38,8 @@ class SchemaRefused(RequestRefused):
         super().__init__(f"JSON schema '{keyword}' at {path}: {what}", fix)
         self.keyword = keyword
         self.path = path
+
+
+class Unsatisfiable(SchemaRefused):
+    """A subschema no value can match (an ``enum`` of the wrong type, parts of ``allOf`` that never meet). An
+    optional property or an alternative like it is left out; where a value is needed, it is refused."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clover_local.engine.schema_gbnf.common import count_of, pointer, required_of
-from clover_local.engine.schema_gbnf.limits import SchemaRefused
+from clover_local.engine.schema_gbnf.limits import SchemaRefused, Unsatisfiable
 from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, merge_lazy, search
 
 
@@ -34,6 +34,8 @@ class ObjectPlan:
     """(name, schema, path) of each key the grammar may write, in the schema's order."""
     required: list[str]
     extras: list[ExtraKeys] = field(default_factory=list)
+    min_extras: int = 0
+    """Keys beyond the declared ones the object must have (``minProperties`` past them)."""
 
 
 def plan_object(schema: dict[str, Any], path: str, names_ok: Any) -> ObjectPlan:
@@ -60,7 +62,7 @@ def plan_object(schema: dict[str, Any], path: str, names_ok: Any) -> ObjectPlan:
         for name in [*props, *required]:
             if not names_ok(name, names):
                 if name in required:
-                    raise SchemaRefused("propertyNames", path, f"refuses the required property {name!r}.")
+                    raise Unsatisfiable("propertyNames", path, f"refuses the required property {name!r}.")
                 props[name] = False
     for name in list(props):
         for source, sub in patterns.items():
@@ -74,27 +76,27 @@ def plan_object(schema: dict[str, Any], path: str, names_ok: Any) -> ObjectPlan:
         for sub in matching or [additional]:
             value = merge_lazy(value, sub)
         if value is False:
-            raise SchemaRefused("required", path, f"names {name!r}, which 'additionalProperties' forbids.")
+            raise Unsatisfiable("required", path, f"names {name!r}, which 'additionalProperties' forbids.")
         props[name], where[name] = value, path
     for name in required:
         if props[name] is False:
-            raise SchemaRefused("required", path, f"names {name!r}, which cannot appear.")
+            raise Unsatisfiable("required", path, f"names {name!r}, which cannot appear.")
 
     live = [(n, s, where[n]) for n, s in props.items() if s is not False]
     required_live = [n for n, _s, _w in live if n in required]
     optional = [n for n, _s, _w in live if n not in required]
     lo = count_of(schema, "minProperties", path, 0)
     hi = count_of(schema, "maxProperties", path, None)
+    min_extras = 0
     if len(required_live) < lo:
         # The first optional properties are written as required: every object then has enough keys.
-        if len(live) < lo:
-            raise SchemaRefused("minProperties", path, f"{lo} is more than the {len(live)} properties written.")
         promoted = optional[: lo - len(required_live)]
         required_live += promoted
         optional = [n for n in optional if n not in promoted]
+        min_extras = lo - len(required_live)
     if hi is not None:
         if len(required_live) > hi:
-            raise SchemaRefused("maxProperties", path, f"{hi} is fewer than the {len(required_live)} required.")
+            raise Unsatisfiable("maxProperties", path, f"{hi} is fewer than the {len(required_live)} required.")
         kept = set(optional[: hi - len(required_live)])
         live = [p for p in live if p[0] in required_live or p[0] in kept]
         return ObjectPlan(live, required_live)
@@ -110,14 +112,18 @@ def plan_object(schema: dict[str, Any], path: str, names_ok: Any) -> ObjectPlan:
                 for other, other_sub in patterns.items():
                     if other != source:  # a key of this pattern may match the others too
                         value = merge_lazy(value, other_sub)
-                extras.append(ExtraKeys(value, pointer(path, "patternProperties", source), pattern=source))
+                if value is not False:
+                    extras.append(ExtraKeys(value, pointer(path, "patternProperties", source), pattern=source))
     elif additional is not False and (has_additional or not raw):
         extra_path = pointer(path, "additionalProperties") if has_additional else path
         if names is True:
             extras.append(ExtraKeys(additional, extra_path, excluded=declared))
         elif not any(names_ok(n, names) for n in declared):
             extras.append(ExtraKeys(additional, extra_path, names=names))
-    return ObjectPlan(live, required_live, extras)
+    if min_extras > (1 if extras else 0):
+        # Two keys the grammar writes apart could still be one (a key written twice): one more is the most.
+        raise SchemaRefused("minProperties", path, f"{lo} is more than the properties that can be written.")
+    return ObjectPlan(live, required_live, extras, min_extras)
 
 
 def trivial(schema: Any) -> bool:

@@ -161,7 +161,8 @@ def anchored(pattern: str) -> str:
 
 
 def capped(pattern: str, cap: int) -> str:
-    """``pattern`` with each unbounded repetition (``*``, ``+``, ``{m,}``) bounded by ``cap``: a subset."""
+    """``pattern`` with each repetition (``*``, ``+``, ``{m,}``, ``{m,n}``) at most ``cap`` (or its minimum):
+    a subset."""
     out, i, in_class = [], 0, False
     while i < len(pattern):
         c = pattern[i]
@@ -177,8 +178,10 @@ def capped(pattern: str, cap: int) -> str:
             out.append(c)
         elif c in "*+" and i > 0 and pattern[i - 1] not in "(|":
             out.append(f"{{{0 if c == '*' else 1},{max(cap, 1)}}}")
-        elif c == "{" and (m := re.match(r"\{(\d+),\}", pattern[i:])):
-            out.append(f"{{{m.group(1)},{max(int(m.group(1)), cap)}}}")
+        elif c == "{" and (m := re.match(r"\{(\d+),(\d*)\}", pattern[i:])):
+            low, high = int(m.group(1)), int(m.group(2)) if m.group(2) else None
+            top = max(low, cap) if high is None else max(low, min(high, cap))
+            out.append(f"{{{low},{top}}}")
             i += m.end()
             continue
         else:
@@ -401,7 +404,7 @@ def _one(
                 char, n = _escaped_char(sub, i)
                 if char is None:
                     raise Unsupported(f"unsupported escape: {sub[i : i + 2]}")
-            elif ch in _NON_LITERAL:
+            elif ch in _NON_LITERAL and ch not in "]}":  # a bracket no class or count opened is itself
                 break
             else:
                 char, n = ch, 1
