@@ -18,7 +18,7 @@ from clover_local.engine.schema_gbnf.common import Document, pointer
 from clover_local.engine.schema_gbnf.keywords import valid_in_document
 from clover_local.engine.schema_gbnf.limits import SchemaRefused, Unsatisfiable
 from clover_local.engine.schema_gbnf.pattern import first_chars
-from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, CONDITIONS, _same, lift, merge, types_meeting
+from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, CONDITIONS, NOT_IN, _same, lift, merge, types_meeting
 
 MAX_COMBINATIONS = 256
 """States of the keys the conditions read, multiplied out: beyond this a schema is refused."""
@@ -161,6 +161,11 @@ def _finite(schema: Any) -> list[Any] | bool | None:
         return [True, False]
     if schema.get("type") == "null":
         return [None]
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list) and set(schema) - ANNOTATIONS == {key}:
+            parts = [_finite(p) for p in schema[key]]
+            if all(isinstance(p, list) for p in parts):
+                return [v for p in parts if isinstance(p, list) for v in p]
     if all(k in ANNOTATIONS for k in schema):
         return True
     return None
@@ -186,8 +191,12 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
     if isinstance(values, list) and isinstance(allowed, list):
         kept = [v for v in allowed if not any(_same(v, w) for w in values)]
         if not kept:
-            raise SchemaRefused("not", path, "every value the schema allows is excluded.")
+            raise Unsatisfiable("not", path, "every value the schema allows is excluded.")
         return {**{k: v for k, v in base.items() if k != "const"}, "enum": kept}, []
+    if isinstance(values, list):
+        excluded = without(base, values)
+        if excluded is not None:
+            return excluded, []
     parts = negated.get("anyOf") if isinstance(negated, dict) and set(negated) - ANNOTATIONS == {"anyOf"} else None
     if isinstance(parts, list):
         return base, [_condition(_deref(p, doc, pointer(path, "anyOf", i)), doc, pointer(path, "anyOf", i))
@@ -208,6 +217,27 @@ def listed(schema: Any) -> list[Any] | None:
 def resolved(schema: Any, doc: Document, path: str) -> Any:
     """``schema`` with its top-level ``$ref`` followed (keywords beside it merged in)."""
     return _deref(schema, doc, path)
+
+
+def without(base: dict[str, Any], values: list[Any]) -> dict[str, Any] | None:
+    """``base`` less some listed values, where that can be written: a plain string (:data:`NOT_IN`) or an
+    integer (the ranges between them). None otherwise."""
+    kind = base.get("type")
+    if kind == "string" and all(isinstance(v, str) for v in values) and not (
+        {"pattern", "format", "maxLength", "enum", "const"} & set(base)
+    ) and base.get("minLength", 0) <= 1:
+        excluded = [*base.get(NOT_IN, []), *values, *([""] if base.get("minLength", 0) == 1 else [])]
+        return {**{k: v for k, v in base.items() if k != "minLength"}, NOT_IN: sorted(set(excluded))}
+    integers = [int(v) for v in values if _type_of(v) == "integer"]
+    if kind == "integer" and "anyOf" not in base and len(integers) < 64:
+        ranges: list[dict[str, Any]] = []
+        below: int | None = None
+        for v in sorted(set(integers)):
+            ranges.append({"maximum": v - 1} if below is None else {"minimum": below, "maximum": v - 1})
+            below = v + 1
+        ranges.append({} if below is None else {"minimum": below})
+        return {**base, "anyOf": [r for r in ranges if r.get("minimum", -(2**62)) <= r.get("maximum", 2**62)]}
+    return None
 
 
 def _deref(schema: Any, doc: Document, path: str) -> Any:
@@ -245,7 +275,12 @@ def _make_absent(mine: Any, other: Any, doc: Document, path: str) -> Any:
     """``mine`` made to differ from ``other``: a key that ``other`` requires made absent, or a key that
     ``other`` forbids made required; None when neither can be done."""
     mine_d, other_d = _deref(mine, doc, path), _deref(other, doc, path)
-    if not isinstance(mine_d, dict) or not isinstance(other_d, dict) or "object" not in _types(mine_d):
+    if not isinstance(mine_d, dict) or not isinstance(other_d, dict):
+        return None
+    listed_other = _finite(other_d)
+    if isinstance(listed_other, list) and not isinstance(_finite(mine_d), list):
+        return without(mine_d, listed_other)
+    if "object" not in _types(mine_d):
         return None
     own_required = mine_d.get("required") or []
     theirs = [r for r in other_d.get("required") or [] if r not in own_required]
@@ -306,7 +341,10 @@ def _apart(a: Any, b: Any, doc: Document, depth: int) -> bool:
     if isinstance(va, list) and isinstance(vb, list) and not any(_same(x, y) for x in va for y in vb):
         return True
     for values, other in ((va, b), (vb, a)):
-        if isinstance(values, list) and all(valid_in_document(v, other, doc.root) is False for v in values):
+        if isinstance(values, list) and (
+            all(isinstance(v, str) and v in other.get(NOT_IN, ()) for v in values)
+            or all(valid_in_document(v, other, doc.root) is False for v in values)
+        ):
             return True
     if ta & tb <= {"string"} and _first_chars_apart(a, b):
         return True

@@ -92,6 +92,22 @@ class Document:
         return self._anchors
 
 
+def existing(root: Any, path: str) -> str:
+    """The longest start of ``path`` that is a place in ``root``: a keyword met in a part merged in (an
+    ``allOf`` part, a referenced definition) is reported at the schema that brought it in."""
+    node, out = root, "#"
+    for token in path[2:].split("/") if path.startswith("#/") else []:
+        key = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            break
+        out += "/" + token
+    return out
+
+
 def pointer(path: str, *tokens: str | int) -> str:
     """``path`` extended by ``tokens``, each escaped as RFC 6901 says (``/`` as ``~1``, ``~`` as ``~0``)."""
     return path + "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in tokens)

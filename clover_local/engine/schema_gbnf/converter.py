@@ -19,6 +19,7 @@ from clover_local.engine.schema_gbnf.common import (
     class_char,
     constant,
     count_of,
+    existing,
     pointer,
     repetition_cost,
     schema_list,
@@ -31,7 +32,7 @@ from clover_local.engine.schema_gbnf.keywords import (
     with_constraints,
 )
 from clover_local.engine.schema_gbnf.limits import LIMITS, Limits, SchemaRefused, Unsatisfiable
-from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, lift, merge
+from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, NOT_IN, lift, merge
 from clover_local.engine.schema_gbnf.objects import ExtraKeys, plan_object
 from clover_local.engine.schema_gbnf.objects import trivial as objects_trivial
 from clover_local.engine.schema_gbnf.rules import FORMAT_LENGTHS, FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
@@ -110,7 +111,11 @@ class Converter:
         doc = Document(
             schema if root is None else root, f"d{self._documents}-" if self._documents > 1 else ""
         )
-        return self._visit(schema, name, "#", doc, 0)
+        try:
+            return self._visit(schema, name, "#", doc, 0)
+        except SchemaRefused as refused:
+            place = existing(doc.root, refused.path)
+            raise (refused if place == refused.path else refused.at(place)) from None
 
     def _visit(self, schema: Any, name: str, path: str, doc: Document, depth: int) -> str:
         if depth > self.limits.max_depth:
@@ -438,6 +443,10 @@ class Converter:
         if hi is not None and lo > hi:
             raise SchemaRefused("minLength", path, f"{lo} is above maxLength {hi}.")
         fmt = schema.get("format")
+        if NOT_IN in schema:
+            if lo or hi is not None or "pattern" in schema or fmt is not None:
+                raise SchemaRefused("not", path, "values cannot be excluded beside a length, pattern or format.")
+            return self.add_rule(rule_name, self._not_strings(list(schema[NOT_IN])))
         if "pattern" in schema:
             source = schema["pattern"]
             if not isinstance(source, str):

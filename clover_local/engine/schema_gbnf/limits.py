@@ -38,6 +38,11 @@ class SchemaRefused(RequestRefused):
         super().__init__(f"JSON schema '{keyword}' at {path}: {what}", fix)
         self.keyword = keyword
         self.path = path
+        self.detail = what
+
+    def at(self, path: str) -> SchemaRefused:
+        """The same refusal, at ``path``."""
+        return type(self)(self.keyword, path, self.detail, self.fix)
 
 
 class Unsatisfiable(SchemaRefused):

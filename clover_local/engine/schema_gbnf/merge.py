@@ -15,6 +15,9 @@ CONDITIONS = "\x00conditions"
 """Internal key: the ``if``/``then``/``else`` triples of the parts merged (one schema holds one ``if``; a merge
 of several keeps them all, and the converter expands them together, :mod:`.branches`)."""
 
+NOT_IN = "\x00not-in"
+"""Internal key: strings a plain ``string`` schema must not be (``not`` of an ``enum``; a ``oneOf`` kept apart)."""
+
 ANNOTATIONS = frozenset(
     ("title", "description", "default", "examples", "$comment", "$schema", "$id", "id", "definitions", "$defs",
      "deprecated", "readOnly", "writeOnly", "markdownDescription", "$anchor", "contentMediaType",
@@ -121,6 +124,8 @@ def _meet(key: str, mine: Any, theirs: Any, path: str) -> Any:
         return [merge_lazy(x, y) for x in mine for y in theirs]
     if key == "not":
         return {"anyOf": [mine, theirs]}
+    if key == NOT_IN:
+        return sorted({*mine, *theirs})
     if key in (CONDITIONS, "allOf") and isinstance(mine, list) and isinstance(theirs, list):
         return [*mine, *theirs]
 
