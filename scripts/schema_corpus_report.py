@@ -15,9 +15,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clover_local.engine.schema_gbnf import schema_grammar  # noqa: E402
-from clover_local.llamacpp.server_tools import schema_fields  # noqa: E402
-from tests.real_schemas import convert, entries, violations  # noqa: E402
+from clover_local.engine.schema_gbnf import schema_grammar
+from clover_local.llamacpp.server_tools import schema_fields
+from tests.real_schemas import convert, entries, violations
 
 
 def _server_grammar(schema: dict[str, Any]) -> str:
@@ -70,7 +70,9 @@ def main() -> None:
     print(f"  all: {total} refused ({total / len(corpus):.1%})")
     print("refusals by keyword:", ", ".join(f"{k} {n}" for k, n in keywords.most_common()))
     print(f"schemas with a sampled sentence the schema refuses: {bad}")
-    print(f"schemas the two routes decide differently: {differ}; sent to llama-server's own converter: {upstream}")
+    print(
+        f"schemas the two routes decide differently: {differ}; sent to llama-server's own converter: {upstream}"
+    )
 
 
 if __name__ == "__main__":

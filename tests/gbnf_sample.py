@@ -156,6 +156,8 @@ class Sampler:
         self.soft_limit = soft_limit
         self._short: dict[str, float] = {}
         self._shortest_lengths()
+        self._lengths: dict[int, float] = {}
+        self._pools: dict[int, list[str]] = {}
 
     def _shortest_lengths(self) -> None:
         """The shortest sentence of each rule (a fixpoint: recursive rules start at infinity)."""
@@ -169,6 +171,13 @@ class Sampler:
                 if n < self._short[name]:
                     self._short[name] = n
                     changed = True
+
+    def _min_len(self, node: Node) -> float:
+        """``min_len``, remembered once the rule lengths are settled."""
+        key = id(node)
+        if key not in self._lengths:
+            self._lengths[key] = self.min_len(node)
+        return self._lengths[key]
 
     def min_len(self, node: Node) -> float:
         if isinstance(node, Lit):
@@ -202,9 +211,10 @@ class Sampler:
             out.append(node.text)
             size[0] += len(node.text)
         elif isinstance(node, Cls):
-            pool = [c for c in _POOL if node.allows(c)]
-            if not pool:
-                pool = [chr(lo) for lo, _hi in node.ranges if not node.negated]
+            pool = self._pools.get(id(node))
+            if pool is None:
+                pool = [c for c in _POOL if node.allows(c)] or [chr(lo) for lo, _hi in node.ranges]
+                self._pools[id(node)] = pool
             ch = self.rng.choice(pool)
             out.append(ch)
             size[0] += 1
@@ -214,11 +224,8 @@ class Sampler:
             for item in node.items:
                 self._emit(item, out, size, depth)
         elif isinstance(node, Alt):
-            finite = [o for o in node.options if self.min_len(o) != float("inf")]
-            if long:
-                choice = min(finite, key=self.min_len)
-            else:
-                choice = self.rng.choice(finite)
+            finite = [o for o in node.options if self._min_len(o) != float("inf")]
+            choice = min(finite, key=self._min_len) if long else self.rng.choice(finite)
             self._emit(choice, out, size, depth)
         else:
             hi = node.hi if node.hi is not None else node.lo + 4

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from clover_local.engine.schema_gbnf import schema_grammar
 from clover_local.engine import grammar, toolcalls
+from clover_local.engine.schema_gbnf import schema_grammar
 from clover_local.engine.templates import render_jinja
 from clover_local.engine.types import (
     ChatMessage,

@@ -17,8 +17,16 @@ from typing import Any
 from clover_local.engine.schema_gbnf.common import Document, pointer
 from clover_local.engine.schema_gbnf.keywords import valid_in_document
 from clover_local.engine.schema_gbnf.limits import SchemaRefused, Unsatisfiable
+from clover_local.engine.schema_gbnf.merge import (
+    ANNOTATIONS,
+    CONDITIONS,
+    NOT_IN,
+    _same,
+    lift,
+    merge,
+    types_meeting,
+)
 from clover_local.engine.schema_gbnf.pattern import first_chars
-from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, CONDITIONS, NOT_IN, _same, lift, merge, types_meeting
 
 MAX_COMBINATIONS = 256
 """States of the keys the conditions read, multiplied out: beyond this a schema is refused."""
@@ -48,10 +56,16 @@ def expand(schema: dict[str, Any], doc: Document, path: str) -> list[Any]:
         if not isinstance(deps, dict):
             raise SchemaRefused(key, path, "must be an object.")
         for trigger, then in deps.items():
-            then = {"required": then} if isinstance(then, list) else _deref(then, doc, pointer(path, key, trigger))
+            then = (
+                {"required": then}
+                if isinstance(then, list)
+                else _deref(then, doc, pointer(path, key, trigger))
+            )
             rules.append(({trigger: _PRESENT}, then, True))
     if "not" in schema:
-        base, negated = _negation(base, _deref(schema["not"], doc, pointer(path, "not")), doc, pointer(path, "not"))
+        base, negated = _negation(
+            base, _deref(schema["not"], doc, pointer(path, "not")), doc, pointer(path, "not")
+        )
         rules += [(c, False, True) for c in negated]
     if not rules:
         return [base]
@@ -86,7 +100,9 @@ def _combinations(base: dict[str, Any], rules: list[tuple[dict[str, tuple[Any, .
     for options in states:
         count *= len(options)
     if count > MAX_COMBINATIONS:
-        raise SchemaRefused("if", path, f"the conditions read {len(keys)} keys in over {MAX_COMBINATIONS} combinations.")
+        raise SchemaRefused(
+            "if", path, f"the conditions read {len(keys)} keys in over {MAX_COMBINATIONS} combinations."
+        )
     out = []
     for combination in itertools.product(*states):
         chosen = dict(zip(keys, combination, strict=True))
@@ -126,22 +142,27 @@ def _holds(condition: dict[str, tuple[Any, ...]], chosen: dict[str, tuple[Any, .
     return True
 
 
-def _condition(schema: Any, doc: Document, path: str) -> dict[str, tuple[Any, ...]]:
-    """An ``if`` schema as what it asks of each key: ``("present",)``, or ``("in", values, absent_ok)``."""
+def _condition(schema: Any, doc: Document, path: str, keyword: str = "if") -> dict[str, tuple[Any, ...]]:
+    """An ``if`` schema (or what a ``not`` excludes) as what it asks of each key: ``("present",)``, or
+    ``("in", values, absent_ok)``."""
     if schema is True or schema == {}:
         return {}
-    if not isinstance(schema, dict) or any(
-        k not in ("required", "properties", "type") and k not in ANNOTATIONS for k in schema
-    ) or schema.get("type", "object") != "object":
-        raise SchemaRefused("if", path, "only a condition on which keys are present and their const/enum values "
-                            "can be enforced.")  # fmt: skip
+    if (
+        not isinstance(schema, dict)
+        or any(k not in ("required", "properties", "type") and k not in ANNOTATIONS for k in schema)
+        or schema.get("type", "object") != "object"
+    ):
+        raise SchemaRefused(keyword, path, "only a condition on which keys are present and their const/enum "
+                            "values can be enforced.")  # fmt: skip
     required = schema.get("required") or []
     out: dict[str, tuple[Any, ...]] = {k: _PRESENT for k in required}
     for key, sub in (schema.get("properties") or {}).items():
         values = _finite(_deref(sub, doc, pointer(path, "properties", key)))
         if values is None:
-            raise SchemaRefused("if", pointer(path, "properties", key), "only a const or enum value can be tested.")
-        if values is not True:
+            raise SchemaRefused(
+                keyword, pointer(path, "properties", key), "only a const or enum value can be tested."
+            )
+        if isinstance(values, list):
             out[key] = ("in", tuple(values), key not in required)
     return out
 
@@ -179,7 +200,9 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
         raise SchemaRefused("not", path, "'not' of a schema that allows everything allows nothing.")
     if isinstance(negated, dict) and set(negated) - ANNOTATIONS == {"type"}:
         kinds = [negated["type"]] if isinstance(negated["type"], str) else list(negated["type"])
-        left = [t for t in types_meeting(base.get("type", list(_ALL_TYPES)), list(_ALL_TYPES)) if t not in kinds]
+        left = [
+            t for t in types_meeting(base.get("type", list(_ALL_TYPES)), list(_ALL_TYPES)) if t not in kinds
+        ]
         left = [t for t in left if not (t == "integer" and "number" in kinds)]
         if "number" in left and "integer" in kinds:
             raise SchemaRefused("not", path, "a number that is not an integer cannot be enforced.")
@@ -197,9 +220,13 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
         excluded = without(base, values)
         if excluded is not None:
             return excluded, []
-    parts = negated.get("anyOf") if isinstance(negated, dict) and set(negated) - ANNOTATIONS == {"anyOf"} else None
+    parts = (
+        negated.get("anyOf")
+        if isinstance(negated, dict) and set(negated) - ANNOTATIONS == {"anyOf"}
+        else None
+    )
     if isinstance(parts, list):
-        return base, [_condition(_deref(p, doc, pointer(path, "anyOf", i)), doc, pointer(path, "anyOf", i))
+        return base, [_condition(_deref(p, doc, pointer(path, "anyOf", i)), doc, pointer(path, "anyOf", i), "not")
                       for i, p in enumerate(parts)]  # fmt: skip
     try:
         return base, [_condition(negated, doc, path)]
@@ -223,9 +250,12 @@ def without(base: dict[str, Any], values: list[Any]) -> dict[str, Any] | None:
     """``base`` less some listed values, where that can be written: a plain string (:data:`NOT_IN`) or an
     integer (the ranges between them). None otherwise."""
     kind = base.get("type")
-    if kind == "string" and all(isinstance(v, str) for v in values) and not (
-        {"pattern", "format", "maxLength", "enum", "const"} & set(base)
-    ) and base.get("minLength", 0) <= 1:
+    if (
+        kind == "string"
+        and all(isinstance(v, str) for v in values)
+        and not ({"pattern", "format", "maxLength", "enum", "const"} & set(base))
+        and base.get("minLength", 0) <= 1
+    ):
         excluded = [*base.get(NOT_IN, []), *values, *([""] if base.get("minLength", 0) == 1 else [])]
         return {**{k: v for k, v in base.items() if k != "minLength"}, NOT_IN: sorted(set(excluded))}
     integers = [int(v) for v in values if _type_of(v) == "integer"]
@@ -267,7 +297,9 @@ def exclusive(alternatives: list[Any], doc: Document, path: str) -> list[tuple[i
         if mine is not None:
             out.append((i, mine))
     if not out:
-        raise SchemaRefused("oneOf", path, "its alternatives overlap, and 'oneOf' allows exactly one to match.")
+        raise SchemaRefused(
+            "oneOf", path, "its alternatives overlap, and 'oneOf' allows exactly one to match."
+        )
     return out
 
 
@@ -294,7 +326,9 @@ def _make_absent(mine: Any, other: Any, doc: Document, path: str) -> Any:
         return None
     if isinstance(mine, dict) and "$ref" in mine:  # kept a reference, so a recursive schema stays one rule
         rest = merge({k: v for k, v in mine.items() if k != "$ref"}, extra, path)
-        fixed = False if rest is False or merge(mine_d, extra, path) is False else {"$ref": mine["$ref"], **rest}
+        fixed = (
+            False if rest is False or merge(mine_d, extra, path) is False else {"$ref": mine["$ref"], **rest}
+        )
     else:
         fixed = merge(mine_d, extra, path)
     return None if fixed is False else fixed

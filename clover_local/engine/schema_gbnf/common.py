@@ -51,12 +51,16 @@ class Document:
         """The subschema ``ref`` names and its JSON pointer in the document (``#/...``)."""
         fragment = self.local(ref)
         if fragment is None:
-            raise SchemaRefused("$ref", path, f"{ref!r} points outside the schema; remote references are never fetched.")
+            raise SchemaRefused(
+                "$ref", path, f"{ref!r} points outside the schema; remote references are never fetched."
+            )
         fragment = unquote(fragment[1:])
         if fragment and not fragment.startswith("/"):
             found = self.anchors().get(fragment)
             if found is None:
-                raise SchemaRefused("$ref", path, f"cannot resolve {ref!r}: no subschema is named {fragment!r}.")
+                raise SchemaRefused(
+                    "$ref", path, f"cannot resolve {ref!r}: no subschema is named {fragment!r}."
+                )
             return found
         target = self.root
         for token in fragment.split("/")[1:] if fragment else []:
@@ -86,7 +90,9 @@ class Document:
                     if isinstance(name, str) and (key == "$anchor" or name.startswith("#")):
                         found.setdefault(name.removeprefix("#"), (node, at))
                 stack += [
-                    (v, pointer(at, k)) for k, v in node.items() if k not in ("const", "enum", "default", "examples")
+                    (v, pointer(at, k))
+                    for k, v in node.items()
+                    if k not in ("const", "enum", "default", "examples")
                 ]
             self._anchors = found
         return self._anchors

@@ -182,8 +182,17 @@ class Converter:
             return self.add_rule(rule_name, "(" + " | ".join(constant(v) for v in values) + ")")
         if kind is not None and not isinstance(kind, str):
             raise SchemaRefused("type", path, "must be a string or an array of strings.")
-        object_keys = ("properties", "patternProperties", "propertyNames", "required", "minProperties", "maxProperties")
-        has_props = any(k in schema for k in object_keys) or schema.get("additionalProperties", True) is not True
+        object_keys = (
+            "properties",
+            "patternProperties",
+            "propertyNames",
+            "required",
+            "minProperties",
+            "maxProperties",
+        )
+        has_props = (
+            any(k in schema for k in object_keys) or schema.get("additionalProperties", True) is not True
+        )
         if kind is None:
             if has_props:
                 kind = "object"
@@ -191,7 +200,10 @@ class Converter:
                 kind = "array"
             elif any(k in schema for k in ("pattern", "minLength", "maxLength", "format")):
                 kind = "string"
-            elif any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")):
+            elif any(
+                k in schema
+                for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+            ):
                 kind = "number"
             else:
                 return self.add_rule(rule_name, self.primitive("value"))
@@ -289,7 +301,11 @@ class Converter:
             kv[prop] = self.add_rule(f"{sub}{prop}-kv", f'{constant(prop)} space ":" space {rule}')
         required_props = [p for p, _s, _w in plan.properties if p in plan.required]
         optional_props = [p for p, _s, _w in plan.properties if p not in plan.required and p in kv]
-        extras = [r for i, extra in enumerate(plan.extras) if (r := self._extra(extra, f"{sub}extra{i}", doc, depth))]
+        extras = [
+            r
+            for i, extra in enumerate(plan.extras)
+            if (r := self._extra(extra, f"{sub}extra{i}", doc, depth))
+        ]
         if plan.min_extras and not extras:
             raise SchemaRefused("minProperties", path, "more properties than can be written.")
         if extras:
@@ -367,7 +383,9 @@ class Converter:
                 if ch == "":
                     continue
                 has_children = any(k != "" for k in child)
-                alts.append(f"[{class_char(ch)}] ({visit(child)})" if has_children else f"[{class_char(ch)}] {char}+")
+                alts.append(
+                    f"[{class_char(ch)}] ({visit(child)})" if has_children else f"[{class_char(ch)}] {char}+"
+                )
             if alts:
                 rejects = "".join(class_char(c) for c in node if c)
                 alts.append(f"[^{rejects}{pattern.UNSAFE}] {char}*")
@@ -423,11 +441,20 @@ class Converter:
                 rules = [self.add_rule(f"{sub}unique-{i}", constant(v)) for i, v in enumerate(values)]
 
                 def rest(i: int) -> str:
-                    tail = f" {self.add_rule(f'{sub}unique-rest-{i + 1}', rest(i + 1))}" if i + 1 < len(rules) else ""
+                    tail = (
+                        f" {self.add_rule(f'{sub}unique-rest-{i + 1}', rest(i + 1))}"
+                        if i + 1 < len(rules)
+                        else ""
+                    )
                     return f'( "," space {rules[i]} )?{tail}'
 
                 firsts = [
-                    rules[i] + (f" {self.add_rule(f'{sub}unique-rest-{i + 1}', rest(i + 1))}" if i + 1 < len(rules) else "")
+                    rules[i]
+                    + (
+                        f" {self.add_rule(f'{sub}unique-rest-{i + 1}', rest(i + 1))}"
+                        if i + 1 < len(rules)
+                        else ""
+                    )
                     for i in range(len(rules))
                 ]
                 body = "(" + " | ".join(firsts) + ")" + ("" if lo else "?")
@@ -445,7 +472,9 @@ class Converter:
         fmt = schema.get("format")
         if NOT_IN in schema:
             if lo or hi is not None or "pattern" in schema or fmt is not None:
-                raise SchemaRefused("not", path, "values cannot be excluded beside a length, pattern or format.")
+                raise SchemaRefused(
+                    "not", path, "values cannot be excluded beside a length, pattern or format."
+                )
             return self.add_rule(rule_name, self._not_strings(list(schema[NOT_IN])))
         if "pattern" in schema:
             source = schema["pattern"]
@@ -462,7 +491,9 @@ class Converter:
                     keyword, _, why = str(exc).partition(": ")
                     if keyword not in ("minLength", "maxLength"):
                         raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
-                    raise SchemaRefused(keyword, path, f"cannot be enforced together with 'pattern': {why}.") from None
+                    raise SchemaRefused(
+                        keyword, path, f"cannot be enforced together with 'pattern': {why}."
+                    ) from None
             try:
                 body = pattern.pattern_rule(
                     source, rule_name, self.add_rule,
@@ -481,7 +512,7 @@ class Converter:
                                     f"from {shortest} to {longest} characters.")  # fmt: skip
             return self.add_rule(rule_name, self.primitive("uuid" if fmt == "uuid" else FORMATS[fmt]))
         if lo or hi is not None:
-            where = ("maxLength" if hi is not None and hi > self.limits.max_count else "minLength", path)
+            where = ("maxLength" if hi is not None else "minLength", path)
             chars = self.repetition(self.primitive("char"), lo, hi, where=where)
             return self.add_rule(rule_name, f'"\\"" {chars} "\\""')
         return (

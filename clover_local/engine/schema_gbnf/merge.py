@@ -111,8 +111,13 @@ def _meet(key: str, mine: Any, theirs: Any, path: str) -> Any:
         out = {**mine, **theirs}
         for k in mine.keys() & theirs.keys():
             m, t = mine[k], theirs[k]
-            out[k] = list(dict.fromkeys([*m, *t])) if isinstance(m, list) and isinstance(t, list) else merge_lazy(
-                {"required": m} if isinstance(m, list) else m, {"required": t} if isinstance(t, list) else t
+            out[k] = (
+                list(dict.fromkeys([*m, *t]))
+                if isinstance(m, list) and isinstance(t, list)
+                else merge_lazy(
+                    {"required": m} if isinstance(m, list) else m,
+                    {"required": t} if isinstance(t, list) else t,
+                )
             )
         return out
     if key in ("anyOf", "oneOf") and isinstance(mine, list) and isinstance(theirs, list):
@@ -129,7 +134,9 @@ def _meet(key: str, mine: Any, theirs: Any, path: str) -> Any:
     if key in (CONDITIONS, "allOf") and isinstance(mine, list) and isinstance(theirs, list):
         return [*mine, *theirs]
 
-    raise SchemaRefused(key, path, f"two different values ({_short(mine)} and {_short(theirs)}) cannot both be enforced.")
+    raise SchemaRefused(
+        key, path, f"two different values ({_short(mine)} and {_short(theirs)}) cannot both be enforced."
+    )
 
 
 def merge_lazy(a: Any, b: Any) -> Any:
@@ -149,10 +156,12 @@ def _held_to_additional(part: dict[str, Any], other: dict[str, Any], path: str) 
     by its own keywords."""
     extra = other.get("properties")
     additional = part.get("additionalProperties", True)
-    patterns = part.get("patternProperties") if isinstance(part.get("patternProperties"), dict) else {}
+    patterns: dict[str, Any] = (
+        part["patternProperties"] if isinstance(part.get("patternProperties"), dict) else {}
+    )
     if not isinstance(extra, dict) or (additional is True and not patterns):
         return part
-    own = part.get("properties") if isinstance(part.get("properties"), dict) else {}
+    own: dict[str, Any] = part["properties"] if isinstance(part.get("properties"), dict) else {}
     added: dict[str, Any] = {}
     for name in extra:
         if name in own:
@@ -172,7 +181,9 @@ def search(pattern: str, text: str, path: str = "#") -> bool:
     try:
         return re.search(pattern, text) is not None
     except re.error as exc:
-        raise SchemaRefused("patternProperties", path, f"{pattern!r} is not a pattern this server reads: {exc}.") from None
+        raise SchemaRefused(
+            "patternProperties", path, f"{pattern!r} is not a pattern this server reads: {exc}."
+        ) from None
 
 
 def types_meeting(a: Any, b: Any) -> list[str]:

@@ -96,7 +96,9 @@ def plan_object(schema: dict[str, Any], path: str, names_ok: Any) -> ObjectPlan:
         min_extras = lo - len(required_live)
     if hi is not None:
         if len(required_live) > hi:
-            raise Unsatisfiable("maxProperties", path, f"{hi} is fewer than the {len(required_live)} required.")
+            raise Unsatisfiable(
+                "maxProperties", path, f"{hi} is fewer than the {len(required_live)} required."
+            )
         kept = set(optional[: hi - len(required_live)])
         live = [p for p in live if p[0] in required_live or p[0] in kept]
         return ObjectPlan(live, required_live)
@@ -113,8 +115,10 @@ def plan_object(schema: dict[str, Any], path: str, names_ok: Any) -> ObjectPlan:
                     if other != source:  # a key of this pattern may match the others too
                         value = merge_lazy(value, other_sub)
                 if value is not False:
-                    extras.append(ExtraKeys(value, pointer(path, "patternProperties", source), pattern=source))
-    elif additional is not False and (has_additional or not raw):
+                    extras.append(
+                        ExtraKeys(value, pointer(path, "patternProperties", source), pattern=source)
+                    )
+    elif additional is not False and (has_additional or "properties" not in schema):
         extra_path = pointer(path, "additionalProperties") if has_additional else path
         if names is True:
             extras.append(ExtraKeys(additional, extra_path, excluded=declared))

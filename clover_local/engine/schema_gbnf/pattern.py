@@ -7,6 +7,7 @@ A pattern the grammar cannot express is refused (``Unsupported``), never widened
 from __future__ import annotations
 
 import re
+import re._parser as _re_parser  # type: ignore[import-not-found]  # Python's own regex parser
 from collections.abc import Callable
 from typing import Any
 
@@ -16,9 +17,21 @@ _ESCAPED_IN_REGEX_NOT_LITERAL = set("^$.[]()|{}*+?")
 UNSAFE = '"\\\\\\x00-\\x1F\\x7F'
 DOT = f"[^{UNSAFE}]"
 _CLASS_ESCAPES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " \\t"}
-_CLASS_RANGES = {"d": "0123456789", "w": "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_", "s": " \t"}
+_CLASS_RANGES = {
+    "d": "0123456789",
+    "w": "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
+    "s": " \t",
+}
 _SIMPLE_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
-_JSON_ESCAPES = {'"': '\\\\\\"', "\\": "\\\\\\\\", "\n": "\\\\n", "\t": "\\\\t", "\r": "\\\\r", "\b": "\\\\b", "\f": "\\\\f"}
+_JSON_ESCAPES = {
+    '"': '\\\\\\"',
+    "\\": "\\\\\\\\",
+    "\n": "\\\\n",
+    "\t": "\\\\t",
+    "\r": "\\\\r",
+    "\b": "\\\\b",
+    "\f": "\\\\f",
+}
 """How a character JSON must escape is spelt in the JSON text, written as a GBNF literal's body."""
 
 
@@ -67,7 +80,11 @@ def class_rule(ranges: list[tuple[int, int]], negated: bool) -> str:
             safe.append((start, hi))
     parts = []
     if safe:
-        parts.append("[" + "".join(_class_char(lo) + ("" if lo == hi else "-" + _class_char(hi)) for lo, hi in safe) + "]")
+        parts.append(
+            "["
+            + "".join(_class_char(lo) + ("" if lo == hi else "-" + _class_char(hi)) for lo, hi in safe)
+            + "]"
+        )
     parts += [f'"{json_literal(ch)}"' for ch in dict.fromkeys(escaped)]
     if not parts:
         raise Unsupported("an empty character class")
@@ -88,6 +105,8 @@ def _escaped_char(pattern: str, pos: int) -> tuple[str | None, int]:
     if nxt and not nxt.isalnum():
         return nxt, 2
     return None, 0
+
+
 _NEGATED_ESCAPES = {"D": "0-9", "W": "a-zA-Z0-9_", "S": " \\t\\n\\r"}
 
 
@@ -118,7 +137,9 @@ def pattern_rule(
     ``repetition`` writes (and bounds) ``{m,n}``. Raises ``Unsupported``. Alternatives at the top with anchors
     of their own (``^a|^b-c$``) are each anchored as written."""
     alternatives = top_level_alternatives(pattern)
-    if len(alternatives) > 1 and any(a.startswith("^") or (a.endswith("$") and not a.endswith("\\$")) for a in alternatives):
+    if len(alternatives) > 1 and any(
+        a.startswith("^") or (a.endswith("$") and not a.endswith("\\$")) for a in alternatives
+    ):
         rules = [_one(a, f"{name}-{i}", add_rule, repetition) for i, a in enumerate(alternatives)]
         return f'"\\"" ({" | ".join(f"({r})" for r in rules)}) "\\""'
     return f'"\\"" ({_one(pattern, name, add_rule, repetition)}) "\\""'
@@ -229,12 +250,9 @@ def within_lengths(pattern: str, lo: int, hi: int | None) -> str:
 
 def width(pattern: str) -> tuple[int, int]:
     """The shortest and longest string ``pattern`` (anchored) matches, as Python's regex parser counts them."""
+
     try:
-        import re._parser as parser  # type: ignore[import-not-found]
-    except ImportError:  # Python 3.10
-        import sre_parse as parser  # type: ignore[no-redef]
-    try:
-        lo, hi = parser.parse(pattern).getwidth()
+        lo, hi = _re_parser.parse(pattern).getwidth()
     except (re.error, OverflowError, RecursionError) as exc:
         raise Unsupported(f"Python's regex parser cannot read it ({exc})") from None
     return int(lo), int(hi)
@@ -438,12 +456,9 @@ def first_chars(pattern: str) -> frozenset[int] | None:
     here (unanchored, could be empty, a negated class or ``.``)."""
     if not pattern.startswith("^"):
         return None
+
     try:
-        import re._parser as parser  # type: ignore[import-not-found]
-    except ImportError:  # Python 3.10
-        import sre_parse as parser  # type: ignore[no-redef]
-    try:
-        tree = list(parser.parse(pattern))
+        tree = list(_re_parser.parse(pattern))
     except (re.error, RecursionError):
         return None
     found = _firsts(tree[1:] if tree and str(tree[0][0]) == "AT" else tree)
