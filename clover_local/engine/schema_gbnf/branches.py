@@ -45,10 +45,12 @@ def expand(schema: dict[str, Any], doc: Document, path: str) -> list[Any]:
     schema = lift(schema)
     base = {k: v for k, v in schema.items() if k not in _CONDITIONAL}
     rules: list[tuple[dict[str, tuple[Any, ...]], Any, Any]] = []  # (condition, then, else)
+    kinds_of_rules: list[bool] = []  # whether each rule holds for a value that is not an object
     for i, triple in enumerate(schema.get(CONDITIONS, [])):
         where = path if i else pointer(path, "if")
         then, otherwise = (_deref(triple.get(k, True), doc, where) for k in ("then", "else"))
         rules.append((_condition(_deref(triple["if"], doc, where), doc, where), then, otherwise))
+        kinds_of_rules.append(True)
     for key in ("dependentRequired", "dependentSchemas", "dependencies"):
         deps = schema.get(key)
         if deps is None:
@@ -62,14 +64,27 @@ def expand(schema: dict[str, Any], doc: Document, path: str) -> list[Any]:
                 else _deref(then, doc, pointer(path, key, trigger))
             )
             rules.append(({trigger: _PRESENT}, then, True))
+            kinds_of_rules.append(False)
     if "not" in schema:
         base, negated = _negation(
             base, _deref(schema["not"], doc, pointer(path, "not")), doc, pointer(path, "not")
         )
         rules += [(c, False, True) for c in negated]
+        kinds_of_rules += [True] * len(negated)
     if not rules:
         return [base]
-    return _combinations(base, rules, doc, path)
+    kind = base.get("type")
+    kinds = [kind] if isinstance(kind, str) else list(kind) if isinstance(kind, list) else None
+    if kinds is not None and "object" not in kinds:
+        # Not an object: an ``if`` on keys holds (its keywords ask nothing of other values), so does what a
+        # ``not`` excludes; no key is present to trigger a dependency.
+        for (_, then, _otherwise), from_if in zip(rules, kinds_of_rules, strict=True):
+            base = merge(base, then if from_if else True, path)
+            if base is False:
+                raise Unsatisfiable("not" if then is False else "if", path, "no value meets every condition.")
+        return [base]
+    # Only objects are written: a value of another type would meet the conditions otherwise than they read.
+    return _combinations({**base, "type": "object"}, rules, doc, path)
 
 
 def _combinations(base: dict[str, Any], rules: list[tuple[dict[str, tuple[Any, ...]], Any, Any]],
@@ -312,7 +327,7 @@ def _make_absent(mine: Any, other: Any, doc: Document, path: str) -> Any:
     listed_other = _finite(other_d)
     if isinstance(listed_other, list) and not isinstance(_finite(mine_d), list):
         return without(mine_d, listed_other)
-    if "object" not in _types(mine_d):
+    if "object" not in _types(mine_d, written=True):
         return None
     own_required = mine_d.get("required") or []
     theirs = [r for r in other_d.get("required") or [] if r not in own_required]
@@ -334,7 +349,9 @@ def _make_absent(mine: Any, other: Any, doc: Document, path: str) -> Any:
     return None if fixed is False else fixed
 
 
-def _types(schema: Any) -> set[str]:
+def _types(schema: Any, *, written: bool) -> set[str]:
+    """The types of the values a schema matches, or (``written``) of those the converter writes for it: a
+    schema with ``properties`` and no ``type`` matches any string, but is written as an object."""
     if not isinstance(schema, dict):
         return set(_ALL_TYPES) | {"integer"}
     values = _finite(schema)
@@ -342,8 +359,8 @@ def _types(schema: Any) -> set[str]:
         return {_type_of(v) for v in values}
     kind = schema.get("type")
     if kind is None:
-        if "properties" in schema or "required" in schema or "additionalProperties" in schema:
-            return {"object"}  # a subset: what the converter writes for such a schema
+        if written and ("properties" in schema or "required" in schema or "additionalProperties" in schema):
+            return {"object"}
         return set(_ALL_TYPES) | {"integer"}
     kinds = {kind} if isinstance(kind, str) else set(kind)
     return kinds | ({"integer"} if "number" in kinds else set())
@@ -360,7 +377,7 @@ def _type_of(value: Any) -> str:
 
 
 def _apart(a: Any, b: Any, doc: Document, depth: int) -> bool:
-    """Whether no value can match both ``a`` and ``b`` (False: not shown)."""
+    """Whether no value the converter writes for ``a`` matches ``b`` (False: not shown)."""
     if depth > 8:
         return False
     a, b = _deref(a, doc, "#"), _deref(b, doc, "#")
@@ -368,7 +385,7 @@ def _apart(a: Any, b: Any, doc: Document, depth: int) -> bool:
         return True
     if not isinstance(a, dict) or not isinstance(b, dict):
         return False
-    ta, tb = _types(a), _types(b)
+    ta, tb = _types(a, written=True), _types(b, written=False)
     if not (ta & tb):
         return True
     va, vb = _finite(a), _finite(b)
@@ -382,7 +399,7 @@ def _apart(a: Any, b: Any, doc: Document, depth: int) -> bool:
             return True
     if ta & tb <= {"string"} and _first_chars_apart(a, b):
         return True
-    if ta & tb <= {"object"}:
+    if ta <= {"object"}:
         pa, pb = a.get("properties") or {}, b.get("properties") or {}
         ra, rb = set(a.get("required") or []), set(b.get("required") or [])
         for key in ra & rb:

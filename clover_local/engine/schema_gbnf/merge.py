@@ -159,6 +159,13 @@ def _held_to_additional(part: dict[str, Any], other: dict[str, Any], path: str) 
     patterns: dict[str, Any] = (
         part["patternProperties"] if isinstance(part.get("patternProperties"), dict) else {}
     )
+    their_patterns = other.get("patternProperties")
+    if additional is not True and isinstance(their_patterns, dict):
+        # Keys the other part's patterns allow are extra keys here too: held to this part's additionalProperties
+        # (stricter than this part's own patterns may be, never looser).
+        held = {p: merge_lazy(s, additional) for p, s in their_patterns.items() if p not in patterns}
+        part = {**part, "patternProperties": {**patterns, **held}}
+        patterns = part["patternProperties"]
     if not isinstance(extra, dict) or (additional is True and not patterns):
         return part
     own: dict[str, Any] = part["properties"] if isinstance(part.get("properties"), dict) else {}
