@@ -66,7 +66,9 @@ def _child(schemas_file: str, model: str, max_tokens: int) -> None:
 def _round(tree: Path, schemas_file: str, model: str, max_tokens: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     args = [sys.executable, str(Path(__file__).resolve()), "--child", schemas_file, model, str(max_tokens)]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, check=True, cwd=tree)
+    done = subprocess.run(args, env=env, capture_output=True, text=True, check=False, cwd=tree)
+    if done.returncode:
+        raise SystemExit(f"the benchmark in {tree} failed:\n{done.stderr[-3000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 

@@ -3,11 +3,7 @@
 ``dependentSchemas`` and draft-7 ``dependencies``, and ``not`` of such a condition (or of a ``type``). The keys
 the conditions read are given every state they can have (absent, present, present with each value named), each
 combination decides every condition, and the schema becomes an ``anyOf`` of one object schema a combination.
-A condition on anything else is refused by name.
-
-And ``oneOf``: its alternatives must never both match, or a reply could be valid under two. Alternatives are
-checked pairwise for a difference that keeps them apart (types, values, a key one requires and the other
-forbids); where none is found, a key the other alternative requires is made absent in this one."""
+A condition on anything else is refused by name."""
 
 from __future__ import annotations
 
@@ -15,7 +11,6 @@ import itertools
 from typing import Any
 
 from clover_local.engine.schema_gbnf.common import Document, pointer
-from clover_local.engine.schema_gbnf.keywords import valid_in_document
 from clover_local.engine.schema_gbnf.limits import SchemaRefused, Unsatisfiable
 from clover_local.engine.schema_gbnf.merge import (
     ANNOTATIONS,
@@ -26,12 +21,11 @@ from clover_local.engine.schema_gbnf.merge import (
     merge,
     types_meeting,
 )
-from clover_local.engine.schema_gbnf.pattern import first_chars
 
 MAX_COMBINATIONS = 256
 """States of the keys the conditions read, multiplied out: beyond this a schema is refused."""
 _CONDITIONAL = ("if", CONDITIONS, "dependentRequired", "dependentSchemas", "dependencies", "not")
-_ALL_TYPES = ("null", "boolean", "object", "array", "number", "string")
+ALL_TYPES = ("null", "boolean", "object", "array", "number", "string")
 _ABSENT = ("absent",)
 _PRESENT = ("present",)
 
@@ -99,7 +93,7 @@ def _combinations(base: dict[str, Any], rules: list[tuple[dict[str, tuple[Any, .
     states: list[list[tuple[Any, ...]]] = []
     for key, values in keys.items():
         declared = _deref((base.get("properties") or {}).get(key, True), doc, path)
-        named = _finite(declared)
+        named = finite(declared)
         if values and isinstance(named, list):
             options: list[tuple[Any, ...]] = [("in", (v,)) for v in named]
         else:
@@ -172,7 +166,7 @@ def _condition(schema: Any, doc: Document, path: str, keyword: str = "if") -> di
     required = schema.get("required") or []
     out: dict[str, tuple[Any, ...]] = {k: _PRESENT for k in required}
     for key, sub in (schema.get("properties") or {}).items():
-        values = _finite(_deref(sub, doc, pointer(path, "properties", key)))
+        values = finite(_deref(sub, doc, pointer(path, "properties", key)))
         if values is None:
             raise SchemaRefused(
                 keyword, pointer(path, "properties", key), "only a const or enum value can be tested."
@@ -182,7 +176,7 @@ def _condition(schema: Any, doc: Document, path: str, keyword: str = "if") -> di
     return out
 
 
-def _finite(schema: Any) -> list[Any] | bool | None:
+def finite(schema: Any) -> list[Any] | bool | None:
     """The values a schema allows when it names them (``const``, ``enum``, ``boolean``, ``null``); True when it
     allows anything; None otherwise."""
     if schema is True or schema == {}:
@@ -199,7 +193,7 @@ def _finite(schema: Any) -> list[Any] | bool | None:
         return [None]
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list) and set(schema) - ANNOTATIONS == {key}:
-            parts = [_finite(p) for p in schema[key]]
+            parts = [finite(p) for p in schema[key]]
             if all(isinstance(p, list) for p in parts):
                 return [v for p in parts if isinstance(p, list) for v in p]
     if all(k in ANNOTATIONS for k in schema):
@@ -216,7 +210,7 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
     if isinstance(negated, dict) and set(negated) - ANNOTATIONS == {"type"}:
         kinds = [negated["type"]] if isinstance(negated["type"], str) else list(negated["type"])
         left = [
-            t for t in types_meeting(base.get("type", list(_ALL_TYPES)), list(_ALL_TYPES)) if t not in kinds
+            t for t in types_meeting(base.get("type", list(ALL_TYPES)), list(ALL_TYPES)) if t not in kinds
         ]
         left = [t for t in left if not (t == "integer" and "number" in kinds)]
         if "number" in left and "integer" in kinds:
@@ -224,8 +218,8 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
         if not left:
             raise SchemaRefused("not", path, "no type is left.")
         return {**base, "type": left[0] if len(left) == 1 else left}, []
-    values = _finite(negated) if isinstance(negated, dict) else None
-    allowed = _finite(base)
+    values = finite(negated) if isinstance(negated, dict) else None
+    allowed = finite(base)
     if isinstance(values, list) and isinstance(allowed, list):
         kept = [v for v in allowed if not any(_same(v, w) for w in values)]
         if not kept:
@@ -252,7 +246,7 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
 
 def listed(schema: Any) -> list[Any] | None:
     """The values a schema lists (``const``, ``enum``, ``boolean``, ``null``); None when it lists none."""
-    values = _finite(schema)
+    values = finite(schema)
     return values if isinstance(values, list) else None
 
 
@@ -273,7 +267,7 @@ def without(base: dict[str, Any], values: list[Any]) -> dict[str, Any] | None:
     ):
         excluded = [*base.get(NOT_IN, []), *values, *([""] if base.get("minLength", 0) == 1 else [])]
         return {**{k: v for k, v in base.items() if k != "minLength"}, NOT_IN: sorted(set(excluded))}
-    integers = [int(v) for v in values if _type_of(v) == "integer"]
+    integers = [int(v) for v in values if type_of(v) == "integer"]
     if kind == "integer" and "anyOf" not in base and len(integers) < 64:
         ranges: list[dict[str, Any]] = []
         below: int | None = None
@@ -295,78 +289,7 @@ def _deref(schema: Any, doc: Document, path: str) -> Any:
     raise SchemaRefused("$ref", path, "references loop.")
 
 
-# --- oneOf ------------------------------------------------------------------------------------------------
-
-
-def exclusive(alternatives: list[Any], doc: Document, path: str) -> list[tuple[int, Any]]:
-    """``oneOf``'s alternatives, each written so that what it writes matches none of the others as the schema
-    gives them: apart already, or made so by making a key another requires absent. One that cannot be kept
-    apart is not written (a subset); when none is left the schema is refused."""
-    out = []
-    for i, alternative in enumerate(alternatives):
-        mine = alternative
-        for j, other in enumerate(alternatives):
-            if i == j or mine is None or _apart(mine, other, doc, 0):
-                continue
-            mine = _make_absent(mine, other, doc, path)
-        if mine is not None:
-            out.append((i, mine))
-    if not out:
-        raise SchemaRefused(
-            "oneOf", path, "its alternatives overlap, and 'oneOf' allows exactly one to match."
-        )
-    return out
-
-
-def _make_absent(mine: Any, other: Any, doc: Document, path: str) -> Any:
-    """``mine`` made to differ from ``other``: a key that ``other`` requires made absent, or a key that
-    ``other`` forbids made required; None when neither can be done."""
-    mine_d, other_d = _deref(mine, doc, path), _deref(other, doc, path)
-    if not isinstance(mine_d, dict) or not isinstance(other_d, dict):
-        return None
-    listed_other = _finite(other_d)
-    if isinstance(listed_other, list) and not isinstance(_finite(mine_d), list):
-        return without(mine_d, listed_other)
-    if "object" not in _types(mine_d, written=True):
-        return None
-    own_required = mine_d.get("required") or []
-    theirs = [r for r in other_d.get("required") or [] if r not in own_required]
-    own = [k for k, v in (mine_d.get("properties") or {}).items() if v is not False and k not in own_required]
-    forbidden = [k for k in own if _forbids(other_d, k)]
-    if theirs:
-        extra: dict[str, Any] = {"properties": {theirs[0]: False}}
-    elif forbidden:
-        extra = {"required": [forbidden[0]]}
-    else:
-        return None
-    if isinstance(mine, dict) and "$ref" in mine:  # kept a reference, so a recursive schema stays one rule
-        rest = merge({k: v for k, v in mine.items() if k != "$ref"}, extra, path)
-        fixed = (
-            False if rest is False or merge(mine_d, extra, path) is False else {"$ref": mine["$ref"], **rest}
-        )
-    else:
-        fixed = merge(mine_d, extra, path)
-    return None if fixed is False else fixed
-
-
-def _types(schema: Any, *, written: bool) -> set[str]:
-    """The types of the values a schema matches, or (``written``) of those the converter writes for it: a
-    schema with ``properties`` and no ``type`` matches any string, but is written as an object."""
-    if not isinstance(schema, dict):
-        return set(_ALL_TYPES) | {"integer"}
-    values = _finite(schema)
-    if isinstance(values, list):
-        return {_type_of(v) for v in values}
-    kind = schema.get("type")
-    if kind is None:
-        if written and ("properties" in schema or "required" in schema or "additionalProperties" in schema):
-            return {"object"}
-        return set(_ALL_TYPES) | {"integer"}
-    kinds = {kind} if isinstance(kind, str) else set(kind)
-    return kinds | ({"integer"} if "number" in kinds else set())
-
-
-def _type_of(value: Any) -> str:
+def type_of(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -374,51 +297,3 @@ def _type_of(value: Any) -> str:
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
         return "integer"
     return {float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "string")
-
-
-def _apart(a: Any, b: Any, doc: Document, depth: int) -> bool:
-    """Whether no value the converter writes for ``a`` matches ``b`` (False: not shown)."""
-    if depth > 8:
-        return False
-    a, b = _deref(a, doc, "#"), _deref(b, doc, "#")
-    if a is False or b is False:
-        return True
-    if not isinstance(a, dict) or not isinstance(b, dict):
-        return False
-    ta, tb = _types(a, written=True), _types(b, written=False)
-    if not (ta & tb):
-        return True
-    va, vb = _finite(a), _finite(b)
-    if isinstance(va, list) and isinstance(vb, list) and not any(_same(x, y) for x in va for y in vb):
-        return True
-    for values, other in ((va, b), (vb, a)):
-        if isinstance(values, list) and (
-            all(isinstance(v, str) and v in other.get(NOT_IN, ()) for v in values)
-            or all(valid_in_document(v, other, doc.root) is False for v in values)
-        ):
-            return True
-    if ta & tb <= {"string"} and _first_chars_apart(a, b):
-        return True
-    if ta <= {"object"}:
-        pa, pb = a.get("properties") or {}, b.get("properties") or {}
-        ra, rb = set(a.get("required") or []), set(b.get("required") or [])
-        for key in ra & rb:
-            if key in pa and key in pb and _apart(pa[key], pb[key], doc, depth + 1):
-                return True
-        if any(_forbids(b, k) for k in ra) or any(_forbids(a, k) for k in rb):
-            return True
-    return False
-
-
-def _first_chars_apart(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two patterns whose matches cannot begin with the same character (nor be empty)."""
-    firsts = [first_chars(s["pattern"]) if isinstance(s.get("pattern"), str) else None for s in (a, b)]
-    return firsts[0] is not None and firsts[1] is not None and not (firsts[0] & firsts[1])
-
-
-def _forbids(schema: dict[str, Any], key: str) -> bool:
-    """Whether an object matching ``schema`` can never have ``key``."""
-    props = schema.get("properties") or {}
-    if key in props:
-        return props[key] is False
-    return schema.get("additionalProperties") is False and not schema.get("patternProperties")

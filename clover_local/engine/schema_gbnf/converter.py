@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from clover_local.engine.schema_gbnf import branches, numbers, pattern
+from clover_local.engine.schema_gbnf import branches, exclusive, numbers, pattern, regex_facts
 from clover_local.engine.schema_gbnf.common import (
     INVALID_RULE_CHARS,
     Document,
@@ -155,7 +155,7 @@ class Converter:
                 if not alternatives:
                     raise Unsatisfiable(key, path, "no alternative meets the keywords beside it.")
                 if key == "oneOf" and len(alternatives) > 1:
-                    kept = branches.exclusive([a for _i, a in alternatives], doc, path)
+                    kept = exclusive.exclusive([a for _i, a in alternatives], doc, path)
                     alternatives = [(alternatives[k][0], a) for k, a in kept]
                 rules = []
                 first: Unsatisfiable | None = None
@@ -486,8 +486,8 @@ class Converter:
                 )
             if lo or hi is not None:
                 try:
-                    source = pattern.within_lengths(source, lo, hi)
-                except pattern.Unsupported as exc:
+                    source = regex_facts.within_lengths(source, lo, hi)
+                except regex_facts.Unsupported as exc:
                     keyword, _, why = str(exc).partition(": ")
                     if keyword not in ("minLength", "maxLength"):
                         raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
@@ -499,7 +499,7 @@ class Converter:
                     source, rule_name, self.add_rule,
                     lambda item, a, b: self.repetition(item, a, b, where=("pattern", path)),
                 )  # fmt: skip
-            except pattern.Unsupported as exc:
+            except regex_facts.Unsupported as exc:
                 raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
             return self.add_rule(rule_name, body)
         if isinstance(fmt, str) and (fmt == "uuid" or re.fullmatch(r"uuid[1-5]", fmt)):
