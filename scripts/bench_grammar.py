@@ -99,7 +99,7 @@ def main() -> None:
         for _ in range(args.rounds):
             runs["base"].append(_round(base, str(schemas_file), model, args.max_tokens))
             runs["here"].append(_round(ROOT, str(schemas_file), model, args.max_tokens))
-    print(f"| schema | tokens | {args.base} tok/s | this tree tok/s | ratio |")
+    print(f"| schema | tokens ({args.base} / this tree) | {args.base} tok/s | this tree tok/s | ratio |")
     print("| --- | --- | --- | --- | --- |")
     ratios = []
     for name in runs["here"][0]:
@@ -110,7 +110,7 @@ def main() -> None:
         speed = {k: statistics.median(r[name]["tokens_per_s"] for r in v) for k, v in runs.items()}
         ratio = speed["here"] / speed["base"]
         ratios.append(ratio)
-        tokens = runs["here"][0][name]["tokens"]
+        tokens = f"{runs['base'][0][name]['tokens']} / {runs['here'][0][name]['tokens']}"
         print(f"| {name} | {tokens} | {speed['base']:.1f} | {speed['here']:.1f} | {ratio:.2f} |")
     if ratios:
         mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
