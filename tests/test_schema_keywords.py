@@ -132,6 +132,7 @@ def test_nested_repetitions_allow_exactly_the_counts_asked(lo: int, hi: int | No
         ({"type": "object", "properties": {"a": {"type": "string", "not": {"pattern": "^x"}}}}, "not", "#/properties/a/not"),
         ({"type": "array", "items": {"type": "string"}, "uniqueItems": True, "minItems": 2}, "uniqueItems", "#"),
         ({"type": "array", "contains": {"const": 1}}, "contains", "#"),
+        ({"type": "object", "properties": {"k": {"oneOf": [{"const": i} for i in range(65)]}}}, "oneOf", "#/properties/k"),
         ({"allOf": [{"$ref": "#/$defs/a"}], "$defs": {"a": {"type": "string", "pattern": "^a", "allOf": [{"pattern": "b$"}]}}},
          "pattern", "#/$defs/a"),
         ({"type": "object", "properties": {"a~b/c": {"type": "string", "format": "date", "maxLength": 5}}},

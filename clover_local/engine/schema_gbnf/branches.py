@@ -186,7 +186,8 @@ def finite(schema: Any) -> list[Any] | bool | None:
     if "const" in schema:
         return [schema["const"]]
     if isinstance(schema.get("enum"), list):
-        return list(schema["enum"])
+        listed: list[Any] = schema["enum"]  # the list itself: its facts are kept by identity (exclusive.py)
+        return listed
     if schema.get("type") == "boolean":
         return [True, False]
     if schema.get("type") == "null":

@@ -13,14 +13,22 @@ from clover_local.engine.schema_gbnf.branches import ALL_TYPES, finite, resolved
 from clover_local.engine.schema_gbnf.common import Document
 from clover_local.engine.schema_gbnf.keywords import valid_in_document
 from clover_local.engine.schema_gbnf.limits import SchemaRefused
-from clover_local.engine.schema_gbnf.merge import NOT_IN, _same, merge
+from clover_local.engine.schema_gbnf.merge import NOT_IN, canonical, merge
 from clover_local.engine.schema_gbnf.regex_facts import first_chars
+
+MAX_ALTERNATIVES = 64
+"""``oneOf`` alternatives checked pairwise (each pair costs up to a validation per listed value)."""
+MAX_VALUES_CHECKED = 256
+"""Listed values checked one by one against another alternative; past this, the two are not shown apart."""
 
 
 def exclusive(alternatives: list[Any], doc: Document, path: str) -> list[tuple[int, Any]]:
     """``oneOf``'s alternatives, each written so that what it writes matches none of the others as the schema
     gives them: apart already, or made so by making a key another requires absent. One that cannot be kept
     apart is not written (a subset); when none is left the schema is refused."""
+    if len(alternatives) > MAX_ALTERNATIVES:
+        raise SchemaRefused("oneOf", path, f"{len(alternatives)} alternatives; at most {MAX_ALTERNATIVES} are kept "
+                            "apart from each other.")  # fmt: skip
     out = []
     for i, alternative in enumerate(alternatives):
         mine = alternative
@@ -75,7 +83,7 @@ def _types(schema: Any, *, written: bool) -> set[str]:
         return set(ALL_TYPES) | {"integer"}
     values = finite(schema)
     if isinstance(values, list):
-        return {type_of(v) for v in values}
+        return set(_listed_facts(values)[1])
     kind = schema.get("type")
     if kind is None:
         if written and ("properties" in schema or "required" in schema or "additionalProperties" in schema):
@@ -98,12 +106,16 @@ def _apart(a: Any, b: Any, doc: Document, depth: int) -> bool:
     if not (ta & tb):
         return True
     va, vb = finite(a), finite(b)
-    if isinstance(va, list) and isinstance(vb, list) and not any(_same(x, y) for x in va for y in vb):
+    if isinstance(va, list) and isinstance(vb, list) and not _listed_facts(va)[0] & _listed_facts(vb)[0]:
         return True
     for values, other in ((va, b), (vb, a)):
-        if isinstance(values, list) and (
-            all(isinstance(v, str) and v in other.get(NOT_IN, ()) for v in values)
-            or all(valid_in_document(v, other, doc.root) is False for v in values)
+        if (
+            isinstance(values, list)
+            and len(values) <= MAX_VALUES_CHECKED
+            and (
+                all(isinstance(v, str) and v in other.get(NOT_IN, ()) for v in values)
+                or all(valid_in_document(v, other, doc.root) is False for v in values)
+            )
         ):
             return True
     if ta & tb <= {"string"} and _first_chars_apart(a, b):
@@ -117,6 +129,21 @@ def _apart(a: Any, b: Any, doc: Document, depth: int) -> bool:
         if any(_forbids(b, k) for k in ra) or any(_forbids(a, k) for k in rb):
             return True
     return False
+
+
+_FACTS: dict[int, tuple[list[Any], frozenset[str], frozenset[str]]] = {}
+
+
+def _listed_facts(values: list[Any]) -> tuple[frozenset[str], frozenset[str]]:
+    """The canonical texts of listed values and their types, kept for the list while it is the one at that
+    address: one ``oneOf``'s lists are compared with each other many times."""
+    kept = _FACTS.get(id(values))
+    if kept is None or kept[0] is not values:
+        if len(_FACTS) > 4096:
+            _FACTS.clear()
+        kept = (values, frozenset(canonical(v) for v in values), frozenset(type_of(v) for v in values))
+        _FACTS[id(values)] = kept
+    return kept[1], kept[2]
 
 
 def _first_chars_apart(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -206,6 +206,13 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def canonical(value: Any) -> str:
+    """One text for each JSON value (``1`` and ``1.0`` alike), to compare many values as a set."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return json.dumps(value, sort_keys=True)
+
+
 def _same(a: Any, b: Any) -> bool:
     """JSON equality (``1`` is ``1.0``; ``true`` is not ``1``)."""
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True) or (
