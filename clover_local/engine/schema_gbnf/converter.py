@@ -16,7 +16,6 @@ from clover_local.engine.schema_gbnf.common import (
     INVALID_RULE_CHARS,
     Document,
     build_repetition,
-    class_char,
     constant,
     count_of,
     existing,
@@ -33,7 +32,7 @@ from clover_local.engine.schema_gbnf.keywords import (
 )
 from clover_local.engine.schema_gbnf.limits import LIMITS, Limits, SchemaRefused, Unsatisfiable
 from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, NOT_IN, lift, merge
-from clover_local.engine.schema_gbnf.objects import ExtraKeys, plan_object
+from clover_local.engine.schema_gbnf.objects import ExtraKeys, not_strings_rule, plan_object
 from clover_local.engine.schema_gbnf.objects import trivial as objects_trivial
 from clover_local.engine.schema_gbnf.rules import FORMAT_LENGTHS, FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
 
@@ -365,35 +364,8 @@ class Converter:
         return f'{key} ":" space {value}'
 
     def _not_strings(self, strings: list[str]) -> str:
-        """A JSON string that is none of ``strings`` (an additional property's key). Its characters are written
-        plain, never as escapes: ``"a\\u0062"`` is the key ``ab``, which a check on the text would let by."""
-        trie: dict[str, Any] = {}
-        for s in strings:
-            if any(c in '"\\' or ord(c) < 0x20 or c == "\x7f" for c in s):
-                continue  # a key written without escapes can never be this name
-            node = trie
-            for ch in s:
-                node = node.setdefault(ch, {})
-            node[""] = {}
-        char = self.add_rule("key-char", f"[^{pattern.UNSAFE}]")
-
-        def visit(node: dict[str, Any]) -> str:
-            alts: list[str] = []
-            for ch, child in node.items():
-                if ch == "":
-                    continue
-                has_children = any(k != "" for k in child)
-                alts.append(
-                    f"[{class_char(ch)}] ({visit(child)})" if has_children else f"[{class_char(ch)}] {char}+"
-                )
-            if alts:
-                rejects = "".join(class_char(c) for c in node if c)
-                alts.append(f"[^{rejects}{pattern.UNSAFE}] {char}*")
-            return " | ".join(alts)
-
-        end = "" if "" in trie else "?"
-        body = visit(trie)
-        return f'["] ( {body} ){end} ["]' if body else f'["] {char}* ["]'
+        """A JSON string that is none of ``strings`` (:func:`.objects.not_strings_rule`)."""
+        return not_strings_rule(strings, self.add_rule("key-char", f"[^{pattern.UNSAFE}]"))
 
     def _array(self, schema: dict[str, Any], sub: str, path: str, doc: Document, depth: int) -> str:
         lo, hi = count_of(schema, "minItems", path, 0), count_of(schema, "maxItems", path, None)

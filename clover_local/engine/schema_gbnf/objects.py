@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from clover_local.engine.schema_gbnf.common import count_of, pointer, required_of
+from clover_local.engine.schema_gbnf.common import class_char, count_of, pointer, required_of
 from clover_local.engine.schema_gbnf.limits import SchemaRefused, Unsatisfiable
 from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, merge_lazy, search
+from clover_local.engine.schema_gbnf.pattern import UNSAFE
 
 
 @dataclass(frozen=True)
@@ -133,3 +134,35 @@ def plan_object(schema: dict[str, Any], path: str, names_ok: Any) -> ObjectPlan:
 def trivial(schema: Any) -> bool:
     """A schema that allows any value (``true``, ``{}``, annotations only)."""
     return schema is True or (isinstance(schema, dict) and all(k in ANNOTATIONS for k in schema))
+
+
+def not_strings_rule(strings: list[str], char: str) -> str:
+    """GBNF for a JSON string that is none of ``strings`` (an extra key; a string ``not`` an ``enum``), its
+    characters ``char`` (a rule of plain characters): never escapes, as ``"a\\u0062"`` is the name ``ab``,
+    which a check on the text would let by."""
+    trie: dict[str, Any] = {}
+    for s in strings:
+        if any(c in '"\\' or ord(c) < 0x20 or c == "\x7f" for c in s):
+            continue  # a key written without escapes can never be this name
+        node = trie
+        for ch in s:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def visit(node: dict[str, Any]) -> str:
+        alts: list[str] = []
+        for ch, child in node.items():
+            if ch == "":
+                continue
+            has_children = any(k != "" for k in child)
+            alts.append(
+                f"[{class_char(ch)}] ({visit(child)})" if has_children else f"[{class_char(ch)}] {char}+"
+            )
+        if alts:
+            rejects = "".join(class_char(c) for c in node if c)
+            alts.append(f"[^{rejects}{UNSAFE}] {char}*")
+        return " | ".join(alts)
+
+    end = "" if "" in trie else "?"
+    body = visit(trie)
+    return f'["] ( {body} ){end} ["]' if body else f'["] {char}* ["]'
