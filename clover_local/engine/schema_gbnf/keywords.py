@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from clover_local.engine.schema_gbnf.branches import type_of
 from clover_local.engine.schema_gbnf.limits import SchemaRefused, Unsatisfiable
 from clover_local.engine.schema_gbnf.merge import merge
 
@@ -75,7 +76,10 @@ def listed_values(schema: dict[str, Any], path: str, max_enum: int) -> list[Any]
     if len(values) > max_enum:
         raise SchemaRefused("enum", path, f"{len(values)} values, over the limit of {max_enum}.")
     local = {k: v for k, v in schema.items() if k in _LOCAL}
-    if len(local) > ("$schema" in local):
+    if set(local) - {"$schema"} == {"type"}:  # the common case, without a validator per value
+        kinds = {local["type"]} if isinstance(local["type"], str) else set(local["type"])
+        values = [v for v in values if type_of(v) in kinds or (type_of(v) == "integer" and "number" in kinds)]
+    elif len(local) > ("$schema" in local):
         check = jsonschema.validators.validator_for(local, default=jsonschema.Draft202012Validator)(local)
         values = [v for v in values if _valid(check, v)]
     unique = list({json.dumps(v, sort_keys=True): v for v in values}.values())
