@@ -133,6 +133,9 @@ def test_nested_repetitions_allow_exactly_the_counts_asked(lo: int, hi: int | No
         ({"type": "array", "items": {"type": "string"}, "uniqueItems": True, "minItems": 2}, "uniqueItems", "#"),
         ({"type": "array", "contains": {"const": 1}}, "contains", "#"),
         ({"type": "object", "properties": {"k": {"oneOf": [{"const": i} for i in range(65)]}}}, "oneOf", "#/properties/k"),
+        ({"type": "object", "properties": {"a": {"$ref": "#/$defs/n"}},
+          "$defs": {"n": {"type": "object", "properties": {"kid": {"$ref": "#/$defs/n"}}, "required": ["kid"]}}},
+         "$ref", "#/$defs/n"),
         ({"allOf": [{"$ref": "#/$defs/a"}], "$defs": {"a": {"type": "string", "pattern": "^a", "allOf": [{"pattern": "b$"}]}}},
          "pattern", "#/$defs/a"),
         ({"type": "object", "properties": {"a~b/c": {"type": "string", "format": "date", "maxLength": 5}}},
@@ -143,7 +146,8 @@ def test_a_refusal_names_the_keyword_at_a_path_that_exists(
     schema: dict[str, Any], keyword: str, path: str
 ) -> None:
     """4 December: ``if``/``then``/``else`` was reported as ``allOf`` or ``$``, and a type list's refusal at
-    ``#/type/0/...``, which is no place in the schema."""
+    ``#/type/0/...``, which is no place in the schema. A schema whose values would have to hold themselves is
+    refused too: its grammar has no finite sentence, so a reply that went down it could never end."""
     refusal = _refused(schema)
     assert (refusal.keyword, refusal.path) == (keyword, path)
 

@@ -23,6 +23,7 @@ from clover_local.engine.schema_gbnf.common import (
     repetition_cost,
     schema_list,
 )
+from clover_local.engine.schema_gbnf.finite import endless
 from clover_local.engine.schema_gbnf.keywords import (
     beside,
     listed_values,
@@ -53,6 +54,8 @@ class Converter:
         self._chars = len(SPACE_RULE)
         self._expanded = 0
         self._resolving: set[str] = set()
+        self._ref_paths: dict[str, str] = {}
+        """Rule name of each reference followed, and the place it points at (where an endless rule is named)."""
         self._documents = 0
 
     # --- output -----------------------------------------------------------------------------------------------
@@ -111,10 +114,23 @@ class Converter:
             schema if root is None else root, f"d{self._documents}-" if self._documents > 1 else ""
         )
         try:
-            return self._visit(schema, name, "#", doc, 0)
+            rule = self._visit(schema, name, "#", doc, 0)
+            self._check_finite()
+            return rule
         except SchemaRefused as refused:
             place = existing(doc.root, refused.path)
             raise (refused if place == refused.path else refused.at(place)) from None
+
+    def _check_finite(self) -> None:
+        """Refuse a schema no finite value matches (:mod:`.finite`): its reply could never end."""
+        stuck = endless(self._rules)
+        if stuck:
+            where = sorted(self._ref_paths[n] for n in stuck if n in self._ref_paths)
+            raise SchemaRefused(
+                "$ref" if where else "required", where[0] if where else "#",
+                "every value would have to hold itself (a required property refers back to its own schema): "
+                "no finite JSON matches, so no reply could end.",
+            )  # fmt: skip
 
     def _visit(self, schema: Any, name: str, path: str, doc: Document, depth: int) -> str:
         if depth > self.limits.max_depth:
@@ -235,6 +251,7 @@ class Converter:
         key = doc.prefix + at
         if ref_name not in self._rules and key not in self._resolving:
             self._resolving.add(key)
+            self._ref_paths[ref_name] = at
             try:
                 ref_name = self._visit(target, ref_name, at, doc, depth + 1)
             finally:
