@@ -156,8 +156,9 @@ class Converter:
             if len(cases) == 1:
                 return self._visit(cases[0], name, path, doc, depth + 1)
             sub = name + ("-" if name else "case-")
-            rules = [self._visit(c, f"{sub}{i}", path, doc, depth + 1) for i, c in enumerate(cases)]
-            return self.add_rule(rule_name, " | ".join(dict.fromkeys(rules)))
+            return self.add_rule(
+                rule_name, self._alternatives([(i, c, path) for i, c in enumerate(cases)], sub, doc, depth)
+            )
         for key in ("oneOf", "anyOf"):
             if key in schema:
                 constraints = beside(schema, key)
@@ -172,17 +173,8 @@ class Converter:
                 if key == "oneOf" and len(alternatives) > 1:
                     kept = exclusive.exclusive([a for _i, a in alternatives], doc, path)
                     alternatives = [(alternatives[k][0], a) for k, a in kept]
-                rules = []
-                first: Unsatisfiable | None = None
-                for i, alt in alternatives:
-                    try:
-                        rules.append(self._visit(alt, f"{sub}{i}", pointer(path, key, i), doc, depth + 1))
-                    except Unsatisfiable as exc:  # an alternative no value matches is never written
-                        first = first or exc
-                if not rules:
-                    assert first is not None
-                    raise first
-                return self.add_rule(rule_name, " | ".join(rules))
+                cases = [(i, alt, pointer(path, key, i)) for i, alt in alternatives]
+                return self.add_rule(rule_name, self._alternatives(cases, sub, doc, depth))
         kind = schema.get("type")
         if isinstance(kind, list):
             if not kind:
@@ -223,6 +215,20 @@ class Converter:
             else:
                 return self.add_rule(rule_name, self.primitive("value"))
         return self._typed(schema, kind, name, rule_name, path, doc, depth)
+
+    def _alternatives(self, cases: list[tuple[int, Any, str]], sub: str, doc: Document, depth: int) -> str:
+        """``a | b | ...`` of the cases (number, schema, path); a case no value matches is never written."""
+        rules: list[str] = []
+        first: Unsatisfiable | None = None
+        for i, case, where in cases:
+            try:
+                rules.append(self._visit(case, f"{sub}{i}", where, doc, depth + 1))
+            except Unsatisfiable as exc:
+                first = first or exc
+        if not rules:
+            assert first is not None
+            raise first
+        return " | ".join(dict.fromkeys(rules))
 
     def _typed(self, schema: dict[str, Any], kind: str, name: str, rule_name: str, path: str, doc: Document,
                depth: int) -> str:  # fmt: skip
