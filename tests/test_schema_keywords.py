@@ -219,6 +219,23 @@ def test_if_then_else_on_a_key_s_value_or_presence() -> None:
     _enforced(presence, good=[{"a": 1, "b": -5}, {"b": -9}], bad=[{"a": 1, "b": -9}])
 
 
+def test_if_on_the_keys_of_a_nested_object_or_not_of_a_condition() -> None:
+    """GitHub's action.yml schema asks ``if: {properties: {runs: {properties: {using: {const: ...}}}}}``;
+    size-limit's asks ``if: {not: {...}}``."""
+    runs = {
+        "type": "object",
+        "properties": {"using": {"enum": ["composite", "node"]}, "steps": {"type": "integer"}},
+    }
+    nested = {"type": "object", "properties": {"runs": runs, "name": {"type": "string"}}, "required": ["runs"],
+              "if": {"properties": {"runs": {"properties": {"using": {"const": "composite"}}}}},
+              "then": {"properties": {"runs": {"required": ["steps"]}}}, "else": {"required": ["name"]}}  # fmt: skip
+    _enforced(nested, good=[{"runs": {"steps": 1, "using": "composite"}}, {"runs": {"using": "node"}, "name": "n"}],
+              bad=[{"runs": {"using": "composite"}}, {"runs": {"using": "node"}}])  # fmt: skip
+    negated = {"type": "object", "properties": {"webpack": {"type": "boolean"}, "config": {"type": "string"}},
+               "if": {"not": {"properties": {"webpack": {"enum": [False]}}}}, "then": {"required": ["config"]}}  # fmt: skip
+    _enforced(negated, good=[{"webpack": True, "config": "c"}, {"webpack": False}], bad=[{"webpack": True}])
+
+
 def test_all_of_merges_any_parts_and_keeps_each_part_s_additional_properties() -> None:
     _enforced(
         {"allOf": [{"type": "string", "minLength": 2}, {"maxLength": 4}, {"pattern": "^[a-z]+$"}]},

@@ -43,7 +43,10 @@ def expand(schema: dict[str, Any], doc: Document, path: str) -> list[Any]:
     for i, triple in enumerate(schema.get(CONDITIONS, [])):
         where = path if i else pointer(path, "if")
         then, otherwise = (_deref(triple.get(k, True), doc, where) for k in ("then", "else"))
-        rules.append((_condition(_deref(triple["if"], doc, where), doc, where), then, otherwise))
+        test = _deref(triple["if"], doc, where)
+        if isinstance(test, dict) and set(test) - ANNOTATIONS == {"not"}:  # if not C then A else B
+            test, then, otherwise = _deref(test["not"], doc, pointer(where, "not")), otherwise, then
+        rules.append((_condition(test, doc, where), then, otherwise))
         kinds_of_rules.append(True)
     for key in ("dependentRequired", "dependentSchemas", "dependencies"):
         deps = schema.get(key)
@@ -85,17 +88,24 @@ def _combinations(base: dict[str, Any], rules: list[tuple[dict[str, tuple[Any, .
                   doc: Document, path: str) -> list[Any]:  # fmt: skip
     required = set(base.get("required") or [])
     keys: dict[str, list[tuple[Any, ...]]] = {}
+    nested: dict[str, Any] = {}  # a key whose value's own keys a condition reads: that condition
     for condition, _then, _else in rules:
         for key, state in condition.items():
             keys.setdefault(key, [])
             if state[0] == "in":
                 keys[key] += [("in", (v,)) for v in state[1] if not any(_same(v, s[1][0]) for s in keys[key])]
+            elif state[0] == "obj" and nested.setdefault(key, state[1]) != state[1]:
+                raise SchemaRefused("if", path, f"two conditions read the value of {key!r} differently.")
     states: list[list[tuple[Any, ...]]] = []
     for key, values in keys.items():
         declared = _deref((base.get("properties") or {}).get(key, True), doc, path)
         named = finite(declared)
-        if values and isinstance(named, list):
-            options: list[tuple[Any, ...]] = [("in", (v,)) for v in named]
+        if key in nested:
+            if values:
+                raise SchemaRefused("if", path, f"conditions read both the value and the keys of {key!r}.")
+            options: list[tuple[Any, ...]] = [("sat", nested[key]), ("unsat", nested[key])]
+        elif values and isinstance(named, list):
+            options = [("in", (v,)) for v in named]
         else:
             # A value no condition names, on a key whose values are not listed, is not written: a subset of
             # what the schema allows, never a reply it refuses.
@@ -134,6 +144,10 @@ def _state_schema(key: str, state: tuple[Any, ...]) -> dict[str, Any]:
         return {"properties": {key: False}}
     if state == _PRESENT:
         return {"required": [key]}
+    if state[0] == "sat":
+        return {"required": [key], "properties": {key: state[1]}}
+    if state[0] == "unsat":
+        return {"required": [key], "properties": {key: {"not": state[1]}}}
     return {"required": [key], "properties": {key: {"const": state[1][0]}}}
 
 
@@ -141,6 +155,8 @@ def _holds(condition: dict[str, tuple[Any, ...]], chosen: dict[str, tuple[Any, .
     for key, want in condition.items():
         have = chosen[key]
         if want == _PRESENT and have == _ABSENT:
+            return False
+        if want[0] == "obj" and (have[0] == "unsat" or (have == _ABSENT and not want[2])):
             return False
         if want[0] == "in":  # present with one of the values, or absent when ``optional``
             if have == _ABSENT:
@@ -152,8 +168,9 @@ def _holds(condition: dict[str, tuple[Any, ...]], chosen: dict[str, tuple[Any, .
 
 
 def _condition(schema: Any, doc: Document, path: str, keyword: str = "if") -> dict[str, tuple[Any, ...]]:
-    """An ``if`` schema (or what a ``not`` excludes) as what it asks of each key: ``("present",)``, or
-    ``("in", values, absent_ok)``."""
+    """An ``if`` schema (or what a ``not`` excludes) as what it asks of each key: ``("present",)``,
+    ``("in", values, absent_ok)``, or ``("obj", condition, absent_ok)`` (the value under the key is an object
+    whose own keys meet a condition of the same kind)."""
     if schema is True or schema == {}:
         return {}
     if (
@@ -166,12 +183,17 @@ def _condition(schema: Any, doc: Document, path: str, keyword: str = "if") -> di
     required = schema.get("required") or []
     out: dict[str, tuple[Any, ...]] = {k: _PRESENT for k in required}
     for key, sub in (schema.get("properties") or {}).items():
-        values = finite(_deref(sub, doc, pointer(path, "properties", key)))
+        where = pointer(path, "properties", key)
+        sub = _deref(sub, doc, where)
+        values = finite(sub)
         if values is None:
-            raise SchemaRefused(
-                keyword, pointer(path, "properties", key), "only a const or enum value can be tested."
-            )
-        if isinstance(values, list):
+            try:
+                _condition(sub, doc, where, keyword)  # a condition on the keys of the value under ``key``
+            except SchemaRefused:
+                raise SchemaRefused(keyword, where, "only a const or enum value, or keys of an object, can be "
+                                    "tested.") from None  # fmt: skip
+            out[key] = ("obj", sub, key not in required)
+        elif isinstance(values, list):
             out[key] = ("in", tuple(values), key not in required)
     return out
 
