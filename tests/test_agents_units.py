@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from clover_local.engine import grammar, toolcalls
+from clover_local.engine.schema_gbnf import schema_grammar
 from clover_local.engine.templates import render_jinja
 from clover_local.engine.types import (
     ChatMessage,
@@ -325,8 +326,8 @@ def test_llama_server_chat_route_gets_free_choices_and_schemas() -> None:
     other = ToolSpec("get_time")
     payload = agent_payload(GenerationRequest(prompt="x", tools=(WEATHER, other)))
     assert payload["tool_choice"] == "auto" and len(payload["tools"]) == 2
-    schema = agent_payload(GenerationRequest(prompt="x", json_schema={}))["response_format"]
-    assert schema["json_schema"]["schema"] == {"type": "object"}
+    grammar = agent_payload(GenerationRequest(prompt="x", json_schema={}))["grammar"]
+    assert grammar == schema_grammar({"type": "object"}), "the embedded engine's grammar, on both engines"
     with pytest.raises(ValueError, match="clover-local's route"):
         agent_payload(GenerationRequest(prompt="x", tools=(WEATHER, other), tool_choice="get_time"))
 
@@ -471,7 +472,7 @@ def test_clover_route_keeps_turn_markers_and_call_tags_as_text_and_stops_at_them
     assert out["stop"] == ["END", "<start_of_turn>", "<end_of_turn>", "</tool_call>"]
     assert out["preserved_tokens"] == ["<tool_call>", "</tool_call>", "<start_of_turn>", "<end_of_turn>"]
     schema = completion_payload(GenerationRequest(prompt="x", json_schema={}), "P", None, ())
-    assert schema["json_schema"] == {"type": "object"}
+    assert schema["grammar"] == schema_grammar({"type": "object"}) and "json_schema" not in schema
 
 
 def test_the_model_name_is_matched_in_any_case() -> None:

@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from clover_local.testing.models import TinySpec, tiny_model_from_spec
+from tests.real_schemas import validator
 from tests.schema_corpus import CORPUS, validate
 from tests.test_agents_generic import ENGINES, KEY, _served
 
@@ -106,11 +107,13 @@ def test_a_random_model_under_each_grammar_writes_valid_json(tiny_url: str, name
 
 
 def test_a_schema_over_the_limits_is_a_400_before_a_stream_starts(tiny_url: str) -> None:
-    """The grammar is built (and refused) before the stream starts; a ``pattern`` goes to llama-server as
-    clover-local's grammar too (its own converter takes some patterns as any string), so both engines refuse it
-    alike."""
-    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^a{1000000000}$"}}}
-    with pytest.raises(openai.BadRequestError, match="pattern") as info:
+    """The grammar is built (and refused) before the stream starts, on both engines alike (llama-server is sent
+    clover-local's grammar): sixty strings of up to 2,000 characters add up to more grammar than allowed."""
+    schema = {
+        "type": "object",
+        "properties": {f"s{i}": {"type": "string", "maxLength": 2000} for i in range(60)},
+    }
+    with pytest.raises(openai.BadRequestError, match="maxLength") as info:
         stream = _oa(tiny_url).chat.completions.create(
             model="m",
             messages=[{"role": "user", "content": "x"}],
@@ -122,16 +125,53 @@ def test_a_schema_over_the_limits_is_a_400_before_a_stream_starts(tiny_url: str)
     assert "#/properties/s" in str(info.value)
 
 
+def test_a_bound_past_2000_holds_on_both_engines(tiny_url: str) -> None:
+    """Issue 41: on the llama-server route ``maxLength: 2001`` let 2,617 characters through (llama.cpp's parser
+    reads a maximum past 2,000 as none). A random model writes string characters until the grammar ends the
+    string: at 2,001 characters at most, on both engines."""
+    schema = {"type": "string", "maxLength": 2001}
+    reply = _oa(tiny_url).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": ASK}],
+        response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+        max_tokens=3000,
+        temperature=1.0,
+        seed=41,
+    )
+    text = reply.choices[0].message.content or ""
+    if reply.choices[0].finish_reason == "stop":
+        validate(json.loads(text), schema)
+    else:  # the token budget ran out first: the string written so far is still within the bound
+        assert len(json.loads(text + '"')) <= 2001
+
+
+def test_a_plain_name_reference_is_followed_on_both_engines(url: str) -> None:
+    """Issue 41: ``{"$ref": "#num"}`` resolved to the root on the embedded engine (a reply ``{"x": {"x": ...}}``
+    came back as HTTP 200)."""
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"x": {"$ref": "#num"}},
+        "required": ["x"],
+        "additionalProperties": False,
+        "definitions": {"n": {"$id": "#num", "type": "integer", "minimum": 1, "maximum": 9}},
+    }
+    value = _reply_json(url, schema)
+    validator(schema).validate(value)  # draft-07: "$id": "#num" names the subschema
+    assert isinstance(value["x"], int)
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_keyword_no_grammar_enforces_is_a_400_naming_it_on_both_engines(url: str, stream: bool) -> None:
     """llama-server's converter passes over ``not`` (and the rest of ``schema_gbnf.keywords``): the reply would
-    ignore it. Both engines refuse it, by keyword and path, before a stream starts."""
+    ignore it. Both engines refuse what no grammar here enforces (``not`` of a pattern), by keyword and path,
+    before a stream starts."""
     schema = {
         "type": "object",
-        "properties": {"name": {"type": "string", "not": {"const": "root"}}},
+        "properties": {"name": {"type": "string", "not": {"pattern": "^root"}}},
         "required": ["name"],
     }
-    with pytest.raises(openai.BadRequestError, match="'not' at #/properties/name"):
+    with pytest.raises(openai.BadRequestError, match="'not' at #/properties/name/not"):
         reply = _oa(url).chat.completions.create(
             model="m",
             messages=[{"role": "user", "content": ASK}],
@@ -144,9 +184,9 @@ def test_a_keyword_no_grammar_enforces_is_a_400_naming_it_on_both_engines(url: s
 
 
 def test_a_forced_call_with_such_a_keyword_is_refused_on_both_engines(url: str) -> None:
-    params = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
+    params = {"type": "object", "properties": {"tags": {"type": "array", "contains": {"const": "x"}}}}
     tool = {"type": "function", "function": {"name": "tag", "parameters": params}}
-    with pytest.raises(openai.BadRequestError, match="'uniqueItems' at #/properties/tags"):
+    with pytest.raises(openai.BadRequestError, match="'contains' at #/properties/tags"):
         _oa(url).chat.completions.create(
             model="m",
             messages=[{"role": "user", "content": ASK}],

@@ -20,7 +20,6 @@ import json
 from typing import Any
 
 from clover_local.engine.schema_gbnf import schema_grammar
-from clover_local.engine.schema_gbnf.upstream import unenforced_upstream
 from clover_local.engine.templates import TemplateChoice, renders_tools
 from clover_local.engine.toolcalls import (
     CALL_END,
@@ -70,14 +69,13 @@ def completion_payload(
 
 
 def schema_fields(schema: dict[str, Any]) -> dict[str, Any]:
-    """How a reply's JSON schema goes to llama-server: as ``json_schema`` for its own converter, or, when the
-    schema uses something that converter accepts without enforcing (``schema_gbnf.upstream``), as
-    clover-local's ``grammar`` of it, so what llama-server is given is enforced. A keyword no grammar enforces
-    is a ``SchemaRefused`` naming it and its path, as on the embedded engine."""
-    schema = schema or {"type": "object"}
-    if unenforced_upstream(schema) is None:
-        return {"json_schema": schema}
-    return {"grammar": schema_grammar(schema)}
+    """How a reply's JSON schema goes to llama-server: as clover-local's ``grammar`` of it, the one the embedded
+    engine samples under, so both engines accept and refuse the same schemas (one keyword table decides,
+    ``schema_gbnf.keywords``) and every repetition stays inside what llama.cpp's grammar parser holds. Its own
+    converter resolved ``#name`` references, lengths over 2,000 and percent-encoded pointers otherwise than
+    JSON Schema does, and passes over keywords it does not read. A schema the grammar cannot enforce is a
+    ``SchemaRefused`` naming the keyword and its path, as on the embedded engine."""
+    return {"grammar": schema_grammar(schema or {"type": "object"})}
 
 
 def withhold_unfinished(calls: list[ToolCall]) -> list[ToolCall]:
@@ -115,15 +113,7 @@ def agent_payload(request: GenerationRequest) -> dict[str, Any]:
         out["tool_choice"] = request.tool_choice
         out["parallel_tool_calls"] = request.parallel_tool_calls
     if request.json_schema is not None:
-        fields = schema_fields(request.json_schema)
-        if "grammar" in fields:
-            out["grammar"] = fields["grammar"]
-        else:
-            schema = fields["json_schema"]
-            out["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "reply", "schema": schema},
-            }
+        out.update(schema_fields(request.json_schema))
     return out
 
 

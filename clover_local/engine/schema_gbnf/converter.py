@@ -5,24 +5,37 @@ used (a tool's parameters inside a call object keep their references)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
-from clover_local.engine.schema_gbnf import numbers, pattern
+from clover_local.engine.schema_gbnf import branches, exclusive, numbers, pattern, regex_facts
 from clover_local.engine.schema_gbnf.common import (
     INVALID_RULE_CHARS,
     Document,
     build_repetition,
-    class_char,
     constant,
     count_of,
-    properties_of,
-    required_of,
+    existing,
+    pointer,
+    repetition_cost,
     schema_list,
 )
-from clover_local.engine.schema_gbnf.keywords import beside, refuse_unenforceable, with_constraints
-from clover_local.engine.schema_gbnf.limits import LIMITS, Limits, SchemaRefused
-from clover_local.engine.schema_gbnf.rules import FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
+from clover_local.engine.schema_gbnf.finite import endless
+from clover_local.engine.schema_gbnf.keywords import (
+    beside,
+    listed_values,
+    name_matches,
+    refuse_unenforceable,
+    with_constraints,
+)
+from clover_local.engine.schema_gbnf.limits import LIMITS, Limits, SchemaRefused, Unsatisfiable
+from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, NOT_IN, lift, merge
+from clover_local.engine.schema_gbnf.objects import ExtraKeys, not_strings_rule, plan_object
+from clover_local.engine.schema_gbnf.objects import trivial as objects_trivial
+from clover_local.engine.schema_gbnf.rules import FORMAT_LENGTHS, FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
 
 
 def schema_grammar(schema: dict[str, Any], limits: Limits = LIMITS) -> str:
@@ -41,6 +54,8 @@ class Converter:
         self._chars = len(SPACE_RULE)
         self._expanded = 0
         self._resolving: set[str] = set()
+        self._ref_paths: dict[str, str] = {}
+        """Rule name of each reference followed, and the place it points at (where an endless rule is named)."""
         self._documents = 0
 
     # --- output -----------------------------------------------------------------------------------------------
@@ -71,17 +86,15 @@ class Converter:
         return "".join(f"{n} ::= {self._rules[n]}\n" for n in names)
 
     def repetition(self, item: str, lo: int, hi: int | None, sep: str = "", *, where: tuple[str, str]) -> str:
-        """``build_repetition``, after charging what llama.cpp's parser writes out for it."""
+        """``build_repetition``, after charging what llama.cpp's parser writes out for it; a count above what
+        its parser reads (2,000) is written as nested repetitions, exact."""
         keyword, path = where
-        for count in (lo, hi):
-            if count is not None and count > self.limits.max_count:
-                raise SchemaRefused(keyword, path, f"{count} is over the limit of {self.limits.max_count}.")
-        self._expanded += (max(lo, hi or 0) + 1) * (3 if sep else 1)
+        self._expanded += repetition_cost(lo, hi, self.limits.max_count) * (3 if sep else 1)
         if self._expanded > self.limits.max_expanded:
             raise SchemaRefused(
                 keyword, path, f"the repetitions add up to over {self.limits.max_expanded} grammar elements."
             )
-        return build_repetition(item, lo, hi, sep)
+        return build_repetition(item, lo, hi, sep, limit=self.limits.max_count)
 
     def primitive(self, name: str) -> str:
         rule = builtin(name)
@@ -100,7 +113,24 @@ class Converter:
         doc = Document(
             schema if root is None else root, f"d{self._documents}-" if self._documents > 1 else ""
         )
-        return self._visit(schema, name, "#", doc, 0)
+        try:
+            rule = self._visit(schema, name, "#", doc, 0)
+            self._check_finite()
+            return rule
+        except SchemaRefused as refused:
+            place = existing(doc.root, refused.path)
+            raise (refused if place == refused.path else refused.at(place)) from None
+
+    def _check_finite(self) -> None:
+        """Refuse a schema no finite value matches (:mod:`.finite`): its reply could never end."""
+        stuck = endless(self._rules)
+        if stuck:
+            where = sorted(self._ref_paths[n] for n in stuck if n in self._ref_paths)
+            raise SchemaRefused(
+                "$ref" if where else "required", where[0] if where else "#",
+                "every value would have to hold itself (a required property refers back to its own schema): "
+                "no finite JSON matches, so no reply could end.",
+            )  # fmt: skip
 
     def _visit(self, schema: Any, name: str, path: str, doc: Document, depth: int) -> str:
         if depth > self.limits.max_depth:
@@ -111,72 +141,100 @@ class Converter:
         if not isinstance(schema, dict):
             raise SchemaRefused("$", path, "a schema must be an object (or true); false allows no value.")
         refuse_unenforceable(schema, path)
+        schema = lift(schema)
         if "$ref" in schema:
-            return self.add_rule(rule_name, self._ref(schema["$ref"], path, doc, depth))
+            beside_ref = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
+            if not beside_ref:
+                return self.add_rule(rule_name, self._ref(schema["$ref"], path, doc, depth))
+            # Keywords beside a reference hold too (2019-09 on; before, a subset of what the schema allows).
+            return self.add_rule(rule_name, self._ref_with(schema["$ref"], beside_ref, path, doc, depth))
+        if "allOf" in schema:
+            merged = self._merge_parts(schema, path, doc)
+            return self._visit(merged, name, path, doc, depth + 1)
+        if branches.conditional(schema):
+            cases = branches.expand(schema, doc, path)
+            if len(cases) == 1:
+                return self._visit(cases[0], name, path, doc, depth + 1)
+            sub = name + ("-" if name else "case-")
+            return self.add_rule(
+                rule_name, self._alternatives([(i, c, path) for i, c in enumerate(cases)], sub, doc, depth)
+            )
         for key in ("oneOf", "anyOf"):
             if key in schema:
                 constraints = beside(schema, key)
                 sub = name + ("-" if name else "alternative-")
-                rules = [
-                    self._visit(alt, f"{sub}{i}", f"{path}/{key}/{i}", doc, depth + 1)
+                alternatives = [
+                    (i, alt)
                     for i, a in enumerate(schema_list(schema[key], key, path))
-                    if (alt := with_constraints(a, constraints, f"{path}/{key}/{i}")) is not None
+                    if (alt := with_constraints(a, constraints, pointer(path, key, i))) is not False
                 ]
-                if not rules:
-                    raise SchemaRefused(
-                        "type", path, f"no alternative of '{key}' has the type given beside it."
-                    )
-                return self.add_rule(rule_name, " | ".join(rules))
+                if not alternatives:
+                    raise Unsatisfiable(key, path, "no alternative meets the keywords beside it.")
+                if key == "oneOf" and len(alternatives) > 1:
+                    kept = exclusive.exclusive([a for _i, a in alternatives], doc, path)
+                    alternatives = [(alternatives[k][0], a) for k, a in kept]
+                cases = [(i, alt, pointer(path, key, i)) for i, alt in alternatives]
+                return self.add_rule(rule_name, self._alternatives(cases, sub, doc, depth))
         kind = schema.get("type")
         if isinstance(kind, list):
             if not kind:
                 raise SchemaRefused("type", path, "must not be empty.")
             rules = [
-                self._visit(
-                    {**schema, "type": t},
-                    f"{name}-{t}" if name else str(t),
-                    f"{path}/type/{i}",
-                    doc,
-                    depth + 1,
-                )
-                for i, t in enumerate(kind)
+                self._visit({**schema, "type": t}, f"{name}-{t}" if name else str(t), path, doc, depth + 1)
+                for t in dict.fromkeys(kind)
             ]
             return self.add_rule(rule_name, " | ".join(rules))
-        if "const" in schema:
-            return self.add_rule(rule_name, constant(schema["const"]))
-        if "enum" in schema:
-            values = schema["enum"]
-            if not isinstance(values, list) or not values:
-                raise SchemaRefused("enum", path, "must be a non-empty array.")
-            if len(values) > self.limits.max_enum:
-                raise SchemaRefused(
-                    "enum", path, f"{len(values)} values, over the limit of {self.limits.max_enum}."
-                )
+        if "const" in schema or "enum" in schema:
+            values = listed_values(schema, path, self.limits.max_enum)
             return self.add_rule(rule_name, "(" + " | ".join(constant(v) for v in values) + ")")
         if kind is not None and not isinstance(kind, str):
             raise SchemaRefused("type", path, "must be a string or an array of strings.")
-        if "allOf" in schema:
-            return self._all_of(schema, name, rule_name, path, doc, depth)
-        has_props = "properties" in schema or schema.get("additionalProperties", True) is not True
+        object_keys = (
+            "properties",
+            "patternProperties",
+            "propertyNames",
+            "required",
+            "minProperties",
+            "maxProperties",
+        )
+        has_props = (
+            any(k in schema for k in object_keys) or schema.get("additionalProperties", True) is not True
+        )
         if kind is None:
             if has_props:
                 kind = "object"
-            elif "items" in schema or "prefixItems" in schema:
+            elif any(k in schema for k in ("items", "prefixItems", "minItems", "maxItems", "uniqueItems")):
                 kind = "array"
             elif any(k in schema for k in ("pattern", "minLength", "maxLength", "format")):
                 kind = "string"
+            elif any(
+                k in schema
+                for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+            ):
+                kind = "number"
             else:
                 return self.add_rule(rule_name, self.primitive("value"))
         return self._typed(schema, kind, name, rule_name, path, doc, depth)
+
+    def _alternatives(self, cases: list[tuple[int, Any, str]], sub: str, doc: Document, depth: int) -> str:
+        """``a | b | ...`` of the cases (number, schema, path); a case no value matches is never written."""
+        rules: list[str] = []
+        first: Unsatisfiable | None = None
+        for i, case, where in cases:
+            try:
+                rules.append(self._visit(case, f"{sub}{i}", where, doc, depth + 1))
+            except Unsatisfiable as exc:
+                first = first or exc
+        if not rules:
+            assert first is not None
+            raise first
+        return " | ".join(dict.fromkeys(rules))
 
     def _typed(self, schema: dict[str, Any], kind: str, name: str, rule_name: str, path: str, doc: Document,
                depth: int) -> str:  # fmt: skip
         sub = name + "-" if name else ""
         if kind == "object":
-            body = self._object(
-                properties_of(schema, path), required_of(schema, path), schema, name, path, doc, depth
-            )
-            return self.add_rule(rule_name, body)
+            return self.add_rule(rule_name, self._object(schema, name, path, doc, depth))
         if kind == "array":
             return self.add_rule(rule_name, self._array(schema, sub, path, doc, depth))
         if kind == "string":
@@ -194,52 +252,93 @@ class Converter:
     def _ref(self, ref: Any, path: str, doc: Document, depth: int) -> str:
         if not isinstance(ref, str):
             raise SchemaRefused("$ref", path, "must be a string.")
-        target = doc.resolve(ref, path)
-        ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", ref[1:])
-        key = doc.prefix + ref
+        target, at = doc.locate(ref, path)
+        ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", at[1:])
+        key = doc.prefix + at
         if ref_name not in self._rules and key not in self._resolving:
             self._resolving.add(key)
+            self._ref_paths[ref_name] = at
             try:
-                ref_name = self._visit(target, ref_name, ref, doc, depth + 1)
+                ref_name = self._visit(target, ref_name, at, doc, depth + 1)
             finally:
                 self._resolving.discard(key)
         return ref_name
 
-    def _object(self, properties: list[tuple[str, Any]], required: set[str], schema: dict[str, Any] | None,
-                name: str, path: str, doc: Document, depth: int) -> str:  # fmt: skip
+    def _ref_with(self, ref: Any, beside_ref: dict[str, Any], path: str, doc: Document, depth: int) -> str:
+        """A reference with keywords beside it, as one rule per reference and keywords, so a recursive schema
+        written this way becomes a recursive rule (not an endless merge)."""
+        if not isinstance(ref, str):
+            raise SchemaRefused("$ref", path, "must be a string.")
+        _target, at = doc.locate(ref, path)
+        digest = hashlib.sha1(json.dumps(beside_ref, sort_keys=True, default=str).encode()).hexdigest()[:8]
+        ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", at[1:]) + "-" + digest
+        key = doc.prefix + at + "+" + digest
+        if ref_name not in self._rules and key not in self._resolving:
+            self._resolving.add(key)
+            try:
+                ref_name = self._visit({"allOf": [{"$ref": ref}, beside_ref]}, ref_name, path, doc, depth + 1)
+            finally:
+                self._resolving.discard(key)
+        return ref_name
+
+    def _merge_parts(self, schema: dict[str, Any], path: str, doc: Document) -> Any:
+        """``allOf`` (and a ``$ref`` with keywords beside it) as one schema (:mod:`.merge`)."""
+        merged: Any = True
+        for part, where in self._parts(schema, path, doc, 0):
+            merged = merge(merged, part, where)
+            if merged is False:
+                raise Unsatisfiable("allOf", path, "no value matches every part.")
+        return merged
+
+    def _parts(self, schema: Any, path: str, doc: Document, depth: int) -> Iterator[tuple[Any, str]]:
+        """The parts of ``schema``'s ``allOf`` and ``$ref``, followed, each with the path it is at."""
+        if depth > self.limits.max_depth:
+            raise SchemaRefused("$ref", path, "references and 'allOf' loop or nest too deep.")
+        if not isinstance(schema, dict):
+            yield schema, path
+            return
+        rest = {k: v for k, v in schema.items() if k not in ("$ref", "allOf")}
+        if "$ref" in schema:
+            if not isinstance(schema["$ref"], str):
+                raise SchemaRefused("$ref", path, "must be a string.")
+            target, at = doc.locate(schema["$ref"], path)
+            yield from self._parts(target, at, doc, depth + 1)
+        if "allOf" in schema:
+            for i, part in enumerate(schema_list(schema["allOf"], "allOf", path)):
+                yield from self._parts(part, pointer(path, "allOf", i), doc, depth + 1)
+        refuse_unenforceable(rest, path)
+        yield rest, path
+
+    def _object(self, schema: dict[str, Any], name: str, path: str, doc: Document, depth: int) -> str:
         sub = name + "-" if name else ""
+        plan = plan_object(schema, path, lambda n, s: name_matches(n, branches.resolved(s, doc, path)))
         kv: dict[str, str] = {}
-        required_props: list[str] = []
-        optional_props: list[str] = []
-        for prop, prop_schema in properties:
-            rule = self._visit(prop_schema, sub + prop, f"{path}/properties/{prop}", doc, depth + 1)
+        for prop, prop_schema, prop_path in plan.properties:
+            try:
+                rule = self._visit(prop_schema, sub + prop, prop_path, doc, depth + 1)
+            except Unsatisfiable:
+                if prop in plan.required:
+                    raise
+                continue  # an optional property no value matches is never written
             kv[prop] = self.add_rule(f"{sub}{prop}-kv", f'{constant(prop)} space ":" space {rule}')
-            (required_props if prop in required else optional_props).append(prop)
-        missing = required - set(kv)
-        if missing:
-            raise SchemaRefused(
-                "required", path, f"names {sorted(missing)[0]!r}, which is not in 'properties'."
-            )
-        additional = schema.get("additionalProperties") if schema is not None else False
-        if schema is not None and "additionalProperties" not in schema and "properties" not in schema:
-            additional = True
-        if additional is not False and additional is not None:
-            value = (
-                self.primitive("value")
-                if additional is True or additional == {}
-                else self._visit(
-                    additional, f"{sub}additional-value", f"{path}/additionalProperties", doc, depth + 1
-                )
-            )
-            if not kv and value == "value":
+        required_props = [p for p, _s, _w in plan.properties if p in plan.required]
+        optional_props = [p for p, _s, _w in plan.properties if p not in plan.required and p in kv]
+        extras = [
+            r
+            for i, extra in enumerate(plan.extras)
+            if (r := self._extra(extra, f"{sub}extra{i}", doc, depth))
+        ]
+        if plan.min_extras and not extras:
+            raise SchemaRefused("minProperties", path, "more properties than can be written.")
+        if extras:
+            if not kv and not plan.min_extras and extras == ['string ":" space value']:
                 return self.primitive("object")
-            key_rule = (
-                self.primitive("string")
-                if not kv
-                else self.add_rule(f"{sub}additional-k", self._not_strings(list(kv)))
-            )
-            kv["*"] = self.add_rule(f"{sub}additional-kv", f'{key_rule} ":" space {value}')
-            optional_props.append("*")
+            kv["*"] = self.add_rule(f"{sub}additional-kv", " | ".join(extras))
+            if plan.min_extras:
+                kv["+"] = f'{kv["*"]} ( "," space {kv["*"]} )*'
+                required_props.append("+")
+            else:
+                optional_props.append("*")
         if not required_props and not optional_props:
             return '"{" space "}"'
         rule = '"{" space ' + ' "," space '.join(kv[p] for p in required_props)
@@ -265,61 +364,31 @@ class Converter:
             rule += " )?"
         return rule + ' space "}"'
 
+    def _extra(self, extra: ExtraKeys, name: str, doc: Document, depth: int) -> str | None:
+        """``key ":" space value`` for keys beyond the declared ones; None when no such key is written (a key
+        pattern the grammar cannot express: those keys are left out)."""
+        if extra.pattern is not None:
+            try:
+                key = self._string({"type": "string", "pattern": extra.pattern}, f"{name}-k", extra.path)
+            except SchemaRefused:
+                return None
+        elif extra.names is not None:
+            key = self._visit({**branches.resolved(extra.names, doc, extra.path), "type": "string"}, f"{name}-k",
+                              extra.path, doc, depth + 1)  # fmt: skip
+        elif extra.excluded:
+            key = self.add_rule(f"{name}-k", self._not_strings(list(extra.excluded)))
+        else:
+            key = self.primitive("string")
+        value = (
+            self.primitive("value")
+            if objects_trivial(extra.value)
+            else self._visit(extra.value, f"{name}-value", extra.path, doc, depth + 1)
+        )
+        return f'{key} ":" space {value}'
+
     def _not_strings(self, strings: list[str]) -> str:
-        """A JSON string that is none of ``strings`` (an additional property's key)."""
-        trie: dict[str, Any] = {}
-        for s in strings:
-            node = trie
-            for ch in s:
-                node = node.setdefault(ch, {})
-            node[""] = {}
-        char = self.primitive("char")
-
-        def visit(node: dict[str, Any]) -> str:
-            alts: list[str] = []
-            rejects = ""
-            for ch, child in node.items():
-                if ch == "":
-                    continue
-                rejects += ch
-                lit = class_char(ch)
-                has_children = any(k != "" for k in child)
-                alts.append(f"[{lit}] ({visit(child)})" if has_children else f"[{lit}] {char}+")
-                if has_children and "" in child:
-                    alts[-1] = f"[{lit}] ({visit(child)})"
-            if alts:
-                alts.append(f'[^"{"".join(class_char(c) for c in rejects)}] {char}*')
-            return " | ".join(alts)
-
-        end = "" if "" in trie else "?"
-        return f'["] ( {visit(trie)} ){end} ["]'
-
-    def _all_of(self, schema: dict[str, Any], name: str, rule_name: str, path: str, doc: Document,
-                depth: int) -> str:  # fmt: skip
-        parts = schema_list(schema["allOf"], "allOf", path)
-        rest = {k: v for k, v in schema.items() if k != "allOf"}
-        if "properties" in rest or "required" in rest:
-            parts = [*parts, {**rest, "type": "object"}]
-        properties: list[tuple[str, Any]] = []
-        required: set[str] = set()
-        for i, part in enumerate(parts):
-            part, part_doc = self._deref(part, f"{path}/allOf/{i}", doc)
-            if not isinstance(part, dict) or not ("properties" in part or part.get("type") == "object"):
-                if len(parts) == 1:
-                    return self._visit({**rest, **part}, name, f"{path}/allOf/0", part_doc, depth + 1)
-                raise SchemaRefused("allOf", path, "only objects can be combined; this part is not one.")
-            properties += list(properties_of(part, f"{path}/allOf/{i}"))
-            required |= required_of(part, f"{path}/allOf/{i}")
-        return self.add_rule(rule_name, self._object(properties, required, None, name, path, doc, depth))
-
-    def _deref(self, part: Any, path: str, doc: Document) -> tuple[Any, Document]:
-        for _ in range(self.limits.max_depth):
-            if not (isinstance(part, dict) and isinstance(part.get("$ref"), str)):
-                return part, doc
-            if not part["$ref"].startswith("#"):
-                raise SchemaRefused("$ref", path, "remote references are never fetched.")
-            part = doc.resolve(part["$ref"], path)
-        raise SchemaRefused("$ref", path, "references loop.")
+        """A JSON string that is none of ``strings`` (:func:`.objects.not_strings_rule`)."""
+        return not_strings_rule(strings, self.add_rule("key-char", f"[^{pattern.UNSAFE}]"))
 
     def _array(self, schema: dict[str, Any], sub: str, path: str, doc: Document, depth: int) -> str:
         lo, hi = count_of(schema, "minItems", path, 0), count_of(schema, "maxItems", path, None)
@@ -329,20 +398,25 @@ class Converter:
             "prefixItems", schema.get("items") if isinstance(schema.get("items"), list) else None
         )
         if prefix is not None:
-            items = schema_list(prefix, "prefixItems", path)
+            key = "prefixItems" if "prefixItems" in schema else "items"
+            items = schema_list(prefix, key, path)
             if lo > len(items):
                 raise SchemaRefused("minItems", path, f"{lo} is more than the {len(items)} prefixItems.")
             if hi is not None and hi < len(items):
                 raise SchemaRefused("maxItems", path, f"{hi} is fewer than the {len(items)} prefixItems.")
             rules = [
-                self._visit(s, f"{sub}tuple-{i}", f"{path}/prefixItems/{i}", doc, depth + 1)
+                self._visit(s, f"{sub}tuple-{i}", pointer(path, key, i), doc, depth + 1)
                 for i, s in enumerate(items)
             ]
+            if schema.get("uniqueItems") is True and len(items) > 1:
+                raise SchemaRefused("uniqueItems", path, "the items of a tuple cannot be kept apart.")
             return '"[" space ' + ' "," space '.join(rules) + ' space "]"'
         items_schema = schema.get("items", True)
+        if schema.get("uniqueItems") is True:
+            return self._unique_items(items_schema, lo, hi, sub, path, doc, depth)
         if (items_schema is True or items_schema == {}) and lo == 0 and hi is None:
             return self.primitive("array")
-        item = self._visit(items_schema, f"{sub}item", f"{path}/items", doc, depth + 1)
+        item = self._visit(items_schema, f"{sub}item", pointer(path, "items"), doc, depth + 1)
         where = ("minItems" if hi is None or lo > hi else "maxItems", path)
         if hi is not None and hi > self.limits.max_count:
             where = ("maxItems", path)
@@ -351,13 +425,52 @@ class Converter:
         body = self.repetition(item, lo, hi, '"," space', where=where)
         return f'"[" space {body} space "]"'
 
+    def _unique_items(self, items_schema: Any, lo: int, hi: int | None, sub: str, path: str, doc: Document,
+                      depth: int) -> str:  # fmt: skip
+        """``uniqueItems``: items whose values are listed are written each at most once, in the listed order;
+        any other items at most one (two items the grammar writes apart could still be equal)."""
+        values = branches.listed(branches.resolved(items_schema, doc, path))
+        if values is not None:
+            values = listed_values({"enum": values}, path, self.limits.max_enum)
+            if lo <= 1 and (hi is None or hi >= len(values)):
+                rules = [self.add_rule(f"{sub}unique-{i}", constant(v)) for i, v in enumerate(values)]
+
+                def rest(i: int) -> str:
+                    tail = (
+                        f" {self.add_rule(f'{sub}unique-rest-{i + 1}', rest(i + 1))}"
+                        if i + 1 < len(rules)
+                        else ""
+                    )
+                    return f'( "," space {rules[i]} )?{tail}'
+
+                firsts = [
+                    rules[i]
+                    + (
+                        f" {self.add_rule(f'{sub}unique-rest-{i + 1}', rest(i + 1))}"
+                        if i + 1 < len(rules)
+                        else ""
+                    )
+                    for i in range(len(rules))
+                ]
+                body = "(" + " | ".join(firsts) + ")" + ("" if lo else "?")
+                return f'"[" space {body} space "]"'
+        if lo > 1:
+            raise SchemaRefused("uniqueItems", path, f"{lo} items that must all differ cannot be enforced "
+                                "(items with listed values can).")  # fmt: skip
+        item = self._visit(items_schema, f"{sub}item", pointer(path, "items"), doc, depth + 1)
+        return f'"[" space {item}{"" if lo else "?"} space "]"'
+
     def _string(self, schema: dict[str, Any], rule_name: str, path: str) -> str:
         lo, hi = count_of(schema, "minLength", path, 0), count_of(schema, "maxLength", path, None)
+        if hi is not None and lo > hi:
+            raise SchemaRefused("minLength", path, f"{lo} is above maxLength {hi}.")
         fmt = schema.get("format")
-        shaped = "pattern" in schema or (isinstance(fmt, str) and (fmt in FORMATS or fmt.startswith("uuid")))
-        if shaped and (lo or hi is not None):
-            keyword = "minLength" if lo else "maxLength"
-            raise SchemaRefused(keyword, path, "cannot be enforced together with 'pattern' or 'format'.")
+        if NOT_IN in schema:
+            if lo or hi is not None or "pattern" in schema or fmt is not None:
+                raise SchemaRefused(
+                    "not", path, "values cannot be excluded beside a length, pattern or format."
+                )
+            return self.add_rule(rule_name, self._not_strings(list(schema[NOT_IN])))
         if "pattern" in schema:
             source = schema["pattern"]
             if not isinstance(source, str):
@@ -366,22 +479,35 @@ class Converter:
                 raise SchemaRefused(
                     "pattern", path, f"longer than {self.limits.max_pattern_chars} characters."
                 )
+            if lo or hi is not None:
+                try:
+                    source = regex_facts.within_lengths(source, lo, hi)
+                except regex_facts.Unsupported as exc:
+                    keyword, _, why = str(exc).partition(": ")
+                    if keyword not in ("minLength", "maxLength"):
+                        raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
+                    raise SchemaRefused(
+                        keyword, path, f"cannot be enforced together with 'pattern': {why}."
+                    ) from None
             try:
                 body = pattern.pattern_rule(
                     source, rule_name, self.add_rule,
                     lambda item, a, b: self.repetition(item, a, b, where=("pattern", path)),
                 )  # fmt: skip
-            except pattern.Unsupported as exc:
+            except regex_facts.Unsupported as exc:
                 raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
             return self.add_rule(rule_name, body)
         if isinstance(fmt, str) and (fmt == "uuid" or re.fullmatch(r"uuid[1-5]", fmt)):
-            return self.add_rule(rule_name, self.primitive("uuid"))
-        if isinstance(fmt, str) and fmt in FORMATS:
-            return self.add_rule(rule_name, self.primitive(FORMATS[fmt]))
-        if hi is not None and lo > hi:
-            raise SchemaRefused("minLength", path, f"{lo} is above maxLength {hi}.")
+            fmt = "uuid"
+        if isinstance(fmt, str) and (fmt in FORMATS or fmt == "uuid"):
+            shortest, longest = FORMAT_LENGTHS[fmt]
+            if shortest < lo or (hi is not None and longest > hi):
+                keyword = "minLength" if shortest < lo else "maxLength"
+                raise SchemaRefused(keyword, path, f"cannot be enforced together with 'format': {fmt} values run "
+                                    f"from {shortest} to {longest} characters.")  # fmt: skip
+            return self.add_rule(rule_name, self.primitive("uuid" if fmt == "uuid" else FORMATS[fmt]))
         if lo or hi is not None:
-            where = ("maxLength" if hi is not None and hi > self.limits.max_count else "minLength", path)
+            where = ("maxLength" if hi is not None else "minLength", path)
             chars = self.repetition(self.primitive("char"), lo, hi, where=where)
             return self.add_rule(rule_name, f'"\\"" {chars} "\\""')
         return (

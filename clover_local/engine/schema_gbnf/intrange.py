@@ -151,8 +151,9 @@ def _build(
                 out.append(" | ")
             _build(0, max_value, out, decimals_left, True)
         else:
+            # A whole number after the sign: no leading zero ("-01" is not JSON; llama.cpp writes it).
             out.append('"-" (')
-            _build(-max_value, INT64_MAX, out, decimals_left, False)
+            _build(-max_value, INT64_MAX, out, decimals_left, True)
             out.append(")")
         return
 

@@ -12,11 +12,13 @@ class Limits:
     """Bounds checked before any rule text is written, so a small hostile schema costs milliseconds."""
 
     max_count: int = 2000
-    """Any one repetition: ``minItems``/``maxItems``/``minLength``/``maxLength``, a pattern's ``{m,n}``. llama.cpp's
-    grammar parser refuses more (``MAX_REPETITION_THRESHOLD`` in ``llama-grammar.cpp``): ``minLength: 4000``
-    passed a limit of 4096 and then failed in the engine as a 500."""
+    """One ``{m,n}`` as written in the grammar. llama.cpp's grammar parser refuses a larger minimum
+    (``MAX_REPETITION_THRESHOLD`` in ``llama-grammar.cpp``) and reads a larger maximum as no maximum at all, so a
+    larger ``minItems``/``maxItems``/``minLength``/``maxLength`` or pattern count is written as nested
+    repetitions of at most this many."""
     max_expanded: int = 100_000
-    """Grammar elements once llama.cpp writes every ``{m,n}`` out (its parser copies each repetition)."""
+    """Grammar elements once llama.cpp writes every ``{m,n}`` out (its parser copies each repetition). A bound
+    past 2,000 costs about 4,000 more a factor of 2,000 (``maxLength: 32767`` about 8,000)."""
     max_depth: int = 64
     """Schema nesting (references followed)."""
     max_rules: int = 4096
@@ -36,3 +38,13 @@ class SchemaRefused(RequestRefused):
         super().__init__(f"JSON schema '{keyword}' at {path}: {what}", fix)
         self.keyword = keyword
         self.path = path
+        self.detail = what
+
+    def at(self, path: str) -> SchemaRefused:
+        """The same refusal, at ``path``."""
+        return type(self)(self.keyword, path, self.detail, self.fix)
+
+
+class Unsatisfiable(SchemaRefused):
+    """A subschema no value can match (an ``enum`` of the wrong type, parts of ``allOf`` that never meet). An
+    optional property or an alternative like it is left out; where a value is needed, it is refused."""

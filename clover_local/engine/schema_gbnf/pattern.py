@@ -1,37 +1,113 @@
 """A JSON schema string ``pattern`` as GBNF: a port of ``_pattern_to_rule`` in llama.cpp's
-``common/json-schema-to-grammar.cpp``, with three changes so that every sentence is a valid JSON string
-matching the pattern: ``.`` and negated classes never produce a raw ``"``, ``\\`` or control character,
-``\\d``/``\\w``/``\\s`` are classes, and an unanchored side is padded with ``.*`` (JSON Schema patterns search).
-A pattern the grammar cannot express is refused (``Unsupported``), never widened to any string."""
+``common/json-schema-to-grammar.cpp``, changed so that every sentence is a valid JSON string matching the
+pattern: ``"``, ``\\`` and control characters a class or literal allows are written as their JSON escapes
+(negated classes and ``.`` leave them out), ``\\d``/``\\w``/``\\s`` are classes, an escaped character takes its
+own quantifier, an unanchored side is padded with ``.*`` (JSON Schema patterns search), and top-level
+alternatives with anchors of their own are anchored each. A pattern the grammar cannot express is refused
+(``Unsupported``), never widened to any string."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from clover_local.engine.schema_gbnf.regex_facts import Unsupported, top_level_alternatives
+
 MAX_PATTERN_DEPTH = 100
 _NON_LITERAL = set("|.()[]{}*+?^$")
-_ESCAPED_IN_REGEX_NOT_LITERAL = set("^$.[]()|{}*+?")
-_UNSAFE = '"\\\\\\x00-\\x1F\\x7F'
-DOT = f"[^{_UNSAFE}]"
+UNSAFE = '"\\\\\\x00-\\x1F\\x7F'
+DOT = f"[^{UNSAFE}]"
 _CLASS_ESCAPES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " \\t"}
+_CLASS_RANGES = {
+    "d": "0123456789",
+    "w": "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
+    "s": " \t",
+}
+_SIMPLE_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
+_JSON_ESCAPES = {
+    '"': '\\\\\\"',
+    "\\": "\\\\\\\\",
+    "\n": "\\\\n",
+    "\t": "\\\\t",
+    "\r": "\\\\r",
+    "\b": "\\\\b",
+    "\f": "\\\\f",
+}
+"""How a character JSON must escape is spelt in the JSON text, written as a GBNF literal's body."""
+
+
+def json_literal(ch: str) -> str:
+    """``ch`` as it appears in a JSON string's text, as the body of a GBNF literal."""
+    if ch in _JSON_ESCAPES:
+        return _JSON_ESCAPES[ch]
+    if ord(ch) < 0x20 or ord(ch) == 0x7F:
+        return f"\\\\u{ord(ch):04x}"
+    return ch
+
+
+def _class_char(code: int) -> str:
+    ch = chr(code)
+    if 0x20 < code < 0x7F and ch not in "]\\-^[":
+        return ch
+    return f"\\x{code:02X}" if code < 0x100 else (f"\\u{code:04X}" if code < 0x10000 else f"\\U{code:08X}")
+
+
+_UNSAFE_CODES = [*range(0x20), 0x22, 0x5C, 0x7F]
+
+
+def class_rule(ranges: list[tuple[int, int]], negated: bool) -> str:
+    """A GBNF expression for one character of a JSON string that the class allows: plain where JSON allows
+    the character plain, its escape where JSON needs one (a negated class never writes an escaped one)."""
+    if negated:
+        body = "".join(_class_char(lo) + ("" if lo == hi else "-" + _class_char(hi)) for lo, hi in ranges)
+        return f"[^{body}{UNSAFE}]"
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    safe: list[tuple[int, int]] = []
+    escaped: list[str] = []
+    for lo, hi in merged:
+        start = lo
+        for code in _UNSAFE_CODES:
+            if lo <= code <= hi:
+                if start < code:
+                    safe.append((start, code - 1))
+                start = code + 1
+                escaped.append(chr(code))
+        if start <= hi:
+            safe.append((start, hi))
+    parts = []
+    if safe:
+        parts.append(
+            "["
+            + "".join(_class_char(lo) + ("" if lo == hi else "-" + _class_char(hi)) for lo, hi in safe)
+            + "]"
+        )
+    parts += [f'"{json_literal(ch)}"' for ch in dict.fromkeys(escaped)]
+    if not parts:
+        raise Unsupported("an empty character class")
+    return parts[0] if len(parts) == 1 else "(" + " | ".join(parts) + ")"
+
+
+def _escaped_char(pattern: str, pos: int) -> tuple[str | None, int]:
+    """The character an escape at ``pos`` stands for, and the escape's length (None: not one read here)."""
+    nxt = pattern[pos + 1] if pos + 1 < len(pattern) else ""
+    if nxt in _SIMPLE_ESCAPES:
+        return _SIMPLE_ESCAPES[nxt], 2
+    n_hex = {"x": 2, "u": 4}.get(nxt)
+    if n_hex is not None:
+        digits = pattern[pos + 2 : pos + 2 + n_hex]
+        if len(digits) == n_hex and all(h in "0123456789abcdefABCDEF" for h in digits):
+            return chr(int(digits, 16)), 2 + n_hex
+        return None, 0
+    if nxt and not nxt.isalnum():
+        return nxt, 2
+    return None, 0
+
+
 _NEGATED_ESCAPES = {"D": "0-9", "W": "a-zA-Z0-9_", "S": " \\t\\n\\r"}
-
-
-class Unsupported(ValueError):
-    """The pattern is valid but has no grammar equivalent here (or is not a valid pattern)."""
-
-
-def _gbnf_escape_length(pattern: str, pos: int) -> int:
-    if pos + 1 >= len(pattern) or pattern[pos] != "\\":
-        return 0
-    nxt = pattern[pos + 1]
-    if nxt in 'trn\\"[]-':
-        return 2
-    n_hex = {"x": 2, "u": 4, "U": 8}.get(nxt)
-    if n_hex is None or pos + 2 + n_hex > len(pattern):
-        return 0
-    digits = pattern[pos + 2 : pos + 2 + n_hex]
-    return 2 + n_hex if all(h in "0123456789abcdefABCDEF" for h in digits) else 0
 
 
 def pattern_rule(
@@ -41,7 +117,23 @@ def pattern_rule(
     repetition: Callable[[str, int, int | None], str],
 ) -> str:
     """The GBNF body (quotes included) for JSON strings matching ``pattern``; ``add_rule`` names sub-rules,
-    ``repetition`` writes (and bounds) ``{m,n}``. Raises ``Unsupported``."""
+    ``repetition`` writes (and bounds) ``{m,n}``. Raises ``Unsupported``. Alternatives at the top with anchors
+    of their own (``^a|^b-c$``) are each anchored as written."""
+    alternatives = top_level_alternatives(pattern)
+    if len(alternatives) > 1 and any(
+        a.startswith("^") or (a.endswith("$") and not a.endswith("\\$")) for a in alternatives
+    ):
+        rules = [_one(a, f"{name}-{i}", add_rule, repetition) for i, a in enumerate(alternatives)]
+        return f'"\\"" ({" | ".join(f"({r})" for r in rules)}) "\\""'
+    return f'"\\"" ({_one(pattern, name, add_rule, repetition)}) "\\""'
+
+
+def _one(
+    pattern: str,
+    name: str,
+    add_rule: Callable[[str, str], str],
+    repetition: Callable[[str, int, int | None], str],
+) -> str:
     if not pattern.startswith("^"):
         pattern = "^.*" + pattern
     if not pattern.endswith("$") or pattern.endswith("\\$"):
@@ -73,32 +165,40 @@ def pattern_rule(
     def char_class() -> str:
         i = state["i"] + 1
         negated = i < length and sub[i] == "^"
-        body = ""
         if negated:
             i += 1
+        items: list[tuple[str, bool]] = []  # (character, escaped) as the class lists them
         while i < length and sub[i] != "]":
             if sub[i] == "\\":
                 nxt = sub[i + 1] if i + 1 < length else ""
-                if nxt in _CLASS_ESCAPES:
-                    body += _CLASS_ESCAPES[nxt]
+                if nxt in _CLASS_RANGES:
+                    items += [(c, True) for c in _CLASS_RANGES[nxt]]
                     i += 2
                     continue
-                n = _gbnf_escape_length(sub, i)
-                if n == 0:
-                    if nxt and nxt in "^$.()|{}*+?/":
-                        body += nxt
-                        i += 2
-                        continue
+                ch, n = _escaped_char(sub, i)
+                if ch is None:
                     raise Unsupported(f"unsupported escape in a character class: {sub[i : i + 2]}")
-                body += sub[i : i + n]
+                items.append((ch, True))
                 i += n
             else:
-                body += sub[i]
+                items.append((sub[i], False))
                 i += 1
         if i >= length:
             raise Unsupported("unterminated character class")
         state["i"] = i + 1
-        return f"[^{body}{_UNSAFE}]" if negated else f"[{body}]"
+        ranges: list[tuple[int, int]] = []
+        k = 0
+        while k < len(items):
+            if k + 2 < len(items) and items[k + 1] == ("-", False) and len(items[k][0]) == 1:
+                lo, hi = ord(items[k][0]), ord(items[k + 2][0])
+                if lo > hi:
+                    raise Unsupported("a range out of order in a character class")
+                ranges.append((lo, hi))
+                k += 3
+            else:
+                ranges.append((ord(items[k][0]), ord(items[k][0])))
+                k += 1
+        return class_rule(ranges, negated)
 
     def transform() -> tuple[str, bool]:
         seq: list[tuple[str, bool]] = []
@@ -169,9 +269,9 @@ def pattern_rule(
             ):
                 nxt = sub[i + 1]
                 cls = (
-                    f"[{_CLASS_ESCAPES[nxt]}]"
+                    class_rule([(ord(c), ord(c)) for c in _CLASS_RANGES[nxt]], False)
                     if nxt in _CLASS_ESCAPES
-                    else f"[^{_NEGATED_ESCAPES[nxt]}{_UNSAFE}]"
+                    else f"[^{_NEGATED_ESCAPES[nxt]}{UNSAFE}]"
                 )
                 seq.append((cls, False))
                 state["i"] += 2
@@ -187,28 +287,21 @@ def pattern_rule(
             if ch == "\\":
                 if i == length - 1:
                     raise Unsupported("trailing backslash")
-                nxt = sub[i + 1]
-                if nxt in _CLASS_ESCAPES or nxt in _NEGATED_ESCAPES:
+                if sub[i + 1] in _CLASS_ESCAPES or sub[i + 1] in _NEGATED_ESCAPES:
                     break
-                if nxt in _ESCAPED_IN_REGEX_NOT_LITERAL or nxt == "/":
-                    literal += nxt
-                    i += 2
-                elif nxt in '\\"trn':
-                    raise Unsupported(f"{sub[i : i + 2]} (a JSON string spells it with an escape)")
-                else:
-                    n = _gbnf_escape_length(sub, i)
-                    if n == 0:
-                        raise Unsupported(f"unsupported escape: {sub[i : i + 2]}")
-                    literal += sub[i : i + n]
-                    i += n
-            elif ch == '"':
-                raise Unsupported('a literal " (it would end the JSON string)')
-            elif ch not in _NON_LITERAL and (
-                i == length - 1 or not literal or sub[i + 1] == "." or sub[i + 1] not in _NON_LITERAL
-            ):
-                literal += ch
-                i += 1
+                char, n = _escaped_char(sub, i)
+                if char is None:
+                    raise Unsupported(f"unsupported escape: {sub[i : i + 2]}")
+            elif ch in _NON_LITERAL and ch not in "]}":  # a bracket no class or count opened is itself
+                break
             else:
+                char, n = ch, 1
+            quantified = i + n < length and sub[i + n] in "*+?{"
+            if quantified and literal:
+                break  # the quantifier applies to this character alone
+            literal += json_literal(char)
+            i += n
+            if quantified:
                 break
         if not literal:
             raise Unsupported(f"unsupported character: {sub[state['i']]}")
@@ -218,4 +311,4 @@ def pattern_rule(
     rule = to_rule(transform())
     if state["depth"] != 0:
         raise Unsupported("unbalanced parentheses")
-    return f'"\\"" ({rule}) "\\""'
+    return rule

@@ -37,12 +37,18 @@ PRIMITIVE_RULES: dict[str, BuiltinRule] = {
     "uuid": BuiltinRule(
         '"\\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12} "\\""'
     ),
-    "char": BuiltinRule('[^"\\\\\\x7F\\x00-\\x1F] | [\\\\] (["\\\\bfnrt] | "u" [0-9a-fA-F]{4})'),
+    # No surrogate escapes: a pair reads as one character (a length bound counts it as one) and a lone one
+    # is no character at all.
+    "char": BuiltinRule(
+        '[^"\\\\\\x7F\\x00-\\x1F] | [\\\\] (["\\\\bfnrt] | "u" ([0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}))'
+    ),
     "string": BuiltinRule('"\\"" char* "\\""', ("char",)),
     "null": BuiltinRule('"null"'),
 }
 
 _LABEL = "[a-zA-Z0-9] ([a-zA-Z0-9-]{0,60} [a-zA-Z0-9])?"
+_PLAIN_LABEL = "[a-z0-9] [a-z0-9]{0,61}"
+"""A label IDNA takes as it is: lower-case letters and digits, no hyphen (``xn--`` labels are punycode)."""
 _OCTET = '("25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9])'
 _H16 = "[0-9a-fA-F]{1,4}"
 _N = "[0-9]{1,9}"
@@ -82,6 +88,18 @@ STRING_FORMAT_RULES: dict[str, BuiltinRule] = {
         f'| "T" duration-time | {_N} "W" ) "\\""',
         ("duration-time",),
     ),
+    "idn-hostname-string": BuiltinRule(f'"\\"" {_PLAIN_LABEL} ("." {_PLAIN_LABEL}){{0,3}} "\\""'),
+    "uri": BuiltinRule(
+        f'"http" "s"? "://" {_LABEL} ("." {_LABEL}){{0,3}} ("/" [a-zA-Z0-9._~-]{{0,40}}){{0,6}}'
+    ),
+    "uri-string": BuiltinRule('"\\"" uri "\\""', ("uri",)),
+    "json-pointer": BuiltinRule('("/" ([a-zA-Z0-9._-] | "~" [01]){0,30}){1,8}'),
+    "json-pointer-string": BuiltinRule('"\\"" json-pointer "\\""', ("json-pointer",)),
+    "relative-json-pointer-string": BuiltinRule(
+        '"\\"" ("0" | [1-9] [0-9]{0,5}) ("#" | json-pointer) "\\""', ("json-pointer",)
+    ),
+    "regex-string": BuiltinRule('"\\"" [a-zA-Z0-9 _-]{1,200} "\\""'),
+    "color-string": BuiltinRule('"\\"" "#" [0-9a-f]{6} "\\""'),
     "duration-time": BuiltinRule(f'{_N} "H" ({_N} "M")? ({_N} "S")? | {_N} "M" ({_N} "S")? | {_N} "S"'),
 }
 
@@ -94,8 +112,45 @@ FORMATS = {
     "ipv4": "ipv4-string",
     "ipv6": "ipv6-string",
     "duration": "duration-string",
+    "idn-email": "email-string",
+    "idn-hostname": "idn-hostname-string",
+    "uri": "uri-string",
+    "uri-reference": "uri-string",
+    "iri": "uri-string",
+    "iri-reference": "uri-string",
+    "uri-template": "uri-string",
+    "json-pointer": "json-pointer-string",
+    "relative-json-pointer": "relative-json-pointer-string",
+    "regex": "regex-string",
+    "color": "color-string",
 }
-"""The string formats the grammar enforces (``uuid`` aside), by the builtin rule each becomes."""
+"""The string formats the grammar enforces (``uuid`` aside), by the builtin rule each becomes: every format
+``jsonschema`` can check, each a subset of what the format allows (a ``uri`` is an ``http(s)://`` address, a
+``regex`` letters, digits, spaces, ``_`` and ``-``), so a reply passes whichever checkers are installed."""
+
+FORMAT_LENGTHS: dict[str, tuple[int, int]] = {
+    "date": (10, 10),
+    "time": (9, 18),
+    "date-time": (20, 29),
+    "uuid": (36, 36),
+    "ipv4": (7, 15),
+    "ipv6": (15, 39),
+    "hostname": (1, 255),
+    "email": (5, 316),
+    "duration": (3, 80),
+    "idn-email": (5, 316),
+    "idn-hostname": (1, 251),
+    "uri": (8, 546),
+    "uri-reference": (8, 546),
+    "iri": (8, 546),
+    "iri-reference": (8, 546),
+    "uri-template": (8, 546),
+    "json-pointer": (1, 496),
+    "relative-json-pointer": (2, 503),
+    "regex": (1, 200),
+    "color": (7, 7),
+}
+"""The shortest and longest value each format's rule writes (characters), to check length bounds beside it."""
 
 RESERVED_NAMES = frozenset({"root", *PRIMITIVE_RULES, *STRING_FORMAT_RULES})
 
