@@ -197,7 +197,7 @@ class OpenAIServer:
                 {
                     "status": "loading",
                     "model": self.config.model_id,
-                    "why": runner.why,
+                    "error": runner.why,
                     "restarts": runner.restarts,
                 },
                 status_code=503,
