@@ -130,7 +130,9 @@ async def test_the_context_counter_after_a_stopped_reply_counts_the_conversation
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install -y tmux)")
-@pytest.mark.timeout(900)  # three model loads and two replies in a real terminal: a busy machine takes minutes
+@pytest.mark.timeout(
+    900
+)  # three model loads and two replies in a real terminal: a busy machine takes minutes
 def test_in_a_terminal_the_chat_of_a_clover_model_survives_its_runner(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
