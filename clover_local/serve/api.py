@@ -192,27 +192,18 @@ class OpenAIServer:
 
     async def health(self, request: Request) -> Response:
         runner = self.engine.health() if isinstance(self.engine, SupervisedEngine) else RunnerHealth()
-        if runner.state == "restarting":  # its llama-server stopped and is being started again
-            return JSONResponse(
-                {
-                    "status": "loading",
-                    "model": self.config.model_id,
-                    "error": runner.why,
-                    "restarts": runner.restarts,
-                },
-                status_code=503,
-                headers={"Retry-After": str(max(1, math.ceil(runner.retry_after_s or 1)))},
-            )
-        if runner.state != "ready":  # it kept stopping (a lost RPC worker, a model that no longer fits...)
-            return JSONResponse(
-                {
-                    "status": "error",
-                    "model": self.config.model_id,
-                    "error": runner.why,
-                    "restarts": runner.restarts,
-                },
-                status_code=503,
-            )
+        if (
+            runner.state != "ready"
+        ):  # restarting after a stop, or given up (a lost RPC worker, a model too big...)
+            restarting = runner.state == "restarting"
+            body = {
+                "status": "loading" if restarting else "error",
+                "model": self.config.model_id,
+                "error": runner.why,
+                "restarts": runner.restarts,
+            }
+            wait = {"Retry-After": str(max(1, math.ceil(runner.retry_after_s or 1)))} if restarting else {}
+            return JSONResponse(body, status_code=503, headers=wait)
         gate = self.gate
         return JSONResponse(
             {
