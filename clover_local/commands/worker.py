@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from clover_local.detect.remote import DEFAULT_PORT
@@ -70,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
                 "included.",
                 file=sys.stderr,
             )
+    # Ctrl-C (SIGINT) stops the worker however it was started: a process started in the background by a
+    # non-interactive shell inherits SIGINT ignored, and Python then installs no handler of its own (serve's
+    # uvicorn installs one itself).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     on_log = (lambda line: print(f"[rpc-server] {line}", file=sys.stderr)) if args.verbose else None
     worker = start_worker(
         host,
