@@ -232,21 +232,6 @@ class LlamaServerProcess:
         oom = " after running out of memory" if says_out_of_memory(self.log_tail(40)) else ""
         return f"llama-server stopped (exit code {code}){oom}" + (f": {why}" if why else "")
 
-    def exit_reason(self) -> str:
-        """Why the server stopped, for people: its exit code, what it means when workers (RPC) are involved,
-        and its last lines."""
-        from clover_local.rpc.failures import explain_rpc_failure
-
-        code = self._proc.returncode if self._proc else None
-        self._join_reader()
-        tail = self.log_tail(40)
-        why = explain_rpc_failure(tail, self.argv)
-        return (
-            f"llama-server stopped (exit code {code})"
-            + (f": {why}" if why else "")
-            + (f" Its last lines:\n{self.log_tail(8)}" if tail else "")
-        )
-
     def _join_reader(self) -> None:
         if self._reader is not None:
             self._reader.join(timeout=2.0)

@@ -262,12 +262,6 @@ class LlamaServerEngine:
             _stats(last, finish, n_deltas, elapsed, (first_token_at or time.perf_counter()) - started)
         )
 
-    def problem(self) -> str | None:
-        """Why this engine cannot answer now (its llama-server stopped, is starting again, or was given up), or
-        None while it can."""
-        health = self.health()
-        return None if health.state == "ready" else health.why
-
     def _check_runner(self) -> None:
         """Raise :class:`RunnerUnavailable` unless llama-server can answer now."""
         health = self.health()
