@@ -47,7 +47,8 @@ def test_exact_argv_and_kwargs_for_a_12g_gpu() -> None:
     assert llama_server_args(plan) == [
         "-c", "16384", "-ngl", "all", "--n-cpu-moe", str(n), "-fa", "on", "-ctk", "f16", "-ctv", "f16",
         "-t", "8", "-tb", "8", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
-        "--ctx-checkpoints", "8", "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-min", "2",
+        "--ctx-checkpoints", "8", "--cache-ram", str(plan.prompt_cache_mib),
+        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-min", "2",
         "--spec-ngram-mod-n-max", "16", "--fit", "off",
     ]  # fmt: skip
     assert llama_cpp_kwargs(plan) == {
@@ -90,9 +91,12 @@ def test_exact_argv_for_cpu_only_with_model_path() -> None:
     assert llama_server_args(plan) == [
         "-m", "/m/gemma.gguf", "-c", "4096", "-ngl", "0", "-fa", "on", "-ctk", "f16", "-ctv", "f16",
         "-t", "4", "-tb", "4", "-b", "2048", "-ub", "512", "--load-mode", "mmap", "-np", "1",
-        "--chat-template", "gemma", "--no-jinja", "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24",
+        "--chat-template", "gemma", "--no-jinja", "--cache-ram", str(plan.prompt_cache_mib), "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24",
         "--spec-ngram-mod-n-min", "2", "--spec-ngram-mod-n-max", "16", "--fit", "off",
     ]  # fmt: skip
+    assert (
+        64 <= plan.prompt_cache_mib <= 8192
+    )  # the 16 GB machine's free RAM after a 270M model, at most the default
     kwargs = llama_cpp_kwargs(plan)
     assert kwargs["model_path"] == "/m/gemma.gguf" and kwargs["n_gpu_layers"] == 0
     assert kwargs["chat_format"] == "gemma" and kwargs["tensor_buft_overrides"] == []

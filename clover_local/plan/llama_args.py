@@ -146,6 +146,10 @@ def settings(plan: Plan) -> list[Setting]:
         rows.append(
             Setting("--ctx-checkpoints", str(plan.ctx_checkpoints), "ctx_checkpoints", plan.ctx_checkpoints)
         )
+    if plan.diffusion is None:
+        # llama-server's prompt cache, sized by the plan (0 turns it off); never its 8 GiB default, which grows
+        # into RAM no plan counted. The embedded engine has no such cache.
+        rows.append(Setting("--cache-ram", str(plan.prompt_cache_mib), None))
     rows += _engine_rows(plan)
     rows += _speculation_rows(plan)
     # --fit (default on at this commit) re-fits every parameter still at its default to free device memory, and

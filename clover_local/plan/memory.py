@@ -228,6 +228,24 @@ def checkpoint_bytes(
     return CTX_CHECKPOINTS * n_seq * (arch.recurrent_state_bytes + swa)
 
 
+PROMPT_CACHE_MAX_MIB = 8192
+"""llama-server's own default for ``--cache-ram`` (``common.h``, ``cache_ram_mib``): the most the plan gives it."""
+PROMPT_CACHE_MIN_MIB = 64
+"""Below this the cache is turned off (``--cache-ram 0``): too small to hold one conversation's saved state."""
+
+
+def prompt_cache_mib(free_bytes: int) -> int:
+    """MiB for llama-server's prompt cache (``--cache-ram``): the RAM a plan leaves free after everything else
+    and the margin, at most upstream's default, none when that is too little to be worth it.
+
+    The cache (``server_prompt_cache``, ``tools/server/server-task.cpp``) keeps the whole state of each earlier
+    prompt (KV cells, recurrent state, checkpoints) so a client that comes back resumes without reading its prompt
+    again; it grows until its limit and evicts the oldest entry. Left at upstream's 8 GiB it grew into memory no
+    plan counted (a 30-minute soak: +150 MiB per 10 minutes, docs/reliability.md); sized here, it is counted."""
+    mib = max(free_bytes, 0) // MIB
+    return min(mib, PROMPT_CACHE_MAX_MIB) if mib >= PROMPT_CACHE_MIN_MIB else 0
+
+
 def runtime_overhead_bytes(backend: str, engine: str) -> int:
     return RUNTIME_OVERHEAD_BYTES.get((backend, engine), 0)
 

@@ -23,7 +23,15 @@ from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_
 from clover_local.plan.slots import choose_slots
 from clover_local.plan.speed import LayerWork, format_tokens_per_s, predict_tokens_per_s
 from clover_local.plan.threads import ThreadPlan, cpu_repack, plan_threads
-from clover_local.plan.types import Alternative, DeviceMemory, LoadMode, Plan, SpeculativePlan, Wishes
+from clover_local.plan.types import (
+    Alternative,
+    DeviceMemory,
+    LoadMode,
+    MemoryPlan,
+    Plan,
+    SpeculativePlan,
+    Wishes,
+)
 from clover_local.plan.verify_cost import batch_costs
 from clover_local.presets import TEMPLATE_COMPLETION, TEMPLATE_FROM_GGUF, Preset
 
@@ -228,6 +236,10 @@ def _assemble_plan(
     repack, why_not = cpu_repack(machine.cpu.features)
     if why_not:
         reasons = (*reasons, why_not)
+    plan_memory, cache_mib = fit.memory, 0
+    if decoding.get("diffusion") is None:
+        plan_memory, cache_mib, why_cache = _prompt_cache(fit)
+        reasons = (*reasons, why_cache) if why_cache else reasons
     return Plan(
         preset=preset.name,
         model_path=model_path,
@@ -236,7 +248,8 @@ def _assemble_plan(
         n_gpu_layers=fit.n_gpu_layers,
         n_cpu_moe=fit.n_cpu_moe,
         fits=fit.fits,
-        memory=fit.memory,
+        memory=plan_memory,
+        prompt_cache_mib=cache_mib,
         reasons=tuple(reasons),
         threads=threads.threads,
         threads_batch=threads.threads_batch,
@@ -253,6 +266,30 @@ def _assemble_plan(
         recurrent=desc.architecture.recurrent_state_bytes > 0,
         **decoding,
     )
+
+
+def _prompt_cache(fit: Fit) -> tuple[MemoryPlan, int, str | None]:
+    """llama-server's prompt cache (``--cache-ram``, MiB) sized from the RAM the fit leaves free; counted in RAM
+    and said in a reason when llama-server runs the plan (the embedded engine keeps no such cache, and a command
+    line printed from its plan gets the same size)."""
+    ram = fit.memory.ram
+    mib = memory.prompt_cache_mib(ram.capacity_bytes - ram.used_bytes - ram.margin_bytes)
+    if fit.engine != "llama-server":
+        return fit.memory, mib, None
+    if not mib:
+        why = (
+            "No prompt cache (--cache-ram 0): the plan leaves no RAM free for llama-server to keep earlier "
+            "prompts' states; a conversation that comes back is read again."
+        )
+        return fit.memory, 0, why
+    cache = mib * memory.MIB
+    bound = "upstream's default" if mib == memory.PROMPT_CACHE_MAX_MIB else "the RAM the plan leaves free"
+    why = (
+        f"Prompt cache {fb(cache)} (--cache-ram {mib}, {bound}): llama-server keeps earlier prompts' states so a "
+        "client that comes back resumes without reading its prompt again; counted in RAM, so it never grows "
+        "into the margin."
+    )
+    return replace(fit.memory, ram=replace(ram, prompt_cache_bytes=cache)), mib, why
 
 
 def _candidates(

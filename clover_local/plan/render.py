@@ -67,13 +67,17 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
         f"{'available':>11} {'margin':>10}",
     ]
     checkpoints = plan.memory.ram.checkpoint_bytes
+    prompt_cache = plan.memory.ram.prompt_cache_bytes
     if checkpoints:
         lines[-1] += f" {'checkpoints':>11}"
+    if prompt_cache:
+        lines[-1] += f" {'prompt cache':>12}"
     for d in (*plan.memory.gpus, plan.memory.ram):
         lines.append(
             f"{d.name:{width}} {fb(d.weights_bytes):>11} {fb(d.kv_cache_bytes):>11} {fb(d.recurrent_state_bytes):>11} "
             f"{fb(d.compute_bytes):>11} {fb(d.used_bytes):>11} {fb(d.capacity_bytes):>11} {fb(d.margin_bytes):>10}"
             + (f" {fb(d.checkpoint_bytes):>11}" if checkpoints else "")
+            + (f" {fb(d.prompt_cache_bytes):>12}" if prompt_cache else "")
             + ("" if d.fits else "  short")
         )
     lines += ["", "Why:"] + [f"  - {r}" for r in plan.reasons]

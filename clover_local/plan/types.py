@@ -53,6 +53,9 @@ class DeviceMemory:
     checkpoint_bytes: int = 0
     """Context checkpoints at most: copies of each slot's partial state (recurrent state, sliding-window cells)
     at prompt positions, in RAM only (``plan.memory.checkpoint_bytes``)."""
+    prompt_cache_bytes: int = 0
+    """llama-server's prompt cache at most (``--cache-ram``): saved states of earlier prompts, in RAM only, sized
+    from what the plan leaves free (``plan.memory.prompt_cache_mib``); 0 on the embedded engine, which has none."""
 
     @property
     def used_bytes(self) -> int:
@@ -61,6 +64,7 @@ class DeviceMemory:
             + self.kv_cache_bytes
             + self.recurrent_state_bytes
             + self.checkpoint_bytes
+            + self.prompt_cache_bytes
             + self.compute_bytes
             + self.runtime_bytes
         )
@@ -240,6 +244,9 @@ class Plan:
     ctx_checkpoints: int = 0
     """Context checkpoints each slot may keep (llama-server's ``--ctx-checkpoints``; the embedded engine's
     ``engine.checkpoints``), counted in RAM; 0: none planned (a model whose cache can be cut back)."""
+    prompt_cache_mib: int = 0
+    """llama-server's prompt cache (``--cache-ram``, MiB; 0 turns it off): the RAM the plan leaves free, up to
+    upstream's own default (``plan.memory.prompt_cache_mib``). Never left to that default, which no plan sized."""
     repack: bool = True
     """llama.cpp may repack weights into its extra CPU buffer types (``--no-repack`` when False)."""
     recurrent: bool = False

@@ -26,7 +26,8 @@ def memory_segments(device: DeviceMemory, width: int) -> list[tuple[str, int]]:
     parts = {
         "weights": device.weights_bytes,
         "kv": device.kv_cache_bytes,
-        "state": device.recurrent_state_bytes + device.checkpoint_bytes,  # checkpoints are copies of states
+        # checkpoints and the prompt cache are saved copies of states
+        "state": device.recurrent_state_bytes + device.checkpoint_bytes + device.prompt_cache_bytes,
         "buffers": device.compute_bytes,
         "margin": device.margin_bytes,
     }
