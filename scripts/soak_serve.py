@@ -75,6 +75,8 @@ class Outcome:
     """The HTTP status of the last try, or a word for a transport failure ("reset", "timeout")."""
     retries: int = 0
     ok: bool = False
+    detail: dict[str, Any] | None = None
+    """For a 200 that was not the answer asked for: the request and the reply, kept to say why."""
 
 
 @dataclass
@@ -101,6 +103,10 @@ class SoakResult:
     retried_503: int
     samples: list[Sample] = field(default_factory=list)
     orphans: list[int] = field(default_factory=list)
+    unexpected: list[dict[str, Any]] = field(default_factory=list)
+    """Each 200 that was not the answer asked for (a tool call missing, JSON not of the schema): request, reply."""
+    log: str = ""
+    """serve's own log (its terminal) for the run."""
 
     def figure(self, what: str) -> tuple[float, float, float]:
         """(after the warm-up, peak, end) of one sampled figure."""
@@ -146,9 +152,10 @@ def _body(kind: str, rng: random.Random) -> dict[str, Any]:
     return body
 
 
-def _one(port: int, kind: str, rng: random.Random) -> tuple[int | str, bool]:
-    """One request of ``kind``: its status and whether it got a whole answer (a cancel or a hang-up that was
-    accepted counts as answered: the client chose to leave)."""
+def _one(port: int, kind: str, rng: random.Random) -> tuple[int | str, bool, dict[str, Any] | None]:
+    """One request of ``kind``: its status, whether it got a whole answer (a cancel or a hang-up that was
+    accepted counts as answered: the client chose to leave), and for a 200 that was not the answer asked for,
+    the request and the reply."""
     if kind == "hangup":  # the client sends its request, then leaves before any reply
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
             payload = json.dumps(_body("whole", rng)).encode()
@@ -156,12 +163,13 @@ def _one(port: int, kind: str, rng: random.Random) -> tuple[int | str, bool]:
                 "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             )
             s.sendall(head.encode() + f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
-        return 200, True
-    conn, resp = _request(port, "POST", "/v1/chat/completions", _body(kind, rng))
+        return 200, True, None
+    body = _body(kind, rng)
+    conn, resp = _request(port, "POST", "/v1/chat/completions", body)
     try:
         if resp.status != 200:
             resp.read()
-            return resp.status, False
+            return resp.status, False, None
         if kind in ("stream", "cancel"):
             chunks, errored, done = 0, False, False
             for raw in resp:
@@ -174,21 +182,25 @@ def _one(port: int, kind: str, rng: random.Random) -> tuple[int | str, bool]:
                 chunks += 1
                 errored = errored or '"error"' in line[:40]
                 if kind == "cancel" and chunks >= 4:
-                    return 200, True  # the client leaves mid-stream: conn.close() below hangs up
+                    return 200, True, None  # the client leaves mid-stream: conn.close() below hangs up
             if errored:
-                return "stream-error", False
-            return (200, True) if done else ("stream without its end", False)
+                return "stream-error", False, None
+            return (200, True, None) if done else ("stream without its end", False, None)
         data = json.loads(resp.read())
         if data["choices"][0].get("finish_reason") == "length":
-            return "200 cut at max_tokens", True  # answered as asked: the reply reached its token limit
+            return "200 cut at max_tokens", True, None  # answered as asked: the reply reached its token limit
         choice = data["choices"][0]["message"]
+        detail = {"request": body, "reply": data}
         if kind == "tool":
-            return (200, True) if choice.get("tool_calls") else ("200 without a call", False)
+            return (200, True, None) if choice.get("tool_calls") else ("200 without a call", False, detail)
         if kind == "schema":
-            parsed = json.loads(choice["content"])
+            try:
+                parsed = json.loads(choice["content"])
+            except ValueError:
+                return "200 not JSON", False, detail
             valid = isinstance(parsed, dict) and {"name", "age"} <= set(parsed)
-            return (200, True) if valid else ("200 not the schema", False)
-        return 200, True
+            return (200, True, None) if valid else ("200 not the schema", False, detail)
+        return 200, True, None
     finally:
         conn.close()
 
@@ -200,8 +212,9 @@ def _client(port: int, stop: threading.Event, seed: int, out: list[Outcome], loc
         started = time.monotonic()
         retries = 0
         while True:
+            detail = None
             try:
-                status, ok = _one(port, kind, rng)
+                status, ok, detail = _one(port, kind, rng)
             except (OSError, http.client.HTTPException, ValueError, KeyError) as exc:
                 status, ok = type(exc).__name__, False
             if status == 503 and retries < 3 and not stop.is_set():
@@ -210,7 +223,7 @@ def _client(port: int, stop: threading.Event, seed: int, out: list[Outcome], loc
                 continue
             break
         with lock:
-            out.append(Outcome(kind, started, time.monotonic(), status, retries, ok))
+            out.append(Outcome(kind, started, time.monotonic(), status, retries, ok, detail))
 
 
 def _sample(proc: psutil.Process, t0: float) -> Sample:
@@ -318,6 +331,8 @@ def soak(engine: str, args: argparse.Namespace) -> SoakResult:
         retried_503=sum(o.retries for o in outcomes),
         samples=samples,
         orphans=orphans,
+        unexpected=[o.detail for o in outcomes if o.detail is not None],
+        log=log.name,
     )
 
 
@@ -338,8 +353,15 @@ def table(results: list[SoakResult]) -> str:
         )
     for r in results:
         rows.append(
-            f"\n{r.engine}: by status {r.by_status}; by kind {r.by_kind}; orphans {r.orphans or 'none'}"
+            f"\n{r.engine}: by status {r.by_status}; by kind {r.by_kind}; orphans {r.orphans or 'none'}; "
+            f"serve's log {r.log}"
         )
+        for d in r.unexpected:
+            reply = d["reply"]["choices"][0]
+            rows.append(
+                f"  not as asked: finish {reply.get('finish_reason')!r}, "
+                f"content {str(reply['message'].get('content'))[:400]!r}"
+            )
     return "\n".join(rows)
 
 
