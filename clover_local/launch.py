@@ -26,6 +26,7 @@ from clover_local.errors import (
 )
 from clover_local.plan.diffusion import DiffusionWishes
 from clover_local.plan.llama_args import LlamaSettings, llama_settings
+from clover_local.plan.reasons import Reason, without_reasons
 from clover_local.plan.speculation import SERVER_ONLY_MODES, SPEC_MODES, SpecMode
 from clover_local.plan.types import EngineKind, Goal, Plan
 from clover_local.presets import Preset
@@ -414,8 +415,8 @@ def decide_launch(
     plan, preset = plan_with(request.parallel)
     if _mtp_needs_one_slot(request, runner, plan):
         plan, preset = plan_with(1)
-        kept = tuple(r for r in plan.reasons if not r.startswith("1 slot (--parallel 1)"))
-        plan = replace(plan, reasons=(*kept, MTP_ONE_SLOT))
+        # the one-slot plan's reason ("as asked") is not why it has one slot
+        plan = replace(plan, reasons=(*without_reasons(plan.reasons, "slots"), MTP_ONE_SLOT))
     if plan.chat_template != (request.chat_template or plan.chat_template):
         plan = replace(plan, chat_template=request.chat_template or plan.chat_template)
     plan = _with_community(request, preset, machine, runner, plan, community)
@@ -487,9 +488,10 @@ def _with_community(
     return replace(plan, community=pick, reasons=(*plan.reasons, *reasons))
 
 
-MTP_ONE_SLOT = (
+MTP_ONE_SLOT = Reason(
+    "slots",
     "1 slot: this plan drafts with the model's MTP head, which the embedded engine runs for one sequence only, so"
-    " a lone request keeps its speculation (--parallel N serves N requests at once, drafting by n-gram instead)."
+    " a lone request keeps its speculation (--parallel N serves N requests at once, drafting by n-gram instead).",
 )
 
 

@@ -22,6 +22,7 @@ from clover_local.arch_support import Action, ArchCheck
 from clover_local.errors import UsageError
 from clover_local.gguf.names import DraftKind
 from clover_local.plan.diffusion import DiffusionPlan, DiffusionWishes
+from clover_local.plan.reasons import Reason
 from clover_local.plan.types import EngineKind, Goal, Plan, SpecMode, Wishes
 from clover_local.presets import Preset, load_preset
 
@@ -284,7 +285,7 @@ def _plan_for_runner(
         source = f"exact, from the local file {path}"
         plan = replace(
             plan,
-            reasons=(*plan.reasons, f"Sizes of {plan.quant}: {source}."),
+            reasons=(*plan.reasons, Reason("sizes", f"Sizes of {plan.quant}: {source}.")),
             size_sources=((plan.quant, source),),
         )
         plan = _with_architecture(plan, architecture)
@@ -326,7 +327,10 @@ def _plan_for_runner(
     plan = replace(
         plan,
         model_path=str(local) if local is not None else None,
-        reasons=(*plan.reasons, *(f"Sizes of {q}: {text}." for q, text in models.sources.items())),
+        reasons=(
+            *plan.reasons,
+            *(Reason("sizes", f"Sizes of {q}: {text}.") for q, text in models.sources.items()),
+        ),
         size_sources=tuple(models.sources.items()),
     )
     plan = _with_architecture(plan, architecture)
@@ -391,7 +395,7 @@ def _with_architecture(plan: Plan, check: ArchCheck) -> Plan:
         )
     else:
         said = f"--force: planned anyway: {check.why}."
-    return replace(plan, architecture=check, reasons=(*plan.reasons, said))
+    return replace(plan, architecture=check, reasons=(*plan.reasons, Reason("architecture", said)))
 
 
 _Sidecars = Mapping[DraftKind, tuple[str, "ModelDescription | None"]]
@@ -420,7 +424,7 @@ def _with_speculation(
         desc = describe_from_preset(preset, plan.quant)
     sidecars, skipped = _loadable_sidecars(sidecars, "load" if plan.model_path else "download")
     if skipped:
-        plan = replace(plan, reasons=(*plan.reasons, *skipped))
+        plan = replace(plan, reasons=(*plan.reasons, *(Reason("sidecar-skipped", s) for s in skipped)))
     measured = load_spec_ratios(plan.model_path or f"{plan.preset}:{plan.quant}")
     offers = [h for h in offered_heads(desc, sidecars) if drafters is None or h.kind in drafters]
     if drafters is not None:
@@ -450,10 +454,11 @@ def with_measured_costs(plan: Plan, machine: Machine) -> Plan:
     if found is None:
         return replace(plan, speculative=replace(spec, costs_key=key))
     costs = found.costs[: spec.n_max + 1]
-    reason = (
+    reason = Reason(
+        "verify-costs",
         f"Verification cost measured here{' on ' + found.when if found.when else ''}: a batch of {len(costs)} "
         f"tokens costs {costs[-1]:.1f} plain steps of {found.step_ms:.1f} ms, so drafting gains at most "
-        f"{len(costs) / costs[-1]:.2f}x; the drafter decides with these fixed numbers, never with timings."
+        f"{len(costs) / costs[-1]:.2f}x; the drafter decides with these fixed numbers, never with timings.",
     )
     return replace(
         plan,
@@ -544,7 +549,7 @@ def _local_header(path: str, mtime_ns: int) -> ModelDescription:
 
 def diffusion_plan_for_file(
     path: Path, ctx: int | None, wishes: DiffusionWishes | None
-) -> tuple[DiffusionPlan | None, list[str]]:
+) -> tuple[DiffusionPlan | None, list[Reason]]:
     """For a GGUF without a preset: the diffusion plan its header calls for and why (None for autoregressive
     models, for which diffusion options are an error)."""
     from clover_local.plan.diffusion import plan_diffusion

@@ -130,7 +130,7 @@ def test_the_plan_holds_the_checkpoints_memory_for_both_engines() -> None:
         assert plan.memory.ram.checkpoint_bytes >= n * plan.parallel * state > 0
         if engine == "embedded":
             assert plan.memory.ram.checkpoint_bytes == n * plan.parallel * state
-        assert any("context checkpoints" in r.lower() for r in plan.reasons)
+        assert any("context checkpoints" in r.text.lower() for r in plan.reasons)
     attention = make_plan(machine, load_preset("gemma3-270m"), None, Wishes())
     assert attention.ctx_checkpoints == 0 and attention.memory.ram.checkpoint_bytes == 0
     assert "--ctx-checkpoints" not in llama_server_args(attention)

@@ -39,16 +39,16 @@ def test_plan_defaults_per_family(headers: dict[str, object]) -> None:
     dream_plan, reasons = plan_diffusion(headers["dream"])
     assert dream_plan.schedule == "timestep" and dream_plan.eps == pytest.approx(0.001)
     assert dream_plan.steps_per_block == dream_plan.answer_length // 2
-    assert any("timestep schedule" in r for r in reasons)
+    assert any("timestep schedule" in r.text for r in reasons)
     llada_plan, reasons = plan_diffusion(headers["llada-moe"], ctx=512)
     assert llada_plan.schedule == "block" and llada_plan.block_length == 32
     assert llada_plan.steps_per_block == 16 and llada_plan.canvas == 512
-    assert any("n_ubatch = 512" in r for r in reasons)
+    assert any("n_ubatch = 512" in r.text for r in reasons)
     wished, reasons = plan_diffusion(
         headers["llada-moe"], wishes=DiffusionWishes(block_length=0, steps_per_block=8, algorithm="entropy")
     )
     assert wished.schedule == "timestep" and wished.steps_per_block == 8 and wished.algorithm == "entropy"
-    assert any("as asked" in r for r in reasons)
+    assert any("as asked" in r.text for r in reasons)
 
 
 def test_diffusion_on_autoregressive_model_is_an_error(headers: dict[str, object]) -> None:
@@ -130,7 +130,7 @@ def test_make_plan_for_a_diffusion_gguf(headers: dict[str, object]) -> None:
     assert plan.diffusion is not None and plan.diffusion.canvas == 512
     assert plan.ctx == plan.n_batch == plan.n_ubatch == 512
     assert not plan.speculative.enabled and plan.memory.ram.kv_cache_bytes == 0
-    assert any("Diffusion decoding (llada-moe)" in r for r in plan.reasons)
+    assert any("Diffusion decoding (llada-moe)" in r.text for r in plan.reasons)
     kwargs = llama_cpp_kwargs(plan)
     assert kwargs["n_ubatch"] == kwargs["n_batch"] == kwargs["n_ctx"] == 512
     autoregressive = make_plan(machine, preset, headers["llama"], Wishes(ctx=2048), "y.gguf")

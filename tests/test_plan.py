@@ -82,7 +82,7 @@ def test_plan_table(spec, quant, ngl, moe, ctx, fits, clover) -> None:
     assert plan.fits is fits
     assert_within_memory(plan, spec)
     assert plan.predicted_tokens_per_s > 0
-    assert any("estimate" in r for r in plan.reasons)
+    assert any("estimate" in r.text for r in plan.reasons)
     assert len(plan.memory.gpus) == len(parse_simulate(spec).gpus) * (ngl != 0)
 
 
@@ -114,7 +114,7 @@ def test_n_cpu_moe_is_the_smallest_that_fits(clover) -> None:
         ),
     )
     assert not fewer.gpus_fit
-    assert f"--n-cpu-moe {plan.n_cpu_moe}" in " ".join(plan.reasons)
+    assert f"--n-cpu-moe {plan.n_cpu_moe}" in " ".join(r.text for r in plan.reasons)
 
 
 def test_two_gpus_each_checked_alone_and_split_by_layers(clover) -> None:
@@ -134,7 +134,7 @@ def test_uneven_gpus_get_uneven_layers(clover) -> None:
 def test_gpu_with_cpu_only_build_plans_cpu_and_says_how_to_rebuild(clover) -> None:
     plan = plan_for("gpu=nvidia:24G,ram=64G,backend=cpu", clover)
     assert plan.n_gpu_layers == 0 and plan.memory.gpus == () and plan.backend == "cpu"
-    text = " ".join(plan.reasons)
+    text = " ".join(r.text for r in plan.reasons)
     assert "cannot offload" in text and "CMAKE_ARGS" in text
 
 
@@ -162,7 +162,7 @@ def test_full_gpu_loads_without_mmap_partial_with_mmap(clover) -> None:
 def test_requested_ctx_is_honoured(clover) -> None:
     plan = plan_for("gpu=nvidia:24G,ram=32G", clover, ctx=8192)
     assert plan.ctx == 8192
-    assert any("as asked" in r for r in plan.reasons)
+    assert any("as asked" in r.text for r in plan.reasons)
 
 
 def test_requested_ctx_too_large_is_refused_with_the_limit(clover) -> None:
@@ -192,7 +192,7 @@ def test_large_ctx_is_paid_with_q8_kv_then_experts_in_ram(clover) -> None:
 def test_q8_forced_on_small_machine_does_not_fit_and_says_why(clover) -> None:
     plan = plan_for("ram=16G", clover, quant="Q8_0")
     assert plan.quant == "Q8_0" and plan.fits is False
-    advice = next(r for r in plan.reasons if r.startswith("Does not fit"))
+    advice = next(r.text for r in plan.reasons if r.code == "does-not-fit")
     assert "ram needs" in advice and "Q4_K_M" in advice and "--ctx" in advice
 
 
@@ -275,4 +275,4 @@ def test_llama_server_keeps_all_of_q4_k_m_on_a_24_gib_card(clover) -> None:
     assert (server.n_cpu_moe, server.engine) == (0, "llama-server")
     assert embedded.n_cpu_moe > 0
     assert server.memory.gpus[0].runtime_bytes < embedded.memory.gpus[0].runtime_bytes
-    assert any("runtime itself" in r for r in server.reasons)
+    assert any("runtime itself" in r.text for r in server.reasons)

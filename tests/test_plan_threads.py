@@ -88,7 +88,7 @@ def test_both_engines_get_their_threads_from_the_plan() -> None:
     )
     argv = llama_server_args(server)
     assert argv[argv.index("-t") + 1] == "1" and argv[argv.index("-tb") + 1] == "1"
-    assert any("used 1.0 cores" in r for r in server.reasons)
+    assert any("used 1.0 cores" in r.text for r in server.reasons)
     idle = make_plan(parse_simulate("ram=16G,cpu=2"), preset, None, Wishes(ctx=2048, engine="llama-server"))
     argv = llama_server_args(idle)
     assert argv[argv.index("-t") + 1] == "2" and argv[argv.index("-tb") + 1] == "2"

@@ -58,7 +58,7 @@ def test_the_cache_is_what_the_plan_leaves_free_at_most_upstreams_default(simula
     assert ram.prompt_cache_bytes == plan.prompt_cache_mib * MIB
     assert ram.used_bytes + ram.margin_bytes <= ram.capacity_bytes or not plan.fits
     assert _cache_flag(llama_server_args(plan)) == plan.prompt_cache_mib
-    said = [r for r in plan.reasons if "--cache-ram" in r]
+    said = [r.text for r in plan.reasons if "--cache-ram" in r.text]
     assert len(said) == 1 and f"--cache-ram {plan.prompt_cache_mib}" in said[0]
     if plan.prompt_cache_mib:
         assert any("prompt cache" in line for line in describe_plan(plan, load_preset("clover-35b-a3b"))[:5])
@@ -67,7 +67,7 @@ def test_the_cache_is_what_the_plan_leaves_free_at_most_upstreams_default(simula
 def test_the_embedded_engine_holds_no_prompt_cache_but_a_printed_command_gets_one() -> None:
     plan = make_plan(parse_simulate("ram=128G,cpu=16"), load_preset("clover-35b-a3b"), None, Wishes())
     assert plan.engine == "embedded" and plan.memory.ram.prompt_cache_bytes == 0
-    assert not any("--cache-ram" in r for r in plan.reasons)
+    assert not any("--cache-ram" in r.text for r in plan.reasons)
     assert _cache_flag(llama_server_args(plan)) == memory.PROMPT_CACHE_MAX_MIB
 
 

@@ -178,7 +178,7 @@ def test_every_pooled_plan_fits_per_device_and_says_whether_pooling_pays(spec: s
     alone = make_plan(parse_simulate(re.sub(r",(rpc|link)=[^,]+", "", spec)), clover, None, Wishes())
     lent = [d for w in machine.workers for d in w.devices]
     if not plan.rpc_servers:  # this machine's GPU holds everything and is faster alone: workers left out
-        assert any(r.startswith("Workers not used") for r in plan.reasons)
+        assert any(r.text.startswith("Workers not used") for r in plan.reasons)
         assert plan.memory == alone.memory and "--rpc" not in llama_server_args(plan)
         assert plan.alone_tokens_per_s == alone.predicted_tokens_per_s
         return
@@ -187,16 +187,16 @@ def test_every_pooled_plan_fits_per_device_and_says_whether_pooling_pays(spec: s
     if plan.fits:
         for d in plan.memory.gpus:
             assert d.fits, d
-    verdict = next(r for r in plan.reasons if r.startswith("This machine alone"))
+    verdict = next(r.text for r in plan.reasons if r.code == "versus-alone")
     assert f"~{alone.predicted_tokens_per_s:.0f} tokens/s" in verdict
     if "pooling is faster" in verdict:
         assert plan.predicted_tokens_per_s > alone.predicted_tokens_per_s
     if "does not beat" in verdict or "is not faster" in verdict:
         assert plan.predicted_tokens_per_s <= alone.predicted_tokens_per_s * 1.05
-    speed = next(r for r in plan.reasons if r.startswith("Predicted decode"))
+    speed = next(r.text for r in plan.reasons if r.code == "speed-estimate")
     assert "on the network" in speed and "round trips per token" in speed
     # device names in the reasons are this machine's GPUs or host:port/RPCn, never the pooled positions
-    named = {int(i) for r in plan.reasons for i in re.findall(r"\bgpu(\d+)\b", r)}
+    named = {int(i) for r in plan.reasons for i in re.findall(r"\bgpu(\d+)\b", r.text)}
     assert named <= {g.index for g in machine.gpus}
 
 
@@ -214,7 +214,7 @@ def test_cpu_only_machine_with_cpu_workers_puts_the_head_on_the_last_worker() ->
     assert plan.rpc_servers == ("127.0.0.1:50052", "127.0.0.1:50053")
     assert plan.network is not None
     assert plan.network.bytes_per_token >= gemma.architecture.n_vocab * 4  # the logits come back each token
-    assert any("logits cross the network" in r for r in plan.reasons)
+    assert any("logits cross the network" in r.text for r in plan.reasons)
 
 
 def test_plan_json_has_one_entry_per_device_local_first(clover, capsys: pytest.CaptureFixture[str]) -> None:

@@ -69,7 +69,7 @@ def test_the_plan_for_a_local_file_carries_it_into_the_argv(gemma_path: Path) ->
     assert plan.model_path == str(gemma_path.resolve())
     argv = llama_server_args(plan)
     assert argv[:2] == ["-m", str(gemma_path.resolve())]
-    assert any(reason.startswith("Sizes of Q4_K_M: exact, from the local file") for reason in plan.reasons)
+    assert any(r.text.startswith("Sizes of Q4_K_M: exact, from the local file") for r in plan.reasons)
 
 
 def test_opening_a_plan_without_a_file_says_to_download_first() -> None:

@@ -39,7 +39,7 @@ def test_default_is_four_slots_where_they_fit_each_with_its_own_context() -> Non
     assert four.parallel == DEFAULT_SLOTS and one.parallel == 1
     assert four.ctx == one.ctx  # a slot's context is the one-slot plan's
     assert kv_total(four) == 4 * kv_total(one)
-    assert any(r.startswith("4 slots:") for r in four.reasons)
+    assert any(r.text.startswith("4 slots:") for r in four.reasons)
     argv = llama_server_args(four)
     assert argv[argv.index("-c") + 1] == str(4 * four.ctx)  # llama.cpp splits -c evenly between slots
     assert argv[argv.index("-np") + 1] == "4" and "--no-kv-unified" in argv
@@ -53,7 +53,7 @@ def test_one_slot_where_memory_is_tight_and_the_reason_says_so() -> None:
     roomy = plan("ram=32G,cpu=2", "gemma3-270m", parallel=None)
     assert roomy.parallel > 1
     assert tight.parallel == 1
-    assert any(r.startswith("1 slot: memory is tight") for r in tight.reasons)
+    assert any(r.text.startswith("1 slot: memory is tight") for r in tight.reasons)
     assert llama_server_args(tight)[llama_server_args(tight).index("-np") + 1] == "1"
 
 
@@ -70,7 +70,8 @@ def test_asked_slots_are_planned_as_asked_and_a_moved_placement_is_said() -> Non
     one = plan(spec, "clover-35b-a3b", parallel=1, ctx=65536)
     many = plan(spec, "clover-35b-a3b", parallel=16, ctx=65536)
     assert many.parallel == 16
-    why = next(r for r in many.reasons if r.startswith("16 slots, as asked"))
+    why = next(r.text for r in many.reasons if r.code == "slots")
+    assert why.startswith("16 slots, as asked")
     if many.n_cpu_moe != one.n_cpu_moe:
         assert "placement changed" in why
     assert many.n_cpu_moe >= one.n_cpu_moe

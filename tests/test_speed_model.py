@@ -98,7 +98,7 @@ def test_recorded_runs_replace_or_calibrate_the_estimate() -> None:
     )
     measured = make_plan(machine, preset, desc, speed_records=[here])
     assert (measured.speed_source, measured.predicted_tokens_per_s) == ("measured", 150.0)
-    assert any("measured with llama-bench on this machine on 2026-11-30" in r for r in measured.reasons)
+    assert any("measured with llama-bench on this machine on 2026-11-30" in r.text for r in measured.reasons)
 
     elsewhere = SpeedRecord(
         **key, n_gpu_layers=-1, n_cpu_moe=plain.n_cpu_moe + 7, tokens_per_s=100.0, predicted_tokens_per_s=80.0
@@ -137,7 +137,7 @@ def test_the_summary_and_the_reasons_write_one_speed(measured: float, written: s
     )
     plan = make_plan(machine, preset, desc, speed_records=[record])
     assert f"Predicted speed: about {written} tokens/s" in plan_summary(plan)
-    assert any(r.startswith(f"Decode ~{written} tokens/s: measured") for r in plan.reasons), plan.reasons
+    assert any(r.text.startswith(f"Decode ~{written} tokens/s: measured") for r in plan.reasons), plan.reasons
     assert f"~{written} tokens/s (estimate)" in describe_plan(plan, preset)[0]
 
 

@@ -87,7 +87,7 @@ def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(
     assert spec.costs_source == "model" and spec.costs_key.endswith(
         f"t={plan.threads},tb={plan.threads_batch}"
     )
-    assert not any("Verification cost measured" in r for r in plan.reasons)
+    assert not any("Verification cost measured" in r.text for r in plan.reasons)
 
     opened = open_launch(launch)
     assert load_verify_costs() == []  # opening measures nothing: measuring is its own step
@@ -112,7 +112,7 @@ def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(
 
     later = decide_launch(asked).plan
     assert later.speculative.costs_source == "measured" and later.speculative.batch_costs == record.costs
-    assert any("Verification cost measured here" in r for r in later.reasons)
+    assert any("Verification cost measured here" in r.text for r in later.reasons)
     reopened = open_launch(decide_launch(asked))
     try:
         assert measure_verify_costs(reopened) is None  # measured once, not again

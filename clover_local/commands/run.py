@@ -14,6 +14,7 @@ from clover_local.errors import UsageError
 
 if TYPE_CHECKING:
     from clover_local.launch import OpenedEngine
+    from clover_local.plan.types import Plan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -85,7 +86,6 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     devices, in llama-server (the launch decides that)."""
     from clover_local.commands.options import apply_model_ref, launch_from_args, require_local_model
     from clover_local.launch import measure_verify_costs, open_launch
-    from clover_local.plan.pooled import pooling_summary
     from clover_local.presets import load_preset
     from clover_local.runtime import require_model
 
@@ -105,15 +105,18 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     )
     opened = open_launch(launch)
     measured = measure_verify_costs(opened)
-    plan = opened.plan
-    said: tuple[str, ...] = ()
-    if plan.diffusion is not None:
-        # How a diffusion model will be decoded is worth saying every time (steps, blocks, algorithm).
-        said = tuple(r for r in plan.reasons if r.startswith("Diffusion decoding"))
-    summary = pooling_summary(plan)
-    if summary:
-        said = (summary, *said)
+    said = plan_notices(opened.plan)
     return replace(opened, notices=(*said, *opened.notices, *([measured.notice] if measured else [])))
+
+
+def plan_notices(plan: Plan) -> tuple[str, ...]:
+    """What ``run`` says of its plan before the reply: the workers it pools (or why it does not), and how a
+    diffusion model will be decoded (steps, blocks, algorithm), which is worth saying every time."""
+    from clover_local.plan.pooled import pooling_summary
+
+    said = tuple(r.text for r in plan.reasons if r.code == "diffusion") if plan.diffusion is not None else ()
+    summary = pooling_summary(plan)
+    return (summary, *said) if summary else said
 
 
 def run(args: argparse.Namespace) -> int:

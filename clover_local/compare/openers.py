@@ -155,12 +155,14 @@ def open_local(
     import os as _os
 
     from clover_local.launch import LaunchRequest, decide_launch, open_launch
+    from clover_local.plan.reasons import find_reason
 
     preset, path = local_model(contender, machine, progress)
     request = LaunchRequest(preset, str(path), ctx=options.ctx, engine=options.engine)  # type: ignore[arg-type]
     launch = decide_launch(request, machine=machine)
     if not launch.plan.fits:
-        why = next((r for r in launch.plan.reasons if r.startswith("Does not fit")), "")
+        advice = find_reason(launch.plan.reasons, "does-not-fit")
+        why = advice.text if advice else ""
         raise PlanError(
             f"{contender.name} does not fit this machine{': ' + why if why else '.'}",
             "Compare a smaller quant or model, or give a smaller --ctx.",

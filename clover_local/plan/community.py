@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from clover_local.detect.units import format_bytes as fb
 from clover_local.gguf.model import ModelDescription
 from clover_local.plan.quant_order import quality_rank
+from clover_local.plan.reasons import Reason
 from clover_local.plan.speed import format_tokens_per_s
 from clover_local.plan.types import CommunityPick, Plan
 from clover_local.presets import Preset, QuantSpec
@@ -107,12 +108,13 @@ def as_repo_preset(preset: Preset, q: CommunityQuant) -> Preset:
 
 def choose_community_quant(
     found: CommunityQuants, plan_for: Callable[[CommunityQuant], Plan]
-) -> tuple[CommunityPick | None, tuple[str, ...]]:
+) -> tuple[CommunityPick | None, tuple[Reason, ...]]:
     """The best community quant whose plan fits (``plan_for``: the launch's plan of one quant, for the runner
     that would run it), and the reasons to add to the plan that did not fit (what was weighed, or why nothing
     was: offline, unreachable)."""
+    notes = tuple(Reason("community", note) for note in found.notes)
     if not found.quants:
-        return None, found.notes
+        return None, notes
     weighed = [(q, plan_for(q)) for q in found.quants]
     ranked = sorted(
         weighed,
@@ -125,8 +127,11 @@ def choose_community_quant(
     if not fitting:
         tried = ", ".join(f"{q.quant} of {q.repo} ({fb(q.description.file_bytes)})" for q, _ in ranked)
         return None, (
-            *found.notes,
-            f"No smaller community quant fits either: {tried} were read, and none fits this machine.",
+            *notes,
+            Reason(
+                "community",
+                f"No smaller community quant fits either: {tried} were read, and none fits this machine.",
+            ),
         )
     best, plan = fitting[0]
     others = [_weighed(q, p, best) for q, p in ranked if q is not best]
@@ -172,7 +177,7 @@ def choose_community_quant(
         command=command,
         why=why,
     )
-    return pick, (*found.notes, why)
+    return pick, (*notes, Reason("community", why))
 
 
 def _weighed(q: CommunityQuant, plan: Plan, best: CommunityQuant) -> str:

@@ -14,6 +14,7 @@ from typing import Literal
 
 from clover_local.errors import UsageError
 from clover_local.gguf.model import ModelDescription
+from clover_local.plan.reasons import Reason
 from clover_local.presets import DiffusionDefaults, Preset
 
 Schedule = Literal["block", "timestep"]
@@ -81,7 +82,7 @@ def plan_diffusion(
     table: DiffusionDefaults | None = None,
     wishes: DiffusionWishes | None = None,
     ctx: int | None = None,
-) -> tuple[DiffusionPlan, list[str]]:
+) -> tuple[DiffusionPlan, list[Reason]]:
     """Decide the diffusion settings for ``model`` and say why."""
     if model.diffusion is None:
         raise UsageError(
@@ -91,7 +92,7 @@ def plan_diffusion(
     table = table or DiffusionDefaults()
     wishes = wishes or DiffusionWishes()
     arch = model.architecture.arch
-    reasons: list[str] = []
+    reasons: list[Reason] = []
 
     def pick(name: str, default: object) -> tuple[object, str]:
         wished = getattr(wishes, name)
@@ -123,23 +124,35 @@ def plan_diffusion(
     header = model.diffusion
     if schedule == "block":
         reasons.append(
-            f"Diffusion decoding ({arch}): block schedule ({block_src}), {block_length}-token blocks unmasked "
-            f"one after another in {steps} steps each ({steps_src}, {block_length / steps:.1f} tokens a step)."
+            Reason(
+                "diffusion",
+                f"Diffusion decoding ({arch}): block schedule ({block_src}), {block_length}-token blocks unmasked "
+                f"one after another in {steps} steps each ({steps_src}, {block_length / steps:.1f} tokens a step).",
+            )
         )
     else:
         reasons.append(
-            f"Diffusion decoding ({arch}): timestep schedule (eps {eps:g}), the whole {answer}-token answer "
-            f"refined in {steps} steps ({steps_src}, {answer / steps:.1f} tokens a step)."
+            Reason(
+                "diffusion",
+                f"Diffusion decoding ({arch}): timestep schedule (eps {eps:g}), the whole {answer}-token answer "
+                f"refined in {steps} steps ({steps_src}, {answer / steps:.1f} tokens a step).",
+            )
         )
     reasons.append(
-        f"Unmasking order: {algorithm} ({alg_src}); answer length {answer} tokens ({answer_src}); "
-        f"shift_logits {'on' if header.shift_logits else 'off'} "
-        f"({'from the header' if header.shift_logits_in_header else 'absent from the header: llama.cpp takes on'})."
+        Reason(
+            "diffusion-unmasking",
+            f"Unmasking order: {algorithm} ({alg_src}); answer length {answer} tokens ({answer_src}); "
+            f"shift_logits {'on' if header.shift_logits else 'off'} "
+            f"({'from the header' if header.shift_logits_in_header else 'absent from the header: llama.cpp takes on'}).",
+        )
     )
     reasons.append(
-        f"The whole canvas (prompt + answer, up to {canvas} tokens) is decoded as one batch every step: "
-        f"n_ctx = n_batch = n_ubatch = {canvas}, no KV cache, and llama.cpp returns the logits of every "
-        "canvas position, so the compute and output buffers grow with the canvas."
+        Reason(
+            "diffusion-canvas",
+            f"The whole canvas (prompt + answer, up to {canvas} tokens) is decoded as one batch every step: "
+            f"n_ctx = n_batch = n_ubatch = {canvas}, no KV cache, and llama.cpp returns the logits of every "
+            "canvas position, so the compute and output buffers grow with the canvas.",
+        )
     )
     plan = DiffusionPlan(
         schedule=schedule,

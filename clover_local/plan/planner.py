@@ -20,6 +20,7 @@ from clover_local.plan import memory
 from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_diffusion
 from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
 from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
+from clover_local.plan.reasons import Reason
 from clover_local.plan.slots import choose_slots
 from clover_local.plan.speed import LayerWork, format_tokens_per_s, predict_tokens_per_s
 from clover_local.plan.threads import ThreadPlan, cpu_repack, plan_threads
@@ -115,14 +116,14 @@ def make_plan(
     }
     quant, why_quant = _choose_quant(machine, candidates, fits, wishes)
     desc, fit = candidates[quant], fits[quant]
-    reasons: list[str] = [why_quant]
+    reasons: list[Reason] = [Reason("quant", why_quant)]
     if wishes.ctx is None:
         fit, ctx = _grow_context(machine, desc, fit, ctx, ctx_limit)
     fit, why_slots = choose_slots(machine, desc, fit, ctx, wishes.parallel, N_UBATCH)
     fits = {**fits, quant: fit}  # the plan's memory is this fit's: its context and its slots
     reasons += _placement_reasons(machine, desc, fit)
     reasons += _context_reasons(preset, desc, fit, ctx, wishes)
-    reasons.append(why_slots)
+    reasons.append(Reason("slots", why_slots))
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, ctx))
 
@@ -133,19 +134,25 @@ def make_plan(
         engine=wishes.engine,
         others_busy=machine.cpu.others_busy_cores,
     )
-    reasons.append(threads.reason)
+    reasons.append(Reason("threads", threads.reason))
     reasons.append(
-        "Flash attention on: llama.cpp supports it on every backend here, it keeps the compute buffer small "
-        "at long context, and a quantized KV cache needs it."
+        Reason(
+            "flash-attn",
+            "Flash attention on: llama.cpp supports it on every backend here, it keeps the compute buffer small "
+            "at long context, and a quantized KV cache needs it.",
+        )
     )
     runtime = memory.runtime_overhead_bytes(machine.offload_backend, wishes.engine)
     if runtime and fit.n_gpu_layers != 0:
         reasons.append(
-            f"Planned for the {wishes.engine} engine: {fb(runtime)} per GPU for the {machine.offload_backend} "
-            "runtime itself (context, libraries), measured beside llama.cpp's own buffers."
+            Reason(
+                "runtime-overhead",
+                f"Planned for the {wishes.engine} engine: {fb(runtime)} per GPU for the {machine.offload_backend} "
+                "runtime itself (context, libraries), measured beside llama.cpp's own buffers.",
+            )
         )
     load_mode, why_load = _load_mode(machine, fit)
-    reasons.append(why_load)
+    reasons.append(Reason("load-mode", why_load))
     if enabled:
         copies = fit.recurrent_copies
         cost = (
@@ -155,8 +162,11 @@ def make_plan(
             else "no extra memory"
         )
         reasons.append(
-            f"Self-speculative decoding ({spec.type}, match {spec.n_match}, draft {spec.n_min}-{spec.n_max} "
-            f"tokens): drafts from text already in the context, no second model; {cost}."
+            Reason(
+                "speculation-ngram",
+                f"Self-speculative decoding ({spec.type}, match {spec.n_match}, draft {spec.n_min}-{spec.n_max} "
+                f"tokens): drafts from text already in the context, no second model; {cost}.",
+            )
         )
     gpu_read, ram_read = memory.active_bytes_per_token(
         desc, fit.placement, min(ctx, SPEED_CTX_SAMPLE), fit.cache_type, fit.cache_type
@@ -175,19 +185,28 @@ def make_plan(
     )
     if speed_source == "estimate":
         reasons.append(
-            f"Predicted decode ~{format_tokens_per_s(tps)} tokens/s: an estimate from memory bandwidth and "
-            f"per-layer kernel costs at {SPEED_CTX_SAMPLE} tokens of context, not a measurement ({'; '.join(speed_notes)}); "
-            "run `clover-local bench --llama-bench` to measure."
+            Reason(
+                "speed-estimate",
+                f"Predicted decode ~{format_tokens_per_s(tps)} tokens/s: an estimate from memory bandwidth and "
+                f"per-layer kernel costs at {SPEED_CTX_SAMPLE} tokens of context, not a measurement ({'; '.join(speed_notes)}); "
+                "run `clover-local bench --llama-bench` to measure.",
+            )
         )
     else:
         reasons.append(
-            f"Decode ~{format_tokens_per_s(tps)} tokens/s: {speed_why} "
-            f"(the estimate alone: ~{format_tokens_per_s(estimate)})."
+            Reason(
+                "speed-measured",
+                f"Decode ~{format_tokens_per_s(tps)} tokens/s: {speed_why} "
+                f"(the estimate alone: ~{format_tokens_per_s(estimate)}).",
+            )
         )
     if not desc.exact:
         reasons.append(
-            f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file); "
-            "with the GGUF header they become exact."
+            Reason(
+                "sizes-estimated",
+                f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file); "
+                "with the GGUF header they become exact.",
+            )
         )
     speculative = replace(
         speculative,
@@ -227,7 +246,7 @@ def _assemble_plan(
     fits: Mapping[str, Fit],
     threads: ThreadPlan,
     load_mode: LoadMode,
-    reasons: Sequence[str],
+    reasons: Sequence[Reason],
     **decoding: Any,
 ) -> Plan:
     """The :class:`Plan` of the chosen quant: what every plan takes from its fit, threads and preset, plus
@@ -235,11 +254,11 @@ def _assemble_plan(
     desc, fit = candidates[quant], fits[quant]
     repack, why_not = cpu_repack(machine.cpu.features)
     if why_not:
-        reasons = (*reasons, why_not)
+        reasons = (*reasons, Reason("repack", why_not))
     plan_memory, cache_mib = fit.memory, 0
     if decoding.get("diffusion") is None:
         plan_memory, cache_mib, why_cache = _prompt_cache(fit)
-        reasons = (*reasons, why_cache) if why_cache else reasons
+        reasons = (*reasons, Reason("prompt-cache", why_cache)) if why_cache else reasons
     return Plan(
         preset=preset.name,
         model_path=model_path,
@@ -393,46 +412,59 @@ def _grow_context(
     return best, best_ctx
 
 
-def _placement_reasons(machine: Machine, desc: ModelDescription, fit: Fit) -> list[str]:
-    n = desc.architecture.n_layers
+def _placement_reasons(machine: Machine, desc: ModelDescription, fit: Fit) -> list[Reason]:
+    out = [Reason("placement", _placement(machine, desc, fit))]
     mem = fit.memory
-    out: list[str] = []
+    if len(mem.gpus) > 1:
+        out.append(
+            Reason(
+                "gpu-split",
+                "Layers split across GPUs by free memory (tensor split "
+                + ",".join(f"{s:g}" for s in fit.tensor_split)
+                + " layers), each GPU checked on its own; memory is never summed.",
+            )
+        )
+    if machine.unified_memory:
+        gpu = machine.gpus[0]
+        out.append(
+            Reason(
+                "unified-memory",
+                f"Unified memory: planned against the Metal working set ({gpu.note}) and against RAM.",
+            )
+        )
+    ram = mem.ram
+    out.append(
+        Reason(
+            "ram",
+            f"RAM: {fb(ram.used_bytes)} planned of {fb(ram.capacity_bytes)} available, "
+            f"{fb(ram.margin_bytes)} kept free.",
+        )
+    )
+    return out
+
+
+def _placement(machine: Machine, desc: ModelDescription, fit: Fit) -> str:
+    """Where the layers run, in one sentence."""
+    n = desc.architecture.n_layers
     if not uses_gpus(machine):
         if machine.gpus and not machine.build.gpu_offload:
             hint = " ".join(machine.hints) or "Rebuild llama-cpp-python with GPU support (docs/engines.md)."
-            out.append(f"CPU only: a GPU is present but this llama.cpp build cannot offload to it. {hint}")
-        else:
-            out.append("CPU only: no usable GPU, so every layer runs from RAM (n_gpu_layers 0).")
-    elif fit.n_gpu_layers == 0:
-        out.append("CPU only: not even one layer fits in GPU memory next to the compute buffer.")
-    elif fit.all_on_gpu:
-        out.append(f"All {n} layers and the output head on the GPU: {_gpu_summary(fit)}.")
-    elif fit.n_gpu_layers < 0:
-        out.append(
+            return f"CPU only: a GPU is present but this llama.cpp build cannot offload to it. {hint}"
+        return "CPU only: no usable GPU, so every layer runs from RAM (n_gpu_layers 0)."
+    if fit.n_gpu_layers == 0:
+        return "CPU only: not even one layer fits in GPU memory next to the compute buffer."
+    if fit.all_on_gpu:
+        return f"All {n} layers and the output head on the GPU: {_gpu_summary(fit)}."
+    if fit.n_gpu_layers < 0:
+        return (
             f"Attention, recurrent and shared weights and the output head on the GPU; routed experts of the "
             f"first {fit.n_cpu_moe} of {n} layers in RAM (--n-cpu-moe {fit.n_cpu_moe}), the smallest number "
             f"that fits: {_gpu_summary(fit)}."
         )
-    else:
-        out.append(
-            f"Only {fit.n_gpu_layers} of {n + 1} layers (output head counted) fit on the GPU; the rest run "
-            f"from RAM: {_gpu_summary(fit)}."
-        )
-    if len(mem.gpus) > 1:
-        out.append(
-            "Layers split across GPUs by free memory (tensor split "
-            + ",".join(f"{s:g}" for s in fit.tensor_split)
-            + " layers), each GPU checked on its own; memory is never summed."
-        )
-    if machine.unified_memory:
-        gpu = machine.gpus[0]
-        out.append(f"Unified memory: planned against the Metal working set ({gpu.note}) and against RAM.")
-    ram = mem.ram
-    out.append(
-        f"RAM: {fb(ram.used_bytes)} planned of {fb(ram.capacity_bytes)} available, "
-        f"{fb(ram.margin_bytes)} kept free."
+    return (
+        f"Only {fit.n_gpu_layers} of {n + 1} layers (output head counted) fit on the GPU; the rest run "
+        f"from RAM: {_gpu_summary(fit)}."
     )
-    return out
 
 
 def _gpu_summary(fit: Fit) -> str:
@@ -442,7 +474,9 @@ def _gpu_summary(fit: Fit) -> str:
     )
 
 
-def _context_reasons(preset: Preset, desc: ModelDescription, fit: Fit, ctx: int, wishes: Wishes) -> list[str]:
+def _context_reasons(
+    preset: Preset, desc: ModelDescription, fit: Fit, ctx: int, wishes: Wishes
+) -> list[Reason]:
     arch = desc.architecture
     per_token = memory.kv_bytes_per_token(arch, fit.cache_type, fit.cache_type)
     kv = sum(g.kv_cache_bytes for g in fit.memory.gpus) + fit.memory.ram.kv_cache_bytes
@@ -467,12 +501,25 @@ def _context_reasons(preset: Preset, desc: ModelDescription, fit: Fit, ctx: int,
     index = memory.kv_cell_index_bytes(arch, ctx, N_UBATCH)  # one slot's, in RAM wherever the cells are
     in_ram = f"; {fb(index)} of it in RAM, llama.cpp's index of the cells" if index else ""
     out = [
-        f"Context {ctx} tokens ({how}); KV cache {fb(kv)}{' per slot' if fit.n_seq > 1 else ''} at {fit.cache_type} ({fb(per_token)} per token: {which}{in_ram})."
+        Reason(
+            "context",
+            f"Context {ctx} tokens ({how}); KV cache {fb(kv)}{' per slot' if fit.n_seq > 1 else ''} at {fit.cache_type} ({fb(per_token)} per token: {which}{in_ram}).",
+        )
     ]
     if fit.cache_type != "f16":
-        out.append(f"KV cache {fit.cache_type}: memory is tight, and it halves the KV cache against f16.")
+        out.append(
+            Reason(
+                "kv-cache-type",
+                f"KV cache {fit.cache_type}: memory is tight, and it halves the KV cache against f16.",
+            )
+        )
     if arch.recurrent_state_bytes:
-        out.append(f"Recurrent state {fb(arch.recurrent_state_bytes)} per sequence, whatever the context.")
+        out.append(
+            Reason(
+                "recurrent-state",
+                f"Recurrent state {fb(arch.recurrent_state_bytes)} per sequence, whatever the context.",
+            )
+        )
     checkpoints = fit.memory.ram.checkpoint_bytes
     if checkpoints:
         what = "recurrent state" if fit.engine == "embedded" else "recurrent state and sliding-window cells"
@@ -481,17 +528,22 @@ def _context_reasons(preset: Preset, desc: ModelDescription, fit: Fit, ctx: int,
         per = "each slot's" if fit.n_seq > 1 else "the"
         engine = "the embedded engine" if fit.engine == "embedded" else fit.engine
         out.append(
-            f"Context checkpoints: {engine} keeps up to {memory.CTX_CHECKPOINTS} copies of {per} {what} in RAM "
-            f"(at most {fb(checkpoints)}), taken at the end of each prompt, so a conversation that grows "
-            "re-evaluates only its new tokens where this model's cache cannot be cut back."
+            Reason(
+                "checkpoints",
+                f"Context checkpoints: {engine} keeps up to {memory.CTX_CHECKPOINTS} copies of {per} {what} in "
+                f"RAM (at most {fb(checkpoints)}), taken at the end of each prompt, so a conversation that grows "
+                "re-evaluates only its new tokens where this model's cache cannot be cut back.",
+            )
         )
     template = preset.chat_template
     if template not in (TEMPLATE_FROM_GGUF, TEMPLATE_COMPLETION):
-        out.append(f"Chat template: llama.cpp's built-in {template!r} (the GGUF has none).")
+        out.append(
+            Reason("chat-template", f"Chat template: llama.cpp's built-in {template!r} (the GGUF has none).")
+        )
     return out
 
 
-def _does_not_fit_advice(machine: Machine, desc: ModelDescription, fit: Fit, ctx: int) -> str:
+def _does_not_fit_advice(machine: Machine, desc: ModelDescription, fit: Fit, ctx: int) -> Reason:
     short = [d for d in (*fit.memory.gpus, fit.memory.ram) if not d.fits]
     lacking = ", ".join(
         f"{d.name} needs {fb(d.used_bytes + d.margin_bytes)} but has {fb(d.capacity_bytes)}" for d in short
@@ -502,9 +554,10 @@ def _does_not_fit_advice(machine: Machine, desc: ModelDescription, fit: Fit, ctx
     if desc.quant and desc.quant != "Q4_K_M":
         tips.append("the smaller Q4_K_M quant")
     tips += ["closing other programs", "more RAM"]
-    return (
+    return Reason(
+        "does-not-fit",
         f"Does not fit well: {lacking}. It may still load with mmap, paging weights from disk, but slowly. "
-        f"Try {', '.join(tips)}."
+        f"Try {', '.join(tips)}.",
     )
 
 
@@ -608,7 +661,7 @@ def _plan_diffusion_model(
     fits = {q: find_fit(machine, d, canvas, canvas) for q, d in candidates.items()}
     quant, why_quant = _choose_quant(machine, candidates, fits, wishes)
     desc, fit = candidates[quant], fits[quant]
-    reasons = [why_quant, *dreasons, *_placement_reasons(machine, desc, fit)]
+    reasons = [Reason("quant", why_quant), *dreasons, *_placement_reasons(machine, desc, fit)]
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, canvas))
     threads = plan_threads(
@@ -618,16 +671,28 @@ def _plan_diffusion_model(
         engine=wishes.engine,
         others_busy=machine.cpu.others_busy_cores,
     )
-    reasons.append(f"{threads.reason.rstrip('.')}; every step is one {canvas}-token batch.")
-    load_mode, why_load = _load_mode(machine, fit)
-    reasons.append(why_load)
-    reasons.append("No speculative decoding: a diffusion model already writes many tokens per step.")
     reasons.append(
-        "Speed is not predicted for diffusion (each step is one canvas-sized batch, compute-bound): "
-        "`clover-local bench --model FILE` measures block lengths and steps per block side by side."
+        Reason("threads", f"{threads.reason.rstrip('.')}; every step is one {canvas}-token batch.")
+    )
+    load_mode, why_load = _load_mode(machine, fit)
+    reasons.append(Reason("load-mode", why_load))
+    reasons.append(
+        Reason(
+            "speculation-off",
+            "No speculative decoding: a diffusion model already writes many tokens per step.",
+        )
+    )
+    reasons.append(
+        Reason(
+            "speed-not-predicted",
+            "Speed is not predicted for diffusion (each step is one canvas-sized batch, compute-bound): "
+            "`clover-local bench --model FILE` measures block lengths and steps per block side by side.",
+        )
     )
     if not desc.exact:
-        reasons.append(f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file).")
+        reasons.append(
+            Reason("sizes-estimated", f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file).")
+        )
     return _assemble_plan(
         machine,
         preset,

@@ -22,6 +22,7 @@ from clover_local.plan import memory
 from clover_local.plan.fit import uses_gpus
 from clover_local.plan.measured import SpeedRecord
 from clover_local.plan.network import describe_links, network_cost_per_token
+from clover_local.plan.reasons import Reason, find_reason
 from clover_local.plan.speed import DEFAULT_RAM_BANDWIDTH, gpu_bandwidth
 from clover_local.plan.types import MemoryPlan, NetworkCost, Plan, Wishes
 from clover_local.presets import Preset
@@ -141,18 +142,23 @@ def pooled_plan(
             alone,
             reasons=(
                 *alone.reasons,
-                f"Workers not used ({', '.join(w.endpoint for w in machine.workers)}): this machine's GPU memory "
-                f"holds everything, and pooling would be slower (~{tps:.0f} vs ~{alone.predicted_tokens_per_s:.0f} "
-                "tokens/s predicted), so --rpc is left out.",
+                Reason(
+                    "workers-unused",
+                    f"Workers not used ({', '.join(w.endpoint for w in machine.workers)}): this machine's GPU "
+                    f"memory holds everything, and pooling would be slower (~{tps:.0f} vs "
+                    f"~{alone.predicted_tokens_per_s:.0f} tokens/s predicted), so --rpc is left out.",
+                ),
             ),
             alone_tokens_per_s=alone.predicted_tokens_per_s,
         )
-    reasons = [_rename(r, names) for r in plan.reasons]
+    # device positions renamed; the estimate of speed on the devices alone gives way to one with the network
     reasons = [
-        _speed_reason(tps, device_s, network, desc) if r.startswith("Predicted decode ~") else r
-        for r in reasons
+        _speed_reason(tps, device_s, network, desc)
+        if r.code == "speed-estimate"
+        else replace(r, text=_rename(r.text, names))
+        for r in plan.reasons
     ]
-    at = next((i for i, r in enumerate(reasons) if r.startswith("RAM:")), len(reasons))
+    at = next((i for i, r in enumerate(reasons) if r.code == "ram"), len(reasons))
     reasons[at:at] = _pooling_reasons(machine, one, plan, remote, used)
     reasons.append(_versus_alone(alone, plan, tps))
     gpus = tuple(replace(g, name=names[i]) for i, g in enumerate(plan.memory.gpus))
@@ -187,9 +193,10 @@ def _rename(text: str, names: list[str]) -> str:
     )
 
 
-def _speed_reason(tps: float, device_s: float, net: NetworkCost, desc: ModelDescription) -> str:
+def _speed_reason(tps: float, device_s: float, net: NetworkCost, desc: ModelDescription) -> Reason:
     arch = desc.architecture
-    return (
+    return Reason(
+        "speed-estimate",
         f"Predicted decode ~{tps:.0f} tokens/s with the network in the path (an estimate; `clover-local bench` "
         f"measures): {device_s * 1e3:.1f} ms per token reading weights on the devices, from memory bandwidth at "
         f"{SPEED_CTX_SAMPLE} tokens of context, + {net.seconds_per_token * 1e3:.2f} ms on the network "
@@ -197,42 +204,52 @@ def _speed_reason(tps: float, device_s: float, net: NetworkCost, desc: ModelDesc
         f"{net.round_trips} round trips per token; a boundary carries {fb(arch.n_embd * 4)} of activations, "
         f"the logits {fb(arch.n_vocab * 4)} when the output head is on a worker. Links: "
         + "; ".join(net.links)
-        + "."
+        + ".",
     )
 
 
 def _pooling_reasons(
     machine: Machine, one: Machine, plan: Plan, remote: tuple[RemoteDevice, ...], used: set[str | None]
-) -> list[str]:
+) -> list[Reason]:
     out = []
     workers = ", ".join(w.endpoint for w in machine.workers)
     unused = [w.endpoint for w in machine.workers if w.endpoint not in used]
     out.append(
-        f"Pooled over llama.cpp's RPC backend with {len(machine.workers)} worker(s) ({workers}): their "
-        f"{len(remote)} device(s) are places for layers like local GPUs, each checked on its own. llama.cpp puts "
-        "RPC devices before local GPUs, so the workers take the first offloaded layers"
-        + (
-            " and the output head stays on this machine's GPU"
-            if len(one.gpus) > len(remote)
-            else "; with no local GPU the output head is on the last worker, so the logits cross the network "
-            "every token"
-        )
-        + (
-            f" (-ts {','.join(f'{s:g}' for s in plan.tensor_split)} in that order)."
-            if plan.tensor_split
-            else "."
+        Reason(
+            "pooling",
+            f"Pooled over llama.cpp's RPC backend with {len(machine.workers)} worker(s) ({workers}): their "
+            f"{len(remote)} device(s) are places for layers like local GPUs, each checked on its own. llama.cpp puts "
+            "RPC devices before local GPUs, so the workers take the first offloaded layers"
+            + (
+                " and the output head stays on this machine's GPU"
+                if len(one.gpus) > len(remote)
+                else "; with no local GPU the output head is on the last worker, so the logits cross the network "
+                "every token"
+            )
+            + (
+                f" (-ts {','.join(f'{s:g}' for s in plan.tensor_split)} in that order)."
+                if plan.tensor_split
+                else "."
+            ),
         )
     )
     if unused:
-        out.append(f"Not used (no layer left for them): {', '.join(unused)}; left out of --rpc.")
+        out.append(
+            Reason(
+                "workers-idle", f"Not used (no layer left for them): {', '.join(unused)}; left out of --rpc."
+            )
+        )
     out.append(
-        "RPC has no authentication or encryption: use workers only on a network you trust. The embedded engine "
-        "(llama-cpp-python) has no RPC backend, so this plan runs with llama-server."
+        Reason(
+            "rpc-trust",
+            "RPC has no authentication or encryption: use workers only on a network you trust. The embedded "
+            "engine (llama-cpp-python) has no RPC backend, so this plan runs with llama-server.",
+        )
     )
     return out
 
 
-def _versus_alone(alone: Plan, plan: Plan, tps: float) -> str:
+def _versus_alone(alone: Plan, plan: Plan, tps: float) -> Reason:
     where = (
         "CPU only"
         if alone.n_gpu_layers == 0
@@ -264,7 +281,7 @@ def _versus_alone(alone: Plan, plan: Plan, tps: float) -> str:
             else f"pooling is not faster (~{tps:.0f} vs ~{alone.predicted_tokens_per_s:.0f} tokens/s): drop --rpc "
             "unless you need the memory."
         )
-    return f"{head}: {verdict}"
+    return Reason("versus-alone", f"{head}: {verdict}")
 
 
 def pooling_summary(plan: Plan) -> str | None:
@@ -273,7 +290,8 @@ def pooling_summary(plan: Plan) -> str | None:
     if plan.alone_tokens_per_s is None:
         return None
     if not plan.rpc_servers:
-        return next((r for r in plan.reasons if r.startswith("Workers not used")), None)
+        unused = find_reason(plan.reasons, "workers-unused")
+        return unused.text if unused else None
     share = plan.network.share if plan.network else 0.0
     return (
         f"pooled with {', '.join(plan.rpc_servers)} over RPC: predicted ~{plan.predicted_tokens_per_s:.0f} tokens/s, "

@@ -25,7 +25,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "gpus": [_device(d) for d in plan.memory.gpus],
         "ram": _device(plan.memory.ram),
     }
-    out["reasons"] = list(plan.reasons)
+    out["reasons"] = [r.text for r in plan.reasons]  # the sentences: what scripts have always read
     out["size_sources"] = dict(plan.size_sources)
     if plan.architecture is not None:
         out["architecture"] = check_to_dict(plan.architecture)
@@ -80,7 +80,7 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
             + (f" {fb(d.prompt_cache_bytes):>12}" if prompt_cache else "")
             + ("" if d.fits else "  short")
         )
-    lines += ["", "Why:"] + [f"  - {r}" for r in plan.reasons]
+    lines += ["", "Why:"] + [f"  - {r.text}" for r in plan.reasons]
     if plan.alternatives:
         lines += ["", "Alternatives:"] + [f"  - {a.quant}: {a.why_not}" for a in plan.alternatives]
     return lines

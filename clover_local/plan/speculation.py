@@ -32,6 +32,7 @@ from clover_local.errors import UsageError
 from clover_local.gguf.model import ModelDescription
 from clover_local.gguf.names import DRAFT_KINDS, FFN_EXPS_REGEX, DraftKind
 from clover_local.plan import memory
+from clover_local.plan.reasons import Reason, without_reasons
 from clover_local.plan.types import DeviceMemory, DraftMemory, MemoryPlan, Plan, SpeculativePlan
 from clover_local.plan.types import SpecMode as SpecMode
 from clover_local.presets import Architecture
@@ -59,8 +60,6 @@ embedded engine, even when nothing was drafted, when it rolled drafts back throu
 recurrent state held 18 times: 1 + a snapshot per token of a draft of up to 16), 1.1 GiB for Clover. Measured
 on an H200 with a Clover-shaped model: 216 tokens/s with it on vs 234 off. The engine now copies the state per
 draft instead (``engine.checkpoints.DraftRollback``), unmeasured on a GPU, so such plans still leave it off."""
-NGRAM_REASON = "Self-speculative decoding ("
-"""How the planner's reason for n-gram drafting begins (dropped when speculation ends up off)."""
 MTP_COMPUTE_FLOATS_PER_EMBD = 10
 """Draft-context compute buffer per ubatch token, in ``n_embd`` floats, besides the attention mask: calibrated
 on llama.cpp's load log of the tiny MTP test model at four (context, ubatch) pairs (2.52 MiB per 512 tokens
@@ -114,18 +113,18 @@ def plan_speculation(
     base = plan.speculative
     if mode == "off":
         spec = replace(base, enabled=False, mode="off", requested=requested, why=why)
-        reasons = tuple(r for r in plan.reasons if not r.startswith(NGRAM_REASON))
+        # the planner's n-gram drafting reason no longer holds
+        reasons = without_reasons(plan.reasons, "speculation-ngram")
         return replace(
             plan,
             speculative=spec,
             memory=with_recurrent_copies(plan, model, spec),
-            reasons=(*reasons, f"Speculation off: {why}"),
+            reasons=(*reasons, Reason("speculation-off", f"Speculation off: {why}")),
         )
     if head is None:  # n-gram
         spec = replace(base, enabled=True, type="ngram-mod", mode="ngram", requested=requested, why=why)
-        return replace(
-            plan, speculative=spec, reasons=(*plan.reasons, f"Speculation by n-gram lookup: {why}")
-        )
+        said = Reason("speculation-mode", f"Speculation by n-gram lookup: {why}")
+        return replace(plan, speculative=spec, reasons=(*plan.reasons, said))
     experts_in_ram = plan.n_cpu_moe > 0 or plan.n_gpu_layers == 0
     draft = draft_memory(plan, model, head, experts_in_ram)
     spec = replace(
@@ -149,7 +148,8 @@ def plan_speculation(
     reason = f"Speculation by the {mode} head ({where}): {why} The draft adds {cost or 'nothing measurable'}."
     if plan.fits and not fits:
         reason += " With it the plan no longer fits well: `--spec ngram` drafts without weights."
-    return replace(plan, speculative=spec, memory=mem, fits=fits, reasons=(*plan.reasons, reason))
+    said = Reason("speculation-mode", reason)
+    return replace(plan, speculative=spec, memory=mem, fits=fits, reasons=(*plan.reasons, said))
 
 
 def head_overrides(model: ModelDescription, head: HeadOffer, experts_in_ram: bool) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ from typing import Literal
 
 from clover_local.arch_support import ArchCheck
 from clover_local.plan.diffusion import DiffusionPlan
+from clover_local.plan.reasons import Reason
 
 Goal = Literal["quality", "speed"]
 LoadMode = Literal["auto", "mmap", "mlock", "mmap+mlock", "none"]
@@ -202,7 +203,8 @@ class Plan:
     speculative: SpeculativePlan
     predicted_tokens_per_s: float
     """Decode tokens/s: measured on this machine, calibrated from measurements, or estimated (``speed_source``)."""
-    reasons: tuple[str, ...]
+    reasons: tuple[Reason, ...]
+    """Why each choice, one sentence each (``plan.reasons``): code finds a reason by its code, never its text."""
     threads: int
     threads_batch: int
     n_batch: int = 2048

@@ -244,7 +244,7 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         bars.remove_children()
         devices = [*plan.memory.gpus, plan.memory.ram]
         bars.mount_all([MemoryView(d, label=d.name.upper()) for d in devices])
-        self.query_one("#plan-reasons", Static).update("\n".join(f"• {r}" for r in plan.reasons) or "-")
+        self.query_one("#plan-reasons", Static).update("\n".join(f"• {r.text}" for r in plan.reasons) or "-")
         alts = [f"• {a.quant}: {a.why_not}" for a in plan.alternatives]
         self.query_one("#plan-alternatives", Static).update("\n".join(alts) or "-")
         install = self._install_tag()

@@ -1,0 +1,82 @@
+"""A plan's reasons as values: each sentence people read carries a code that code reads.
+
+A reason's text is for people and is improved freely; anything that keeps, drops, replaces or finds a reason
+(the launch trading the one-slot reason for the MTP one, ``run`` saying how a diffusion model decodes, pooling
+putting its reasons before the RAM line) goes by its :data:`ReasonCode`, never by how the sentence begins.
+``tests/test_reasons_as_values.py`` checks that no code in the package reads a reason's or an error's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+ReasonCode = Literal[
+    # the planner (plan.planner, plan.slots, plan.threads)
+    "quant",
+    "placement",
+    "gpu-split",
+    "unified-memory",
+    "ram",
+    "context",
+    "kv-cache-type",
+    "recurrent-state",
+    "checkpoints",
+    "chat-template",
+    "slots",
+    "does-not-fit",
+    "threads",
+    "flash-attn",
+    "runtime-overhead",
+    "load-mode",
+    "speculation-ngram",
+    "speed-estimate",
+    "speed-measured",
+    "speed-not-predicted",
+    "sizes-estimated",
+    "repack",
+    "prompt-cache",
+    # diffusion models (plan.diffusion)
+    "diffusion",
+    "diffusion-unmasking",
+    "diffusion-canvas",
+    # the speculation mode (plan.speculation, runtime)
+    "speculation-off",
+    "speculation-mode",
+    "verify-costs",
+    # pooling over workers (plan.pooled)
+    "pooling",
+    "workers-unused",
+    "workers-idle",
+    "rpc-trust",
+    "versus-alone",
+    # what the launch adds (runtime, launch, plan.community)
+    "sizes",
+    "architecture",
+    "sidecar-skipped",
+    "community",
+]
+"""What a reason is about: short, stable identifiers, the only part of a reason code compares."""
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One sentence of a plan's "why" (``text``, for people: rendered, in ``plan --json``, in the TUI) and what
+    it is about (``code``, for code)."""
+
+    code: ReasonCode
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def find_reason(reasons: Iterable[Reason], code: ReasonCode) -> Reason | None:
+    """The first reason with ``code``, if any."""
+    return next((r for r in reasons if r.code == code), None)
+
+
+def without_reasons(reasons: Iterable[Reason], code: ReasonCode) -> tuple[Reason, ...]:
+    """The reasons with every one of ``code`` left out."""
+    return tuple(r for r in reasons if r.code != code)
