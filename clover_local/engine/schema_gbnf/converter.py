@@ -483,11 +483,10 @@ class Converter:
                 try:
                     source = regex_facts.within_lengths(source, lo, hi)
                 except regex_facts.Unsupported as exc:
-                    keyword, _, why = str(exc).partition(": ")
-                    if keyword not in ("minLength", "maxLength"):
+                    if exc.keyword is None:
                         raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
                     raise SchemaRefused(
-                        keyword, path, f"cannot be enforced together with 'pattern': {why}."
+                        exc.keyword, path, f"cannot be enforced together with 'pattern': {exc}."
                     ) from None
             try:
                 body = pattern.pattern_rule(

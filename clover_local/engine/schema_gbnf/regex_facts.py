@@ -11,7 +11,13 @@ from typing import Any
 
 
 class Unsupported(ValueError):
-    """The pattern is valid but has no grammar equivalent here (or is not a valid pattern)."""
+    """The pattern is valid but has no grammar equivalent here (or is not a valid pattern). ``keyword``: the
+    schema keyword beside the pattern that cannot be met with it (``minLength``, ``maxLength``), None when the
+    pattern itself is the trouble; the message says why."""
+
+    def __init__(self, why: str, *, keyword: str | None = None) -> None:
+        super().__init__(why)
+        self.keyword = keyword
 
 
 def top_level_alternatives(pattern: str) -> list[str]:
@@ -98,12 +104,12 @@ def within_lengths(pattern: str, lo: int, hi: int | None) -> str:
             n = m if single.group(4) is None else (int(single.group(5)) if single.group(5) else None)
         first, last = max(lo, m), (hi if n is None else n if hi is None else min(hi, n))
         if last is not None and first > last:
-            raise Unsupported("maxLength: no match of the pattern is that short")
+            raise Unsupported("no match of the pattern is that short", keyword="maxLength")
         return f"^{item}{{{first},{'' if last is None else last}}}$"
     source = anchored(pattern)
     if hi is not None:
         if width(capped(source, 0))[1] > hi:
-            raise Unsupported("maxLength: the pattern's shortest way through is longer")
+            raise Unsupported("the pattern's shortest way through is longer", keyword="maxLength")
         low, high = 0, max(hi, 1)
         while low < high:  # the largest cap whose longest match fits
             mid = (low + high + 1) // 2
@@ -113,7 +119,7 @@ def within_lengths(pattern: str, lo: int, hi: int | None) -> str:
                 high = mid - 1
         source = capped(source, low)
     if width(source)[0] < lo:
-        raise Unsupported("minLength: the pattern matches shorter strings")
+        raise Unsupported("the pattern matches shorter strings", keyword="minLength")
     return source
 
 
