@@ -80,6 +80,11 @@ class EngineError(CloverError):
     """llama.cpp could not load the model or generate."""
 
 
+class ChatTemplateRefused(EngineError):
+    """The model's chat template refused these messages (its ``raise_exception``, e.g. a system message it does
+    not take): the template works, the conversation is what it will not render."""
+
+
 class ContextFull(EngineError):
     """A prompt (with the room its reply needs) is more than the loaded context holds: the chat offers to leave
     out the oldest turns or carry a summary, where any other failure is only said."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from clover_local.engine.toolcalls import detect_format, fold_tools, template_message, template_renders_tools
 from clover_local.engine.types import ChatMessage, ToolFormat, ToolSpec
-from clover_local.errors import EngineError
+from clover_local.errors import ChatTemplateRefused, EngineError
 
 TEMPLATE_GGUF = "gguf"
 TEMPLATE_COMPLETION = "completion"
@@ -163,7 +163,7 @@ def render_jinja(
             eos_token=eos_token,
         )
     except jinja_env.TemplateRefused as exc:
-        raise EngineError(f"The model's chat template refused these messages: {exc}") from None
+        raise ChatTemplateRefused(f"The model's chat template refused these messages: {exc}") from None
     except jinja2.exceptions.SecurityError as exc:
         raise EngineError(
             f"The model's chat template tried something unsafe and was stopped: {exc}"
@@ -187,7 +187,7 @@ def check_template(render: Callable[[Sequence[ChatMessage]], str]) -> None:
         try:
             render(PROBE_MESSAGES[1:])
         except EngineError:
-            if "refused these messages" in first.what:
+            if isinstance(first, ChatTemplateRefused):
                 return
             raise EngineError(first.what, first.fix or TEMPLATE_FIX) from None
 
