@@ -1,0 +1,416 @@
+"""Reasons and errors are values (issue 42): code finds a plan's reason by its code and tells an error by its
+type or attributes, never by reading the sentence people read. The first test reads the package's source for
+code that does; the others check that each place that keeps, drops or finds a reason does it by code."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import clover_local
+from clover_local.detect import parse_simulate
+from clover_local.engine.schema_gbnf import SchemaRefused, schema_grammar
+from clover_local.engine.schema_gbnf.regex_facts import Unsupported, within_lengths
+from clover_local.errors import ChatTemplateRefused, EngineError, PlanError
+from clover_local.gguf.model import describe_from_preset
+from clover_local.plan.planner import make_plan
+from clover_local.plan.pooled import pooled_plan, pooling_summary
+from clover_local.plan.reasons import Reason, find_reason, without_reasons
+from clover_local.plan.speculation import plan_speculation
+from clover_local.plan.types import Wishes
+from clover_local.presets import load_preset
+
+PACKAGE = Path(clover_local.__file__).parent
+
+TEXT_METHODS = frozenset(
+    {
+        "startswith",
+        "endswith",
+        "find",
+        "rfind",
+        "index",
+        "rindex",
+        "partition",
+        "rpartition",
+        "split",
+        "rsplit",
+        "count",
+        "removeprefix",
+        "removesuffix",
+    }
+)
+"""Methods that read a string's text."""
+ERROR_TEXT_ATTRIBUTES = frozenset({"args", "what", "fix", "message", "msg"})
+"""Where an exception keeps its sentences (``CloverError.what`` and ``fix``, ``Exception.args``)."""
+REGEX_READERS = frozenset({"search", "match", "fullmatch", "findall", "finditer"})
+
+
+class _TextReaders(ast.NodeVisitor):
+    """Finds code that reads the text of a reason or of a caught error.
+
+    A reason: an element of ``<anything>.reasons`` (a loop or comprehension target over it, an index into it),
+    what ``find_reason`` returns, and their ``.text`` / ``str()``. An error: a name bound by ``except ... as
+    NAME``, through ``str(NAME)``, ``repr(NAME)``, ``f"{NAME}"`` or ``NAME.what`` (``.args``, ``.fix``...), and
+    names assigned from those. Reading: a text method (``startswith``, ``find``, ``partition``...) called on it,
+    ``x in <it>`` / ``<it> in x`` with a string, or a regex run over it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.reason_names: set[str] = set()
+        self.error_names: set[str] = set()
+        self.error_text_names: set[str] = set()
+        self.found: list[str] = []
+
+    # what holds a reason or an error's text
+    def _is_reasons(self, node: ast.expr) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "reasons"
+
+    def _is_reason(self, node: ast.expr) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in self.reason_names
+        if isinstance(node, ast.Subscript):
+            return self._is_reasons(node.value)
+        return (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "find_reason"
+        )
+
+    def _is_text(self, node: ast.expr) -> bool:
+        """A reason's or an error's sentence (or the reason itself, whose ``str`` is its sentence)."""
+        if self._is_reason(node):
+            return True
+        if isinstance(node, ast.Attribute):
+            if node.attr == "text" and self._is_reason(node.value):
+                return True
+            if node.attr in ERROR_TEXT_ATTRIBUTES and isinstance(node.value, ast.Name):
+                return node.value.id in self.error_names
+        if isinstance(node, ast.Subscript):
+            return self._is_text(node.value)
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id in ("str", "repr") and node.args:
+                arg = node.args[0]
+                return self._is_reason(arg) or (isinstance(arg, ast.Name) and arg.id in self.error_names)
+            if isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "lower",
+                "upper",
+                "casefold",
+                "strip",
+            ):
+                return self._is_text(node.func.value)
+        if isinstance(node, ast.JoinedStr):
+            return any(
+                isinstance(v, ast.FormattedValue) and isinstance(v.value, ast.Name) and self._is_text(v.value)
+                for v in node.values
+            )
+        if isinstance(node, ast.Name):
+            return node.id in self.error_text_names or node.id in self.error_names
+        return False
+
+    def _say(self, node: ast.AST, what: str) -> None:
+        self.found.append(f"{self.path.relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', '?')}: {what}")
+
+    # where names come to hold them
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        if node.name:
+            self.error_names.add(node.name)
+        self.generic_visit(node)
+
+    def _bind_targets(self, target: ast.expr, source: ast.expr) -> None:
+        if self._is_reasons(source) and isinstance(target, ast.Name):
+            self.reason_names.add(target.id)
+        elif (
+            isinstance(source, ast.Call)
+            and isinstance(source.func, ast.Name)
+            and source.func.id == "enumerate"
+            and source.args
+            and self._is_reasons(source.args[0])
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+            and isinstance(target.elts[1], ast.Name)
+        ):
+            self.reason_names.add(target.elts[1].id)
+
+    def visit_comprehension(self, node: ast.comprehension) -> None:
+        self._bind_targets(node.target, node.iter)
+        self.generic_visit(node)
+
+    def visit_For(self, node: ast.For) -> None:
+        self._bind_targets(node.target, node.iter)
+        self.generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target, ast.Name):
+                if self._is_reason(node.value):
+                    self.reason_names.add(target.id)
+                elif self._is_text(node.value) and not isinstance(node.value, ast.Name):
+                    self.error_text_names.add(target.id)
+            elif isinstance(target, ast.Tuple) and self._is_text(node.value):
+                self.error_text_names.update(e.id for e in target.elts if isinstance(e, ast.Name))
+        self.generic_visit(node)
+
+    # what reads them
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            if func.attr in TEXT_METHODS and self._is_text(func.value):
+                self._say(node, f".{func.attr}() on a reason's or an error's text")
+            if (
+                func.attr in REGEX_READERS
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "re"
+                and any(self._is_text(a) for a in node.args[1:2])
+            ):
+                self._say(node, f"re.{func.attr}() over a reason's or an error's text")
+        self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        sides = [node.left, *node.comparators]
+        for i, op in enumerate(node.ops):
+            if isinstance(op, ast.In | ast.NotIn):
+                left, right = sides[i], sides[i + 1]
+                if self._is_text(right) or (self._is_reasons(right) and _is_string(left)):
+                    self._say(node, "`in` searches a reason's or an error's text")
+                elif self._is_text(left) and not self._is_reason(left):
+                    self._say(node, "a reason's or an error's text looked up by its sentence")
+        self.generic_visit(node)
+
+
+def _is_string(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant | ast.JoinedStr) and not isinstance(
+        getattr(node, "value", ""), bytes
+    )
+
+
+def text_readers(source: str, path: Path) -> list[str]:
+    """Where ``source`` reads a reason's or an error's text (file:line: what), function by function."""
+    found: list[str] = []
+    tree = ast.parse(source)
+    scopes = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    for scope in [tree, *scopes]:
+        visitor = _TextReaders(path)
+        body = scope.body if isinstance(scope, ast.Module) else [scope]
+        for statement in body:
+            if scope is tree and isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue  # each function is read on its own, with its own names
+            visitor.visit(statement)
+        found += visitor.found
+    return sorted(set(found))
+
+
+def test_no_code_in_the_package_reads_a_reasons_or_an_errors_text() -> None:
+    found = [
+        hit
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for hit in text_readers(path.read_text(encoding="utf-8"), path)
+    ]
+    assert not found, "find reasons by code and errors by type or attribute:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        'kept = [r for r in plan.reasons if not r.startswith("1 slot")]',
+        'kept = [r for r in plan.reasons if not r.text.startswith("1 slot")]',
+        'why = next((r for r in plan.reasons if "Does not fit" in r), "")',
+        'at = next((i for i, r in enumerate(reasons_of.reasons) if r.text.startswith("RAM:")), 0)',
+        'found = find_reason(plan.reasons, "ram")\nok = found.text.startswith("RAM")',
+        "first = plan.reasons[0].text.find('x')",
+        'ok = "Self-speculative" in plan.reasons',
+        "try:\n    f()\nexcept ValueError as exc:\n    keyword, _, why = str(exc).partition(': ')",
+        "try:\n    f()\nexcept ValueError as exc:\n    if 'refused' in exc.what:\n        pass",
+        "try:\n    f()\nexcept ValueError as exc:\n    text = str(exc)\n    ok = 'refused' in text",
+        "try:\n    f()\nexcept ValueError as exc:\n    ok = re.search('held', str(exc))",
+        "try:\n    f()\nexcept ValueError as exc:\n    ok = f'{exc}'.startswith('held')",
+    ],
+)
+def test_the_check_finds_text_read(snippet: str) -> None:
+    """The check itself: each of these reads a sentence."""
+    assert text_readers(snippet, PACKAGE / "example.py"), snippet
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        'kept = [r for r in plan.reasons if r.code != "slots"]',
+        'found = find_reason(plan.reasons, "does-not-fit")\nwhy = found.text if found else ""',
+        'lines = [f"  - {r.text}" for r in plan.reasons]',
+        "try:\n    f()\nexcept ValueError as exc:\n    raise OtherError(f'{exc}.') from None",
+        "try:\n    f()\nexcept ValueError as exc:\n    notify(str(exc))",
+        "if text.startswith('data:'):\n    pass",
+    ],
+)
+def test_the_check_lets_code_by_code_and_showing_text_pass(snippet: str) -> None:
+    assert not text_readers(snippet, PACKAGE / "example.py"), snippet
+
+
+def test_find_and_drop_go_by_code() -> None:
+    reasons = (Reason("slots", "2 slots."), Reason("ram", "RAM: 1 GiB."), Reason("slots", "1 slot."))
+    assert find_reason(reasons, "ram") == Reason("ram", "RAM: 1 GiB.")
+    assert find_reason(reasons, "does-not-fit") is None
+    assert without_reasons(reasons, "slots") == (Reason("ram", "RAM: 1 GiB."),)
+    assert str(reasons[1]) == "RAM: 1 GiB."
+
+
+# --- each place that keeps, drops or finds a reason goes by its code --------------------------------------
+# Every sentence is reworded first: a filter that read the text would miss them all.
+
+
+CLOVER = load_preset("clover-35b-a3b")
+
+
+def _reworded(reasons: tuple[Reason, ...]) -> tuple[Reason, ...]:
+    return tuple(replace(r, text=f"Reworded {i}: {r.text[::-1]}") for i, r in enumerate(reasons))
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+def test_the_mtp_launch_trades_the_slots_reason_by_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launch drafting with an embedded MTP head plans one slot, and its reason replaces the planner's."""
+    from clover_local.launch import MTP_ONE_SLOT, LaunchRequest, decide_launch
+    from clover_local.plan import planner
+    from clover_local.testing.models import tiny_mtp_model
+
+    choose_slots = planner.choose_slots
+
+    def reworded(*args, **kwargs):  # type: ignore[no-untyped-def]
+        fit, why = choose_slots(*args, **kwargs)
+        return fit, f"Reworded: {why[::-1]}"
+
+    monkeypatch.setattr(planner, "choose_slots", reworded)
+    model, _ = tiny_mtp_model("embedded")
+    request = LaunchRequest(model=str(model), ctx=2048, spec="mtp", engine="embedded", parallel=None)
+    launch = decide_launch(request, machine=parse_simulate("ram=32G,cpu=8"))
+    assert launch.plan.parallel == 1
+    assert [r for r in launch.plan.reasons if r.code == "slots"] == [MTP_ONE_SLOT]
+
+
+def test_speculation_off_drops_the_planners_ngram_reason_by_code() -> None:
+    plan = make_plan(parse_simulate("ram=64G,cpu=8"), CLOVER, None, Wishes(quant="Q4_K_M"))
+    assert find_reason(plan.reasons, "speculation-ngram") is not None
+    plan = replace(plan, reasons=_reworded(plan.reasons))
+    off = plan_speculation(plan, describe_from_preset(CLOVER, "Q4_K_M"), (), "off")
+    assert find_reason(off.reasons, "speculation-ngram") is None
+    assert [r.code for r in off.reasons] == [
+        *(r.code for r in plan.reasons if r.code != "speculation-ngram"),
+        "speculation-off",
+    ]
+
+
+def test_run_says_how_a_diffusion_model_decodes_by_code() -> None:
+    from clover_local.commands.run import plan_notices
+    from clover_local.gguf.header import read_local_header
+    from clover_local.testing.models import tiny_model
+
+    header = read_local_header(tiny_model("llada-moe"))
+    plan = make_plan(parse_simulate("ram=16G,cpu=4"), load_preset("gemma3-270m"), header, Wishes(ctx=512))
+    said = [r.text for r in plan.reasons if r.code == "diffusion"]
+    assert plan_notices(plan) == tuple(said) and said[0].startswith("Diffusion decoding (llada-moe)")
+    reworded = replace(
+        plan,
+        reasons=(
+            Reason("ram", "Diffusion decoding (a look-alike)."),
+            Reason("diffusion", "Reworded: 8 steps."),
+        ),
+    )
+    assert plan_notices(reworded) == ("Reworded: 8 steps.",)
+    assert plan_notices(replace(reworded, diffusion=None)) == ()
+
+
+def test_pooling_places_its_reasons_and_its_speed_by_code() -> None:
+    """The pooled plan's reasons: the planner's with the speed on the devices alone replaced by one with the
+    network, the pooling reasons before the RAM line, and the comparison with this machine alone last."""
+
+    def reworded_planner(*args, **kwargs):  # type: ignore[no-untyped-def]
+        plan = make_plan(*args, **kwargs)
+        return replace(plan, reasons=_reworded(plan.reasons))
+
+    machine = parse_simulate("gpu=nvidia:12G,ram=32G,rpc=gpu:nvidia:12G@10.0.0.2:50052")
+    plan = pooled_plan(reworded_planner, machine, CLOVER, None, Wishes(), None, models=None)
+    assert plan.rpc_servers
+    codes = [r.code for r in plan.reasons]
+    ram = codes.index("ram")
+    assert codes[ram - 2 : ram] == ["pooling", "rpc-trust"] and codes[-1] == "versus-alone"
+    speed = find_reason(plan.reasons, "speed-estimate")
+    assert speed is not None and "with the network in the path" in speed.text
+    assert codes.count("speed-estimate") == 1
+
+
+def test_the_pooling_summary_finds_the_workers_left_out_by_code() -> None:
+    plan = make_plan(parse_simulate("ram=64G,cpu=8"), CLOVER, None, Wishes(quant="Q4_K_M"))
+    left_out = replace(
+        plan,
+        alone_tokens_per_s=10.0,
+        rpc_servers=(),
+        reasons=(
+            Reason("ram", "Workers not used (a look-alike)."),
+            Reason("workers-unused", "Reworded: alone."),
+        ),
+    )
+    assert pooling_summary(left_out) == "Reworded: alone."
+    assert pooling_summary(replace(left_out, reasons=())) is None
+
+
+def test_compare_refuses_a_contender_that_does_not_fit_with_the_advice_found_by_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from clover_local import launch as launch_module
+    from clover_local.compare import openers
+
+    plan = make_plan(parse_simulate("ram=16G"), CLOVER, None, Wishes(quant="Q8_0"))
+    assert not plan.fits and find_reason(plan.reasons, "does-not-fit") is not None
+    reasons = (Reason("ram", "Does not fit (a look-alike)."), Reason("does-not-fit", "Reworded: ram short."))
+    monkeypatch.setattr(openers, "local_model", lambda contender, machine, progress: (None, Path("x.gguf")))
+    monkeypatch.setattr(
+        launch_module,
+        "decide_launch",
+        lambda request, machine=None: SimpleNamespace(plan=replace(plan, reasons=reasons)),
+    )
+    contender, options = SimpleNamespace(name="big"), SimpleNamespace(ctx=None, engine=None)
+    with pytest.raises(PlanError, match="big does not fit this machine: Reworded: ram short"):
+        openers.open_local(contender, options, None, lambda progress: None)  # type: ignore[arg-type]
+
+
+# --- errors are told by type or attribute ------------------------------------------------------------------
+
+
+def test_a_pattern_that_cannot_meet_a_length_names_the_keyword_as_an_attribute() -> None:
+    with pytest.raises(Unsupported) as info:
+        within_lengths("^[a-z]{8}$", 0, 4)
+    assert info.value.keyword == "maxLength" and str(info.value) == "no match of the pattern is that short"
+    with pytest.raises(SchemaRefused) as refused:
+        schema_grammar({"type": "string", "pattern": "^[a-z]{8}$", "maxLength": 4})
+    assert refused.value.keyword == "maxLength"
+    assert refused.value.detail == (
+        "cannot be enforced together with 'pattern': no match of the pattern is that short."
+    )
+    assert Unsupported("unbalanced parentheses").keyword is None
+
+
+def test_a_template_that_refuses_is_told_by_its_type() -> None:
+    from clover_local.engine import templates
+    from clover_local.engine.types import ChatMessage
+
+    with pytest.raises(ChatTemplateRefused):
+        templates.render_jinja(
+            "{{ raise_exception('no') }}", [ChatMessage("user", "x")], bos_token="", eos_token=""
+        )
+
+    def refuses(messages: object) -> str:
+        raise ChatTemplateRefused("Reworded: not these.")
+
+    templates.check_template(refuses)  # a template that refuses works; the messages are the trouble
+
+    def broken(messages: object) -> str:
+        raise EngineError("The chat template refused these messages (a look-alike): it is broken.")
+
+    with pytest.raises(EngineError):
+        templates.check_template(broken)
