@@ -10,7 +10,7 @@ import pytest
 from helpers_tui import StillEngine
 
 from clover_local import chat_store
-from clover_local.engine.types import ChatMessage
+from clover_local.engine.types import TEMPLATE_TOKENS_PER_MESSAGE, ChatMessage
 from clover_local.errors import CloverError, UsageError
 from clover_local.tui import context_fit, slash
 
@@ -123,7 +123,7 @@ def test_the_context_check_counts_and_drops_whole_turns() -> None:
         ChatMessage("user", "c " * 300),
     ]
     fit = context_fit.fit(engine, system, turns, 128, drop=False)
-    assert not fit.fits and fit.prompt_tokens == 1 + 900 + 4 * context_fit.PER_MESSAGE_TOKENS
+    assert not fit.fits and fit.prompt_tokens == 1 + 900 + 4 * TEMPLATE_TOKENS_PER_MESSAGE
     assert fit.reply_room == 128
     dropped = context_fit.fit(engine, system, turns, 128, drop=True)
     assert dropped.fits and dropped.dropped == 2, "the oldest turn (message and reply) left out whole"

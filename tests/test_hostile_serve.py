@@ -18,6 +18,7 @@ from helpers_engine import EngineWrapper, GatedEngine, ScriptedEngine
 
 from clover_local import cli
 from clover_local.commands.serve import read_api_key
+from clover_local.engine.types import TEMPLATE_TOKENS_PER_MESSAGE
 from clover_local.serve import adapters, runner
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import request_guard as guard
@@ -254,8 +255,9 @@ def test_many_messages_are_counted_in_one_call() -> None:
     """The llama-server engine counts over HTTP: one call per message let a body of empty messages cost
     hundreds of thousands of localhost round trips."""
     engine = CountingEngine()
+    many = engine.n_ctx // (TEMPLATE_TOKENS_PER_MESSAGE + 1)  # as many as the context holds, markers counted
     with _serve(engine) as s:
-        messages = [{"role": "user", "content": ""}] * 150 + [{"role": "user", "content": "hi"}]
+        messages = [{"role": "user", "content": ""}] * many + [{"role": "user", "content": "hi"}]
         assert post_json(s, {**CHAT, "messages": messages})[0] == 200
     assert engine.counts <= 2
 

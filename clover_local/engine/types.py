@@ -15,6 +15,12 @@ ToolChoice = Literal["auto", "none", "required"] | str
 ToolFormat = Literal["hermes", "qwen3_coder"]
 """How a model writes tool calls (``engine.toolcalls``): Hermes / Qwen3 JSON, or Qwen3-Coder / Qwen3.5 XML."""
 
+TEMPLATE_TOKENS_PER_MESSAGE = 8
+"""The chat template's markers around one message (turn start and end, role, newlines), allowed for where a
+prompt is counted message by message instead of rendered: ``serve`` refusing a prompt its context cannot hold,
+and the chat asking before it sends one (``tui.context_fit``) answer "does it fit" with this one figure. Erring
+large only refuses or trims a prompt a few tokens early; too small lets one through that does not fit."""
+
 
 @dataclass(frozen=True)
 class ToolCall:

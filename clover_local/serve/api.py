@@ -31,6 +31,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from clover_local.engine.types import (
+    TEMPLATE_TOKENS_PER_MESSAGE,
     ChatEngine,
     Finished,
     GenerationEvent,
@@ -44,7 +45,6 @@ from clover_local.engine.types import (
 from clover_local.errors import CloverError
 from clover_local.netaddr import is_loopback_host
 from clover_local.serve import adapters
-from clover_local.serve import openai_schema as oa
 from clover_local.serve import request_guard as guard
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, error_body
@@ -295,7 +295,7 @@ class OpenAIServer:
             messages = req.messages or ()
             # One count of all the text (one round trip on llama-server however many messages there are).
             prompt_tokens = self.engine.count_tokens("\n".join(m.content for m in messages))
-            prompt_tokens += oa.CHAT_OVERHEAD_TOKENS_PER_MESSAGE * len(messages)
+            prompt_tokens += TEMPLATE_TOKENS_PER_MESSAGE * len(messages)
             prompt_tokens += agent.tool_prompt_tokens(req, self.engine.count_tokens)
         n_ctx = self.engine.n_ctx
         room = n_ctx - prompt_tokens

@@ -23,8 +23,6 @@ _ROLES: dict[str, Role] = {
     "user": "user",
     "assistant": "assistant",
 }
-CHAT_OVERHEAD_TOKENS_PER_MESSAGE = 6
-"""Template tokens around each message (turn markers, role, newlines): enough for the common templates."""
 
 
 @dataclass(frozen=True)

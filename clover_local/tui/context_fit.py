@@ -10,10 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clover_local.engine.types import ChatEngine, ChatMessage
-
-PER_MESSAGE_TOKENS = 8
-"""The template's markers around one message, when the engine cannot render the prompt to count it exactly."""
+from clover_local.engine.types import TEMPLATE_TOKENS_PER_MESSAGE, ChatEngine, ChatMessage
 
 
 @dataclass(frozen=True)
@@ -44,7 +41,7 @@ def prompt_tokens(engine: ChatEngine, messages: Sequence[ChatMessage]) -> int:
             return engine.count_tokens(str(render(list(messages))))
         except Exception:  # a template that cannot render these messages: counted message by message
             pass
-    return sum(engine.count_tokens(m.content) + PER_MESSAGE_TOKENS for m in messages)
+    return sum(engine.count_tokens(m.content) + TEMPLATE_TOKENS_PER_MESSAGE for m in messages)
 
 
 def fit(
