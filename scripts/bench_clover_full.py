@@ -18,6 +18,9 @@ and stopped before the next, so one model is in memory at a time:
 - peak resident memory of the server (the kernel's ``VmHWM``), and its GPU memory (NVML) where there is one;
 
 beside the plan's prediction (decode speed, RAM and GPU memory) and as ratios to upstream's defaults.
+``--busy`` measures upstream's defaults and the launch again beside a program that keeps one core busy (the
+launch decided while it runs, as a person's would be); ``--record`` keeps the launch's measured decode speed for
+the planner, so later plans on this machine say "measured" instead of estimating.
 
 The model: ``--model PATH`` (any GGUF: a tiny clover_moe model smoke-tests it on any machine), else the
 Clover-shaped full-size GGUF (``clover_local.testing.clover_shaped``, 19.7 GiB, architecture ``clover_moe``),
@@ -26,6 +29,7 @@ threads, context and placement for whatever runs it (2 cores and 24 GB, or a GPU
 stops starting variants when a time budget (a 10-minute device call) is nearly spent, keeping what was measured.
 
     .venv/bin/python scripts/bench_clover_full.py --write-model ~/clover-shaped.gguf [--json out.json]
+    .venv/bin/python scripts/bench_clover_full.py --model ~/clover-shaped.gguf --grid-quick --busy --record
     .venv/bin/python scripts/bench_clover_full.py --model ~/clover-shaped.gguf --grid none --ncmoe 0,10,20 --fit-on
     .venv/bin/python scripts/bench_clover_full.py --model .models/tiny-clover_moe-f16-*.gguf --prompts 200,800
 
@@ -134,10 +138,17 @@ def main() -> int:
         if args.deadline_s and time.monotonic() - started > args.deadline_s:
             skipped.append(f"{v.name}: not started, the --deadline-s {args.deadline_s:g} s was reached")
             continue
-        results.append(_measure(v, launch, args))
+        quick = args.grid_quick and v.name not in (UPSTREAM, PRODUCT)
+        results.append(_measure(v, launch, args, quick=quick))
         _log(_row(results[-1], results[0] if results[0].name == UPSTREAM else None))
         if args.json:
             _write(args.json, launch, results, skipped)
+    if args.busy:
+        results += _beside_a_busy_program(request, launch, args)
+        if args.json:
+            _write(args.json, launch, results, skipped)
+    if args.record:
+        _record(launch, next(r for r in results if r.name == PRODUCT))
     print(_report(launch, results, skipped))
     if args.json:
         _write(args.json, launch, results, skipped)
@@ -171,6 +182,21 @@ def _parse_args() -> argparse.Namespace:
         "--turns", type=int, default=4, help="agent turns on the growing conversation (default: 4)"
     )
     p.add_argument("--rounds", type=int, default=1, help="measurements per variant, the median kept")
+    p.add_argument(
+        "--grid-quick",
+        action="store_true",
+        help="grid variants measure the first prompt size and decoding only (upstream and the launch: all)",
+    )
+    p.add_argument(
+        "--busy",
+        action="store_true",
+        help="also upstream's defaults and the launch (decided again) beside a program that keeps one core busy",
+    )
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="record the launch's measured decode speed for the planner (as `bench --llama-bench` does)",
+    )
     p.add_argument("--deadline-s", type=float, default=0.0, help="start no variant after this many seconds")
     p.add_argument("--ready-timeout-s", type=float, default=900.0, help="longest a load may take")
     p.add_argument("--json", type=Path, help="write the report here too (after each variant)")
@@ -385,7 +411,7 @@ def _spec(kind: str) -> Callable[[list[str]], list[str]]:
 # -- measuring one variant -----------------------------------------------------------------------------------
 
 
-def _measure(v: Variant, launch: Launch, args: argparse.Namespace) -> Result:
+def _measure(v: Variant, launch: Launch, args: argparse.Namespace, *, quick: bool = False) -> Result:
     result = Result(
         v.name, v.changed, list(v.argv or launch.argv), predicted_tokens_per_s=v.predicted_tokens_per_s
     )
@@ -397,8 +423,8 @@ def _measure(v: Variant, launch: Launch, args: argparse.Namespace) -> Result:
             process = engine.process
             assert process is not None and process.pid is not None
             with _gpu_peak(process.pid) as gpu:
-                for _ in range(args.rounds):
-                    _one_round(engine, args, result)
+                for _ in range(1 if quick else args.rounds):
+                    _one_round(engine, args, result, quick=quick)
                 result.peak_rss_bytes = _peak_rss(process.pid)
             result.peak_gpu_bytes = gpu[0]
     except Exception as exc:  # a variant that fails is reported, the others still run
@@ -432,10 +458,14 @@ def _server(v: Variant, launch: Launch, args: argparse.Namespace) -> Iterator[Ll
         engine.close()
 
 
-def _one_round(engine: LlamaServerEngine, args: argparse.Namespace, result: Result) -> None:
+def _one_round(
+    engine: LlamaServerEngine, args: argparse.Namespace, result: Result, *, quick: bool = False
+) -> None:
+    """One measurement of each figure; ``quick``: the first prompt size and decoding only."""
     n_ctx = engine.n_ctx
     per_word = engine.count_tokens(_words(500)) / 500
-    for asked in (x.strip() for x in args.prompts.split(",") if x.strip()):
+    sizes = [x.strip() for x in args.prompts.split(",") if x.strip()]
+    for asked in sizes[:1] if quick else sizes:
         size = min(int(asked), n_ctx - 64)
         text = _words(int(size / per_word))
         stats = _run(
@@ -453,7 +483,73 @@ def _one_round(engine: LlamaServerEngine, args: argparse.Namespace, result: Resu
     result.decode_tokens_per_s.append(stats.decode_tokens_per_s)
     result.decode_tokens = stats.completion_tokens
     result.draft_acceptance = stats.draft_acceptance
-    result.turn_s.append(_agent_turns(engine, args.turns, n_ctx))
+    if not quick:
+        result.turn_s.append(_agent_turns(engine, args.turns, n_ctx))
+
+
+BUSY = "beside a busy core"
+
+
+@contextmanager
+def _busy_program() -> Iterator[None]:
+    """Another program that keeps one core busy (a Python loop), as a build or a browser tab would."""
+    import subprocess
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(3.0)  # running before the launch is decided, so the machine's probe sees it
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def _beside_a_busy_program(request: LaunchRequest, idle: Launch, args: argparse.Namespace) -> list[Result]:
+    """Upstream's defaults (the command a person would type: the idle run's) and the launch decided again
+    while another program keeps one core busy, each measured beside it."""
+    out: list[Result] = []
+    with _busy_program():
+        busy = decide_launch(request)
+        _log(f"beside a busy core the plan chose -t {busy.plan.threads}")
+        plan = idle.plan
+        upstream = ("-m", plan.model_path or "", "-c", str(plan.ctx * plan.parallel), "-t", str(plan.threads))
+        for v, launch in (
+            (Variant(f"{UPSTREAM}, {BUSY}", upstream, "the idle run's command, beside a busy core"), idle),
+            (
+                Variant(
+                    f"{PRODUCT}, {BUSY}", None, "decided beside a busy core", busy.plan.predicted_tokens_per_s
+                ),
+                busy,
+            ),
+        ):
+            out.append(_measure(v, launch, args))
+            _log(_row(out[-1], out[0] if len(out) > 1 else None))
+    return out
+
+
+def _record(launch: Launch, result: Result) -> None:
+    """The launch's measured decode speed as a speed record: plans on this machine then say "measured"."""
+    import datetime
+
+    from clover_local.measure.records import add_record
+    from clover_local.plan.measured import SpeedRecord, machine_key, model_key
+
+    if result.error or not result.decode_speed:
+        _log("nothing recorded: the launch was not measured")
+        return
+    plan = launch.plan
+    record = SpeedRecord(
+        machine=machine_key(launch.machine),
+        model=model_key(plan.quant, plan.file_bytes),
+        n_gpu_layers=plan.n_gpu_layers,
+        n_cpu_moe=plan.n_cpu_moe,
+        tokens_per_s=round(result.decode_speed, 2),
+        predicted_tokens_per_s=plan.estimated_tokens_per_s,
+        tool="llama-server (bench_clover_full)",
+        when=datetime.date.today().isoformat(),
+        threads=plan.threads,
+    )
+    _log(f"recorded {record.tokens_per_s:.1f} tokens/s decode in {add_record(record)}")
 
 
 def _words(n: int) -> str:
@@ -571,7 +667,7 @@ def _row(r: Result, upstream: Result | None) -> str:
 
 def _report(launch: Launch, results: list[Result], skipped: list[str]) -> str:
     plan = launch.plan
-    upstream = next((r for r in results if r.name == UPSTREAM and not r.error), None)
+    idle_upstream = next((r for r in results if r.name == UPSTREAM and not r.error), None)
     lines = [
         f"Model {plan.model_path} ({plan.quant}, {plan.file_bytes / 2**30:.1f} GiB); runtime "
         f"{launch.runner.runtime or launch.runner.binary}; context {plan.ctx}, threads {plan.threads}",
@@ -592,7 +688,9 @@ def _report(launch: Launch, results: list[Result], skipped: list[str]) -> str:
         "GPU GiB",
     ]
     rows = [head]
+    busy_upstream = next((r for r in results if r.name == f"{UPSTREAM}, {BUSY}" and not r.error), None)
     for r in results:
+        upstream = busy_upstream if r.name.endswith(BUSY) else idle_upstream
         if r.error:
             rows.append([r.name, "failed", *([""] * (len(head) - 2))])
             continue
@@ -612,7 +710,10 @@ def _report(launch: Launch, results: list[Result], skipped: list[str]) -> str:
         rows.append(cells)
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
-    lines += ["", "(x: ratio to upstream's defaults; load, turn and RSS: lower is better)"]
+    lines += [
+        "",
+        "(x: ratio to upstream's defaults, idle or beside the busy core; load, turn and RSS: lower is better)",
+    ]
     for r in results:
         if r.error:
             lines.append(f"{r.name} failed: {r.error}")

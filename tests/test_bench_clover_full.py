@@ -45,3 +45,37 @@ def test_the_benchmark_runs_the_decided_launch_beside_upstream_defaults(tmp_path
         assert set(r["prompt_speed"]) == {"100", "300"} and all(v > 0 for v in r["prompt_speed"].values())
         assert r["decode_speed"] > 0 and len(r["turn_s"][0]) == 2
     assert "upstream defaults" in done.stdout and "(x: ratio to upstream's defaults" in done.stdout
+
+
+def test_the_grid_the_busy_core_and_the_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--grid-quick``: grid variants measure one prompt and decoding; ``--busy``: upstream and the launch again
+    beside a program that holds a core (the launch decided while it runs); ``--record``: the launch's decode
+    speed kept, so the next plan of this file on this machine says it was measured."""
+    from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.measure.records import load_records
+
+    out = tmp_path / "bench.json"
+    argv = [sys.executable, str(SCRIPT), "--model", str(tiny_clover_model()), "--grid-quick", "--busy"]
+    argv += ["--record", "--prompts", "100,300", "--decode", "16", "--turns", "1", "--json", str(out)]
+    env = {**os.environ, "CLOVER_RUNTIMES_DIR": str(RUNTIMES), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = {r["name"]: r for r in json.loads(out.read_text())["results"]}
+    grid = [r for n, r in results.items() if not n.startswith(("upstream defaults", "clover-local"))]
+    assert {"--spec-type none", "KV q8_0"} <= {r["name"] for r in grid}
+    for r in grid:  # quick: the first prompt size and decoding, no agent turns
+        assert r["error"] is None and set(r["prompt_speed"]) == {"100"} and r["turn_s"] == []
+        assert r["decode_speed"] > 0
+    busy = [n for n in results if n.endswith("beside a busy core")]
+    assert busy == [
+        "upstream defaults, beside a busy core",
+        "clover-local (decided launch), beside a busy core",
+    ]
+    assert all(results[n]["error"] is None and results[n]["decode_speed"] > 0 for n in busy)
+    records = [r for r in load_records() if r.tool == "llama-server (bench_clover_full)"]
+    product = results["clover-local (decided launch)"]
+    assert len(records) == 1 and records[0].tokens_per_s == round(product["decode_speed"], 2)
+    monkeypatch.setenv("CLOVER_RUNTIMES_DIR", str(RUNTIMES))
+    again = decide_launch(LaunchRequest(None, str(tiny_clover_model()), describe=False)).plan
+    assert records[0].threads == again.threads and again.speed_source == "measured"
+    assert again.predicted_tokens_per_s == round(records[0].tokens_per_s, 1)

@@ -68,3 +68,30 @@ def test_real_diffusion_cli_takes_the_flag(must_not_repack: None) -> None:
     except CliOutputLost as exc:
         pytest.skip(f"{exc} (its logger's last lines race its exit)")
     assert run.seconds > 0
+
+
+@pytest.mark.parametrize(("ram", "repacks"), [("24G", False), ("128G", True)])
+def test_a_plan_repacks_only_where_ram_holds_the_copy_beside_the_files_pages(ram: str, repacks: bool) -> None:
+    """Clover's 21 GiB of weights on a CPU: a 24 GB machine cannot hold a repacked copy beside the file's pages
+    (measured there: repacking made loads 5x and prompts 1.6x slower, docs/speed.md), a 128 GB one can; a plan
+    on a GPU reads few weights from RAM and repacks them."""
+    from clover_local.detect import parse_simulate
+    from clover_local.plan.llama_args import llama_cpp_kwargs, llama_server_args
+    from clover_local.plan.planner import make_plan
+    from clover_local.plan.reasons import find_reason
+    from clover_local.plan.types import Wishes
+    from clover_local.presets import load_preset
+
+    preset = load_preset("clover-35b-a3b")
+    plan = make_plan(
+        parse_simulate(f"ram={ram},cpu=8"), preset, None, Wishes(engine="llama-server", ctx=4096)
+    )
+    assert plan.repack is repacks
+    assert ("--no-repack" in llama_server_args(plan)) is not repacks
+    assert llama_cpp_kwargs(plan).get("use_extra_bufts", True) is repacks
+    said = find_reason(plan.reasons, "repack")
+    assert (said is None) is repacks and (said is None or "beside the file's pages" in said.text)
+    gpu = make_plan(
+        parse_simulate("ram=24G,cpu=8,gpu=nvidia:24G"), preset, None, Wishes(engine="llama-server")
+    )
+    assert gpu.repack and "--no-repack" not in llama_server_args(gpu)

@@ -37,6 +37,8 @@ class SpeedRecord:
     """What the speed model predicted for this placement when it was measured."""
     tool: str = "llama-bench"
     when: str = ""
+    threads: int = 0
+    """Decode threads it was measured with; 0: not recorded (older records), taken for any count."""
 
 
 def machine_key(machine: Machine) -> str:
@@ -58,10 +60,18 @@ def apply_measurements(
     model: str,
     n_gpu_layers: int,
     n_cpu_moe: int,
+    threads: int = 0,
 ) -> tuple[float, SpeedSource, str]:
-    """The speed to show for a placement, where it comes from, and a sentence saying so."""
+    """The speed to show for a placement (and thread count: a record of another count is not this one's
+    measurement, only a calibration), where it comes from, and a sentence saying so."""
     mine = [r for r in records if r.machine == machine and r.model == model and r.tokens_per_s > 0]
-    same = [r for r in mine if r.n_gpu_layers == n_gpu_layers and r.n_cpu_moe == n_cpu_moe]
+    same = [
+        r
+        for r in mine
+        if r.n_gpu_layers == n_gpu_layers
+        and r.n_cpu_moe == n_cpu_moe
+        and r.threads in (0, threads or r.threads)
+    ]
     if same:
         latest = same[-1]
         return (

@@ -182,6 +182,7 @@ def make_plan(
         model=model_key(desc.quant, desc.file_bytes),
         n_gpu_layers=fit.n_gpu_layers,
         n_cpu_moe=fit.n_cpu_moe,
+        threads=threads.threads,
     )
     if speed_source == "estimate":
         reasons.append(
@@ -253,6 +254,8 @@ def _assemble_plan(
     ``decoding`` (context, batches, speculation, speed: what autoregressive and diffusion plans decide apart)."""
     desc, fit = candidates[quant], fits[quant]
     repack, why_not = cpu_repack(machine.cpu.features)
+    if repack and not memory.room_to_repack(fit.memory.ram):
+        repack, why_not = False, memory.NO_ROOM_TO_REPACK
     if why_not:
         reasons = (*reasons, Reason("repack", why_not))
     plan_memory, cache_mib = fit.memory, 0
