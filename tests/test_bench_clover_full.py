@@ -72,6 +72,7 @@ def test_the_grid_the_busy_core_and_the_record(tmp_path: Path, monkeypatch: pyte
         "clover-local (decided launch), beside a busy core",
     ]
     assert all(results[n]["error"] is None and results[n]["decode_speed"] > 0 for n in busy)
+    assert all(set(results[n]["prompt_speed"]) == {"100"} for n in busy)
     records = [r for r in load_records() if r.tool == "llama-server (bench_clover_full)"]
     product = results["clover-local (decided launch)"]
     assert len(records) == 1 and records[0].tokens_per_s == round(product["decode_speed"], 2)
