@@ -19,8 +19,9 @@ and stopped before the next, so one model is in memory at a time:
 
 beside the plan's prediction (decode speed, RAM and GPU memory) and as ratios to upstream's defaults.
 ``--busy`` measures upstream's defaults and the launch again beside a program that keeps one core busy (the
-launch decided while it runs, as a person's would be); ``--record`` keeps the launch's measured decode speed for
-the planner, so later plans on this machine say "measured" instead of estimating.
+launch decided while it runs, as a person's would be); ``--record`` keeps the launch's plain decode speed (with
+speculation off, the grid's ``--spec-type none``, where measured: the planner's speeds are plain decoding, as
+llama-bench's) for the planner, so later plans on this machine say "measured" instead of estimating.
 
 The model: ``--model PATH`` (any GGUF: a tiny clover_moe model smoke-tests it on any machine), else the
 Clover-shaped full-size GGUF (``clover_local.testing.clover_shaped``, 19.7 GiB, architecture ``clover_moe``),
@@ -148,7 +149,7 @@ def main() -> int:
         if args.json:
             _write(args.json, launch, results, skipped)
     if args.record:
-        _record(launch, next(r for r in results if r.name == PRODUCT))
+        _record(launch, _plain_decoding(results))
     print(_report(launch, results, skipped))
     if args.json:
         _write(args.json, launch, results, skipped)
@@ -529,8 +530,16 @@ def _beside_a_busy_program(request: LaunchRequest, idle: Launch, args: argparse.
     return out
 
 
+def _plain_decoding(results: list[Result]) -> Result:
+    """The run whose decode speed is the plan's kind of figure: plain decoding (as llama-bench's ``tg``, which
+    the planner's records hold), the launch with speculation off where it was measured, else the launch."""
+    plain = next((r for r in results if r.name == "--spec-type none" and not r.error), None)
+    return plain or next(r for r in results if r.name == PRODUCT)
+
+
 def _record(launch: Launch, result: Result) -> None:
-    """The launch's measured decode speed as a speed record: plans on this machine then say "measured"."""
+    """A measured decode speed at the launch's placement and threads as a speed record: plans on this machine
+    then say "measured"."""
     import datetime
 
     from clover_local.measure.records import add_record
