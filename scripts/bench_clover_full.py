@@ -707,11 +707,18 @@ def _report(launch: Launch, results: list[Result], skipped: list[str]) -> str:
             continue
         cells = [r.name, f"{r.load_s:.1f}"]
         cells += [
-            _with_ratio(r.prompt_speed(s), upstream.prompt_speed(s) if upstream else 0.0) for s in sizes
+            _with_ratio(r.prompt_speed(s), upstream.prompt_speed(s) if upstream else 0.0)
+            if s in r.prompt_tokens_per_s
+            else "-"  # not measured (--grid-quick, --busy)
+            for s in sizes
         ]
         cells.append(_with_ratio(r.decode_speed, upstream.decode_speed if upstream else 0.0))
         cells.append(f"{r.predicted_tokens_per_s:.1f}" if r.predicted_tokens_per_s else "-")
-        cells.append(_with_ratio(r.last_turn_s, upstream.last_turn_s if upstream else 0.0, fmt="{:.2f}"))
+        cells.append(
+            _with_ratio(r.last_turn_s, upstream.last_turn_s if upstream else 0.0, fmt="{:.2f}")
+            if r.turn_s
+            else "-"
+        )
         cells.append(
             _with_ratio(
                 r.peak_rss_bytes / 2**30, upstream.peak_rss_bytes / 2**30 if upstream else 0.0, fmt="{:.2f}"

@@ -5,6 +5,7 @@ predicted within 25%; recorded llama-bench runs replace or calibrate the estimat
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,11 @@ def test_recorded_runs_replace_or_calibrate_the_estimate() -> None:
     assert calibrated.speed_source == "calibrated"
     assert calibrated.predicted_tokens_per_s == pytest.approx(plain.estimated_tokens_per_s * 1.25, rel=0.01)
 
+    other_threads = replace(here, threads=plain.threads + 1)  # a measurement at other threads only calibrates
+    assert make_plan(machine, preset, desc, speed_records=[other_threads]).speed_source == "calibrated"
+    same_threads = replace(here, threads=plain.threads)
+    assert make_plan(machine, preset, desc, speed_records=[same_threads]).speed_source == "measured"
+
     other_machine = SpeedRecord(
         **{**key, "machine": "another"},
         n_gpu_layers=-1,
@@ -138,7 +144,9 @@ def test_the_summary_and_the_reasons_write_one_speed(measured: float, written: s
     plan = make_plan(machine, preset, desc, speed_records=[record])
     assert f"Predicted speed: about {written} tokens/s" in plan_summary(plan)
     assert any(r.text.startswith(f"Decode ~{written} tokens/s: measured") for r in plan.reasons), plan.reasons
-    assert f"~{written} tokens/s (estimate)" in describe_plan(plan, preset)[0]
+    assert (
+        f"~{written} tokens/s (measured)" in describe_plan(plan, preset)[0]
+    )  # not "(estimate)": it was measured
 
 
 SESSION = DATA["measured_2026_11_30"]

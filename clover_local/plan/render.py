@@ -57,7 +57,7 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
         + (
             f"diffusion ({plan.diffusion.schedule} schedule, {plan.diffusion.steps_per_block} steps per block)"
             if plan.diffusion is not None
-            else f"KV {plan.cache_type_k}, ~{format_tokens_per_s(plan.predicted_tokens_per_s)} tokens/s (estimate)"
+            else f"KV {plan.cache_type_k}, ~{format_tokens_per_s(plan.predicted_tokens_per_s)} tokens/s ({plan.speed_source})"
         )
         + ("" if plan.fits else "  [DOES NOT FIT WELL]"),
         *([f"Runs with: {plan.architecture.runs_with}"] if plan.architecture is not None else []),
