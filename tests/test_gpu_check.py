@@ -161,7 +161,7 @@ def test_bench_records_llama_bench_and_plans_then_use_it(
     assert "Recorded in" in capsys.readouterr().out
     (record,) = load_records()
     plan = plan_for("gemma3-270m")
-    assert plan.speed_source == "measured" and record.tokens_per_s > 0
+    assert plan.speed_source == "measured" and record.tokens_per_s > 0 and record.threads == plan.threads
     # The plan shows the measurement as it shows every speed, to 0.1 token/s (29.75 measured -> 29.8).
     assert plan.predicted_tokens_per_s == round(record.tokens_per_s, 1)
 

@@ -362,7 +362,8 @@ def _record_llama_bench(args: argparse.Namespace) -> int:
     from clover_local.plan.measured import SpeedRecord, machine_key, model_key
 
     preset = args.preset or (None if args.model else DEFAULT_PRESET)
-    plan = decide_launch(LaunchRequest(preset, args.model, ctx=args.ctx)).plan
+    launch = decide_launch(LaunchRequest(preset, args.model, ctx=args.ctx))
+    plan = launch.plan
     if not plan.model_path:
         raise UsageError(
             "The planned model is not downloaded, so it cannot be measured.",
@@ -372,7 +373,11 @@ def _record_llama_bench(args: argparse.Namespace) -> int:
     from clover_local.gguf.header import read_local_header
 
     desc = read_local_header(Path(plan.model_path))
-    result = run_llama_bench(_llama_bench_binary(), Path(plan.model_path), plan, n_gen=args.max_tokens)
+    # The llama-bench beside the llama-server that runs this model: an installed runtime's for Clover (the
+    # pinned build's cannot load clover_moe), else the pinned build's.
+    runner = launch.runner.binary
+    bench = (runner.sibling("llama-bench") if runner is not None else None) or _llama_bench_binary()
+    result = run_llama_bench(bench, Path(plan.model_path), plan, n_gen=args.max_tokens)
     record = SpeedRecord(
         machine=machine_key(detect_machine()),
         model=model_key(desc.quant, desc.file_bytes),
@@ -381,6 +386,7 @@ def _record_llama_bench(args: argparse.Namespace) -> int:
         tokens_per_s=round(result.decode_tokens_per_s, 2),
         predicted_tokens_per_s=plan.estimated_tokens_per_s,
         when=datetime.date.today().isoformat(),
+        threads=plan.threads,
     )
     where = add_record(record)
     print(
