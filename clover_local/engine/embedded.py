@@ -98,6 +98,8 @@ class EmbeddedEngine:
         self._piece_buf = ctypes.create_string_buffer(512)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
+        self._marker_ends: tuple[int, ...] = ()
+        """Turn markers this engine ends a reply at that the vocabulary does not mark end-of-generation."""
         self._spec_broken = False
         self.notices: list[str] = list(parts.notices)
         self._render = renderer(
@@ -245,17 +247,20 @@ class EmbeddedEngine:
                 "Shorten the conversation or plan a larger context (--ctx).",
             )
         max_new = min(request.max_tokens, self._n_ctx - len(prompt))
+        gbnf = self._grammar(request)
         if request.messages is not None:  # a chat reply ends where its turn ends, and after its one call
-            request = replace(
-                request, stop=(*request.stop, *self._turn_markers, *toolcalls.reply_stops(request))
-            )
+            # Under a grammar the grammar says where the reply ends: a turn marker's text inside a JSON string
+            # is text, not the end of the turn (the soak's one embedded miss ended a forced call there).
+            markers = self._turn_markers if gbnf is None else ()
+            request = replace(request, stop=(*request.stop, *markers, *toolcalls.reply_stops(request)))
         picker = TokenPicker(
             self._ctx,
             self._model,
             self._n_vocab,
             self._sampling_config(request),
             backend=self.backend_sampling,
-            grammar=self._grammar(request),
+            grammar=gbnf,
+            grammar_ends=self._marker_ends,
         )
         inner: Iterator[GenerationEvent] | None = None
         try:
@@ -654,6 +659,8 @@ class EmbeddedEngine:
         for marker in markers:
             ids = self.tokenize(marker, add_special=False, parse_special=True)
             if len(ids) == 1:
+                if not self._is_eog(ids[0]):  # the grammar must know it ends the reply (sampling.GrammarGate)
+                    self._marker_ends = (*self._marker_ends, ids[0])
                 self._eog[ids[0]] = True
         return markers
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -71,7 +72,11 @@ _TOP_CHECKED = 48
 class GrammarGate:
     """llama.cpp's grammar sampler for one generation: checks a token, masks a row, follows accepted tokens."""
 
-    def __init__(self, vocab: Any, n_vocab: int, gbnf: str) -> None:
+    def __init__(self, vocab: Any, n_vocab: int, gbnf: str, ends: Sequence[int] = ()) -> None:
+        """``ends``: tokens the engine ends a reply at that the vocabulary does not mark end-of-generation (a
+        template's one-token turn marker, ``<|im_end|>``). llama.cpp's grammar reads such a token as its text,
+        which a JSON string admits: unchecked, a reply could end inside a forced call (the soak's one embedded
+        miss). Each is allowed only where the grammar allows the end, as the vocabulary's own end token is."""
         self._smpl = C.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
         if not self._smpl:
             raise RequestRefused(  # the request's schema, not the engine, is at fault: a 400
@@ -84,8 +89,17 @@ class GrammarGate:
         self._all = np.zeros(n_vocab, dtype=_TOKEN_DATA)
         data = ctypes.cast(self._all.ctypes.data, C.llama_token_data_p)
         self._all_arr = C.llama_token_data_array(data, n_vocab, -1, False)
+        self._ends = frozenset(ends)
+        eos = int(C.llama_vocab_eos(vocab))
+        self._end = eos if eos >= 0 else int(C.llama_vocab_eot(vocab))
+        """The vocabulary's own end token: what an ``ends`` token means to the grammar."""
 
     def allows(self, token: int) -> bool:
+        if token in self._ends:
+            return self._end >= 0 and self._allows(self._end)
+        return self._allows(token)
+
+    def _allows(self, token: int) -> bool:
         cell: Any = self._one[0]
         cell.id, cell.logit, cell.p = token, 0.0, 0.0
         self._one_arr.size, self._one_arr.selected, self._one_arr.sorted = 1, -1, False
@@ -98,6 +112,8 @@ class GrammarGate:
         self._all["logit"] = logits
         self._all_arr.size, self._all_arr.selected, self._all_arr.sorted = len(self._ids), -1, False
         C.llama_sampler_apply(self._smpl, ctypes.byref(self._all_arr))
+        if self._ends and not (self._end >= 0 and self._allows(self._end)):
+            self._all["logit"][list(self._ends)] = -np.inf  # ids are positions: apply never reorders
         return self._all_arr
 
     def best_allowed(self, logits: np.ndarray) -> int:
@@ -117,7 +133,7 @@ class GrammarGate:
         return int(self._all["id"][best])
 
     def accept(self, token: int) -> None:
-        C.llama_sampler_accept(self._smpl, token)
+        C.llama_sampler_accept(self._smpl, self._end if token in self._ends else token)
 
     def close(self) -> None:
         if self._smpl:
@@ -138,7 +154,9 @@ class TokenPicker:
         *,
         backend: bool = False,
         grammar: str | None = None,
+        grammar_ends: Sequence[int] = (),
     ) -> None:
+        """``grammar_ends``: the engine's own end tokens the vocabulary does not mark (:class:`GrammarGate`)."""
         self.config = config
         self._ctx = ctx
         self._n_vocab = n_vocab
@@ -148,7 +166,7 @@ class TokenPicker:
         self._keep: np.ndarray | None = None
         self._gate: GrammarGate | None = None
         if grammar is not None:
-            self._gate = GrammarGate(C.llama_model_get_vocab(model), n_vocab, grammar)
+            self._gate = GrammarGate(C.llama_model_get_vocab(model), n_vocab, grammar, grammar_ends)
             backend = False  # a grammar needs the logits on the host
         self.backend = False
         """The chain runs inside llama.cpp's graph on the model's device (``llama_set_sampler``): only the
