@@ -462,15 +462,14 @@ def test_llama_server_runs_through_clover_where_it_would_not_enforce() -> None:
     assert enforced(plain) and not clover_enforces(plain, GenerationRequest(prompt="x"))
 
 
-def test_clover_route_keeps_turn_markers_and_call_tags_as_text_and_its_grammar_ends_the_reply() -> None:
+def test_clover_route_keeps_turn_markers_and_call_tags_as_text_and_stops_at_them() -> None:
     from clover_local.engine.types import GenerationRequest
     from clover_local.llamacpp.server_tools import completion_payload
 
     request = GenerationRequest(prompt="x", tools=(WEATHER,), tool_choice="required", stop=("END",))
     out = completion_payload(request, "P", "root ::= x", ("<start_of_turn>", "<end_of_turn>"))
     assert out["prompt"] == "P" and out["grammar"] == "root ::= x" and "json_schema" not in out
-    # under the grammar no turn marker is a stop string (one inside a string cut a forced call: the soak's miss)
-    assert out["stop"] == ["END", "</tool_call>"]
+    assert out["stop"] == ["END", "<start_of_turn>", "<end_of_turn>", "</tool_call>"]
     assert out["preserved_tokens"] == ["<tool_call>", "</tool_call>", "<start_of_turn>", "<end_of_turn>"]
     schema = completion_payload(GenerationRequest(prompt="x", json_schema={}), "P", None, ())
     assert schema["grammar"] == schema_grammar({"type": "object"}) and "json_schema" not in schema

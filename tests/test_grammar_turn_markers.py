@@ -85,23 +85,3 @@ def test_the_engine_hands_its_own_end_markers_to_the_grammar(smollm2_path: Path)
         assert len(calls) == 1 and calls[0].call.name == "get_weather"
     finally:
         engine.close()
-
-
-def test_llama_servers_constrained_requests_carry_no_turn_marker_stops() -> None:
-    """On llama-server a turn marker is a stop string: under a grammar it cut the same forced call mid-string
-    (the llama-server soak's miss, ``{"city": "London, England}}``); the grammar ends those replies."""
-    from clover_local.engine.types import ChatMessage, GenerationRequest, ToolSpec
-    from clover_local.llamacpp.server_tools import completion_payload
-
-    markers = ("<|im_start|>", "<|im_end|>")
-    tool = ToolSpec("get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}}})
-    asked = GenerationRequest(messages=(ChatMessage("user", "hi"),), tools=(tool,), tool_choice="required")
-    forced = completion_payload(asked, "p", 'root ::= "x"', markers)
-    assert not set(markers) & set(forced["stop"]) and forced["grammar"]
-    assert set(markers) <= set(forced["preserved_tokens"])  # still kept as text where they appear
-    schema = completion_payload(
-        GenerationRequest(prompt="p", json_schema={"type": "object"}), "p", None, markers
-    )
-    assert not set(markers) & set(schema["stop"]) and "grammar" in schema
-    free = completion_payload(GenerationRequest(prompt="p"), "p", None, markers)
-    assert set(markers) <= set(free["stop"])

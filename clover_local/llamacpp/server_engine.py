@@ -326,9 +326,7 @@ class LlamaServerEngine:
         }
         if request.seed is not None:
             sampling["seed"] = request.seed
-        # A reply under a JSON schema ends where its grammar ends, never at a marker inside a string.
-        markers = self.turn_markers if request.messages is not None and request.json_schema is None else ()
-        stop = [*request.stop, *markers]
+        stop = [*request.stop, *(self.turn_markers if request.messages is not None else ())]
         if stop:
             sampling["stop"] = stop
         if request.messages is not None:

@@ -55,13 +55,10 @@ def completion_payload(
     """The ``/completion`` fields for clover-local's route (besides sampling): the prompt, the grammar or JSON
     schema, the template's turn markers as stop strings, and those markers and the call tags kept as text in
     the reply (``preserved_tokens``: llama-server otherwise drops control tokens from the text)."""
-    # Under a grammar the grammar says where the reply ends: a turn marker inside a JSON string is text there
-    # (llama.cpp's grammar admits it), and as a stop string it cut a forced call mid-string (the soak's miss).
-    constrained = grammar is not None or request.json_schema is not None
     out: dict[str, Any] = {
         "prompt": prompt,
         "n_predict": request.max_tokens,
-        "stop": [*request.stop, *(() if constrained else turn_markers), *reply_stops(request)],
+        "stop": [*request.stop, *turn_markers, *reply_stops(request)],
         "preserved_tokens": [CALL_START, CALL_END, *turn_markers],
     }
     if grammar is not None:
