@@ -96,6 +96,9 @@ class ArchSupport:
     here knows; False offline (then only a release's source read before answers)."""
     hints: tuple[ReleaseHint, ...] = ()
     """The presets' minimum releases, for architectures nothing here knows (:func:`preset_release_hints`)."""
+    latest: tuple[str, ArchTable] | str | None = None
+    """The latest release's tag and table, or why it was not read (:func:`latest_release`); None: not asked
+    yet (then :func:`check_architecture` asks it when nothing here knows an architecture)."""
 
     def hint(self, arch: str) -> ReleaseHint | None:
         """The preset's minimum release for ``arch``, if a preset names one."""
@@ -276,9 +279,11 @@ def preset_release_hints() -> tuple[ReleaseHint, ...]:
 
 
 def is_diffusion_arch(arch: str, support: ArchSupport | None = None) -> bool:
-    """True for architectures llama.cpp runs as diffusion models (``llama_model_is_diffusion``)."""
-    support = support or installed_support()
-    return arch in support.embedded.diffusion
+    """True for architectures llama.cpp runs as diffusion models (``llama_model_is_diffusion``): as the
+    embedded engine's table of ``support`` says, else the pinned llama.cpp's (packaged: reading a header asks
+    no file or process for it)."""
+    table = support.embedded if support is not None else packaged_table()
+    return arch in table.diffusion
 
 
 def check_architecture(arch: str, support: ArchSupport | None = None) -> ArchCheck:
@@ -339,7 +344,7 @@ def check_architecture(arch: str, support: ArchSupport | None = None) -> ArchChe
         why += f"; nor do the installed runtimes ({', '.join(rt.tag for rt in support.runtimes)})"
     if support.installed not in (None, embedded.llama_cpp_python):
         why += f"; the table is llama-cpp-python {embedded.llama_cpp_python}'s, but {support.installed} is installed"
-    latest = _upstream(support.look_upstream)
+    latest = support.latest if support.latest is not None else latest_release(support.look_upstream)
     hint = support.hint(arch)
     minimum = hint.release if hint is not None else None
     if isinstance(latest, str):
@@ -370,8 +375,16 @@ def check_architecture(arch: str, support: ArchSupport | None = None) -> ArchChe
     return ArchCheck(arch, False, None, f"{why}; nor does the latest llama.cpp release, {tag})")
 
 
-def _upstream(look: bool) -> tuple[str, ArchTable] | str:
-    """The latest release's tag and table, or why there is none (for the ``why`` of a refusal)."""
+def knows_locally(arch: str, support: ArchSupport) -> bool:
+    """Whether a llama.cpp here (the embedded engine's, an installed runtime's, the built llama-server's)
+    answers for ``arch`` without the latest release being asked."""
+    others = [*(rt.table for rt in support.runtimes), *([support.server] if support.server else [])]
+    return arch in support.embedded.names or any(arch in t.names and arch not in t.diffusion for t in others)
+
+
+def latest_release(look: bool) -> tuple[str, ArchTable] | str:
+    """The latest release's tag and table, or why there is none (for the ``why`` of a refusal); ``look``
+    False: only a release's source read before answers."""
     from clover_local.runtimes.upstream import latest_arch_source
 
     try:

@@ -9,7 +9,7 @@
 - an OpenAI-compatible endpoint, where a command takes one (``compare``): ``http://HOST:PORT/v1#MODEL``.
 
 :func:`parse_model_ref` is pure: it reads the text only (no file, preset or network is looked at), so what a
-name means is decided the same way everywhere; :mod:`clover_local.runtime` then finds what it names.
+name means is decided the same way everywhere; :mod:`clover_local.model_files` then finds what it names.
 """
 
 from __future__ import annotations

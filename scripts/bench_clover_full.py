@@ -441,7 +441,7 @@ def _server(v: Variant, launch: Launch, args: argparse.Namespace) -> Iterator[Ll
         engine = opened.engine
         assert isinstance(engine, LlamaServerEngine)
     else:
-        from clover_local.runtime import chat_template_for
+        from clover_local.model_files import chat_template_for
 
         process: LlamaServerProcess = start_llama_server(
             list(v.argv), binary=launch.runner.binary, adapt=False, ready_timeout_s=args.ready_timeout_s

@@ -35,10 +35,10 @@ from clover_local.gguf.header import read_local_header  # noqa: E402
 from clover_local.llamacpp.rpc_server import start_worker  # noqa: E402
 from clover_local.llamacpp.server import free_port, plan_server_argv, start_llama_server  # noqa: E402
 from clover_local.llamacpp.server_engine import LlamaServerEngine  # noqa: E402
+from clover_local.model_files import detect  # noqa: E402
 from clover_local.plan.planner import make_plan  # noqa: E402
 from clover_local.plan.types import Plan, Wishes  # noqa: E402
 from clover_local.presets import load_preset  # noqa: E402
-from clover_local.runtime import detect  # noqa: E402
 from clover_local.testing.models import gemma_path  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."

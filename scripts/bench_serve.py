@@ -166,8 +166,8 @@ def main() -> int:
     from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.llamacpp.binary import find_llama_server
     from clover_local.llamacpp.server import start_llama_server
+    from clover_local.model_files import require_model
     from clover_local.presets import load_preset
-    from clover_local.runtime import require_model
     from clover_local.serve.api import ApiConfig
     from clover_local.serve.runner import BackgroundServer
 

@@ -499,7 +499,7 @@ def test_download_picks_the_quant_of_the_launch_that_runs_it(
 ) -> None:
     """``download``'s automatic quant is the one ``clover-local plan`` and the launch choose: planned for
     llama-server, which runs Clover here, where the embedded engine's budget would pick another quant."""
-    from clover_local import runtime
+    from clover_local import model_files
     from clover_local.commands.download import auto_quant
     from clover_local.detect import parse_simulate
     from clover_local.launch import LaunchRequest, decide_launch
@@ -512,7 +512,7 @@ def test_download_picks_the_quant_of_the_launch_that_runs_it(
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # the preset's estimates: no Hub asked
     machine = parse_simulate(QUANT_CARD)
-    monkeypatch.setattr(runtime, "detect", lambda *_args: machine)  # this machine, as described
+    monkeypatch.setattr(model_files, "detect", lambda *_args: machine)  # this machine, as described
     preset = load_preset("clover-35b-a3b")
     launch = decide_launch(LaunchRequest(preset))
     embedded = make_plan(machine, preset, None, Wishes(engine="embedded"))  # what download once used

@@ -14,7 +14,7 @@ import pytest
 from helpers_compare import TASKS, Recorder, prompt_of, write_tasks
 from helpers_serve import llama_server_path  # resolved at import, before the user folders move
 
-from clover_local import runtime
+from clover_local import model_files
 from clover_local.cli import main
 from clover_local.compare.contenders import parse_contenders
 from clover_local.compare.options import CompareOptions, Progress
@@ -119,7 +119,7 @@ def test_a_down_endpoint_and_a_model_that_does_not_fit_fail_alone(
     tasks = load_tasks(str(write_tasks(tmp_path, TASKS[:2])))
     down = f"http://127.0.0.1:{free_port()}/v1#some-model"
     contenders = parse_contenders([down, str(gemma_path), str(smollm2_path)])
-    machine = runtime.detect("ram=3G")  # SmolLM2 fits in it, Gemma 3 270M does not
+    machine = model_files.detect("ram=3G")  # SmolLM2 fits in it, Gemma 3 270M does not
     recorder = Recorder()
     report = run_compare(contenders, tasks, OPTIONS, opener=recorder, machine=machine)
     _no_two_at_once(recorder)

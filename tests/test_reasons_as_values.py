@@ -275,7 +275,8 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_mtp_launch_trades_the_slots_reason_by_code(monkeypatch: pytest.MonkeyPatch) -> None:
     """A launch drafting with an embedded MTP head plans one slot, and its reason replaces the planner's."""
-    from clover_local.launch import MTP_ONE_SLOT, LaunchRequest, decide_launch
+    from clover_local.decide import MTP_ONE_SLOT
+    from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.plan import planner
     from clover_local.testing.models import tiny_mtp_model
 

@@ -10,7 +10,7 @@ import pytest
 from hub_server import HubServer
 
 from clover_local.launch import LaunchRequest, decide_launch, with_model_file
-from clover_local.runtime import local_header
+from clover_local.model_files import local_header
 from clover_local.testing.models import tiny_clover_model
 
 CLOVER = "clover-35b-a3b"

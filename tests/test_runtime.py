@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from clover_local import runtime, user_prefs
+from clover_local import model_files, user_prefs
 from clover_local.detect import parse_simulate
 from clover_local.errors import UsageError
 from clover_local.launch import LaunchRequest, choose_runner, decide_launch, open_launch
@@ -24,23 +24,23 @@ from clover_local.presets import load_preset
     ],
 )
 def test_a_file_without_a_preset_gets_the_preset_its_name_says(file_name: str, preset: str) -> None:
-    assert runtime.preset_for_file(Path("/models") / file_name).name == preset
+    assert model_files.preset_for_file(Path("/models") / file_name).name == preset
 
 
 def test_a_given_model_must_be_a_gguf_file(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="No GGUF file at"):
-        runtime.find_model(None, tmp_path / "missing.gguf")
+        model_files.find_model(None, tmp_path / "missing.gguf")
     notes = tmp_path / "notes.txt"
     notes.write_text("not a model")
     with pytest.raises(UsageError, match=r"is not a \.gguf file"):
-        runtime.find_model(None, notes)
+        model_files.find_model(None, notes)
 
 
 def test_a_missing_download_says_how_to_get_it() -> None:
     clover = load_preset("clover-35b-a3b")
-    assert runtime.find_model(clover) is None
+    assert model_files.find_model(clover) is None
     with pytest.raises(UsageError) as raised:
-        runtime.require_model(clover)
+        model_files.require_model(clover)
     assert "clover-local download --preset clover-35b-a3b" in (raised.value.fix or "")
 
 
@@ -49,14 +49,14 @@ def test_the_file_the_first_run_chose_is_found(tmp_path: Path) -> None:
     chosen.write_bytes(b"GGUF")
     first = user_prefs.FirstRun(preset="clover-35b-a3b", quant="Q4_K_M", ctx=4096, model_path=str(chosen))
     user_prefs.save_prefs(user_prefs.Prefs().with_first_run(first))
-    assert runtime.find_model(load_preset("clover-35b-a3b")) == chosen
-    assert runtime.find_model(load_preset("clover-35b-a3b"), quant="Q8_0") is None, (
+    assert model_files.find_model(load_preset("clover-35b-a3b")) == chosen
+    assert model_files.find_model(load_preset("clover-35b-a3b"), quant="Q8_0") is None, (
         "another quant: not that file"
     )
 
 
 def test_a_packaged_preset_needs_no_download(gemma_path: Path) -> None:
-    found = runtime.find_model(load_preset("gemma3-270m"))
+    found = model_files.find_model(load_preset("gemma3-270m"))
     assert found is not None and found.read_bytes() == gemma_path.read_bytes()
 
 
@@ -100,7 +100,7 @@ def test_a_bare_model_file_is_planned_as_its_preset_with_that_template(gemma_pat
     argv = llama_server_args(plan)
     at = argv.index("--chat-template")
     assert argv[at : at + 3] == ["--chat-template", "gemma", "--no-jinja"]
-    template = runtime.chat_template_for(plan)
+    template = model_files.chat_template_for(plan)
     assert (template.kind, template.name) == ("builtin", "gemma")
 
 
@@ -112,5 +112,5 @@ def test_a_gguf_without_a_template_and_preset_is_chatted_with_as_plain_text(tmp_
     plan = decide_launch(
         LaunchRequest(None, str(path), ctx=512), machine=parse_simulate("ram=16G,cpu=4")
     ).plan
-    template = runtime.chat_template_for(plan)
+    template = model_files.chat_template_for(plan)
     assert template.kind == "completion" and template.notice

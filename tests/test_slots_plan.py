@@ -187,7 +187,8 @@ def test_planned_memory_for_slots_is_what_llama_cpp_allocates(gemma_path: Path, 
 def test_default_slots_keep_an_embedded_mtp_head(spec: SpecMode, parallel: int | None, slots: int) -> None:
     """The embedded engine's MTP head follows one sequence: default slots would switch it off, so a plan drafting
     with it keeps one slot and says why; n-gram drafting takes the default slots, and slots asked for are given."""
-    from clover_local.launch import MTP_ONE_SLOT, LaunchRequest, decide_launch
+    from clover_local.decide import MTP_ONE_SLOT
+    from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.testing.models import tiny_mtp_model
 
     model, _ = tiny_mtp_model("embedded")

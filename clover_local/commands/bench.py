@@ -129,8 +129,8 @@ def run(args: argparse.Namespace) -> int:
         return _measure_verify_costs(args)
     if verb == "spec-modes":
         return _bench_spec_modes(args)
+    from clover_local.model_files import require_model
     from clover_local.presets import load_preset
-    from clover_local.runtime import require_model
 
     workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
@@ -185,9 +185,9 @@ def _cpu_settings(args: argparse.Namespace, path: Path) -> dict[str, Any]:
     from dataclasses import replace
 
     from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.model_files import detect
     from clover_local.plan.llama_args import llama_settings
     from clover_local.plan.types import SpeculativePlan
-    from clover_local.runtime import detect
 
     cpu_only = replace(detect(), gpus=())
     request = LaunchRequest(
@@ -204,8 +204,8 @@ def _measure_verify_costs(args: argparse.Namespace) -> int:
 
     from clover_local.launch import LaunchRequest, decide_launch, measure_verify_costs, open_launch
     from clover_local.measure.records import load_verify_costs, verify_costs_path
+    from clover_local.model_files import require_model
     from clover_local.presets import load_preset
-    from clover_local.runtime import require_model
 
     preset = None if args.model else load_preset(args.preset or DEFAULT_PRESET)
     path = require_model(preset, args.model)
@@ -260,9 +260,9 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
     from clover_local.launch import EMBEDDED_DRAFTERS, LaunchRequest, decide_launch
     from clover_local.measure.records import save_spec_ratios
     from clover_local.measure.spec_bench import format_spec_table, opener, run_spec_bench
+    from clover_local.model_files import require_model
     from clover_local.plan.speculation import SPEC_MODES
     from clover_local.presets import load_preset
-    from clover_local.runtime import require_model
 
     modes = [m.strip() for m in args.spec_modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in SPEC_MODES or m == "auto"]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clover_local.errors import UsageError
 
 if TYPE_CHECKING:
+    from clover_local.facts import LaunchFacts
     from clover_local.tui.app import StartOptions
 
 
@@ -58,12 +58,11 @@ def start_options(args: argparse.Namespace) -> StartOptions:
     apply_model_ref(args)
     require_local_model(args)
     model_path = _resolve_model(args.model, args.preset, getattr(args, "quant", None))
-    if model_path is not None:
-        from clover_local.runtime import check_local_file
+    if args.ctx is not None and model_path is None:
+        from clover_local.plan.planner import check_context
+        from clover_local.presets import load_preset
 
-        check_local_file(model_path, force=args.force)  # an architecture llama.cpp cannot load: said now
-    if args.ctx is not None:
-        _check_ctx(args.ctx, args.preset, model_path)
+        check_context(args.ctx, load_preset(args.preset))
     if args.link is not None:
         raise UsageError("chat measures the link to the workers itself; --link is for plan and command.")
     if args.rpc is not None and model_path is None:
@@ -75,6 +74,7 @@ def start_options(args: argparse.Namespace) -> StartOptions:
         from clover_local.detect.remote import parse_rpc
 
         parse_rpc(args.rpc)  # a typo is said now, not inside the app
+    facts = _facts_checked(args, model_path) if model_path is not None else None
     return StartOptions(
         preset=args.preset,
         model_path=model_path,
@@ -82,21 +82,24 @@ def start_options(args: argparse.Namespace) -> StartOptions:
         rpc=args.rpc,
         spec=args.spec,
         force=args.force,
+        facts=facts,
     )
 
 
-def _check_ctx(ctx: int, preset_name: str | None, model_path: str | None) -> None:
-    """--ctx against the model's limit (its own header's when the file is known), before the app starts."""
-    from clover_local.plan.planner import check_context
-    from clover_local.presets import load_preset
+def _facts_checked(args: argparse.Namespace, model_path: str) -> LaunchFacts:
+    """The facts of the file's launch, gathered once for the whole command (the app's launch uses them), and
+    the launch decided from them now: an architecture no llama.cpp here loads and a ``--ctx`` beyond the
+    file's own limit are said before the app starts."""
+    from clover_local.decide import decide
+    from clover_local.facts import gather_facts
+    from clover_local.launch import LaunchRequest
 
-    preset = load_preset(preset_name)
-    if model_path:
-        from clover_local.gguf.header import read_local_header
-        from clover_local.plan.local_file import preset_from_header
-
-        preset = preset_from_header(preset, read_local_header(Path(model_path)), Path(model_path))
-    check_context(ctx, preset)
+    request = LaunchRequest(
+        args.preset, model_path, ctx=args.ctx, spec=args.spec or "auto", rpc=args.rpc, force=args.force
+    )
+    facts = gather_facts(request)
+    decide(request, facts)
+    return facts
 
 
 def _resolve_model(model: str | None, preset_name: str | None, quant: str | None = None) -> str | None:
@@ -104,8 +107,8 @@ def _resolve_model(model: str | None, preset_name: str | None, quant: str | None
 
     None means "not on disk yet": the app then opens on the plan screen to choose and download it.
     """
+    from clover_local.model_files import find_model
     from clover_local.presets import load_preset
-    from clover_local.runtime import find_model
 
     if not model and preset_name is None:
         return None

@@ -165,12 +165,12 @@ def _run(
     previous: CompareReport | None,
     out: Path,
 ) -> int:
-    from clover_local import runtime
+    from clover_local import model_files
     from clover_local.compare.picture import save_picture, text_picture
     from clover_local.compare.report import format_table, save_report
     from clover_local.compare.runner import run_compare
 
-    machine = runtime.detect()
+    machine = model_files.detect()
     bar = ProgressLine(sys.stderr)
 
     def save(report: CompareReport) -> None:

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run(args: argparse.Namespace) -> int:
     from clover_local.detect.report import describe_machine, machine_to_dict
-    from clover_local.runtime import detect
+    from clover_local.model_files import detect
 
     machine = detect(args.simulate, args.rpc, args.link)
     if args.json:

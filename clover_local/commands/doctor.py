@@ -105,7 +105,7 @@ def llama_cpp_python_report() -> dict[str, Any]:
 def chat_report(plan: Plan) -> dict[str, Any]:
     """The chat template both engines use for the plan's model, and whether it shows tools itself."""
     from clover_local.engine.templates import renders_tools, tool_support
-    from clover_local.runtime import chat_template_for
+    from clover_local.model_files import chat_template_for
 
     choice = chat_template_for(plan)
     report: dict[str, Any] = {
@@ -134,8 +134,8 @@ def measure(args: argparse.Namespace) -> int:
     """Planned vs real on this GPU for the local model (``clover-local doctor --measure``)."""
     from clover_local.detect.units import parse_size
     from clover_local.measure.gpu_check import format_reports, run_case
+    from clover_local.model_files import require_model
     from clover_local.presets import load_preset
-    from clover_local.runtime import require_model
 
     frees = []
     for part in (p.strip() for p in args.free.split(",") if p.strip()):
@@ -143,7 +143,7 @@ def measure(args: argparse.Namespace) -> int:
         if not size:
             raise UsageError(f"--free: {part!r} is not a size like 12G.")
         frees.append(size)
-    from clover_local.runtime import detect
+    from clover_local.model_files import detect
 
     if not any(g.vendor == "nvidia" for g in detect().gpus):
         raise UsageError(
@@ -173,8 +173,8 @@ def run(args: argparse.Namespace) -> int:
     out: dict[str, Any] = {"llama_server": server, "llama_cpp_python": embedded}
     if args.model or args.preset:
         from clover_local.launch import LaunchRequest, decide_launch
+        from clover_local.model_files import require_model
         from clover_local.presets import load_preset
-        from clover_local.runtime import require_model
 
         model = require_model(None if args.model else load_preset(args.preset), args.model)
         request = LaunchRequest(args.preset, str(model), ctx=args.ctx, llama_server=args.llama_server)

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
     apply_model_ref(args)
     if getattr(args, "model", None):
-        from clover_local.runtime import checked_gguf
+        from clover_local.model_files import checked_gguf
 
         local = checked_gguf(Path(args.model))
         _report(args, {"path": str(local), "source": "local file"}, f"Ready: {local} (a local file)")

@@ -30,9 +30,9 @@ def apply_model_ref(args: argparse.Namespace) -> None:
     """Read the model a command was given (``MODEL`` or ``--model``, in any form of :mod:`clover_local.model_ref`)
     into the options the command already reads: ``preset``, ``model`` (a local file), ``repo`` and ``quant``.
     A :class:`UsageError` when the model is named twice, or an option contradicts it."""
+    from clover_local.model_files import named_model
     from clover_local.model_ref import parse_model_ref
     from clover_local.presets import list_presets
-    from clover_local.runtime import named_model
 
     positional, flag = getattr(args, "model_ref", None), getattr(args, "model", None)
     if positional and flag:
@@ -70,7 +70,7 @@ def apply_model_ref(args: argparse.Namespace) -> None:
 def require_local_model(args: argparse.Namespace) -> None:
     """For the commands that load the model (``run``, ``chat``, ``serve``): a Hub repo that is no preset's own is
     run from its downloaded file (``args.model``), found without the network."""
-    from clover_local.runtime import require_repo_file
+    from clover_local.model_files import require_repo_file
 
     repo = getattr(args, "repo", None)
     if repo and not getattr(args, "model", None):

@@ -86,14 +86,14 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     devices, in llama-server (the launch decides that)."""
     from clover_local.commands.options import apply_model_ref, launch_from_args, require_local_model
     from clover_local.launch import measure_verify_costs, open_launch
+    from clover_local.model_files import require_model
     from clover_local.presets import load_preset
-    from clover_local.runtime import require_model
 
     if args.rpc is not None and args.template is not None:
         raise UsageError("--template is not used with --rpc (llama-server takes the preset's template).")
     apply_model_ref(args)
     require_local_model(args)
-    # A bare --model: the launch plans it as the preset its file name says (runtime.preset_for_file).
+    # A bare --model: the launch plans it as the preset its file name says (model_files.preset_for_file).
     preset = load_preset(args.preset) if args.preset or not args.model else None
     path = require_model(preset, args.model, getattr(args, "quant", None) or "auto")
     launch = launch_from_args(

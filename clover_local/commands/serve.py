@@ -119,8 +119,8 @@ def model_file(args: argparse.Namespace) -> Path:
     """The GGUF ``serve`` loads, from the model named in any form (``MODEL``, ``--model``, ``--preset``,
     ``--repo``/``--quant``): a preset's file, a local file, or a Hub repo's downloaded file."""
     from clover_local.commands.options import apply_model_ref, require_local_model
+    from clover_local.model_files import require_model
     from clover_local.presets import load_preset
-    from clover_local.runtime import require_model
 
     apply_model_ref(args)
     require_local_model(args)

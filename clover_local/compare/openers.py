@@ -64,16 +64,16 @@ def local_model(
 ) -> tuple[Preset | None, Path]:
     """The contender's preset (None for a bare file or repo: the file's name picks one) and its local GGUF,
     downloaded first when it is not here yet."""
-    from clover_local import runtime
+    from clover_local import model_files
 
     if contender.kind == "gguf":
-        return None, runtime.checked_gguf(Path(contender.target).expanduser())
+        return None, model_files.checked_gguf(Path(contender.target).expanduser())
     if contender.kind == "hf":
         return None, _fetch_repo(contender, machine, progress)
     from clover_local.presets import load_preset
 
     preset = load_preset(contender.target)
-    found = runtime.find_model(preset)
+    found = model_files.find_model(preset)
     if found is not None:
         return preset, found
     from clover_local.fetch.download import download_model
@@ -186,13 +186,13 @@ def check_contenders(contenders: list[Contender], options: CompareOptions) -> No
     """What can be checked before any model loads: each preset exists, each file is a GGUF, the endpoints'
     key variable is set. (Downloads, plans and endpoints are each contender's own turn: one that fails there
     is an error for it alone.)"""
-    from clover_local import runtime
+    from clover_local import model_files
     from clover_local.presets import load_preset
 
     for c in contenders:
         if c.kind == "preset":
             load_preset(c.target)
         elif c.kind == "gguf":
-            runtime.checked_gguf(Path(c.target).expanduser())
+            model_files.checked_gguf(Path(c.target).expanduser())
     if any(c.kind == "endpoint" for c in contenders):
         endpoint_key(options)

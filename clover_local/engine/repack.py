@@ -24,8 +24,13 @@ def repack_safe_here() -> bool:
 def common_argv_here(argv: Sequence[str]) -> list[str]:
     """``argv`` of a tool that takes llama.cpp's common options (llama-server, llama-diffusion-cli,
     llama-fit-params), with ``--no-repack`` added where this CPU must not repack."""
+    return with_repack_rule(argv, repack_safe_here())
+
+
+def with_repack_rule(argv: Sequence[str], repack_safe: bool) -> list[str]:
+    """``argv`` with ``--no-repack`` added where the CPU must not repack (``repack_safe`` False)."""
     out = list(argv)
-    if not repack_safe_here() and not {"--no-repack", "-nr"} & set(out):
+    if not repack_safe and not {"--no-repack", "-nr"} & set(out):
         out.append("--no-repack")
     return out
 

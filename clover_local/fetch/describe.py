@@ -3,8 +3,8 @@ before anything is downloaded.
 
 For each quant, in order of preference:
 
-1. a local file: the ``local_path`` given, the file assembled from the preset's Python package (test
-   models), or the quant already downloaded into the Hugging Face cache: its GGUF header, read locally;
+1. a local file: the ``local_path`` given, else the quant's file on this machine as ``fetch.local.local_quant_file``
+   finds it for every command (packaged, downloaded, or the first run's choice): its GGUF header, read locally;
 2. the GGUF header on the Hub, read with HTTP range requests (a few MB of a 23 GB file) and cached, so it
    is read once and works offline afterwards (``clover_local.gguf.header``);
 3. the preset's estimate (its ``fallback_bytes``), with a note saying why nothing better was found.
@@ -18,7 +18,7 @@ notes. The planner itself stays pure: it gets the descriptions from here.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clover_local import settings
@@ -108,10 +108,10 @@ def _local_sidecars(preset: Preset, quant: str) -> dict[DraftKind, tuple[str, Mo
 
 
 def _read_or_none(path: Path) -> ModelDescription | None:
-    from clover_local.gguf.header import read_local_header
+    from clover_local.gguf.header import header_of
 
     try:
-        return read_local_header(path)
+        return header_of(path)
     except CloverError:
         return None
 
@@ -142,14 +142,14 @@ class _LocalFiles:
         return self._downloaded(quant)
 
     def _downloaded(self, quant: str) -> tuple[ModelDescription, str, Path] | None:
-        from clover_local.fetch.download import cached_model_path
-        from clover_local.gguf.header import read_local_header
+        from clover_local.fetch.local_quant import local_quant_file
+        from clover_local.gguf.header import header_of
 
-        path = cached_model_path(self.preset, quant)
+        path = local_quant_file(replace(self.preset, python_package=None), quant)  # packaged: asked above
         if path is None:
             return None
         try:
-            desc = read_local_header(path)
+            desc = header_of(path)
         except GGUFError as exc:
             self.problems[quant] = f"the downloaded file could not be read ({exc.what})"
             return None
@@ -167,12 +167,12 @@ class _LocalFiles:
 
     @staticmethod
     def _read(path: Path, what: str) -> tuple[Path, ModelDescription]:
-        from clover_local.gguf.header import read_local_header
+        from clover_local.gguf.header import header_of
 
         path = Path(path).expanduser()
         if not path.is_file():
             raise GGUFError(f"{what} {path} does not exist.", "Give the path of a local .gguf file.")
-        return path, read_local_header(path)
+        return path, header_of(path)
 
 
 def _same_quant(desc: ModelDescription, quant: str) -> bool:

@@ -22,7 +22,7 @@ from clover_local.gguf.model import ModelDescription
 from clover_local.gguf.names import SHARD_RE
 from clover_local.gguf.parse import NeedMoreBytes, RawHeader, parse_header
 
-__all__ = ["check_shards", "parse_growing", "read_local_header", "shard_names"]
+__all__ = ["check_shards", "header_of", "parse_growing", "read_local_header", "shard_names"]
 
 T = TypeVar("T")
 
@@ -42,6 +42,23 @@ def shard_names(filename: str) -> list[str]:
         raise GGUFError(f"{filename!r} names a split GGUF of {count} shards.")
     suffix = filename[-len(".gguf") :]
     return [f"{m.group('base')}-{i:05d}-of-{count:05d}{suffix}" for i in range(1, count + 1)]
+
+
+def header_of(path: Path) -> ModelDescription:
+    """A local GGUF's header, read once per file version (its path, size and modification time): every step
+    of a command that asks about the same file gets the same answer without reading it again (a 262k-token
+    vocabulary takes most of a second to parse)."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise GGUFError(f"GGUF file not found: it ({path}).") from None
+    return _header_of(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _header_of(path: str, size: int, mtime_ns: int) -> ModelDescription:
+    return read_local_header(Path(path))
 
 
 def read_local_header(path: Path) -> ModelDescription:

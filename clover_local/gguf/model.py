@@ -100,7 +100,9 @@ class ModelDescription:
 
 
 def describe_from_preset(preset: Preset, quant: str, file_bytes: int | None = None) -> ModelDescription:
-    """A model description from the preset alone (no header): sizes are estimates."""
+    """A model description from the preset alone (no header): sizes are estimates. Whether it decodes by
+    diffusion is the preset's word, else the pinned llama.cpp's list (packaged: no file or process is asked, so
+    the planner that calls this stays pure)."""
     from clover_local.arch_support import is_diffusion_arch
 
     spec = preset.quants[quant]

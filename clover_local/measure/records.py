@@ -82,6 +82,22 @@ def load_spec_ratios(model: str, path: Path | None = None) -> dict[str, float]:
         return {}
 
 
+def load_all_spec_ratios(path: Path | None = None) -> dict[str, dict[str, float]]:
+    """Every model's ratios (:func:`load_spec_ratios`), keyed as :func:`spec_model_key` keys them; a damaged
+    entry is left out, a damaged file gives none."""
+    try:
+        data = json.loads((path or spec_records_path()).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for key, entry in data.items() if isinstance(data, dict) else ():
+        try:
+            out[str(key)] = {str(m): float(r) for m, r in entry["ratios"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return out
+
+
 def save_spec_ratios(model: str, ratios: dict[str, float], engine: str, path: Path | None = None) -> Path:
     """Remember ``ratios`` (mode -> ratio over plain) for ``model``, replacing earlier ones; written atomically."""
     import time

@@ -18,10 +18,11 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.theme import Theme
 
-from clover_local import runtime, user_files, user_prefs
+from clover_local import model_files, user_files, user_prefs
 from clover_local.compare.options import CompareOptions
 from clover_local.compare.report import CompareReport
 from clover_local.detect.machine import Machine
+from clover_local.facts import LaunchFacts
 from clover_local.launch import Launch, LaunchRequest
 from clover_local.plan.speculation import SpecMode
 from clover_local.plan.types import Plan
@@ -46,6 +47,9 @@ class StartOptions:
     """``--spec``: the speculation mode for this session (None: the saved setting)."""
     force: bool = False
     """``--force``: load a GGUF whose architecture the llama.cpp here cannot load (checked first)."""
+    facts: LaunchFacts | None = None
+    """What ``chat`` read about ``model_path`` before the app started (``facts.gather_facts``): its launch is
+    decided from them, not read again."""
     compare: tuple[str, ...] | None = None
     """``compare --app``: open at the Compare screen with these contenders (the app closes after it)."""
     compare_tasks: str = "builtin"
@@ -183,6 +187,7 @@ class CloverApp(App[None]):
                 key=key,
                 rpc=self.options.rpc,
                 force=self.options.force,
+                facts=self.options.facts if model_path == self.options.model_path else None,
             )
             opened = await self.push_screen_wait(screen)
             if opened is None:  # the load failed: back to the plan, and the next start does not try it again
@@ -231,7 +236,7 @@ class CloverApp(App[None]):
             title = preset.display_name if matched else Path(path).name
             return preset, path, key, defaults, title, first
         preset = load_preset(choice.preset)
-        found = await asyncio.to_thread(runtime.find_model, preset)
+        found = await asyncio.to_thread(model_files.find_model, preset)
         if found is None:  # not on disk: plan and download it
             return preset, None, preset.name, None, preset.display_name, None
         first = user_prefs.FirstRun(preset=preset.name, model_path=str(found)) if choice.remember else None

@@ -1,4 +1,4 @@
-"""What the TUI adds to :mod:`clover_local.runtime` and :mod:`clover_local.launch`: the launch it loads for a
+"""What the TUI adds to :mod:`clover_local.model_files` and :mod:`clover_local.launch`: the launch it loads for a
 model already on disk (the person's context and speculation choice), and the download behind the download
 screen.
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clover_local.errors import ContextOutOfRange
+from clover_local.facts import LaunchFacts
 from clover_local.fetch.describe import QuantDescriptions
 from clover_local.fetch.progress import DownloadProgress
 from clover_local.launch import Launch
@@ -40,9 +41,9 @@ def choice_for_name(text: str) -> ModelChoice:
     (:mod:`clover_local.model_ref`): a preset, a local ``.gguf``, or a Hugging Face repo (a preset's own opens as
     that preset; another one opens from its downloaded file, found without the network). A
     :class:`~clover_local.errors.CloverError` saying what to do when it names nothing here."""
+    from clover_local.model_files import checked_gguf, find_model, named_model, require_repo_file
     from clover_local.model_ref import parse_model_ref
     from clover_local.presets import list_presets
-    from clover_local.runtime import checked_gguf, find_model, named_model, require_repo_file
 
     named = named_model(parse_model_ref(text, presets=list_presets()))
     if named.model is not None:
@@ -96,8 +97,8 @@ def preset_and_key_for_file(path: str) -> tuple[Preset, str, bool]:
     """A GGUF picked or given without a preset: the preset its name says (else the default one, only for the
     plan's machine-wide numbers), the key its settings are saved under (the file's name) and whether a preset
     matched (if not, its settings come from the file itself: :func:`settings_for_file`)."""
+    from clover_local.model_files import preset_named_by_file
     from clover_local.presets import load_preset
-    from clover_local.runtime import preset_named_by_file
 
     named = preset_named_by_file(path)
     return (named or load_preset(None)), Path(path).name, named is not None
@@ -107,7 +108,7 @@ def settings_for_file(path: str, preset: Preset, matched: bool) -> ModelSettings
     """First-time chat settings for a GGUF: its preset's when one matched, else generic sampling; the context
     never beyond what the file's own header says the model was trained for. Reads the header: call from a
     worker."""
-    from clover_local.runtime import local_header
+    from clover_local.model_files import local_header
 
     base = ModelSettings.from_preset(preset) if matched else ModelSettings()
     try:
@@ -149,11 +150,13 @@ def launch_for(
     *,
     rpc: str | None = None,
     force: bool = False,
+    facts: LaunchFacts | None = None,
 ) -> Launch:
     """The launch the app loads for a model on disk when no plan screen came first (a file given, remembered or
     picked), and shows as the llama-server command: ``model_path`` planned for this machine as it is now with
-    the person's context and speculation choice (``launch.decide_launch``). After the plan screen the app opens
-    that screen's launch instead. Reads the file's header: call from a worker."""
+    the person's context and speculation choice (``launch.decide_launch``; ``facts``: what the command read
+    already). After the plan screen the app opens that screen's launch instead. Reads the file's header: call
+    from a worker."""
     from clover_local.launch import LaunchRequest, decide_launch
 
     request = LaunchRequest(
@@ -165,11 +168,11 @@ def launch_for(
         force=force,
     )
     try:
-        return decide_launch(request)
+        return decide_launch(request, facts=facts)
     except ContextOutOfRange as exc:
         # A context saved for this model (or its preset's default) that this file does not take: the largest
         # it takes, said, rather than a refusal of a choice the person made elsewhere.
-        launch = decide_launch(replace(request, ctx=exc.limit))
+        launch = decide_launch(replace(request, ctx=exc.limit), facts=facts)
         said = (
             f"The context saved for this model ({model_settings.ctx:,} tokens) is more than this file takes; "
             f"loaded with {exc.limit:,} (F2 changes it)."

@@ -18,6 +18,7 @@ from textual.widgets import Button, Footer, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from clover_local.errors import CloverError
+from clover_local.facts import LaunchFacts
 from clover_local.launch import Launch, OpenedEngine, measure_verify_costs, open_launch, with_model_file
 from clover_local.presets import Preset
 from clover_local.tui import services
@@ -62,12 +63,15 @@ class LaunchScreen(Screen[OpenedEngine | None]):
         key: str = "",
         rpc: str | None = None,
         force: bool = False,
+        facts: LaunchFacts | None = None,
     ) -> None:
         super().__init__()
         self.rpc = rpc
         """Workers (``--rpc``) to plan with when no launch is given; a plan with workers runs in llama-server."""
         self.force = force
         """Plan the file even when the llama.cpp here cannot load its architecture (``chat --force``)."""
+        self.facts = facts
+        """What the command read about the file already (``chat``): the launch is decided from them."""
         self.key = key or preset.name
         """What the model's settings are saved under."""
         self.model_path = model_path
@@ -124,7 +128,12 @@ class LaunchScreen(Screen[OpenedEngine | None]):
                 launch = with_model_file(self.shown, self.model_path)
             else:
                 launch = services.launch_for(
-                    self.preset, self.model_path, self.model_settings, rpc=self.rpc, force=self.force
+                    self.preset,
+                    self.model_path,
+                    self.model_settings,
+                    rpc=self.rpc,
+                    force=self.force,
+                    facts=self.facts,
                 )
             self.post_message(LaunchScreen.Planned(launch))
             loaded = open_launch(launch, progress=progress)

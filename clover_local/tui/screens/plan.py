@@ -22,7 +22,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
-from clover_local import runtime
+from clover_local import model_files
 from clover_local.detect.machine import Machine
 from clover_local.detect.report import machine_summary
 from clover_local.errors import CloverError
@@ -154,7 +154,7 @@ class PlanScreen(Screen[Launch | ModelChoice]):
     @work(thread=True, exclusive=True, group="detect")
     def _detect(self) -> None:
         try:
-            machine = runtime.detect(self.simulate, self.request.rpc, self.request.link)
+            machine = model_files.detect(self.simulate, self.request.rpc, self.request.link)
             services.warm_architecture_check(self.preset)  # before the first re-plan asks it on the UI thread
         except CloverError as exc:
             self.post_message(PlanScreen.MachineReady(None, str(exc)))

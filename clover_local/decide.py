@@ -1,0 +1,544 @@
+"""One pure decision: :func:`decide` turns what the person asked for and the facts gathered for it
+(:mod:`clover_local.facts`) into a launch, reading no file, socket or process. In this order:
+
+1. **the runner** (:func:`choose_runner`): what the model needs (its architecture, a drafter only llama-server
+   runs, pooled RPC devices, diffusion decoding), then what the person asked for;
+2. **the plan**, budgeted for that runner's memory and its devices (``plan.planner.make_plan``), with the
+   architecture check and where the sizes came from;
+3. **speculation**, chosen among the drafters that runner runs, with what was measured here;
+4. **a smaller community quant**, when the plan does not fit and the facts hold one;
+5. **the settings**: llama.cpp's parameters and llama-server's argv rendered from the plan
+   (``plan.llama_args``), fitted to the flags that llama-server has.
+
+The same facts give the same launch; tests run it with the network, processes and files barred.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, get_args
+
+from clover_local.arch_support import Action, ArchCheck, ArchSupport, check_architecture, require_supported
+from clover_local.errors import ServerError, UsageError
+from clover_local.facts import LaunchFacts, LocalModel, Sidecars
+from clover_local.launch_types import ENGINE_WISHES, Launch, LaunchRequest, Runner
+from clover_local.plan.llama_args import llama_settings
+from clover_local.plan.measured import VerifyCostRecord
+from clover_local.plan.reasons import Reason, without_reasons
+from clover_local.plan.speculation import SERVER_ONLY_MODES
+from clover_local.plan.types import Plan, Wishes
+from clover_local.presets import Preset
+
+if TYPE_CHECKING:
+    from clover_local.detect.machine import Machine
+    from clover_local.fetch.describe import QuantDescriptions
+    from clover_local.gguf.model import ModelDescription
+    from clover_local.llamacpp.binary import ServerBinary
+    from clover_local.plan.community import CommunityQuant
+
+__all__ = ["MTP_ONE_SLOT", "choose_runner", "decide", "needs_community"]
+
+
+def decide(request: LaunchRequest, facts: LaunchFacts) -> Launch:
+    """The launch for ``request`` from ``facts``: runner, plan, speculation, settings, in that order."""
+    checks = _ArchChecks(facts.support, facts.checks)
+    description = _model_description(request, facts)
+    arch = checks.check(description.architecture.arch)
+    runner = choose_runner(
+        request,
+        arch,
+        diffusion=description.diffusion is not None,
+        find_binary=lambda _configured: facts.server,
+    )
+    machine = _runner_machine(facts, runner)
+    model = _Model(facts.preset, facts.model, facts.quants)
+    plan, preset = _plan(request, facts, model, runner, machine, checks, request.parallel)
+    if _mtp_needs_one_slot(request, runner, plan):
+        plan, preset = _plan(request, facts, model, runner, machine, checks, 1)
+        # the one-slot plan's reason ("as asked") is not why it has one slot
+        plan = replace(plan, reasons=(*without_reasons(plan.reasons, "slots"), MTP_ONE_SLOT))
+    if request.chat_template and plan.chat_template != request.chat_template:
+        plan = replace(plan, chat_template=request.chat_template)
+    plan = _with_community(request, facts, runner, machine, checks, plan)
+    said = runner.kind == "llama-server" or request.engine not in (None, runner.kind)
+    notices = (f"Engine: {runner.kind} ({runner.why}).",) if said else ()
+    settings = llama_settings(plan)
+    argv, changed = _fitted_argv(facts, runner, settings.argv())
+    return Launch(request, preset, machine, runner, plan, settings, (*notices, *changed), argv)
+
+
+# -- the runner -------------------------------------------------------------------------------------------
+
+
+def choose_runner(
+    request: LaunchRequest,
+    arch: ArchCheck | None,
+    *,
+    diffusion: bool = False,
+    find_binary: Callable[[str | None], ServerBinary | None] | None = None,
+) -> Runner:
+    """The one decision of which engine runs a model, made before it is planned.
+
+    What the model needs comes first: diffusion decoding runs only in the embedded engine; an architecture only
+    a newer llama.cpp knows (``arch.runner == "llama-server"``), devices pooled over RPC and the sidecar drafters
+    (DFlash, DSpark, EAGLE-3) run only in llama-server. Then the person's ``engine``: ``embedded``,
+    ``llama-server``, or ``auto`` (llama-server when one is found: upstream builds have every backend and the
+    newest kernels). ``request.llama_server`` is the binary wherever llama-server runs; ``find_binary`` finds it
+    (``decide`` passes the one gathered; None: look now)."""
+    if request.engine is not None and request.engine not in ENGINE_WISHES:
+        raise UsageError(f"--engine {request.engine!r} is not one of {', '.join(ENGINE_WISHES)}.")
+    find = find_binary or _look_for_binary
+    if arch is not None and arch.install is not None and not arch.supported:
+        if request.engine == "embedded":
+            raise UsageError(
+                f"--engine embedded cannot run this: {arch.why}.",
+                f"Install the release that loads it (`{arch.install_command}`); its llama-server runs it.",
+            )
+        if request.llama_server:  # the person's own llama-server: theirs to know what it loads
+            binary = find(request.llama_server)
+            if binary is not None:
+                return Runner(
+                    "llama-server", f"{arch.why}; using {shlex.join(binary.command)} as asked", binary
+                )
+        return Runner(
+            "llama-server",
+            f"{arch.why}; `{arch.install_command}` installs it, and its llama-server will run it",
+            install=arch.install_command,
+        )
+    if diffusion or (arch is not None and arch.runner == "diffusion"):
+        asked = (
+            " (not llama-server, as asked: it cannot decode it)" if request.engine == "llama-server" else ""
+        )
+        return Runner("embedded", f"a diffusion model: only the embedded engine decodes it{asked}")
+    needs = _needs_llama_server(request, arch)
+    if needs:
+        if request.engine == "embedded":
+            raise UsageError(
+                f"--engine embedded cannot run this: {needs}.",
+                "Drop --engine embedded (llama-server runs it), or change what needs llama-server.",
+            )
+        binary = _server_for(arch, request.llama_server, find)
+        if binary is None:
+            raise ServerError(
+                f"{needs[0].upper()}{needs[1:]}, and no llama-server was found (CLOVER_LLAMA_SERVER, an installed "
+                "runtime, the built one, PATH).",
+                "Install one with `clover-local runtime install latest` (or scripts/build-llama-server), or pass "
+                "--llama-server PATH.",
+            )
+        runtime = arch.runtime if arch is not None and not request.llama_server else None
+        return Runner(
+            "llama-server", f"{needs}; using {shlex.join(binary.command)} ({binary.source})", binary, runtime
+        )
+    if request.engine in (None, "embedded"):
+        said = "as asked" if request.engine == "embedded" else "the default"
+        return Runner("embedded", f"the embedded engine (llama-cpp-python), {said}")
+    binary = find(request.llama_server)
+    if request.engine == "llama-server":
+        if binary is None:
+            raise ServerError(
+                "--engine llama-server: no llama-server was found (CLOVER_LLAMA_SERVER, the built one, PATH).",
+                "Build one with scripts/build-llama-server, pass --llama-server PATH, or use --engine embedded.",
+            )
+        return Runner(
+            "llama-server", f"asked for; using {shlex.join(binary.command)} ({binary.source})", binary
+        )
+    if binary is not None:
+        return Runner("llama-server", f"found {shlex.join(binary.command)} ({binary.source})", binary)
+    return Runner(
+        "embedded",
+        "no llama-server found (build one with scripts/build-llama-server); using llama-cpp-python",
+    )
+
+
+def _look_for_binary(configured: str | None) -> ServerBinary | None:
+    from clover_local.llamacpp.binary import find_llama_server
+
+    return find_llama_server(configured)
+
+
+def _needs_llama_server(request: LaunchRequest, arch: ArchCheck | None) -> str:
+    """Why only llama-server can run this request ("" when the embedded engine can)."""
+    if request.rpc:
+        return (
+            f"the plan pools other machines' devices (--rpc {request.rpc}), and the embedded engine "
+            "(llama-cpp-python's wheel) has no RPC backend"
+        )
+    if arch is not None and arch.runner == "llama-server":
+        return arch.why
+    if request.spec in SERVER_ONLY_MODES:
+        return f"the {request.spec} drafter runs only in llama-server (the embedded engine drafts by n-gram or MTP)"
+    return ""
+
+
+def _server_for(
+    arch: ArchCheck | None, configured: str | None, find: Callable[[str | None], ServerBinary | None]
+) -> ServerBinary | None:
+    """The llama-server for a model: the one the person named; else the runtime whose llama.cpp knows the
+    architecture (the architecture check names it); else the usual search."""
+    if configured:
+        return find(configured)
+    if arch is not None and arch.server_path:
+        from clover_local.llamacpp.binary import ServerBinary
+
+        return ServerBinary(Path(arch.server_path), arch.server_source or "runtime")
+    return find(None)
+
+
+def _runner_machine(facts: LaunchFacts, runner: Runner) -> Machine:
+    """The machine as the runner sees it: llama-server offloads to the GPU backends of its own build (its
+    ``--list-devices``), not llama-cpp-python's (a CPU wheel beside a CUDA runtime is the usual case); a runtime
+    still to be installed, to the backend its installer picks for these GPUs (``runtimes.assets.target_for``).
+    A described machine (``--simulate``) names its build itself; a binary that could not be asked changes
+    nothing (starting it says why)."""
+    machine = facts.machine
+    if runner.kind != "llama-server" or machine.simulated or not machine.gpus:
+        return machine
+    from clover_local.detect.machine import Backend
+
+    if runner.binary is not None:
+        asked = facts.servers.get(str(runner.binary.path))
+        if asked is None or asked.capabilities is None:
+            return machine
+        offered = asked.capabilities.backends
+    elif runner.install is not None:
+        from clover_local.runtimes.assets import target_for
+
+        offered = tuple("cuda" if b.startswith("cuda") else b for b in target_for(machine).backends[:1])
+    else:
+        return machine
+    backends = tuple(b for b in dict.fromkeys((*offered, "cpu")) if b in get_args(Backend))
+    gpu = any(b != "cpu" for b in backends)
+    build = replace(machine.build, gpu_offload=gpu, backends=backends)  # type: ignore[arg-type]
+    return machine if build == machine.build else replace(machine, build=build)
+
+
+# -- the plan ---------------------------------------------------------------------------------------------
+
+
+class _ArchChecks:
+    """The facts' architecture checks (each gathered once, ``facts.gather_facts``); one the facts lack is
+    checked here from the tables they hold (the latest release's included), never by asking again."""
+
+    def __init__(self, support: ArchSupport, checked: Mapping[str, ArchCheck]) -> None:
+        self.support = support
+        self._done: dict[str, ArchCheck] = dict(checked)
+
+    def check(self, arch: str) -> ArchCheck:
+        if arch not in self._done:
+            self._done[arch] = check_architecture(arch, self.support)
+        return self._done[arch]
+
+    def for_model(
+        self, description: ModelDescription, subject: str, action: Action, request: LaunchRequest
+    ) -> ArchCheck:
+        """The check for the planned model: refused when no llama.cpp here (nor a release to install) loads
+        it, unless ``--force``; from the preset's estimate it is said, not refused (the header is checked before
+        any byte is downloaded or loaded)."""
+        check = self.check(description.architecture.arch)
+        if not description.exact:
+            return replace(
+                check,
+                why=f"{check.why} (the preset's architecture: the GGUF header was not read; it is checked before "
+                "anything is downloaded or loaded)",
+            )
+        return require_supported(check, subject, action, force=request.force, installable_ok=True)
+
+
+class _Model:
+    """What the plan is made from: a file named with ``--model``, else each quant described, else (None, None)
+    the preset's estimates."""
+
+    def __init__(self, preset: Preset, local: LocalModel | None, quants: QuantDescriptions | None) -> None:
+        self.preset = preset
+        self.local = local
+        self.quants = quants
+
+
+def _model_description(request: LaunchRequest, facts: LaunchFacts) -> ModelDescription:
+    """The model the runner is chosen for: the named file's header, else the asked (or first) quant's
+    description, else the preset's estimate."""
+    if facts.model is not None:
+        return facts.model.description
+    models = facts.quants.models if facts.quants is not None else {}
+    if models:
+        return models[request.quant if request.quant in models else next(iter(models))]
+    from clover_local.gguf.model import describe_from_preset
+
+    preset = facts.preset
+    return describe_from_preset(
+        preset, request.quant if request.quant in preset.quants else next(iter(preset.quants))
+    )
+
+
+def _plan(
+    request: LaunchRequest,
+    facts: LaunchFacts,
+    model: _Model,
+    runner: Runner,
+    machine: Machine,
+    checks: _ArchChecks,
+    parallel: int | None,
+) -> tuple[Plan, Preset]:
+    """The plan for ``model`` on ``machine``, budgeted for ``runner.kind`` and drafting only with what it runs.
+
+    Sizes: a named file's header (the only candidate), else each quant's described sizes, else the preset's
+    estimates; the plan names its model file whenever one is here and says where the sizes came from. A file
+    that is not the preset's model is planned as itself (``plan.local_file.preset_from_header``)."""
+    from clover_local.gguf.model import describe_from_preset
+    from clover_local.plan.local_file import preset_from_header
+    from clover_local.plan.planner import make_plan
+
+    wishes = Wishes(
+        quant="auto" if model.local is not None else request.quant,
+        ctx=request.ctx,
+        goal=request.goal,
+        threads=request.threads,
+        engine=runner.kind,
+        parallel=parallel,
+    )
+    speeds = facts.measured.speeds
+    diffusion = request.diffusion
+    if model.local is not None:
+        local = model.local
+        preset = preset_from_header(model.preset, local.description, local.path)
+        plan = make_plan(
+            machine,
+            preset,
+            local.description,
+            wishes,
+            str(local.path),
+            speed_records=speeds,
+            diffusion_wishes=diffusion,
+        )
+        source = f"exact, from the local file {local.path}"
+        plan = replace(
+            plan,
+            reasons=(*plan.reasons, Reason("sizes", f"Sizes of {plan.quant}: {source}.")),
+            size_sources=((plan.quant, source),),
+        )
+        arch = checks.for_model(local.description, str(local.path), "load", request)
+        plan = _with_architecture(plan, arch)
+        return _with_speculation(
+            plan, preset, local.description, local.sidecars, request, facts, machine, runner, checks
+        ), preset
+    preset = model.preset
+    if model.quants is None:
+        plan = make_plan(machine, preset, None, wishes, speed_records=speeds, diffusion_wishes=diffusion)
+        estimate = describe_from_preset(preset, plan.quant)
+        arch = checks.for_model(estimate, f"{preset.repo} {plan.quant}", "download", request)
+        plan = _with_architecture(plan, arch)
+        return _with_speculation(plan, preset, None, {}, request, facts, machine, runner, checks), preset
+    quants = model.quants
+    plan = make_plan(
+        machine, preset, None, wishes, models=quants.models, speed_records=speeds, diffusion_wishes=diffusion
+    )
+    local_path = quants.paths.get(plan.quant)
+    described = quants.models.get(plan.quant) or describe_from_preset(preset, plan.quant)
+    subject = str(local_path) if local_path is not None else f"{preset.repo} {plan.quant}"
+    action: Action = "load" if local_path is not None else "download"
+    arch = checks.for_model(described, subject, action, request)
+    plan = replace(
+        plan,
+        model_path=str(local_path) if local_path is not None else None,
+        reasons=(
+            *plan.reasons,
+            *(Reason("sizes", f"Sizes of {q}: {text}.") for q, text in quants.sources.items()),
+        ),
+        size_sources=tuple(quants.sources.items()),
+    )
+    plan = _with_architecture(plan, arch)
+    sidecars = quants.sidecars.get(plan.quant, {})
+    return _with_speculation(
+        plan, preset, quants.models.get(plan.quant), sidecars, request, facts, machine, runner, checks
+    ), preset
+
+
+def _with_architecture(plan: Plan, check: ArchCheck) -> Plan:
+    """The plan with its architecture check, and a reason when it is not the usual case."""
+    if check.supported and check.runner != "llama-server":
+        return replace(plan, architecture=check)
+    if check.supported or (check.install is None and plan.estimated):
+        said = f"Architecture {check.name!r}: {check.why}."
+    elif check.install is not None:
+        said = (
+            f"Architecture {check.name!r}: {check.why}. Install it before downloading or running: "
+            f"`{check.install_command}`."
+        )
+    else:
+        said = f"--force: planned anyway: {check.why}."
+    return replace(plan, architecture=check, reasons=(*plan.reasons, Reason("architecture", said)))
+
+
+def _with_speculation(
+    plan: Plan,
+    preset: Preset,
+    desc: ModelDescription | None,
+    sidecars: Sidecars,
+    request: LaunchRequest,
+    facts: LaunchFacts,
+    machine: Machine,
+    runner: Runner,
+    checks: _ArchChecks,
+) -> Plan:
+    """The plan with its speculation mode chosen among the heads offered that the runner runs
+    (``plan.speculation``), using ``bench --spec-modes``'s measurements of this model here when there are any,
+    and the verification costs measured here. A diffusion plan drafts nothing; without a description (the
+    preset's estimates) only n-gram and off can be chosen."""
+    from clover_local.gguf.model import describe_from_preset
+    from clover_local.plan.speculation import offered_heads, plan_speculation
+
+    if plan.diffusion is not None:
+        return plan
+    if desc is None:
+        desc = describe_from_preset(preset, plan.quant)
+    sidecars, skipped = _loadable_sidecars(sidecars, "load" if plan.model_path else "download", checks)
+    if skipped:
+        plan = replace(plan, reasons=(*plan.reasons, *(Reason("sidecar-skipped", s) for s in skipped)))
+    drafters = runner.drafters
+    ratios = facts.measured.spec_ratios_for(plan.model_path or f"{plan.preset}:{plan.quant}")
+    measured = {m: r for m, r in ratios.items() if m in drafters}
+    offers = [h for h in offered_heads(desc, sidecars) if h.kind in drafters]
+    speculating = plan_speculation(plan, desc, offers, request.spec, measured)
+    return _with_measured_costs(speculating, machine, facts.measured.verify_costs)
+
+
+def _with_measured_costs(plan: Plan, machine: Machine, records: tuple[VerifyCostRecord, ...]) -> Plan:
+    """The plan keyed for this machine's verification costs, and using them when the engine has measured them
+    (``engine.verify_probe``; until then the fixed model, and the engine measures at its first load)."""
+    from clover_local.plan.measured import measured_verify_costs, verify_costs_key
+    from clover_local.plan.memory import rolls_back_from_a_copy
+
+    spec = plan.speculative
+    key = verify_costs_key(
+        machine,
+        plan.quant,
+        plan.file_bytes,
+        n_gpu_layers=plan.n_gpu_layers,
+        n_cpu_moe=plan.n_cpu_moe,
+        threads=plan.threads,
+        threads_batch=plan.threads_batch,
+        copies_state=plan.recurrent and rolls_back_from_a_copy(spec),
+    )
+    found = measured_verify_costs(list(records), key, spec.n_max + 1)
+    if found is None:
+        return replace(plan, speculative=replace(spec, costs_key=key))
+    costs = found.costs[: spec.n_max + 1]
+    reason = Reason(
+        "verify-costs",
+        f"Verification cost measured here{' on ' + found.when if found.when else ''}: a batch of {len(costs)} "
+        f"tokens costs {costs[-1]:.1f} plain steps of {found.step_ms:.1f} ms, so drafting gains at most "
+        f"{len(costs) / costs[-1]:.2f}x; the drafter decides with these fixed numbers, never with timings.",
+    )
+    return replace(
+        plan,
+        speculative=replace(spec, batch_costs=costs, costs_source="measured", costs_key=key),
+        reasons=(*plan.reasons, reason) if spec.enabled and spec.mode == "ngram" else plan.reasons,
+    )
+
+
+def _loadable_sidecars(sidecars: Sidecars, action: Action, checks: _ArchChecks) -> tuple[Sidecars, list[str]]:
+    """The sidecars whose architecture the llama.cpp here loads (or whose header was not read: downloading
+    checks those), and a note for each one left out."""
+    from clover_local.arch_support import sidecar_skipped
+
+    kept: dict[str, tuple[str, ModelDescription | None]] = {}
+    notes: list[str] = []
+    for kind, (name, desc) in sidecars.items():
+        check = checks.check(desc.architecture.arch) if desc is not None else None
+        if check is not None and not check.supported:
+            notes.append(sidecar_skipped(kind, Path(name).name, check, action))
+        else:
+            kept[kind] = (name, desc)
+    return kept, notes  # type: ignore[return-value]
+
+
+MTP_ONE_SLOT = Reason(
+    "slots",
+    "1 slot: this plan drafts with the model's MTP head, which the embedded engine runs for one sequence only, so"
+    " a lone request keeps its speculation (--parallel N serves N requests at once, drafting by n-gram instead).",
+)
+
+
+def _mtp_needs_one_slot(request: LaunchRequest, runner: Runner, plan: Plan) -> bool:
+    """Default slots (``parallel`` None) would switch off the MTP head the plan drafts with: the embedded engine's
+    head follows one sequence (``engine.embedded``), and a lone request must keep its speculation. Slots asked
+    for (``--parallel N``) are planned as asked, and the engine says what they cost."""
+    return (
+        request.parallel is None
+        and runner.kind == "embedded"
+        and plan.parallel > 1
+        and plan.speculative.enabled
+        and plan.speculative.mode == "mtp"
+    )
+
+
+# -- a smaller community quant ------------------------------------------------------------------------------
+
+
+def needs_community(request: LaunchRequest, preset: Preset, plan: Plan) -> bool:
+    """The plan does not fit well, it is of the preset's automatic quant (not a file, repo or quant asked for),
+    and the preset knows community repos that may hold a smaller quant that fits."""
+    asked_for = request.model or request.repo or request.quant != "auto"
+    return not plan.fits and bool(preset.community) and not asked_for
+
+
+def _with_community(
+    request: LaunchRequest,
+    facts: LaunchFacts,
+    runner: Runner,
+    machine: Machine,
+    checks: _ArchChecks,
+    plan: Plan,
+) -> Plan:
+    """``plan``, and when it does not fit well and the facts hold the preset's community quants, the best
+    smaller one that fits, planned for the same runner, with why and the command that gets it
+    (``plan.community``)."""
+    if facts.community is None or not needs_community(request, facts.preset, plan):
+        return plan
+    from clover_local.fetch.describe import QuantDescriptions
+    from clover_local.plan.community import as_repo_preset, choose_community_quant
+
+    def plan_for(q: CommunityQuant) -> Plan:
+        """The plan ``--repo q.repo --quant q.quant`` gets: the same step, for the same runner."""
+        described = QuantDescriptions({q.quant: q.description}, (), {q.quant: q.source})
+        model = _Model(as_repo_preset(facts.preset, q), None, described)
+        asked = replace(request, quant=q.quant)
+        return _plan(asked, facts, model, runner, machine, checks, request.parallel)[0]
+
+    pick, reasons = choose_community_quant(facts.community, plan_for)
+    return replace(plan, community=pick, reasons=(*plan.reasons, *reasons))
+
+
+# -- the settings -------------------------------------------------------------------------------------------
+
+
+def _fitted_argv(
+    facts: LaunchFacts, runner: Runner, argv: list[str]
+) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """The plan's argv fitted to the runner's llama-server, as its ``--help`` lists its flags (an upstream
+    runtime may lack one the pinned llama.cpp has, or call it otherwise), with this CPU's repacking rule, and a
+    notice per flag changed or dropped; (None, ()) for the embedded engine, or a binary that could not be asked
+    (starting it fits the argv then, and says why)."""
+    if runner.kind != "llama-server" or runner.binary is None:
+        return None, ()
+    from clover_local.engine.repack import with_repack_rule
+    from clover_local.llamacpp.server_args import adapt_args
+
+    asked = facts.servers.get(str(runner.binary.path))
+    if asked is None:
+        return None, ()
+    said: tuple[str, ...] = ()
+    caps = asked.capabilities
+    if caps is None:
+        if asked.kept_arg_cpp is None:
+            return None, ()
+        caps = asked.kept_arg_cpp
+        said = (
+            f"{asked.problem} Its flags were checked against the arg.cpp kept beside it ({asked.kept_path}).",
+        )
+    # This CPU's repacking rule too (the plan may describe another machine): the command shown is what runs.
+    adapted = adapt_args(with_repack_rule(argv, facts.repack_safe_here), caps)
+    return tuple(adapted.argv), (*said, *adapted.warnings)
