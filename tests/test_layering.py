@@ -318,8 +318,8 @@ def _planner_calls(path: Path) -> list[tuple[str, int]]:
 def test_only_the_launch_plans() -> None:
     """Every plan comes from the launch, made after its runner is chosen: a plan made directly is budgeted for
     the embedded engine whatever runs it (the app's plan screen and ``download``'s quant once were, while
-    Clover runs in llama-server). Scripts count too; tests may drive the pure planner (``make_plan``) with
-    tables of machines, but not the launch's private step."""
+    Clover runs in llama-server). Scripts and benchmarks count too; tests may drive the pure planner
+    (``make_plan``) with tables of machines, but not the launch's private step."""
     root = PACKAGE.parent
     offenders = []
     for name, path in MODULES.items():
@@ -328,10 +328,13 @@ def test_only_the_launch_plans() -> None:
         offenders += [
             f"{name}:{line} calls {f}" for f, line in _planner_calls(path) if name not in PLANNERS[f]
         ]
-    for path in sorted((root / "scripts").glob("*.py")):
-        offenders += [
-            f"scripts/{path.name}:{line} calls {f}" for f, line in _planner_calls(path) if f != "make_plan"
-        ]
+    for folder in ("scripts", "benchmarks"):
+        for path in sorted((root / folder).glob("*.py")):
+            offenders += [
+                f"{folder}/{path.name}:{line} calls {f}"
+                for f, line in _planner_calls(path)
+                if f != "make_plan"
+            ]
     for path in sorted((root / "tests").glob("*.py")):
         offenders += [
             f"tests/{path.name}:{line} calls {f}"

@@ -1,4 +1,4 @@
-"""What the serve benchmarks (``scripts/bench_serve.py``, ``scripts/bench_agents.py``) send, and how they read
+"""What the serve benchmarks (``benchmarks/bench_serve.py``, ``benchmarks/bench_agents.py``) send, and how they read
 a reply: one code file to rewrite, one request helper, the figures llama.cpp-style ``timings`` give."""
 
 from __future__ import annotations

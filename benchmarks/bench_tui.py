@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """TUI benchmark: does the chat screen slow generation down, and how fast does the app paint?
 
-    .venv/bin/python scripts/bench_tui.py --rounds 5 --tokens 128
+    .venv/bin/python benchmarks/bench_tui.py --rounds 5 --tokens 128
 
 1. Tokens shown per second: the same prompt, greedy, generated headless (``engine.generate`` in a loop) and in
    the chat screen (Textual app under Pilot, every token written through ``MarkdownStream`` to the screen),
