@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clover_local.testing.serve_bench import BENCH_MODEL, ORDERS_HEAD, post, reply_figures
+from _serve_bench import BENCH_MODEL, ORDERS_HEAD, post, reply_figures
 
 WRITE_FILE = {
     "type": "function",

@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clover_local.testing.serve_bench import BENCH_MODEL, ORDERS_SOURCE, post, reply_figures, text_hash
+from _serve_bench import BENCH_MODEL, ORDERS_SOURCE, post, reply_figures, text_hash
 
 PROMPT = f"Original file:\n```python\n{ORDERS_SOURCE}```\n\nThe same file after renaming Order to Invoice:\n```python\n"
 

@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clover_local  # noqa: F401  (loads libllama before numpy, as every entry point does)
-from clover_local.testing.serve_bench import text_hash
+from _serve_bench import text_hash
 from clover_local.testing.spec_workloads import WORKLOADS, Workload
 
 CONFIGS = (

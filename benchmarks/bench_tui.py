@@ -121,7 +121,7 @@ def main() -> int:
 
     preset = load_preset("gemma3-270m")
     settings = replace(
-        user_prefs.ModelSettings.from_preset(preset), max_tokens=args.tokens, ctx=2048, speculative=False
+        user_prefs.ModelSettings.from_preset(preset), max_tokens=args.tokens, ctx=2048, spec_mode="off"
     )
     engine = open_launch(services.launch_for(preset, str(gemma_path()), settings)).engine
     request = GenerationRequest(
