@@ -260,17 +260,19 @@ class VerifyCostsProbe:
     kept: bool
 
 
-def measure_verify_costs(opened: OpenedEngine) -> VerifyCostsProbe | None:
+def measure_verify_costs(opened: OpenedEngine, *, again: bool = False) -> VerifyCostsProbe | None:
     """At an n-gram drafting plan's first load on this machine, time what verifying a draft costs here
     (``engine.verify_probe``), keep it for every later plan and use it now; returns what it did (None when
     there was nothing to measure). A measurement taken while other programs kept the CPU busy is neither kept
     nor used (the notice says so), and is taken again at the next load. An explicit step, called by the front
     ends after opening: later plans read the kept numbers (``decide``), so drafting
-    decisions never depend on timings."""
+    decisions never depend on timings. ``again``: measure even when the plan already uses kept costs
+    (``bench verify-costs``)."""
     from clover_local.engine.embedded import EmbeddedEngine
 
     engine, spec = opened.engine, opened.plan.speculative
-    wanted = spec.enabled and spec.mode == "ngram" and spec.costs_source != "measured" and spec.costs_key
+    first = spec.costs_source != "measured" or again
+    wanted = spec.enabled and spec.mode == "ngram" and first and spec.costs_key
     if not wanted or not isinstance(engine, EmbeddedEngine) or engine.n_ctx < spec.n_max + 8:
         return None
     if opened.fallback_message is not None:

@@ -1,6 +1,6 @@
 """The real-world schema corpus (``tests/data/schema_corpus/``) and the soundness check run on it: each schema
 is turned into a grammar or refused; random sentences of each grammar are validated with ``jsonschema``,
-formats checked. Shared by ``tests/test_schema_corpus.py`` and ``scripts/schema_corpus_report.py``."""
+formats checked. Shared by ``tests/test_schema_corpus.py`` and ``benchmarks/schema_corpus_report.py``."""
 
 from __future__ import annotations
 

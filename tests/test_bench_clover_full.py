@@ -1,4 +1,4 @@
-"""``scripts/bench_clover_full.py`` on a tiny clover_moe GGUF through the test runtime (``scripts/make_test_runtime.py``):
+"""``benchmarks/bench_clover_full.py`` on a tiny clover_moe GGUF through the test runtime (``scripts/make_test_runtime.py``):
 the decided launch, upstream's defaults and a variant of the grid each started, measured and stopped, and the
 report written. The full-size run is the same script on the Clover-shaped GGUF (docs/speed.md)."""
 
@@ -17,7 +17,7 @@ from clover_local.testing.runtime import built_runtime, runtimes_folder
 
 RUNTIMES = runtimes_folder()  # read before the per-test user directories are set
 BUILT = built_runtime(RUNTIMES)
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_clover_full.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_clover_full.py"
 
 pytestmark = [
     pytest.mark.slow,

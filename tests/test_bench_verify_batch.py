@@ -1,4 +1,4 @@
-"""scripts/bench_verify_batch.py runs on a real model and reports a consistent ceiling (no timing is asserted:
+"""benchmarks/bench_verify_batch.py runs on a real model and reports a consistent ceiling (no timing is asserted:
 only that each row's numbers agree with each other)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_verify_batch.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_verify_batch.py"
 
 
 def test_reports_batch_cost_and_ceiling_per_draft_length() -> None:

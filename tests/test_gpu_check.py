@@ -93,7 +93,7 @@ def test_speed_records_survive_damage_and_append(tmp_path: Path) -> None:
 
 def test_check_gpu_script_rejects_a_bad_free_list() -> None:
     done = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "check_gpu.py"), "--model", "x.gguf", "--free", "lots"],
+        [sys.executable, str(REPO / "benchmarks" / "check_gpu.py"), "--model", "x.gguf", "--free", "lots"],
         capture_output=True,
         text=True,
         timeout=120,

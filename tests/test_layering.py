@@ -6,8 +6,8 @@ functions, and under ``TYPE_CHECKING``):
 
 A module imports only from its own layer or below; no import cycle, between modules or between packages;
 nothing but ``clover_local.tui`` imports Textual; the pure packages (detect, gguf, plan) do no network I/O; and
-no product module imports the test-model writers (``clover_local.testing``, left out of the wheel); and the
-decisions that once drifted (the experts regex, the shard regex, llama-server's ``-m``) are written in one
+no product module imports the test-model writers (``clover_local.testing``, left out of the wheel); nothing in
+the package imports ``benchmarks/`` (the harness sits beside the product); and the decisions that once drifted (the experts regex, the shard regex, llama-server's ``-m``) are written in one
 module each.
 """
 
@@ -214,6 +214,8 @@ def test_pure_packages_do_no_network_io(pure: str) -> None:
 
 
 def test_the_product_never_imports_the_test_model_writers() -> None:
+    """No exception today: ``clover_local.testing`` is left out of the wheel, so a product import of it would
+    fail on every install."""
     offenders = [
         f"{m} imports {d}"
         for m, deps in GRAPH.items()
@@ -221,6 +223,24 @@ def test_the_product_never_imports_the_test_model_writers() -> None:
         for d in deps
         if d.startswith(TEST_ONLY)
     ]
+    assert not offenders, "\n".join(offenders)
+
+
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+
+
+def _benchmark_modules() -> set[str]:
+    """The names a ``benchmarks/`` module is imported by (its scripts put the folder on ``sys.path``), and the
+    folder's own name."""
+    return {BENCHMARKS.name} | {p.stem for p in BENCHMARKS.glob("*.py")}
+
+
+def test_nothing_in_the_package_imports_the_benchmarks() -> None:
+    """The harness sits beside the product: benchmarks import ``clover_local`` (and ``clover_local.testing``),
+    never the other way round, and ``clover_local.testing`` holds only what tests and benchmarks share."""
+    names = _benchmark_modules()
+    assert {"_serve_bench", "bench_serve"} <= names  # the rule sees the folder
+    offenders = [f"{m} imports {d}" for m, deps in GRAPH.items() for d in deps if d.split(".")[0] in names]
     assert not offenders, "\n".join(offenders)
 
 
@@ -326,8 +346,8 @@ def _planner_calls(path: Path) -> list[tuple[str, int]]:
 def test_only_the_launch_plans() -> None:
     """Every plan comes from the launch, made after its runner is chosen: a plan made directly is budgeted for
     the embedded engine whatever runs it (the app's plan screen and ``download``'s quant once were, while
-    Clover runs in llama-server). Scripts count too; tests may drive the pure planner (``make_plan``) with
-    tables of machines, but not the launch's private step."""
+    Clover runs in llama-server). Scripts and benchmarks count too; tests may drive the pure planner
+    (``make_plan``) with tables of machines, but not the launch's private step."""
     root = PACKAGE.parent
     offenders = []
     for name, path in MODULES.items():
@@ -336,10 +356,13 @@ def test_only_the_launch_plans() -> None:
         offenders += [
             f"{name}:{line} calls {f}" for f, line in _planner_calls(path) if name not in PLANNERS[f]
         ]
-    for path in sorted((root / "scripts").glob("*.py")):
-        offenders += [
-            f"scripts/{path.name}:{line} calls {f}" for f, line in _planner_calls(path) if f != "make_plan"
-        ]
+    for folder in ("scripts", "benchmarks"):
+        for path in sorted((root / folder).glob("*.py")):
+            offenders += [
+                f"{folder}/{path.name}:{line} calls {f}"
+                for f, line in _planner_calls(path)
+                if f != "make_plan"
+            ]
     for path in sorted((root / "tests").glob("*.py")):
         offenders += [
             f"tests/{path.name}:{line} calls {f}" for f, line in _planner_calls(path) if f == "_plan"

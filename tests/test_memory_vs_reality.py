@@ -1,6 +1,6 @@
 """The planner's RAM prediction against a real llama.cpp load of Gemma 3 270M (CPU), measured in a fresh process.
 
-What is compared (``scripts/check_memory_model.py`` prints the full table and explains it):
+What is compared (``benchmarks/check_memory_model.py`` prints the full table and explains it):
 
 - against llama.cpp's own buffer sizes (its load log): the arithmetic, so a tight band (0.9x..1.1x);
 - against resident growth (RSS after load + 512-token prefill + one decode): the planner counts the compute

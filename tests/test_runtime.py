@@ -1,4 +1,4 @@
-"""``clover_local.runtime``: the one place the model file, the plan and the engine are decided."""
+"""``clover_local.model_files`` and the launch: which model file a person means, the plan and the engine decided for it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The converter on 512 public real-world schemas (``tests/data/schema_corpus/``, README there): each is enforced
 or refused by keyword at a path that exists, both engines decide alike, and random sentences of every grammar
 the converter writes are valid under their schema, formats checked. A model adds nothing here: whatever the
-grammar allows is drawn at random, a harder test than a model's replies. ``scripts/schema_corpus_report.py``
+grammar allows is drawn at random, a harder test than a model's replies. ``benchmarks/schema_corpus_report.py``
 prints the figures."""
 
 from __future__ import annotations

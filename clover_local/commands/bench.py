@@ -199,9 +199,8 @@ def _cpu_settings(args: argparse.Namespace, path: Path) -> dict[str, Any]:
 
 
 def _measure_verify_costs(args: argparse.Namespace) -> int:
-    """``bench --verify-costs``: the plan's first-load measurement, made again now, and kept."""
-    from dataclasses import replace
-
+    """``bench --verify-costs``: the plan's first-load measurement, made again now (even where costs are kept),
+    on the launch as decided, and kept."""
     from clover_local.launch import LaunchRequest, decide_launch, measure_verify_costs, open_launch
     from clover_local.measure.records import load_verify_costs, verify_costs_path
     from clover_local.model_files import require_model
@@ -219,11 +218,9 @@ def _measure_verify_costs(args: argparse.Namespace) -> int:
             "to measure.",
             "Use a plan with n-gram speculation (--spec ngram).",
         )
-    # Measured again even where costs are kept: the launch as if it had none.
-    plan = replace(plan, speculative=replace(spec, enabled=True, costs_source="model"))
-    opened = open_launch(replace(launch, plan=plan))
+    opened = open_launch(launch)
     try:
-        probe = measure_verify_costs(opened)
+        probe = measure_verify_costs(opened, again=True)
     finally:
         opened.engine.close()
     if probe is None or not probe.kept:
@@ -260,7 +257,7 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
     from clover_local.launch import EMBEDDED_DRAFTERS, LaunchRequest, decide_launch
     from clover_local.measure.records import save_spec_ratios
     from clover_local.measure.spec_bench import format_spec_table, opener, run_spec_bench
-    from clover_local.model_files import require_model
+    from clover_local.model_files import detect, require_model
     from clover_local.plan.speculation import SPEC_MODES
     from clover_local.presets import load_preset
 
@@ -283,9 +280,13 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
                 "Use --spec-engine llama-server for them.",
             )
     engine = args.spec_engine
-    request = LaunchRequest(preset, str(path), ctx=args.ctx, threads=args.threads, engine=engine)
+    # No chat template: the workloads are plain prompts. Every mode is decided for the same machine.
+    request = LaunchRequest(
+        preset, str(path), ctx=args.ctx, threads=args.threads, engine=engine, chat_template="completion"
+    )
+    machine = detect()
     report = run_spec_bench(
-        lambda mode: decide_launch(replace(request, spec=mode)),  # type: ignore[arg-type]
+        lambda mode: decide_launch(replace(request, spec=mode), machine=machine),  # type: ignore[arg-type]
         modes,
         workloads,
         opener=opener(),

@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--measure",
         action="store_true",
         help="load the model on this machine's NVIDIA GPU with llama-bench and the embedded engine and put "
-        "planned next to real: GPU memory per process (NVML) and decode speed (scripts/check_gpu.py)",
+        "planned next to real: GPU memory per process (NVML) and decode speed (benchmarks/check_gpu.py)",
     )
     parser.add_argument(
         "--free",

@@ -1,6 +1,6 @@
 """The GPU check: for a local model on this machine's GPU, plan, then load with llama-bench, llama-server and the
 embedded engine, and put planned next to real: GPU memory (NVML, per process) and decode speed. Optionally
-emulate a smaller card by holding memory first (``--free 12G``). ``scripts/check_gpu.py`` and
+emulate a smaller card by holding memory first (``--free 12G``). ``benchmarks/check_gpu.py`` and
 ``clover-local doctor --measure`` run it; it needs an NVIDIA GPU.
 
 Each engine runs in its own process, one after another, so NVML's per-process figure is that engine's alone.

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from clover_local.engine.types import ChatEngine
 from clover_local.launch import Launch
-from clover_local.presets import SamplingDefaults
 
 PLAIN = "off"
 
@@ -82,15 +81,13 @@ Opener = Callable[[Launch], tuple[ChatEngine, Callable[[], None]]]
 
 def opener() -> Opener:
     """Engines on each mode's launch through :func:`clover_local.launch.open_launch` (the one way launches are
-    loaded), greedy, with no chat template (the workloads are plain prompts)."""
+    loaded), opened as decided: the launch's request asks for no chat template (the workloads are plain
+    prompts), and each request for greedy sampling."""
 
     def open_(launch: Launch) -> tuple[ChatEngine, Callable[[], None]]:
         from clover_local.launch import open_launch
 
-        greedy = replace(launch.preset, sampling=SamplingDefaults(temperature=0.0, top_p=1.0, top_k=1))
-        opened = open_launch(
-            replace(launch, preset=greedy, request=replace(launch.request, chat_template="completion"))
-        )
+        opened = open_launch(launch)
         return opened.engine, opened.engine.close
 
     return open_
@@ -107,8 +104,9 @@ def run_spec_bench(
     max_tokens: int = 256,
     progress: Callable[[str], None] = lambda _: None,
 ) -> SpecBenchReport:
-    """Measure ``modes`` (``off`` first: the baseline) with one engine each (``opener``); ``launch_for(mode)`` gives
-    the launch for a mode (raising :class:`~clover_local.errors.CloverError` when the files lack its head)."""
+    """Measure ``modes`` (``off`` first: the baseline) with one engine each (``opener``), greedy; ``launch_for(mode)``
+    gives the launch for a mode, decided for it (raising :class:`~clover_local.errors.CloverError` when the files
+    lack its head)."""
     from clover_local.engine.types import Finished, GenerationRequest
     from clover_local.errors import CloverError
 
@@ -136,7 +134,9 @@ def run_spec_bench(
                 continue
             try:
                 for name, prompt in workloads.items():
-                    request = GenerationRequest(prompt=prompt, max_tokens=max_tokens, temperature=0.0, seed=1)
+                    request = GenerationRequest(
+                        prompt=prompt, max_tokens=max_tokens, temperature=0.0, top_p=1.0, top_k=1, seed=1
+                    )
                     stats = next(e.stats for e in engine.generate(request) if isinstance(e, Finished))
                     sample = ModeSample(
                         mode,

@@ -104,7 +104,7 @@ def settings(plan: Plan) -> list[Setting]:
         # The embedded engine takes these as the most and follows the load between steps (engine.batch_threads);
         # llama-server's are fixed at launch (plan.threads: picked by the load measured while probing), and it
         # batches on its decode threads: a batch on cores another program wants collapses (0.07 of its idle
-        # speed, scripts/bench_contention.py --batches, docs/reliability-general.md).
+        # speed, benchmarks/bench_contention.py --batches, docs/reliability-general.md).
         Setting("-tb", str(plan.threads), "n_threads_batch", plan.threads_batch),
         Setting("-b", str(n_batch), "n_batch", n_batch),
         Setting("-ub", str(n_ubatch), "n_ubatch", n_ubatch),

@@ -119,7 +119,7 @@ KV_CELL_INDEX_BYTES = 148
 256 sequences that may hold the cell (52 bytes for every cell), and for a used cell a node in the set of used
 cells and one in its sequence's position index (two ``std::set`` nodes, 48 bytes each with glibc's allocator).
 Every cell is counted as used: a slot's context may fill. Measured: the tiny hybrid's 4096-cell slots took
-0.57 MiB each in RAM beyond llama.cpp's buffers (``scripts/check_memory_model.py --slots 3``); this counts 0.58."""
+0.57 MiB each in RAM beyond llama.cpp's buffers (``benchmarks/check_memory_model.py --slots 3``); this counts 0.58."""
 
 
 def kv_cell_index_bytes(

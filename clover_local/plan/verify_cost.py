@@ -13,7 +13,7 @@ modelled from the model and the backend, once, when the plan is made:
   by memory and kernel launches), 0.4 on a CPU. On a CPU any batch of two or more also pays a fixed ``step``:
   llama.cpp multiplies a batch with other kernels than one token (matrix-matrix instead of matrix-vector,
   logits for every row), so a batch of 2 already costs about 1.8 (two threads) to 2.3 (one thread) steps
-  (``scripts/bench_verify_batch.py``, Gemma 3 270M): drafting one or two tokens there loses even when they are
+  (``benchmarks/bench_verify_batch.py``, Gemma 3 270M): drafting one or two tokens there loses even when they are
   right, and only longer drafts pay.
 
 ``costs[m - 1]`` is the relative cost of a batch of ``m`` tokens (``costs[0] == 1``).
@@ -29,7 +29,7 @@ decode threads, more with 1 (plans leave a core free, so a 2-core machine decode
 one thread ran 0.81x plain, drafting where it did not pay."""
 CPU_BATCH_STEP = 0.6
 """Fixed extra cost of any batch of two or more tokens on a CPU, relative to a one-token step: 0.4 measured
-with two threads, 0.9 with one (``scripts/bench_verify_batch.py``: batches of 2/5/9/17 cost 2.3/4.0/5.2/8.3
+with two threads, 0.9 with one (``benchmarks/bench_verify_batch.py``: batches of 2/5/9/17 cost 2.3/4.0/5.2/8.3
 steps on one thread)."""
 GPU_SLOPE = 0.03
 """The same on a GPU backend, where one-token decoding leaves the compute units mostly idle."""

@@ -1,4 +1,4 @@
-"""The prompts the speculation benchmark (``scripts/bench_speculation.py``) runs on every model: free chat and
+"""The prompts the speculation benchmark (``benchmarks/bench_speculation.py``) runs on every model: free chat and
 counting (where drafting has little or nothing to copy: it must not slow decoding down) and three code edits
 (where the reply copies most of the prompt: drafting should pay). Each comes as a completion prompt, for base
 models without a chat template (Gemma 3 270M), and as a chat message, for instruct models (SmolLM2)."""

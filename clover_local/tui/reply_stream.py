@@ -26,7 +26,7 @@ from clover_local.tui.widgets.messages import ReplyView
 POST_INTERVAL_S = 1 / 10
 """At most this often the generation thread hands new text to the screen (the first token goes at once). Ten
 updates a second still reads as a stream; at twenty the rendering (which holds the GIL) slowed the engine's
-loop to 0.95 of its headless rate on 2 cores, at ten it keeps up (0.99-1.00, ``scripts/bench_tui.py``)."""
+loop to 0.95 of its headless rate on 2 cores, at ten it keeps up (0.99-1.00, ``benchmarks/bench_tui.py``)."""
 
 
 def stream_reply(

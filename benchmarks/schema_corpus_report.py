@@ -2,7 +2,7 @@
 and refused per source, refusals by keyword, and random sentences of each grammar that ``jsonschema`` refuses
 (formats checked). Both engines: the embedded engine's grammar, and what the llama-server route sends.
 
-    PYTHONPATH=. python scripts/schema_corpus_report.py [--samples 20] [--list]
+    PYTHONPATH=. python benchmarks/schema_corpus_report.py [--samples 20] [--list]
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Each run is a fresh process with an empty Hugging Face cache; the two tools alte
 and the medians are compared. clover-local's time includes its sha256 check (done while the bytes
 arrive) and its resumable bookkeeping; ``hf_hub_download`` over plain HTTP checks only the size.
 
-    .venv/bin/python scripts/bench_download.py            # 200 MB, 3 runs each
-    .venv/bin/python scripts/bench_download.py --mb 50 --runs 5
+    .venv/bin/python benchmarks/bench_download.py            # 200 MB, 3 runs each
+    .venv/bin/python benchmarks/bench_download.py --mb 50 --runs 5
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ reply of each ``tests/schema_corpus.py`` shape fed token by token. Two figures a
 alone (what a greedy step costs when the pick fits) and masking the whole vocabulary (when it does not). Medians
 of interleaved repeats, as ratios; far steadier than whole-decode speeds on a busy machine.
 
-    PYTHONPATH=. .venv/bin/python scripts/bench_grammar_steps.py [--base 0df4f97]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_grammar_steps.py [--base 0df4f97]
 """
 
 from __future__ import annotations

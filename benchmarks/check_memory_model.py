@@ -23,7 +23,7 @@ fresh process, every slot's context filled, one token of each decoded in one bat
 them), ``reserved`` (llama.cpp's log) and ``resident`` (RSS growth), and ``plan/rss``. The compute buffer does not
 grow with the slots, so what a CPU never touches of it cancels out: this is the honest check of the slot part.
 
-Usage: ``.venv/bin/python scripts/check_memory_model.py [--quick] [--slots N [--model GGUF [--ctx C]]] [--json FILE]``
+Usage: ``.venv/bin/python benchmarks/check_memory_model.py [--quick] [--slots N [--model GGUF [--ctx C]]] [--json FILE]``
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ real-world ones from ``tests/data/schema_corpus/`` that both trees accept. Round
 (a busy machine slows both alike); the figure is each schema's median decode tokens/s, and the ratio
 this tree / base (1.00: no change). Ratios, not absolute speeds, are what to read on a shared machine.
 
-    PYTHONPATH=. .venv/bin/python scripts/bench_grammar.py [--base 0df4f97] [--rounds 3] [--max-tokens 160]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_grammar.py [--base 0df4f97] [--rounds 3] [--max-tokens 160]
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ per configuration is the median over rounds. Greedy, speculation off (plain deco
 
 A run that the competitor stalls is cut off after ``--cap-s`` seconds and its rate is tokens so far / time.
 
-    .venv/bin/python scripts/bench_contention.py [--rounds 3] [--tokens 128] [--cap-s 20] [--batches] [--json]
+    .venv/bin/python benchmarks/bench_contention.py [--rounds 3] [--tokens 128] [--cap-s 20] [--batches] [--json]
 
 ``--batches`` measures the batch threads instead: a code edit with speculation on (its verification batches run
 on the batch threads), with the plan's batch threads (every physical core; the embedded engine drops them to the

@@ -3,7 +3,7 @@ it is configured by default: the coverage half of the decision on a token-mask b
 llguidance is not a dependency; run this in a virtual environment of its own:
 
     python -m venv /tmp/lg && /tmp/lg/bin/pip install llguidance
-    /tmp/lg/bin/python scripts/probe_llguidance.py
+    /tmp/lg/bin/python benchmarks/probe_llguidance.py
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ pick is checked). This times that batch against one plain decoding step, on the 
 No drafter gets above it; where it is low (a small model with a large vocabulary on a CPU: the output layer
 is computed per position), so is every mode's gain.
 
-    .venv/bin/python scripts/bench_verify_batch.py [--model PATH] [--threads 1] [--rounds 7] [--json]
+    .venv/bin/python benchmarks/bench_verify_batch.py [--model PATH] [--threads 1] [--rounds 7] [--json]
 """
 
 from __future__ import annotations

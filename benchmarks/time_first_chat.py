@@ -10,8 +10,8 @@ folders, with no network but the local stand-ins.
    serving the pinned llama-server packed as upstream packs a release (or a stand-in script when none is built);
 4. the demo chat's first reply: ``clover-local run smollm2-135m`` (load, then 32 tokens).
 
-    python3 scripts/time_first_chat.py                 # all four (the install takes minutes)
-    python3 scripts/time_first_chat.py --skip-install  # steps 2-4 with this interpreter's clover-local
+    python3 benchmarks/time_first_chat.py                 # all four (the install takes minutes)
+    python3 benchmarks/time_first_chat.py --skip-install  # steps 2-4 with this interpreter's clover-local
 
 Prints one line per step and a JSON summary; figures belong in docs/measurements.md with the command, the date
 and the machine (an otherwise idle one).

@@ -252,7 +252,7 @@ def run_concurrency(args: Any, model: str, levels: list[int]) -> dict[str, Any]:
 
 
 def lone_prompts() -> dict[str, str]:
-    from clover_local.testing.serve_bench import ORDERS_SOURCE
+    from _serve_bench import ORDERS_SOURCE
 
     return {
         "story": "Write a short story about a lighthouse.",

@@ -14,8 +14,8 @@ Each row: the plan's predicted decode tokens/s, the measured median over ``--run
 loopback and the workers share this machine's cores and memory: the table shows what RPC costs in
 round trips and copies, not what a second machine adds.
 
-    .venv/bin/python scripts/bench_rpc.py            # 3 runs each, 64 tokens
-    .venv/bin/python scripts/bench_rpc.py --runs 5 --tokens 96
+    .venv/bin/python benchmarks/bench_rpc.py            # 3 runs each, 64 tokens
+    .venv/bin/python benchmarks/bench_rpc.py --runs 5 --tokens 96
 """
 
 from __future__ import annotations

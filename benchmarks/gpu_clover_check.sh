@@ -3,14 +3,14 @@
 # for CUDA sm_90 from the pinned llama.cpp with its qwen35moe name row called clover_moe (the test runtime's
 # recipe, clover_local/testing/runtime.py), install it as runtime b99999, write the Clover-shaped GGUF under
 # clover_moe (19.7 GiB, random weights, the real shape), then for a card held to 8, 12 and 16 GiB free (a process
-# holds the rest with plain cudaMalloc) run scripts/bench_clover_full.py: the plan's -ngl/--n-cpu-moe (the decided
+# holds the rest with plain cudaMalloc) run benchmarks/bench_clover_full.py: the plan's -ngl/--n-cpu-moe (the decided
 # launch) beside upstream's defaults, llama.cpp's own --fit on, and --n-cpu-moe around the plan's value.
 #
 # The device machine reaches no network, so what it needs travels in .gpu/ (in .gitignore; carried):
 #
-#   scripts/gpu_clover_check.sh prepare      # here: the patched llama.cpp source (~20 MB), gguf and platformdirs wheels
+#   benchmarks/gpu_clover_check.sh prepare      # here: the patched llama.cpp source (~20 MB), gguf and platformdirs wheels
 #   device run: carry [".gpu"], timeout_s 600, command:
-#     PYTHONUNBUFFERED=1 scripts/gpu_clover_check.sh 2>&1 | tee $OUT/log
+#     PYTHONUNBUFFERED=1 benchmarks/gpu_clover_check.sh 2>&1 | tee $OUT/log
 #
 # Every phase checks the time left (BUDGET_S, default 570 s from the start): a card that would not finish is
 # skipped and said so; what was measured is in $OUT (bench-<N>G.json, timings.txt) whatever happens. Knobs:
@@ -82,7 +82,7 @@ RT="$WORK/runtimes/b99999"
 mkdir -p "$OUT" "$WORK" "$RT/bin"
 left() { echo $((BUDGET_S - SECONDS)); }
 stamp() { echo "$(date +%T) +${SECONDS}s $*" | tee -a "$OUT/timings.txt"; }
-[ -f "$GPU/llama-src.tar.xz" ] || { echo "no .gpu/llama-src.tar.xz: run scripts/gpu_clover_check.sh prepare here and carry .gpu" >&2; exit 2; }
+[ -f "$GPU/llama-src.tar.xz" ] || { echo "no .gpu/llama-src.tar.xz: run benchmarks/gpu_clover_check.sh prepare here and carry .gpu" >&2; exit 2; }
 nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version --format=csv | tee "$OUT/gpu.txt"
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$GPU"/whl/*.whl || exit 1
@@ -152,7 +152,7 @@ while [ $# -gt 0 ]; do
   rm -f /tmp/gpu-clover-held
   hold "$gib" || continue
   stamp "card ${gib} GiB free: benchmark (${share}s)"
-  python3 scripts/bench_clover_full.py --model "$MODEL" --preset clover-35b-a3b --grid none \
+  python3 benchmarks/bench_clover_full.py --model "$MODEL" --preset clover-35b-a3b --grid none \
     --fit-on --ncmoe "$NCMOE" --prompts 500,4000 --decode 64 --turns 3 --ready-timeout-s 240 \
     --deadline-s $((share - 45)) --json "$OUT/bench-${gib}G.json" >"$OUT/bench-${gib}G.txt" 2>&1
   cat "$OUT/bench-${gib}G.txt"

@@ -14,7 +14,7 @@ Configurations: ``serve`` on the embedded engine, speculation on and off; on the
 binary is found (a template without tool syntax, like Gemma's built-in one, gets the generic tool format there
 as on the embedded engine).
 
-    .venv/bin/python scripts/bench_agents.py [--preset gemma3-270m] [--rounds 3] [--json]
+    .venv/bin/python benchmarks/bench_agents.py [--preset gemma3-270m] [--rounds 3] [--json]
 
 The agent loop (``--loop GGUF...``, issue 28): ``--turns`` turns of a session that grows by a tool call and a
 few hundred tokens of tool result per turn, sent whole every turn (as agents do), on each GGUF, the embedded
@@ -22,7 +22,7 @@ engine and llama-server side by side at the same threads and context checkpoints
 each evaluated (the rest came from its cache), TTFT and decode speed. On a hybrid model without checkpoints
 every turn would evaluate the whole prompt again.
 
-    .venv/bin/python scripts/bench_agents.py --loop SmolLM2.gguf tiny-qwen35moe.gguf [--turns 10] [--threads 2]
+    .venv/bin/python benchmarks/bench_agents.py --loop SmolLM2.gguf tiny-qwen35moe.gguf [--turns 10] [--threads 2]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clover_local.testing.serve_bench import BENCH_MODEL, ORDERS_HEAD, post, reply_figures
+from _serve_bench import BENCH_MODEL, ORDERS_HEAD, post, reply_figures
 
 WRITE_FILE = {
     "type": "function",

@@ -4,7 +4,7 @@
 (one translation unit, seconds) against llama-cpp-python's ``libllama``, with a two-line shim for ``common.h``
 (``common_batch`` over ``llama_batch``, ``llama_process`` as ``llama_decode``) and ``log.h``.
 
-    .venv/bin/python scripts/check_diffusion_reference.py --src /path/to/llama.cpp [--temperature 0.8]
+    .venv/bin/python benchmarks/check_diffusion_reference.py --src /path/to/llama.cpp [--temperature 0.8]
 
 Runs every algorithm on tiny random ``dream`` (timestep schedule) and ``llada-moe`` (block schedule) models with
 two seeds; prints EQUAL or how many tokens differ, and times both (``total time`` of the C++, the runner's

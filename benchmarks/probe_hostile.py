@@ -7,8 +7,8 @@ hostile case. While a case's request is in flight, and after it, `/health` must 
 "held" when the server gave the expected named refusal (or bounded answer) and stayed healthy; "failed"
 otherwise. It prints one line per case and a summary table (markdown) for docs/reliability.md.
 
-    python scripts/probe_hostile.py --preset smollm2-135m [--engines embedded,llama-server]
-    python scripts/probe_hostile.py --model PATH.gguf
+    python benchmarks/probe_hostile.py --preset smollm2-135m [--engines embedded,llama-server]
+    python benchmarks/probe_hostile.py --model PATH.gguf
 
 Loopback only; nothing leaves the machine.
 """

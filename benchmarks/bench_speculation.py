@@ -13,7 +13,7 @@ Also printed per model: the verification ceiling, what a batch of ``n_max + 1`` 
 engine measured it (``engine.verify_probe``, kept in ``$CLOVER_DATA_DIR/verify-costs.json``), i.e. the most any
 drafting can gain on this machine.
 
-    .venv/bin/python scripts/bench_speculation.py [--models gemma3-270m,smollm2-135m] [--rounds 3]
+    .venv/bin/python benchmarks/bench_speculation.py [--models gemma3-270m,smollm2-135m] [--rounds 3]
         [--max-tokens 256] [--workloads ...] [--threads N] [--busy N] [--json] [--out .bench/speculation.json]
 
 Threads (issue 28): embedded plain decoding beside llama-server plain at ``-t 1`` and at the plan's threads, the
@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clover_local  # noqa: F401  (loads libllama before numpy, as every entry point does)
-from clover_local.testing.serve_bench import text_hash
+from _serve_bench import text_hash
 from clover_local.testing.spec_workloads import WORKLOADS, Workload
 
 CONFIGS = (

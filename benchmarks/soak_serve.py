@@ -15,7 +15,7 @@ should be 0), restarts (``/health``), and the serve process's resident memory (i
 threads and children: after the warm-up (the first sample past ``--warmup`` minutes), at their peak and at the
 end, and after the process stopped, any llama-server left behind (orphans).
 
-    .venv/bin/python scripts/soak_serve.py [--preset smollm2-135m] [--minutes 30] [--clients 4] [--kills 2]
+    .venv/bin/python benchmarks/soak_serve.py [--preset smollm2-135m] [--minutes 30] [--clients 4] [--kills 2]
         [--engines embedded,llama-server] [--json OUT]
 """
 

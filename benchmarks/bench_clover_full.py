@@ -29,10 +29,10 @@ written first with ``--write-model PATH`` when it is not there. Nothing depends 
 threads, context and placement for whatever runs it (2 cores and 24 GB, or a GPU box), and ``--deadline-s``
 stops starting variants when a time budget (a 10-minute device call) is nearly spent, keeping what was measured.
 
-    .venv/bin/python scripts/bench_clover_full.py --write-model ~/clover-shaped.gguf [--json out.json]
-    .venv/bin/python scripts/bench_clover_full.py --model ~/clover-shaped.gguf --grid-quick --busy --record
-    .venv/bin/python scripts/bench_clover_full.py --model ~/clover-shaped.gguf --grid none --ncmoe 0,10,20 --fit-on
-    .venv/bin/python scripts/bench_clover_full.py --model .models/tiny-clover_moe-f16-*.gguf --prompts 200,800
+    .venv/bin/python benchmarks/bench_clover_full.py --write-model ~/clover-shaped.gguf [--json out.json]
+    .venv/bin/python benchmarks/bench_clover_full.py --model ~/clover-shaped.gguf --grid-quick --busy --record
+    .venv/bin/python benchmarks/bench_clover_full.py --model ~/clover-shaped.gguf --grid none --ncmoe 0,10,20 --fit-on
+    .venv/bin/python benchmarks/bench_clover_full.py --model .models/tiny-clover_moe-f16-*.gguf --prompts 200,800
 
 Needs an installed runtime that loads the model (``clover-local runtime install b12060``; the tests' runtime,
 ``scripts/make_test_runtime.py``, loads clover_moe too: ``CLOVER_RUNTIMES_DIR=<it>``).

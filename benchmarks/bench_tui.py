@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """TUI benchmark: does the chat screen slow generation down, and how fast does the app paint?
 
-    .venv/bin/python scripts/bench_tui.py --rounds 5 --tokens 128
+    .venv/bin/python benchmarks/bench_tui.py --rounds 5 --tokens 128
 
 1. Tokens shown per second: the same prompt, greedy, generated headless (``engine.generate`` in a loop) and in
    the chat screen (Textual app under Pilot, every token written through ``MarkdownStream`` to the screen),
@@ -121,7 +121,7 @@ def main() -> int:
 
     preset = load_preset("gemma3-270m")
     settings = replace(
-        user_prefs.ModelSettings.from_preset(preset), max_tokens=args.tokens, ctx=2048, speculative=False
+        user_prefs.ModelSettings.from_preset(preset), max_tokens=args.tokens, ctx=2048, spec_mode="off"
     )
     engine = open_launch(services.launch_for(preset, str(gemma_path()), settings)).engine
     request = GenerationRequest(

@@ -11,8 +11,8 @@ process with its own cache folders; the medians of ``--runs`` runs are compared:
 - ``warm``: the header cache filled (the repo listing and one HEAD; no header bytes),
 - ``offline``: ``--offline`` with the header cached (no request).
 
-    .venv/bin/python scripts/bench_plan_sizes.py            # 5 runs each
-    .venv/bin/python scripts/bench_plan_sizes.py --runs 3
+    .venv/bin/python benchmarks/bench_plan_sizes.py            # 5 runs each
+    .venv/bin/python benchmarks/bench_plan_sizes.py --runs 3
 """
 
 from __future__ import annotations

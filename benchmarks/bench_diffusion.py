@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Diffusion speed: the embedded engine against ``llama-diffusion-cli`` on the same generation (JSON out).
 
-    .venv/bin/python scripts/bench_diffusion.py --rounds 5 --out .bench/diffusion.json
+    .venv/bin/python benchmarks/bench_diffusion.py --rounds 5 --out .bench/diffusion.json
 
 For each model (tiny random ``dream`` and ``llada-moe``, and a larger ``dream`` where decoding dominates):
 the same prompt, canvas, steps, algorithm, seed and threads through ``llama-diffusion-cli`` (its own

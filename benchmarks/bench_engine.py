@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Engine benchmark (JSON out): docs/measurements.md's engine table comes from this.
 
-    .venv/bin/python scripts/bench_engine.py --rounds 5 --out .bench/engine.json
+    .venv/bin/python benchmarks/bench_engine.py --rounds 5 --out .bench/engine.json
 
 Same options as ``clover-local bench``; prints the Markdown table and writes the JSON report.
 """

@@ -1,5 +1,7 @@
-"""What the serve benchmarks (``scripts/bench_serve.py``, ``scripts/bench_agents.py``) send, and how they read
-a reply: one code file to rewrite, one request helper, the figures llama.cpp-style ``timings`` give."""
+"""What the serve benchmarks (``bench_serve.py``, ``bench_concurrency.py``, ``bench_agents.py``,
+``bench_speculation.py`` beside it) send, and how they read a reply: one code file to rewrite, one request helper,
+the figures llama.cpp-style ``timings`` give. Shared by benchmarks only, so it lives with them, not in
+``clover_local.testing`` (what tests and benchmarks share)."""
 
 from __future__ import annotations
 

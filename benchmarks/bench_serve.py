@@ -21,13 +21,13 @@ round writes what a fresh start writes: with the prompt cached, llama.cpp evalua
 near-tie can flip, and the same engine wrote 293 tokens one way and 400 the other. The table shows each
 configuration's token count and a hash of its text, so whether two rows wrote the same text is plain.
 
-``--concurrency 1,2,4``: many requests at once instead (``scripts/bench_concurrency.py``): aggregate tokens/s and
+``--concurrency 1,2,4``: many requests at once instead (``benchmarks/bench_concurrency.py``): aggregate tokens/s and
 time to first token, ``serve`` with N slots on each engine beside upstream ``llama-server -np N``.
 
 Every engine is opened as ``serve`` opens it: a launch (``clover_local.launch``), planned, then loaded as planned.
 
-    .venv/bin/python scripts/bench_serve.py [--preset gemma3-270m] [--rounds 5] [--in-process] [--json]
-    .venv/bin/python scripts/bench_serve.py --concurrency 1,2,4 [--max-tokens 128] [--rounds 3]
+    .venv/bin/python benchmarks/bench_serve.py [--preset gemma3-270m] [--rounds 5] [--in-process] [--json]
+    .venv/bin/python benchmarks/bench_serve.py --concurrency 1,2,4 [--max-tokens 128] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from clover_local.testing.serve_bench import BENCH_MODEL, ORDERS_SOURCE, post, reply_figures, text_hash
+from _serve_bench import BENCH_MODEL, ORDERS_SOURCE, post, reply_figures, text_hash
 
 PROMPT = f"Original file:\n```python\n{ORDERS_SOURCE}```\n\nThe same file after renaming Order to Invoice:\n```python\n"
 

@@ -3,8 +3,8 @@
 llama-server and the embedded engine, side by side. Needs a GPU, a CUDA llama-server/llama-bench
 (scripts/build-llama-server) and a CUDA llama-cpp-python (or LLAMA_CPP_LIB_PATH pointing at CUDA libllama).
 
-    .venv/bin/python scripts/check_gpu.py --model MODEL.gguf [--free 20G,12G] [--out report.json]
-    .venv/bin/python scripts/check_gpu.py --make-clover-shaped /tmp/clover.gguf --free 20G,12G
+    .venv/bin/python benchmarks/check_gpu.py --model MODEL.gguf [--free 20G,12G] [--out report.json]
+    .venv/bin/python benchmarks/check_gpu.py --make-clover-shaped /tmp/clover.gguf --free 20G,12G
 
 --free emulates smaller cards by holding GPU memory in another process (PyTorch) so only that much is free.
 The same check is `clover-local doctor --measure`.
