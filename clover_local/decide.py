@@ -524,8 +524,7 @@ def _fitted_argv(
     (starting it fits the argv then, and says why)."""
     if runner.kind != "llama-server" or runner.binary is None:
         return None, ()
-    from clover_local.engine.repack import with_repack_rule
-    from clover_local.llamacpp.server_args import adapt_args
+    from clover_local.llamacpp.server_args import fit_argv
 
     asked = facts.servers.get(str(runner.binary.path))
     if asked is None:
@@ -540,5 +539,5 @@ def _fitted_argv(
             f"{asked.problem} Its flags were checked against the arg.cpp kept beside it ({asked.kept_path}).",
         )
     # This CPU's repacking rule too (the plan may describe another machine): the command shown is what runs.
-    adapted = adapt_args(with_repack_rule(argv, facts.repack_safe_here), caps)
+    adapted = fit_argv(argv, caps, repack_safe=facts.repack_safe_here)
     return tuple(adapted.argv), (*said, *adapted.warnings)

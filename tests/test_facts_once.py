@@ -25,6 +25,7 @@ from clover_local.decide import decide
 from clover_local.facts import gather_facts, still_true_for
 from clover_local.gguf import header
 from clover_local.launch import LaunchRequest, decide_launch
+from clover_local.llamacpp.server_args import fit_argv
 from clover_local.testing.models import tiny_clover_model
 
 
@@ -106,6 +107,12 @@ def test_clover_through_its_runtime_is_decided_without_io(
     expected = decide(asked, facts)
     assert expected.runner.kind == "llama-server" and expected.runner.runtime is not None
     assert expected.server_argv is not None  # fitted from the facts, not when started
+    # ... by the one fitting start_llama_server uses for a binary not asked before
+    assert expected.runner.binary is not None
+    caps = facts.servers[str(expected.runner.binary.path)].capabilities
+    assert caps is not None
+    fitted = fit_argv(expected.settings.argv(), caps, repack_safe=facts.repack_safe_here)
+    assert tuple(fitted.argv) == expected.server_argv
     request.getfixturevalue("io_barred")
     assert decide(asked, facts) == expected
 

@@ -2,7 +2,7 @@
 stream its log, stop it cleanly, and never leave it running after clover-local is gone.
 
 The argv comes from the same place as ``clover-local command`` (``plan.llama_args.llama_server_args``), is
-fitted to the binary's own ``--help`` (``server_args.adapt_args``), and gets host, port and key added.
+fitted to the binary's own ``--help`` (``server_args.fit_argv``), and gets host, port and key added.
 On Linux the child asks the kernel to kill it when its parent dies (``PR_SET_PDEATHSIG``); everywhere an
 ``atexit`` hook stops what is still running. The child gets its own process group, so stopping it also
 stops anything it started.
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from clover_local.engine.load_log import says_out_of_memory
-from clover_local.engine.repack import common_argv_here
+from clover_local.engine.repack import common_argv_here, repack_safe_here
 from clover_local.errors import OutOfMemoryError, ServerError
 from clover_local.llamacpp import http_client
 from clover_local.llamacpp.binary import (
@@ -36,7 +36,7 @@ from clover_local.llamacpp.binary import (
     find_llama_server,
 )
 from clover_local.llamacpp.children import signal_group, spawn_child
-from clover_local.llamacpp.server_args import adapt_args, with_endpoint
+from clover_local.llamacpp.server_args import fit_argv, with_endpoint
 
 if TYPE_CHECKING:
     from clover_local.plan.types import Plan
@@ -285,8 +285,8 @@ def start_llama_server(
     warnings: tuple[str, ...] = ()
     fitted = common_argv_here(argv)  # whatever machine the plan describes, this CPU runs it
     if adapt:
-        adapted = adapt_args(fitted, capabilities(binary.path, binary.subcommand))
-        fitted, warnings = adapted.argv, adapted.warnings
+        adapted = fit_argv(argv, capabilities(binary.path, binary.subcommand), repack_safe=repack_safe_here())
+        fitted, warnings = list(adapted.argv), adapted.warnings
     if port is None or port == 0:
         port = free_port(host if host not in ("0.0.0.0", "::") else "127.0.0.1")
     else:

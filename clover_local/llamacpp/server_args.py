@@ -66,6 +66,16 @@ def n_cpu_moe_override(n_layers: int) -> str:
     return rf"blk\.({layers}){FFN_EXPS_REGEX}=CPU"
 
 
+def fit_argv(argv: Sequence[str], caps: Capabilities, *, repack_safe: bool) -> AdaptedArgs:
+    """The one fitting of a plan's argv to a llama-server: the CPU's repacking rule (``engine.repack``: the
+    plan may describe another machine) and the flags this binary has (:func:`adapt_args`). The launch fits it
+    when decided, from the facts; ``start_llama_server`` fits it only for a binary that could not be asked
+    then."""
+    from clover_local.engine.repack import with_repack_rule
+
+    return adapt_args(with_repack_rule(argv, repack_safe), caps)
+
+
 def adapt_args(argv: Sequence[str], caps: Capabilities) -> AdaptedArgs:
     """The argv this binary accepts, with a warning per flag translated or dropped."""
     out: list[str] = []

@@ -50,7 +50,9 @@ N_BATCH, N_UBATCH = 2048, 512
 def context_limit(preset: Preset, models: Iterable[ModelDescription] = ()) -> int:
     """The largest context a plan may use: the preset's maximum and the model's training context, the one its
     GGUF header says where a header was read (a file trained for less than the preset expects is planned for
-    what it was trained for, before and after its download alike)."""
+    what it was trained for, before and after its download alike). The one answer to "how much context may
+    this model have": the planner, ``--ctx``'s check, a diffusion canvas, the app's context choices and a
+    picked file's first settings all ask it."""
     trained = [d.architecture.n_ctx_train for d in models if d.architecture.n_ctx_train > 0]
     return max(256, min(preset.ctx_max, preset.architecture.n_ctx_train, *trained))
 
@@ -653,7 +655,7 @@ def _plan_diffusion_model(
     """A diffusion model: the canvas (prompt + answer) is the context and one batch; no KV cache, no
     speculation; placement and quant as for any model, with the compute and output buffers of the canvas."""
     desc0 = next(iter(candidates.values()))
-    canvas_limit = min(preset.ctx_max, desc0.architecture.n_ctx_train)
+    canvas_limit = context_limit(preset, [desc0])
     if wishes.ctx is not None and not 256 <= wishes.ctx <= canvas_limit:
         raise UsageError(
             f"A canvas of {wishes.ctx} tokens is outside what {preset.display_name} supports.",

@@ -109,15 +109,16 @@ def settings_for_file(path: str, preset: Preset, matched: bool) -> ModelSettings
     never beyond what the file's own header says the model was trained for. Reads the header: call from a
     worker."""
     from clover_local.model_files import local_header
+    from clover_local.plan.local_file import preset_from_header
+    from clover_local.plan.planner import context_limit
 
     base = ModelSettings.from_preset(preset) if matched else ModelSettings()
     try:
-        trained = local_header(Path(path)).architecture.n_ctx_train
+        header = local_header(Path(path))
     except Exception:  # an unreadable header is said by the launch, with its reason
         return base
-    if trained and trained > 0 and base.ctx > trained:
-        base = replace(base, ctx=max(256, trained))
-    return base
+    limit = context_limit(preset_from_header(preset, header, Path(path)), [header])
+    return replace(base, ctx=limit) if base.ctx > limit else base
 
 
 def describe_models(preset: Preset) -> QuantDescriptions:

@@ -29,6 +29,7 @@ from clover_local.errors import CloverError
 from clover_local.fetch.describe import QuantDescriptions
 from clover_local.launch import Launch, LaunchRequest, decide_launch, needs_community
 from clover_local.plan.community import CommunityQuants
+from clover_local.plan.planner import context_limit
 from clover_local.plan.render import plan_summary
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
@@ -109,7 +110,10 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             f"{self.preset.display_name}: plan for this machine", id="plan-title", classes="section-title"
         )
         quants = [("quant: auto", "auto"), *((f"quant: {q}", q) for q in self.preset.quants)]
-        ctxs = [("ctx: auto", 0), *((f"ctx: {c:,}", c) for c in CTX_CHOICES if c <= self.preset.ctx_max)]
+        ctxs = [
+            ("ctx: auto", 0),
+            *((f"ctx: {c:,}", c) for c in CTX_CHOICES if c <= context_limit(self.preset)),
+        ]
         with Horizontal(id="plan-controls"):
             quant, ctx = self._initial_choices()
             yield Select(quants, value=quant, allow_blank=False, id="quant")
@@ -138,7 +142,7 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         if plan is None:
             return "auto", 0
         quant = plan.quant if plan.quant in self.preset.quants else "auto"
-        ctx = plan.ctx if plan.ctx in CTX_CHOICES and plan.ctx <= self.preset.ctx_max else 0
+        ctx = plan.ctx if plan.ctx in CTX_CHOICES and plan.ctx <= context_limit(self.preset) else 0
         return quant, ctx
 
     def on_mount(self) -> None:
