@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         # launched plain and with ngram-mod, afresh for every request.
         base = LaunchRequest(name, ctx=4096, threads=args.threads)
         launch = decide_launch(replace(base, engine="embedded", spec="ngram"))
-        opened = open_launch(launch)
+        opened = open_launch(launch, measure_costs=False)
         probe = measure_verify_costs(opened)
         if probe is not None:
             print(probe.notice, file=sys.stderr)

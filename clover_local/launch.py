@@ -170,11 +170,25 @@ def open_launch(
     progress: Callable[[float], None] | None = None,
     on_log: Callable[[str], None] | None = None,
     ready_timeout_s: float = 600.0,
+    measure_costs: bool = True,
 ) -> OpenedEngine:
     """Load ``launch`` exactly as it says. When the load runs out of memory (the embedded engine, or a llama-server
     child whose log says so), the launch is planned again for less memory once (:func:`safer_launch`) and that one
     is loaded; the result names the launch loaded. A llama-server child is supervised: one that stops later is
-    started again with the same argv (``llamacpp.supervisor``), never re-planned behind the person's back."""
+    started again with the same argv (``llamacpp.supervisor``), never re-planned behind the person's back.
+    ``measure_costs``: at an n-gram plan's first load here, measure what verifying a draft costs
+    (:func:`measure_verify_costs`, its notice among the result's), as every front end does after opening."""
+    opened = _open_or_safer(launch, progress, on_log, ready_timeout_s)
+    probe = measure_verify_costs(opened) if measure_costs else None
+    return replace(opened, notices=(*opened.notices, probe.notice)) if probe is not None else opened
+
+
+def _open_or_safer(
+    launch: Launch,
+    progress: Callable[[float], None] | None,
+    on_log: Callable[[str], None] | None,
+    ready_timeout_s: float,
+) -> OpenedEngine:
     if launch.runner.install is not None:
         arch = launch.plan.architecture
         raise ArchitectureError(
@@ -264,9 +278,9 @@ def measure_verify_costs(opened: OpenedEngine, *, again: bool = False) -> Verify
     """At an n-gram drafting plan's first load on this machine, time what verifying a draft costs here
     (``engine.verify_probe``), keep it for every later plan and use it now; returns what it did (None when
     there was nothing to measure). A measurement taken while other programs kept the CPU busy is neither kept
-    nor used (the notice says so), and is taken again at the next load. An explicit step, called by the front
-    ends after opening: later plans read the kept numbers (``decide``), so drafting
-    decisions never depend on timings. ``again``: measure even when the plan already uses kept costs
+    nor used (the notice says so), and is taken again at the next load. A step of its own after the load,
+    which :func:`open_launch` takes for every front end: later plans read the kept numbers (``decide``), so
+    drafting decisions never depend on timings. ``again``: measure even when the plan already uses kept costs
     (``bench verify-costs``)."""
     from clover_local.engine.embedded import EmbeddedEngine
 

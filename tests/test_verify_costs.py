@@ -89,9 +89,9 @@ def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(
     )
     assert not any("Verification cost measured" in r.text for r in plan.reasons)
 
-    opened = open_launch(launch)
-    assert load_verify_costs() == []  # opening measures nothing: measuring is its own step
-    probe = measure_verify_costs(opened)
+    opened = open_launch(launch, measure_costs=False)
+    assert load_verify_costs() == []  # loading measures nothing: measuring is its own step, after it
+    probe = measure_verify_costs(opened)  # what open_launch does next for every front end
     request = GenerationRequest(
         prompt=WORKLOADS["code_rewrite"], max_tokens=48, temperature=0.0, stop=("```",)
     )

@@ -218,7 +218,7 @@ def _measure_verify_costs(args: argparse.Namespace) -> int:
             "to measure.",
             "Use a plan with n-gram speculation (--spec ngram).",
         )
-    opened = open_launch(launch)
+    opened = open_launch(launch, measure_costs=False)
     try:
         probe = measure_verify_costs(opened, again=True)
     finally:

@@ -85,7 +85,7 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     ``--preset NAME --model FILE``: that file with that preset's settings; ``--rpc``: pooled with the workers'
     devices, in llama-server (the launch decides that)."""
     from clover_local.commands.options import apply_model_ref, launch_from_args, require_local_model
-    from clover_local.launch import measure_verify_costs, open_launch
+    from clover_local.launch import open_launch
     from clover_local.model_files import require_model
     from clover_local.presets import load_preset
 
@@ -104,9 +104,7 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
         chat_template=args.template,
     )
     opened = open_launch(launch)
-    measured = measure_verify_costs(opened)
-    said = plan_notices(opened.plan)
-    return replace(opened, notices=(*said, *opened.notices, *([measured.notice] if measured else [])))
+    return replace(opened, notices=(*plan_notices(opened.plan), *opened.notices))
 
 
 def plan_notices(plan: Plan) -> tuple[str, ...]:

@@ -129,7 +129,7 @@ def model_file(args: argparse.Namespace) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from clover_local.commands.options import launch_from_args
-    from clover_local.launch import measure_verify_costs, open_launch
+    from clover_local.launch import open_launch
     from clover_local.serve.api import ApiConfig, bind_warning
     from clover_local.serve.request_guard import hosts_allowed
     from clover_local.serve.runner import serve_forever
@@ -159,8 +159,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"engine: {launch.runner.kind} ({launch.runner.why})", file=sys.stderr)
     on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None
     opened = open_launch(launch, on_log=on_log)
-    measured = measure_verify_costs(opened)
-    for notice in (*opened.notices, *([measured.notice] if measured else [])):
+    for notice in opened.notices:
         print(f"note: {notice}", file=sys.stderr)
     plan = opened.plan
     extra_hosts = [*args.allowed_host, *os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")]

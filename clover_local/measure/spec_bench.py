@@ -87,7 +87,7 @@ def opener() -> Opener:
     def open_(launch: Launch) -> tuple[ChatEngine, Callable[[], None]]:
         from clover_local.launch import open_launch
 
-        opened = open_launch(launch)
+        opened = open_launch(launch, measure_costs=False)
         return opened.engine, opened.engine.close
 
     return open_

@@ -5,7 +5,6 @@ App decides what comes next."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import ClassVar
 
 from textual import work
@@ -19,7 +18,7 @@ from textual.worker import get_current_worker
 
 from clover_local.errors import CloverError
 from clover_local.facts import LaunchFacts
-from clover_local.launch import Launch, OpenedEngine, measure_verify_costs, open_launch, with_model_file
+from clover_local.launch import Launch, OpenedEngine, open_launch, with_model_file
 from clover_local.presets import Preset
 from clover_local.tui import services
 from clover_local.user_prefs import ModelSettings
@@ -137,9 +136,6 @@ class LaunchScreen(Screen[OpenedEngine | None]):
                 )
             self.post_message(LaunchScreen.Planned(launch))
             loaded = open_launch(launch, progress=progress)
-            measured = measure_verify_costs(loaded)
-            if measured:
-                loaded = replace(loaded, notices=(*loaded.notices, measured.notice))
         except CloverError as exc:
             self.post_message(LaunchScreen.Ready(None, str(exc)))
             return
