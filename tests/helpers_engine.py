@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from clover_local.engine.toolcalls import ToolFormat
 from clover_local.engine.types import (
     ChatEngine,
+    ChatMessage,
     Finished,
     FinishReason,
     GenerationEvent,
@@ -61,6 +62,16 @@ class EngineWrapper:
     @property
     def tool_format(self) -> ToolFormat:
         return self.inner.tool_format
+
+    @property
+    def slots(self) -> int:
+        return self.inner.slots
+
+    def check_request(self, request: GenerationRequest) -> None:
+        self.inner.check_request(request)
+
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> str | None:
+        return self.inner.render_prompt(messages)
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
@@ -154,6 +165,7 @@ class ScriptedEngine:
 
     n_ctx = 1024
     tool_format: ToolFormat = "hermes"
+    slots = 1
 
     def __init__(self, delay_s: float = 0.0, pieces: tuple[str, ...] = COUNT_PIECES) -> None:
         self.delay_s = delay_s
@@ -165,6 +177,12 @@ class ScriptedEngine:
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())
+
+    def check_request(self, request: GenerationRequest) -> None:
+        """Nothing is refused up front."""
+
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> str | None:
+        return None  # counted message by message
 
     def close(self) -> None:
         pass

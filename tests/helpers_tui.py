@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from textual.app import App
 from textual.screen import Screen
 
-from clover_local.engine.types import GenerationEvent, GenerationRequest, ToolFormat
+from clover_local.engine.types import ChatMessage, GenerationEvent, GenerationRequest, ToolFormat
 from clover_local.tui.app import CloverApp
 
 
@@ -33,9 +33,16 @@ class StillEngine:
     model_name = "Gemma 3 270m"
     n_ctx = 1024
     tool_format: ToolFormat = "hermes"
+    slots = 1
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())
+
+    def check_request(self, request: GenerationRequest) -> None:
+        """Nothing is refused up front."""
+
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> str | None:
+        return None
 
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None

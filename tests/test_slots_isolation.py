@@ -55,13 +55,7 @@ class StartTogether(EngineWrapper):
 
     def __init__(self, inner: ChatEngine, parties: int) -> None:
         super().__init__(inner)
-        self.slots = int(getattr(inner, "slots", 1))
         self.barrier = threading.Barrier(parties, timeout=120)
-
-    def check_request(self, request: GenerationRequest) -> None:
-        check = getattr(self.inner, "check_request", None)
-        if check is not None:
-            check(request)
 
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None
@@ -84,7 +78,7 @@ def _open(kind: str, path: Path, *, slots: int, preset: str | None = None) -> Ch
         spec="off",
     )
     engine = open_launch(decide_launch(request)).engine
-    assert getattr(engine, "slots", 1) == slots
+    assert engine.slots == slots
     return engine
 
 

@@ -12,11 +12,12 @@ import http.client
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from clover_local.engine.types import (
+    ChatMessage,
     Finished,
     FinishReason,
     GenerationEvent,
@@ -78,6 +79,16 @@ class EndpointEngine:
     @property
     def tool_format(self) -> ToolFormat:
         return "hermes"  # the endpoint parses its model's calls itself
+
+    @property
+    def slots(self) -> int:
+        return 1  # compare sends one task at a time
+
+    def check_request(self, request: GenerationRequest) -> None:
+        """Nothing refused here: the endpoint answers what it cannot do."""
+
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> str | None:
+        return None  # the endpoint applies its own template
 
     def count_tokens(self, text: str) -> int:
         raise EngineError("An OpenAI-compatible endpoint does not count tokens.")

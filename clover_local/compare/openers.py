@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from clover_local.compare.contenders import Contender
 from clover_local.compare.options import CompareOptions, OpenedContender, Progress
 from clover_local.errors import PlanError, UsageError
+from clover_local.llamacpp.server_engine import LlamaServerEngine
 
 if TYPE_CHECKING:
     from clover_local.detect.machine import Machine
@@ -168,8 +169,9 @@ def open_local(
             "Compare a smaller quant or model, or give a smaller --ctx.",
         )
     opened = open_launch(launch)
-    process = getattr(opened.engine, "process", None)
-    pid = getattr(process, "pid", None) if process is not None else _os.getpid()
+    engine = opened.engine
+    process = engine.process if isinstance(engine, LlamaServerEngine) else None
+    pid = process.pid if process is not None else _os.getpid()
     plan = opened.launch.plan
     description = f"{opened.kind}: {Path(plan.model_path or path).name} {plan.quant}, ctx {plan.ctx}"
     return OpenedContender(

@@ -1,8 +1,8 @@
 """The embedded engine for diffusion models: the same :class:`ChatEngine` contract, replies made by
 :class:`~clover_local.engine.diffusion.DiffusionRunner` instead of token by token.
 
-Events: a :class:`Refining` after each step (the reply with its masks, for live views; ``live = False``
-turns them off) and :class:`TextDelta` as soon as a prefix of the reply has settled (a position never changes
+Events: a :class:`Refining` after each step (the reply with its masks, for live views; a request's
+``live=False`` turns them off) and :class:`TextDelta` as soon as a prefix of the reply has settled (a position never changes
 once unmasked, so the settled prefix streams like autoregressive text: block by block on the block schedule,
 at the end on the timestep schedule), then one :class:`Finished` with :class:`DiffusionStats`.
 """
@@ -44,8 +44,6 @@ class DiffusionEngine(EmbeddedEngine):
         super().__init__(parts)
         self._runner = DiffusionRunner(parts.model, parts.ctx)
         self.plan = plan
-        self.live = True
-        """Emit :class:`Refining` events (the TUI's live view); off: only settled text."""
 
     @property
     def runner(self) -> DiffusionRunner:
@@ -93,17 +91,21 @@ class DiffusionEngine(EmbeddedEngine):
             seed=_seed(request.seed, float(temperature)),
         )
 
-    def generate(
-        self, request: GenerationRequest, cancel: threading.Event | None = None
-    ) -> Iterator[GenerationEvent]:
-        if self._closed:
-            raise EngineError("This engine was closed; load the model again.")
+    def check_request(self, request: GenerationRequest) -> None:
+        """Refuse tools and structured output: no grammar constrains a reply unmasked out of order."""
         if request.tools or request.json_schema is not None:
             raise RequestRefused(
                 "Tool calls and structured output are not supported for diffusion models (a grammar cannot "
                 "constrain positions unmasked out of order).",
                 "Send the request without tools / response_format.",
             )
+
+    def generate(
+        self, request: GenerationRequest, cancel: threading.Event | None = None
+    ) -> Iterator[GenerationEvent]:
+        if self._closed:
+            raise EngineError("This engine was closed; load the model again.")
+        self.check_request(request)
         t0 = time.perf_counter()
         prompt = self._prompt_tokens(request)
         params = self.params_for(len(prompt), request)
@@ -120,7 +122,7 @@ class DiffusionEngine(EmbeddedEngine):
                 result: DiffusionResult = done.value
                 break
             text = settled.update(view.answer)
-            if self.live:
+            if request.live:
                 yield Refining(
                     self.canvas_text(view.answer[settled.n_settled : limit], params.mask_token_id),
                     view.step,

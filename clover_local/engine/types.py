@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -17,9 +17,9 @@ ToolFormat = Literal["hermes", "qwen3_coder"]
 
 TEMPLATE_TOKENS_PER_MESSAGE = 8
 """The chat template's markers around one message (turn start and end, role, newlines), allowed for where a
-prompt is counted message by message instead of rendered: ``serve`` refusing a prompt its context cannot hold,
-and the chat asking before it sends one (``tui.context_fit``) answer "does it fit" with this one figure. Erring
-large only refuses or trims a prompt a few tokens early; too small lets one through that does not fit."""
+prompt is counted message by message instead of rendered (:func:`prompt_tokens`, which ``serve`` and the chat
+both ask). Erring large only refuses or trims a prompt a few tokens early; too small lets one through that does
+not fit."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,9 @@ class GenerationRequest:
     """Allow more than one call in one reply (a forced choice then constrains to one or more)."""
     json_schema: dict[str, Any] | None = None
     """The reply must be JSON matching this schema (``{}``: any JSON object); enforced with a grammar."""
+    live: bool = True
+    """Make :class:`Refining` events for a live view (engines that refine a reply in steps, the diffusion one;
+    the others never make them)."""
     cache_prompt: bool = True
     """Reuse what the engine's cache holds of this prompt (llama-server's ``cache_prompt``). False evaluates the
     whole prompt again: then the reply does not depend on earlier requests (with a cached prefix, llama.cpp
@@ -162,7 +165,8 @@ GenerationEvent = TextDelta | Refining | ToolCallMade | Finished
 
 
 class ChatEngine(Protocol):
-    """What the CLI, the server and the TUI need from an engine."""
+    """What the CLI, the server and the TUI need from an engine, and what it can do, said up front (as Ollama's
+    ``LlamaServer`` interface and llm's ``Model`` do): users read these members, never probe for others."""
 
     @property
     def model_name(self) -> str: ...
@@ -170,12 +174,29 @@ class ChatEngine(Protocol):
     @property
     def n_ctx(self) -> int: ...
 
+    @property
+    def slots(self) -> int:
+        """Generations this engine runs at once, each from its own thread (``plan.parallel``: the embedded
+        engine's batch, llama-server's ``-np``); 1 for most. ``serve``'s queue hands it at most that many."""
+        ...
+
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None
     ) -> Iterator[GenerationEvent]:
         """Stream a reply: ``TextDelta`` events, then exactly one ``Finished``. Setting ``cancel`` stops within a
-        token or two (``finish_reason="cancelled"``). One generation at a time per engine, unless the engine says
-        it has ``slots`` (an int attribute): then up to that many, from as many threads (``serve`` reads it)."""
+        token or two (``finish_reason="cancelled"``). At most ``slots`` generations at a time."""
+        ...
+
+    def check_request(self, request: GenerationRequest) -> None:
+        """Refuse now what ``generate`` would refuse up front (a schema or forced call it cannot enforce), so
+        ``serve`` answers a streamed request with a 400 before any reply is sent; nothing for an engine that
+        refuses nothing early."""
+        ...
+
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> str | None:
+        """The prompt text this engine's chat template makes of ``messages``; None where the template is applied
+        out of reach (llama-server's child): then a prompt is counted message by message
+        (:func:`prompt_tokens`)."""
         ...
 
     @property
@@ -211,3 +232,19 @@ class SupervisedEngine(Protocol):
     and has no such state."""
 
     def health(self) -> RunnerHealth: ...
+
+
+def prompt_tokens(engine: ChatEngine, messages: Sequence[ChatMessage]) -> int:
+    """About how many tokens the prompt of ``messages`` takes in ``engine``'s context: the one answer ``serve``
+    (refusing a prompt its context cannot hold) and the chat (asking before it sends one, ``tui.context_fit``)
+    give. The engine's own count of the prompt its template renders, where it renders one here; else one count
+    of all the text (one round trip on llama-server) and :data:`TEMPLATE_TOKENS_PER_MESSAGE` for each message's
+    markers. Tools and earlier calls are not in it (``serve.tools.tool_prompt_tokens``)."""
+    try:
+        rendered = engine.render_prompt(messages)
+    except Exception:  # a template that cannot render these messages: counted message by message
+        rendered = None
+    if rendered is not None:
+        return engine.count_tokens(rendered)
+    text = "\n".join(m.content for m in messages)
+    return engine.count_tokens(text) + TEMPLATE_TOKENS_PER_MESSAGE * len(messages)

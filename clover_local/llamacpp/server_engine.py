@@ -187,6 +187,11 @@ class LlamaServerEngine:
             raise ServerError(f"llama-server could not count tokens (HTTP {resp.status}).")
         return len(data["tokens"])
 
+    def render_prompt(self, messages: Sequence[ChatMessage]) -> str | None:
+        """None: llama-server applies its template in the child (a prompt is counted message by message, with no
+        round trip to render it)."""
+        return None
+
     def check_request(self, request: GenerationRequest) -> None:
         """Refuse now what ``generate`` would refuse in the schema or grammar it sends (a keyword no grammar
         enforces; a schema over clover-local's limits where its grammar is sent), so a streamed request gets a

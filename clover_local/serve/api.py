@@ -31,7 +31,6 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from clover_local.engine.types import (
-    TEMPLATE_TOKENS_PER_MESSAGE,
     ChatEngine,
     Finished,
     GenerationEvent,
@@ -41,6 +40,7 @@ from clover_local.engine.types import (
     TextDelta,
     ToolCall,
     ToolCallMade,
+    prompt_tokens,
 )
 from clover_local.errors import CloverError
 from clover_local.netaddr import is_loopback_host
@@ -161,7 +161,7 @@ class OpenAIServer:
     def __init__(self, engine: ChatEngine, config: ApiConfig) -> None:
         self.engine = engine
         self.config = config
-        slots = int(getattr(engine, "slots", 1) or 1)  # engines that generate several at once say how many
+        slots = engine.slots
         queue = config.max_queue if config.max_queue is not None else QUEUE_PER_SLOT * slots
         self.gate = SlotGate(slots, queue)
         self._created = int(time.time())
@@ -290,19 +290,16 @@ class OpenAIServer:
         """Refuse a prompt the context cannot hold; cap max_tokens to what is left of it."""
         req = parsed.request
         if req.prompt is not None:
-            prompt_tokens = self.engine.count_tokens(req.prompt)
+            n_prompt = self.engine.count_tokens(req.prompt)
         else:
-            messages = req.messages or ()
-            # One count of all the text (one round trip on llama-server however many messages there are).
-            prompt_tokens = self.engine.count_tokens("\n".join(m.content for m in messages))
-            prompt_tokens += TEMPLATE_TOKENS_PER_MESSAGE * len(messages)
-            prompt_tokens += agent.tool_prompt_tokens(req, self.engine.count_tokens)
+            n_prompt = prompt_tokens(self.engine, req.messages or ())
+            n_prompt += agent.tool_prompt_tokens(req, self.engine.count_tokens)
         n_ctx = self.engine.n_ctx
-        room = n_ctx - prompt_tokens
+        room = n_ctx - n_prompt
         if room < 1:
             raise ApiError(
                 400,
-                f"This model's context holds {n_ctx} tokens, but the prompt has about {prompt_tokens}. "
+                f"This model's context holds {n_ctx} tokens, but the prompt has about {n_prompt}. "
                 "Shorten the prompt, or serve with a larger context.",
                 code="context_length_exceeded",
                 param="messages" if req.messages is not None else "prompt",
@@ -311,9 +308,7 @@ class OpenAIServer:
         agent.check_forced_call_fits(
             fitted, self.engine.tool_format, self.engine.count_tokens, parsed.max_tokens_param
         )
-        check = getattr(self.engine, "check_request", None)  # engines that build the grammar themselves
-        if check is not None:
-            check(fitted)
+        self.engine.check_request(fitted)  # a grammar or schema the engine cannot enforce: a 400 now
         return fitted
 
     async def _events(

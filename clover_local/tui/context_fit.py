@@ -1,8 +1,9 @@
 """Whether a chat's next prompt fits the loaded context, and which oldest turns to leave out when it does not.
 
 The chat asks before sending (a full context is said, never a silent empty reply). Counting uses the engine's
-own tokenizer on the prompt its chat template renders, where the engine offers that, else on each message with
-a small allowance for the template's markers. Nothing here imports Textual.
+own tokenizer on the prompt its chat template renders, where the engine renders one, else on the messages with
+a small allowance for the template's markers: ``engine.types.prompt_tokens``, the count ``serve`` uses too.
+Nothing here imports Textual.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clover_local.engine.types import TEMPLATE_TOKENS_PER_MESSAGE, ChatEngine, ChatMessage
+from clover_local.engine.types import ChatEngine, ChatMessage, prompt_tokens
 
 
 @dataclass(frozen=True)
@@ -31,17 +32,6 @@ class Fit:
 def reply_room(n_ctx: int, max_tokens: int) -> int:
     """Room a reply needs: its own limit, but at most an eighth of the context (a short reply still helps)."""
     return max(1, min(max_tokens, n_ctx // 8))
-
-
-def prompt_tokens(engine: ChatEngine, messages: Sequence[ChatMessage]) -> int:
-    """Tokens the prompt of ``messages`` takes in ``engine``'s context."""
-    render = getattr(engine, "render_prompt", None)
-    if callable(render):
-        try:
-            return engine.count_tokens(str(render(list(messages))))
-        except Exception:  # a template that cannot render these messages: counted message by message
-            pass
-    return sum(engine.count_tokens(m.content) + TEMPLATE_TOKENS_PER_MESSAGE for m in messages)
 
 
 def fit(

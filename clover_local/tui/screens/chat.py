@@ -266,6 +266,7 @@ class ChatScreen(Screen[ModelChoice | None]):
             speculative=False
             if s.spec_mode == "off"
             else None,  # on: as the plan chose (auto may have said off)
+            live=s.diffusion_live,  # diffusion engines: the live view
         )
 
     @work(thread=True, exclusive=True, group="reply")
@@ -279,8 +280,6 @@ class ChatScreen(Screen[ModelChoice | None]):
         cancel: threading.Event,
     ) -> None:
         worker = get_current_worker()
-        if hasattr(self.engine, "live"):
-            self.engine.live = self.model_settings.diffusion_live  # diffusion engines: the live view
         rate = self.last_stats.prefill_tokens_per_s if self.last_stats else 0.0
         stream_reply(
             self.engine,
