@@ -1,7 +1,8 @@
 """The embedded engine with several slots (``engine.scheduler``): requests generate at once in one batch, each
 reply holding only its own tokens; a short request that arrives while a long one runs joins the batch and ends
 first; a cancelled one frees its slot for the next and leaves the others intact; an agent's next turn goes back
-to the slot holding its prefix.
+to the slot holding its prefix; a request past its slots is refused (the scheduler keeps no queue: ``serve``'s
+queue owns waiting).
 
 Batched evaluation is not bit-identical to one-token evaluation (more so on AVX-512), so nothing here compares a
 batched reply with a lone one: isolation is each reply continuing its own prompt (the real Gemma 3 270M repeats
@@ -15,20 +16,26 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers_engine import generate_text
+from waiting import wait_until
 
 from clover_local.engine.embedded import EmbeddedEngine
+from clover_local.engine.scheduler import SlotScheduler
+from clover_local.engine.sequence import Slot
 from clover_local.engine.types import (
     ChatMessage,
     Finished,
+    GenerationEvent,
     GenerationRequest,
     GenerationStats,
     TextDelta,
     ToolCallMade,
     ToolSpec,
 )
+from clover_local.errors import EngineError
 from clover_local.launch import LaunchRequest, decide_launch, open_launch
 
 WORDS = ("zebra", "apple", "cobalt", "orange")
@@ -115,11 +122,67 @@ def test_requests_at_once_all_complete_each_with_only_its_own_tokens(engine: Emb
         assert only_its_own_word(reader.text, word), (word, reader.text)
 
 
-def test_more_requests_than_slots_wait_and_all_complete(engine: EmbeddedEngine) -> None:
-    readers = [Reader(engine, repeat(word, 12)) for word in WORDS]  # four requests, three slots
-    for reader, word in zip(readers, WORDS, strict=True):
-        assert reader.join().finish_reason == "length"
-        assert only_its_own_word(reader.text, word), (word, reader.text)
+class _HeldStart:
+    """A ``SlotEngine`` with one slot whose sequences start only once the test lets them; each then ends at once."""
+
+    n_ctx = 64
+
+    def __init__(self) -> None:
+        self.slots_state = [Slot(0)]
+        self.go = threading.Event()
+
+    def start_sequence(self, seq: Any) -> bool:
+        return self.go.wait(120)
+
+    def step_alone(self, seq: Any) -> None:
+        seq.stop("stop")
+
+    def step_batch(self, seqs: Any) -> None:
+        raise AssertionError("one slot never batches")
+
+    def finished(self, seq: Any) -> Finished:
+        return Finished(GenerationStats(1, 0, 0, 0.0, 0.0, 0.0, None))
+
+
+class _Seq:
+    """The parts of an ``ActiveSequence`` the scheduler touches."""
+
+    def __init__(self) -> None:
+        self.prompt = [1, 2]
+        self.slot: Slot | None = None
+        self.abort = threading.Event()
+        self.cancelled = False
+        self.done = False
+        self.new: list[int] = []
+
+    def stop(self, finish: str) -> None:
+        self.done = True
+
+    def emit(self, tokens: list[int]) -> Iterator[GenerationEvent]:
+        return iter(())
+
+    def tail(self) -> Iterator[GenerationEvent]:
+        return iter(())
+
+
+def test_the_scheduler_runs_what_it_is_handed_and_keeps_no_queue() -> None:
+    """A sequence handed over while every slot is taken is refused (``serve``'s queue owns waiting); once the
+    slot is given back, the next one takes it."""
+    engine = _HeldStart()
+    scheduler = SlotScheduler(engine)  # type: ignore[arg-type]
+    first = scheduler.run(_Seq())  # type: ignore[arg-type]
+    holder = threading.Thread(target=lambda: list(first))
+    holder.start()  # takes the slot; its start is held
+    wait_until(
+        lambda: engine.slots_state[0].seq in scheduler._taken, what="the first sequence to take the slot"
+    )
+    with pytest.raises(EngineError, match="All 1 slots"):
+        list(scheduler.run(_Seq()))  # type: ignore[arg-type]
+    engine.go.set()
+    holder.join(timeout=120)
+    events = list(scheduler.run(_Seq()))  # type: ignore[arg-type]
+    assert isinstance(events[-1], Finished)
+    scheduler.close()
 
 
 def test_a_short_request_joins_the_batch_and_ends_while_a_long_one_runs(engine: EmbeddedEngine) -> None:
@@ -238,13 +301,14 @@ def test_a_hybrid_model_batches_its_recurrent_state_per_slot(tiny_models: dict[s
     assert isinstance(engine, EmbeddedEngine) and engine.recurrent and engine.slots == 3
     try:
         prompts = ("a b c a b c a b c", "x y z x y z", "1 2 3 1 2 3", "q r s q r s")
-        readers = [
-            Reader(engine, GenerationRequest(prompt=p, max_tokens=40, temperature=0.0)) for p in prompts
+        readers = [  # one a slot: the engine keeps no queue
+            Reader(engine, GenerationRequest(prompt=p, max_tokens=40, temperature=0.0)) for p in prompts[:3]
         ]
         for reader in readers:
             stats = reader.join()
             assert stats.finish_reason in ("length", "stop") and stats.completion_tokens > 0
-        _, stats = generate_text(engine, GenerationRequest(prompt=prompts[0], max_tokens=8, temperature=0.0))
-        assert stats.completion_tokens > 0
+        for prompt in (prompts[3], prompts[0]):  # a slot given back is taken again
+            _, stats = generate_text(engine, GenerationRequest(prompt=prompt, max_tokens=8, temperature=0.0))
+            assert stats.completion_tokens > 0
     finally:
         engine.close()

@@ -1,10 +1,14 @@
 """Continuous batching for the embedded engine: one thread owns llama.cpp's context and, step after step, decodes
 every active sequence's next token in one ``llama_decode`` (one batch row per sequence, each in its own slot),
-each sequence then picking from its own row with its own sampler. A request that arrives takes a free slot (the
+each sequence then picking from its own row with its own sampler. A request handed over takes a free slot (the
 one holding its longest prefix) and joins between steps; it does not wait for the others to end. A sequence
 alone in the batch steps alone, with speculation, as a one-slot engine would.
 
-Callers (``serve``'s threads) get an ordinary event iterator: events go through a queue per sequence, and
+The scheduler keeps no queue: it runs what it is handed, and a request handed over while every slot is taken is
+refused (:class:`~clover_local.errors.EngineError`). Admission, arrival order and waiting belong to the caller:
+``serve``'s one queue (``serve.slots``) hands over at most as many requests as there are slots.
+
+Callers (``serve``'s slot workers) get an ordinary event iterator: events go through a queue per sequence, and
 closing the iterator (a client that left) aborts the sequence at the next step, which frees its slot.
 """
 
@@ -56,7 +60,10 @@ class SlotScheduler:
     def __init__(self, engine: SlotEngine) -> None:
         self._engine = engine
         self._cond = threading.Condition()
-        self._waiting: deque[_Job] = deque()
+        self._joining: deque[_Job] = deque()
+        """Sequences handed over, each with its slot, that the batch thread has not started yet."""
+        self._taken: set[int] = set()
+        """The slots (sequence ids) of the sequences handed over and not yet released (under the lock)."""
         self._active: list[_Job] = []
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -68,12 +75,13 @@ class SlotScheduler:
         return len(self._active)
 
     def run(self, seq: ActiveSequence) -> Iterator[GenerationEvent]:
-        """Queue ``seq`` and yield its events as the batch produces them."""
+        """Give ``seq`` a free slot, join it to the batch and yield its events as the batch produces them."""
         job = _Job(seq)
         with self._cond:
             if self._closed:
                 raise EngineError("This engine was closed; load the model again.")
-            self._waiting.append(job)
+            self._take_slot(seq)
+            self._joining.append(job)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="clover-batch", daemon=True)
                 self._thread.start()
@@ -104,11 +112,12 @@ class SlotScheduler:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._waiting and not self._active and not self._closed:
+                while not self._joining and not self._active and not self._closed:
                     self._cond.wait()
-                if self._closed and not self._active and not self._waiting:
+                if self._closed and not self._active and not self._joining:
                     return
-                joining = self._admit()
+                joining = list(self._joining)
+                self._joining.clear()
             try:
                 for job in joining:
                     self._start(job)
@@ -118,20 +127,28 @@ class SlotScheduler:
                     self._fail(job, exc)
                 self._active = []
 
-    def _admit(self) -> list[_Job]:
-        """Waiting sequences that get a free slot now, in arrival order (under the lock)."""
-        busy = {j.seq.slot.seq for j in self._active if j.seq.slot is not None}
-        free = [s for s in self._engine.slots_state if s.seq not in busy]
-        joining: list[_Job] = []
-        while self._waiting and free:
-            job = self._waiting.popleft()
-            slot = choose_slot(free, job.seq.prompt)
-            free.remove(slot)
-            self._uses += 1
-            slot.last_used = self._uses
-            job.seq.slot = slot
-            joining.append(job)
-        return joining
+    def _take_slot(self, seq: ActiveSequence) -> None:
+        """The free slot holding the longest prefix of ``seq``'s prompt (under the lock)."""
+        slots = self._engine.slots_state
+        free = [s for s in slots if s.seq not in self._taken]
+        if not free:
+            raise EngineError(
+                f"All {len(slots)} slots of this engine are generating: it runs at most that many requests at "
+                "once and keeps no queue.",
+                "Wait for a reply to end before sending another (serve queues requests for its slots).",
+            )
+        slot = choose_slot(free, seq.prompt)
+        self._taken.add(slot.seq)
+        self._uses += 1
+        slot.last_used = self._uses
+        seq.slot = slot
+
+    def _release(self, job: _Job) -> None:
+        """The scheduler no longer touches ``job``'s sequence: its slot is free for the next one handed over."""
+        with self._cond:
+            if job.seq.slot is not None:
+                self._taken.discard(job.seq.slot.seq)
+        job.released.set()
 
     def _start(self, job: _Job) -> None:
         seq = job.seq
@@ -189,11 +206,11 @@ class SlotScheduler:
         job.out.put(self._engine.finished(seq))
         if job in self._active:
             self._active.remove(job)
-        job.released.set()
+        self._release(job)
         job.out.put(_END)
 
     def _fail(self, job: _Job, exc: BaseException) -> None:
         if job in self._active:
             self._active.remove(job)
-        job.released.set()
+        self._release(job)
         job.out.put(exc)

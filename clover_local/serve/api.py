@@ -5,8 +5,8 @@ Routes: ``/v1/chat/completions`` (with tools and structured output), ``/v1/compl
 ``/health``; ``/v1/embeddings`` answers a named 400. With an API key, every request without it gets 401.
 As many generations run at once as the engine has slots (``plan.parallel``: the embedded engine decodes them in one
 batch, llama-server in its own slots); later requests wait in arrival order, and past ``max_queue`` waiting ones a
-request gets 503 with ``Retry-After`` (``serve.slots``). A client that disconnects cancels its generation and frees
-its slot, and bad requests get OpenAI-shaped 400s: the server keeps serving either way.
+request gets 503 with ``Retry-After``: one queue owns the slots (``serve.slots``). A client that disconnects cancels
+its generation and frees its slot, and bad requests get OpenAI-shaped 400s: the server keeps serving either way.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import asyncio
 import hmac
 import logging
 import math
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
@@ -52,41 +51,9 @@ from clover_local.serve.error_map import REQUEST_ERRORS, api_error
 from clover_local.serve.header_deadline import HEADER_TIMEOUT_S
 from clover_local.serve.openai_schema import ParsedRequest
 from clover_local.serve.request_fields import ignored_header
-from clover_local.serve.slots import QUEUE_PER_SLOT, SlotGate, retry_headers
+from clover_local.serve.slots import END, QUEUE_PER_SLOT, STARTED, Reply, SlotQueue, Ticket, retry_headers
 
-_END = object()
 log = logging.getLogger("clover_local.serve")
-
-
-class _Mailbox:
-    """Hands items from the generation thread to the event loop, waking the loop once per batch of items
-    rather than once per token: each wake-up is a syscall and a hand-over of the GIL that the decoding thread
-    then waits for (a verified draft yields up to 17 tokens at once)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self._items: list[Any] = []
-        self._guard = threading.Lock()
-        self._ready = asyncio.Event()
-
-    def post(self, item: Any) -> None:
-        """From any thread."""
-        with self._guard:
-            self._items.append(item)
-            wake = len(self._items) == 1
-        if wake:
-            self.loop.call_soon_threadsafe(self._ready.set)
-
-    async def take(self) -> list[Any]:
-        """On the loop: every item posted since the last take, waiting for at least one."""
-        while True:
-            with self._guard:
-                items, self._items = self._items, []
-                if not items:
-                    self._ready.clear()  # a post after this sees an empty list and sets it again
-            if items:
-                return items
-            await self._ready.wait()
 
 
 @dataclass(frozen=True)
@@ -156,15 +123,19 @@ class _ApiKeyMiddleware:
 
 
 class OpenAIServer:
-    """The routes and the slots (a bounded arrival-order queue) around one engine."""
+    """The routes and the queue that owns the engine's slots."""
 
     def __init__(self, engine: ChatEngine, config: ApiConfig) -> None:
         self.engine = engine
         self.config = config
         slots = engine.slots
-        queue = config.max_queue if config.max_queue is not None else QUEUE_PER_SLOT * slots
-        self.gate = SlotGate(slots, queue)
+        max_queue = config.max_queue if config.max_queue is not None else QUEUE_PER_SLOT * slots
+        self.queue = SlotQueue(engine, slots, max_queue)
         self._created = int(time.time())
+
+    def close(self) -> None:
+        """Let the slot workers end (the server has stopped)."""
+        self.queue.close()
 
     def app(self) -> Starlette:
         routes = [
@@ -204,14 +175,15 @@ class OpenAIServer:
             }
             wait = {"Retry-After": str(max(1, math.ceil(runner.retry_after_s or 1)))} if restarting else {}
             return JSONResponse(body, status_code=503, headers=wait)
-        gate = self.gate
+        queue = self.queue
+        busy = queue.busy
         return JSONResponse(
             {
                 "status": "ok",
                 "model": self.config.model_id,
-                "busy": gate.busy > 0,
-                "slots": {"total": gate.slots, "busy": gate.busy, "idle": gate.slots - gate.busy},
-                "queue": {"waiting": gate.waiting, "limit": gate.max_queue},
+                "busy": busy > 0,
+                "slots": {"total": queue.slots, "busy": busy, "idle": queue.slots - busy},
+                "queue": {"waiting": queue.waiting, "limit": queue.max_queue},
                 "restarts": runner.restarts,
             }
         )
@@ -254,7 +226,7 @@ class OpenAIServer:
         try:
             parsed = await _parse_request(request, api.parse, self.config.model_names)
             gen_request = await asyncio.to_thread(self._fit_context, parsed)
-            self.gate.check()
+            self.queue.check()
         except REQUEST_ERRORS as exc:
             return refuse(api_error(exc))
         if parsed.stream:
@@ -274,12 +246,13 @@ class OpenAIServer:
         the last one (a verified draft gives several tokens at once; a busy loop finds several waiting) goes
         out in one chunk, rather than one trip through the response and the socket per token; a failure of the
         engine ends the stream with its error event. When the client disconnects, Starlette cancels this
-        generator and ``_events`` sets the cancel event."""
+        generator and ``_events`` takes the request out of the queue or cancels its generation."""
         start = "".join(writer.start())
         if start:
             yield start
+        ticket = Ticket(request, Reply(asyncio.get_running_loop()))
         try:
-            async for batch in self._events(request, threading.Event()):
+            async for batch in self._events(ticket):
                 chunk = "".join(line for event in batch for line in _event_lines(writer, event))
                 if chunk:
                     yield chunk
@@ -311,90 +284,46 @@ class OpenAIServer:
         self.engine.check_request(fitted)  # a grammar or schema the engine cannot enforce: a 400 now
         return fitted
 
-    async def _events(
-        self, request: GenerationRequest, cancel: threading.Event
-    ) -> AsyncIterator[list[GenerationEvent]]:
-        """Run the engine in a thread once a slot is free and yield its events, as many at a time as it made
-        since the loop last looked; the slot is freed only when that thread ends, so a cancelled generation
-        never overlaps the one given its slot."""
-        if not await self._wait_for_slot(cancel):
-            return
-        mailbox = _Mailbox(asyncio.get_running_loop())
-        # The per-request time limit: a reply that runs too long is stopped like one whose client left.
-        deadline = mailbox.loop.call_later(self.config.max_request_s, cancel.set)
-
-        def work() -> None:
-            try:
-                for event in self.engine.generate(request, cancel):
-                    mailbox.post(event)
-            except BaseException as exc:
-                mailbox.post(exc)
-            finally:
-                mailbox.post(_END)
-                mailbox.loop.call_soon_threadsafe(self.gate.release)
-
-        try:
-            threading.Thread(target=work, name="clover-serve-generate", daemon=True).start()
-        except BaseException:
-            self.gate.release()
-            raise
+    async def _events(self, ticket: Ticket) -> AsyncIterator[list[GenerationEvent]]:
+        """Post ``ticket`` to the queue and yield its events, as many at a time as the engine made since the loop
+        last looked. Leaving (the consumer stops, or its client hung up) gives up its place in the queue or
+        cancels its generation."""
+        self.queue.post(ticket)  # QueueFull: the queue filled since this request was checked
+        deadline: asyncio.TimerHandle | None = None
         try:
             while True:
                 batch: list[GenerationEvent] = []
-                for item in await mailbox.take():
-                    if item is _END or isinstance(item, BaseException):
+                for item in await ticket.reply.take():
+                    if item is STARTED:
+                        # The per-request time limit, from when its slot starts it: a reply that runs too long
+                        # is stopped like one whose client left.
+                        deadline = ticket.reply.loop.call_later(self.config.max_request_s, ticket.cancel.set)
+                    elif item is END or isinstance(item, BaseException):
                         if batch:
                             yield batch  # what came before the end or the failure is delivered first
                         if isinstance(item, BaseException):
                             raise item
                         return
-                    batch.append(item)
-                yield batch
+                    else:
+                        batch.append(item)
+                if batch:
+                    yield batch
         finally:
-            deadline.cancel()
-            cancel.set()  # no-op when finished; stops the engine when the client went away
-
-    async def _wait_for_slot(self, cancel: threading.Event) -> bool:
-        """A slot, in arrival order; False when the client left while waiting (its place is given up)."""
-        gate = self.gate
-        if gate.busy >= gate.slots:
-            log.info("all %d slots busy: a request waits (%d waiting before it)", gate.slots, gate.waiting)
-        acquire = asyncio.ensure_future(gate.acquire())
-        try:
-            while not acquire.done() and not cancel.is_set():
-                await asyncio.wait({acquire}, timeout=0.25)
-        except BaseException:  # this task was cancelled (the client of a stream left) while waiting
-            if not acquire.done():
-                acquire.cancel()  # a slot it was handed meanwhile is passed on (SlotGate.acquire)
-            elif not acquire.cancelled() and acquire.exception() is None:
-                self.gate.release()
-            raise
-        if not acquire.done():  # the client left while waiting
-            acquire.cancel()
-            try:
-                await acquire
-            except asyncio.CancelledError:
-                return False
-            self.gate.release()
-            return False
-        acquire.result()  # QueueFull: the queue filled since this request was checked
-        if cancel.is_set():
-            self.gate.release()
-            return False
-        log.info("slots: %d of %d busy, %d waiting", gate.busy, gate.slots, gate.waiting)
-        return True
+            if deadline is not None:
+                deadline.cancel()
+            self.queue.leave(ticket)  # no-op when finished; else stops the engine or frees its place
 
     async def _collect(
         self, http_request: Request, request: GenerationRequest
     ) -> tuple[str, list[ToolCall], Finished]:
         """Run one generation to its end: its text, its tool calls, its stats (the engine's errors propagate)."""
-        cancel = threading.Event()
-        watcher = asyncio.create_task(_cancel_on_disconnect(http_request, cancel))
+        ticket = Ticket(request, Reply(asyncio.get_running_loop()))
+        watcher = asyncio.create_task(_leave_on_disconnect(http_request, self.queue, ticket))
         parts: list[str] = []
         calls: list[ToolCall] = []
         finished: Finished | None = None
         try:
-            async for batch in self._events(request, cancel):
+            async for batch in self._events(ticket):
                 for event in batch:
                     if isinstance(event, TextDelta):
                         parts.append(event.text)
@@ -420,10 +349,11 @@ def _event_lines(writer: adapters.EventWriter, event: GenerationEvent) -> list[s
     return []
 
 
-async def _cancel_on_disconnect(request: Request, cancel: threading.Event) -> None:
-    while not cancel.is_set():
+async def _leave_on_disconnect(request: Request, queue: SlotQueue, ticket: Ticket) -> None:
+    """A client that hung up leaves the queue (its place goes to the next) or stops its generation."""
+    while not ticket.cancel.is_set():
         if await request.is_disconnected():
-            cancel.set()
+            queue.leave(ticket)
             return
         await asyncio.sleep(0.25)
 

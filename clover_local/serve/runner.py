@@ -11,7 +11,7 @@ import uvicorn
 
 from clover_local.engine.types import ChatEngine
 from clover_local.errors import ServerError
-from clover_local.serve.api import ApiConfig, create_app
+from clover_local.serve.api import ApiConfig, OpenAIServer
 from clover_local.serve.header_deadline import header_deadline_protocol
 
 MAX_CONNECTIONS = 256
@@ -19,9 +19,10 @@ MAX_CONNECTIONS = 256
 idle or slow connections cannot exhaust the process's file descriptors or memory."""
 
 
-def _config(engine: ChatEngine, config: ApiConfig, host: str, port: int, log_level: str) -> uvicorn.Config:
+def _config(api: OpenAIServer, host: str, port: int, log_level: str) -> uvicorn.Config:
+    config = api.config
     return uvicorn.Config(
-        create_app(engine, config),
+        api.app(),
         host=host,
         port=port,
         log_level=log_level,
@@ -56,7 +57,11 @@ def serve_forever(
 ) -> None:
     """Serve until Ctrl-C / SIGTERM (uvicorn handles both and finishes open responses)."""
     _check_bindable(host, port)
-    uvicorn.Server(_config(engine, config, host, port, log_level)).run()
+    api = OpenAIServer(engine, config)
+    try:
+        uvicorn.Server(_config(api, host, port, log_level)).run()
+    finally:
+        api.close()
 
 
 class BackgroundServer:
@@ -77,7 +82,8 @@ class BackgroundServer:
                 port = int(s.getsockname()[1])
         _check_bindable(host, port)
         self.host, self.port = host, port
-        self._server = uvicorn.Server(_config(engine, config, host, port, log_level))
+        self._api = OpenAIServer(engine, config)
+        self._server = uvicorn.Server(_config(self._api, host, port, log_level))
         self._server.install_signal_handlers = lambda: None  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.run, name="clover-api", daemon=True)
 
@@ -97,6 +103,7 @@ class BackgroundServer:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10.0)
+        self._api.close()
 
     def __enter__(self) -> BackgroundServer:
         return self.start()

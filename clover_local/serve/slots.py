@@ -1,20 +1,43 @@
-"""Slots in front of the engine: at most ``slots`` generations run at once, the rest wait in arrival order, and
-at most ``max_queue`` may wait; past that a request is refused at once (:class:`QueueFull`, a 503 with
-``Retry-After``) rather than held open while memory and sockets pile up."""
+"""The one queue that owns the engine's slots (as llama.cpp's ``server_queue`` owns its server's): every request is
+posted to it as a :class:`Ticket`; at most ``slots`` run at once, the rest wait in arrival order, and at most
+``max_queue`` may wait; past that a request is refused at once (:class:`QueueFull`, a 503 with ``Retry-After``)
+rather than held open while memory and sockets pile up.
+
+One worker thread per slot, started with the first request and kept for the server's life, takes the oldest
+waiting ticket, runs the engine's ``generate`` for it and posts its events to the ticket's :class:`Reply`, which
+the request's coroutine reads on the event loop. No thread is started per request. A request that leaves while
+it waits (a client that hung up) is taken out of the queue (:meth:`SlotQueue.leave`), so its place goes to the
+next; one that leaves while it runs is cancelled, and its worker takes the next ticket only once ``generate``
+has returned, so a cancelled generation never overlaps the one after it in its slot.
+
+The engine runs what it is handed: the embedded engine's batch (``engine.scheduler``) and llama-server's own
+slots keep no queue of their own, since this queue never hands them more than ``slots`` requests.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import math
+import threading
 from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
 
+from clover_local.engine.types import ChatEngine, GenerationRequest
 from clover_local.serve.api_errors import ApiError
 
 RETRY_AFTER_S = 2
 """What a refused client is told to wait before trying again (``Retry-After``)."""
 QUEUE_PER_SLOT = 4
 """Requests that may wait for each slot when ``--max-queue`` is not given."""
+
+STARTED = object()
+"""Posted to a :class:`Reply` when a worker starts the ticket's generation (its time limit starts then)."""
+END = object()
+"""Posted to a :class:`Reply` last: the generation ended, failed, or was never started (the request left)."""
+
+log = logging.getLogger("clover_local.serve")
 
 
 class QueueFull(ApiError):
@@ -40,50 +63,141 @@ def retry_headers(error: ApiError) -> dict[str, str]:
     return {}
 
 
-class SlotGate:
-    """N slots handed out in arrival order (FIFO), with a bounded queue. Lives on the event loop."""
+class Reply:
+    """The event-loop side of one request: items posted from a worker thread (events, an exception, then
+    :data:`END`), handed to the loop in batches. The loop is woken once per batch rather than once per token:
+    each wake-up is a syscall and a hand-over of the GIL that the decoding thread then waits for (a verified
+    draft yields up to 17 tokens at once)."""
 
-    def __init__(self, slots: int, max_queue: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._items: list[Any] = []
+        self._guard = threading.Lock()
+        self._ready = asyncio.Event()
+
+    def post(self, item: Any) -> None:
+        """From any thread."""
+        with self._guard:
+            self._items.append(item)
+            wake = len(self._items) == 1
+        if wake:
+            self.loop.call_soon_threadsafe(self._ready.set)
+
+    async def take(self) -> list[Any]:
+        """On the loop: every item posted since the last take, waiting for at least one."""
+        while True:
+            with self._guard:
+                items, self._items = self._items, []
+                if not items:
+                    self._ready.clear()  # a post after this sees an empty list and sets it again
+            if items:
+                return items
+            await self._ready.wait()
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One request in the queue: what to generate, its cancel event (a client that left, the time limit) and
+    where its events go."""
+
+    request: GenerationRequest
+    reply: Reply
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+
+class SlotQueue:
+    """``slots`` workers taking tickets in arrival order (FIFO) from one bounded queue."""
+
+    def __init__(self, engine: ChatEngine, slots: int, max_queue: int) -> None:
+        self.engine = engine
         self.slots = max(1, slots)
         self.max_queue = max(0, max_queue)
         self.busy = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        """Tickets a worker is running now."""
+        self._waiting: deque[Ticket] = deque()
+        self._cond = threading.Condition()
+        self._workers: list[threading.Thread] = []
+        self._closed = False
 
     @property
     def waiting(self) -> int:
-        return sum(1 for w in self._waiters if not w.done())
+        """Requests waiting for a slot (one a free worker is about to take does not count)."""
+        with self._cond:
+            return max(0, self.busy + len(self._waiting) - self.slots)
 
     def check(self) -> None:
         """Refuse now (before a reply starts) when a new request could not even wait."""
-        if self.busy >= self.slots and self.waiting >= self.max_queue:
-            logging.getLogger("clover_local.serve").warning(
-                "queue full (%d slots busy, %d waiting): a request got 503", self.slots, self.waiting
-            )
-            raise QueueFull(self.slots, self.waiting)
+        with self._cond:
+            self._refuse_when_full()
 
-    async def acquire(self) -> None:
-        """A slot: at once when one is free and nobody waits before us, else in turn."""
-        if self.busy < self.slots and not self.waiting:
-            self.busy += 1
+    def post(self, ticket: Ticket) -> None:
+        """Queue ``ticket`` behind those already waiting (:class:`QueueFull` when it could not wait)."""
+        with self._cond:
+            self._refuse_when_full()
+            if not self._workers:
+                self._start_workers()
+            self._waiting.append(ticket)
+            before = self.busy + len(self._waiting) - 1 - self.slots
+            if before >= 0:
+                log.info("all %d slots busy: a request waits (%d waiting before it)", self.slots, before)
+            self._cond.notify()
+
+    def leave(self, ticket: Ticket) -> None:
+        """The request is gone (its client hung up, or it ended): stop its generation, or give up its place in
+        the queue, which then goes to the next in line."""
+        ticket.cancel.set()
+        with self._cond:
+            try:
+                self._waiting.remove(ticket)
+            except ValueError:
+                return  # a worker has it (or had it): its generation ends at the cancel
+        ticket.reply.post(END)
+
+    def close(self) -> None:
+        """Let the workers end once the queue is empty (the server is stopping)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def _refuse_when_full(self) -> None:
+        waiting = self.busy + len(self._waiting) - self.slots
+        if waiting >= self.max_queue:
+            log.warning("queue full (%d slots busy, %d waiting): a request got 503", self.slots, waiting)
+            raise QueueFull(self.slots, waiting)
+
+    def _start_workers(self) -> None:
+        for i in range(self.slots):
+            worker = threading.Thread(target=self._work, name=f"clover-slot-{i}", daemon=True)
+            worker.start()
+            self._workers.append(worker)
+
+    def _work(self) -> None:
+        """One slot: take the oldest ticket, run it to its end, take the next."""
+        while True:
+            with self._cond:
+                while not self._waiting and not self._closed:
+                    self._cond.wait()
+                if not self._waiting:
+                    return
+                ticket = self._waiting.popleft()
+                self.busy += 1
+                log.info("slots: %d of %d busy, %d waiting", self.busy, self.slots, len(self._waiting))
+            try:
+                self._run(ticket)
+            finally:
+                with self._cond:
+                    self.busy -= 1
+
+    def _run(self, ticket: Ticket) -> None:
+        reply = ticket.reply
+        if ticket.cancel.is_set():  # it left just as it was taken
+            reply.post(END)
             return
-        self.check()
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        reply.post(STARTED)
         try:
-            await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.release()  # handed a slot just as the client left: pass it on
-            raise
+            for event in self.engine.generate(ticket.request, ticket.cancel):
+                reply.post(event)
+        except BaseException as exc:  # handed to the request, whose API answers it
+            reply.post(exc)
         finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-
-    def release(self) -> None:
-        """Hand the slot to the first live waiter, or free it."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)  # the slot changes hands: busy stays the same
-                return
-        self.busy -= 1
+            reply.post(END)
