@@ -20,7 +20,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -262,7 +262,7 @@ class EmbeddedEngine:
             grammar=gbnf,
             grammar_ends=self._marker_ends,
         )
-        inner: Iterator[GenerationEvent] | None = None
+        inner: Generator[GenerationEvent, None, None] | None = None
         try:
             seq = self._sequence(request, prompt, max_new, picker, cancel, t0)
             if self._scheduler is not None:
@@ -270,14 +270,13 @@ class EmbeddedEngine:
             else:
                 seq.slot = self._slots[0]
                 inner = self._generate_alone(seq)
-            events = inner
+            events: Iterator[GenerationEvent] = inner
             if toolcalls.shown_tools(request):
                 events = toolcalls.split_events(inner, self.tool_format, request.tools)
             yield from events
         finally:
-            close = getattr(inner, "close", None)
-            if close is not None:
-                close()  # the scheduler's: waits until the batch no longer uses this sequence's sampler
+            if inner is not None:
+                inner.close()  # the scheduler's: waits until the batch no longer uses this sequence's sampler
             picker.close()
 
     def _sequence(
@@ -306,7 +305,7 @@ class EmbeddedEngine:
         seq.mtp = self._mtp if spec else None
         return seq
 
-    def _generate_alone(self, seq: ActiveSequence) -> Iterator[GenerationEvent]:
+    def _generate_alone(self, seq: ActiveSequence) -> Generator[GenerationEvent, None, None]:
         """A one-slot engine: the sequence steps alone until done."""
         if not self.start_sequence(seq):
             seq.stop("cancelled")

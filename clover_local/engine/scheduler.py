@@ -17,7 +17,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -74,7 +74,7 @@ class SlotScheduler:
         """Sequences generating now."""
         return len(self._active)
 
-    def run(self, seq: ActiveSequence) -> Iterator[GenerationEvent]:
+    def run(self, seq: ActiveSequence) -> Generator[GenerationEvent, None, None]:
         """Give ``seq`` a free slot, join it to the batch and yield its events as the batch produces them."""
         job = _Job(seq)
         with self._cond:
