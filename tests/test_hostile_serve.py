@@ -18,12 +18,13 @@ from helpers_engine import EngineWrapper, GatedEngine, ScriptedEngine
 
 from clover_local import cli
 from clover_local.commands.serve import read_api_key
-from clover_local.engine.types import TEMPLATE_TOKENS_PER_MESSAGE
+from clover_local.engine.types import TEMPLATE_TOKENS_PER_MESSAGE, ChatMessage
 from clover_local.serve import adapters, runner
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import request_guard as guard
 from clover_local.serve.api import ApiConfig
 from clover_local.serve.runner import BackgroundServer
+from clover_local.tui import context_fit
 
 MODEL = "scripted"
 KEY = "sk-hostile-test"
@@ -260,6 +261,24 @@ def test_many_messages_are_counted_in_one_call() -> None:
         messages = [{"role": "user", "content": ""}] * many + [{"role": "user", "content": "hi"}]
         assert post_json(s, {**CHAT, "messages": messages})[0] == 200
     assert engine.counts <= 2
+
+
+def test_serve_and_the_chat_answer_does_a_prompt_fit_with_one_count() -> None:
+    """``serve`` refuses a prompt exactly where the chat's count (``tui.context_fit``) says it leaves no room: both
+    ask ``engine.types.prompt_tokens``, with one allowance a message for the template's markers."""
+    engine = ScriptedEngine()  # 1024 tokens; a word is a token
+    with _serve(engine) as s:
+        for words in (
+            engine.n_ctx - TEMPLATE_TOKENS_PER_MESSAGE - 1,
+            engine.n_ctx - TEMPLATE_TOKENS_PER_MESSAGE,
+        ):
+            messages = [ChatMessage("user", "w " * words)]
+            counted = context_fit.prompt_tokens(engine, messages)
+            assert counted == words + TEMPLATE_TOKENS_PER_MESSAGE
+            status, body = post_json(s, {**CHAT, "messages": [{"role": "user", "content": "w " * words}]})
+            assert (status == 200) == (counted < engine.n_ctx), body
+            if status != 200:
+                assert body["error"]["code"] == "context_length_exceeded"
 
 
 def test_a_reply_past_the_time_limit_is_stopped() -> None:
