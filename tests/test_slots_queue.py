@@ -11,6 +11,7 @@ Through ``serve`` the same is checked on a stub engine whose first reply is held
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -291,3 +292,37 @@ def test_serve_starts_no_thread_per_request() -> None:
         assert len(engine.finished) == 17
         assert serve_threads() == after_one == ["clover-api", "clover-slot-0", "clover-slot-1"]
     assert set(engine.names) <= {"clover-slot-0", "clover-slot-1"}
+
+
+def test_through_serve_a_request_that_hangs_up_while_waiting_gives_its_place_to_the_next(
+    one_slot: tuple[BackgroundServer, GatedEngine, ScriptedEngine],
+) -> None:
+    server, gate, scripted = one_slot
+    held = HeldStream(server.url, completion("first", 20, stream=True))
+    assert gate.held.wait(60)
+    host, port = server.url.removeprefix("http://").split(":")
+    leaver = http.client.HTTPConnection(host, int(port), timeout=60)
+    body = json.dumps(completion("leaver", 3))
+    leaver.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+    wait_until(lambda: health(server.url)["queue"]["waiting"] == 1, what="the leaver to wait")
+    statuses: list[int] = []
+    third = threading.Thread(
+        target=lambda: statuses.append(
+            raw_post(server.url, "/v1/completions", json.dumps(completion("third", 3)).encode())[0]
+        )
+    )
+    third.start()
+    wait_until(
+        lambda: health(server.url)["queue"]["waiting"] == 2, what="the third request to wait behind it"
+    )
+    leaver.close()  # hangs up while it waits
+    wait_until(lambda: health(server.url)["queue"]["waiting"] == 1, what="the leaver to give up its place")
+    gate.release()
+    third.join(timeout=120)
+    held.hang_up()
+    assert statuses == [200]
+    assert [(r.prompt or "").split()[0] for r in scripted.requests] == [
+        "first",
+        "third",
+    ]  # the leaver never ran
+    wait_until(lambda: health(server.url)["slots"]["busy"] == 0, what="every slot to be free again")
