@@ -8,7 +8,7 @@ checkout), all at once, and the rounds alternate between them (the order flips e
 machine slows both alike. Figures: the median over rounds per checkout, B over A of those medians, and the median
 of each round's B over A (a round of each, measured one after the other, shares the machine's load of the moment).
 
-    .venv/bin/python scripts/bench_serve_ab.py --a /work/main --b . --preset smollm2-135m --ctx 1024 \\
+    .venv/bin/python benchmarks/bench_serve_ab.py --a /work/main --b . --preset smollm2-135m --ctx 1024 \\
         --threads 2 --concurrency 4 --max-tokens 128 --rounds 6
 """
 
@@ -73,8 +73,8 @@ def main() -> int:
     parser.add_argument("--engines", default="embedded,llama-server")
     args = parser.parse_args()
 
+    from clover_local.model_files import require_model
     from clover_local.presets import load_preset
-    from clover_local.runtime import require_model
 
     model = str(require_model(load_preset(args.preset), None))
     checkouts = {"A": Path(args.a).resolve(), "B": Path(args.b).resolve()}
