@@ -239,7 +239,7 @@ def prompt_tokens(engine: ChatEngine, messages: Sequence[ChatMessage]) -> int:
     (refusing a prompt its context cannot hold) and the chat (asking before it sends one, ``tui.context_fit``)
     give. The engine's own count of the prompt its template renders, where it renders one here; else one count
     of all the text (one round trip on llama-server) and :data:`TEMPLATE_TOKENS_PER_MESSAGE` for each message's
-    markers. Tools and earlier calls are not in it (``serve.tools.tool_prompt_tokens``)."""
+    markers. The tools a request offers are not in it (``serve`` adds them: ``serve.tools.tool_prompt_tokens``)."""
     try:
         rendered = engine.render_prompt(messages)
     except Exception:  # a template that cannot render these messages: counted message by message
