@@ -144,11 +144,14 @@ class SlotScheduler:
         seq.slot = slot
 
     def _release(self, job: _Job) -> None:
-        """The scheduler no longer touches ``job``'s sequence: its slot is free for the next one handed over."""
+        """The scheduler no longer touches ``job``'s sequence: its slot is free for the next one handed over (once:
+        a failed step fails a job that was both joining and active twice, and by then its slot may be another's)."""
         with self._cond:
+            if job.released.is_set():
+                return
             if job.seq.slot is not None:
                 self._taken.discard(job.seq.slot.seq)
-        job.released.set()
+            job.released.set()
 
     def _start(self, job: _Job) -> None:
         seq = job.seq
