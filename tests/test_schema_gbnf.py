@@ -447,6 +447,25 @@ def test_the_shortest_number_is_inside_exclusive_bounds(schema: dict[str, Any], 
     assert _accepts(schema, json.dumps(found))
 
 
+def test_a_pattern_makes_the_shortest_string_as_long_as_its_shortest_match() -> None:
+    """``^a{1000000000}$`` is enforced in the grammar (nested repetitions), so the shortest call that obeys it
+    is a billion characters: a forced call of it is refused up front, not written until max_tokens cuts it (the
+    hostile-input probe's six 200s). A pattern shorter than minLength leaves minLength in charge."""
+    assert shortest_json({"type": "string", "pattern": "^a{1000000000}$"}, 4096)[0] == 2 + 10**9
+    assert shortest_json({"type": "string", "pattern": "^[0-9]{3}-[0-9]{4}$"}, 100) == (10.0, "x" * 8)
+    assert shortest_json({"type": "string", "pattern": "^a+$", "minLength": 5}, 100)[0] == 7
+    from clover_local.engine.toolcalls import SHORTEST_CALL_LIMIT, shortest_call
+
+    long = {"type": "string", "pattern": f"^a{{{SHORTEST_CALL_LIMIT}}}$"}
+    tool = ToolSpec("f", "", {"type": "object", "properties": {"t": long}, "required": ["t"]})
+    with pytest.raises(RequestRefused, match="at least"):
+        shortest_call((tool,), "hermes")
+    fits = ToolSpec(
+        "f", "", {"type": "object", "properties": {"t": {**long, "pattern": "^a{10}$"}}, "required": ["t"]}
+    )
+    assert len(shortest_call((fits,), "hermes")) > 10
+
+
 def test_the_shortest_value_of_a_type_list_is_measured_per_type() -> None:
     """Each type of a list is measured on a dict made for it; a memo keyed by the id of a freed one gave the next
     type its length (12 for ``null`` below, not 4)."""

@@ -75,7 +75,7 @@ class _Shortest:
                 return 2.0 + sum(self.length(p, depth + 1) for p in prefix) + max(len(prefix) - 1, 0)
             return 2.0 + n * self.length(s.get("items", True), depth + 1) + max(n - 1, 0) if n else 2.0
         if kind == "string":
-            return 2.0 + _int(s.get("minLength"))
+            return 2.0 + _shortest_string(s)
         if kind in ("integer", "number"):
             return float(len(_dump(_nearest_zero(s))))
         return {"boolean": 4.0, "null": 4.0}.get(str(kind), 1.0)
@@ -113,10 +113,24 @@ class _Shortest:
                 return [self.value(p) for p in prefix]
             return [self.value(s.get("items", True))] * _int(s.get("minItems"))
         if kind == "string":
-            return "x" * _int(s.get("minLength"))
+            return "x" * _shortest_string(s)  # its length is what counts: a forced call is measured by it
         if kind in ("integer", "number"):
             return _nearest_zero(s)
         return {"boolean": True, "null": None}.get(str(kind), 0)
+
+
+def _shortest_string(s: dict[str, Any]) -> int:
+    """Characters of the shortest string: ``minLength``, and the shortest match of ``pattern`` (``a{1000000000}``
+    is a billion characters, enforced by nested repetitions in the grammar, however short ``minLength`` is)."""
+    shortest = _int(s.get("minLength"))
+    if isinstance(s.get("pattern"), str):
+        from contextlib import suppress
+
+        from clover_local.engine.schema_gbnf.regex_facts import Unsupported, width
+
+        with suppress(Unsupported):  # a pattern the converter cannot read is refused there, by name
+            shortest = max(shortest, width(s["pattern"])[0])
+    return shortest
 
 
 def shortest_json(schema: Any, limit: int, *, root: Any = None) -> tuple[float, Any]:
