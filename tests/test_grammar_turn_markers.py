@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_runner import launch_request, open_supervised  # at import: before the user folders move
 
 
 @pytest.fixture(scope="module")
@@ -83,5 +84,68 @@ def test_the_engine_hands_its_own_end_markers_to_the_grammar(smollm2_path: Path)
         events = list(engine.generate(request))
         calls = [e for e in events if isinstance(e, ToolCallMade)]
         assert len(calls) == 1 and calls[0].call.name == "get_weather"
+    finally:
+        engine.close()
+
+
+# -- the llama-server route: the same fault, the same answer ---------------------------------------------------
+
+
+def test_the_completion_route_keeps_opening_markers_out_of_a_grammars_stops() -> None:
+    """Under a grammar, a marker that opens a turn is no stop string and its token is barred; a marker that
+    closes one stays a stop string (llama-server writes it as text after the JSON: ``}<|im_end|>``). Without a
+    grammar, every marker stops the reply as before."""
+    from clover_local.engine.types import ChatMessage, GenerationRequest, ToolSpec
+    from clover_local.llamacpp.server_tools import completion_payload
+
+    markers = ("<|im_start|>", "<|im_end|>")
+    tool = ToolSpec("f", "", {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
+    forced = GenerationRequest(messages=(ChatMessage("user", "x"),), tools=(tool,), tool_choice="required")
+    under = completion_payload(forced, "p", 'root ::= "x"', markers, (1,))
+    assert "<|im_start|>" not in under["stop"] and "<|im_end|>" in under["stop"]
+    assert under["logit_bias"] == [[1, False]]
+    schema = completion_payload(
+        GenerationRequest(prompt="p", json_schema={"type": "string"}), "p", None, markers, (1,)
+    )
+    assert "<|im_start|>" not in schema["stop"] and schema["logit_bias"] == [[1, False]]
+    plain = completion_payload(GenerationRequest(prompt="p", tools=(tool,)), "p", None, markers, (1,))
+    assert set(markers) <= set(plain["stop"]) and "logit_bias" not in plain
+
+
+@pytest.mark.slow
+def test_llama_server_finishes_a_forced_call_the_model_would_cut_with_an_opening_marker(
+    monkeypatch: pytest.MonkeyPatch, smollm2_path: Path, tmp_path: Path
+) -> None:
+    """The soak's miss on the llama-server route, made certain: the model is pushed toward ``<|im_start|>``
+    (logit bias +30) while it writes a forced call. Barred, the call is finished and valid; as a stop string it
+    cut the call inside its string."""
+    import json
+
+    from clover_local.engine.types import ChatMessage, GenerationRequest, ToolCallMade, ToolSpec
+    from clover_local.llamacpp import server_engine
+
+    engine = open_supervised(launch_request("pinned", monkeypatch, smollm2_path, tmp_path))
+    try:
+        (start,) = engine._opening_tokens()  # SmolLM2's ChatML: <|im_start|> is one token
+        real = server_engine.completion_payload
+
+        def pushed(*args: object, **kwargs: object) -> dict[str, object]:
+            out = real(*args, **kwargs)  # type: ignore[arg-type]
+            out["logit_bias"] = [*out.get("logit_bias", []), [start, 30.0]]  # type: ignore[list-item]
+            return out
+
+        monkeypatch.setattr(server_engine, "completion_payload", pushed)
+        city = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+        request = GenerationRequest(
+            messages=(ChatMessage("user", "What is the weather in London?"),),
+            tools=(ToolSpec("get_weather", "Weather in a city", city),),
+            tool_choice="required",
+            max_tokens=64,
+            temperature=0.0,
+        )
+        calls = [e.call for e in engine.generate(request) if isinstance(e, ToolCallMade)]
+        assert calls, "the forced call was cut before it was made"
+        arguments = json.loads(calls[0].arguments)
+        assert isinstance(arguments["city"], str) and "<|im_start|>" not in arguments["city"]
     finally:
         engine.close()

@@ -97,6 +97,7 @@ class LlamaServerEngine:
         self._n_ctx: int | None = None
         self._template = template
         self._turn_markers: tuple[str, ...] | None = None
+        self._opening: tuple[int, ...] | None = None
 
     @property
     def process(self) -> LlamaServerProcess | None:
@@ -167,6 +168,26 @@ class LlamaServerEngine:
                 markers = templates.probe_turn_markers(self._applied_template, (RequestRefused, ServerError))
             self._turn_markers = markers
         return self._turn_markers
+
+    def _opening_tokens(self) -> tuple[int, ...]:
+        """The tokens of the template's turn-opening markers that are one token each (``/tokenize`` with
+        special tokens read as such), asked once: barred under a grammar (``server_tools.completion_payload``)."""
+        if self._opening is None:
+            found: list[int] = []
+            for marker in (m for m in self.turn_markers if templates.opens_a_turn(m)):
+                resp = http_client.request(
+                    self.base_url,
+                    "POST",
+                    "/tokenize",
+                    {"content": marker, "add_special": False, "parse_special": True},
+                    api_key=self._api_key,
+                )
+                data = resp.json()
+                tokens = data.get("tokens") if resp.status == 200 and isinstance(data, dict) else None
+                if isinstance(tokens, list) and len(tokens) == 1 and isinstance(tokens[0], int):
+                    found.append(tokens[0])
+            self._opening = tuple(found)
+        return self._opening
 
     def count_tokens(self, text: str) -> int:
         self._check_runner()
@@ -365,7 +386,7 @@ class LlamaServerEngine:
                 prompt = self._applied_template(messages)
         grammar = toolcalls.call_grammar(request, self.tool_format)
         _path, sampling = self._payload(replace(request, messages=None, prompt=prompt, json_schema=None))
-        extra = completion_payload(request, prompt, grammar, self.turn_markers)
+        extra = completion_payload(request, prompt, grammar, self.turn_markers, self._opening_tokens())
         return "/completion", {**sampling, **extra}
 
     def _applied_template(self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()) -> str:

@@ -50,17 +50,34 @@ def clover_enforces(template: TemplateChoice, request: GenerationRequest) -> boo
 
 
 def completion_payload(
-    request: GenerationRequest, prompt: str, grammar: str | None, turn_markers: tuple[str, ...]
+    request: GenerationRequest,
+    prompt: str,
+    grammar: str | None,
+    turn_markers: tuple[str, ...],
+    opening_tokens: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """The ``/completion`` fields for clover-local's route (besides sampling): the prompt, the grammar or JSON
     schema, the template's turn markers as stop strings, and those markers and the call tags kept as text in
-    the reply (``preserved_tokens``: llama-server otherwise drops control tokens from the text)."""
+    the reply (``preserved_tokens``: llama-server otherwise drops control tokens from the text).
+
+    Under a grammar (a forced call, a JSON schema) the grammar says where the reply ends: a marker that opens
+    a turn (``<|im_start|>``, one token the vocabulary does not mark as an end) is read by llama.cpp's grammar
+    as its text, which a JSON string admits, so as a stop string it cut calls mid-string (the soak's one miss on
+    this route). There it is no stop string, and its token (``opening_tokens``) is barred (``logit_bias``
+    false), as the embedded engine's grammar gate bars it; markers that close a turn stay stop strings (the
+    grammar admits them only at its end, and llama-server writes them as text)."""
+    from clover_local.engine.templates import opens_a_turn
+
+    under_grammar = grammar is not None or request.json_schema is not None
+    stops = [m for m in turn_markers if not (under_grammar and opens_a_turn(m))]
     out: dict[str, Any] = {
         "prompt": prompt,
         "n_predict": request.max_tokens,
-        "stop": [*request.stop, *turn_markers, *reply_stops(request)],
+        "stop": [*request.stop, *stops, *reply_stops(request)],
         "preserved_tokens": [CALL_START, CALL_END, *turn_markers],
     }
+    if under_grammar and opening_tokens:
+        out["logit_bias"] = [[token, False] for token in opening_tokens]
     if grammar is not None:
         out["grammar"] = grammar
     elif request.json_schema is not None:
