@@ -123,10 +123,13 @@ def _what_is_read(request: LaunchRequest) -> tuple[object, ...]:
     slots or template: those are decided from the same facts)."""
     from clover_local.plan.speculation import SERVER_ONLY_MODES
 
+    described_quant = (
+        request.quant if request.describe and not request.model else None
+    )  # describe_quants' filter
     return (
         request.model,
         request.repo,
-        request.quant,
+        described_quant,
         request.engine,
         request.llama_server,
         request.rpc,

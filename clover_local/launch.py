@@ -97,7 +97,8 @@ def decide_launch(
     what they would read; ``facts``: gathered earlier in this command, used while they still answer for this
     request), then decided (``decide.decide``). A plan of the preset's automatic quant that does not fit asks
     the preset's community repos for a smaller quant (once), and is decided again with it."""
-    if facts is None or machine is not None or not still_true_for(facts, request):
+    reusable = facts is not None and still_true_for(facts, request) and machine in (None, facts.machine)
+    if facts is None or not reusable:
         facts = gather_facts(
             request, machine=machine, models=models, find_binary=find_binary, community=community
         )

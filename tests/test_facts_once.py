@@ -239,3 +239,35 @@ def test_the_counter_sees_a_second_gathering(monkeypatch: pytest.MonkeyPatch, sm
     decide_launch(LaunchRequest(None, str(smollm2_path), ctx=2048))
     assert reads.tables == 2 and sum(reads.checks.values()) == 2
     assert reads.headers[smollm2_path.name] == 1  # the header itself is read once per file version
+
+
+async def test_the_plan_screen_reads_again_only_when_what_it_read_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The app's plan screen: another context is decided from the facts it has (nothing read); sizes arriving,
+    community quants, or a runtime installed, read again."""
+    from textual.widgets import Select
+    from waiting import wait_until
+
+    from clover_local.detect import parse_simulate
+    from clover_local.tui.app import CloverApp, StartOptions
+    from clover_local.tui.screens.plan import PlanScreen
+
+    reads = Reads(monkeypatch)
+    app = CloverApp(
+        StartOptions(preset="clover-35b-a3b"), machine=parse_simulate("ram=64G,gpu=nvidia:24G,cpu=16")
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PlanScreen)
+        await wait_until(lambda: screen.plan is not None, "the first plan", pilot=pilot)
+        assert screen.facts is not None  # a described machine: the preset's sizes, read with the first plan
+        read = reads.tables
+        for ctx in (8192, 4096, 16384):
+            screen.query_one("#ctx", Select).value = ctx
+            await wait_until(
+                lambda c=ctx: screen.plan is not None and screen.plan.ctx == c, "re-plan", pilot=pilot
+            )
+        assert reads.tables == read, "a context changed: nothing read again"
+        screen.read_again()  # as after a runtime is installed
+        assert reads.tables == read + 1

@@ -342,7 +342,7 @@ class CloverApp(App[None]):
         from clover_local.tui.screens.plan import PlanScreen
 
         if installed is not None and isinstance(self.screen, PlanScreen):
-            self.screen.replan()
+            self.screen.read_again()
 
     def _remember_theme(self, theme: Theme) -> None:
         self.prefs = replace(user_prefs.load_prefs(), theme=theme.name)

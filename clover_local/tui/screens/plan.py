@@ -23,11 +23,13 @@ from textual.widgets import Button, Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
 from clover_local import model_files
+from clover_local.decide import decide
 from clover_local.detect.machine import Machine
 from clover_local.detect.report import machine_summary
 from clover_local.errors import CloverError
+from clover_local.facts import LaunchFacts, gather_facts, still_true_for
 from clover_local.fetch.describe import QuantDescriptions
-from clover_local.launch import Launch, LaunchRequest, decide_launch, needs_community
+from clover_local.launch import Launch, LaunchRequest, needs_community
 from clover_local.plan.community import CommunityQuants
 from clover_local.plan.planner import context_limit
 from clover_local.plan.render import plan_summary
@@ -103,6 +105,9 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         """The release the Runtimes screen is installing for this plan (the install key opened it), else None."""
         self.community: CommunityQuants | None = None
         """The community repos' smaller quants, read by a worker once a plan did not fit well."""
+        self.facts: LaunchFacts | None = None
+        """What the plans are decided from (``facts.gather_facts``), kept while the choices change only the
+        quant or context; read again when sizes, community quants or a runtime arrive."""
         self._community_asked = False
 
     def compose(self) -> ComposeResult:
@@ -177,11 +182,11 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         self._machine_ready(message.machine)
 
     def on_plan_screen_models_described(self, message: ModelsDescribed) -> None:
-        self.models = message.models
+        self.models, self.facts = message.models, None
         self.replan()
 
     def _machine_ready(self, machine: Machine) -> None:
-        self.machine = machine
+        self.machine, self.facts = machine, None
         self.query_one("#machine-panel", Static).update(machine_summary(machine))
         self.replan()
 
@@ -205,9 +210,13 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             describe=False,
         )
         try:
-            launch = decide_launch(
-                request, machine=self.machine, models=self.models, community=self.community
-            )
+            if self.facts is None or not still_true_for(self.facts, request):
+                # The first plan, or something read changed (sizes, community quants, a runtime, the file):
+                # read once; another quant or context is then decided from the same facts, nothing read.
+                self.facts = gather_facts(
+                    request, machine=self.machine, models=self.models, community=self.community
+                )
+            launch = decide(request, self.facts)
         except CloverError as exc:
             self.launch = None
             self.query_one("#plan-summary", Static).update(str(exc))
@@ -229,7 +238,7 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             self.post_message(PlanScreen.CommunityFound(found))
 
     def on_plan_screen_community_found(self, message: CommunityFound) -> None:
-        self.community = message.found
+        self.community, self.facts = message.found, None
         self.replan()
 
     @property
@@ -286,6 +295,11 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         self.installing = None
         if runtime is not None:
             self.notify(f"Installed {runtime.label}.", timeout=5)
+        self.read_again()
+
+    def read_again(self) -> None:
+        """Plan again from facts read again (a runtime was installed: what loads the model has changed)."""
+        self.facts = None
         self.replan()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
