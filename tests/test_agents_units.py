@@ -463,13 +463,16 @@ def test_llama_server_runs_through_clover_where_it_would_not_enforce() -> None:
 
 
 def test_clover_route_keeps_turn_markers_and_call_tags_as_text_and_stops_at_them() -> None:
+    """Under the forced call's grammar only the request's stops and the turn-closing markers stop the reply
+    (the grammar ends after the call; a string may hold ``</tool_call>`` or an opening marker as text); every
+    marker and the call tags are kept as text."""
     from clover_local.engine.types import GenerationRequest
     from clover_local.llamacpp.server_tools import completion_payload
 
     request = GenerationRequest(prompt="x", tools=(WEATHER,), tool_choice="required", stop=("END",))
     out = completion_payload(request, "P", "root ::= x", ("<start_of_turn>", "<end_of_turn>"))
     assert out["prompt"] == "P" and out["grammar"] == "root ::= x" and "json_schema" not in out
-    assert out["stop"] == ["END", "<start_of_turn>", "<end_of_turn>", "</tool_call>"]
+    assert out["stop"] == ["END", "<end_of_turn>"]
     assert out["preserved_tokens"] == ["<tool_call>", "</tool_call>", "<start_of_turn>", "<end_of_turn>"]
     schema = completion_payload(GenerationRequest(prompt="x", json_schema={}), "P", None, ())
     assert schema["grammar"] == schema_grammar({"type": "object"}) and "json_schema" not in schema

@@ -92,9 +92,11 @@ def test_the_engine_hands_its_own_end_markers_to_the_grammar(smollm2_path: Path)
 
 
 def test_the_completion_route_keeps_opening_markers_out_of_a_grammars_stops() -> None:
-    """Under a grammar, a marker that opens a turn is no stop string and its token is barred; a marker that
-    closes one stays a stop string (llama-server writes it as text after the JSON: ``}<|im_end|>``). Without a
-    grammar, every marker stops the reply as before."""
+    """Under a grammar, a marker that opens a turn is no stop string and its token is barred, and the call's end
+    is no stop string either (the soak's ``"Paris, France}}`` was cut at ``</tool_call>`` written inside the
+    string); a marker that closes a turn stays one (llama-server writes it as text after the JSON:
+    ``}<|im_end|>``). Without a grammar, every marker and the call's end stop the reply as before."""
+    from clover_local.engine.toolcalls import CALL_END
     from clover_local.engine.types import ChatMessage, GenerationRequest, ToolSpec
     from clover_local.llamacpp.server_tools import completion_payload
 
@@ -103,13 +105,15 @@ def test_the_completion_route_keeps_opening_markers_out_of_a_grammars_stops() ->
     forced = GenerationRequest(messages=(ChatMessage("user", "x"),), tools=(tool,), tool_choice="required")
     under = completion_payload(forced, "p", 'root ::= "x"', markers, (1,))
     assert "<|im_start|>" not in under["stop"] and "<|im_end|>" in under["stop"]
+    assert CALL_END not in under["stop"]  # a string may hold it; the grammar ends after the call
     assert under["logit_bias"] == [[1, False]]
     schema = completion_payload(
         GenerationRequest(prompt="p", json_schema={"type": "string"}), "p", None, markers, (1,)
     )
     assert "<|im_start|>" not in schema["stop"] and schema["logit_bias"] == [[1, False]]
-    plain = completion_payload(GenerationRequest(prompt="p", tools=(tool,)), "p", None, markers, (1,))
-    assert set(markers) <= set(plain["stop"]) and "logit_bias" not in plain
+    free = GenerationRequest(messages=(ChatMessage("user", "x"),), tools=(tool,))  # tool_choice auto
+    plain = completion_payload(free, "p", None, markers, (1,))
+    assert set(markers) <= set(plain["stop"]) and CALL_END in plain["stop"] and "logit_bias" not in plain
 
 
 @pytest.mark.slow

@@ -252,7 +252,8 @@ class EmbeddedEngine:
             # Under a grammar the grammar says where the reply ends: a turn marker's text inside a JSON string
             # is text, not the end of the turn (the soak's one embedded miss ended a forced call there).
             markers = self._turn_markers if gbnf is None else ()
-            request = replace(request, stop=(*request.stop, *markers, *toolcalls.reply_stops(request)))
+            stops = toolcalls.reply_stop_strings(request, markers, under_grammar=gbnf is not None)
+            request = replace(request, stop=stops)
         picker = TokenPicker(
             self._ctx,
             self._model,

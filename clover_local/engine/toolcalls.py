@@ -169,6 +169,22 @@ def reply_stops(request: GenerationRequest) -> tuple[str, ...]:
     return ()
 
 
+def reply_stop_strings(
+    request: GenerationRequest, turn_markers: Sequence[str], *, under_grammar: bool
+) -> tuple[str, ...]:
+    """The stop strings of a chat reply, for both engines: the request's own, the template's turn markers and
+    the end of the one call (:func:`reply_stops`). Under a grammar (a forced call, a JSON schema) the grammar says
+    where the reply ends (``root ::= call`` ends after one call): a JSON string may hold a turn-opening marker's
+    text or ``</tool_call>`` (the llama-server soak's misses: ``"Paris, France}}`` cut at the model's
+    ``</tool_call>`` inside the string), so only the markers that close a turn stay (an engine that writes them
+    as text needs them cut off)."""
+    from clover_local.engine.templates import opens_a_turn
+
+    if not under_grammar:
+        return (*request.stop, *turn_markers, *reply_stops(request))
+    return (*request.stop, *(m for m in turn_markers if not opens_a_turn(m)))
+
+
 def call_grammar(request: GenerationRequest, fmt: ToolFormat) -> str | None:
     """The grammar a forced choice needs (``required`` or one named function); None when the model is free."""
     tools = forced_tools(request)

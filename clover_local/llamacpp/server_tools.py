@@ -26,7 +26,7 @@ from clover_local.engine.toolcalls import (
     CALL_START,
     forced_tools,
     has_tool_turns,
-    reply_stops,
+    reply_stop_strings,
     template_message,
 )
 from clover_local.engine.types import ChatMessage, GenerationRequest, ToolCall
@@ -64,16 +64,14 @@ def completion_payload(
     a turn (``<|im_start|>``, one token the vocabulary does not mark as an end) is read by llama.cpp's grammar
     as its text, which a JSON string admits, so as a stop string it cut calls mid-string (the soak's one miss on
     this route). There it is no stop string, and its token (``opening_tokens``) is barred (``logit_bias``
-    false), as the embedded engine's grammar gate bars it; markers that close a turn stay stop strings (the
-    grammar admits them only at its end, and llama-server writes them as text)."""
-    from clover_local.engine.templates import opens_a_turn
-
+    false), as the embedded engine's grammar gate bars it; nor is the call's end (``</tool_call>``, text a string
+    may hold: the grammar ends after the call); markers that close a turn stay stop strings (the grammar admits
+    them only at its end, and llama-server writes them as text): ``toolcalls.reply_stop_strings``."""
     under_grammar = grammar is not None or request.json_schema is not None
-    stops = [m for m in turn_markers if not (under_grammar and opens_a_turn(m))]
     out: dict[str, Any] = {
         "prompt": prompt,
         "n_predict": request.max_tokens,
-        "stop": [*request.stop, *stops, *reply_stops(request)],
+        "stop": list(reply_stop_strings(request, turn_markers, under_grammar=under_grammar)),
         "preserved_tokens": [CALL_START, CALL_END, *turn_markers],
     }
     if under_grammar and opening_tokens:
