@@ -484,3 +484,29 @@ def test_the_model_name_is_matched_in_any_case() -> None:
         ("gemma3-270m", "gemma-3-270m-Q4_K_M"),
     )
     assert parsed.model == "gemma-3-270m-Q4_K_M"
+
+
+def test_a_call_whose_string_holds_the_closing_tag_is_read_to_the_tag_after_its_json() -> None:
+    """Under the call's grammar a model may write ``</tool_call>`` inside a JSON string (the grammar reads it as
+    text; the llama-server soak's two "200 without a call"): the call is the JSON object, read past that tag, whole
+    or streamed in pieces; two plain calls and an unclosed last one read as before, and many unclosed strings stay
+    cheap (a bounded number of reads past a tag)."""
+    from clover_local.engine.toolcalls import CallSplitter, parse_reply
+
+    text = (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "London, England}}</tool_call>You can use", '
+        '"unit": "F"}\n\n}\n</tool_call>'
+    )
+    (call,) = parse_reply(text, "hermes", ()).calls
+    assert call.name == "get_weather"
+    assert json.loads(call.arguments) == {"city": "London, England}}</tool_call>You can use", "unit": "F"}
+    splitter = CallSplitter("hermes", ())
+    streamed = [c for i in range(0, len(text), 7) for c in splitter.push(text[i : i + 7])[1]]
+    assert [c.arguments for c in streamed] == [call.arguments] and splitter.finish() == ("", [])
+    two = '<tool_call>\n{"name":"a","arguments":{}}\n</tool_call>\n<tool_call>\n{"name":"b","arguments":{}}\n</tool_call>'
+    assert [c.name for c in parse_reply(two, "hermes", ()).calls] == ["a", "b"]
+    assert [c.name for c in parse_reply('<tool_call>{"name":"a","arguments":{}}', "hermes", ()).calls] == [
+        "a"
+    ]
+    hostile = '<tool_call>{"name": "a", "arguments": {"x": "</tool_call>' * 20_000
+    assert parse_reply(hostile, "hermes", ()).calls == ()

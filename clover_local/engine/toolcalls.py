@@ -273,8 +273,66 @@ def _sections(text: str, start: str, ends: tuple[str, ...]) -> Iterator[tuple[in
         pos = j if e == start else j + len(e)
 
 
+JSON_READS = 8
+"""Calls a reply may have read as JSON past a ``</tool_call>`` in their strings: each read may run to the end of
+the reply, so a hostile one of many unclosed calls stays linear-bounded."""
+
+
 def _hermes_blocks(text: str) -> list[str]:
-    return [text[a:b].strip() for a, b in _sections(text, "<tool_call>", ("</tool_call>",))]
+    """The body of each ``<tool_call> ... </tool_call>``. A body that is not JSON up to the first closing tag is
+    read as JSON from its ``{`` (the decoder knows where its strings end): a model under the call's grammar may
+    write ``</tool_call>`` inside a string (``"London, England}}</tool_call>You can use"``), which the grammar
+    reads as text, so the call ends at the tag after the JSON. The scan stays linear: the next closing tag is
+    searched for once per place, and at most :data:`JSON_READS` bodies are read past it."""
+    blocks: list[str] = []
+    decoder = json.JSONDecoder()
+    never = len(text) + 1
+    next_end, pos, reads = -1, 0, 0
+    while (i := text.find(CALL_START, pos)) >= 0:
+        body = i + len(CALL_START)
+        if next_end != never and next_end < body:
+            found = text.find(CALL_END, body)
+            next_end = found if found >= 0 else never
+        if next_end == never:  # the last call, unclosed: to the end of the reply
+            blocks.append(text[body:].strip())
+            break
+        block, after = text[body:next_end].strip(), next_end + len(CALL_END)
+        if reads < JSON_READS and not _is_json(block):
+            reads += 1
+            whole = _json_through_strings(decoder, text, body)
+            if whole is not None:
+                block, after = whole
+        blocks.append(block)
+        pos = after
+    return blocks
+
+
+def _is_json(block: str) -> bool:
+    try:
+        json.loads(block)
+    except ValueError:
+        return False
+    return True
+
+
+def _json_through_strings(decoder: json.JSONDecoder, text: str, body: int) -> tuple[str, int] | None:
+    """The JSON object that starts at ``body`` (after whitespace) and is followed by ``</tool_call>``, and where
+    scanning goes on; None when there is none."""
+    at = body
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    if not text.startswith("{", at):
+        return None
+    try:
+        _obj, stop = decoder.raw_decode(text, at)
+    except ValueError:
+        return None
+    rest = stop
+    while rest < len(text) and text[rest] in " \t\r\n":
+        rest += 1
+    if not text.startswith(CALL_END, rest):
+        return None
+    return text[at:stop], rest + len(CALL_END)
 
 
 @dataclass(frozen=True)
