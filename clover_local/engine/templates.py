@@ -98,16 +98,6 @@ TURN_MARKERS = (
 )
 """Text that opens or closes a turn in the chat formats llama.cpp knows (ChatML, Gemma, Llama 3, Phi, Zephyr,
 Mistral). The ones a template writes are its control text: a reply never shows them."""
-ENDS_A_TURN = frozenset({"<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "[/INST]"})
-"""The turn markers that close a turn (vocabularies mark them as ends, so a grammar admits them only where the
-reply may end); the others open one, and a grammar reads them as text, which a JSON string admits."""
-
-
-def opens_a_turn(marker: str) -> bool:
-    """Whether ``marker`` opens a turn (or a header) rather than closing one (:data:`ENDS_A_TURN`)."""
-    return marker not in ENDS_A_TURN
-
-
 PROBE_MESSAGES = (
     ChatMessage("system", "S"),
     ChatMessage("user", "U"),

@@ -169,6 +169,16 @@ def reply_stops(request: GenerationRequest) -> tuple[str, ...]:
     return ()
 
 
+ENDS_A_TURN = frozenset({"<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "[/INST]"})
+"""The turn markers that close a turn (vocabularies mark them as ends, so a grammar admits them only where the
+reply may end); the others open one, and a grammar reads them as text, which a JSON string admits."""
+
+
+def opens_a_turn(marker: str) -> bool:
+    """Whether ``marker`` opens a turn (or a header) rather than closing one (:data:`ENDS_A_TURN`)."""
+    return marker not in ENDS_A_TURN
+
+
 def reply_stop_strings(
     request: GenerationRequest, turn_markers: Sequence[str], *, under_grammar: bool
 ) -> tuple[str, ...]:
@@ -178,8 +188,6 @@ def reply_stop_strings(
     text or ``</tool_call>`` (the llama-server soak's misses: ``"Paris, France}}`` cut at the model's
     ``</tool_call>`` inside the string), so only the markers that close a turn stay (an engine that writes them
     as text needs them cut off)."""
-    from clover_local.engine.templates import opens_a_turn
-
     if not under_grammar:
         return (*request.stop, *turn_markers, *reply_stops(request))
     return (*request.stop, *(m for m in turn_markers if not opens_a_turn(m)))

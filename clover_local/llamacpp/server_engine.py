@@ -174,7 +174,7 @@ class LlamaServerEngine:
         special tokens read as such), asked once: barred under a grammar (``server_tools.completion_payload``)."""
         if self._opening is None:
             found: list[int] = []
-            for marker in (m for m in self.turn_markers if templates.opens_a_turn(m)):
+            for marker in (m for m in self.turn_markers if toolcalls.opens_a_turn(m)):
                 resp = http_client.request(
                     self.base_url,
                     "POST",
