@@ -254,6 +254,7 @@ def _open(
         on_log=on_log,
         ready_timeout_s=ready_timeout_s,
         adapt=launch.server_argv is None,  # fitted when decided; only a binary not asked then is asked now
+        keep_slots=launch.follow_load is not None,
     )
     engine = LlamaServerEngine(
         process,
@@ -262,6 +263,7 @@ def _open(
         template=template,
         slots=plan.parallel,
         ready_timeout_s=ready_timeout_s,
+        follow_load=launch.follow_load,
     )
     notes = (*launch.notices, *([template.notice] if template.notice else []), *process.warnings)
     return OpenedEngine(engine, launch, notes)

@@ -16,6 +16,7 @@ from clover_local.presets import Preset
 if TYPE_CHECKING:
     from clover_local.detect.machine import Machine
     from clover_local.llamacpp.binary import ServerBinary
+    from clover_local.llamacpp.load_follow import FollowLoad
 
 __all__ = ["EMBEDDED_DRAFTERS", "ENGINE_WISHES", "EngineWish", "Launch", "LaunchRequest", "Runner"]
 
@@ -103,6 +104,20 @@ class Launch:
     """``settings.argv()`` fitted to the runner's llama-server (its ``--help``): a flag it lacks dropped or
     translated, each change in ``notices``; None when not fitted (the embedded engine, a binary that could not
     be asked: then it is fitted when started)."""
+
+    @property
+    def follow_load(self) -> FollowLoad | None:
+        """How a llama-server child follows the machine's load (``llamacpp.load_follow``): started again between
+        requests with fewer threads while other programs keep cores busy, up to every physical core. None where
+        the threads are fixed: the embedded engine (it follows the load between steps itself) and a ``--threads``
+        the person asked for."""
+        from clover_local.llamacpp.load_follow import FollowLoad
+
+        if self.runner.kind != "llama-server" or self.request.threads:
+            return None
+        return FollowLoad(
+            max(1, self.machine.cpu.physical_cores, self.plan.threads), self.plan.predicted_tokens_per_s
+        )
 
     @property
     def argv(self) -> list[str]:

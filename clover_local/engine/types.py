@@ -213,6 +213,31 @@ RunnerState = Literal["ready", "restarting", "failed", "stopped"]
 
 
 @dataclass(frozen=True)
+class RunnerThreads:
+    """The threads a ``llama-server`` child runs with now, and what the machine's load made of them
+    (``llamacpp.load_follow``): fewer than ``planned`` while other programs keep cores busy."""
+
+    threads: int
+    planned: int
+    """The most it is given (every physical core, unless ``--threads`` asked otherwise)."""
+    relaunching: bool = False
+    """Being started again with another thread count right now (requests wait, then go on)."""
+    others_busy: float = 0.0
+    """Cores other programs used at the last look."""
+    relaunches: int = 0
+
+    @property
+    def note(self) -> str:
+        """What a person is told, empty while the child has every planned thread."""
+        if self.relaunching:
+            return "another program's load changed: restarting the model with other threads…"
+        if self.threads < self.planned:
+            plural = "" if self.threads == 1 else "s"
+            return f"another program is busy: {self.threads} thread{plural} of {self.planned}"
+        return ""
+
+
+@dataclass(frozen=True)
 class RunnerHealth:
     """Whether an engine's runner (a ``llama-server`` child) can answer: ``ready``; ``restarting`` after it stopped
     unasked (``retry_after_s``: when to ask again); ``failed`` when it kept stopping and was given up; ``stopped``
@@ -223,6 +248,8 @@ class RunnerHealth:
     restarts: int = 0
     """Times the runner was started again since it was opened."""
     retry_after_s: float | None = None
+    threads: RunnerThreads | None = None
+    """The threads it runs with, where it follows the load (None: fixed at launch)."""
 
 
 @runtime_checkable

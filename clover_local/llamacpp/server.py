@@ -36,7 +36,8 @@ from clover_local.llamacpp.binary import (
     find_llama_server,
 )
 from clover_local.llamacpp.children import signal_group, spawn_child
-from clover_local.llamacpp.server_args import fit_argv, with_endpoint
+from clover_local.llamacpp.server_args import fit_argv, with_endpoint, with_slot_save
+from clover_local.llamacpp.slot_files import private_slot_dir, remove_slot_dir
 
 if TYPE_CHECKING:
     from clover_local.plan.types import Plan
@@ -107,6 +108,10 @@ class LlamaServerProcess:
         self.ready_after_s: float | None = None
         self.last_exit = ""
         """How the previous child stopped (:meth:`exit_summary`), kept when a new one is started."""
+        self.slot_save_dir: str | None = None
+        """Where the child saves its slots' state (``--slot-save-path``); None: it cannot."""
+        self._swap = threading.Lock()
+        """Held while :meth:`relaunch` replaces the child (the supervisor waits on it: :meth:`settled`)."""
         """How long the last start took until ``/health`` said ready (what a client waits while it restarts)."""
         """``stop()`` was called: the child's exit was asked for, so nothing starts it again."""
 
@@ -161,6 +166,40 @@ class LlamaServerProcess:
         self._spawn()
         self.wait_ready(ready_timeout_s)
         check_listener(self, self.port)
+
+    def relaunch(self, argv: Sequence[str], ready_timeout_s: float) -> None:
+        """Stop the running child on purpose and start one with ``argv`` (the same port, key and log; another
+        flag or value, such as its threads), ready when this returns. When the new one does not start, the old
+        argv is kept for the supervisor's next start and the error raised: the supervisor sees a stop."""
+        with self._swap:
+            if self.stop_asked:
+                raise ServerError("llama-server was stopped; it is not started again.")
+            previous = self.argv
+            if self._proc is not None:
+                _stop_group(self._proc, 10.0)
+            self._join_reader()
+            if self._proc is not None and self._proc.stdout is not None:
+                self._proc.stdout.close()
+            self.argv = list(argv)
+            if not _port_is_free(self.host, self.port):
+                self.port = free_port(self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1")
+            self.argv = with_endpoint(
+                self.argv, host=self.host, port=self.port, api_key_file=self.api_key_file
+            )
+            try:
+                self._spawn()
+                self.wait_ready(ready_timeout_s)
+                check_listener(self, self.port)
+            except BaseException:
+                self.argv = previous
+                if self._proc is not None and self._proc.poll() is None:
+                    _stop_group(self._proc, 10.0)
+                raise
+
+    def settled(self) -> None:
+        """Return once no :meth:`relaunch` is replacing the child."""
+        with self._swap:
+            return
 
     def _read_log(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
@@ -242,16 +281,11 @@ class LlamaServerProcess:
         proc = self._proc
         if proc is None:
             return None
-        if proc.poll() is None:
-            signal_group(proc, signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                signal_group(proc, signal.SIGKILL)
-                proc.wait(timeout=5.0)
+        _stop_group(proc, timeout_s)
         self._join_reader()
         if proc.stdout is not None:
             proc.stdout.close()
+        remove_slot_dir(self.slot_save_dir)
         _live.discard(self)
         return proc.returncode
 
@@ -273,9 +307,12 @@ def start_llama_server(
     on_log: LogCallback | None = None,
     ready_timeout_s: float = 600.0,
     adapt: bool = True,
+    keep_slots: bool = False,
 ) -> LlamaServerProcess:
     """Start ``llama-server`` with ``argv`` (flags fitted to the binary, warnings in ``.warnings``) and
-    return once ``/health`` says it is ready."""
+    return once ``/health`` says it is ready. ``keep_slots``: let it save and restore its slots' state in a
+    private folder of its own (``--slot-save-path``, where the binary has it; removed when it is stopped), so a
+    relaunch keeps the conversations it holds (:attr:`LlamaServerProcess.slot_save_dir`)."""
     binary = binary or find_llama_server()
     if binary is None:
         raise ServerError(
@@ -295,6 +332,10 @@ def start_llama_server(
         # A key of its own, by environment (never argv, which `ps` shows): clover-local's API may require a
         # key, and the child's port must not be a way around it for other local users and processes.
         api_key = secrets.token_urlsafe(32)
+    saves = None
+    if keep_slots and capabilities(binary.path, binary.subcommand).supports("--slot-save-path"):
+        saves = private_slot_dir()
+        fitted = with_slot_save(fitted, saves)
     full = with_endpoint(fitted, host=host, port=port, api_key_file=api_key_file)
     server = LlamaServerProcess(
         binary,
@@ -306,6 +347,7 @@ def start_llama_server(
         on_log=on_log,
         api_key_file=api_key_file,
     )
+    server.slot_save_dir = saves
     server._spawn()
     try:
         server.wait_ready(ready_timeout_s)
@@ -314,6 +356,17 @@ def start_llama_server(
         server.stop()
         raise
     return server
+
+
+def _stop_group(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM the child's process group, SIGKILL after ``timeout_s``."""
+    if proc.poll() is None:
+        signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            signal_group(proc, signal.SIGKILL)
+            proc.wait(timeout=5.0)
 
 
 def check_listener(server: LlamaServerProcess, port: int) -> None:

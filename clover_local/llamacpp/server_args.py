@@ -214,3 +214,37 @@ def with_endpoint(
     if api_key_file:
         out += ["--api-key-file", api_key_file]
     return out
+
+
+_THREAD_FLAGS = {"-t": "threads", "--threads": "threads", "-tb": "batch", "--threads-batch": "batch"}
+
+
+def threads_in(argv: Sequence[str]) -> int | None:
+    """The decode threads an argv asks for (``-t``/``--threads``), None when it leaves them to llama-server."""
+    for flag, value in split_flags(argv):
+        if _THREAD_FLAGS.get(flag) == "threads" and value is not None and value.lstrip("-").isdigit():
+            return int(value)
+    return None
+
+
+def with_threads(argv: Sequence[str], threads: int) -> list[str]:
+    """The argv with ``threads`` for decoding and batches (``-t``, ``-tb``), replacing any already there: what a
+    child started again for another load runs with (``llamacpp.load_follow``)."""
+    out: list[str] = [argv[0]] if argv and not argv[0].startswith("-") else []
+    for flag, value in split_flags(argv):
+        if flag in _THREAD_FLAGS:
+            continue
+        out += [flag] if value is None else [flag, value]
+    return [*out, "-t", str(threads), "-tb", str(threads)]
+
+
+def with_slot_save(argv: Sequence[str], directory: str) -> list[str]:
+    """The argv with ``--slot-save-path`` set to ``directory`` (replacing any): the child can then save each
+    slot's state to a file there and restore it (``POST /slots/ID?action=save|restore``), which a relaunch uses
+    to keep the conversations it holds."""
+    out: list[str] = [argv[0]] if argv and not argv[0].startswith("-") else []
+    for flag, value in split_flags(argv):
+        if flag == "--slot-save-path":
+            continue
+        out += [flag] if value is None else [flag, value]
+    return [*out, "--slot-save-path", directory]

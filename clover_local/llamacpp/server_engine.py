@@ -34,8 +34,10 @@ from clover_local.engine.types import (
 )
 from clover_local.errors import RequestRefused, RunnerDied, RunnerUnavailable, ServerError
 from clover_local.llamacpp import http_client
+from clover_local.llamacpp.load_follow import CpuLookout, FollowLoad, LoadFollower, LoadLookout, RequestGate
 from clover_local.llamacpp.restart_policy import RestartPolicy
 from clover_local.llamacpp.server import LlamaServerProcess
+from clover_local.llamacpp.server_args import threads_in, with_threads
 from clover_local.llamacpp.server_tools import (
     ToolCallCollector,
     agent_payload,
@@ -45,6 +47,7 @@ from clover_local.llamacpp.server_tools import (
     schema_fields,
     withhold_unfinished,
 )
+from clover_local.llamacpp.slot_files import forget_slots, restore_slots, save_slots
 from clover_local.llamacpp.supervisor import Supervisor
 from clover_local.presets import SamplingDefaults
 
@@ -60,7 +63,9 @@ class LlamaServerEngine:
     ``Retry-After``); one in flight when it stopped raises :class:`RunnerDied`.
     Speculative decoding is set when the server starts (``--spec-type``); ``request.speculative`` cannot
     change it per request and is ignored. ``template`` is the chat template the server was started with, as
-    ``templates.choose_template`` chose it (None: read from the server's ``/props``)."""
+    ``templates.choose_template`` chose it (None: read from the server's ``/props``). ``follow_load``: start the
+    supervised child again with other threads as the machine's load changes (``load_follow``), reading the
+    load from ``load_lookout`` (tests give a scripted one; default: the machine's CPU times)."""
 
     def __init__(
         self,
@@ -74,6 +79,8 @@ class LlamaServerEngine:
         slots: int = 1,
         restarts: RestartPolicy | None = DEFAULT_RESTARTS,
         ready_timeout_s: float = 600.0,
+        follow_load: FollowLoad | None = None,
+        load_lookout: LoadLookout | None = None,
     ) -> None:
         self.slots = max(1, slots)
         """Requests llama-server decodes at once (its ``-np``, the plan's slots): ``serve`` lets that many
@@ -98,6 +105,21 @@ class LlamaServerEngine:
         self._template = template
         self._turn_markers: tuple[str, ...] | None = None
         self._opening: tuple[int, ...] | None = None
+        self._ready_timeout_s = ready_timeout_s
+        self._gate = RequestGate()
+        self._follower: LoadFollower | None = None
+        threads = threads_in(self._process.argv) if self._process is not None else None
+        if follow_load is not None and self._supervisor is not None and threads is not None:
+            assert self._process is not None
+            process = self._process
+            self._follower = LoadFollower(
+                gate=self._gate,
+                relaunch=self._relaunch,
+                threads=threads,
+                follow=follow_load,
+                first_start_s=process.ready_after_s or 1.0,
+                lookout=load_lookout or CpuLookout(lambda: process.pid),
+            ).start()
 
     @property
     def process(self) -> LlamaServerProcess | None:
@@ -113,11 +135,18 @@ class LlamaServerEngine:
         """What watches and restarts this engine's llama-server (None: not supervised)."""
         return self._supervisor
 
+    @property
+    def follower(self) -> LoadFollower | None:
+        """What starts llama-server again with other threads as the load changes (None: threads fixed)."""
+        return self._follower
+
     def health(self) -> RunnerHealth:
         """Whether llama-server can answer: ``ready``, ``restarting`` (it stopped and is being started again),
-        ``failed`` (it kept stopping, or it stopped with no supervisor to start it again) or ``stopped``."""
+        ``failed`` (it kept stopping, or it stopped with no supervisor to start it again) or ``stopped``; with the
+        threads it runs with where it follows the load."""
         if self._supervisor is not None:
-            return self._supervisor.health
+            health = self._supervisor.health
+            return health if self._follower is None else replace(health, threads=self._follower.state())
         if self._process is not None and self._process.pid is not None and not self._process.running:
             return RunnerHealth("failed", self._process.exit_summary())
         return RunnerHealth()
@@ -190,6 +219,10 @@ class LlamaServerEngine:
         return self._opening
 
     def count_tokens(self, text: str) -> int:
+        with self._gate.request():
+            return self._count_tokens(text)
+
+    def _count_tokens(self, text: str) -> int:
         self._check_runner()
         generation = self._process.generation if self._process is not None else 0
         try:
@@ -225,23 +258,26 @@ class LlamaServerEngine:
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None
     ) -> Iterator[GenerationEvent]:
-        """Stream the reply; setting ``cancel`` closes the connection, which stops llama-server's slot."""
+        """Stream the reply; setting ``cancel`` closes the connection, which stops llama-server's slot. While the
+        child is being started again with other threads (``load_follow``), the request waits, then goes on."""
         if (request.messages is None) == (request.prompt is None):
             raise ServerError("A request needs exactly one of messages and prompt.")
-        self._check_runner()
-        if clover_enforces(self.template, request):
-            events = self._stream(*self._enforced_payload(request), cancel, native=False)
-            if toolcalls.shown_tools(request):
-                events = toolcalls.split_events(events, self.tool_format, request.tools)
-            yield from events
-            return
-        yield from self._stream(*self._payload(request), cancel, native=True)
+        with self._gate.request():
+            self._check_runner()
+            if clover_enforces(self.template, request):
+                events = self._stream(*self._enforced_payload(request), cancel, native=False)
+                if toolcalls.shown_tools(request):
+                    events = toolcalls.split_events(events, self.tool_format, request.tools)
+                yield from events
+                return
+            yield from self._stream(*self._payload(request), cancel, native=True)
 
     def _stream(
         self, path: str, payload: dict[str, Any], cancel: threading.Event | None, *, native: bool
     ) -> Iterator[GenerationEvent]:
         """One streamed request; ``native``: llama-server's chat route, whose tool calls it parses itself."""
         started = time.perf_counter()
+        started_at = time.monotonic()
         first_token_at: float | None = None
         generation = self._process.generation if self._process is not None else 0
         try:
@@ -284,9 +320,10 @@ class LlamaServerEngine:
         for index, call in enumerate(made):
             yield ToolCallMade(index, call)
         elapsed = time.perf_counter() - started
-        yield Finished(
-            _stats(last, finish, n_deltas, elapsed, (first_token_at or time.perf_counter()) - started)
-        )
+        stats = _stats(last, finish, n_deltas, elapsed, (first_token_at or time.perf_counter()) - started)
+        if self._follower is not None:
+            self._follower.reply_finished(started_at, stats.completion_tokens, stats.decode_tokens_per_s)
+        yield Finished(stats)
 
     def _check_runner(self) -> None:
         """Raise :class:`RunnerUnavailable` unless llama-server can answer now."""
@@ -326,7 +363,24 @@ class LlamaServerEngine:
             self._raise_if_exited(generation)
             raise
 
+    def _relaunch(self, threads: int) -> float:
+        """Start the child again with ``threads`` (the follower calls this with no request in flight), keeping
+        what each slot holds (saved to files and restored: a conversation is not read again); the seconds it
+        took."""
+        process = self._process
+        assert process is not None
+        started = time.monotonic()
+        saved = save_slots(self.base_url, self._api_key, process.slot_save_dir, self.slots)
+        try:
+            process.relaunch(with_threads(process.argv, threads), self._ready_timeout_s)
+            restore_slots(self.base_url, self._api_key, saved)
+        finally:
+            forget_slots(process.slot_save_dir, saved)
+        return time.monotonic() - started
+
     def close(self) -> None:
+        if self._follower is not None:
+            self._follower.close()
         if self._supervisor is not None:
             self._supervisor.close()
         if self._process is not None and self._owns:

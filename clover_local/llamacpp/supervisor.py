@@ -78,6 +78,9 @@ class Supervisor:
         restarts = 0
         while True:
             process.wait_exit(None)
+            process.settled()  # a relaunch on purpose (another thread count) replaced the child: watch the new one
+            if process.running and not self._closing.is_set() and not process.stop_asked:
+                continue
             if self._closing.is_set() or process.stop_asked:
                 self._set(RunnerHealth("stopped", "llama-server was stopped", restarts))
                 return

@@ -177,16 +177,25 @@ class OpenAIServer:
             return JSONResponse(body, status_code=503, headers=wait)
         queue = self.queue
         busy = queue.busy
-        return JSONResponse(
-            {
-                "status": "ok",
-                "model": self.config.model_id,
-                "busy": busy > 0,
-                "slots": {"total": queue.slots, "busy": busy, "idle": queue.slots - busy},
-                "queue": {"waiting": queue.waiting, "limit": queue.max_queue},
-                "restarts": runner.restarts,
+        ok: dict[str, object] = {
+            "status": "ok",
+            "model": self.config.model_id,
+            "busy": busy > 0,
+            "slots": {"total": queue.slots, "busy": busy, "idle": queue.slots - busy},
+            "queue": {"waiting": queue.waiting, "limit": queue.max_queue},
+            "restarts": runner.restarts,
+        }
+        if runner.threads is not None:  # a llama-server child that follows the load
+            t = runner.threads
+            ok["threads"] = {
+                "in_use": t.threads,
+                "planned": t.planned,
+                "relaunching": t.relaunching,
+                "relaunches": t.relaunches,
+                "others_busy_cores": round(t.others_busy, 2),
+                "note": t.note,
             }
-        )
+        return JSONResponse(ok)
 
     async def models(self, request: Request) -> Response:
         data = [

@@ -75,7 +75,12 @@ def format_status(
         state = "restarting the runner…"
     elif runner is not None and runner.state in ("failed", "stopped"):
         state = "runner stopped (Ctrl+L plans again)"
-    return " · ".join([state, *parts, f"ctx {used}/{n_ctx}", draft])
+    load = [_load_note(runner)] if runner is not None and _load_note(runner) else []
+    return " · ".join([state, *load, *parts, f"ctx {used}/{n_ctx}", draft])
+
+
+def _load_note(runner: RunnerHealth) -> str:
+    return runner.threads.note if runner.threads is not None else ""
 
 
 class ChatScreen(Screen[ModelChoice | None]):
@@ -177,7 +182,10 @@ class ChatScreen(Screen[ModelChoice | None]):
         assert isinstance(self.engine, SupervisedEngine)
         now = self.engine.health()
         before, self.runner = self.runner, now
-        if (now.state, now.restarts) == (before.state, before.restarts):
+        if (now.state, now.restarts, _load_note(now)) == (before.state, before.restarts, _load_note(before)):
+            return
+        if (now.state, now.restarts) == (before.state, before.restarts):  # only the threads the load allows
+            self._set_status(generating=self.generating)
             return
         if now.state == "restarting":
             self.notify(f"{now.why}…", severity="warning", timeout=8)
