@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from hub_server import HubServer
 
     from clover_local.detect.cpu_load import CpuSample
+    from clover_local.detect.ram_read import RamRead
     from clover_local.engine.types import ChatEngine
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -27,12 +28,29 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+@pytest.fixture(scope="session")
+def ram_read_here() -> RamRead:
+    """This machine's RAM read rate, measured once for the whole run by the real probe (``detect.ram_read``)."""
+    import psutil
+
+    from clover_local.detect.probe import detect_cpu
+    from clover_local.detect.ram_read import machine_key, measure_ram_read
+
+    cpu = detect_cpu()
+    key = machine_key(cpu.model, cpu.logical_cores, psutil.virtual_memory().total)
+    return measure_ram_read(cpu.physical_cores, key)
+
+
 @pytest.fixture(autouse=True)
 def isolated_dirs(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, ram_read_here: RamRead
 ) -> Iterator[Path]:
-    """Point clover-local's config/data/cache dirs and the HF cache at a fresh temporary folder."""
+    """Point clover-local's config/data/cache dirs and the HF cache at a fresh temporary folder (with this
+    machine's RAM read rate kept there, as after a person's first plan: measured once a run, not every test)."""
+    from clover_local.detect.ram_read import keep_ram_read
+
     root = tmp_path_factory.mktemp("user")
+    keep_ram_read(root / "data", ram_read_here)
     monkeypatch.setenv("CLOVER_CONFIG_DIR", str(root / "config"))
     monkeypatch.setenv("CLOVER_DATA_DIR", str(root / "data"))
     monkeypatch.setenv("CLOVER_CACHE_DIR", str(root / "cache"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from clover_local.detect.ram_read import RamRead
 from clover_local.detect.remote import Worker
 
 GpuVendor = Literal["nvidia", "amd", "intel", "apple"]
@@ -29,6 +30,9 @@ class Cpu:
 class Memory:
     total_bytes: int
     available_bytes: int
+    ram_read: RamRead | None = None
+    """How fast the CPU reads RAM, measured here once (``detect.ram_read``); None when not measured
+    (``--simulate``), then the planner assumes a typical machine."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from clover_local.detect.intel import probe_intel_sysfs
 from clover_local.detect.machine import Cpu, Disk, Gpu, LlamaBuild, Machine, Memory, ProbeResult
 from clover_local.detect.memory import probe_disk, probe_memory
 from clover_local.detect.nvidia import load_nvml, probe_nvidia
+from clover_local.detect.ram_read import RamRead, machine_key, ram_read_here
 
 T = TypeVar("T")
 NVIDIA_VENDOR_ID = "0x10de"
@@ -66,6 +67,10 @@ class ProbeInputs:
     load_llama_cpp: Callable[[], tuple[Any, str]] = load_llama_cpp
     sample_cpu: Callable[[], CpuSample] = sample_cpu
     """CPU time used so far (``detect.cpu_load``), sampled as probing starts and ends."""
+    ram_read: Callable[[Cpu, Memory], RamRead | None] = field(
+        default_factory=lambda: ram_read_kept_or_measured
+    )
+    """How fast the CPU reads RAM (``detect.ram_read``): kept per machine, measured the first time."""
 
 
 def detect_machine(models_dir: Path | None = None, inputs: ProbeInputs | None = None) -> Machine:
@@ -109,6 +114,9 @@ def detect_machine(models_dir: Path | None = None, inputs: ProbeInputs | None = 
     if inp.system == "linux" and not any(g.vendor == "nvidia" for g in gpus):
         hints += soft("nvidia-pci", lambda: _nvidia_without_nvml(inp.sysfs_root), [])
     cpu = replace(cpu, others_busy_cores=_others_busy_since(load_from, inp.sample_cpu))
+    if memory.total_bytes > 0:
+        read = soft("ram-read", lambda: _ram_read_probe(inp, cpu, memory), None)
+        memory = replace(memory, ram_read=read)
     return Machine(
         cpu=cpu,
         memory=memory,
@@ -129,6 +137,24 @@ def _others_busy_since(start: CpuSample, sample: Callable[[], CpuSample]) -> flo
         time.sleep(LOAD_WINDOW_S - (now.at - start.at))
         now = sample()
     return round(others_busy_cores(start, now), 2)
+
+
+def ram_read_kept_or_measured(cpu: Cpu, memory: Memory) -> RamRead | None:
+    """This machine's RAM read rate, kept in the data folder (measured there the first time, and again when the
+    CPU, its cores or the RAM changed)."""
+    from clover_local.settings import data_dir
+
+    key = machine_key(cpu.model, cpu.logical_cores, memory.total_bytes)
+    return ram_read_here(data_dir(), key, cpu.physical_cores)
+
+
+def _ram_read_probe(inp: ProbeInputs, cpu: Cpu, memory: Memory) -> tuple[RamRead | None, ProbeResult]:
+    read = inp.ram_read(cpu, memory)
+    if read is None:
+        return None, ProbeResult("ram-read", False, "not measured")
+    gbs = f"{read.one_thread / 1e9:.1f} GB/s on one thread, {read.all_threads / 1e9:.1f} on {read.threads}"
+    note = "" if read.quiet else f" (other programs used {read.others_busy:.1f} cores meanwhile: not kept)"
+    return read, ProbeResult("ram-read", True, f"RAM read {gbs}, measured {read.date}{note}")
 
 
 def detect_cpu() -> Cpu:

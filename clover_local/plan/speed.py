@@ -23,7 +23,10 @@ DEFAULT_RAM_BANDWIDTH = 50 * GB
 BANDWIDTH_EFFICIENCY = 0.7
 """Share of the peak bandwidth llama.cpp reaches while decoding."""
 RAM_BYTES_PER_THREAD = 7 * GB
-"""Weight bytes one decode thread reads per second (2 threads on the 2-core development VM: ~14 GB/s)."""
+"""Weight bytes one decode thread reads per second on a machine whose RAM was not measured (``--simulate``)."""
+LLAMA_READ_SHARE = 1.0
+"""Share of the streaming read rate measured here (``detect.ram_read``: numpy's SIMD ``max`` over a buffer no
+cache holds) that llama.cpp's decode kernels reach on weights (dequantising as they read)."""
 GPU_LAYER_SECONDS = 40e-6
 """Fixed GPU time of one attention layer per token (its ~15 kernels' launches and latency)."""
 GPU_RECURRENT_EXTRA_SECONDS = 40e-6
@@ -76,12 +79,20 @@ def ram_bandwidth(machine: Machine) -> float:
     return DEFAULT_RAM_BANDWIDTH * (1 if cores <= 8 else 2 if cores <= 16 else 4)
 
 
-def ram_read_rate(machine: Machine, threads: int | None) -> float:
-    """Bytes per second llama.cpp's CPU backend reads weights at while decoding: the RAM's share
-    (:data:`BANDWIDTH_EFFICIENCY`), or what the decode threads can pull, whichever is less."""
-    peak = ram_bandwidth(machine) * BANDWIDTH_EFFICIENCY
+def ram_read_rate(machine: Machine, threads: int | None) -> tuple[float, str]:
+    """Bytes per second llama.cpp's CPU backend reads weights at while decoding, and where the figure comes from.
+    Measured on this machine (``detect.ram_read``): :data:`LLAMA_READ_SHARE` of what ``threads`` threads
+    streamed. Not measured (a described machine): the RAM's share (:data:`BANDWIDTH_EFFICIENCY`) or what the
+    threads can pull (:data:`RAM_BYTES_PER_THREAD`), whichever is less."""
     n = threads or machine.cpu.physical_cores or 1
-    return min(peak, n * RAM_BYTES_PER_THREAD)
+    measured = machine.memory.ram_read
+    if measured is not None:
+        source = f"this machine's RAM read rate, measured {measured.date}"
+        if not measured.quiet:
+            source += " while other programs were busy"
+        return measured.rate(n) * LLAMA_READ_SHARE, source
+    peak = ram_bandwidth(machine) * BANDWIDTH_EFFICIENCY
+    return min(peak, n * RAM_BYTES_PER_THREAD), "a typical machine's RAM, not measured here"
 
 
 @dataclass(frozen=True)
@@ -136,9 +147,9 @@ def predict_tokens_per_s(
             f"+ {fixed * 1e3:.1f} ms of kernel launches for {n_layers} layers"
         )
     if ram_bytes > 0:
-        rate = ram_read_rate(machine, threads)
+        rate, source = ram_read_rate(machine, threads)
         seconds += ram_bytes / rate + work.cpu_layers * CPU_LAYER_SECONDS
-        notes.append(f"RAM: {ram_bytes / GB:.2f} GB per token at {rate / GB:.0f} GB/s as read by the CPU")
+        notes.append(f"RAM: {ram_bytes / GB:.2f} GB per token at {rate / GB:.0f} GB/s ({source})")
     if any(work.gpu_layers) and (work.cpu_layers or work.cpu_expert_layers):
         seconds += HYBRID_TOKEN_SECONDS
         notes.append(f"GPU and CPU hand over each token: +{HYBRID_TOKEN_SECONDS * 1e3:.1f} ms")
