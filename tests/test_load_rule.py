@@ -110,8 +110,8 @@ def test_a_load_that_comes_and_goes_relaunches_at_most_once_per_gap() -> None:
 
 
 def test_taking_cores_back_that_gain_less_than_the_relaunch_costs_is_not_done() -> None:
-    """Idle again at 1 thread: 2 threads would save 256/9 - 256/10 = 2.8 s of the next reply, less than a 30 s
-    relaunch (a large model loading from a slow disk)."""
+    """Idle again at 1 thread: 2 threads would save 3 x (256/9 - 256/10) = 8.5 s over the next three replies,
+    less than a 30 s relaunch (a large model loading from a slow disk)."""
     out = run(lambda t: 1.0 if t < 20 else 0.0, 200, start=1, cost_s=30.0)
     assert out == []
     looks = tuple(LoadLook(t / 2, 0.0) for t in range(1, 40))

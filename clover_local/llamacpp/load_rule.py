@@ -11,9 +11,10 @@ weights come back from the page cache) and is done between requests only (``llam
   after :data:`UP_AFTER_S`, and going up needs the cores freer than going down does (:data:`UP_SLACK_CORES`
   against ``plan.threads.SLACK_CORES``), so a load at the edge does not flap;
 - the last relaunch was at least :data:`MIN_GAP_S` ago;
-- the reply to come gains more time than the relaunch costs, at the speeds seen on this machine (a thread count
-  never seen alone is scaled from one that was, :data:`THREAD_EXPONENT`; a thread without a core of its own runs
-  at :data:`CONTENDED` of its speed).
+- the replies to come (:data:`HORIZON_REPLIES` of the expected length: a load outlasts a reply) gain more time
+  than the relaunch costs, at the speeds seen on this machine (a thread count never seen alone is scaled from
+  one that was, :data:`THREAD_EXPONENT`; a thread without a core of its own runs at :data:`CONTENDED` of its
+  speed).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ threads as they are."""
 CONTENDED = 0.25
 """Speed of a child whose threads outnumber the free cores, as a share of its speed alone (measured: 0.22 on the
 full-size Clover-shaped model, 0.10 on SmolLM2 135M, 2 cores, one busy program; issue 48)."""
+HORIZON_REPLIES = 3
+"""Replies a relaunch is weighed over: a load that lasts long enough to be seen (seconds of looks) lasts longer
+than one reply, so the threads chosen serve the next few."""
 THREAD_EXPONENT = 0.15
 """Decode speed alone scales as threads to this power where only one count was seen (memory-bound decoding:
 1 thread decoded at 0.9x of 2 on the full-size Clover-shaped model, docs/speed.md)."""
@@ -84,7 +88,7 @@ class RelaunchChoice:
     ``load-fell``."""
     why: str
     gain_s: float = 0.0
-    """Seconds the next reply is expected to gain (fewer or more), 0 when not weighed."""
+    """Seconds the next replies are expected to gain (fewer or more), 0 when not weighed."""
 
 
 def _span(looks: Sequence[LoadLook], now: float, window: float) -> list[LoadLook]:
@@ -148,13 +152,14 @@ def relaunch_choice(inputs: RelaunchInputs) -> RelaunchChoice:
     then_speed = speed_beside(target, i.n_cpus, others, i.speeds)
     if now_speed <= 0 or then_speed <= 0:
         return RelaunchChoice("keep", i.current, "not-worth-it", "no speed to weigh it by")
-    gain = i.next_reply_tokens / now_speed - i.next_reply_tokens / then_speed
+    tokens = i.next_reply_tokens * HORIZON_REPLIES
+    gain = tokens / now_speed - tokens / then_speed
     if gain <= i.relaunch_cost_s:
         return RelaunchChoice(
             "keep",
             i.current,
             "not-worth-it",
-            f"{target} threads would save {max(gain, 0.0):.1f} s of the next reply, less than the "
+            f"{target} threads would save {max(gain, 0.0):.1f} s over the next {HORIZON_REPLIES} replies, less than the "
             f"{i.relaunch_cost_s:.1f} s a relaunch costs",
             gain,
         )
