@@ -355,6 +355,17 @@ def test_extra_keys_items_and_alternatives_no_value_can_have_are_never_written()
     assert "no reply could ever be valid" in str(_refused({"not": {}}))
 
 
+def test_merged_nots_are_one_condition() -> None:
+    """appveyor's ``allOf`` of four ``not: {required: [k]}`` (and chrome-manifest's dependencies, three): merged
+    as ``not`` of one ``anyOf``, not an ``anyOf`` nested in another."""
+    props = {k: {"type": "integer"} for k in "abc"}
+    _enforced({"type": "object", "properties": props,
+               "allOf": [{"not": {"required": [k]}} for k in "abc"]},
+              good=[{}], bad=[{"a": 1}, {"c": 1}], left_out=[])  # fmt: skip
+    _enforced({"type": "object", "properties": props, "dependentSchemas": {k: {"not": {"required": [k]}} for k in "ab"}},
+              good=[{"c": 1}, {}], bad=[{"a": 1}, {"b": 1, "c": 2}])  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "negated",
     [

@@ -168,8 +168,8 @@ def _meet(key: str, mine: Any, theirs: Any, path: str) -> Any:
         if key == "oneOf":
             raise SchemaRefused(key, path, "two 'oneOf' cannot be combined (each must match exactly once).")
         return [merge_lazy(x, y) for x in mine for y in theirs]
-    if key == "not":
-        return {"anyOf": [mine, theirs]}
+    if key == "not":  # neither: not either (one flat anyOf, as a 'not' of an anyOf is enforced)
+        return {"anyOf": [*_any_parts(mine), *_any_parts(theirs)]}
     if key == NOT_IN:
         return sorted({*mine, *theirs})
     if key in (CONDITIONS, "allOf") and isinstance(mine, list) and isinstance(theirs, list):
@@ -178,6 +178,17 @@ def _meet(key: str, mine: Any, theirs: Any, path: str) -> Any:
     raise SchemaRefused(
         key, path, f"two different values ({_short(mine)} and {_short(theirs)}) cannot both be enforced."
     )
+
+
+def _any_parts(schema: Any) -> list[Any]:
+    """The parts of an ``anyOf`` that is all ``schema`` says; ``[schema]`` otherwise."""
+    if (
+        isinstance(schema, dict)
+        and set(schema) - ANNOTATIONS == {"anyOf"}
+        and isinstance(schema["anyOf"], list)
+    ):
+        return list(schema["anyOf"])
+    return [schema]
 
 
 def merge_lazy(a: Any, b: Any) -> Any:
