@@ -308,3 +308,90 @@ def test_an_optional_property_no_value_matches_is_left_out() -> None:
     with pytest.raises(SchemaRefused):
         schema_grammar({**schema, "required": ["m"]})
     assert jsonschema.Draft202012Validator(schema).is_valid({"n": 1})
+
+
+# --- schemas that plainly allow no value (issue 49, part 6) -------------------------------------------------
+
+_NEVER = [
+    {"not": {}},
+    {"not": True},
+    {"description": "gone", "not": {"title": "anything", "$comment": "annotations only"}},
+    {"type": "string", "not": {}},
+    {"allOf": [{"type": "string"}, {"not": {}}]},
+    {"anyOf": [{"not": {}}, {"not": {"description": "x"}}]},
+    {"not": {"anyOf": [{"type": "string"}, {}]}},
+    {"$ref": "#/$defs/never"},
+]
+
+
+@pytest.mark.parametrize("never", _NEVER)
+def test_a_property_no_value_can_have_is_left_out_and_refused_where_required(never: dict[str, Any]) -> None:
+    """JSONSchemaBench's draft-4 schemas forbid a key as ``{"not": {}}`` (draft 4 has no ``false``): 5 of its
+    sample's 14 refusals on 5 December. An optional key under such a schema can never be written, so it is left
+    out; a required one means no object matches, a 400 that says so."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": never},
+        "$defs": {"never": {"not": {}}},
+    }
+    _enforced(schema, good=[{"a": 1}, {}], bad=[{"b": 1}, {"a": 1, "b": "x"}, {"b": None}])
+    refusal = _refused({**schema, "required": ["b"]})
+    assert "no reply could ever be valid" in str(refusal)
+
+
+def test_extra_keys_items_and_alternatives_no_value_can_have_are_never_written() -> None:
+    draft4 = "http://json-schema.org/draft-04/schema#"
+    _enforced({"$schema": draft4, "type": "object", "properties": {"a": {"type": "integer"}},
+               "additionalProperties": {"not": {}}}, good=[{"a": 1}], bad=[{"a": 1, "z": 2}])  # fmt: skip
+    _enforced({"type": "object", "properties": {"a": {"type": "integer"}}, "patternProperties": {"^x-": {"not": {}}}},
+              good=[{"a": 1}], bad=[{"x-y": 1}], left_out=[{"z": 1}])  # fmt: skip
+    _enforced({"type": "array", "items": {"not": {}}}, good=[[]], bad=[[1], [None]])
+    assert "no reply could ever be valid" in str(
+        _refused({"type": "array", "items": {"not": {}}, "minItems": 1})
+    )
+    _enforced({"oneOf": [{"type": "string"}, {"not": {}}]}, good=["x"], bad=[1])
+    _enforced({"anyOf": [{"type": "integer"}, {"type": "string", "not": {}}]}, good=[3], bad=["x"])
+    _enforced({"type": "string", "not": {"not": {}}}, good=["x"], bad=[1])  # not of nothing: everything
+    assert "no reply could ever be valid" in str(_refused({"not": {}}))
+
+
+def test_merged_nots_are_one_condition() -> None:
+    """appveyor's ``allOf`` of four ``not: {required: [k]}`` (and chrome-manifest's dependencies, three): merged
+    as ``not`` of one ``anyOf``, not an ``anyOf`` nested in another."""
+    props = {k: {"type": "integer"} for k in "abc"}
+    _enforced({"type": "object", "properties": props,
+               "allOf": [{"not": {"required": [k]}} for k in "abc"]},
+              good=[{}], bad=[{"a": 1}, {"c": 1}], left_out=[])  # fmt: skip
+    _enforced({"type": "object", "properties": props, "dependentSchemas": {k: {"not": {"required": [k]}} for k in "ab"}},
+              good=[{"c": 1}, {}], bad=[{"a": 1}, {"b": 1, "c": 2}])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "negated",
+    [
+        {"x-vendor": True},  # an unknown keyword: maybe a constraint to someone, not shown trivial
+        {"pattern": "^x"},
+        {"$ref": "#/$defs/t"},  # references are not followed to decide it
+        {"type": "string", "not": {"type": "integer"}},
+        {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+    ],
+)  # fmt: skip
+def test_a_not_that_is_not_plainly_trivial_is_still_refused(negated: dict[str, Any]) -> None:
+    schema = {"type": "object", "properties": {"b": {"not": negated}}, "$defs": {"t": {"pattern": "^a"}}}
+    assert _refused(schema).keyword == "not"
+
+
+def test_what_allows_everything_or_nothing_is_told_from_its_keywords_only() -> None:
+    from clover_local.engine.schema_gbnf.merge import allows_everything, allows_nothing
+
+    assert all(allows_everything(s) for s in (True, {}, {"title": "t"}, {"anyOf": [{"type": "string"}, {}]},
+                                              {"allOf": [{}, {"$comment": "c"}]}, {"not": {"not": {}}}))  # fmt: skip
+    assert not any(allows_everything(s) for s in (False, {"type": "string"}, {"$ref": "#"}, {"oneOf": [{}]},
+                                                  {"x-vendor": 1}))  # fmt: skip
+    assert all(allows_nothing(s) for s in (False, {"not": {}}, {"type": "string", "not": True},
+                                           {"allOf": [{}, {"not": {}}]}, {"oneOf": [{"not": {}}]}))  # fmt: skip
+    assert not any(allows_nothing(s) for s in (True, {}, {"not": {"type": "string"}}, {"anyOf": []}))
+    deep: Any = {}
+    for _ in range(40):  # past the depth looked at: not shown, never a guess (and never a deep recursion)
+        deep = {"not": {"not": deep}}
+    assert not allows_everything(deep) and not allows_nothing({"not": deep})

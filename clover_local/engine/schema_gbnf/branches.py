@@ -17,6 +17,8 @@ from clover_local.engine.schema_gbnf.merge import (
     CONDITIONS,
     NOT_IN,
     _same,
+    allows_everything,
+    allows_nothing,
     lift,
     merge,
     types_meeting,
@@ -228,8 +230,12 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
               path: str) -> tuple[dict[str, Any], list[dict[str, tuple[Any, ...]]]]:  # fmt: skip
     """``base`` and ``not negated``: a type taken away, values taken out of an enum, or conditions that must
     not hold."""
-    if negated is True or negated == {}:
-        raise SchemaRefused("not", path, "'not' of a schema that allows everything allows nothing.")
+    if allows_everything(negated):
+        # Unsatisfiable, not refused: a property under it is left out where it is optional, an alternative
+        # under it is never written.
+        raise Unsatisfiable("not", path, "no value matches 'not' of a schema that allows everything.")
+    if allows_nothing(negated):
+        return base, []
     if isinstance(negated, dict) and set(negated) - ANNOTATIONS == {"type"}:
         kinds = [negated["type"]] if isinstance(negated["type"], str) else list(negated["type"])
         left = [

@@ -32,10 +32,18 @@ from clover_local.engine.schema_gbnf.keywords import (
     with_constraints,
 )
 from clover_local.engine.schema_gbnf.limits import LIMITS, Limits, SchemaRefused, Unsatisfiable
-from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, NOT_IN, lift, merge
+from clover_local.engine.schema_gbnf.merge import (
+    ANNOTATIONS,
+    NOT_IN,
+    allows_everything,
+    allows_nothing,
+    lift,
+    merge,
+)
 from clover_local.engine.schema_gbnf.objects import ExtraKeys, not_strings_rule, plan_object
-from clover_local.engine.schema_gbnf.objects import trivial as objects_trivial
 from clover_local.engine.schema_gbnf.rules import FORMAT_LENGTHS, FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
+
+_NO_VALUE = "No JSON value matches the whole schema, so no reply could ever be valid: change the schema where it says."
 
 
 def schema_grammar(schema: dict[str, Any], limits: Limits = LIMITS) -> str:
@@ -119,6 +127,8 @@ class Converter:
             return rule
         except SchemaRefused as refused:
             place = existing(doc.root, refused.path)
+            if isinstance(refused, Unsatisfiable) and refused.fix is None:
+                refused = Unsatisfiable(refused.keyword, refused.path, refused.detail, _NO_VALUE)
             raise (refused if place == refused.path else refused.at(place)) from None
 
     def _check_finite(self) -> None:
@@ -166,10 +176,10 @@ class Converter:
                 alternatives = [
                     (i, alt)
                     for i, a in enumerate(schema_list(schema[key], key, path))
-                    if (alt := with_constraints(a, constraints, pointer(path, key, i))) is not False
-                ]
+                    if not allows_nothing(alt := with_constraints(a, constraints, pointer(path, key, i)))
+                ]  # an alternative no value matches is never written (nor kept apart from the others)
                 if not alternatives:
-                    raise Unsatisfiable(key, path, "no alternative meets the keywords beside it.")
+                    raise Unsatisfiable(key, path, "no alternative can match (with the keywords beside it).")
                 if key == "oneOf" and len(alternatives) > 1:
                     kept = exclusive.exclusive([a for _i, a in alternatives], doc, path)
                     alternatives = [(alternatives[k][0], a) for k, a in kept]
@@ -379,11 +389,12 @@ class Converter:
             key = self.add_rule(f"{name}-k", self._not_strings(list(extra.excluded)))
         else:
             key = self.primitive("string")
-        value = (
-            self.primitive("value")
-            if objects_trivial(extra.value)
-            else self._visit(extra.value, f"{name}-value", extra.path, doc, depth + 1)
-        )
+        if allows_everything(extra.value):
+            return f'{key} ":" space {self.primitive("value")}'
+        try:
+            value = self._visit(extra.value, f"{name}-value", extra.path, doc, depth + 1)
+        except Unsatisfiable:
+            return None  # no value matches: no such key is written
         return f'{key} ":" space {value}'
 
     def _not_strings(self, strings: list[str]) -> str:
@@ -416,7 +427,12 @@ class Converter:
             return self._unique_items(items_schema, lo, hi, sub, path, doc, depth)
         if (items_schema is True or items_schema == {}) and lo == 0 and hi is None:
             return self.primitive("array")
-        item = self._visit(items_schema, f"{sub}item", pointer(path, "items"), doc, depth + 1)
+        try:
+            item = self._visit(items_schema, f"{sub}item", pointer(path, "items"), doc, depth + 1)
+        except Unsatisfiable:
+            if lo:
+                raise
+            return '"[" space "]"'  # no item can be written: only the empty array
         where = ("minItems" if hi is None or lo > hi else "maxItems", path)
         if hi is not None and hi > self.limits.max_count:
             where = ("maxItems", path)

@@ -24,6 +24,8 @@ ANNOTATIONS = frozenset(
      "contentEncoding")
 )  # fmt: skip
 """Keywords that constrain nothing: the first part's value is kept."""
+_PLAIN_DEPTH = 16
+"""How deep :func:`allows_everything` and :func:`allows_nothing` look: past it a schema is not shown trivial."""
 
 _LOWER = ("minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum", "minContains")
 _UPPER = ("maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum", "maxContains")
@@ -43,6 +45,45 @@ def lift(schema: dict[str, Any]) -> dict[str, Any]:
         triple = {k: schema[k] for k in ("if", "then", "else") if k in schema}
         out[CONDITIONS] = [*schema.get(CONDITIONS, []), triple]
     return out
+
+
+def allows_everything(schema: Any, depth: int = 0) -> bool:
+    """Whether ``schema`` plainly allows every value: ``true``, ``{}``, annotations only (``title``,
+    ``description``, ``$comment``...), an ``anyOf`` with such a part, an ``allOf`` of such parts, or ``not`` of a
+    schema that allows nothing. False where that is not plain (a ``$ref`` is not followed): never a guess."""
+    if schema is True:
+        return True
+    if not isinstance(schema, dict) or depth > _PLAIN_DEPTH:
+        return False
+    keys = set(schema) - ANNOTATIONS
+    parts = schema.get(next(iter(keys))) if len(keys) == 1 else None
+    if not keys:
+        return True
+    if keys == {"anyOf"} and isinstance(parts, list):
+        return any(allows_everything(p, depth + 1) for p in parts)
+    if keys == {"allOf"} and isinstance(parts, list):
+        return all(allows_everything(p, depth + 1) for p in parts)
+    return keys == {"not"} and allows_nothing(parts, depth + 1)
+
+
+def allows_nothing(schema: Any, depth: int = 0) -> bool:
+    """Whether ``schema`` plainly allows no value: ``false``, ``not`` of a schema that allows everything (how
+    draft 4, which has no ``false``, forbids a property: ``{"not": {}}``), whatever is beside it, an ``allOf``
+    with such a part, an ``anyOf`` or ``oneOf`` whose parts all are."""
+    if schema is False:
+        return True
+    if not isinstance(schema, dict) or depth > _PLAIN_DEPTH:
+        return False
+    if "not" in schema and allows_everything(schema["not"], depth + 1):
+        return True
+    parts = schema.get("allOf")
+    if isinstance(parts, list) and any(allows_nothing(p, depth + 1) for p in parts):
+        return True
+    for key in ("anyOf", "oneOf"):
+        parts = schema.get(key)
+        if isinstance(parts, list) and parts and all(allows_nothing(p, depth + 1) for p in parts):
+            return True
+    return False
 
 
 def merge(a: Any, b: Any, path: str) -> Any:
@@ -127,8 +168,8 @@ def _meet(key: str, mine: Any, theirs: Any, path: str) -> Any:
         if key == "oneOf":
             raise SchemaRefused(key, path, "two 'oneOf' cannot be combined (each must match exactly once).")
         return [merge_lazy(x, y) for x in mine for y in theirs]
-    if key == "not":
-        return {"anyOf": [mine, theirs]}
+    if key == "not":  # neither: not either (one flat anyOf, as a 'not' of an anyOf is enforced)
+        return {"anyOf": [*_any_parts(mine), *_any_parts(theirs)]}
     if key == NOT_IN:
         return sorted({*mine, *theirs})
     if key in (CONDITIONS, "allOf") and isinstance(mine, list) and isinstance(theirs, list):
@@ -137,6 +178,17 @@ def _meet(key: str, mine: Any, theirs: Any, path: str) -> Any:
     raise SchemaRefused(
         key, path, f"two different values ({_short(mine)} and {_short(theirs)}) cannot both be enforced."
     )
+
+
+def _any_parts(schema: Any) -> list[Any]:
+    """The parts of an ``anyOf`` that is all ``schema`` says; ``[schema]`` otherwise."""
+    if (
+        isinstance(schema, dict)
+        and set(schema) - ANNOTATIONS == {"anyOf"}
+        and isinstance(schema["anyOf"], list)
+    ):
+        return list(schema["anyOf"])
+    return [schema]
 
 
 def merge_lazy(a: Any, b: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 
 from clover_local.engine.schema_gbnf.common import class_char, count_of, pointer, required_of
 from clover_local.engine.schema_gbnf.limits import SchemaRefused, Unsatisfiable
-from clover_local.engine.schema_gbnf.merge import ANNOTATIONS, merge_lazy, search
+from clover_local.engine.schema_gbnf.merge import allows_nothing, merge_lazy, search
 from clover_local.engine.schema_gbnf.pattern import UNSAFE
 
 
@@ -48,16 +48,17 @@ def plan_object(schema: dict[str, Any], path: str, names_ok: Any) -> ObjectPlan:
     if not isinstance(raw, dict):
         raise SchemaRefused("properties", path, "must be an object.")
     for name, sub in raw.items():
-        props[name], where[name] = sub, pointer(path, "properties", name)
+        props[name], where[name] = _plain_false(sub), pointer(path, "properties", name)
     required = list(dict.fromkeys(schema.get("required") or []))
     required_of(schema, path)
     patterns = schema.get("patternProperties", {})
     if not isinstance(patterns, dict):
         raise SchemaRefused("patternProperties", path, "must be an object.")
+    patterns = {source: _plain_false(sub) for source, sub in patterns.items()}
     names = schema.get("propertyNames", True)
     names = True if names == {} else names
     has_additional = "additionalProperties" in schema
-    additional = schema.get("additionalProperties", True)
+    additional = _plain_false(schema.get("additionalProperties", True))
 
     if names is not True:
         for name in [*props, *required]:
@@ -81,7 +82,8 @@ def plan_object(schema: dict[str, Any], path: str, names_ok: Any) -> ObjectPlan:
         props[name], where[name] = value, path
     for name in required:
         if props[name] is False:
-            raise Unsatisfiable("required", path, f"names {name!r}, which cannot appear.")
+            raise Unsatisfiable("required", path, f"names {name!r}, whose schema allows no value (false, or "
+                                "'not' of a schema that allows everything).")  # fmt: skip
 
     live = [(n, s, where[n]) for n, s in props.items() if s is not False]
     required_live = [n for n, _s, _w in live if n in required]
@@ -131,9 +133,10 @@ def plan_object(schema: dict[str, Any], path: str, names_ok: Any) -> ObjectPlan:
     return ObjectPlan(live, required_live, extras, min_extras)
 
 
-def trivial(schema: Any) -> bool:
-    """A schema that allows any value (``true``, ``{}``, annotations only)."""
-    return schema is True or (isinstance(schema, dict) and all(k in ANNOTATIONS for k in schema))
+def _plain_false(schema: Any) -> Any:
+    """``false`` for a schema that plainly allows no value (:func:`.merge.allows_nothing`, as ``{"not": {}}``):
+    a key under it is never written, and never counted on to meet ``minProperties``."""
+    return False if allows_nothing(schema) else schema
 
 
 def not_strings_rule(strings: list[str], char: str) -> str:
