@@ -116,6 +116,22 @@ DECODINGS = ("auto", "autoregressive", "diffusion")
 
 
 @dataclass(frozen=True)
+class CommunityListing:
+    """One file of a community repo as its publisher's page lists it (``[[community.quants]]``): what the plan
+    weighs offline, as the preset's own quants are weighed from ``fallback_bytes``."""
+
+    quant: str
+    """Its name in plans (``Q3_K_M``, ``APEX-I-MiniPlus-V2.1``)."""
+    pattern: str | None
+    """What ``--quant`` matches in the repo's file names; None: the repo's one model file (``--repo`` alone
+    gets what ``llama-server -hf REPO`` loads)."""
+    bytes: int
+    """The size the page gives (all shards together)."""
+    quality: str = ""
+    """What the publisher says it costs in quality, in their words (empty: they say nothing)."""
+
+
+@dataclass(frozen=True)
 class CommunityRepo:
     """A community GGUF repo of the preset's model (``[[community]]``), asked for a smaller quant when the
     preset's own quants do not fit well (``fetch.community``)."""
@@ -124,6 +140,8 @@ class CommunityRepo:
     """``org/name`` on the Hub."""
     confirmed: str
     """Where its name was confirmed (a page and the day it was read): repos are data, checked by people."""
+    quants: tuple[CommunityListing, ...] = ()
+    """Files its page lists, with their sizes: weighed offline (online, the repo's listing and headers)."""
 
 
 @dataclass(frozen=True)
@@ -373,7 +391,21 @@ def _community(raw: object, path: Path) -> tuple[CommunityRepo, ...]:
         repo = t.get("repo", str)
         if repo.count("/") != 1 or repo.startswith("/") or repo.endswith("/"):
             raise t._fail("repo", f"must be a Hugging Face repo (org/name), not {repo!r}")
-        out.append(CommunityRepo(repo, t.get("confirmed", str)))
+        listed = t.get("quants", list, [])
+        quants = []
+        for j, entry in enumerate(listed):
+            if not isinstance(entry, dict):
+                raise t._fail(f"quants[{j}]", "must be a table with quant and bytes")
+            q = _Reader(entry, path, f"community[{i}].quants[{j}].")
+            quants.append(
+                CommunityListing(
+                    quant=q.get("quant", str),
+                    pattern=q.get("pattern", str, None),
+                    bytes=q.get("bytes", int, positive=True),
+                    quality=q.get("quality", str, ""),
+                )
+            )
+        out.append(CommunityRepo(repo, t.get("confirmed", str), tuple(quants)))
     return tuple(out)
 
 

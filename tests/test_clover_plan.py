@@ -106,6 +106,8 @@ async def test_plan_command_json_and_the_app_agree_offline_with_no_runtime(
 # -- a quant that fits: the community repos (item 5) --------------------------------------------------------
 
 OFFICIAL = "Diffuspace/Clover-35B-A3B-Preview-GGUF"
+COMMUNITY_MARK = "# -- community repos"
+"""Where the shipped preset's [[community]] tables start: the stand-in's user preset lists its own instead."""
 UNSLOTH_LIKE = "someone/Clover-35B-A3B-Preview-GGUF"
 I1_LIKE = "other/Clover-35B-A3B-Preview-i1-GGUF"
 LAYOUT: dict[str, dict[str, tuple[str, ...]]] = {
@@ -164,10 +166,10 @@ def community_hub(
         f'[[community]]\nrepo = "{repo}"\nconfirmed = "the Hub stand-in (tests)"\n\n'
         for repo in (UNSLOTH_LIKE, I1_LIKE)
     )
-    assert "community = []\n" in shipped
+    assert COMMUNITY_MARK in shipped
     user = settings.user_presets_dir()
     user.mkdir(parents=True, exist_ok=True)
-    (user / f"{PRESET}.toml").write_text(shipped.replace("community = []\n", "") + "\n" + listed)
+    (user / f"{PRESET}.toml").write_text(shipped.split(COMMUNITY_MARK)[0] + "\n" + listed)
     return hub_server
 
 
@@ -384,3 +386,56 @@ def test_before_the_runtime_is_installed_the_plan_offloads_as_the_installer_woul
 
     cpu_build = parse_simulate("gpu=nvidia:24G,ram=32G,cpu=8,backend=cpu")
     assert decide_launch(LaunchRequest(PRESET, describe=False), machine=cpu_build).plan.n_gpu_layers == 0
+
+
+# -- the commonest consumer machines, offline: the shipped preset's listed community files (issue 49) -----------
+
+MINIPLUS = "IsValorum/Clover-35B-A3B-Preview-APEX-I-MiniPlus-V2.1-GGUF"
+NANOPLUS = "IsValorum/Clover-35B-A3B-Preview-APEX-I-NanoPlus-V2.1-GGUF"
+
+
+@pytest.mark.parametrize(
+    ("machine", "repo", "quant"),
+    [
+        ("ram=16G,gpu=nvidia:8G", MINIPLUS, "APEX-I-MiniPlus-V2.1"),  # 13.7 GiB: experts partly in RAM
+        ("ram=16G", NANOPLUS, "APEX-I-NanoPlus-V2.1"),  # 11.7 GiB: the only listed file 14.4 GiB holds
+    ],
+)
+def test_offline_a_16_gb_machine_gets_a_file_that_fits_and_the_command_that_gets_it(
+    no_runtime: Path, offline: None, machine: str, repo: str, quant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--preset", PRESET, "--simulate", machine, "--offline", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["quant"] == "Q4_K_M" and planned["fits"] is False
+    pick = planned["community"]
+    assert (pick["repo"], pick["quant"]) == (repo, quant)
+    assert pick["command"] == f"clover-local download --repo {repo}"  # the repo's one model file
+    assert pick["size_source"].startswith("estimated from the size its page lists")
+    assert pick["ram_bytes"] > 0 and pick["predicted_tokens_per_s"] > 0
+    # Advice only where it makes the plan fit: no context halves Q4_K_M into 16 GB, and a simulated machine
+    # has no other programs to close.
+    advice = next(r for r in planned["reasons"] if r.startswith("Does not fit well"))
+    assert "--ctx" not in advice and "closing other programs" not in advice
+    assert main(["plan", "--preset", PRESET, "--simulate", machine, "--offline"]) == 0
+    shown = capsys.readouterr().out
+    assert f"Fits instead: {quant} of {repo}" in shown and f"`clover-local download --repo {repo}`" in shown
+
+
+def test_the_advice_names_a_smaller_context_only_where_it_fits(
+    no_runtime: Path, offline: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def advice(machine: str, ctx: int) -> str:
+        asked = ["--simulate", machine, "--ctx", str(ctx), "--quant", "Q4_K_M", "--offline", "--json"]
+        assert main(["plan", "--preset", PRESET, *asked]) == 0
+        planned = json.loads(capsys.readouterr().out)
+        return next(r for r in planned["reasons"] if r.startswith("Does not fit well"))
+
+    # 131072 tokens of context is what breaks 27 GB: the largest halving that fits is named, and it does fit.
+    said = advice("ram=27G", 131_072)
+    assert "a smaller context (--ctx 32768)" in said
+    assert (
+        main(["plan", "--preset", PRESET, "--simulate", "ram=27G", "--ctx", "32768", "--offline", "--json"])
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["fits"] is True
+    assert "--ctx" not in advice("ram=16G", 16_384)  # no context makes 21 GiB of weights fit 14 GiB

@@ -44,7 +44,9 @@ def describe(headers: list[RawHeader], file_bytes: int, source: str) -> ModelDes
     arch = kv.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise GGUFError(f"{source}: the GGUF does not name its architecture (general.architecture).")
-    tensors = tuple(TensorEntry.classify(t.name, t.n_bytes) for h in headers for t in h.tensors)
+    tensors = tuple(
+        TensorEntry.classify(t.name, t.n_bytes, t.ggml_type.name) for h in headers for t in h.tensors
+    )
     names = {t.name for t in tensors}
     keys = _ArchKeys(kv, arch, source)
 

@@ -21,11 +21,14 @@ class TensorEntry:
     """Block index for ``blk.N.*`` tensors, None for embeddings, output and norms."""
     is_expert: bool
     """Routed-expert FFN tensor (``ffn_*_exps``): what ``--n-cpu-moe`` keeps in RAM."""
+    ggml_type: str = ""
+    """Its ggml type as the header names it (``Q4_K``, ``F16``): what :mod:`clover_local.gguf.loadable` checks."""
 
     @staticmethod
-    def classify(name: str, n_bytes: int) -> TensorEntry:
+    def classify(name: str, n_bytes: int, ggml_type: str = "") -> TensorEntry:
         m = LAYER_RE.match(name)
-        return TensorEntry(name, n_bytes, int(m.group(1)) if m else None, bool(FFN_EXPS_RE.search(name)))
+        layer = int(m.group(1)) if m else None
+        return TensorEntry(name, n_bytes, layer, bool(FFN_EXPS_RE.search(name)), ggml_type)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from clover_local.detect.units import format_bytes as fb
-from clover_local.gguf.model import ModelDescription
+from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.plan.quant_order import quality_rank
 from clover_local.plan.reasons import Reason
 from clover_local.plan.speed import format_tokens_per_s
@@ -29,6 +29,7 @@ __all__ = [
     "as_repo_preset",
     "choose_community_quant",
     "download_command",
+    "from_listings",
     "shortlist",
     "weights_room",
 ]
@@ -49,6 +50,10 @@ class CommunityQuant:
     """From its GGUF header (exact), else the base preset's shape at the listed size (an estimate)."""
     source: str
     """Where ``description``'s sizes came from, in words."""
+    pattern: str | None = None
+    """What ``--quant`` takes to get it; None: the repo's one model file (``--repo`` alone)."""
+    quality: str = ""
+    """What its publisher says it costs in quality, in their words (the preset keeps them)."""
 
 
 @dataclass(frozen=True)
@@ -88,9 +93,30 @@ def _quality_key(quant: str, file_bytes: int) -> tuple[float, int]:
     return (rank if rank is not None else float("inf"), -file_bytes)
 
 
-def download_command(repo: str, quant: str) -> str:
-    """The one command that gets a community quant."""
-    return shlex.join(["clover-local", "download", "--repo", repo, "--quant", quant])
+def download_command(repo: str, pattern: str | None) -> str:
+    """The one command that gets a community quant (``pattern`` None: the repo's one model file)."""
+    quant = ["--quant", pattern] if pattern else []
+    return shlex.join(["clover-local", "download", "--repo", repo, *quant])
+
+
+def from_listings(preset: Preset, below_bytes: int, room_bytes: int) -> tuple[CommunityQuant, ...]:
+    """The quants the preset's ``[[community]]`` tables list with their sizes (the publishers' pages, read by
+    people) that are worth weighing where a quant of ``below_bytes`` did not fit and at most ``room_bytes`` of
+    weights could (:func:`shortlist`): described from the base preset's shape at the listed size, as the
+    preset's own quants are offline."""
+    out: list[CommunityQuant] = []
+    for c in preset.community:
+        listed = {q.quant: q for q in c.quants}
+        for name in shortlist({q: e.bytes for q, e in listed.items()}, below_bytes, room_bytes):
+            e = listed[name]
+            shape = replace(preset, quants={name: QuantSpec(name, e.pattern or name, e.bytes)})
+            source = f"estimated from the size its page lists ({c.confirmed}); its header is read before any download"
+            out.append(
+                CommunityQuant(
+                    c.repo, name, (), describe_from_preset(shape, name, e.bytes), source, e.pattern, e.quality
+                )
+            )
+    return tuple(out)
 
 
 def as_repo_preset(preset: Preset, q: CommunityQuant) -> Preset:
@@ -99,7 +125,7 @@ def as_repo_preset(preset: Preset, q: CommunityQuant) -> Preset:
         preset,
         repo=q.repo,
         display_name=f"{preset.display_name} ({q.repo})",
-        quants={q.quant: QuantSpec(q.quant, q.quant, q.description.file_bytes)},
+        quants={q.quant: QuantSpec(q.quant, q.pattern or q.quant, q.description.file_bytes)},
         default_quant="auto",
         python_package=None,
         python_package_file=None,
@@ -146,19 +172,26 @@ def choose_community_quant(
         if plan.n_cpu_moe
         else "all on the GPU"
     )
-    command = download_command(best.repo, best.quant)
+    command = download_command(best.repo, best.pattern)
     rank = quality_rank(best.quant)
     order = (
         "the best in llama.cpp's quality order of quant types"
         if rank is not None
         else "not a llama.cpp quant type, so ranked by size"
     )
+    estimated = best.description.tensors is None
     why = (
         f"A smaller quant that fits: {best.quant} of {best.repo} ({fb(best.description.file_bytes)}"
         f"{f', {len(best.files)} files' if len(best.files) > 1 else ''}), {order} among the community quants "
         f"that fit this machine: {placement}, {where}, context {plan.ctx}, decode ~"
         f"{format_tokens_per_s(plan.predicted_tokens_per_s)} tokens/s predicted"
         f"{'' if plan.speed_source != 'estimate' else ' (an estimate)'}."
+        + (f" Its publisher on quality: {best.quality.rstrip('.')}." if best.quality else "")
+        + (
+            " Its size is the one its page lists; its header is read before any download."
+            if estimated
+            else ""
+        )
         + (f" Weighed too: {'; '.join(others)}." if others else "")
         + f" Get it with `{command}`."
     )
@@ -176,6 +209,7 @@ def choose_community_quant(
         size_source=best.source,
         command=command,
         why=why,
+        quality=best.quality,
     )
     return pick, (*notes, Reason("community", why))
 
@@ -185,6 +219,8 @@ def _weighed(q: CommunityQuant, plan: Plan, best: CommunityQuant) -> str:
     size = fb(q.description.file_bytes)
     if not plan.fits:
         return f"{q.quant} of {q.repo} ({size}) does not fit"
+    if quality_rank(q.quant) is None and quality_rank(best.quant) is None:
+        return f"{q.quant} of {q.repo} ({size}) fits, smaller (neither is a llama.cpp quant type)"
     if quality_rank(q.quant) == quality_rank(best.quant):
         speed = format_tokens_per_s(plan.predicted_tokens_per_s)
         return f"{q.quant} of {q.repo} ({size}) fits, the same quant type, ~{speed} tokens/s"

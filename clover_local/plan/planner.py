@@ -8,7 +8,7 @@ bandwidth-bound and Q4_K_M reads half the bytes), else the smallest quant, with 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -45,6 +45,8 @@ KV_SHARE_LIMIT = 0.10
 SPEED_CTX_SAMPLE = 4096
 """Context filled when predicting decode speed (KV read per token)."""
 N_BATCH, N_UBATCH = 2048, 512
+SMALLEST_ADVISED_CTX = 2048
+"""A plan that fits only below this many tokens of context is not worth advising: a chat outgrows it at once."""
 
 
 def context_limit(preset: Preset, models: Iterable[ModelDescription] = ()) -> int:
@@ -127,7 +129,23 @@ def make_plan(
     reasons += _context_reasons(preset, desc, fit, ctx, wishes)
     reasons.append(Reason("slots", why_slots))
     if not fit.fits:
-        reasons.append(_does_not_fit_advice(machine, desc, fit, ctx))
+        reasons.append(
+            _does_not_fit_advice(
+                machine,
+                desc,
+                fit,
+                ctx,
+                lambda c: find_fit(
+                    machine,
+                    desc,
+                    c,
+                    N_UBATCH,
+                    recurrent_copies=fit.recurrent_copies,
+                    engine=fit.engine,
+                    n_seq=fit.n_seq,
+                ),
+            )
+        )
 
     threads = plan_threads(
         machine.cpu.physical_cores,
@@ -548,22 +566,43 @@ def _context_reasons(
     return out
 
 
-def _does_not_fit_advice(machine: Machine, desc: ModelDescription, fit: Fit, ctx: int) -> Reason:
+def _does_not_fit_advice(
+    machine: Machine, desc: ModelDescription, fit: Fit, ctx: int, fit_at: Callable[[int], Fit]
+) -> Reason:
+    """What is short, and only the changes that would make it fit: a smaller context when one of at least
+    :data:`SMALLEST_ADVISED_CTX` tokens does (``fit_at``: this plan's fit at another context), closing other
+    programs when what they hold covers the shortfall."""
     short = [d for d in (*fit.memory.gpus, fit.memory.ram) if not d.fits]
     lacking = ", ".join(
         f"{d.name} needs {fb(d.used_bytes + d.margin_bytes)} but has {fb(d.capacity_bytes)}" for d in short
     )
     tips = []
-    if ctx > 4096:
-        tips.append("a smaller context (--ctx 4096)")
+    smaller = ctx // 2
+    while smaller >= SMALLEST_ADVISED_CTX:
+        if fit_at(smaller).fits:
+            tips.append(f"a smaller context (--ctx {smaller})")
+            break
+        smaller //= 2
     if desc.quant and desc.quant != "Q4_K_M":
         tips.append("the smaller Q4_K_M quant")
-    tips += ["closing other programs", "more RAM"]
+    held = _held_by_others(machine)
+    if held and sum(_over(d) for d in short) <= held:
+        tips.append(f"closing other programs (they hold about {fb(held)} of RAM)")
+    tips.append("more RAM")
     return Reason(
         "does-not-fit",
         f"Does not fit well: {lacking}. It may still load with mmap, paging weights from disk, but slowly. "
         f"Try {', '.join(tips)}.",
     )
+
+
+def _held_by_others(machine: Machine) -> int:
+    """RAM other programs hold beyond what the system itself keeps (as ``--simulate`` reserves it): what
+    closing them could free."""
+    from clover_local.detect.simulate import os_reserved_bytes
+
+    total = machine.memory.total_bytes
+    return max(total - machine.memory.available_bytes - os_reserved_bytes(total), 0)
 
 
 def _load_mode(machine: Machine, fit: Fit) -> tuple[LoadMode, str]:
@@ -668,7 +707,9 @@ def _plan_diffusion_model(
     desc, fit = candidates[quant], fits[quant]
     reasons = [Reason("quant", why_quant), *dreasons, *_placement_reasons(machine, desc, fit)]
     if not fit.fits:
-        reasons.append(_does_not_fit_advice(machine, desc, fit, canvas))
+        reasons.append(
+            _does_not_fit_advice(machine, desc, fit, canvas, lambda c: find_fit(machine, desc, c, c))
+        )
     threads = plan_threads(
         machine.cpu.physical_cores,
         machine.cpu.logical_cores,

@@ -167,6 +167,8 @@ class CommunityPick:
     command: str
     """The one command that gets it (``clover-local download --repo ... --quant ...``)."""
     why: str
+    quality: str = ""
+    """What its publisher says it costs in quality, in their words (empty: they say nothing)."""
 
 
 @dataclass(frozen=True)

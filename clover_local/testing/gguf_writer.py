@@ -68,6 +68,10 @@ class TinySpec:
     call, and after closing one it ends its turn. What goes inside the call stays random: a grammar makes it
     well-formed. Real tool-calling models are not on the package index, and llama-server's grammar for a
     required call lets free text come first, so a plain random model never reaches the call there."""
+    type_overrides: tuple[tuple[str, WeightType], ...] = ()
+    """(tensor-name suffix, type) pairs that override ``weight_type`` for the matrices whose names end so: a
+    file whose routed experts' gate and up differ in type (``(("ffn_up_exps.weight", "q8_0"),)`` on an f16
+    model), as some community mixes are written."""
 
 
 def default_spec(kind: TinyKind, weight_type: WeightType = "f16") -> TinySpec:
@@ -189,7 +193,8 @@ def _write(spec: TinySpec, vocab: Vocab, tensors: dict[str, np.ndarray], path: P
     writer = gguf.GGUFWriter(str(path), spec.arch_name or spec.kind)
     _add_header(writer, spec, vocab, with_head)
     for name, array in tensors.items():
-        _add_tensor(writer, name, array, spec.weight_type)
+        kind = next((t for suffix, t in spec.type_overrides if name.endswith(suffix)), spec.weight_type)
+        _add_tensor(writer, name, array, kind)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
