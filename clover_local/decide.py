@@ -105,7 +105,8 @@ def choose_runner(
                 )
         return Runner(
             "llama-server",
-            f"{arch.why}; `{arch.install_command}` installs it, and its llama-server will run it",
+            f"no llama.cpp here loads the architecture {arch.name!r}; `{arch.install_command}` installs a release "
+            "that does, and its llama-server will run it",
             install=arch.install_command,
         )
     if diffusion or (arch is not None and arch.runner == "diffusion"):
@@ -166,8 +167,11 @@ def _needs_llama_server(request: LaunchRequest, arch: ArchCheck | None) -> str:
             f"the plan pools other machines' devices (--rpc {request.rpc}), and the embedded engine "
             "(llama-cpp-python's wheel) has no RPC backend"
         )
-    if arch is not None and arch.runner == "llama-server":
-        return arch.why
+    if arch is not None and arch.runner == "llama-server":  # the details are the plan's architecture reason
+        loader = (
+            f"llama.cpp {arch.runtime} (an installed runtime)" if arch.runtime else "the built llama-server"
+        )
+        return f"only {loader} loads the architecture {arch.name!r}"
     if request.spec in SERVER_ONLY_MODES:
         return f"the {request.spec} drafter runs only in llama-server (the embedded engine drafts by n-gram or MTP)"
     return ""

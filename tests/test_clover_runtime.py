@@ -176,7 +176,7 @@ def test_unknown_everywhere_offline_or_not(runtimes: Path, upstream: ReleasesSer
         kept.unlink() if kept.is_file() else kept.rmdir()
     offline = check_architecture(CLOVER_ARCH, replace(_support(), look_upstream=False))
     assert not offline.supported and offline.install is None
-    assert "Offline: the latest llama.cpp release was not asked" in offline.why
+    assert "offline, so the latest llama.cpp release was not asked" in offline.why
 
 
 def _support() -> ArchSupport:
@@ -593,7 +593,7 @@ def test_offline_plan_and_download_say_so_and_fetch_nothing(
     out = json.loads(capsys.readouterr().out)
     arch = out["architecture"]
     assert (arch["supported"], arch["install"], arch["min_release"]) == (False, RELEASE, RELEASE)
-    assert "Offline: the latest llama.cpp release was not asked" in arch["why"]
+    assert "offline, so the latest llama.cpp release was not asked" in arch["why"]
     assert f"the preset clover-35b-a3b says llama.cpp {RELEASE} or newer loads it" in arch["why"]
     assert out["engine"] == "llama-server" and "--spec-type" in out["llama_server_args"]
     assert upstream.paths() == []  # nobody asked

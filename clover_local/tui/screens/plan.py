@@ -19,7 +19,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Select, Static
+from textual.widgets import Button, Collapsible, Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
 from clover_local import model_files
@@ -32,7 +32,8 @@ from clover_local.fetch.describe import QuantDescriptions
 from clover_local.launch import Launch, LaunchRequest, needs_community
 from clover_local.plan.community import CommunityQuants
 from clover_local.plan.planner import context_limit
-from clover_local.plan.render import plan_summary
+from clover_local.plan.reasons import folded_reasons, leading_reasons
+from clover_local.plan.render import plan_summary, runs_with
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
 from clover_local.runtimes.installed import InstalledRuntime
@@ -132,6 +133,8 @@ class PlanScreen(Screen[Launch | ModelChoice]):
                 yield Static(legend(), classes="muted")
                 yield Static("Why", classes="section-title")
                 yield Static("", id="plan-reasons", markup=False)
+                with Collapsible(title="More reasons", id="plan-more"):  # folded: the leading ones decide
+                    yield Static("", id="plan-more-reasons", markup=False)
                 yield Static("Alternatives", classes="section-title")
                 yield Static("", id="plan-alternatives", markup=False)
         with Horizontal(id="plan-buttons"):
@@ -257,7 +260,13 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         bars.remove_children()
         devices = [*plan.memory.gpus, plan.memory.ram]
         bars.mount_all([MemoryView(d, label=d.name.upper()) for d in devices])
-        self.query_one("#plan-reasons", Static).update("\n".join(f"• {r.text}" for r in plan.reasons) or "-")
+        self.query_one("#machine-panel", Static).update(machine_summary(launch.machine, runs_with(plan)))
+        leading, folded = leading_reasons(plan.reasons), folded_reasons(plan.reasons)
+        self.query_one("#plan-reasons", Static).update("\n".join(f"• {r.text}" for r in leading) or "-")
+        more = self.query_one("#plan-more", Collapsible)
+        more.title = f"{len(folded)} more reasons"
+        more.display = bool(folded)
+        self.query_one("#plan-more-reasons", Static).update("\n".join(f"• {r.text}" for r in folded))
         alts = [f"• {a.quant}: {a.why_not}" for a in plan.alternatives]
         self.query_one("#plan-alternatives", Static).update("\n".join(alts) or "-")
         install = self._install_tag()
