@@ -347,10 +347,7 @@ def _plan(
     plan = replace(
         plan,
         model_path=str(local_path) if local_path is not None else None,
-        reasons=(
-            *plan.reasons,
-            *(Reason("sizes", f"Sizes of {q}: {text}.") for q, text in quants.sources.items()),
-        ),
+        reasons=(*without_reasons(plan.reasons, "sizes-estimated"), *_size_reasons(quants.sources)),
         size_sources=tuple(quants.sources.items()),
     )
     plan = _with_architecture(plan, arch)
@@ -358,6 +355,16 @@ def _plan(
     return _with_speculation(
         plan, preset, quants.models.get(plan.quant), sidecars, request, facts, machine, runner, checks
     ), preset
+
+
+def _size_reasons(sources: Mapping[str, str]) -> tuple[Reason, ...]:
+    """Where each quant's sizes came from, one reason per source: quants estimated for the same cause (offline,
+    the Hub unreachable) are named together, not said once each. They say more than the planner's
+    ``sizes-estimated`` reason, which they replace."""
+    quants_by_source: dict[str, list[str]] = {}
+    for quant, source in sources.items():
+        quants_by_source.setdefault(source, []).append(quant)
+    return tuple(Reason("sizes", f"Sizes of {', '.join(qs)}: {src}.") for src, qs in quants_by_source.items())
 
 
 def _with_architecture(plan: Plan, check: ArchCheck) -> Plan:

@@ -68,9 +68,9 @@ def _gpu_lines(position: int, gpu: Gpu) -> list[str]:
     return lines
 
 
-def machine_summary(machine: Machine, runs_with: str | None = None) -> str:
+def machine_summary(machine: Machine, llama_cpp: str | None = None) -> str:
     """The machine in a few lines (the app's plan screen): CPU, RAM, disk, each GPU, and the llama.cpp that runs
-    the plan (``runs_with``, once a plan is made: an installed runtime is not the pinned build), else the pinned
+    the plan (``llama_cpp``, once a plan is made: an installed runtime is not the pinned build), else the pinned
     build."""
     gib = gigabytes
     lines = [
@@ -86,8 +86,7 @@ def machine_summary(machine: Machine, runs_with: str | None = None) -> str:
     build = machine.build
     backends = ", ".join(build.backends) or "cpu"
     version = build.version or "not installed"
-    runner = runs_with or f"llama-cpp-python {version}"
-    lines.append(f"llama.cpp  {runner}, backends: {backends}")
+    lines.append(f"llama.cpp  {llama_cpp or f'llama-cpp-python {version}'}, backends: {backends}")
     lines.extend(f"hint  {h}" for h in machine.hints)
     if machine.simulated:
         lines.append("(simulated machine)")

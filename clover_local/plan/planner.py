@@ -609,7 +609,7 @@ def _alternatives(
         size = fb(descs[q].file_bytes)
         if not fit.fits:
             short = [d for d in (*fit.memory.gpus, fit.memory.ram) if not d.fits]
-            why = f"{size}: does not fit ({', '.join(f'{d.name} short by {fb(_over(d))}' for d in short)})."
+            why = f"{size}: does not fit well ({', '.join(f'{d.name} short by {fb(_over(d))}' for d in short)})."
         elif uses_gpus(machine) and not fit.all_on_gpu:
             why = f"{size}: fits only with experts of {fit.n_cpu_moe} layers in RAM, slower than {chosen}."
         elif descs[q].file_bytes > descs[chosen].file_bytes:

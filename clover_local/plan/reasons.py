@@ -63,6 +63,8 @@ LEADING: tuple[ReasonCode, ...] = (
     "quant",
     "placement",
     "pooling",
+    "versus-alone",
+    "rpc-trust",
     "does-not-fit",
     "community",
     "diffusion",
@@ -70,8 +72,9 @@ LEADING: tuple[ReasonCode, ...] = (
     "speed-estimate",
     "speed-not-predicted",
 )
-"""The reasons that decide a plan, in the order people read them: which file, where it runs, whether it fits
-(and what fits instead), how fast. A plan leads with these (what runs it is its own line, ``render.runs_with``);
+"""The reasons that decide a plan, in the order people read them: which file, where it runs (pooled with other
+machines: whether that beats this one alone, and that RPC trusts the network), whether it fits (and what fits
+instead), how fast. A plan leads with these (what runs it is its own line, ``render.runs_with``);
 the rest are folded: ``plan --why`` prints them, the app's plan screen expands them, ``plan --json`` has all."""
 
 

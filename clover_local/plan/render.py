@@ -100,6 +100,9 @@ def describe_plan(plan: Plan, preset: Preset, *, every_reason: bool = False) -> 
     ]
     checkpoints = plan.memory.ram.checkpoint_bytes
     prompt_cache = plan.memory.ram.prompt_cache_bytes
+    runtime = any(d.runtime_bytes for d in plan.memory.gpus)
+    if runtime:
+        lines[-1] += f" {'GPU runtime':>11}"
     if checkpoints:
         lines[-1] += f" {'checkpoints':>11}"
     if prompt_cache:
@@ -108,11 +111,12 @@ def describe_plan(plan: Plan, preset: Preset, *, every_reason: bool = False) -> 
         lines.append(
             f"{d.name:{width}} {fb(d.weights_bytes):>11} {fb(d.kv_cache_bytes):>11} {fb(d.recurrent_state_bytes):>11} "
             f"{fb(d.compute_bytes):>11} {fb(d.used_bytes):>11} {fb(d.capacity_bytes):>11} {fb(d.margin_bytes):>10}"
+            + (f" {fb(d.runtime_bytes):>11}" if runtime else "")
             + (f" {fb(d.checkpoint_bytes):>11}" if checkpoints else "")
             + (f" {fb(d.prompt_cache_bytes):>12}" if prompt_cache else "")
             + ("" if d.fits else f"  {device_verdict(d)}")
         )
-    lines += ["", "Why:" if every_reason else "Why (what decides it):"]
+    lines += ["", "Why:"]
     lines += [f"  - {r.text}" for r in leading_reasons(plan.reasons)]
     folded = folded_reasons(plan.reasons)
     if every_reason:

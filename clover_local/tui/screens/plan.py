@@ -33,7 +33,7 @@ from clover_local.launch import Launch, LaunchRequest, needs_community
 from clover_local.plan.community import CommunityQuants
 from clover_local.plan.planner import context_limit
 from clover_local.plan.reasons import folded_reasons, leading_reasons
-from clover_local.plan.render import plan_summary, runs_with
+from clover_local.plan.render import plan_summary
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
 from clover_local.runtimes.installed import InstalledRuntime
@@ -260,7 +260,7 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         bars.remove_children()
         devices = [*plan.memory.gpus, plan.memory.ram]
         bars.mount_all([MemoryView(d, label=d.name.upper()) for d in devices])
-        self.query_one("#machine-panel", Static).update(machine_summary(launch.machine, runs_with(plan)))
+        self.query_one("#machine-panel", Static).update(machine_summary(launch.machine, _llama_cpp(launch)))
         leading, folded = leading_reasons(plan.reasons), folded_reasons(plan.reasons)
         self.query_one("#plan-reasons", Static).update("\n".join(f"• {r.text}" for r in leading) or "-")
         more = self.query_one("#plan-more", Collapsible)
@@ -365,3 +365,16 @@ class PlanScreen(Screen[Launch | ModelChoice]):
     def action_run_local(self) -> None:
         if self.launch is not None and self.model_path is not None:
             self.dismiss(ModelChoice(path=self.model_path))
+
+
+def _llama_cpp(launch: Launch) -> str | None:
+    """The llama.cpp that runs ``launch``, for the machine panel (None: the pinned one, llama-cpp-python's): after
+    a runtime install it is that runtime, not the pinned build the machine was detected with."""
+    runner = launch.runner
+    if runner.runtime is not None:
+        return f"{runner.runtime} (installed runtime, its llama-server)"
+    if runner.install is not None:
+        return "none here loads this model yet (Runs with names the release)"
+    if runner.binary is not None:
+        return f"llama-server ({runner.binary.source})"
+    return None

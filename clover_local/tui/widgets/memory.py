@@ -17,7 +17,7 @@ SEGMENTS: tuple[tuple[str, str, str], ...] = (
     ("kv", "▓", "KV cache"),
     ("state", "▒", "state"),
     ("cache", "▞", "prompt cache"),
-    ("buffers", "▚", "buffers"),
+    ("buffers", "▚", "buffers, runtime"),
     ("margin", "╳", "margin"),
     ("free", "░", "free"),
 )
@@ -32,7 +32,7 @@ def memory_parts(device: DeviceMemory) -> dict[str, int]:
         # checkpoints are saved copies of the recurrent state (and sliding-window cells)
         "state": device.recurrent_state_bytes + device.checkpoint_bytes,
         "cache": device.prompt_cache_bytes,  # llama-server's --cache-ram: earlier prompts' states
-        "buffers": device.compute_bytes,
+        "buffers": device.compute_bytes + device.runtime_bytes,  # llama.cpp's and the GPU runtime's own
         "margin": device.margin_bytes,
     }
     parts["free"] = max(device.capacity_bytes - sum(parts.values()), 0)
@@ -51,6 +51,12 @@ def memory_segments(device: DeviceMemory, width: int) -> list[tuple[str, int]]:
         i = max(range(len(cells)), key=lambda k: cells[k][1])
         cells[i] = (cells[i][0], max(cells[i][1] + diff, 0))
     return [(k, c) for k, c in cells if c > 0]
+
+
+def memory_head(device: DeviceMemory, label: str) -> str:
+    """The line above a bar: what is used of what is available, and the device's verdict as ``plan`` says it."""
+    head = f"{label}: {gigabytes(device.used_bytes)} of {gigabytes(device.capacity_bytes)}"
+    return head + ("" if device.fits else f"  {device_verdict(device)}")
 
 
 class MemoryView(Widget):
@@ -76,8 +82,7 @@ class MemoryView(Widget):
 
     def render(self) -> Text:
         d = self.device
-        head = f"{self.label}: {gigabytes(d.used_bytes)} of {gigabytes(d.capacity_bytes)}"
-        head += "" if d.fits else f"  {device_verdict(d)}"
+        head = memory_head(d, self.label)
         width = max(self.size.width - 2, 10)
         bar = Text()
         glyphs = {kind: glyph for kind, glyph, _ in SEGMENTS}
