@@ -391,6 +391,8 @@ def latest_release(look: bool) -> tuple[str, ArchTable] | str:
         latest = latest_arch_source(offline=not look)
         return latest.tag, _parse_upstream(latest.tag, latest.text, latest.source)
     except UpstreamError as exc:
+        if exc.offline:  # its sentence says the same again
+            return "offline, so the latest llama.cpp release was not asked"
         return f"the latest llama.cpp release was not asked: {exc.what.rstrip('.')}"
     except ValueError as exc:
         return f"the latest llama.cpp release's llama-arch.cpp could not be read: {exc}"

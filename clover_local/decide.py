@@ -105,7 +105,8 @@ def choose_runner(
                 )
         return Runner(
             "llama-server",
-            f"{arch.why}; `{arch.install_command}` installs it, and its llama-server will run it",
+            f"no llama.cpp here loads the architecture {arch.name!r}; `{arch.install_command}` installs a release "
+            "that does, and its llama-server will run it",
             install=arch.install_command,
         )
     if diffusion or (arch is not None and arch.runner == "diffusion"):
@@ -166,8 +167,11 @@ def _needs_llama_server(request: LaunchRequest, arch: ArchCheck | None) -> str:
             f"the plan pools other machines' devices (--rpc {request.rpc}), and the embedded engine "
             "(llama-cpp-python's wheel) has no RPC backend"
         )
-    if arch is not None and arch.runner == "llama-server":
-        return arch.why
+    if arch is not None and arch.runner == "llama-server":  # the details are the plan's architecture reason
+        loader = (
+            f"llama.cpp {arch.runtime} (an installed runtime)" if arch.runtime else "the built llama-server"
+        )
+        return f"only {loader} loads the architecture {arch.name!r}"
     if request.spec in SERVER_ONLY_MODES:
         return f"the {request.spec} drafter runs only in llama-server (the embedded engine drafts by n-gram or MTP)"
     return ""
@@ -343,10 +347,7 @@ def _plan(
     plan = replace(
         plan,
         model_path=str(local_path) if local_path is not None else None,
-        reasons=(
-            *plan.reasons,
-            *(Reason("sizes", f"Sizes of {q}: {text}.") for q, text in quants.sources.items()),
-        ),
+        reasons=(*without_reasons(plan.reasons, "sizes-estimated"), *_size_reasons(quants.sources)),
         size_sources=tuple(quants.sources.items()),
     )
     plan = _with_architecture(plan, arch)
@@ -354,6 +355,16 @@ def _plan(
     return _with_speculation(
         plan, preset, quants.models.get(plan.quant), sidecars, request, facts, machine, runner, checks
     ), preset
+
+
+def _size_reasons(sources: Mapping[str, str]) -> tuple[Reason, ...]:
+    """Where each quant's sizes came from, one reason per source: quants estimated for the same cause (offline,
+    the Hub unreachable) are named together, not said once each. They say more than the planner's
+    ``sizes-estimated`` reason, which they replace."""
+    quants_by_source: dict[str, list[str]] = {}
+    for quant, source in sources.items():
+        quants_by_source.setdefault(source, []).append(quant)
+    return tuple(Reason("sizes", f"Sizes of {', '.join(qs)}: {src}.") for src, qs in quants_by_source.items())
 
 
 def _with_architecture(plan: Plan, check: ArchCheck) -> Plan:

@@ -154,4 +154,9 @@ class NoArchiveError(RuntimeInstallError):
 
 
 class UpstreamError(CloverError):
-    """What the latest upstream llama.cpp release knows could not be read (offline, unreachable, not a release)."""
+    """What the latest upstream llama.cpp release knows could not be read (offline, unreachable, not a release).
+    ``offline``: nothing was asked because the person works offline (a sentence that says so needs no more)."""
+
+    def __init__(self, what: str, fix: str | None = None, *, offline: bool = False) -> None:
+        super().__init__(what, fix)
+        self.offline = offline

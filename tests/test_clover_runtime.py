@@ -176,7 +176,7 @@ def test_unknown_everywhere_offline_or_not(runtimes: Path, upstream: ReleasesSer
         kept.unlink() if kept.is_file() else kept.rmdir()
     offline = check_architecture(CLOVER_ARCH, replace(_support(), look_upstream=False))
     assert not offline.supported and offline.install is None
-    assert "Offline: the latest llama.cpp release was not asked" in offline.why
+    assert "offline, so the latest llama.cpp release was not asked" in offline.why
 
 
 def _support() -> ArchSupport:
@@ -423,6 +423,8 @@ async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
         await wait_until(lambda: screen.plan is not None, "the plan", pilot=pilot)
         summary = str(screen.query_one("#plan-summary", Static).render())
         assert f"needs llama.cpp {RELEASE}" in summary and f"runtime install {RELEASE}" in summary
+        panel = screen.query_one("#machine-panel", Static)
+        assert "llama.cpp  none here loads this model yet" in str(panel.render())  # not the pinned build
         button = screen.query_one("#plan-install", Button)
         assert button.display and RELEASE in str(button.label)
         assert screen.query_one("#plan-download", Button).disabled
@@ -452,6 +454,9 @@ async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
         assert f"llama.cpp {RELEASE} (installed runtime" in str(
             screen.query_one("#plan-summary", Static).render()
         )
+        # the machine panel names the runtime the plan runs with, not the pinned llama.cpp (issue 49)
+        shown = str(panel.render())
+        assert f"llama.cpp  {RELEASE} (installed runtime" in shown and "llama-cpp-python" not in shown
         assert not screen.query_one("#plan-download", Button).disabled
 
 
@@ -593,7 +598,7 @@ def test_offline_plan_and_download_say_so_and_fetch_nothing(
     out = json.loads(capsys.readouterr().out)
     arch = out["architecture"]
     assert (arch["supported"], arch["install"], arch["min_release"]) == (False, RELEASE, RELEASE)
-    assert "Offline: the latest llama.cpp release was not asked" in arch["why"]
+    assert "offline, so the latest llama.cpp release was not asked" in arch["why"]
     assert f"the preset clover-35b-a3b says llama.cpp {RELEASE} or newer loads it" in arch["why"]
     assert out["engine"] == "llama-server" and "--spec-type" in out["llama_server_args"]
     assert upstream.paths() == []  # nobody asked

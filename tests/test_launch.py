@@ -89,7 +89,7 @@ def test_llama_server_path_is_honoured_when_the_architecture_needs_llama_server(
     runner = choose_runner(LaunchRequest(llama_server=str(named)), only_server)
     assert runner.kind == "llama-server" and runner.binary is not None
     assert runner.binary.path == named.resolve() != default.resolve()
-    assert why in runner.why
+    assert "'clover_moe'" in runner.why and str(named.resolve()) in runner.why
 
 
 def _folder(path: Path) -> Path:

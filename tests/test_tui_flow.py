@@ -192,7 +192,7 @@ async def test_plan_screen_replaces_estimates_with_the_hubs_gguf_header(hub_serv
         assert plan is not None
         assert plan.file_bytes == gemma_path().stat().st_size
         assert any("GGUF header" in text for _, text in plan.size_sources)
-        reasons = str(plan_screen.query_one("#plan-reasons", Static).render())
+        reasons = str(plan_screen.query_one("#plan-more-reasons", Static).render())  # folded: not deciding
         assert "Sizes of Q4_K_M" in reasons
     # Only the header travelled, not the 253 MB file.
     assert 0 < hub_server.bytes_served(REPO, FILE) < gemma_path().stat().st_size // 10

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from clover_local.launch_types import Launch
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -24,6 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add_plan_options(parser)
     add_size_options(parser)
     parser.add_argument(
+        "--why",
+        action="store_true",
+        help="every reason behind the plan (context, KV cache, threads, loading...), not only those that decide "
+        "it (--json always has them all, each with its code)",
+    )
+    parser.add_argument(
         "--compare-fit",
         action="store_true",
         help="also run llama.cpp's llama-fit-params on the local model file and show its choice next to the plan",
@@ -34,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def run(args: argparse.Namespace) -> int:
     from clover_local.commands.options import launch_from_args
     from clover_local.llamacpp.fit_params import compare_fit
-    from clover_local.plan.render import describe_plan, plan_to_dict
+    from clover_local.plan.render import plan_to_dict
 
     launch = launch_from_args(args)
     plan, preset = launch.plan, launch.preset
@@ -46,7 +56,16 @@ def run(args: argparse.Namespace) -> int:
         out["notices"] = list(launch.notices)
         print(json.dumps(out, indent=2))
         return 0
-    lines = describe_plan(plan, preset)
+    print("\n".join(plan_text(launch, fit, every_reason=args.why)))
+    return 0
+
+
+def plan_text(launch: Launch, fit: dict[str, Any] | None = None, *, every_reason: bool = False) -> list[str]:
+    """What ``plan`` prints: the plan (``render.describe_plan``), the command that runs it, the launch's notes
+    and llama-fit-params' choice beside it."""
+    from clover_local.plan.render import describe_plan
+
+    lines = describe_plan(launch.plan, launch.preset, every_reason=every_reason)
     if launch.runner.kind == "llama-server":
         lines += ["", "Command (`clover-local command`):", f"  {launch.command}"]
     if launch.notices:
@@ -57,5 +76,4 @@ def run(args: argparse.Namespace) -> int:
             lines += [f"  {line}" if line else "" for line in fit["text"]]
         else:
             lines.append(f"  not shown: {fit['why']}")
-    print("\n".join(lines))
-    return 0
+    return lines

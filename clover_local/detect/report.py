@@ -68,8 +68,10 @@ def _gpu_lines(position: int, gpu: Gpu) -> list[str]:
     return lines
 
 
-def machine_summary(machine: Machine) -> str:
-    """The machine in a few lines (the app's plan screen): CPU, RAM, disk, each GPU, the llama.cpp build."""
+def machine_summary(machine: Machine, llama_cpp: str | None = None) -> str:
+    """The machine in a few lines (the app's plan screen): CPU, RAM, disk, each GPU, and the llama.cpp that runs
+    the plan (``llama_cpp``, once a plan is made: an installed runtime is not the pinned build), else the pinned
+    build."""
     gib = gigabytes
     lines = [
         f"CPU   {machine.cpu.model or 'unknown'} ({machine.cpu.physical_cores} cores)",
@@ -84,7 +86,7 @@ def machine_summary(machine: Machine) -> str:
     build = machine.build
     backends = ", ".join(build.backends) or "cpu"
     version = build.version or "not installed"
-    lines.append(f"llama.cpp  llama-cpp-python {version}, backends: {backends}")
+    lines.append(f"llama.cpp  {llama_cpp or f'llama-cpp-python {version}'}, backends: {backends}")
     lines.extend(f"hint  {h}" for h in machine.hints)
     if machine.simulated:
         lines.append("(simulated machine)")

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clover_local import settings
-from clover_local.detect.units import format_bytes
 from clover_local.errors import CloverError, DownloadError, GGUFError, HubUnreachableError
 from clover_local.fetch.sidecars import DraftKind
 from clover_local.gguf.model import ModelDescription, describe_from_preset
@@ -215,8 +214,8 @@ class _HubView:
             return desc, where
         if local_problem:
             why = f"{local_problem}; {why}"
-        estimate = describe_from_preset(preset, quant)
-        return estimate, f"estimated from the preset ({format_bytes(estimate.file_bytes)}): {why}"
+        estimate = describe_from_preset(preset, quant)  # its size is the plan's and the alternatives' to say
+        return estimate, f"estimated from the preset: {why}"
 
     def sidecars(self, spec: QuantSpec) -> dict[DraftKind, tuple[str, ModelDescription | None]]:
         """The drafter sidecars the repo lists for the quant, each with its header read like the model's

@@ -126,7 +126,7 @@ def make_plan(
     fit, why_slots = choose_slots(machine, desc, fit, ctx, wishes.parallel, N_UBATCH)
     fits = {**fits, quant: fit}  # the plan's memory is this fit's: its context and its slots
     reasons += _placement_reasons(machine, desc, fit)
-    reasons += _context_reasons(preset, desc, fit, ctx, wishes)
+    reasons += _context_reasons(preset, desc, fit, ctx, wishes, ctx_limit)
     reasons.append(Reason("slots", why_slots))
     if not fit.fits:
         reasons.append(
@@ -188,8 +188,9 @@ def make_plan(
                 f"tokens): drafts from text already in the context, no second model; {cost}.",
             )
         )
+    filled = min(ctx, SPEED_CTX_SAMPLE)
     gpu_read, ram_read = memory.active_bytes_per_token(
-        desc, fit.placement, min(ctx, SPEED_CTX_SAMPLE), fit.cache_type, fit.cache_type
+        desc, fit.placement, filled, fit.cache_type, fit.cache_type
     )
     tps, speed_notes = predict_tokens_per_s(
         machine, gpu_read, ram_read, layer_work(desc, fit.placement, len(machine.gpus)), threads.threads
@@ -209,7 +210,7 @@ def make_plan(
             Reason(
                 "speed-estimate",
                 f"Predicted decode ~{format_tokens_per_s(tps)} tokens/s: an estimate from memory bandwidth and "
-                f"per-layer kernel costs at {SPEED_CTX_SAMPLE} tokens of context, not a measurement ({'; '.join(speed_notes)}); "
+                f"per-layer kernel costs {_filled(filled, ctx)}, not a measurement ({'; '.join(speed_notes)}); "
                 "run `clover-local bench --llama-bench` to measure.",
             )
         )
@@ -282,6 +283,9 @@ def _assemble_plan(
     if decoding.get("diffusion") is None:
         plan_memory, cache_mib, why_cache = _prompt_cache(fit)
         reasons = (*reasons, Reason("prompt-cache", why_cache)) if why_cache else reasons
+        if plan_memory.ram.prompt_cache_bytes:  # RAM holds more than the placement said
+            ram = ram_reason(plan_memory.ram)
+            reasons = tuple(ram if r.code == "ram" else r for r in reasons)
     return Plan(
         preset=preset.name,
         model_path=model_path,
@@ -455,15 +459,28 @@ def _placement_reasons(machine: Machine, desc: ModelDescription, fit: Fit) -> li
                 f"Unified memory: planned against the Metal working set ({gpu.note}) and against RAM.",
             )
         )
-    ram = mem.ram
-    out.append(
-        Reason(
-            "ram",
-            f"RAM: {fb(ram.used_bytes)} planned of {fb(ram.capacity_bytes)} available, "
-            f"{fb(ram.margin_bytes)} kept free.",
-        )
-    )
+    out.append(ram_reason(mem.ram))
     return out
+
+
+def ram_reason(ram: DeviceMemory) -> Reason:
+    """What the plan puts in RAM, from the same figures as the memory table and bar: said again once the prompt
+    cache is counted (:func:`_prompt_cache`), so the reason and the table never give two totals."""
+    cache = (
+        f" ({fb(ram.prompt_cache_bytes)} of it llama-server's prompt cache)" if ram.prompt_cache_bytes else ""
+    )
+    return Reason(
+        "ram",
+        f"RAM: {fb(ram.used_bytes)} planned of {fb(ram.capacity_bytes)} available{cache}, "
+        f"{fb(ram.margin_bytes)} kept free.",
+    )
+
+
+def _filled(filled: int, ctx: int) -> str:
+    """How full the context is where the speed is predicted: the plan's whole context, or its first tokens."""
+    if filled >= ctx:
+        return f"with the context full ({ctx} tokens)"
+    return f"with the first {filled} of the context's {ctx} tokens filled (a fuller context decodes slower)"
 
 
 def _placement(machine: Machine, desc: ModelDescription, fit: Fit) -> str:
@@ -498,21 +515,13 @@ def _gpu_summary(fit: Fit) -> str:
 
 
 def _context_reasons(
-    preset: Preset, desc: ModelDescription, fit: Fit, ctx: int, wishes: Wishes
+    preset: Preset, desc: ModelDescription, fit: Fit, ctx: int, wishes: Wishes, limit: int
 ) -> list[Reason]:
     arch = desc.architecture
     per_token = memory.kv_bytes_per_token(arch, fit.cache_type, fit.cache_type)
     kv = sum(g.kv_cache_bytes for g in fit.memory.gpus) + fit.memory.ram.kv_cache_bytes
     kv //= max(fit.n_seq, 1)  # one slot's
-    how = (
-        "as asked"
-        if wishes.ctx
-        else (
-            f"the preset default {preset.ctx_default}"
-            if ctx == preset.ctx_default
-            else f"grown from the default {preset.ctx_default} because memory allows it cheaply"
-        )
-    )
+    how = _context_how(preset, ctx, wishes, limit)
     n_swa = sum(memory.is_swa_layer(arch, il) for il in arch.attention_layers)
     which = (
         f"only {len(arch.attention_layers)} of {arch.n_layers} layers hold KV"
@@ -564,6 +573,18 @@ def _context_reasons(
             Reason("chat-template", f"Chat template: llama.cpp's built-in {template!r} (the GGUF has none).")
         )
     return out
+
+
+def _context_how(preset: Preset, ctx: int, wishes: Wishes, limit: int) -> str:
+    """Where the context's size came from, in a few words: asked for, the preset's default, grown from it, or the
+    most the model takes when that is less than the default (never "grown" for a context smaller than it)."""
+    if wishes.ctx:
+        return "as asked"
+    if ctx == preset.ctx_default:
+        return f"the preset default {preset.ctx_default}"
+    if ctx > preset.ctx_default:
+        return f"grown from the default {preset.ctx_default} because memory allows it cheaply"
+    return f"the most this model takes ({limit}), below the preset default {preset.ctx_default}"
 
 
 def _does_not_fit_advice(
@@ -627,7 +648,7 @@ def _alternatives(
         size = fb(descs[q].file_bytes)
         if not fit.fits:
             short = [d for d in (*fit.memory.gpus, fit.memory.ram) if not d.fits]
-            why = f"{size}: does not fit ({', '.join(f'{d.name} short by {fb(_over(d))}' for d in short)})."
+            why = f"{size}: does not fit well ({', '.join(f'{d.name} short by {fb(_over(d))}' for d in short)})."
         elif uses_gpus(machine) and not fit.all_on_gpu:
             why = f"{size}: fits only with experts of {fit.n_cpu_moe} layers in RAM, slower than {chosen}."
         elif descs[q].file_bytes > descs[chosen].file_bytes:

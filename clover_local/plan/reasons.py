@@ -59,6 +59,24 @@ ReasonCode = Literal[
 ]
 """What a reason is about: short, stable identifiers, the only part of a reason code compares."""
 
+LEADING: tuple[ReasonCode, ...] = (
+    "quant",
+    "placement",
+    "pooling",
+    "versus-alone",
+    "rpc-trust",
+    "does-not-fit",
+    "community",
+    "diffusion",
+    "speed-measured",
+    "speed-estimate",
+    "speed-not-predicted",
+)
+"""The reasons that decide a plan, in the order people read them: which file, where it runs (pooled with other
+machines: whether that beats this one alone, and that RPC trusts the network), whether it fits (and what fits
+instead), how fast. A plan leads with these (what runs it is its own line, ``render.runs_with``);
+the rest are folded: ``plan --why`` prints them, the app's plan screen expands them, ``plan --json`` has all."""
+
 
 @dataclass(frozen=True)
 class Reason:
@@ -80,3 +98,13 @@ def find_reason(reasons: Iterable[Reason], code: ReasonCode) -> Reason | None:
 def without_reasons(reasons: Iterable[Reason], code: ReasonCode) -> tuple[Reason, ...]:
     """The reasons with every one of ``code`` left out."""
     return tuple(r for r in reasons if r.code != code)
+
+
+def leading_reasons(reasons: Iterable[Reason]) -> tuple[Reason, ...]:
+    """The reasons that decide the plan (:data:`LEADING`), in that order."""
+    return tuple(sorted((r for r in reasons if r.code in LEADING), key=lambda r: LEADING.index(r.code)))
+
+
+def folded_reasons(reasons: Iterable[Reason]) -> tuple[Reason, ...]:
+    """Every other reason, in the plan's order: what an expert reads after the leading ones."""
+    return tuple(r for r in reasons if r.code not in LEADING)

@@ -1,6 +1,10 @@
 """A plan for people and programs: the ``--json`` object (:func:`plan_to_dict`), the terminal report with a
 memory table per device (:func:`describe_plan`, ``clover-local plan``) and the app's short summary
-(:func:`plan_summary`, the plan screen). Pure: no I/O."""
+(:func:`plan_summary`, the plan screen). Pure: no I/O.
+
+The words both front ends share come from one function each, so the app and the command line never disagree:
+whether it fits (:func:`fit_verdict`, :func:`device_verdict`), what runs it (:func:`runs_with`), and which
+reasons lead (``reasons.leading_reasons``; the rest are folded behind ``plan --why`` and the app's expander)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from clover_local.arch_support import check_to_dict
 from clover_local.detect.units import format_bytes as fb
 from clover_local.detect.units import gigabytes
 from clover_local.plan.llama_args import llama_cpp_kwargs, llama_server_args
+from clover_local.plan.reasons import LEADING, folded_reasons, leading_reasons
 from clover_local.plan.speed import format_tokens_per_s
 from clover_local.plan.types import DeviceMemory, Plan
 from clover_local.presets import Preset
@@ -26,6 +31,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "ram": _device(plan.memory.ram),
     }
     out["reasons"] = [r.text for r in plan.reasons]  # the sentences: what scripts have always read
+    out["why"] = [{"code": r.code, "text": r.text, "leads": r.code in LEADING} for r in plan.reasons]
+    out["fit_verdict"] = fit_verdict(plan)
+    out["runs_with"] = runs_with(plan)
     out["size_sources"] = dict(plan.size_sources)
     if plan.architecture is not None:
         out["architecture"] = check_to_dict(plan.architecture)
@@ -38,8 +46,32 @@ def _device(d: DeviceMemory) -> dict[str, Any]:
     return {**asdict(d), "used_bytes": d.used_bytes, "fits": d.fits}
 
 
-def describe_plan(plan: Plan, preset: Preset) -> list[str]:
-    """Text for people: the recommendation, a memory table per device, the reasons and the alternatives."""
+def fit_verdict(plan: Plan) -> str:
+    """Whether the plan fits, in the words every front end uses ("fits", "does not fit well": it may still load,
+    paging weights from disk)."""
+    return "fits" if plan.fits else "does not fit well"
+
+
+def device_verdict(device: DeviceMemory) -> str:
+    """One device's verdict (the memory table, the app's bars): "" when it fits, else what it lacks."""
+    over = device.used_bytes + device.margin_bytes - device.capacity_bytes
+    return "" if device.fits else f"short by {fb(max(over, 0))}"
+
+
+def runs_with(plan: Plan) -> str:
+    """What runs the plan, in a few words (the plan's "Runs with" line, the app's machine panel): an installed
+    runtime, the release to install, or the engine the plan was budgeted for."""
+    arch = plan.architecture
+    if arch is not None and (arch.runtime or arch.install or not arch.supported):
+        return arch.runs_with
+    if plan.engine == "llama-server":
+        return "llama-server (its own llama.cpp)"
+    return "the embedded engine (the pinned llama.cpp, llama-cpp-python)"
+
+
+def describe_plan(plan: Plan, preset: Preset, *, every_reason: bool = False) -> list[str]:
+    """Text for people: the recommendation, a memory table per device, the reasons that decide it (every reason
+    with ``every_reason``: ``plan --why``) and the alternatives."""
     where = (
         "CPU only"
         if plan.n_gpu_layers == 0
@@ -59,8 +91,8 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
             if plan.diffusion is not None
             else f"KV {plan.cache_type_k}, ~{format_tokens_per_s(plan.predicted_tokens_per_s)} tokens/s ({plan.speed_source})"
         )
-        + ("" if plan.fits else "  [DOES NOT FIT WELL]"),
-        *([f"Runs with: {plan.architecture.runs_with}"] if plan.architecture is not None else []),
+        + ("" if plan.fits else f"  [{fit_verdict(plan).upper()}]"),
+        f"Runs with: {runs_with(plan)}",
         *([_fits_instead(plan)] if plan.community is not None else []),
         "",
         f"{'memory':{width}} {'weights':>11} {'KV cache':>11} {'recurrent':>11} {'compute':>11} {'total':>11} "
@@ -68,6 +100,9 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
     ]
     checkpoints = plan.memory.ram.checkpoint_bytes
     prompt_cache = plan.memory.ram.prompt_cache_bytes
+    runtime = any(d.runtime_bytes for d in plan.memory.gpus)
+    if runtime:
+        lines[-1] += f" {'GPU runtime':>11}"
     if checkpoints:
         lines[-1] += f" {'checkpoints':>11}"
     if prompt_cache:
@@ -76,11 +111,18 @@ def describe_plan(plan: Plan, preset: Preset) -> list[str]:
         lines.append(
             f"{d.name:{width}} {fb(d.weights_bytes):>11} {fb(d.kv_cache_bytes):>11} {fb(d.recurrent_state_bytes):>11} "
             f"{fb(d.compute_bytes):>11} {fb(d.used_bytes):>11} {fb(d.capacity_bytes):>11} {fb(d.margin_bytes):>10}"
+            + (f" {fb(d.runtime_bytes):>11}" if runtime else "")
             + (f" {fb(d.checkpoint_bytes):>11}" if checkpoints else "")
             + (f" {fb(d.prompt_cache_bytes):>12}" if prompt_cache else "")
-            + ("" if d.fits else "  short")
+            + ("" if d.fits else f"  {device_verdict(d)}")
         )
-    lines += ["", "Why:"] + [f"  - {r.text}" for r in plan.reasons]
+    lines += ["", "Why:"]
+    lines += [f"  - {r.text}" for r in leading_reasons(plan.reasons)]
+    folded = folded_reasons(plan.reasons)
+    if every_reason:
+        lines += [f"  - {r.text}" for r in folded]
+    elif folded:
+        lines.append(f"  ({len(folded)} more reasons: add --why to read every one)")
     if plan.alternatives:
         lines += ["", "Alternatives:"] + [f"  - {a.quant}: {a.why_not}" for a in plan.alternatives]
     return lines
@@ -101,10 +143,9 @@ def plan_summary(plan: Plan) -> str:
         f"Predicted speed: about {format_tokens_per_s(plan.predicted_tokens_per_s)} tokens/s"
         if plan.diffusion is None
         else f"Diffusion: {plan.diffusion.schedule} schedule, {plan.diffusion.steps_per_block} steps per block",
-        "FITS" if plan.fits else "DOES NOT FIT: see the reasons",
+        fit_verdict(plan).upper() + ("" if plan.fits else ": see Why"),
+        f"Runs with: {runs_with(plan)}",
     ]
-    if plan.architecture is not None and (plan.architecture.runtime or plan.architecture.install):
-        head.append(f"Runs with: {plan.architecture.runs_with}")
     if plan.community is not None:
         head.append(_fits_instead(plan))
     return "\n".join(head)

@@ -60,6 +60,7 @@ def arch_source(tag: str, *, offline: bool = False, timeout_s: float = TIMEOUT_S
         raise UpstreamError(
             f"Offline: llama.cpp {tag}'s llama-arch.cpp was not fetched before, and no server is asked.",
             _OFFLINE_FIX,
+            offline=True,
         )
     url = source_file_url(tag, ARCH_PATH)
     with _as_upstream_error(), net.client(timeout_s) as http:
@@ -81,7 +82,9 @@ def _latest_tag(offline: bool, timeout_s: float) -> str:
         pass
     if offline:
         raise UpstreamError(
-            "Offline: the latest llama.cpp release was not asked which architectures it knows.", _OFFLINE_FIX
+            "Offline: the latest llama.cpp release was not asked which architectures it knows.",
+            _OFFLINE_FIX,
+            offline=True,
         )
     with _as_upstream_error(), net.client(timeout_s) as http:
         tag = fetch_release("latest", http).tag  # its tag is checked there (b<digits>)

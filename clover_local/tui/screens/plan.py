@@ -19,7 +19,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Input, Select, Static
+from textual.widgets import Button, Collapsible, Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
 from clover_local import model_files
@@ -32,6 +32,7 @@ from clover_local.fetch.describe import QuantDescriptions
 from clover_local.launch import Launch, LaunchRequest, needs_community
 from clover_local.plan.community import CommunityQuants
 from clover_local.plan.planner import context_limit
+from clover_local.plan.reasons import folded_reasons, leading_reasons
 from clover_local.plan.render import plan_summary
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
@@ -132,6 +133,8 @@ class PlanScreen(Screen[Launch | ModelChoice]):
                 yield Static(legend(), classes="muted")
                 yield Static("Why", classes="section-title")
                 yield Static("", id="plan-reasons", markup=False)
+                with Collapsible(title="More reasons", id="plan-more"):  # folded: the leading ones decide
+                    yield Static("", id="plan-more-reasons", markup=False)
                 yield Static("Alternatives", classes="section-title")
                 yield Static("", id="plan-alternatives", markup=False)
         with Horizontal(id="plan-buttons"):
@@ -257,7 +260,13 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         bars.remove_children()
         devices = [*plan.memory.gpus, plan.memory.ram]
         bars.mount_all([MemoryView(d, label=d.name.upper()) for d in devices])
-        self.query_one("#plan-reasons", Static).update("\n".join(f"• {r.text}" for r in plan.reasons) or "-")
+        self.query_one("#machine-panel", Static).update(machine_summary(launch.machine, _llama_cpp(launch)))
+        leading, folded = leading_reasons(plan.reasons), folded_reasons(plan.reasons)
+        self.query_one("#plan-reasons", Static).update("\n".join(f"• {r.text}" for r in leading) or "-")
+        more = self.query_one("#plan-more", Collapsible)
+        more.title = f"{len(folded)} more reasons"
+        more.display = bool(folded)
+        self.query_one("#plan-more-reasons", Static).update("\n".join(f"• {r.text}" for r in folded))
         alts = [f"• {a.quant}: {a.why_not}" for a in plan.alternatives]
         self.query_one("#plan-alternatives", Static).update("\n".join(alts) or "-")
         install = self._install_tag()
@@ -356,3 +365,16 @@ class PlanScreen(Screen[Launch | ModelChoice]):
     def action_run_local(self) -> None:
         if self.launch is not None and self.model_path is not None:
             self.dismiss(ModelChoice(path=self.model_path))
+
+
+def _llama_cpp(launch: Launch) -> str | None:
+    """The llama.cpp that runs ``launch``, for the machine panel (None: the pinned one, llama-cpp-python's): after
+    a runtime install it is that runtime, not the pinned build the machine was detected with."""
+    runner = launch.runner
+    if runner.runtime is not None:
+        return f"{runner.runtime} (installed runtime, its llama-server)"
+    if runner.install is not None:
+        return "none here loads this model yet (Runs with names the release)"
+    if runner.binary is not None:
+        return f"llama-server ({runner.binary.source})"
+    return None
