@@ -215,4 +215,4 @@ def test_an_architecture_only_llama_server_knows_runs_there(
     assert (
         choice.kind == "llama-server" and choice.binary is not None and choice.binary.path == binary.resolve()
     )
-    assert "only llama-server knows it" in choice.why
+    assert "only the built llama-server loads the architecture 'clover'" in choice.why
