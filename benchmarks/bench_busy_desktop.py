@@ -32,6 +32,7 @@ import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clover_local  # noqa: F401  (loads libllama before numpy, as every entry point does)
 from clover_local.engine.repack import repack_safe_here
-from clover_local.engine.types import Finished, GenerationRequest, GenerationStats
+from clover_local.engine.types import Finished, GenerationRequest, GenerationStats, TextDelta
 from clover_local.launch import Launch, LaunchRequest, decide_launch, open_launch
 from clover_local.llamacpp.server import start_llama_server
 from clover_local.llamacpp.server_args import threads_in
@@ -51,6 +52,8 @@ from clover_local.llamacpp.server_engine import LlamaServerEngine
 SETTLE_S = 8.0
 """After a program gets busy, the next message comes this much later (the follower needs ~2 s to be sure)."""
 UP_SETTLE_S = 16.0
+CAP_S = 30.0
+"""The longest a measured reply may run (then its speed is taken from what streamed)."""
 """After it stops, the next message comes this much later (the follower waits 10 s before taking cores back)."""
 CODE = '''def fold(values, step, start=0):
     """Sum every step-th value from start, the way the report wants it."""
@@ -106,8 +109,10 @@ def _log(text: str) -> None:
 
 @contextmanager
 def busy_program() -> Iterator[None]:
-    """Another program keeping one core busy (a Python loop), as a build or a browser tab would."""
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    """Another program keeping one core busy (a Python loop), as a build or a browser tab would: in a session of
+    its own, as a person's other programs are (Linux shares the CPU between sessions first, autogroup scheduling;
+    a child in the benchmark's own session would take its share from the benchmark alone)."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
     try:
         yield
     finally:
@@ -123,13 +128,31 @@ def _run(engine: LlamaServerEngine, request: GenerationRequest) -> tuple[Generat
     raise RuntimeError("the reply ended without its statistics")
 
 
-def _decode(engine: LlamaServerEngine, tokens: int) -> tuple[float, float]:
+def _decode(engine: LlamaServerEngine, tokens: int, cap_s: float = CAP_S) -> tuple[float, float]:
+    """Decode tokens/s of a greedy reply (llama-server's own timing), and the reply's whole time. A reply still
+    going after ``cap_s`` (upstream beside a busy program can decode at 0.1 tokens/s) is stopped there and its
+    speed taken from the pieces streamed until then."""
     code = CODE * 4
-    stats, took = _run(
-        engine,
-        GenerationRequest(prompt=code + CODE[:40], max_tokens=tokens, temperature=0.0, cache_prompt=False),
+    request = GenerationRequest(
+        prompt=code + CODE[:40], max_tokens=tokens, temperature=0.0, cache_prompt=False
     )
-    return stats.decode_tokens_per_s, took
+    cancel = threading.Event()
+    began = time.perf_counter()
+    stamps: list[float] = []
+    for event in engine.generate(request, cancel):
+        now = time.perf_counter()
+        if isinstance(event, TextDelta):
+            stamps.append(now)
+            if now - began > cap_s:
+                cancel.set()
+        elif isinstance(event, Finished):
+            if event.stats.finish_reason != "cancelled" and event.stats.decode_tokens_per_s > 0:
+                return event.stats.decode_tokens_per_s, now - began
+            break
+    took = time.perf_counter() - began
+    if len(stamps) < 2:
+        return 0.0, took
+    return (len(stamps) - 1) / (stamps[-1] - stamps[0]), took
 
 
 def _prompt(engine: LlamaServerEngine, tokens: int) -> float:
@@ -145,15 +168,17 @@ def _threads(engine: LlamaServerEngine) -> int | None:
     return threads_in(engine.process.argv) if engine.process is not None else None
 
 
-Opener = Callable[[], LlamaServerEngine]
+Opener = Callable[[], tuple[LlamaServerEngine, float]]
+"""Starts one of the two: the engine, and the seconds from starting the process to its ``/health`` answering."""
 
 
 def product_opener(request: LaunchRequest) -> Opener:
-    def open_() -> LlamaServerEngine:
+    def open_() -> tuple[LlamaServerEngine, float]:
         launch = decide_launch(request)  # decided now: beside the load when the program runs first
+        began = time.perf_counter()  # the load is timed from here, as upstream's from its start
         engine = open_launch(launch, measure_costs=False).engine
         assert isinstance(engine, LlamaServerEngine)
-        return engine
+        return engine, time.perf_counter() - began
 
     return open_
 
@@ -164,18 +189,17 @@ def upstream_opener(launch: Launch, cores: int) -> Opener:
     if not repack_safe_here():
         argv.append("--no-repack")  # upstream's defaults crash on this CPU otherwise (the AMX kernels)
 
-    def open_() -> LlamaServerEngine:
+    def open_() -> tuple[LlamaServerEngine, float]:
+        began = time.perf_counter()
         process = start_llama_server(argv, binary=launch.runner.binary, adapt=False)
-        return LlamaServerEngine(process, model_name=launch.preset.name, slots=1)
+        return LlamaServerEngine(process, model_name=launch.preset.name, slots=1), time.perf_counter() - began
 
     return open_
 
 
 def one_round(name: str, opener: Opener, args: argparse.Namespace) -> Run:
     run = Run(name)
-    began = time.perf_counter()
-    engine = opener()
-    run.load_s = time.perf_counter() - began
+    engine, run.load_s = opener()
     run.argv = list(engine.process.argv) if engine.process else []
     try:
         _decode(engine, 8)  # warm: the first reply after a load pays for pages and kernels
@@ -195,7 +219,7 @@ def one_round(name: str, opener: Opener, args: argparse.Namespace) -> Run:
         engine.close()
     with busy_program():
         time.sleep(2.0)  # running before the launch is decided, as a person's browser would be
-        engine = opener()
+        engine, _ = opener()
         try:
             _decode(engine, 8)
             run.busy_before_tps, _ = _decode(engine, args.decode)
@@ -287,7 +311,7 @@ def main() -> int:
     cores = max(1, launch.machine.cpu.physical_cores)
     product, upstream = product_opener(request), upstream_opener(launch, cores)
     _log(f"warming the page cache: {launch.plan.model_path}")
-    upstream().close()
+    upstream()[0].close()
     pairs: list[tuple[Run, Run]] = []
     for n in range(args.rounds):
         if n % 2 == 0:

@@ -11,6 +11,7 @@ import pytest
 from clover_local.llamacpp.load_rule import (
     DOWN_AFTER_S,
     MIN_GAP_S,
+    THREAD_EXPONENT,
     UP_AFTER_S,
     LoadLook,
     RelaunchInputs,
@@ -142,7 +143,7 @@ def test_more_cores_than_threads_planned_are_never_taken() -> None:
     assert [threads for _, threads in out] == [2]
 
 
-@pytest.mark.parametrize(("threads", "expected"), [(2, 10.0), (1, 10.0 * 0.5**0.15)])
+@pytest.mark.parametrize(("threads", "expected"), [(2, 10.0), (1, 10.0 * 0.5**THREAD_EXPONENT)])
 def test_speed_alone_scales_from_the_count_seen(threads: int, expected: float) -> None:
     assert speed_alone(threads, {2: 10.0}) == pytest.approx(expected)
 

@@ -6,7 +6,8 @@ measured (issue 48).
 
 The probe streams through a buffer far larger than any CPU cache (:data:`BUFFER_BYTES`) with numpy's SIMD
 ``max``, once on one thread and once on every physical core at the same time (numpy lets go of the GIL inside
-the reduction), the best of a few passes each. A figure measured while other programs kept the CPU busy says
+the reduction), the best of :data:`PASSES` passes each (another VM on the same host takes some of the memory's bandwidth now
+and then). A figure measured while other programs kept the CPU busy says
 little of the machine: it is used for that plan, said to be so, and not kept (measured again next time)."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 BUFFER_BYTES = 192 * 1024 * 1024
 """Larger than the last-level cache one core sees on desktop and server CPUs (up to 96 MiB a CCD)."""
-PASSES = 3
+PASSES = 5
 QUIET_CORES = 0.25
 """Other programs may use this much CPU while the probe runs and the figure is still kept."""
 KEEP_FILE = "ram-read.json"

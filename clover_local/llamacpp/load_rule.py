@@ -42,9 +42,10 @@ full-size Clover-shaped model, 0.10 on SmolLM2 135M, 2 cores, one busy program; 
 HORIZON_REPLIES = 3
 """Replies a relaunch is weighed over: a load that lasts long enough to be seen (seconds of looks) lasts longer
 than one reply, so the threads chosen serve the next few."""
-THREAD_EXPONENT = 0.15
-"""Decode speed alone scales as threads to this power where only one count was seen (memory-bound decoding:
-1 thread decoded at 0.9x of 2 on the full-size Clover-shaped model, docs/speed.md)."""
+THREAD_EXPONENT = 0.5
+"""Decode speed alone scales as threads to this power where only one count was seen: between memory-bound
+decoding (1 thread at 0.9x of 2 on the full-size Clover-shaped model) and compute-bound (0.6x on SmolLM2 135M,
+2-core VM; docs/speed.md). Once a count is seen alone, its own speed is used."""
 
 Verdict = Literal["keep", "fewer", "more"]
 

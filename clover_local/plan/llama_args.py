@@ -102,8 +102,8 @@ def settings(plan: Plan) -> list[Setting]:
         Setting("-ctv", plan.cache_type_v, "type_v", GGML_TYPES[plan.cache_type_v]),
         Setting("-t", str(plan.threads), "n_threads", plan.threads),
         # The embedded engine takes these as the most and follows the load between steps (engine.batch_threads);
-        # llama-server's are fixed at launch (plan.threads: picked by the load measured while probing), and it
-        # batches on its decode threads: a batch on cores another program wants collapses (0.07 of its idle
+        # llama-server's are picked by the load measured while probing and changed by a relaunch between
+        # requests (llamacpp.load_follow), and it batches on its decode threads: a batch on cores another program wants collapses (0.07 of its idle
         # speed, benchmarks/bench_contention.py --batches, docs/reliability-general.md).
         Setting("-tb", str(plan.threads), "n_threads_batch", plan.threads_batch),
         Setting("-b", str(n_batch), "n_batch", n_batch),

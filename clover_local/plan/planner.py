@@ -22,7 +22,7 @@ from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
 from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
 from clover_local.plan.reasons import Reason
 from clover_local.plan.slots import choose_slots
-from clover_local.plan.speed import LayerWork, format_tokens_per_s, predict_tokens_per_s
+from clover_local.plan.speed import SPEED_CTX_SAMPLE, LayerWork, format_tokens_per_s, predict_tokens_per_s
 from clover_local.plan.threads import ThreadPlan, cpu_repack, plan_threads
 from clover_local.plan.types import (
     Alternative,
@@ -42,8 +42,6 @@ CTX_GROWTH_LIMIT = 4
 """Without ``--ctx`` the context grows at most to this multiple of the preset default."""
 KV_SHARE_LIMIT = 0.10
 """...and only while the KV cache stays under this share of the weights (cheap)."""
-SPEED_CTX_SAMPLE = 4096
-"""Context filled when predicting decode speed (KV read per token)."""
 N_BATCH, N_UBATCH = 2048, 512
 SMALLEST_ADVISED_CTX = 2048
 """A plan that fits only below this many tokens of context is not worth advising: a chat outgrows it at once."""
@@ -480,7 +478,7 @@ def _filled(filled: int, ctx: int) -> str:
     """How full the context is where the speed is predicted: the plan's whole context, or its first tokens."""
     if filled >= ctx:
         return f"with the context full ({ctx} tokens)"
-    return f"with the first {filled} of the context's {ctx} tokens filled (a fuller context decodes slower)"
+    return f"at the start of a conversation ({filled} of {ctx} tokens; a fuller context decodes slower)"
 
 
 def _placement(machine: Machine, desc: ModelDescription, fit: Fit) -> str:

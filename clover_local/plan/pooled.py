@@ -23,12 +23,10 @@ from clover_local.plan.fit import uses_gpus
 from clover_local.plan.measured import SpeedRecord
 from clover_local.plan.network import describe_links, network_cost_per_token
 from clover_local.plan.reasons import Reason, find_reason
-from clover_local.plan.speed import DEFAULT_RAM_BANDWIDTH, gpu_bandwidth
+from clover_local.plan.speed import DEFAULT_RAM_BANDWIDTH, SPEED_CTX_SAMPLE, gpu_bandwidth
 from clover_local.plan.types import MemoryPlan, NetworkCost, Plan, Wishes
 from clover_local.presets import Preset
 
-SPEED_CTX_SAMPLE = 4096
-"""Context filled when predicting decode speed (as the planner does)."""
 _GPU_NAME_RE = re.compile(r"\bgpu(\d+)\b")
 
 

@@ -18,6 +18,11 @@ from dataclasses import dataclass
 from clover_local.detect.machine import Gpu, Machine
 
 GB = 1e9
+SPEED_CTX_SAMPLE = 512
+"""Context filled when predicting decode speed (KV read per token): the start of a conversation, as a benchmark's
+plain decoding (llama-bench's ``tg``) measures it and the speed records keep it. A fuller context decodes slower,
+and not by its bytes alone: on a CPU, attention over every earlier token is computed too (SmolLM2 135M, 30 layers
+of full attention: 111 tokens/s at the start, 18 with 4,000 tokens filled; docs/speed.md)."""
 DEFAULT_RAM_BANDWIDTH = 50 * GB
 """Desktop dual-channel DDR4/DDR5, conservatively."""
 BANDWIDTH_EFFICIENCY = 0.7

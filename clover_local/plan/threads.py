@@ -7,8 +7,9 @@ while the others spin at the barrier, burning the very CPU it needs: decoding dr
 a 2-core machine with one busy process. On an idle machine, though, every physical core decodes faster (1.3x on
 2 cores: docs/speed.md). So threads follow the load (:func:`threads_for_load`): every physical core while the
 other programs leave them free, fewer while they do not. The embedded engine decides it again between steps
-(``engine.batch_threads``, ``llama_set_n_threads``); llama-server, whose threads are fixed at launch, gets the
-count the load measured while the machine was probed (``Cpu.others_busy_cores``).
+(``engine.batch_threads``, ``llama_set_n_threads``); llama-server, whose threads are fixed while it runs, starts
+with the count the load measured while the machine was probed (``Cpu.others_busy_cores``) and is started again
+between requests when the load changes for long enough (``llamacpp.load_follow``).
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ def plan_threads(
 ) -> ThreadPlan:
     """Threads for a machine with these cores. The embedded engine gets every physical core (``wanted``,
     ``--threads``, is the most instead) for decoding and batches, and gives cores back between steps while
-    other programs use them. llama-server, whose threads are fixed at launch, gets what :func:`threads_for_load`
-    leaves for the other programs' load measured while the machine was probed (``others_busy``; idle when not
-    measured), decoding and batching alike (``--threads`` as asked)."""
+    other programs use them. llama-server, whose threads are fixed while it runs, starts with what
+    :func:`threads_for_load` leaves for the other programs' load measured while the machine was probed
+    (``others_busy``; idle when not measured), decoding and batching alike, and is started again with other
+    threads as the load changes (``llamacpp.load_follow``); ``--threads`` as asked stays fixed."""
     physical = max(1, physical_cores)
     logical = max(physical, logical_cores)
     most = wanted if wanted and wanted > 0 else physical
@@ -89,8 +91,10 @@ def plan_threads(
             threads,
             f"llama-server: {threads} of {physical} threads for generation and batches ({measured}; each thread "
             "needs a core of its own, since llama.cpp's threads spin-wait for each other and one that shares a "
-            "core stalls them all). They are fixed at launch: if other programs get busy later, relaunch; the "
-            "embedded engine follows the load by itself.",
+            "core stalls them all). Its threads are fixed while it runs, so when other programs get busy or "
+            "quiet again for long enough, clover-local starts it again between requests with the threads the "
+            "load allows, keeping each conversation's state (where the next replies gain more than the restart "
+            "costs).",
         )
     batch = max(most, physical)
     batch_part = "" if batch == most else f", {batch} for batches (prompt processing, verifying drafts)"
