@@ -132,23 +132,25 @@ def _decode(engine: LlamaServerEngine, tokens: int, cap_s: float = CAP_S) -> tup
     """Decode tokens/s of a greedy reply (llama-server's own timing), and the reply's whole time. A reply still
     going after ``cap_s`` (upstream beside a busy program can decode at 0.1 tokens/s) is stopped there and its
     speed taken from the pieces streamed until then."""
-    code = CODE * 4
-    request = GenerationRequest(
-        prompt=code + CODE[:40], max_tokens=tokens, temperature=0.0, cache_prompt=False
-    )
+    # A short prompt: beside a busy program upstream reads prompts at a fraction of a token a second, and nothing
+    # streams (nor can be stopped) before the first token.
+    request = GenerationRequest(prompt=CODE[:60], max_tokens=tokens, temperature=0.0, cache_prompt=False)
     cancel = threading.Event()
+    timer = threading.Timer(cap_s, cancel.set)
     began = time.perf_counter()
     stamps: list[float] = []
-    for event in engine.generate(request, cancel):
-        now = time.perf_counter()
-        if isinstance(event, TextDelta):
-            stamps.append(now)
-            if now - began > cap_s:
-                cancel.set()
-        elif isinstance(event, Finished):
-            if event.stats.finish_reason != "cancelled" and event.stats.decode_tokens_per_s > 0:
-                return event.stats.decode_tokens_per_s, now - began
-            break
+    timer.start()
+    try:
+        for event in engine.generate(request, cancel):
+            now = time.perf_counter()
+            if isinstance(event, TextDelta):
+                stamps.append(now)
+            elif isinstance(event, Finished):
+                if event.stats.finish_reason != "cancelled" and event.stats.decode_tokens_per_s > 0:
+                    return event.stats.decode_tokens_per_s, now - began
+                break
+    finally:
+        timer.cancel()
     took = time.perf_counter() - began
     if len(stamps) < 2:
         return 0.0, took

@@ -8,7 +8,9 @@ restored state (tokens already cached), where a child started bare would read th
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -23,6 +25,8 @@ from clover_local.llamacpp.load_rule import LoadLook
 from clover_local.llamacpp.server import start_llama_server
 from clover_local.llamacpp.server_args import threads_in, with_threads
 from clover_local.llamacpp.server_engine import LlamaServerEngine
+from clover_local.serve.api import ApiConfig
+from clover_local.serve.runner import BackgroundServer
 
 pytestmark = pytest.mark.slow
 
@@ -96,6 +100,13 @@ def test_a_busy_machine_relaunches_the_child_and_the_conversation_goes_on(route:
         assert after.completion_tokens > 0, "the next message is answered"
         assert after.cached_tokens > 0, "the slot's state was restored: the conversation is not read again"
         assert not list(Path(process.slot_save_dir).iterdir()), "slot files are deleted once restored"
+
+        with BackgroundServer(engine, ApiConfig("model")) as server:  # serve says it too
+            health = json.loads(urllib.request.urlopen(f"{server.url}/health", timeout=30).read())
+            assert health["status"] == "ok"
+            assert health["threads"]["in_use"] == 1 and health["threads"]["planned"] == two
+            assert health["threads"]["relaunches"] == 1
+            assert health["threads"]["note"].startswith("another program is busy")
     finally:
         engine.close()
     assert not process.running

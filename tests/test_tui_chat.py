@@ -10,13 +10,19 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from helpers_engine import GatedEngine, WithoutPromptCache
+from helpers_engine import EngineWrapper, GatedEngine, WithoutPromptCache
 from helpers_tui import ScreenHost
 from textual.widgets import Input, Markdown, Static
 from waiting import wait_until
 
 from clover_local import chat_store, conversations, user_prefs
-from clover_local.engine.types import ChatEngine, GenerationEvent, GenerationRequest
+from clover_local.engine.types import (
+    ChatEngine,
+    GenerationEvent,
+    GenerationRequest,
+    RunnerHealth,
+    RunnerThreads,
+)
 from clover_local.presets import load_preset
 from clover_local.tui.screens.chat import ChatScreen
 from clover_local.tui.screens.chat_list import ChatList
@@ -229,3 +235,37 @@ async def test_settings_are_saved_per_model_and_help_lists_keys(gemma_engine: Ch
         assert "Ctrl+R" in keys and "F4  compare models" in keys, "every binding is in the footer or F1"
         await pilot.press("escape")
         await wait_until(lambda: app.screen is screen, "help to close", pilot=pilot)
+
+
+class _Threads(EngineWrapper):
+    """An engine whose runner says the threads a test sets (as a llama-server that follows the load does)."""
+
+    def __init__(self, inner: ChatEngine) -> None:
+        super().__init__(inner)
+        self.runner = RunnerHealth()
+
+    def health(self) -> RunnerHealth:
+        return self.runner
+
+
+async def test_the_status_line_says_when_another_program_slows_the_model(gemma_engine: ChatEngine) -> None:
+    engine = _Threads(gemma_engine)
+    app = _host(engine)
+    async with app.run_test(size=(120, 24)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+
+        def status() -> str:
+            return str(screen.query_one("#status", Static).render())
+
+        engine.runner = RunnerHealth(threads=RunnerThreads(2, 2, relaunching=True))
+        await wait_until(
+            lambda: "restarting the model with other threads" in status(), "the relaunch", pilot=pilot
+        )
+        engine.runner = RunnerHealth(threads=RunnerThreads(1, 2, others_busy=1.0, relaunches=1))
+        await wait_until(
+            lambda: "another program is busy: 1 thread of 2" in status(), "fewer threads", pilot=pilot
+        )
+        engine.runner = RunnerHealth(threads=RunnerThreads(2, 2, relaunches=2))
+        await wait_until(lambda: "another program" not in status(), "every thread again", pilot=pilot)
+        assert status().startswith("ready · ")

@@ -95,3 +95,14 @@ def test_settings_say_when_greedy_sampling_makes_temperature_moot() -> None:
     assert "temperature and top-p change nothing" in sampling_hint(ModelSettings(top_k=1, temperature=0.9))
     assert "top-k and top-p change nothing" in sampling_hint(ModelSettings(top_k=40, temperature=0.0))
     assert sampling_hint(ModelSettings(top_k=40, temperature=0.7)) == ""
+
+
+def test_the_status_line_says_when_another_program_slows_the_model() -> None:
+    from clover_local.engine.types import RunnerHealth, RunnerThreads
+
+    fewer = RunnerHealth(threads=RunnerThreads(1, 2, others_busy=1.0, relaunches=1))
+    assert format_status(None, 4096, runner=fewer).startswith("ready · another program is busy: 1 thread of 2 ·")
+    moving = RunnerHealth(threads=RunnerThreads(2, 2, relaunching=True))
+    assert "restarting the model with other threads" in format_status(None, 4096, runner=moving)
+    every = RunnerHealth(threads=RunnerThreads(2, 2))
+    assert format_status(None, 4096, runner=every) == format_status(None, 4096, runner=RunnerHealth())
