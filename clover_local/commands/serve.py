@@ -129,6 +129,7 @@ def model_file(args: argparse.Namespace) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from clover_local.commands.options import launch_from_args
+    from clover_local.decide import engine_notice
     from clover_local.launch import open_launch
     from clover_local.serve.api import ApiConfig, bind_warning
     from clover_local.serve.request_guard import hosts_allowed
@@ -156,11 +157,13 @@ def run(args: argparse.Namespace) -> int:
     summary = pooling_summary(plan)
     if summary:
         print(f"note: {summary}", file=sys.stderr)
-    print(f"engine: {launch.runner.kind} ({launch.runner.why})", file=sys.stderr)
+    said = engine_notice(launch.runner)
+    print(f"note: {said}", file=sys.stderr)  # before the load, which may take minutes; said once
     on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None
     opened = open_launch(launch, on_log=on_log)
     for notice in opened.notices:
-        print(f"note: {notice}", file=sys.stderr)
+        if notice != said:
+            print(f"note: {notice}", file=sys.stderr)
     plan = opened.plan
     extra_hosts = [*args.allowed_host, *os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")]
     config = replace(
