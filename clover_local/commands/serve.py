@@ -70,6 +70,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         metavar="SECONDS",
         help="longest one reply may run (default: 1800); then it is stopped and answered with what it made",
     )
+    parser.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="when the model's llama-server keeps stopping and is given up, stay up and answer 503 with the "
+        "reason (default: exit with status 1 and the reason, so systemd or Docker starts serve again)",
+    )
     parser.set_defaults(func=run, parallel_default="auto")
 
 
@@ -193,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             log_level="info" if args.verbose else "warning",
+            keep_serving=args.keep_serving,
         )
     finally:
         opened.engine.close()
