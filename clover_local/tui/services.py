@@ -34,6 +34,17 @@ class ModelChoice:
     path: str | None = None
     remember: bool = True
     """The next plain start opens it (a model picked in the app; not one named on the command line)."""
+    draft: str = ""
+    """What the person had written in the last chat's message box and not sent: the next chat starts with it."""
+
+
+@dataclass(frozen=True)
+class LoadAgain:
+    """The chat's runner was given up and the person asked for the same model again (Ctrl+L): the next chat
+    carries on conversation ``chat_id`` (kept in the chat store) with ``draft`` in its message box."""
+
+    chat_id: int | None
+    draft: str = ""
 
 
 def choice_for_name(text: str) -> ModelChoice:
