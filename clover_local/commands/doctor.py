@@ -196,7 +196,11 @@ def run(args: argparse.Namespace) -> int:
         return measure(args)
     server = llama_server_report(args.llama_server)
     embedded = llama_cpp_python_report()
-    out: dict[str, Any] = {"llama_server": server, "runtimes": runtimes_report(), "llama_cpp_python": embedded}
+    out: dict[str, Any] = {
+        "llama_server": server,
+        "runtimes": runtimes_report(),
+        "llama_cpp_python": embedded,
+    }
     if args.model or args.preset:
         from clover_local.launch import LaunchRequest, decide_launch
         from clover_local.model_files import require_model
@@ -224,7 +228,9 @@ def _text(out: dict[str, Any]) -> list[str]:
         if "error" in s:
             lines.append(f"  -> {s['error']}")
         elif out["runtimes"]:
-            lines.append("  none besides the installed runtimes' (below): each model runs on the one that loads it")
+            lines.append(
+                "  none besides the installed runtimes' (below): each model runs on the one that loads it"
+            )
         else:
             lines.append("  none")
             lines.append(f"  -> {s['fix']}")
