@@ -39,7 +39,12 @@ if TYPE_CHECKING:
     from clover_local.llamacpp.binary import ServerBinary
     from clover_local.plan.community import CommunityQuant
 
-__all__ = ["MTP_ONE_SLOT", "choose_runner", "decide", "needs_community"]
+__all__ = ["MTP_ONE_SLOT", "choose_runner", "decide", "engine_notice", "needs_community"]
+
+
+def engine_notice(runner: Runner) -> str:
+    """The sentence that says which engine runs a launch and why (a notice of a llama-server launch's)."""
+    return f"Engine: {runner.kind} ({runner.why})."
 
 
 def decide(request: LaunchRequest, facts: LaunchFacts) -> Launch:
@@ -64,7 +69,7 @@ def decide(request: LaunchRequest, facts: LaunchFacts) -> Launch:
         plan = replace(plan, chat_template=request.chat_template)
     plan = _with_community(request, facts, runner, machine, checks, plan)
     said = runner.kind == "llama-server" or request.engine not in (None, runner.kind)
-    notices = (f"Engine: {runner.kind} ({runner.why}).",) if said else ()
+    notices = (engine_notice(runner),) if said else ()
     settings = llama_settings(plan)
     argv, changed = _fitted_argv(facts, runner, settings.argv())
     return Launch(request, preset, machine, runner, plan, settings, (*notices, *changed), argv)

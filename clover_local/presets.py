@@ -176,6 +176,9 @@ class Preset:
     """``[runtime] min_release``: the first upstream llama.cpp release that loads the architecture, for a model
     the pinned llama.cpp does not know: the plan names it (and its install command) before any runtime is
     installed, even offline (``arch_support.ReleaseHint``)."""
+    for_tests: bool = False
+    """``for_tests = true``: a model kept for the tests and benchmarks (a base model that does not chat): the
+    app's model picker leaves it out; named on the command line or typed into the picker, it still opens."""
 
 
 def shipped_presets_dir() -> Path:
@@ -375,6 +378,7 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
         license=top.get("license", str, ""),
         python_package=top.get("python_package", str, None),
         python_package_file=top.get("python_package_file", str, None),
+        for_tests=top.get("for_tests", bool, False),
         source=path,
     )
 

@@ -443,6 +443,8 @@ async def test_the_plan_screen_offers_the_install_and_runs_it_with_one_key(
         assert str(runtimes_screen.query_one("#runtime-error", Static).render()) == ""
         assert [rt.tag for rt in installed_runtimes()] == [RELEASE]
         assert runtimes_screen.installed_now is not None and runtimes_screen.installed_now.tag == RELEASE
+        status = str(runtimes_screen.query_one("#runtime-status", Static).render())
+        assert status.startswith("Ready:") and RELEASE in status, "the steps say 'Installed': said once"
 
         count = screen.plan_count
         await pilot.press("escape")  # the Runtimes screen returns what it installed

@@ -327,3 +327,43 @@ def test_serve_answers_to_the_preset_of_a_repo_and_to_the_repo_as_typed() -> Non
                 model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=2, temperature=0
             )
             assert reply.choices[0].message.content is not None
+
+
+async def test_the_model_picker_leaves_out_the_test_model(gemma_path: Path) -> None:
+    """Issue 49: Gemma 3 270M, a base model kept for the tests (``for_tests``), was offered as a chat model;
+    typed by name it still opens."""
+    from textual.app import App
+    from textual.widgets import Input, OptionList
+    from waiting import wait_until as wait
+
+    from clover_local.tui.app import CloverApp
+    from clover_local.tui.screens.models import ModelPicker
+    from clover_local.tui.services import ModelChoice
+
+    class Host(App[None]):
+        CSS_PATH = CloverApp.CSS_PATH
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.picked: list[ModelChoice | None] = []
+
+        def on_mount(self) -> None:
+            self.push_screen(ModelPicker(), self.picked.append)
+
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        picker = app.screen
+        assert isinstance(picker, ModelPicker)
+        await wait(lambda: picker.ready, "the models on disk", pilot=pilot)
+        listed = picker.query_one("#models-list", OptionList)
+        shown = [str(listed.get_option_at_index(i).prompt) for i in range(listed.option_count)]
+        assert any("smollm2-135m" in line for line in shown), shown
+        assert not any("Gemma 3 270M" in line or "gemma3-270m" in line for line in shown), shown
+        assert ModelChoice(preset="gemma3-270m") not in picker.choices.values()
+        assert all(c.path != str(gemma_path) for c in picker.choices.values())
+        box = picker.query_one("#models-path", Input)
+        box.value = "gemma3-270m"
+        box.focus()
+        await pilot.press("enter")
+        await wait(lambda: bool(app.picked), "the typed test model", pilot=pilot)
+    assert app.picked == [ModelChoice(preset="gemma3-270m")]

@@ -221,3 +221,64 @@ def test_out_of_memory_at_load_is_planned_again_once_not_looped(smollm2_path: Pa
         assert replies and replies[0].stats.completion_tokens > 0
     finally:
         opened.engine.close()
+
+
+@pytest.mark.parametrize("keep_serving", [False, True], ids=["exits", "keep-serving"])
+def test_serve_whose_runner_is_given_up_exits_with_the_reason(
+    keep_serving: bool, smollm2_path: Path, tmp_path: Path
+) -> None:
+    """Issue 49: ``serve`` answered 503 for ever once its runner was given up, so systemd or Docker never started
+    it again. A real ``clover-local serve`` whose llama-server keeps dying (its model file gone, then the child
+    killed): it exits with status 1 and the reason; ``--keep-serving`` stays up and answers 503 with it."""
+    import shutil
+    import subprocess
+    import sys
+
+    import psutil
+    from helpers_serve import llama_server_path
+
+    from clover_local.llamacpp.server import free_port
+
+    model = tmp_path / "smollm2.gguf"
+    shutil.copyfile(smollm2_path, model)
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "clover_local", "serve", "--model", str(model), "--preset", "smollm2-135m",
+        "--engine", "llama-server", "--llama-server", str(llama_server_path()), "--ctx", "1024",
+        "--spec", "off", "--port", str(port), *(["--keep-serving"] if keep_serving else []),
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def answers() -> bool:
+            assert proc.poll() is None, proc.communicate()[1]
+            try:
+                return _get(url, "/health")[0] == 200
+            except OSError:
+                return False
+
+        wait_until(answers, "serve to answer")
+        (child,) = [p for p in psutil.Process(proc.pid).children() if "llama-server" in p.name()]
+        model.unlink()  # every restart now dies at once: after the policy's limit it is given up
+        child.kill()
+        if keep_serving:
+
+            def given_up() -> bool:
+                body = _get(url, "/health")[2]
+                return "times within" in str(body.get("error", ""))
+
+            wait_until(given_up, "the runner given up, said by /health")
+            status, _headers, body = _get(url, "/health")
+            assert status == 503 and proc.poll() is None, "still serving"
+            no_log_lines(body["error"])
+            return
+        _out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 1, err
+        said = err[err.index("error: serve stopped") :]
+        assert "runner was given up" in said and "times within" in said, said
+        assert "--keep-serving" in said and "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

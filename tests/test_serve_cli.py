@@ -163,15 +163,47 @@ def test_doctor_reports_both_engines() -> None:
     if have_server:
         assert server["backends"][-1] == "cpu" and server["speculative"] is True
     else:
-        assert "scripts/build-llama-server" in server["fix"]
+        assert "clover-local runtime install" in server["fix"]
+    assert isinstance(report["runtimes"], list)
 
 
-def test_doctor_without_a_server_says_what_to_do() -> None:
+def test_doctor_without_a_server_says_what_to_do(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CLOVER_LLAMA_SERVER"}
     env["PATH"] = "/usr/bin:/bin"
+    env["CLOVER_RUNTIMES_DIR"] = str(tmp_path / "no-runtimes")
     result = subprocess.run([*CLI, "doctor"], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0
-    assert "not found" in result.stdout and "scripts/build-llama-server" in result.stdout
+    assert "clover-local runtime install" in result.stdout, result.stdout
+    assert "scripts/" not in result.stdout, "a checkout's scripts are not what an installed clover-local has"
+
+
+def test_doctor_reports_the_installed_runtimes_and_what_each_loads(tmp_path: Path) -> None:
+    """Issue 49: with runtime b12060 installed (and no other llama-server) doctor said "llama-server not found";
+    it names each runtime, its llama-server, and the architectures it loads beyond the pinned llama.cpp."""
+    from helpers_runtimes import arch_cpp
+
+    from clover_local.runtimes.installed import write_manifest
+    from clover_local.testing.models import CLOVER_ARCH
+
+    folder = tmp_path / "runtimes" / "b12060"
+    (folder / "bin").mkdir(parents=True)
+    server = folder / "bin" / "llama-server"
+    server.write_text('#!/bin/sh\necho "version: 12060 (abcdef123)"\n')
+    server.chmod(0o755)
+    (folder / "llama-arch.cpp").write_text(arch_cpp(CLOVER_ARCH))
+    manifest = {"tag": "b12060", "backend": "cpu", "origin": "archive", "server": "bin/llama-server"}
+    write_manifest(folder, {**manifest, "installed": "now"})
+    env = {k: v for k, v in os.environ.items() if k != "CLOVER_LLAMA_SERVER"}
+    env.update(PATH="/usr/bin:/bin", CLOVER_RUNTIMES_DIR=str(tmp_path / "runtimes"))
+    text = subprocess.run([*CLI, "doctor"], capture_output=True, text=True, timeout=120, env=env)
+    assert text.returncode == 0, text.stderr
+    assert "not found" not in text.stdout, text.stdout
+    assert f"b12060    cpu, archive: {server}" in text.stdout, text.stdout
+    assert f"beyond the pinned llama.cpp: {CLOVER_ARCH}" in text.stdout, text.stdout
+    listed = subprocess.run([*CLI, "doctor", "--json"], capture_output=True, text=True, timeout=120, env=env)
+    (runtime,) = json.loads(listed.stdout)["runtimes"]
+    assert runtime["tag"] == "b12060" and runtime["beyond_pinned"] == [CLOVER_ARCH]
+    assert runtime["architectures"] > 100 and runtime["server"] == str(server)
 
 
 def test_doctor_says_whether_a_models_template_calls_tools(gemma_path: Path) -> None:

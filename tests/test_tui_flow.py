@@ -261,3 +261,21 @@ async def test_a_file_that_cannot_load_is_explained_and_esc_goes_back(tmp_path: 
         assert reason.strip() and "Traceback" not in reason
         await pilot.press("escape")
         await wait_until(lambda: isinstance(app.screen, PlanScreen), "back to the plan", pilot=pilot)
+
+
+async def test_the_plan_of_a_model_already_on_disk_offers_to_run_it_not_to_download_it() -> None:
+    """Issue 49: ``chat`` on a model whose file is on disk offered "Download and run"."""
+    from textual.widgets import Button
+
+    from clover_local.tui.screens.plan import PlanScreen
+
+    app = CloverApp(StartOptions(preset="smollm2-135m"))  # this machine, detected: its files are looked at
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, PlanScreen)
+        await wait_until(
+            lambda: screen.models is not None and screen.plan is not None, "the plan", pilot=pilot
+        )
+        button = screen.query_one("#plan-download", Button)
+        await wait_until(lambda: str(button.label) == "Run (on disk)", "the button to say so", pilot=pilot)
+        assert not button.disabled

@@ -1,7 +1,8 @@
 """``clover-local doctor``: which engines this machine can run and what to do about a missing one: the
-``llama-server`` found (version, backends, devices), the llama-cpp-python build's backends, and with
-``--model`` the chat template the model is chatted with (and whether it calls tools natively) and the plan next
-to llama.cpp's own fit (``llama-fit-params``)."""
+``llama-server`` found (version, backends, devices), every installed llama.cpp runtime and the architectures it
+loads beyond the pinned llama.cpp, the llama-cpp-python build's backends, and with ``--model`` the runner the
+model runs on, the chat template it is chatted with (and whether it calls tools natively) and the plan next to
+llama.cpp's own fit (``llama-fit-params``)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser(
         "doctor",
-        help="check llama-server and llama-cpp-python; compare the plan with llama.cpp's own fit",
+        help="check the engines: llama-server, installed runtimes, llama-cpp-python",
         description=(
-            "Say whether a llama-server is found and which version and backends it has, which backends the "
-            "llama-cpp-python build has, and what to do when something is missing. With --model (or a test "
-            "--preset) it also runs llama-fit-params and shows its choice next to the plan's."
+            "Say whether a llama-server is found and which version and backends it has, which llama.cpp "
+            "runtimes are installed and what each loads, which backends the llama-cpp-python build has, and "
+            "what to do when something is missing. With --model (or a test --preset) it also says which "
+            "runner the model runs on, and runs llama-fit-params to show its choice next to the plan's."
         ),
     )
     parser.add_argument(
@@ -59,9 +61,9 @@ def llama_server_report(configured: str | None) -> dict[str, Any]:
     if binary is None:
         return {
             "found": False,
-            "fix": "Build one for this machine with scripts/build-llama-server (CPU or GPU backend chosen "
-            "for you), or set CLOVER_LLAMA_SERVER to an existing binary. Without one, serve and chat use "
-            "the embedded engine.",
+            "fix": "A model only a newer llama.cpp loads runs on an installed runtime's llama-server (below; "
+            "`clover-local runtime install` adds the latest release). To use another llama-server for every "
+            "model, set CLOVER_LLAMA_SERVER to it. Without one, chat and serve use the embedded engine.",
         }
     report: dict[str, Any] = {"found": True, "path": " ".join(binary.command), "source": binary.source}
     try:
@@ -86,6 +88,30 @@ def llama_server_report(configured: str | None) -> dict[str, Any]:
     return report
 
 
+def runtimes_report() -> list[dict[str, Any]]:
+    """Every installed llama.cpp runtime (newest first) and what it loads: how many architectures, and which of
+    them the pinned llama.cpp does not know (the models that run on it, not on the embedded engine)."""
+    from clover_local.arch_support import packaged_table, runtime_tables
+    from clover_local.runtimes.installed import installed_runtimes
+
+    pinned = packaged_table().names
+    tables = {t.tag: t.table for t in runtime_tables()}
+    out: list[dict[str, Any]] = []
+    for rt in installed_runtimes():
+        table = tables.get(rt.tag)
+        out.append(
+            {
+                "tag": rt.tag,
+                "backend": rt.backend,
+                "origin": rt.origin,
+                "server": str(rt.server),
+                "architectures": len(table.names) if table else None,
+                "beyond_pinned": sorted(table.names - pinned) if table else [],
+            }
+        )
+    return out
+
+
 def llama_cpp_python_report() -> dict[str, Any]:
     from clover_local.detect.build import load_llama_cpp, probe_build
 
@@ -98,7 +124,7 @@ def llama_cpp_python_report() -> dict[str, Any]:
         "detail": probe.detail,
     }
     if build.version is None:
-        report["fix"] = "Install it: scripts/app sets up .venv (pip install -e .)."
+        report["fix"] = "Install clover-local again (pipx install clover-local): it brings llama-cpp-python."
     return report
 
 
@@ -170,7 +196,11 @@ def run(args: argparse.Namespace) -> int:
         return measure(args)
     server = llama_server_report(args.llama_server)
     embedded = llama_cpp_python_report()
-    out: dict[str, Any] = {"llama_server": server, "llama_cpp_python": embedded}
+    out: dict[str, Any] = {
+        "llama_server": server,
+        "runtimes": runtimes_report(),
+        "llama_cpp_python": embedded,
+    }
     if args.model or args.preset:
         from clover_local.launch import LaunchRequest, decide_launch
         from clover_local.model_files import require_model
@@ -180,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         request = LaunchRequest(args.preset, str(model), ctx=args.ctx, llama_server=args.llama_server)
         launch = decide_launch(request)
         plan, preset = launch.plan, launch.preset
+        out["runner"] = {"kind": launch.runner.kind, "why": launch.runner.why}
         tools = server.get("tools") or {}
         out["chat"] = chat_report(plan)
         out["fit"] = fit_report(plan, preset, tools.get("llama-fit-params"))
@@ -192,10 +223,17 @@ def run(args: argparse.Namespace) -> int:
 
 def _text(out: dict[str, Any]) -> list[str]:
     s, e = out["llama_server"], out["llama_cpp_python"]
-    lines = ["llama-server"]
+    lines = ["llama-server (CLOVER_LLAMA_SERVER, --llama-server, the pinned build or PATH)"]
     if not s["found"]:
-        lines.append("  not found")
-        lines.append(f"  -> {s.get('fix') or s.get('error')}")
+        if "error" in s:
+            lines.append(f"  -> {s['error']}")
+        elif out["runtimes"]:
+            lines.append(
+                "  none besides the installed runtimes' (below): each model runs on the one that loads it"
+            )
+        else:
+            lines.append("  none")
+            lines.append(f"  -> {s['fix']}")
     else:
         lines.append(f"  path      {s['path']} ({s['source']})")
         if "error" in s:
@@ -206,12 +244,26 @@ def _text(out: dict[str, Any]) -> list[str]:
             lines += [f"  device    {d}" for d in s["devices"]]
             lines.append(f"  self-speculative decoding: {'yes' if s['speculative'] else 'no (old build)'}")
             for name, path in s["tools"].items():
-                lines.append(f"  {name:<17} {path or 'missing (scripts/build-llama-server builds it)'}")
+                lines.append(f"  {name:<17} {path or 'not next to this llama-server'}")
+    lines += ["", "installed llama.cpp runtimes (clover-local runtime list)"]
+    if not out["runtimes"]:
+        lines.append("  none: `clover-local runtime install` adds the latest release when a model needs it")
+    for rt in out["runtimes"]:
+        lines.append(f"  {rt['tag']:<9} {rt['backend']}, {rt['origin']}: {rt['server']}")
+        if rt["architectures"] is None:
+            lines.append("            loads: unknown (its llama-arch.cpp cannot be read; install it again)")
+            continue
+        beyond = ", ".join(rt["beyond_pinned"]) or "none"
+        lines.append(
+            f"            loads {rt['architectures']} architectures; beyond the pinned llama.cpp: {beyond}"
+        )
     lines += ["", "llama-cpp-python (embedded engine)"]
     lines.append(f"  version   {e['version'] or 'not installed'}")
     lines.append(f"  backends  {', '.join(e['backends'])}")
     if e.get("fix"):
         lines.append(f"  -> {e['fix']}")
+    if "runner" in out:
+        lines += ["", f"this model runs on: {out['runner']['kind']} ({out['runner']['why']})"]
     if "chat" in out:
         chat = out["chat"]
         lines += ["", "chat (both engines)"]

@@ -1,4 +1,5 @@
-"""``clover-local run``: one prompt in, one reply out, on the embedded engine; for scripts and benchmarks."""
+"""``clover-local run``: one prompt in, one reply out, on the runner the launch chooses (the embedded engine, or a
+runtime's llama-server for a model only it loads); for scripts and benchmarks."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser(
         "run",
-        help="generate one reply to a prompt with the embedded engine",
+        help="generate one reply to a prompt and print it",
         description=(
-            "Load the model in-process (llama-cpp-python) as the plan says, render the chat template, generate "
-            "one reply and print it. With --json: one object with the text and the stats."
+            "Load the model as the plan says, on the runner it chooses (in-process with llama-cpp-python, or an "
+            "installed runtime's llama-server for a model only that runtime loads; the plan says which), "
+            "generate one reply and print it. With --json: one object with the text and the stats."
         ),
     )
     from clover_local.commands.options import add_model_argument

@@ -70,6 +70,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         metavar="SECONDS",
         help="longest one reply may run (default: 1800); then it is stopped and answered with what it made",
     )
+    parser.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="when the model's llama-server keeps stopping and is given up, stay up and answer 503 with the "
+        "reason (default: exit with status 1 and the reason, so systemd or Docker starts serve again)",
+    )
     parser.set_defaults(func=run, parallel_default="auto")
 
 
@@ -129,6 +135,7 @@ def model_file(args: argparse.Namespace) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from clover_local.commands.options import launch_from_args
+    from clover_local.decide import engine_notice
     from clover_local.launch import open_launch
     from clover_local.serve.api import ApiConfig, bind_warning
     from clover_local.serve.request_guard import hosts_allowed
@@ -156,11 +163,13 @@ def run(args: argparse.Namespace) -> int:
     summary = pooling_summary(plan)
     if summary:
         print(f"note: {summary}", file=sys.stderr)
-    print(f"engine: {launch.runner.kind} ({launch.runner.why})", file=sys.stderr)
+    said = engine_notice(launch.runner)
+    print(f"note: {said}", file=sys.stderr)  # before the load, which may take minutes; said once
     on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None
     opened = open_launch(launch, on_log=on_log)
     for notice in opened.notices:
-        print(f"note: {notice}", file=sys.stderr)
+        if notice != said:
+            print(f"note: {notice}", file=sys.stderr)
     plan = opened.plan
     extra_hosts = [*args.allowed_host, *os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")]
     config = replace(
@@ -190,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             log_level="info" if args.verbose else "warning",
+            keep_serving=args.keep_serving,
         )
     finally:
         opened.engine.close()

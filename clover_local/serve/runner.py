@@ -9,8 +9,8 @@ import time
 
 import uvicorn
 
-from clover_local.engine.types import ChatEngine
-from clover_local.errors import ServerError
+from clover_local.engine.types import ChatEngine, SupervisedEngine
+from clover_local.errors import RunnerUnavailable, ServerError
 from clover_local.serve.api import ApiConfig, OpenAIServer
 from clover_local.serve.header_deadline import header_deadline_protocol
 
@@ -47,6 +47,37 @@ def _check_bindable(host: str, port: int) -> None:
             ) from None
 
 
+GIVEN_UP_CHECK_S = 0.5
+"""How often ``serve`` looks whether its runner was given up (a read of the supervisor's state)."""
+
+
+class _GivenUpWatch:
+    """Stops ``server`` once ``engine``'s runner is given up (``RunnerHealth`` ``failed``), keeping the reason:
+    a server that answers 503 for ever is never restarted by a process manager, one that exits is."""
+
+    def __init__(self, engine: SupervisedEngine, server: uvicorn.Server) -> None:
+        self.engine, self.server = engine, server
+        self.why: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="clover-runner-watch", daemon=True)
+
+    def start(self) -> _GivenUpWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=5.0)
+
+    def _watch(self) -> None:
+        while not self._done.wait(GIVEN_UP_CHECK_S):
+            health = self.engine.health()
+            if health.state == "failed":
+                self.why = health.why
+                self.server.should_exit = True  # open responses are finished, as on SIGTERM
+                return
+
+
 def serve_forever(
     engine: ChatEngine,
     config: ApiConfig,
@@ -54,14 +85,31 @@ def serve_forever(
     host: str = "127.0.0.1",
     port: int = 8080,
     log_level: str = "info",
+    keep_serving: bool = False,
 ) -> None:
-    """Serve until Ctrl-C / SIGTERM (uvicorn handles both and finishes open responses)."""
+    """Serve until Ctrl-C / SIGTERM (uvicorn handles both and finishes open responses), or until the engine's
+    runner is given up: then :class:`RunnerUnavailable` says why, so ``serve`` exits non-zero and a process
+    manager (systemd's ``Restart=on-failure``, Docker's restart policy) starts it afresh. ``keep_serving``: stay
+    up and answer 503 with the reason instead (``/health`` says it)."""
     _check_bindable(host, port)
     api = OpenAIServer(engine, config)
+    server = uvicorn.Server(_config(api, host, port, log_level))
+    watch = None
+    if not keep_serving and isinstance(engine, SupervisedEngine):
+        watch = _GivenUpWatch(engine, server).start()
     try:
-        uvicorn.Server(_config(api, host, port, log_level)).run()
+        server.run()
     finally:
+        if watch is not None:
+            watch.stop()
         api.close()
+    if watch is not None and watch.why is not None:
+        raise RunnerUnavailable(
+            f"serve stopped: the model's runner was given up ({watch.why}).",
+            "A process manager starts serve again (systemd's Restart=on-failure, Docker's restart policy); the "
+            "lines above hold the runner's last log, and `clover-local doctor` checks the runtime. With "
+            "--keep-serving, serve stays up and answers 503 instead.",
+        )
 
 
 class BackgroundServer:

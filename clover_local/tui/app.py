@@ -28,7 +28,7 @@ from clover_local.plan.speculation import SpecMode
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset, load_preset
 from clover_local.tui import services
-from clover_local.tui.services import ModelChoice
+from clover_local.tui.services import LoadAgain, ModelChoice
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,7 @@ class CloverApp(App[None]):
         defaults: user_prefs.ModelSettings | None = None
         title = ""
         first: user_prefs.FirstRun | None = None  # the next start's model, remembered once it has loaded
+        carried: LoadAgain | None = None  # the last chat's conversation and unsent text, for the next chat
         while True:
             if choice is not None:
                 target = await self._open_choice(choice)
@@ -203,11 +204,17 @@ class CloverApp(App[None]):
                 settings,
                 info=opened.fallback_message or "",
                 title=title or preset.display_name,
+                carried=carried,
             )
+            carried = None
             switch = await self.push_screen_wait(chat)
             await asyncio.to_thread(opened.engine.close)
             if switch is None:
                 return
+            if isinstance(switch, LoadAgain):  # its runner was given up: the same launch, the same chat
+                carried, direct = switch, True
+                continue
+            carried = LoadAgain(None, switch.draft) if switch.draft.strip() else None
             choice, model_path, key, defaults, title = switch, None, None, None, ""
 
     def _plan_request(self, preset: Preset) -> LaunchRequest:

@@ -19,7 +19,7 @@ from clover_local.engine.types import (
     SupervisedEngine,
     TextDelta,
 )
-from clover_local.errors import CloverError, ContextFull
+from clover_local.errors import CloverError, ContextFull, RunnerUnavailable
 from clover_local.tui import context_fit
 from clover_local.tui.widgets.messages import ReplyView
 
@@ -95,19 +95,26 @@ def stream_reply(
         reply.post_message(ReplyView.Done(stats, error, context_full=full))
 
 
+LOAD_AGAIN = "Ctrl+L loads the model again; this conversation and your unsent text are kept"
+"""The chat's one way out once its runner was given up (its notification, status line and failed replies)."""
+
 RUNNER_WAIT_S = 900.0
 """Longest a message waits for a runner that is starting again (a large model on a slow disk loads for minutes)."""
 
 
 def wait_for_runner(engine: ChatEngine, cancel: threading.Event, is_cancelled: Callable[[], bool]) -> None:
     """Hold a message sent while the engine's runner is starting again until it is ready (or the reply is
-    stopped): the message is answered then, rather than refused. A runner that was given up raises at once."""
+    stopped): the message is answered then, rather than refused. A runner that was given up raises at once,
+    saying the chat's way out (the engine's own words are for ``serve``'s clients)."""
     if not isinstance(engine, SupervisedEngine):
         return
     deadline = time.monotonic() + RUNNER_WAIT_S
     while engine.health().state == "restarting" and time.monotonic() < deadline:
         if is_cancelled() or cancel.wait(0.2):
             return
+    health = engine.health()
+    if health.state in ("failed", "stopped"):
+        raise RunnerUnavailable(f"The model's runner is not running: {health.why}.", f"{LOAD_AGAIN}.")
 
 
 def full_context_words(fitted: context_fit.Fit, n_turns: int, dropped_oldest: bool) -> tuple[str, str]:

@@ -34,6 +34,17 @@ class ModelChoice:
     path: str | None = None
     remember: bool = True
     """The next plain start opens it (a model picked in the app; not one named on the command line)."""
+    draft: str = ""
+    """What the person had written in the last chat's message box and not sent: the next chat starts with it."""
+
+
+@dataclass(frozen=True)
+class LoadAgain:
+    """The chat's runner was given up and the person asked for the same model again (Ctrl+L): the next chat
+    carries on conversation ``chat_id`` (kept in the chat store) with ``draft`` in its message box."""
+
+    chat_id: int | None
+    draft: str = ""
 
 
 def choice_for_name(text: str) -> ModelChoice:
@@ -69,21 +80,30 @@ class DiskModel:
     size_bytes: int
 
 
+def picker_presets() -> list[Preset]:
+    """The presets the model picker offers: every one but those kept for the tests (``for_tests``)."""
+    from clover_local.presets import list_presets, load_preset
+
+    return [p for p in (load_preset(name) for name in list_presets()) if not p.for_tests]
+
+
 def models_on_disk() -> list[DiskModel]:
-    """The GGUFs here without the network: the packaged demo and test models, the Hugging Face cache's
-    complete downloads, and the file the first run chose. Scans the cache: call from a worker."""
+    """The GGUFs here without the network: the packaged demo model, the Hugging Face cache's complete
+    downloads, and the file the first run chose; a preset's kept for the tests (``for_tests``) is left out, in
+    the package or the cache. Scans the cache: call from a worker."""
     from clover_local import user_prefs
     from clover_local.fetch.local import cached_ggufs, packaged_model
     from clover_local.presets import list_presets, load_preset
 
     found: dict[str, DiskModel] = {}
-    for name in list_presets():
-        preset = load_preset(name)
-        packaged = packaged_model(preset) if preset.python_package else None
+    presets = [load_preset(name) for name in list_presets()]
+    test_repos = {p.repo.lower() for p in presets if p.for_tests}
+    for preset in presets:
+        packaged = packaged_model(preset) if preset.python_package and not preset.for_tests else None
         if packaged is not None:
             found[str(packaged)] = DiskModel(preset.display_name, str(packaged), packaged.stat().st_size)
     for cached in cached_ggufs():
-        if cached.complete and str(cached.path) not in found:
+        if cached.complete and str(cached.path) not in found and cached.repo.lower() not in test_repos:
             label = f"{cached.repo} · {Path(cached.filename).name}"
             found[str(cached.path)] = DiskModel(label, str(cached.path), cached.size_bytes)
     first = user_prefs.load_prefs().first_run

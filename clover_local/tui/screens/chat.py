@@ -5,7 +5,12 @@ own speed. Esc or Ctrl+C stops a reply within a token or two (the engine's ``can
 written to the chat store as it completes (:mod:`clover_local.chat_store`), so nothing is lost to Ctrl+N,
 Ctrl+Q or a crash. A turn that fails stays on screen with its reason and leaves the conversation as it was; a
 full context is said before sending, with the choice of leaving out the oldest turns or a new chat carrying a
-summary. Dismisses with a :class:`~clover_local.tui.services.ModelChoice` when the person switches model.
+summary. Dismisses with a :class:`~clover_local.tui.services.ModelChoice` when the person switches model, or
+:class:`~clover_local.tui.services.LoadAgain` when the runner was given up and they load the model again (Ctrl+L):
+the one way out, which keeps the conversation and the text not yet sent.
+
+A message the person sends is always answered, queued, or given back to the box (beside what they are writing,
+never instead of it): a turn that fails, a queue behind a reply that fails, a summary that fails.
 """
 
 from __future__ import annotations
@@ -37,11 +42,12 @@ from clover_local.engine.types import (
     RunnerHealth,
     SupervisedEngine,
     TextDelta,
+    prompt_tokens,
 )
 from clover_local.errors import CloverError
 from clover_local.tui import context_fit, slash
-from clover_local.tui.reply_stream import stream_reply
-from clover_local.tui.services import ModelChoice
+from clover_local.tui.reply_stream import LOAD_AGAIN, stream_reply
+from clover_local.tui.services import LoadAgain, ModelChoice
 from clover_local.tui.thinking import strip_thinking
 from clover_local.tui.widgets.message_box import MessageBox
 from clover_local.tui.widgets.messages import ReplyView, UserMessage
@@ -60,10 +66,12 @@ def format_status(
     *,
     generating: bool = False,
     runner: RunnerHealth | None = None,
+    used_tokens: int | None = None,
 ) -> str:
-    """The status line: the runner's state, speed, time to first token, context used / size, draft acceptance."""
+    """The status line: the runner's state, speed, time to first token, context used / size, draft acceptance.
+    ``used_tokens``: the context the conversation holds when no reply says it (a chat reopened from the list)."""
+    used = "-" if used_tokens is None else str(used_tokens)
     if stats is None:
-        used = "-"
         parts = ["tok/s -", "TTFT -"]
         draft = "draft -"
     else:
@@ -74,7 +82,7 @@ def format_status(
     if runner is not None and runner.state == "restarting":
         state = "restarting the runner…"
     elif runner is not None and runner.state in ("failed", "stopped"):
-        state = "runner stopped (Ctrl+L plans again)"
+        state = "runner stopped (Ctrl+L loads it again)"
     load = [_load_note(runner)] if runner is not None and _load_note(runner) else []
     return " · ".join([state, *load, *parts, f"ctx {used}/{n_ctx}", draft])
 
@@ -83,7 +91,7 @@ def _load_note(runner: RunnerHealth) -> str:
     return runner.threads.note if runner.threads is not None else ""
 
 
-class ChatScreen(Screen[ModelChoice | None]):
+class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
     """Multi-turn chat with one loaded engine."""
 
     class Summarized(Message, bubble=False):
@@ -95,6 +103,14 @@ class ChatScreen(Screen[ModelChoice | None]):
             self.summary = summary
             self.text = text
             self.error = error
+
+    class Counted(Message, bubble=False):
+        """The context a reopened conversation holds, counted (posted from a worker)."""
+
+        def __init__(self, history: list[ChatMessage], tokens: int) -> None:
+            super().__init__()
+            self.history = history
+            self.tokens = tokens
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop", id="chat.stop"),
@@ -121,8 +137,11 @@ class ChatScreen(Screen[ModelChoice | None]):
         title: str = "",
         store: chat_store.ChatStore | None = None,
         seeds: random.Random | None = None,
+        carried: LoadAgain | None = None,
     ) -> None:
         super().__init__()
+        self.carried = carried
+        """The conversation and unsent text of the chat before it (its runner given up), carried on here."""
         self.engine = engine
         self.model_key = model_key
         self.model_settings = model_settings
@@ -142,6 +161,8 @@ class ChatScreen(Screen[ModelChoice | None]):
         self.journal = chat_store.ChatJournal(self.store, self._store_failed)
         self.journal.begin(model_key, self.system_prompt)
         self.last_stats: GenerationStats | None = None
+        self.used_tokens: int | None = None
+        """The context a reopened conversation holds, until a reply says it (``last_stats``)."""
         self.replies_done = 0
         """Replies finished (stopped or failed included) since the screen opened."""
         self.reply_started_at = 0.0
@@ -172,9 +193,24 @@ class ChatScreen(Screen[ModelChoice | None]):
         self.query_one("#prompt", MessageBox).focus()
         if self.info:
             self.notify(self.info, severity="warning", timeout=10)
-        self._last_chat_hint()
+        if self.carried is None:
+            self._last_chat_hint()
+        else:
+            self.call_after_refresh(self._carry_on, self.carried)
         if isinstance(self.engine, SupervisedEngine):
             self.set_interval(RUNNER_CHECK_S, self._check_runner)
+
+    async def _carry_on(self, carried: LoadAgain) -> None:
+        """The chat before this one (its runner given up) goes on here: its conversation and its unsent text."""
+        if carried.chat_id is not None:
+            try:
+                conv = self.store.load(carried.chat_id)
+            except CloverError as exc:
+                self.notify(str(exc), severity="error", timeout=10)
+            else:
+                await self.show_conversation(conv, chat_id=carried.chat_id)
+        if carried.draft:
+            self._give_back(carried.draft)
 
     def _check_runner(self) -> None:
         """Say when the runner stops, is started again, is back or was given up (once each), in the status line
@@ -190,9 +226,10 @@ class ChatScreen(Screen[ModelChoice | None]):
         if now.state == "restarting":
             self.notify(f"{now.why}…", severity="warning", timeout=8)
         elif now.state == "ready":
+            self.app.clear_notifications()  # "starting it again" is no longer true
             self.notify("The model's runner is running again: your conversation is kept.", timeout=6)
         elif now.state == "failed":
-            self.notify(f"{now.why}. Ctrl+L plans the model again.", severity="error", timeout=30)
+            self.notify(f"{now.why}. {LOAD_AGAIN}.", severity="error", timeout=30)
         self._set_status(generating=self.generating)
 
     @work(thread=True, group="store-read")
@@ -242,7 +279,11 @@ class ChatScreen(Screen[ModelChoice | None]):
         self.history.append(ChatMessage("user", text))
         self._views.append(view)
         self.journal.put(len(self.history) - 1, self.history[-1])
-        await self.query_one("#transcript", VerticalScroll).mount(view)
+        transcript = self.query_one("#transcript", VerticalScroll)
+        await transcript.mount(view)
+        transcript.scroll_end(
+            animate=False
+        )  # what was just sent is in view, even if the transcript was scrolled
         await self._start_reply(drop_oldest=drop_oldest)
 
     async def _start_reply(self, *, drop_oldest: bool | None = None) -> None:
@@ -316,6 +357,7 @@ class ChatScreen(Screen[ModelChoice | None]):
         self.replies_done += 1
         if message.stats is not None:
             self.last_stats = message.stats
+            self.used_tokens = None
 
         if message.error:
             await self._turn_failed(message)
@@ -338,18 +380,38 @@ class ChatScreen(Screen[ModelChoice | None]):
             if isinstance(view, UserMessage):
                 view.mark_failed("not answered: it is back in the message box")
             self.journal.truncate(len(self.history))
-        box = self.query_one("#prompt", MessageBox)
-        if text and not box.text.strip():
-            box.set_text(text)
-        if message.context_full and text and self.history[self.context_from :]:
-            self._pending.clear()  # earlier turns to leave out or summarize
+        full = bool(message.context_full and text and self.history[self.context_from :])
+        runner_gone = isinstance(self.engine, SupervisedEngine) and self.engine.health().state in (
+            "failed",
+            "stopped",
+        )
+        # A queue behind a full context waits for the choice below; behind a runner given up, nothing answers it.
+        queued, self._pending = (self._pending, []) if full or runner_gone else ([], self._pending)
+        if text or queued:
+            self._give_back(*([text] if text else []), *queued)
+        if full:
             remembered = user_prefs.load_prefs().context_overflow
             if remembered == "summary":
-                if box.text == text:
-                    box.clear_text()
+                self._take_back(text)
                 await self._summarize_then_send(text)
             elif remembered != "drop":  # "drop" was tried: this message alone does not fit, said above
                 self._ask_context_full(text)
+
+    def _give_back(self, *texts: str) -> None:
+        """Put messages that were not sent back in the box, before what is being written there (never instead
+        of it): Enter sends them all."""
+        box = self.query_one("#prompt", MessageBox)
+        parts = [t.strip() for t in (*texts, box.text) if t.strip()]
+        box.set_text("\n\n".join(parts))
+
+    def _take_back(self, text: str) -> None:
+        """Take ``text`` out of the box again (it is being sent after all); what else is written there stays."""
+        box = self.query_one("#prompt", MessageBox)
+        current = box.text.strip()
+        if current == text.strip():
+            box.clear_text()
+        elif current.startswith(text.strip()):
+            box.set_text(current[len(text.strip()) :].strip())
 
     def _set_status(self, *, generating: bool) -> None:
         text = format_status(
@@ -357,6 +419,7 @@ class ChatScreen(Screen[ModelChoice | None]):
             self.engine.n_ctx,
             generating=generating,
             runner=self.engine.health() if isinstance(self.engine, SupervisedEngine) else None,
+            used_tokens=self.used_tokens,
         )
         self.query_one("#status", Static).update(text)
 
@@ -380,7 +443,7 @@ class ChatScreen(Screen[ModelChoice | None]):
                 user_prefs.save_prefs(replace(prefs, context_overflow=how))
             except CloverError as exc:
                 self.notify(str(exc), severity="error")
-        self.query_one("#prompt", MessageBox).clear_text()
+        self._take_back(text)
         if how == "drop":
             await self.send(text, drop_oldest=True)
         else:
@@ -422,7 +485,7 @@ class ChatScreen(Screen[ModelChoice | None]):
         reply.post_message(ReplyView.Done(None, error))
         self._set_status(generating=False)
         if error or not summary:
-            self.query_one("#prompt", MessageBox).set_text(text)
+            self._give_back(text)
             self.notify(error or "The model wrote no summary.", severity="error", timeout=10)
             return
         base = self.model_settings.system_prompt.strip()
@@ -446,10 +509,10 @@ class ChatScreen(Screen[ModelChoice | None]):
         if not queued:
             return
         try:
-            prompt = self.query_one("#prompt", MessageBox)
+            self.query_one("#prompt", MessageBox)
         except NoMatches:  # the screen is closing
             return
-        prompt.set_text(" ".join([*queued, prompt.text.strip()]).strip())
+        self._give_back(*queued)
         self.notify("Stopped. Your queued message is back in the message box: Enter sends it.", timeout=5)
 
     def action_stop_or_quit(self) -> None:
@@ -560,6 +623,23 @@ class ChatScreen(Screen[ModelChoice | None]):
         self.system_prompt = conv.system_prompt or self.model_settings.system_prompt
         self.journal.begin(conv.model or self.model_key, self.system_prompt, chat_id, conv.created)
         transcript.scroll_end(animate=False)
+        self.last_stats, self.used_tokens = None, None
+        self._set_status(generating=self.generating)
+        self._count_context(self._system(), list(self.history))
+
+    @work(thread=True, exclusive=True, group="count")
+    def _count_context(self, system: tuple[ChatMessage, ...], history: list[ChatMessage]) -> None:
+        """How much of the context a reopened conversation holds, for the status line (before its next reply)."""
+        try:
+            tokens = prompt_tokens(self.engine, [*system, *history])
+        except CloverError:
+            return  # the runner is away: the status line says "-" until the next reply
+        self.post_message(ChatScreen.Counted(history, tokens))
+
+    def on_chat_screen_counted(self, message: Counted) -> None:
+        if message.history == self.history and self.last_stats is None:
+            self.used_tokens = message.tokens
+            self._set_status(generating=self.generating)
 
     async def action_new_chat(self) -> None:
         await self.new_chat()
@@ -572,6 +652,8 @@ class ChatScreen(Screen[ModelChoice | None]):
         had = bool(self.history)
         await self.query_one("#transcript", VerticalScroll).remove_children()
         self.history, self._views, self.context_from = [], [], 0
+        self.last_stats, self.used_tokens = None, None  # the last chat's context is not this one's
+        self._set_status(generating=False)
         self.system_prompt = self.model_settings.system_prompt if system_prompt is None else system_prompt
         self.journal.begin(self.model_key, self.system_prompt)
         if had and not quiet:
@@ -606,17 +688,27 @@ class ChatScreen(Screen[ModelChoice | None]):
             self.notify(str(exc), severity="error")
 
     def action_model(self) -> None:
+        """Ctrl+L: choose another model; once the runner was given up, load this one again, carrying on this
+        conversation and the text in the box."""
         from clover_local.tui.screens.models import ModelPicker
 
         if self.generating:  # the engine is closed for the next model: never under a running reply
             self.notify("Stop the reply first (Esc).", severity="warning", timeout=3)
             return
+        if isinstance(self.engine, SupervisedEngine) and self.engine.health().state in ("failed", "stopped"):
+            self.journal.flush()
+            chat_id = self.journal.chat_id if self.history else None
+            draft = self.query_one("#prompt", MessageBox).text
+            self.shutdown()
+            self.dismiss(LoadAgain(chat_id, draft))
+            return
         self.app.push_screen(ModelPicker(), self._model_picked)
 
     def _model_picked(self, choice: ModelChoice | None) -> None:
         if choice is not None and not self.generating:
+            draft = self.query_one("#prompt", MessageBox).text
             self.shutdown()
-            self.dismiss(choice)
+            self.dismiss(replace(choice, draft=draft))
 
     async def run_command(self, command: slash.Command) -> None:
         """Carry out a slash command."""

@@ -177,7 +177,8 @@ HELP_TEXT = """\
   Click "Thinking" to see the model's reasoning.
   The runner (llama-server) stopped? It is started again: the
   status line says "restarting", then "ready"; send again then.
-  It keeps stopping? The status line says why; Ctrl+L re-plans.
+  Given up? The status line says why; Ctrl+L loads it again,
+  keeping this chat and the text in the box.
 
 [b]Commands[/b]
   /new /clear /chats /model /save /help

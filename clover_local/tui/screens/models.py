@@ -25,7 +25,8 @@ from clover_local.tui.services import DiskModel, ModelChoice
 
 
 class ModelPicker(ModalScreen[ModelChoice | None]):
-    """The models on disk first (they open without the network), then every preset, then a path box."""
+    """The models on disk first (they open without the network), then the presets (not the test models'),
+    then a path box."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="models.cancel")]
 
@@ -56,10 +57,8 @@ class ModelPicker(ModalScreen[ModelChoice | None]):
 
     @work(thread=True, exclusive=True)
     def _find(self) -> None:
-        from clover_local.presets import list_presets, load_preset
-
         on_disk = services.models_on_disk()
-        presets = [(name, load_preset(name).display_name) for name in list_presets()]
+        presets = [(p.name, p.display_name) for p in services.picker_presets()]
         self.post_message(ModelPicker.Found(on_disk, presets))
 
     def on_model_picker_found(self, message: Found) -> None:

@@ -270,13 +270,20 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         alts = [f"• {a.quant}: {a.why_not}" for a in plan.alternatives]
         self.query_one("#plan-alternatives", Static).update("\n".join(alts) or "-")
         install = self._install_tag()
-        self.query_one("#plan-download", Button).disabled = self.model_path is not None or install is not None
+        download = self.query_one("#plan-download", Button)
+        download.label = "Run (on disk)" if self._quant_on_disk(plan) else "Download and run"
+        download.disabled = self.model_path is not None or install is not None
         self.query_one("#plan-run-local", Button).disabled = self.model_path is None or install is not None
         button = self.query_one("#plan-install", Button)
         button.display = install is not None
         if install is not None and self.installing is None:
             button.label = f"Install llama.cpp {install} (i)"
         self.refresh_bindings()
+
+    def _quant_on_disk(self, plan: Plan) -> bool:
+        """The plan's quant is downloaded already (as the quants were described: no disk read here)."""
+        described = self.models or (self.facts.quants if self.facts is not None else None)
+        return described is not None and plan.quant in described.paths
 
     def _install_tag(self) -> str | None:
         """The release the plan says to install before this model can run (None: nothing to install)."""

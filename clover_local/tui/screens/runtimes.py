@@ -311,7 +311,10 @@ class RuntimesScreen(Screen[InstalledRuntime | None]):
         status = self.query_one("#runtime-status", Static)
         if message.runtime is not None:
             self.installed_now = message.runtime
-            status.update(f"Installed {message.runtime.label} in {message.runtime.root}.")
+            # the steps above end with "Installed ... in ...": this line says what it means
+            status.update(
+                f"Ready: a model that needs llama.cpp {message.runtime.tag} runs on it from now on. Esc goes back."
+            )
         elif message.removed is not None:
             status.update(message.removed)
         elif message.cancelled:
