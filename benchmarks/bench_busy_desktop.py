@@ -52,6 +52,8 @@ from clover_local.llamacpp.server_engine import LlamaServerEngine
 SETTLE_S = 8.0
 """After a program gets busy, the next message comes this much later (the follower needs ~2 s to be sure)."""
 UP_SETTLE_S = 16.0
+QUIET_S = 5.0
+"""After a server stops (and after the busy program does), the next launch waits this long, as a person would."""
 CAP_S = 30.0
 """The longest a measured reply may run (then its speed is taken from what streamed)."""
 """After it stops, the next message comes this much later (the follower waits 10 s before taking cores back)."""
@@ -219,6 +221,7 @@ def one_round(name: str, opener: Opener, args: argparse.Namespace) -> Run:
         _log(f"{name}: stopped again {run.stopped_tps:.1f} ({run.stopped_threads} threads)")
     finally:
         engine.close()
+    time.sleep(QUIET_S)
     with busy_program():
         time.sleep(2.0)  # running before the launch is decided, as a person's browser would be
         engine, _ = opener()
@@ -228,6 +231,9 @@ def one_round(name: str, opener: Opener, args: argparse.Namespace) -> Run:
             run.busy_before_threads = _threads(engine)
         finally:
             engine.close()
+    time.sleep(
+        QUIET_S
+    )  # a server that stopped unmaps its pages: the next launch's probe would see that as load
     _log(f"{name}: busy before launch {run.busy_before_tps:.1f} ({run.busy_before_threads} threads)")
     return run
 

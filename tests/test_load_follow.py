@@ -167,6 +167,12 @@ def test_speeds_are_kept_only_from_replies_that_ran_alone() -> None:
     f.reply_finished(start, 100, 3.0)
     assert f.speeds == {2: 12.0}, "a reply beside a busy program says nothing of the speed alone"
     assert f.reply_tokens < 256
+    looks.others = 0.0
+    start = looks.clock.now
+    for _ in range(2):
+        f.step()
+    f.reply_finished(start, 1, 4000.0)  # one token: llama-server's timer says thousands a second
+    assert f.speeds == {2: 12.0}, "a reply too short to time is not a speed"
 
 
 def test_the_lookout_counts_other_programs_not_the_child() -> None:

@@ -34,6 +34,9 @@ DRAIN_S = 60.0
 """How long a wanted relaunch waits for the requests in flight to finish before it gives up (and tries later)."""
 DEFAULT_REPLY_TOKENS = 256.0
 """Tokens a reply is expected to take before any was seen."""
+SPEED_MIN_TOKENS = 16
+"""A reply shorter than this says nothing of the decode speed (llama-server times one token at thousands a
+second), so its speed is not kept."""
 REPLY_WEIGHT = 0.3
 """Weight of the newest reply in the running mean of reply lengths, and of the newest speed seen."""
 
@@ -197,11 +200,12 @@ class LoadFollower:
 
     def reply_finished(self, started_at: float, completion_tokens: int, decode_tokens_per_s: float) -> None:
         """A reply ended: its length feeds the expected next one; its decode speed is kept for the thread count
-        it ran with when no other program took a core meanwhile."""
+        it ran with when no other program took a core meanwhile and it was long enough to time."""
         if completion_tokens > 0:
             self.reply_tokens += REPLY_WEIGHT * (completion_tokens - self.reply_tokens)
         during = [look.others for look in list(self.looks) if look.at >= started_at]
-        if decode_tokens_per_s > 0 and during and max(during) <= SLACK_CORES:
+        long_enough = completion_tokens >= SPEED_MIN_TOKENS  # a 1-token reply's "speed" is its timer's noise
+        if long_enough and decode_tokens_per_s > 0 and during and max(during) <= SLACK_CORES:
             seen = self.speeds.get(self.current)
             self.speeds[self.current] = (
                 decode_tokens_per_s if seen is None else seen + REPLY_WEIGHT * (decode_tokens_per_s - seen)
