@@ -29,9 +29,14 @@ BANDWIDTH_EFFICIENCY = 0.7
 """Share of the peak bandwidth llama.cpp reaches while decoding."""
 RAM_BYTES_PER_THREAD = 7 * GB
 """Weight bytes one decode thread reads per second on a machine whose RAM was not measured (``--simulate``)."""
-LLAMA_READ_SHARE = 1.0
+LLAMA_READ_SHARE = 0.34
 """Share of the streaming read rate measured here (``detect.ram_read``: numpy's SIMD ``max`` over a buffer no
-cache holds) that llama.cpp's decode kernels reach on weights (dequantising as they read)."""
+cache holds, each thread alone up to every core at once) that llama.cpp's decode reaches on weights: its kernels
+dequantise as they read and meet at a barrier after every operation. Fitted on 6 December 2026 on this project's
+2-core Intel Xeon VM (AVX-512), where plain decoding read 10-13 GB/s of weights against a 34 GB/s stream, for
+SmolLM2 135M (Q4_1), Gemma 3 270M and the full-size Clover-shaped model (Q4_K_M)
+(``benchmarks/check_speed_prediction.py``, docs/speed.md). A ratio of two rates on one machine, so it moves less
+between machines than a rate; ``clover-local bench --llama-bench`` replaces the estimate with a measurement."""
 GPU_LAYER_SECONDS = 40e-6
 """Fixed GPU time of one attention layer per token (its ~15 kernels' launches and latency)."""
 GPU_RECURRENT_EXTRA_SECONDS = 40e-6
