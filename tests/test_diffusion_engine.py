@@ -97,8 +97,17 @@ def load(model: Path) -> DiffusionEngine:
 @pytest.mark.parametrize("kind", ["dream", "llada-moe"])
 @pytest.mark.parametrize("algorithm", [Algorithm.CONFIDENCE, Algorithm.ENTROPY, Algorithm.MARGIN])
 def test_tokens_equal_llama_diffusion_cli(
-    diffusion_models: dict[str, Path], kind: str, algorithm: Algorithm
+    diffusion_models: dict[str, Path], kind: str, algorithm: Algorithm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Same tokens as the cli, so the engine loads the weights where the cli does. The cli builds its model
+    params from ``llama_model_default_params()`` and ignores ``--no-repack``: it always puts weights in
+    llama.cpp's extra CPU buffer types. On a CPU with AMX that is the AMX buffer, whose AVX-512 kernel multiplies
+    F16 weights by F32 activations where the plain CPU path first rounds the activations to F16 (logits differ
+    by ~0.2%, enough to reorder the entropy and margin scores); the engine's own rule keeps AMX CPUs off those
+    buffers (``engine.repack``). Elsewhere both paths are the same and the patch changes nothing."""
+    from clover_local.engine import native
+
+    monkeypatch.setattr(native, "_repack_default", lambda: True)
     model = diffusion_models[kind]
     seed = 1234
     expected = run_cli(model, kind, algorithm, seed)
