@@ -17,12 +17,16 @@ class ScreenHost(App[None]):
 
     CSS_PATH = CloverApp.CSS_PATH
 
-    def __init__(self, make_screen: Callable[[], Screen[object]]) -> None:
+    def __init__(
+        self, make_screen: Callable[[], Screen[object]], on_result: Callable[[object], None] | None = None
+    ) -> None:
         super().__init__()
         self._make_screen = make_screen
+        self._on_result = on_result
+        """Gets what the screen hands back when it is dismissed."""
 
     def on_mount(self) -> None:
-        self.push_screen(self._make_screen())
+        self.push_screen(self._make_screen(), self._on_result)
 
 
 class StillEngine:

@@ -50,12 +50,9 @@ class StandInRunner(ScriptedEngine):
 
 def _host(engine: StandInRunner) -> tuple[ScreenHost, list[object]]:
     results: list[object] = []
-
-    class Host(ScreenHost):
-        def on_mount(self) -> None:
-            self.push_screen(self._make_screen(), results.append)
-
-    return Host(lambda: ChatScreen(engine, "scripted", user_prefs.ModelSettings())), results
+    return ScreenHost(
+        lambda: ChatScreen(engine, "scripted", user_prefs.ModelSettings()), results.append
+    ), results
 
 
 def _status(screen: ChatScreen) -> str:
