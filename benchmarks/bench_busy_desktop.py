@@ -42,6 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clover_local  # noqa: F401  (loads libllama before numpy, as every entry point does)
+from _texts import CODE, words
 from clover_local.engine.repack import repack_safe_here
 from clover_local.engine.types import Finished, GenerationRequest, GenerationStats, TextDelta
 from clover_local.launch import Launch, LaunchRequest, decide_launch, open_launch
@@ -57,34 +58,6 @@ QUIET_S = 5.0
 CAP_S = 30.0
 """The longest a measured reply may run (then its speed is taken from what streamed)."""
 """After it stops, the next message comes this much later (the follower waits 10 s before taking cores back)."""
-CODE = '''def fold(values, step, start=0):
-    """Sum every step-th value from start, the way the report wants it."""
-    total = 0
-    for index in range(start, len(values), step):
-        total += values[index]
-    return total
-
-'''
-WORDS = [
-    "alpha",
-    "beta",
-    "gamma",
-    "delta",
-    "epsilon",
-    "zeta",
-    "eta",
-    "theta",
-    "iota",
-    "kappa",
-    "lambda",
-    "mu",
-    "nu",
-    "xi",
-    "omicron",
-    "pi",
-    "rho",
-    "sigma",
-]
 
 
 @dataclass
@@ -160,7 +133,7 @@ def _decode(engine: LlamaServerEngine, tokens: int, cap_s: float = CAP_S) -> tup
 
 
 def _prompt(engine: LlamaServerEngine, tokens: int) -> float:
-    text = " ".join(WORDS[(i * 7) % len(WORDS)] for i in range(tokens))
+    text = words(tokens)
     stats, _ = _run(engine, GenerationRequest(prompt=text, max_tokens=1, temperature=0.0, cache_prompt=False))
     return stats.prefill_tokens_per_s
 

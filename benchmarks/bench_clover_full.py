@@ -56,6 +56,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clover_local  # noqa: F401  (loads libllama before numpy, as every entry point does)
+from _texts import CODE, words
 from clover_local.engine.types import ChatMessage, Finished, GenerationRequest, GenerationStats
 from clover_local.launch import Launch, LaunchRequest, decide_launch, open_launch
 from clover_local.llamacpp.binary import Capabilities
@@ -64,14 +65,6 @@ from clover_local.llamacpp.server_engine import LlamaServerEngine
 
 UPSTREAM = "upstream defaults"
 PRODUCT = "clover-local (decided launch)"
-CODE = '''def fold(values, step, start=0):
-    """Sum every step-th value from start, the way the report wants it."""
-    total = 0
-    for index in range(start, len(values), step):
-        total += values[index]
-    return total
-
-'''
 
 
 @dataclass(frozen=True)
@@ -464,11 +457,11 @@ def _one_round(
 ) -> None:
     """One measurement of each figure; ``quick``: the first prompt size and decoding only."""
     n_ctx = engine.n_ctx
-    per_word = engine.count_tokens(_words(500)) / 500
+    per_word = engine.count_tokens(words(500)) / 500
     sizes = [x.strip() for x in args.prompts.split(",") if x.strip()]
     for asked in sizes[:1] if quick else sizes:
         size = min(int(asked), n_ctx - 64)
-        text = _words(int(size / per_word))
+        text = words(int(size / per_word))
         stats = _run(
             engine, GenerationRequest(prompt=text, max_tokens=1, temperature=0.0, cache_prompt=False)
         )
@@ -561,30 +554,6 @@ def _record(launch: Launch, result: Result) -> None:
         threads=plan.threads,
     )
     _log(f"recorded {record.tokens_per_s:.1f} tokens/s decode in {add_record(record)}")
-
-
-def _words(n: int) -> str:
-    vocab = [
-        "alpha",
-        "beta",
-        "gamma",
-        "delta",
-        "epsilon",
-        "zeta",
-        "eta",
-        "theta",
-        "iota",
-        "kappa",
-        "lambda",
-        "mu",
-        "nu",
-        "xi",
-        "omicron",
-        "pi",
-        "rho",
-        "sigma",
-    ]
-    return " ".join(vocab[(i * 7) % len(vocab)] for i in range(max(1, n)))
 
 
 def _agent_turns(engine: LlamaServerEngine, turns: int, n_ctx: int) -> list[float]:

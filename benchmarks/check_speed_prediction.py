@@ -24,30 +24,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import clover_local  # noqa: F401  (loads libllama before numpy, as every entry point does)
+from _texts import words
 from clover_local.engine.types import Finished, GenerationRequest
 from clover_local.launch import LaunchRequest, decide_launch, open_launch
 from clover_local.plan.speed import SPEED_CTX_SAMPLE
-
-WORDS = [
-    "alpha",
-    "beta",
-    "gamma",
-    "delta",
-    "epsilon",
-    "zeta",
-    "eta",
-    "theta",
-    "iota",
-    "kappa",
-    "lambda",
-    "mu",
-    "nu",
-    "xi",
-    "omicron",
-    "pi",
-    "rho",
-    "sigma",
-]
 
 
 def measure(name: str, tokens: int, rounds: int) -> tuple[float, float, str, str]:
@@ -64,8 +44,8 @@ def measure(name: str, tokens: int, rounds: int) -> tuple[float, float, str, str
     engine = opened.engine
     speeds: list[float] = []
     filled = min(launch.plan.ctx, SPEED_CTX_SAMPLE) - tokens - 16
-    per_word = engine.count_tokens(" ".join(WORDS * 20)) / (len(WORDS) * 20)
-    prompt = " ".join(WORDS[(i * 7) % len(WORDS)] for i in range(int(filled / per_word)))
+    per_word = engine.count_tokens(words(360)) / 360
+    prompt = words(int(filled / per_word))
     try:
         for n in range(rounds + 1):
             request_ = GenerationRequest(prompt=prompt, max_tokens=tokens, temperature=0.0, cache_prompt=True)
