@@ -72,7 +72,8 @@ def decide(request: LaunchRequest, facts: LaunchFacts) -> Launch:
     notices = (engine_notice(runner),) if said else ()
     settings = llama_settings(plan)
     argv, changed = _fitted_argv(facts, runner, settings.argv())
-    return Launch(request, preset, machine, runner, plan, settings, (*notices, *changed), argv)
+    keeps = _keeps_slots(facts, runner)
+    return Launch(request, preset, machine, runner, plan, settings, (*notices, *changed), argv, keeps)
 
 
 # -- the runner -------------------------------------------------------------------------------------------
@@ -529,6 +530,16 @@ def _with_community(
 
 
 # -- the settings -------------------------------------------------------------------------------------------
+
+
+def _keeps_slots(facts: LaunchFacts, runner: Runner) -> bool:
+    """Whether the runner's llama-server can save and restore its slots (``--slot-save-path`` in its help), so a
+    relaunch for another load keeps the conversations; True where the binary was not asked (starting it asks)."""
+    if runner.kind != "llama-server" or runner.binary is None:
+        return False
+    asked = facts.servers.get(str(runner.binary.path))
+    caps = None if asked is None else (asked.capabilities or asked.kept_arg_cpp)
+    return caps is None or caps.supports("--slot-save-path")
 
 
 def _fitted_argv(

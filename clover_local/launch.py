@@ -254,7 +254,7 @@ def _open(
         on_log=on_log,
         ready_timeout_s=ready_timeout_s,
         adapt=launch.server_argv is None,  # fitted when decided; only a binary not asked then is asked now
-        keep_slots=launch.follow_load is not None,
+        keep_slots=launch.follow_load is not None and launch.keeps_slots,
     )
     engine = LlamaServerEngine(
         process,

@@ -104,6 +104,9 @@ class Launch:
     """``settings.argv()`` fitted to the runner's llama-server (its ``--help``): a flag it lacks dropped or
     translated, each change in ``notices``; None when not fitted (the embedded engine, a binary that could not
     be asked: then it is fitted when started)."""
+    keeps_slots: bool = False
+    """The llama-server can save and restore its slots (``--slot-save-path``, from its ``--help`` when decided;
+    True where it was not asked, and starting it asks): a relaunch for another load then keeps them."""
 
     @property
     def follow_load(self) -> FollowLoad | None:

@@ -113,7 +113,7 @@ def test_ctrl_c_stops_serve_and_its_llama_server(served: tuple[str, subprocess.P
         assert any("llama-server" in c.name() for c in children)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
-    assert f"engine: {engine}" in out
+    assert f"note: Engine: {engine} (" in out
     assert "serving gemma3-270m on http://127.0.0.1:" in out
     for child in children:
         wait_until(lambda c=child: not _running(c), limit_s=30, what=f"child {child.pid} to stop")

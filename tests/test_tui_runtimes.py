@@ -89,7 +89,7 @@ async def test_the_latest_release_installs_from_the_screen(
         assert [rt.tag for rt in installed] == ["b9100"] and screen.installed_now == installed[0]
         assert _rows(screen)[0] == "b9100"
         assert table.get_row("b9100") == ["b9100", installed[0].backend, "archive", str(installed[0].root)]
-        assert "Installed llama.cpp b9100" in _text(screen, "#runtime-status")
+        assert "Ready: a model that needs llama.cpp b9100 runs on it" in _text(screen, "#runtime-status")
         steps = "\n".join(screen.query_one("#runtime-steps", Log).lines)
         assert "Downloading" in steps and "Unpacking" in steps and "architectures" in steps
         assert ", installed." in _text(screen, "#runtimes-latest")

@@ -321,8 +321,10 @@ def start_llama_server(
         )
     warnings: tuple[str, ...] = ()
     fitted = common_argv_here(argv)  # whatever machine the plan describes, this CPU runs it
+    caps: Capabilities | None = None
     if adapt:
-        adapted = fit_argv(argv, capabilities(binary.path, binary.subcommand), repack_safe=repack_safe_here())
+        caps = capabilities(binary.path, binary.subcommand)
+        adapted = fit_argv(argv, caps, repack_safe=repack_safe_here())
         fitted, warnings = list(adapted.argv), adapted.warnings
     if port is None or port == 0:
         port = free_port(host if host not in ("0.0.0.0", "::") else "127.0.0.1")
@@ -333,7 +335,9 @@ def start_llama_server(
         # key, and the child's port must not be a way around it for other local users and processes.
         api_key = secrets.token_urlsafe(32)
     saves = None
-    if keep_slots and capabilities(binary.path, binary.subcommand).supports("--slot-save-path"):
+    if keep_slots and (
+        caps is None or caps.supports("--slot-save-path")
+    ):  # decided with its --help, or asked now
         saves = private_slot_dir()
         fitted = with_slot_save(fitted, saves)
     full = with_endpoint(fitted, host=host, port=port, api_key_file=api_key_file)
