@@ -54,7 +54,9 @@ async def test_stopping_a_reply_puts_the_queued_message_back_in_the_input(
         await wait_until(lambda: not screen.generating, "the stop", pilot=pilot)
 
         assert screen.query(ReplyView).last().border_subtitle == "stopped"
-        assert prompt.text == f"{QUEUED}\n\nalso Venus", "the queued text and the typing are both kept, a paragraph each"
+        assert prompt.text == f"{QUEUED}\n\nalso Venus", (
+            "the queued text and the typing are both kept, a paragraph each"
+        )
         await pilot.pause()
         assert [m.role for m in screen.history] == ["user", "assistant"], "nothing was sent by itself"
 
@@ -62,4 +64,4 @@ async def test_stopping_a_reply_puts_the_queued_message_back_in_the_input(
         await wait_until(
             lambda: not screen.generating and len(screen.history) == 4, "the second reply", pilot=pilot
         )
-        assert screen.history[2].content == f"{QUEUED} also Venus"
+        assert screen.history[2].content == f"{QUEUED}\n\nalso Venus"

@@ -101,9 +101,9 @@ def test_the_status_line_says_when_another_program_slows_the_model() -> None:
     from clover_local.engine.types import RunnerHealth, RunnerThreads
 
     fewer = RunnerHealth(threads=RunnerThreads(1, 2, others_busy=1.0, relaunches=1))
-    assert format_status(None, 4096, runner=fewer).startswith(
-        "ready · another program is busy: 1 thread of 2 ·"
-    )
+    said = format_status(None, 4096, runner=fewer)
+    assert said.startswith("ready · tok/s - · ")  # the state and figures first, where people look for them
+    assert said.endswith(" · another program is busy: 1 thread of 2")
     moving = RunnerHealth(threads=RunnerThreads(2, 2, relaunching=True))
     assert "restarting the model with other threads" in format_status(None, 4096, runner=moving)
     every = RunnerHealth(threads=RunnerThreads(2, 2))

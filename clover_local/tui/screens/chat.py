@@ -84,7 +84,7 @@ def format_status(
     elif runner is not None and runner.state in ("failed", "stopped"):
         state = "runner stopped (Ctrl+L loads it again)"
     load = [_load_note(runner)] if runner is not None and _load_note(runner) else []
-    return " · ".join([state, *load, *parts, f"ctx {used}/{n_ctx}", draft])
+    return " · ".join([state, *parts, f"ctx {used}/{n_ctx}", draft, *load])
 
 
 def _load_note(runner: RunnerHealth) -> str:
