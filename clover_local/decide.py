@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from clover_local.llamacpp.binary import ServerBinary
     from clover_local.plan.community import CommunityQuant
 
-__all__ = ["MTP_ONE_SLOT", "choose_runner", "decide", "engine_notice", "needs_community"]
+__all__ = ["MTP_ONE_SLOT", "check_request", "choose_runner", "decide", "engine_notice", "needs_community"]
 
 
 def engine_notice(runner: Runner) -> str:
@@ -73,7 +73,7 @@ def decide(request: LaunchRequest, facts: LaunchFacts) -> Launch:
     settings = llama_settings(plan)
     argv, changed = _fitted_argv(facts, runner, settings.argv())
     keeps = _keeps_slots(facts, runner)
-    return Launch(request, preset, machine, runner, plan, settings, (*notices, *changed), argv, keeps)
+    return Launch(request, preset, machine, runner, plan, settings, (*notices, *changed), argv, keeps, facts)
 
 
 # -- the runner -------------------------------------------------------------------------------------------
@@ -568,3 +568,22 @@ def _fitted_argv(
     # This CPU's repacking rule too (the plan may describe another machine): the command shown is what runs.
     adapted = fit_argv(argv, caps, repack_safe=facts.repack_safe_here)
     return tuple(adapted.argv), (*said, *adapted.warnings)
+
+
+# -- what a launch would refuse, said before deciding it ------------------------------------------------------
+
+
+def check_request(request: LaunchRequest, facts: LaunchFacts) -> None:
+    """Raise what deciding ``request`` would refuse about its model, without deciding it (``chat`` says it
+    before the app starts, and the app decides once): a file whose architecture no llama.cpp here loads (unless
+    ``--force``), and a ``--ctx`` outside the model's limit. Pure: from the facts."""
+    from clover_local.plan.local_file import preset_from_header
+    from clover_local.plan.planner import check_context
+
+    description = _model_description(request, facts)
+    local = facts.model
+    if local is not None:
+        _ArchChecks(facts.support, facts.checks).for_model(description, str(local.path), "load", request)
+    if request.ctx is not None:
+        preset = preset_from_header(facts.preset, description, local.path) if local else facts.preset
+        check_context(request.ctx, preset, [description])

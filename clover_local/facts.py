@@ -146,7 +146,10 @@ def still_true_for(facts: LaunchFacts, request: LaunchRequest) -> bool:
     (a later step of the same command asking with another context or speculation mode reuses them)."""
     name = request.preset.name if isinstance(request.preset, Preset) else request.preset
     same_preset = name is None or name == facts.preset.name
-    return same_preset and facts.asked == _what_is_read(request)
+    asked = _what_is_read(request)
+    if facts.asked[2:3] == (None,):  # every quant was described: they answer for any one quant too
+        asked = (*asked[:2], None, *asked[3:])
+    return same_preset and facts.asked == asked
 
 
 def gather_facts(

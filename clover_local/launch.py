@@ -15,9 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clover_local.decide import choose_runner, decide, needs_community
+from clover_local.decide import choose_runner, needs_community
 from clover_local.errors import ArchitectureError, ContextOutOfRange, OutOfMemoryError, UsageError
-from clover_local.facts import LaunchFacts, gather_community, gather_facts, still_true_for
 from clover_local.launch_types import (
     EMBEDDED_DRAFTERS,
     ENGINE_WISHES,
@@ -90,22 +89,15 @@ def decide_launch(
     models: QuantDescriptions | None = None,
     find_binary: Callable[[str | None], ServerBinary | None] | None = None,
     community: CommunityQuants | None = None,
-    facts: LaunchFacts | None = None,
 ) -> Launch:
-    """The launch for ``request`` on ``machine`` (None: the request's ``--simulate`` machine, else this one): its
-    facts gathered once (``facts.gather_facts``; ``models``, ``find_binary`` and ``community`` stand in for
-    what they would read; ``facts``: gathered earlier in this command, used while they still answer for this
-    request), then decided (``decide.decide``). A plan of the preset's automatic quant that does not fit asks
-    the preset's community repos for a smaller quant (once), and is decided again with it."""
-    reusable = facts is not None and still_true_for(facts, request) and machine in (None, facts.machine)
-    if facts is None or not reusable:
-        facts = gather_facts(
-            request, machine=machine, models=models, find_binary=find_binary, community=community
-        )
-    launch = decide(request, facts)
-    if facts.community is None and request.describe and needs_community(request, facts.preset, launch.plan):
-        launch = decide(request, gather_community(request, facts, launch.plan))
-    return launch
+    """The launch for ``request`` on ``machine`` (None: the request's ``--simulate`` machine, else this one), for
+    a front end that makes one launch: a :class:`~clover_local.launcher.Launcher` of its own gathers the facts
+    once and decides (``models``, ``find_binary`` and ``community`` stand in for what it would read). A front
+    end that decides more than once (the app, ``chat``) keeps its launcher instead."""
+    from clover_local.launcher import Launcher
+
+    launcher = Launcher(machine=machine, models=models, find_binary=find_binary, community=community)
+    return launcher.decide(request)
 
 
 def with_model_file(launch: Launch, path: str) -> Launch:
@@ -140,10 +132,13 @@ def safer_launch(launch: Launch, why: str) -> Launch | None:
             machine,
             gpus=tuple(replace(g, free_bytes=int(g.free_bytes * SAFER_GPU_SHARE)) for g in machine.gpus),
         )
-    request = replace(
-        launch.request, ctx=min(new_ctx, plan.ctx), model=plan.model_path or launch.request.model
-    )
-    safer = decide_launch(replace(request, preset=launch.preset, repo=None), machine=machine)
+    request = replace(launch.request, ctx=min(new_ctx, plan.ctx), quant=plan.quant)
+    if launch.facts is None:  # decided before facts were kept with it: read them again
+        safer = decide_launch(replace(request, preset=launch.preset, repo=None), machine=machine)
+    else:  # the same facts, a smaller machine: nothing read again
+        from clover_local.launcher import Launcher
+
+        safer = Launcher(facts=replace(launch.facts, machine=machine)).decide(request)
     changes = []
     if safer.plan.ctx != plan.ctx:
         changes.append(f"context {plan.ctx} -> {safer.plan.ctx} tokens")

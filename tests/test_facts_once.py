@@ -244,8 +244,8 @@ def test_the_counter_sees_a_second_gathering(monkeypatch: pytest.MonkeyPatch, sm
 async def test_the_plan_screen_reads_again_only_when_what_it_read_changed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The app's plan screen: another context is decided from the facts it has (nothing read); sizes arriving,
-    community quants, or a runtime installed, read again."""
+    """The app's plan screen: another context is decided from the facts it has (nothing read, on the UI thread);
+    sizes arriving, community quants, or a runtime installed, read again (by a worker)."""
     from textual.widgets import Select
     from waiting import wait_until
 
@@ -269,5 +269,163 @@ async def test_the_plan_screen_reads_again_only_when_what_it_read_changed(
                 lambda c=ctx: screen.plan is not None and screen.plan.ctx == c, "re-plan", pilot=pilot
             )
         assert reads.tables == read, "a context changed: nothing read again"
-        screen.read_again()  # as after a runtime is installed
+        shown = screen.plan_count
+        screen.read_again()  # as after a runtime is installed: read again by a worker, then planned
+        await wait_until(lambda: screen.plan_count > shown, "the plan from facts read again", pilot=pilot)
         assert reads.tables == read + 1
+
+
+# -- one owner of a launch (issue 50): one gathering, one decision, nothing read on the app's UI thread ---------
+
+
+def test_only_the_launcher_gathers_facts_and_decides() -> None:
+    """``facts.gather_facts``, ``facts.gather_community`` and ``decide.decide`` are called from
+    ``launcher.py`` alone: every front end asks a :class:`~clover_local.launcher.Launcher`, so no front end
+    gathers or decides beside it."""
+    import ast
+
+    import clover_local
+
+    owners = {"gather_facts", "gather_community", "decide"}
+    found: list[str] = []
+    for path in Path(clover_local.__file__).parent.rglob("*.py"):
+        if path.name == "launcher.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else None
+            by_module = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+            if by_module and func.value.id in ("facts", "decide"):  # type: ignore[attr-defined]
+                called = func.attr  # type: ignore[attr-defined]
+            if called in owners:
+                found.append(f"{path.name}:{node.lineno} {called}")
+    assert not found, f"gathered or decided outside the launcher: {found}"
+
+
+class Launches:
+    """Counts the launcher's gatherings and decisions, and the threads that read headers."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import threading
+
+        from clover_local import launcher
+
+        self.gathered = 0
+        self.decided = 0
+        self.header_threads: list[str] = []
+        real_gather, real_decide, real_read = launcher.gather_facts, launcher.decide, header.read_local_header
+
+        def gather(*args: Any, **kwargs: Any) -> Any:
+            self.gathered += 1
+            return real_gather(*args, **kwargs)
+
+        def decide_(*args: Any, **kwargs: Any) -> Any:
+            self.decided += 1
+            return real_decide(*args, **kwargs)
+
+        def read(path: Path) -> Any:
+            self.header_threads.append(threading.current_thread().name)
+            return real_read(path)
+
+        header._header_of.cache_clear()
+        monkeypatch.setattr(launcher, "gather_facts", gather)
+        monkeypatch.setattr(launcher, "decide", decide_)
+        monkeypatch.setattr(header, "read_local_header", read)
+
+
+def _clover_on_disk(hub_server: Any, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The Clover preset's Q4_K_M file in the Hugging Face cache (a tiny ``clover_moe`` model under its name),
+    found offline as a person's download is."""
+    from huggingface_hub import hf_hub_download
+
+    repo, name = "Diffuspace/Clover-35B-A3B-Preview-GGUF", "Clover-35B-A3B-Preview-Q4_K_M.gguf"
+    hub_server.add_file(repo, name, tiny_clover_model())
+    path = Path(hf_hub_download(repo, name))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return path
+
+
+@pytest.mark.slow
+async def test_a_chat_of_the_clover_preset_on_disk_gathers_and_decides_once(
+    monkeypatch: pytest.MonkeyPatch, hub_server: Any
+) -> None:
+    """``chat clover-35b-a3b`` with its file downloaded, through the real app to the chat screen (its runtime's
+    llama-server loaded): one gathering of facts, one decision, each header read once, none on the UI thread."""
+    import asyncio
+    import threading
+
+    from waiting import wait_until
+
+    from clover_local.cli import build_parser
+    from clover_local.commands.chat import start_options
+    from clover_local.tui.app import CloverApp
+    from clover_local.tui.screens.chat import ChatScreen
+
+    if BUILT is None:
+        pytest.skip("the test runtime is not built (scripts/make_test_runtime.py)")
+    monkeypatch.setenv("CLOVER_RUNTIMES_DIR", str(RUNTIMES))
+    path = _clover_on_disk(hub_server, monkeypatch)
+    counts = Launches(monkeypatch)
+    reads = Reads(monkeypatch)
+    options = start_options(build_parser().parse_args(["chat", "clover-35b-a3b", "--ctx", "512"]))
+    assert options.model_path == str(path)
+    before_the_app = len(counts.header_threads)
+    app = CloverApp(options)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(lambda: isinstance(app.screen, ChatScreen), "the chat screen", 240, pilot=pilot)
+        chat = app.screen
+        assert isinstance(chat, ChatScreen)
+        await asyncio.to_thread(chat.engine.close)
+    assert counts.gathered == 1, f"facts gathered {counts.gathered} times"
+    assert counts.decided == 1, f"decided {counts.decided} times"
+    reads.assert_once(path.name)
+    in_the_app = counts.header_threads[before_the_app:]
+    assert threading.main_thread().name not in in_the_app, "a header was read on the app's UI thread"
+
+
+def test_serve_of_the_clover_preset_on_disk_gathers_and_decides_once(
+    monkeypatch: pytest.MonkeyPatch, hub_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``serve clover-35b-a3b`` with its file downloaded, up to the moment it would load: one gathering, one
+    decision, each header read once."""
+    from clover_local import launch as launch_module
+    from clover_local.serve import runner
+
+    if BUILT is None:
+        pytest.skip("the test runtime is not built (scripts/make_test_runtime.py)")
+    monkeypatch.setenv("CLOVER_RUNTIMES_DIR", str(RUNTIMES))
+    path = _clover_on_disk(hub_server, monkeypatch)
+    counts = Launches(monkeypatch)
+    reads = Reads(monkeypatch)
+    loaded: list[Any] = []
+
+    class Loaded(Exception):
+        pass
+
+    def open_instead(launch: Any, **_: Any) -> Any:
+        loaded.append(launch)
+        raise Loaded
+
+    monkeypatch.setattr(launch_module, "open_launch", open_instead)
+    monkeypatch.setattr(runner, "serve_forever", lambda *a, **k: None)
+    with pytest.raises(Loaded):
+        _main("serve", "clover-35b-a3b", "--ctx", "512", "--port", "8999")
+    capsys.readouterr()
+    assert [launch.plan.model_path for launch in loaded] == [str(path)]
+    assert (counts.gathered, counts.decided) == (1, 1)
+    reads.assert_once(path.name)
+
+
+def test_plan_of_the_clover_preset_gathers_and_decides_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``plan clover-35b-a3b`` offline on a machine it fits: one gathering, one decision."""
+    counts = Launches(monkeypatch)
+    assert _main("plan", "clover-35b-a3b", "--offline", "--simulate", "ram=64G,gpu=nvidia:24G,cpu=16") == 0
+    assert "Clover" in capsys.readouterr().out
+    assert (counts.gathered, counts.decided) == (1, 1)

@@ -87,18 +87,18 @@ def start_options(args: argparse.Namespace) -> StartOptions:
 
 
 def _facts_checked(args: argparse.Namespace, model_path: str) -> LaunchFacts:
-    """The facts of the file's launch, gathered once for the whole command (the app's launch uses them), and
-    the launch decided from them now: an architecture no llama.cpp here loads and a ``--ctx`` beyond the
-    file's own limit are said before the app starts."""
-    from clover_local.decide import decide
-    from clover_local.facts import gather_facts
+    """The facts of the file's launch, gathered once for the whole command (the app decides its launch from
+    them), and checked now without deciding it: an architecture no llama.cpp here loads and a ``--ctx`` beyond
+    the file's own limit are said before the app starts (``decide.check_request``)."""
+    from clover_local.decide import check_request
     from clover_local.launch import LaunchRequest
+    from clover_local.launcher import Launcher
 
     request = LaunchRequest(
         args.preset, model_path, ctx=args.ctx, spec=args.spec or "auto", rpc=args.rpc, force=args.force
     )
-    facts = gather_facts(request)
-    decide(request, facts)
+    facts = Launcher().facts_for(request)
+    check_request(request, facts)
     return facts
 
 

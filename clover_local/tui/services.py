@@ -18,7 +18,6 @@ from clover_local.facts import LaunchFacts
 from clover_local.fetch.describe import QuantDescriptions
 from clover_local.fetch.progress import DownloadProgress
 from clover_local.launch import Launch
-from clover_local.plan.community import CommunityQuants
 from clover_local.presets import Preset
 from clover_local.user_prefs import ModelSettings
 
@@ -149,21 +148,6 @@ def describe_models(preset: Preset) -> QuantDescriptions:
     return describe_quants(preset)
 
 
-def community_quants(launch: Launch) -> CommunityQuants:
-    """The smaller quants of the launch's community repos that could fit where its plan does not, with their
-    headers (a listing per repo, a few MB per header, cached). Network I/O: call from a worker."""
-    from clover_local.fetch.community import find_community_quants
-    from clover_local.plan.community import weights_room
-
-    plan = launch.plan
-    return find_community_quants(
-        launch.preset,
-        below_bytes=plan.file_bytes,
-        room_bytes=weights_room(plan),
-        offline=True if launch.request.offline else None,  # else HF_HUB_OFFLINE decides
-    )
-
-
 def launch_for(
     preset: Preset,
     model_path: str,
@@ -178,8 +162,10 @@ def launch_for(
     the person's context and speculation choice (``launch.decide_launch``; ``facts``: what the command read
     already). After the plan screen the app opens that screen's launch instead. Reads the file's header: call
     from a worker."""
-    from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.launch import LaunchRequest
+    from clover_local.launcher import Launcher
 
+    launcher = Launcher(facts=facts)
     request = LaunchRequest(
         preset,
         model_path,
@@ -189,11 +175,11 @@ def launch_for(
         force=force,
     )
     try:
-        return decide_launch(request, facts=facts)
+        return launcher.decide(request)
     except ContextOutOfRange as exc:
         # A context saved for this model (or its preset's default) that this file does not take: the largest
         # it takes, said, rather than a refusal of a choice the person made elsewhere.
-        launch = decide_launch(replace(request, ctx=exc.limit), facts=facts)
+        launch = launcher.decide(replace(request, ctx=exc.limit))
         said = (
             f"The context saved for this model ({model_settings.ctx:,} tokens) is more than this file takes; "
             f"loaded with {exc.limit:,} (F2 changes it)."
@@ -211,20 +197,3 @@ def download(
     from clover_local.fetch.download import download_model
 
     return str(download_model(preset, quant, progress=progress, cancel=cancel))
-
-
-def warm_architecture_check(preset: Preset) -> None:
-    """Ask, once, what the latest llama.cpp release knows when nothing here knows the preset's architecture
-    (network I/O, kept in the cache dir), and the ``--help`` of the installed llama-server that runs it (a child
-    process, cached on disk): the plan screen's re-plans then read both answers without waiting."""
-    from contextlib import suppress
-    from pathlib import Path
-
-    from clover_local.arch_support import check_architecture
-    from clover_local.errors import ServerError
-    from clover_local.llamacpp.binary import capabilities
-
-    check = check_architecture(preset.architecture.arch)
-    if check.server_path is not None:  # the launch fits its flags to that llama-server's --help: ask it now
-        with suppress(ServerError):  # the launch says why, with the arg.cpp kept beside the runtime
-            capabilities(Path(check.server_path))

@@ -23,13 +23,13 @@ from textual.widgets import Button, Collapsible, Footer, Input, Select, Static
 from textual.worker import get_current_worker
 
 from clover_local import model_files
-from clover_local.decide import decide
 from clover_local.detect.machine import Machine
 from clover_local.detect.report import machine_summary
 from clover_local.errors import CloverError
-from clover_local.facts import LaunchFacts, gather_facts, still_true_for
+from clover_local.facts import LaunchFacts
 from clover_local.fetch.describe import QuantDescriptions
 from clover_local.launch import Launch, LaunchRequest, needs_community
+from clover_local.launcher import Launcher
 from clover_local.plan.community import CommunityQuants
 from clover_local.plan.planner import context_limit
 from clover_local.plan.reasons import folded_reasons, leading_reasons
@@ -63,12 +63,14 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             self.machine = machine
             self.error = error
 
-    class CommunityFound(Message, bubble=False):
-        """The preset's community repos asked for a smaller quant (the plan did not fit well)."""
+    class FactsRead(Message, bubble=False):
+        """The facts of the current choices were read by a worker (or reading them failed: ``error``); the
+        community quants, when a worker asked for them."""
 
-        def __init__(self, found: CommunityQuants) -> None:
+        def __init__(self, error: str | None = None, community: CommunityQuants | None = None) -> None:
             super().__init__()
-            self.found = found
+            self.error = error
+            self.community = community
 
     class ModelsDescribed(Message, bubble=False):
         """Each quant's sizes, exact where a file or the Hub's GGUF header could be read."""
@@ -106,9 +108,10 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         """The release the Runtimes screen is installing for this plan (the install key opened it), else None."""
         self.community: CommunityQuants | None = None
         """The community repos' smaller quants, read by a worker once a plan did not fit well."""
-        self.facts: LaunchFacts | None = None
-        """What the plans are decided from (``facts.gather_facts``), kept while the choices change only the
-        quant or context; read again when sizes, community quants or a runtime arrive."""
+        self.launcher = Launcher(machine=machine)
+        """Owns what the plans are decided from: facts read by a worker, kept while the choices change only the
+        quant or context (decided on the UI thread, nothing read); read again when sizes, community quants or
+        a runtime arrive."""
         self._community_asked = False
 
     def compose(self) -> ComposeResult:
@@ -167,7 +170,6 @@ class PlanScreen(Screen[Launch | ModelChoice]):
     def _detect(self) -> None:
         try:
             machine = model_files.detect(self.simulate, self.request.rpc, self.request.link)
-            services.warm_architecture_check(self.preset)  # before the first re-plan asks it on the UI thread
         except CloverError as exc:
             self.post_message(PlanScreen.MachineReady(None, str(exc)))
             return
@@ -184,12 +186,19 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             return
         self._machine_ready(message.machine)
 
+    @property
+    def facts(self) -> LaunchFacts | None:
+        """What the plan shown was decided from (None until a worker has read them)."""
+        return self.launcher.facts
+
     def on_plan_screen_models_described(self, message: ModelsDescribed) -> None:
-        self.models, self.facts = message.models, None
+        self.models = message.models
+        self.launcher.read_again(models=message.models)
         self.replan()
 
     def _machine_ready(self, machine: Machine) -> None:
-        self.machine, self.facts = machine, None
+        self.machine = machine
+        self.launcher.read_again(machine=machine)
         self.query_one("#machine-panel", Static).update(machine_summary(machine))
         self.replan()
 
@@ -197,13 +206,11 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         event.stop()
         self.replan()
 
-    def replan(self) -> None:
-        """Make the plan for the current choices and show it."""
-        if self.machine is None:
-            return
+    def _request(self) -> LaunchRequest:
+        """What the current choices ask for."""
         quant = str(self.query_one("#quant", Select).value)
         ctx = int(self.query_one("#ctx", Select).value or 0) or self.request.ctx  # type: ignore[arg-type]
-        request = replace(
+        return replace(
             self.request,
             preset=self.preset,
             model=self.model_path,
@@ -212,37 +219,62 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             ctx=ctx,
             describe=False,
         )
+
+    def replan(self) -> None:
+        """Make the plan for the current choices and show it: decided here from the facts held (nothing read on
+        the UI thread); when they do not answer for the choices (the first plan, a file typed in, something read
+        again), a worker reads them first and the plan follows."""
+        if self.machine is None:
+            return
+        request = self._request()
         try:
-            if self.facts is None or not still_true_for(self.facts, request):
-                # The first plan, or something read changed (sizes, community quants, a runtime, the file):
-                # read once; another quant or context is then decided from the same facts, nothing read.
-                self.facts = gather_facts(
-                    request, machine=self.machine, models=self.models, community=self.community
-                )
-            launch = decide(request, self.facts)
+            launch = self.launcher.decide_now(request)
         except CloverError as exc:
-            self.launch = None
-            self.query_one("#plan-summary", Static).update(str(exc))
-            self.query_one("#plan-summary", Static).add_class("error")
-            self.query_one("#plan-download", Button).disabled = True
-            self.plan_count += 1
+            self._show_error(str(exc))
+            return
+        if launch is None:
+            self._read_facts(request)
             return
         self.show_launch(launch)
         if not self._community_asked and needs_community(launch.request, launch.preset, launch.plan):
             self._community_asked = True
             self._find_community(launch)
 
+    def _show_error(self, text: str) -> None:
+        self.launch = None
+        self.query_one("#plan-summary", Static).update(text)
+        self.query_one("#plan-summary", Static).add_class("error")
+        self.query_one("#plan-download", Button).disabled = True
+        self.plan_count += 1
+
+    @work(thread=True, exclusive=True, group="facts")
+    def _read_facts(self, request: LaunchRequest) -> None:
+        """Read the facts ``request`` is decided from (headers, the architecture tables, llama-server's
+        ``--help``), then plan again on the UI thread."""
+        try:
+            self.launcher.facts_for(request)
+        except CloverError as exc:
+            if not get_current_worker().is_cancelled:
+                self.post_message(PlanScreen.FactsRead(str(exc)))
+            return
+        if not get_current_worker().is_cancelled:
+            self.post_message(PlanScreen.FactsRead())
+
+    def on_plan_screen_facts_read(self, message: FactsRead) -> None:
+        if message.community is not None:
+            self.community = message.community
+        if message.error is not None:
+            self._show_error(message.error)
+            return
+        self.replan()
+
     @work(thread=True, exclusive=True, group="community")
     def _find_community(self, launch: Launch) -> None:
         """The community repos' smaller quants for a plan that does not fit well (network: a listing per repo,
         a few headers); the plan is made again with them and names the best that fits."""
-        found = services.community_quants(launch)
-        if not get_current_worker().is_cancelled:
-            self.post_message(PlanScreen.CommunityFound(found))
-
-    def on_plan_screen_community_found(self, message: CommunityFound) -> None:
-        self.community, self.facts = message.found, None
-        self.replan()
+        facts = self.launcher.with_community(launch.request, launch)
+        if not get_current_worker().is_cancelled and facts.community is not None:
+            self.post_message(PlanScreen.FactsRead(community=facts.community))
 
     @property
     def plan(self) -> Plan | None:
@@ -315,7 +347,7 @@ class PlanScreen(Screen[Launch | ModelChoice]):
 
     def read_again(self) -> None:
         """Plan again from facts read again (a runtime was installed: what loads the model has changed)."""
-        self.facts = None
+        self.launcher.read_again()
         self.replan()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
