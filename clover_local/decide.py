@@ -136,12 +136,8 @@ def choose_runner(
                 "--llama-server PATH.",
             )
         runtime = arch.runtime if arch is not None and not request.llama_server else None
-        return Runner(
-            "llama-server",
-            f"{needs.text}; using {shlex.join(binary.command)} ({binary.source})",
-            binary,
-            runtime,
-        )
+        why = f"{needs.text}; using {shlex.join(binary.command)} ({binary.source})"
+        return Runner("llama-server", why, binary, runtime)
     if request.engine in (None, "embedded"):
         said = "as asked" if request.engine == "embedded" else "the default"
         return Runner("embedded", f"the embedded engine (llama-cpp-python), {said}")

@@ -497,6 +497,36 @@ def test_the_engine_notice_and_why_only_llama_server_runs_it_carry_codes() -> No
         choose_runner(LaunchRequest(rpc="10.0.0.2:50052", engine="embedded"), None)
 
 
+def test_a_llama_servers_template_is_the_name_its_argv_gives_not_sniffed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A built-in template is known by the ``--chat-template`` the launch gave (the plan passes only names), not
+    by looking for Jinja syntax in what ``/props`` says; without one, ``/props`` holds the GGUF's Jinja."""
+    from clover_local.llamacpp.binary import ServerBinary
+    from clover_local.llamacpp.server import LlamaServerProcess
+    from clover_local.llamacpp.server_engine import LlamaServerEngine
+
+    def engine(argv: list[str], props: dict[str, str]) -> LlamaServerEngine:
+        process = LlamaServerProcess(
+            ServerBinary(Path("llama-server"), "test"),
+            argv,
+            host="127.0.0.1",
+            port=1,
+            api_key=None,
+            warnings=(),
+            on_log=None,
+        )
+        started = LlamaServerEngine(process, owns_process=False)
+        monkeypatch.setattr(started, "_get", lambda path: props)
+        return started
+
+    named = engine(["-m", "x.gguf", "--chat-template", "gemma"], {"chat_template": "no braces here"})
+    assert (named.template.kind, named.template.name) == ("builtin", "gemma")
+    props = engine(["-m", "x.gguf"], {"chat_template": "plain words"}).template
+    assert (props.kind, props.source) == ("jinja", "plain words")
+    assert engine(["-m", "x.gguf"], {}).template.kind == "completion"
+
+
 # --- errors are told by type or attribute ------------------------------------------------------------------
 
 

@@ -90,20 +90,12 @@ def adapt_args(argv: Sequence[str], caps: Capabilities) -> AdaptedArgs:
             chosen = _spec_type(value, caps)
             if chosen is None:
                 spec_dropped = True
-                warnings.append(
-                    Notice(
-                        "flag-dropped",
-                        f"This llama-server ({caps.version}) has no self-speculative decoding "
-                        f"(--spec-type {value}): running without it.",
-                    )
-                )
+                said = f"({caps.version}) has no self-speculative decoding (--spec-type {value}): running without it."
+                warnings.append(Notice("flag-dropped", f"This llama-server {said}"))
                 continue
             if chosen != value:
-                warnings.append(
-                    Notice(
-                        "flag-renamed", f"--spec-type {value} is not in this llama-server; using {chosen}."
-                    )
-                )
+                said = f"--spec-type {value} is not in this llama-server; using {chosen}."
+                warnings.append(Notice("flag-renamed", said))
             out += [flag, chosen]
             continue
         if flag in ("--n-cpu-moe", "-ncmoe") and not _has(caps, flag, "--n-cpu-moe", "-ncmoe"):
@@ -112,11 +104,8 @@ def adapt_args(argv: Sequence[str], caps: Capabilities) -> AdaptedArgs:
         target = _supported_name(flag, caps)
         if target is None:
             shown = f"{flag} {value}" if value is not None else flag
-            warnings.append(
-                Notice(
-                    "flag-dropped", f"This llama-server ({caps.version}) does not accept {shown}: dropped."
-                )
-            )
+            said = f"This llama-server ({caps.version}) does not accept {shown}: dropped."
+            warnings.append(Notice("flag-dropped", said))
             continue
         if target != flag:
             warnings.append(Notice("flag-renamed", f"{flag} is called {target} in this llama-server."))
@@ -162,14 +151,12 @@ def _with_value(flag: str, value: str | None, caps: Capabilities, warnings: list
         if value.lower() in ("on", "1", "true", "enabled"):
             return [flag]
         if value.lower() not in ("off", "0", "false", "disabled", "auto"):
-            warnings.append(
-                Notice("flag-dropped", f"{flag} takes no value in this llama-server: {value!r} dropped.")
-            )
+            said = f"{flag} takes no value in this llama-server: {value!r} dropped."
+            warnings.append(Notice("flag-dropped", said))
         return []
     if spec.choices and value not in spec.choices:
-        warnings.append(
-            Notice("flag-dropped", f"{flag} {value} is not one of {'|'.join(spec.choices)} here: dropped.")
-        )
+        said = f"{flag} {value} is not one of {'|'.join(spec.choices)} here: dropped."
+        warnings.append(Notice("flag-dropped", said))
         return []
     return [flag, value]
 
@@ -199,13 +186,11 @@ def _translate_n_cpu_moe(value: str | None, caps: Capabilities, warnings: list[N
             said = f"--n-cpu-moe {n} is not in this llama-server: using {ot} for the same layers."
             warnings.append(Notice("flag-renamed", said))
             return [ot, n_cpu_moe_override(n)]
-    warnings.append(
-        Notice(
-            "flag-dropped",
-            f"This llama-server has neither --n-cpu-moe nor --override-tensor: the experts of the first {n} "
-            "layers cannot be kept in RAM, and the model may not fit.",
-        )
+    said = (
+        f"This llama-server has neither --n-cpu-moe nor --override-tensor: the experts of the first {n} "
+        "layers cannot be kept in RAM, and the model may not fit."
     )
+    warnings.append(Notice("flag-dropped", said))
     return []
 
 
