@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         out = plan_to_dict(plan)
         if fit is not None:
             out["compare_fit"] = fit
-        out["notices"] = [n.text for n in launch.notices]  # the sentences, as "reasons"; with codes, as "why"
+        out["notices"] = [n.text for n in launch.notices]  # as "reasons"; "notes" as "why"
         out["notes"] = [{"code": n.code, "text": n.text} for n in launch.notices]
         print(json.dumps(out, indent=2))
         return 0

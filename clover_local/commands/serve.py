@@ -163,13 +163,12 @@ def run(args: argparse.Namespace) -> int:
     summary = pooling_summary(plan)
     if summary:
         print(f"note: {summary}", file=sys.stderr)
-    print(
-        f"note: {engine_notice(launch.runner).text}", file=sys.stderr
-    )  # before the load (minutes); said once
+    said = engine_notice(launch.runner)
+    print(f"note: {said.text}", file=sys.stderr)  # before the load, which may take minutes; said once
     on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None
     opened = open_launch(launch, on_log=on_log)
     for notice in opened.notices:
-        if notice.code != "engine":
+        if notice.code != said.code:
             print(f"note: {notice.text}", file=sys.stderr)
     plan = opened.plan
     extra_hosts = [*args.allowed_host, *os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")]
