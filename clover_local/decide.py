@@ -27,7 +27,7 @@ from clover_local.facts import LaunchFacts, LocalModel, Sidecars
 from clover_local.launch_types import ENGINE_WISHES, Launch, LaunchRequest, Runner
 from clover_local.plan.llama_args import llama_settings
 from clover_local.plan.measured import VerifyCostRecord
-from clover_local.plan.reasons import Reason, without_reasons
+from clover_local.plan.reasons import Notice, Reason, without_reasons
 from clover_local.plan.speculation import SERVER_ONLY_MODES
 from clover_local.plan.types import Plan, Wishes
 from clover_local.presets import Preset
@@ -42,9 +42,9 @@ if TYPE_CHECKING:
 __all__ = ["MTP_ONE_SLOT", "check_request", "choose_runner", "decide", "engine_notice", "needs_community"]
 
 
-def engine_notice(runner: Runner) -> str:
-    """The sentence that says which engine runs a launch and why (a notice of a llama-server launch's)."""
-    return f"Engine: {runner.kind} ({runner.why})."
+def engine_notice(runner: Runner) -> Notice:
+    """The notice that says which engine runs a launch and why (one of a llama-server launch's)."""
+    return Notice("engine", f"Engine: {runner.kind} ({runner.why}).")
 
 
 def decide(request: LaunchRequest, facts: LaunchFacts) -> Launch:
@@ -121,24 +121,23 @@ def choose_runner(
         )
         return Runner("embedded", f"a diffusion model: only the embedded engine decodes it{asked}")
     needs = _needs_llama_server(request, arch)
-    if needs:
+    if needs is not None:
         if request.engine == "embedded":
             raise UsageError(
-                f"--engine embedded cannot run this: {needs}.",
+                f"--engine embedded cannot run this: {needs.text}.",
                 "Drop --engine embedded (llama-server runs it), or change what needs llama-server.",
             )
         binary = _server_for(arch, request.llama_server, find)
         if binary is None:
             raise ServerError(
-                f"{needs[0].upper()}{needs[1:]}, and no llama-server was found (CLOVER_LLAMA_SERVER, an installed "
+                f"{needs.text[0].upper()}{needs.text[1:]}, and no llama-server was found (CLOVER_LLAMA_SERVER, an installed "
                 "runtime, the built one, PATH).",
                 "Install one with `clover-local runtime install latest` (or scripts/build-llama-server), or pass "
                 "--llama-server PATH.",
             )
         runtime = arch.runtime if arch is not None and not request.llama_server else None
-        return Runner(
-            "llama-server", f"{needs}; using {shlex.join(binary.command)} ({binary.source})", binary, runtime
-        )
+        why = f"{needs.text}; using {shlex.join(binary.command)} ({binary.source})"
+        return Runner("llama-server", why, binary, runtime)
     if request.engine in (None, "embedded"):
         said = "as asked" if request.engine == "embedded" else "the default"
         return Runner("embedded", f"the embedded engine (llama-cpp-python), {said}")
@@ -166,21 +165,23 @@ def _look_for_binary(configured: str | None) -> ServerBinary | None:
     return find_llama_server(configured)
 
 
-def _needs_llama_server(request: LaunchRequest, arch: ArchCheck | None) -> str:
-    """Why only llama-server can run this request ("" when the embedded engine can)."""
+def _needs_llama_server(request: LaunchRequest, arch: ArchCheck | None) -> Notice | None:
+    """Why only llama-server can run this request (None when the embedded engine can)."""
     if request.rpc:
-        return (
+        return Notice(
+            "needs-rpc",
             f"the plan pools other machines' devices (--rpc {request.rpc}), and the embedded engine "
-            "(llama-cpp-python's wheel) has no RPC backend"
+            "(llama-cpp-python's wheel) has no RPC backend",
         )
     if arch is not None and arch.runner == "llama-server":  # the details are the plan's architecture reason
         loader = (
             f"llama.cpp {arch.runtime} (an installed runtime)" if arch.runtime else "the built llama-server"
         )
-        return f"only {loader} loads the architecture {arch.name!r}"
+        return Notice("needs-architecture", f"only {loader} loads the architecture {arch.name!r}")
     if request.spec in SERVER_ONLY_MODES:
-        return f"the {request.spec} drafter runs only in llama-server (the embedded engine drafts by n-gram or MTP)"
-    return ""
+        said = f"the {request.spec} drafter runs only in llama-server (the embedded engine drafts by n-gram or MTP)"
+        return Notice("needs-drafter", said)
+    return None
 
 
 def _server_for(
@@ -544,7 +545,7 @@ def _keeps_slots(facts: LaunchFacts, runner: Runner) -> bool:
 
 def _fitted_argv(
     facts: LaunchFacts, runner: Runner, argv: list[str]
-) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+) -> tuple[tuple[str, ...] | None, tuple[Notice, ...]]:
     """The plan's argv fitted to the runner's llama-server, as its ``--help`` lists its flags (an upstream
     runtime may lack one the pinned llama.cpp has, or call it otherwise), with this CPU's repacking rule, and a
     notice per flag changed or dropped; (None, ()) for the embedded engine, or a binary that could not be asked
@@ -556,14 +557,18 @@ def _fitted_argv(
     asked = facts.servers.get(str(runner.binary.path))
     if asked is None:
         return None, ()
-    said: tuple[str, ...] = ()
+    said: tuple[Notice, ...] = ()
     caps = asked.capabilities
     if caps is None:
         if asked.kept_arg_cpp is None:
             return None, ()
         caps = asked.kept_arg_cpp
+        problem = asked.problem.text if asked.problem else ""
         said = (
-            f"{asked.problem} Its flags were checked against the arg.cpp kept beside it ({asked.kept_path}).",
+            Notice(
+                "flags-from-arg-cpp",
+                f"{problem} Its flags were checked against the arg.cpp kept beside it ({asked.kept_path}).",
+            ),
         )
     # This CPU's repacking rule too (the plan may describe another machine): the command shown is what runs.
     adapted = fit_argv(argv, caps, repack_safe=facts.repack_safe_here)

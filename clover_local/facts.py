@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from clover_local.errors import ServerError
 from clover_local.gguf.names import DraftKind
 from clover_local.plan.measured import SpeedRecord, VerifyCostRecord
+from clover_local.plan.reasons import Notice
 from clover_local.presets import Preset
 
 if TYPE_CHECKING:
@@ -61,8 +62,8 @@ class ServerFacts:
     """What one llama-server binary says about itself (``--help``, ``--list-devices``), or why it could not."""
 
     capabilities: Capabilities | None
-    problem: str | None = None
-    """Why the binary could not be asked (then it is asked again when started)."""
+    problem: Notice | None = None
+    """Why the binary could not be asked (``server-unasked``; then it is asked again when started)."""
     kept_arg_cpp: Capabilities | None = None
     """An installed runtime's flags read from the ``common/arg.cpp`` kept beside it, when the binary could not
     be asked (a runtime built for another machine)."""
@@ -295,9 +296,10 @@ def _ask(binary: ServerBinary, runtime: str | None) -> ServerFacts:
     except ServerError as exc:
         kept = settings.runtimes_dir() / runtime / "arg.cpp" if runtime else None
         if kept is None or not kept.is_file():
-            return ServerFacts(None, exc.what)
+            return ServerFacts(None, Notice("server-unasked", exc.what))
         text = kept.read_text(encoding="utf-8", errors="replace")
-        return ServerFacts(None, exc.what, capabilities_from_arg_cpp(text, runtime or ""), kept)
+        arg_cpp = capabilities_from_arg_cpp(text, runtime or "")
+        return ServerFacts(None, Notice("server-unasked", exc.what), arg_cpp, kept)
 
 
 def _measured() -> Measured:

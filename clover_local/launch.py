@@ -25,6 +25,7 @@ from clover_local.launch_types import (
     LaunchRequest,
     Runner,
 )
+from clover_local.plan.reasons import Notice, find_notice
 from clover_local.plan.types import EngineKind, Plan
 
 if TYPE_CHECKING:
@@ -65,13 +66,18 @@ class OpenedEngine:
     engine: ChatEngine
     launch: Launch
     """What was loaded: after an out-of-memory re-plan, the safer launch, not the one asked for."""
-    notices: tuple[str, ...] = ()
+    notices: tuple[Notice, ...] = ()
     """Warnings and facts for the person: flags dropped for this llama-server, a re-plan, ..."""
     placement: str = ""
     """Where the weights, KV cache and experts went, in words (the embedded engine's load log)."""
-    fallback_message: str | None = None
-    """Set when the first load ran out of memory and the safer launch was loaded instead: what changed."""
     extras: dict[str, object] = field(default_factory=dict, compare=False)
+
+    @property
+    def fallback_message(self) -> str | None:
+        """Set when the first load ran out of memory and the safer launch was loaded instead: what changed (its
+        ``safer-launch`` notice)."""
+        said = find_notice(self.notices, "safer-launch")
+        return said.text if said is not None else None
 
     @property
     def kind(self) -> EngineKind:
@@ -153,7 +159,7 @@ def safer_launch(launch: Launch, why: str) -> Launch | None:
         f"Loading with the planned settings ran out of memory ({why}). Planned again for less memory and "
         f"loaded that instead: {'; '.join(changes)}."
     )
-    return replace(safer, notices=(said, *safer.notices))
+    return replace(safer, notices=(Notice("safer-launch", said), *safer.notices))
 
 
 def _layers(n: int) -> str:
@@ -204,14 +210,14 @@ def _open_or_safer(
         if safer is None:
             raise
         try:
-            opened = _open(safer, progress, on_log, ready_timeout_s)
+            return _open(safer, progress, on_log, ready_timeout_s)  # its notices begin with the re-plan's
         except OutOfMemoryError as second:
+            said = find_notice(safer.notices, "safer-launch")
             raise OutOfMemoryError(
                 f"Not enough memory to load {Path(launch.plan.model_path).name}, even planned again for less "
-                f"memory ({safer.notices[0]}).",
+                f"memory ({said.text if said is not None else first.what}).",
                 "Close other programs, choose a smaller quant, or lower --ctx. " + second.what,
             ) from None
-        return replace(opened, fallback_message=safer.notices[0], notices=(safer.notices[0], *opened.notices))
 
 
 def _open(
@@ -234,9 +240,7 @@ def _open(
             progress=progress,
             diffusion=plan.diffusion,
         )
-        return OpenedEngine(
-            result.engine, launch, (*launch.notices, *result.notices), str(result.placement), None
-        )
+        return OpenedEngine(result.engine, launch, (*launch.notices, *result.notices), str(result.placement))
 
     from clover_local.llamacpp.server import start_llama_server
     from clover_local.llamacpp.server_engine import LlamaServerEngine
@@ -260,7 +264,8 @@ def _open(
         ready_timeout_s=ready_timeout_s,
         follow_load=launch.follow_load,
     )
-    notes = (*launch.notices, *([template.notice] if template.notice else []), *process.warnings)
+    said = [Notice("chat-template", template.notice)] if template.notice else []
+    notes = (*launch.notices, *said, *process.warnings)
     return OpenedEngine(engine, launch, notes)
 
 
@@ -268,7 +273,7 @@ def _open(
 class VerifyCostsProbe:
     """What the first-load verification probe did: its notice for the person, and whether the table was kept."""
 
-    notice: str
+    notice: Notice
     kept: bool
 
 
@@ -298,9 +303,12 @@ def measure_verify_costs(opened: OpenedEngine, *, again: bool = False) -> Verify
     measured = measure_batch_costs(engine, spec.n_max + 1)
     if not measured.quiet:
         return VerifyCostsProbe(
-            f"Did not keep what verifying a draft costs here: other programs used {measured.others_busy:.1f} "
-            "cores while it was measured, so the timings were of stalls. The drafter uses its model for now; "
-            "it is measured again at a later load.",
+            Notice(
+                "verify-costs",
+                f"Did not keep what verifying a draft costs here: other programs used {measured.others_busy:.1f} "
+                "cores while it was measured, so the timings were of stalls. The drafter uses its model for "
+                "now; it is measured again at a later load.",
+            ),
             kept=False,
         )
     add_verify_costs(
@@ -310,7 +318,11 @@ def measure_verify_costs(opened: OpenedEngine, *, again: bool = False) -> Verify
     )
     engine.use_batch_costs(measured.costs)
     return VerifyCostsProbe(
-        f"Measured what verifying a draft costs here (once, kept for later loads): {len(measured.costs)} tokens "
-        f"cost {measured.costs[-1]:.1f} plain steps, so speculation gains at most {measured.ceiling:.2f}x.",
+        Notice(
+            "verify-costs",
+            f"Measured what verifying a draft costs here (once, kept for later loads): {len(measured.costs)} "
+            f"tokens cost {measured.costs[-1]:.1f} plain steps, so speculation gains at most "
+            f"{measured.ceiling:.2f}x.",
+        ),
         kept=True,
     )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from clover_local.plan.diffusion import DiffusionWishes
 from clover_local.plan.llama_args import LlamaSettings
+from clover_local.plan.reasons import Notice
 from clover_local.plan.speculation import SERVER_ONLY_MODES, SPEC_MODES, SpecMode
 from clover_local.plan.types import EngineKind, Goal, Plan
 from clover_local.presets import Preset
@@ -99,7 +100,7 @@ class Launch:
     """Budgeted for ``runner.kind`` (``plan.engine``)."""
     settings: LlamaSettings
     """``plan.llama_args.llama_settings(plan)``: argv for llama-server, parameters for the embedded engine."""
-    notices: tuple[str, ...] = ()
+    notices: tuple[Notice, ...] = ()
     """What the person should read before loading (why this runner, a re-plan, flags this llama-server lacks)."""
     server_argv: tuple[str, ...] | None = None
     """``settings.argv()`` fitted to the runner's llama-server (its ``--help``): a flag it lacks dropped or

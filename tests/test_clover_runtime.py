@@ -217,6 +217,8 @@ def test_plan_names_the_installed_runtime_and_fits_its_flags(
     assert main(["plan", "--model", model, "--json", *MACHINE]) == 0
     out = json.loads(capsys.readouterr().out)
     assert any("does not accept --load-mode" in n for n in out["notices"])
+    dropped = {"code": "flag-dropped", "text": next(n for n in out["notices"] if "--load-mode" in n)}
+    assert dropped in out["notes"] and "engine" in {n["code"] for n in out["notes"]}
     assert main(["command", "--model", model, *MACHINE]) == 0
     shown = capsys.readouterr().out.strip()
     assert shown.startswith(str(server.resolve())) and "--load-mode" not in shown
@@ -237,8 +239,8 @@ def test_plan_names_the_installed_runtime_and_fits_its_flags(
     assert "--spec-type" in planned and "--load-mode" in planned  # what the pinned llama.cpp would get
     # This runtime lists neither: they are dropped, each with a notice, and the command shown is what runs.
     assert "--spec-type" not in launch.argv and "--load-mode" not in launch.argv
-    assert any("no self-speculative decoding" in n for n in launch.notices)
-    assert any("does not accept --load-mode" in n for n in launch.notices)
+    assert any("no self-speculative decoding" in n.text for n in launch.notices)
+    assert any("does not accept --load-mode" in n.text for n in launch.notices)
     assert launch.command.startswith(str(server.resolve())) and "--spec-type" not in launch.command
     assert "-m" in launch.argv and model in launch.argv
 
@@ -582,8 +584,11 @@ def test_a_runtime_whose_help_cannot_be_asked_is_fitted_from_its_kept_arg_cpp(
         machine=parse_simulate("ram=16G"),
     )
     assert "--spec-type" in launch.argv and "--load-mode" not in launch.argv
-    assert any("checked against the arg.cpp kept beside it" in n for n in launch.notices)
-    assert any("does not accept --load-mode" in n for n in launch.notices)
+    assert any(
+        "checked against the arg.cpp kept beside it" in n.text and n.code == "flags-from-arg-cpp"
+        for n in launch.notices
+    )
+    assert any("does not accept --load-mode" in n.text for n in launch.notices)
 
 
 def test_offline_plan_and_download_say_so_and_fetch_nothing(

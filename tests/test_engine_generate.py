@@ -67,7 +67,7 @@ def test_builtin_gemma_template_renders_turns(gemma: EmbeddedEngine) -> None:
 def test_gguf_template_missing_falls_back_to_completion_with_a_notice() -> None:
     result = load_engine(gemma_path(), engine_settings(gemma_path(), ctx=256), chat_template="gguf")
     try:
-        assert any("no chat template" in n for n in result.notices)
+        assert any("no chat template" in n.text and n.code == "chat-template" for n in result.notices)
         assert result.engine.render_prompt([ChatMessage("user", "Hi")]) == "Hi"
     finally:
         result.engine.close()

@@ -123,7 +123,8 @@ def test_after_an_out_of_memory_load_the_shown_command_is_what_loaded() -> None:
         assert "-c 4096" in loaded.command and "33554432" not in loaded.command
         assert opened.fallback_message is not None and "ran out of memory" in opened.fallback_message
         assert "context 33554432 -> 4096 tokens" in opened.fallback_message
-        assert opened.notices[0] == opened.fallback_message
+        assert opened.notices[0].code == "safer-launch" and opened.notices[0].text == opened.fallback_message
+        assert [n.code for n in opened.notices].count("safer-launch") == 1
     finally:
         opened.engine.close()
 

@@ -98,7 +98,8 @@ def test_vendored_build_accepts_supported_flags_unchanged() -> None:
     # Only what this help lacks is dropped, each with a warning naming it.
     assert "--spec-ngram-mod-n-match" not in adapted.argv and "--load-mode" not in adapted.argv
     assert len(adapted.warnings) == 2
-    assert any("--load-mode mmap" in w for w in adapted.warnings)
+    assert any("--load-mode mmap" in w.text for w in adapted.warnings)
+    assert {w.code for w in adapted.warnings} == {"flag-dropped"}
 
 
 def test_old_build_gets_translations() -> None:
@@ -109,21 +110,22 @@ def test_old_build_gets_translations() -> None:
     i = argv.index("-fa")
     assert i == len(argv) - 1 or argv[i + 1].startswith("-")  # the old switch, without "on"
     assert "--spec-type" not in argv and "--draft-max" not in argv  # no speculation: its knobs go too
-    text = " ".join(adapted.warnings)
+    text = " ".join(w.text for w in adapted.warnings)
     assert "--override-tensor" in text and "self-speculative" in text
+    assert {w.code for w in adapted.warnings} >= {"flag-renamed", "flag-dropped"}
 
 
 def test_flash_attn_off_on_old_switch_is_dropped_and_bad_choice_reported() -> None:
     assert "-fa" not in adapt_args(["-fa", "off"], _caps(OLD_HELP)).argv
     adapted = adapt_args(["-fa", "sometimes"], _caps(NEW_HELP))
-    assert adapted.argv == [] and "not one of on|off|auto" in adapted.warnings[0]
+    assert adapted.argv == [] and "not one of on|off|auto" in adapted.warnings[0].text
 
 
 def test_spec_type_falls_back_to_an_ngram_type_the_build_has() -> None:
     help_text = _line("--spec-type [none|draft|ngram-simple]", "type")
     adapted = adapt_args(["--spec-type", "ngram-mod"], _caps(help_text))
     assert adapted.argv == ["--spec-type", "ngram-simple"]
-    assert "ngram-simple" in adapted.warnings[0]
+    assert "ngram-simple" in adapted.warnings[0].text and adapted.warnings[0].code == "flag-renamed"
 
 
 def test_n_cpu_moe_override_names_exactly_the_first_layers() -> None:
@@ -221,7 +223,7 @@ def test_a_newer_help_is_read_with_its_renames_and_removals() -> None:
 def test_a_flag_listed_as_removed_is_dropped_with_a_notice_never_passed() -> None:
     adapted = adapt_args(["-c", "8", "--draft-max", "16"], NEWER)
     assert adapted.argv == ["-c", "8"]
-    assert any("--draft-max 16" in w and "dropped" in w for w in adapted.warnings)
+    assert any("--draft-max 16" in w.text and w.code == "flag-dropped" for w in adapted.warnings)
 
 
 PLANNED = [

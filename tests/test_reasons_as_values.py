@@ -1,6 +1,7 @@
-"""Reasons and errors are values (issue 42): code finds a plan's reason by its code and tells an error by its
-type or attributes, never by reading the sentence people read. The first test reads the package's source for
-code that does; the others check that each place that keeps, drops or finds a reason does it by code."""
+"""Reasons, notices and errors are values (issues 42, 50): code finds a plan's reason or a launch's notice by its
+code and tells an error by its type or attributes, never by reading the sentence people read. The first tests read
+the package's source for code that does; the others check that each place that keeps, drops or finds a reason or
+a notice does it by code."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from clover_local.errors import ChatTemplateRefused, EngineError, PlanError
 from clover_local.gguf.model import describe_from_preset
 from clover_local.plan.planner import make_plan
 from clover_local.plan.pooled import pooled_plan, pooling_summary
-from clover_local.plan.reasons import Reason, find_reason, without_reasons
+from clover_local.plan.reasons import Notice, Reason, find_notice, find_reason, without_reasons
 from clover_local.plan.speculation import plan_speculation
 from clover_local.plan.types import Wishes
 from clover_local.presets import load_preset
@@ -49,11 +50,17 @@ ERROR_TEXT_ATTRIBUTES = frozenset({"args", "what", "fix", "message", "msg"})
 REGEX_READERS = frozenset({"search", "match", "fullmatch", "findall", "finditer"})
 
 
-class _TextReaders(ast.NodeVisitor):
-    """Finds code that reads the text of a reason or of a caught error.
+HOLDERS = frozenset({"reasons", "notices", "warnings"})
+"""Attributes that hold reasons or notices (``Plan.reasons``, ``Launch.notices``, ``AdaptedArgs.warnings``)."""
+FINDERS = frozenset({"find_reason", "find_notice"})
 
-    A reason: an element of ``<anything>.reasons`` (a loop or comprehension target over it, an index into it),
-    what ``find_reason`` returns, and their ``.text`` / ``str()``. An error: a name bound by ``except ... as
+
+class _TextReaders(ast.NodeVisitor):
+    """Finds code that reads the text of a reason, a notice or a caught error.
+
+    A reason or a notice: an element of ``<anything>.reasons`` (``.notices``, ``.warnings``: a loop or
+    comprehension target over it, an index into it), what ``find_reason`` or ``find_notice`` returns, and their
+    ``.text`` / ``str()``. An error: a name bound by ``except ... as
     NAME``, through ``str(NAME)``, ``repr(NAME)``, ``f"{NAME}"`` or ``NAME.what`` (``.args``, ``.fix``...), and
     names assigned from those. Reading: a text method (``startswith``, ``find``, ``partition``...) called on it,
     ``x in <it>`` / ``<it> in x`` with a string, or a regex run over it."""
@@ -67,16 +74,14 @@ class _TextReaders(ast.NodeVisitor):
 
     # what holds a reason or an error's text
     def _is_reasons(self, node: ast.expr) -> bool:
-        return isinstance(node, ast.Attribute) and node.attr == "reasons"
+        return isinstance(node, ast.Attribute) and node.attr in HOLDERS
 
     def _is_reason(self, node: ast.expr) -> bool:
         if isinstance(node, ast.Name):
             return node.id in self.reason_names
         if isinstance(node, ast.Subscript):
             return self._is_reasons(node.value)
-        return (
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "find_reason"
-        )
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FINDERS
 
     def _is_text(self, node: ast.expr) -> bool:
         """A reason's or an error's sentence (or the reason itself, whose ``str`` is its sentence)."""
@@ -136,6 +141,16 @@ class _TextReaders(ast.NodeVisitor):
     def visit_comprehension(self, node: ast.comprehension) -> None:
         self._bind_targets(node.target, node.iter)
         self.generic_visit(node)
+
+    def _comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp) -> None:
+        """Its loops first: they bind the names its element reads."""
+        for generator in node.generators:
+            self.visit(generator)
+        for part in ("elt", "key", "value"):
+            if hasattr(node, part):
+                self.visit(getattr(node, part))
+
+    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
 
     def visit_For(self, node: ast.For) -> None:
         self._bind_targets(node.target, node.iter)
@@ -207,7 +222,41 @@ def test_no_code_in_the_package_reads_a_reasons_or_an_errors_text() -> None:
         for path in sorted(PACKAGE.rglob("*.py"))
         for hit in text_readers(path.read_text(encoding="utf-8"), path)
     ]
-    assert not found, "find reasons by code and errors by type or attribute:\n" + "\n".join(found)
+    assert not found, "find reasons and notices by code, errors by type or attribute:\n" + "\n".join(found)
+
+
+def _sentences_as_notices(source: str) -> list[str]:
+    """Where ``source`` keeps notices as bare sentences: something named ``notices`` or ``warnings`` annotated
+    ``tuple[str, ...]`` (or a list of them: ``list[str]`` is the saved compare report's, what was shown)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        target = (
+            node.target if isinstance(node, ast.AnnAssign) else node if isinstance(node, ast.arg) else None
+        )
+        annotation = getattr(node, "annotation", None)
+        name = getattr(target, "attr", None) or getattr(target, "id", None) or getattr(target, "arg", None)
+        if name in ("notices", "warnings") and annotation is not None:
+            text = ast.unparse(annotation)
+            if "tuple[str" in text or text.startswith("list[tuple[str"):
+                found.append(f"{node.lineno}: {name}: {text}")
+    return found
+
+
+def test_no_notice_in_the_package_is_a_bare_sentence() -> None:
+    """A launch's notices and a llama-server's adapted-flag warnings are :class:`Notice` values (a code and a
+    text), never ``tuple[str, ...]``; so is why a llama-server could not be asked."""
+    from clover_local.facts import ServerFacts
+
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{hit}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for hit in _sentences_as_notices(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "carry a code with each notice (plan.reasons.Notice):\n" + "\n".join(found)
+    assert _sentences_as_notices("notices: tuple[str, ...] = ()")
+    assert _sentences_as_notices("def f(warnings: tuple[str, ...]) -> None: ...")
+    assert not _sentences_as_notices("notices: tuple[Notice, ...] = ()")
+    assert ServerFacts.__annotations__["problem"] == "Notice | None"
 
 
 @pytest.mark.parametrize(
@@ -220,6 +269,11 @@ def test_no_code_in_the_package_reads_a_reasons_or_an_errors_text() -> None:
         'found = find_reason(plan.reasons, "ram")\nok = found.text.startswith("RAM")',
         "first = plan.reasons[0].text.find('x')",
         'ok = "Self-speculative" in plan.reasons',
+        "said = launch.notices[0]\nok = said.text.startswith('Loading')",
+        'ok = any("dropped" in n.text for n in opened.notices)',
+        'ok = [n for n in adapted.warnings if n.text.endswith("dropped.")]',
+        'found = find_notice(opened.notices, "engine")\nok = "llama-server" in found.text',
+        'skip = [n for n in opened.notices if n.text != said and "Engine" in n]',
         "try:\n    f()\nexcept ValueError as exc:\n    keyword, _, why = str(exc).partition(': ')",
         "try:\n    f()\nexcept ValueError as exc:\n    if 'refused' in exc.what:\n        pass",
         "try:\n    f()\nexcept ValueError as exc:\n    text = str(exc)\n    ok = 'refused' in text",
@@ -238,6 +292,8 @@ def test_the_check_finds_text_read(snippet: str) -> None:
         'kept = [r for r in plan.reasons if r.code != "slots"]',
         'found = find_reason(plan.reasons, "does-not-fit")\nwhy = found.text if found else ""',
         'lines = [f"  - {r.text}" for r in plan.reasons]',
+        'for n in opened.notices:\n    if n.code != "engine":\n        print(f"note: {n.text}")',
+        'said = find_notice(safer.notices, "safer-launch")\nwhy = said.text if said else ""',
         "try:\n    f()\nexcept ValueError as exc:\n    raise OtherError(f'{exc}.') from None",
         "try:\n    f()\nexcept ValueError as exc:\n    notify(str(exc))",
         "if text.startswith('data:'):\n    pass",
@@ -245,6 +301,13 @@ def test_the_check_finds_text_read(snippet: str) -> None:
 )
 def test_the_check_lets_code_by_code_and_showing_text_pass(snippet: str) -> None:
     assert not text_readers(snippet, PACKAGE / "example.py"), snippet
+
+
+def test_find_a_notice_by_code() -> None:
+    notices = (Notice("engine", "Engine: embedded (as asked)."), Notice("flag-dropped", "--x: dropped."))
+    assert find_notice(notices, "flag-dropped") == notices[1]
+    assert find_notice(notices, "safer-launch") is None
+    assert str(notices[0]) == "Engine: embedded (as asked)."
 
 
 def test_find_and_drop_go_by_code() -> None:
@@ -314,7 +377,8 @@ def test_run_says_how_a_diffusion_model_decodes_by_code() -> None:
     header = read_local_header(tiny_model("llada-moe"))
     plan = make_plan(parse_simulate("ram=16G,cpu=4"), load_preset("gemma3-270m"), header, Wishes(ctx=512))
     said = [r.text for r in plan.reasons if r.code == "diffusion"]
-    assert plan_notices(plan) == tuple(said) and said[0].startswith("Diffusion decoding (llada-moe)")
+    assert plan_notices(plan) == tuple(Notice("diffusion", s) for s in said)
+    assert said[0].startswith("Diffusion decoding (llada-moe)")
     reworded = replace(
         plan,
         reasons=(
@@ -322,7 +386,7 @@ def test_run_says_how_a_diffusion_model_decodes_by_code() -> None:
             Reason("diffusion", "Reworded: 8 steps."),
         ),
     )
-    assert plan_notices(reworded) == ("Reworded: 8 steps.",)
+    assert plan_notices(reworded) == (Notice("diffusion", "Reworded: 8 steps."),)
     assert plan_notices(replace(reworded, diffusion=None)) == ()
 
 
@@ -378,6 +442,89 @@ def test_compare_refuses_a_contender_that_does_not_fit_with_the_advice_found_by_
     contender, options = SimpleNamespace(name="big"), SimpleNamespace(ctx=None, engine=None)
     with pytest.raises(PlanError, match="big does not fit this machine: Reworded: ram short"):
         openers.open_local(contender, options, None, lambda progress: None)  # type: ignore[arg-type]
+
+
+# --- notices carry codes ------------------------------------------------------------------------------------
+
+
+def _help(*options: str) -> str:
+    """A llama-server ``--help`` listing ``options`` (as ``common_arg::to_string`` prints them)."""
+    return "\n".join(["----- common params -----", "", *(o.ljust(40) + "an option" for o in options)])
+
+
+def test_a_launch_fitted_to_a_llama_server_carries_a_code_per_flag_changed(tmp_path: Path) -> None:
+    from clover_local.decide import _fitted_argv
+    from clover_local.facts import ServerFacts
+    from clover_local.launch_types import Runner
+    from clover_local.llamacpp.binary import Capabilities, ServerBinary, parse_help
+
+    flags = parse_help(
+        _help("-m,    --model FNAME", "-c,    --ctx-size N", "-ot,   --override-tensor PATTERN")
+    )
+    caps = Capabilities(version="b1-test", build_number=1, commit="test", flags=flags)
+    binary = ServerBinary(tmp_path / "llama-server", "test")
+    runner = Runner("llama-server", "as asked", binary)
+    argv = ["-m", "x.gguf", "-c", "512", "--load-mode", "mmap", "--n-cpu-moe", "3"]
+    asked = SimpleNamespace(servers={str(binary.path): ServerFacts(caps)}, repack_safe_here=True)
+    fitted, said = _fitted_argv(asked, runner, argv)  # type: ignore[arg-type]
+    assert fitted is not None and "--load-mode" not in fitted and "--override-tensor" in fitted
+    assert [n.code for n in said] == ["flag-dropped", "flag-renamed"]
+    assert said[0].text == "This llama-server (b1-test) does not accept --load-mode mmap: dropped."
+
+    unasked = ServerFacts(None, Notice("server-unasked", "Running it failed."), caps, tmp_path / "arg.cpp")
+    asked = SimpleNamespace(servers={str(binary.path): unasked}, repack_safe_here=True)
+    _, said = _fitted_argv(asked, runner, argv)  # type: ignore[arg-type]
+    assert said[0].code == "flags-from-arg-cpp"
+    assert said[0].text.startswith(
+        "Running it failed. Its flags were checked against the arg.cpp kept beside"
+    )
+
+
+def test_the_engine_notice_and_why_only_llama_server_runs_it_carry_codes() -> None:
+    from clover_local.decide import _needs_llama_server, choose_runner, engine_notice
+    from clover_local.errors import UsageError
+    from clover_local.launch import LaunchRequest
+    from clover_local.launch_types import Runner
+
+    said = engine_notice(Runner("embedded", "as asked"))
+    assert said == Notice("engine", "Engine: embedded (as asked).")
+    assert _needs_llama_server(LaunchRequest(), None) is None
+    rpc = _needs_llama_server(LaunchRequest(rpc="10.0.0.2:50052"), None)
+    assert rpc is not None and rpc.code == "needs-rpc" and "--rpc 10.0.0.2:50052" in rpc.text
+    drafter = _needs_llama_server(LaunchRequest(spec="dflash"), None)
+    assert drafter is not None and drafter.code == "needs-drafter"
+    with pytest.raises(UsageError, match="cannot run this: the plan pools other machines' devices"):
+        choose_runner(LaunchRequest(rpc="10.0.0.2:50052", engine="embedded"), None)
+
+
+def test_a_llama_servers_template_is_the_name_its_argv_gives_not_sniffed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A built-in template is known by the ``--chat-template`` the launch gave (the plan passes only names), not
+    by looking for Jinja syntax in what ``/props`` says; without one, ``/props`` holds the GGUF's Jinja."""
+    from clover_local.llamacpp.binary import ServerBinary
+    from clover_local.llamacpp.server import LlamaServerProcess
+    from clover_local.llamacpp.server_engine import LlamaServerEngine
+
+    def engine(argv: list[str], props: dict[str, str]) -> LlamaServerEngine:
+        process = LlamaServerProcess(
+            ServerBinary(Path("llama-server"), "test"),
+            argv,
+            host="127.0.0.1",
+            port=1,
+            api_key=None,
+            warnings=(),
+            on_log=None,
+        )
+        started = LlamaServerEngine(process, owns_process=False)
+        monkeypatch.setattr(started, "_get", lambda path: props)
+        return started
+
+    named = engine(["-m", "x.gguf", "--chat-template", "gemma"], {"chat_template": "no braces here"})
+    assert (named.template.kind, named.template.name) == ("builtin", "gemma")
+    props = engine(["-m", "x.gguf"], {"chat_template": "plain words"}).template
+    assert (props.kind, props.source) == ("jinja", "plain words")
+    assert engine(["-m", "x.gguf"], {}).template.kind == "completion"
 
 
 # --- errors are told by type or attribute ------------------------------------------------------------------

@@ -81,5 +81,6 @@ def test_a_saved_context_the_file_does_not_take_is_planned_down_and_said(smollm2
     )
     launch = services.launch_for(preset, str(smollm2_path), settings)
     assert launch.plan.ctx == trained
-    said = launch.notices[0]
+    said = launch.notices[0].text
+    assert launch.notices[0].code == "context-limited"
     assert f"{trained * 4:,}" in said and f"{trained:,}" in said and "--ctx" not in said

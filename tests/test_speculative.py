@@ -113,7 +113,7 @@ def test_greedy_speculation_keeps_to_the_argmax_through_partial_rollbacks(
     assert_plain_up_to_near_ties(tiny_engine, prompt, tokens)
     # On the hybrid model the rejected tails were rolled back from a copy of the recurrent state.
     assert (tiny_engine.drafts_rolled_back > 0) is tiny_engine.recurrent
-    assert not any("switched off" in n for n in tiny_engine.notices)
+    assert not any("switched off" in n.text for n in tiny_engine.notices)
 
 
 def test_seeded_sampling_with_speculation_is_reproducible(tiny_engine: EmbeddedEngine) -> None:
@@ -247,7 +247,7 @@ def test_hybrid_model_whose_state_cannot_be_copied_recovers_and_stops_speculatin
     finally:
         engine.close()
     assert engine.drafts_rolled_back == 0
-    assert any("switched off" in n for n in engine.notices)
+    assert any("switched off" in n.text and n.code == "speculation-off" for n in engine.notices)
 
 
 @pytest.fixture(scope="module")

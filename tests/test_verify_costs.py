@@ -96,7 +96,8 @@ def test_first_load_measures_later_plans_use_the_measurement_and_replies_repeat(
         prompt=WORKLOADS["code_rewrite"], max_tokens=48, temperature=0.0, stop=("```",)
     )
     try:
-        assert probe is not None and probe.kept and "verifying a draft costs" in probe.notice
+        assert probe is not None and probe.kept and "verifying a draft costs" in probe.notice.text
+        assert probe.notice.code == "verify-costs"
         (record,) = load_verify_costs()
         assert record.key == spec.costs_key and len(record.costs) == spec.n_max + 1
         assert record.others_busy == 0.0
@@ -136,7 +137,7 @@ def test_a_probe_beside_busy_programs_is_neither_kept_nor_used(tiny_models: dict
     try:
         probe = measure_verify_costs(opened)
         assert probe is not None and not probe.kept
-        assert "Did not keep" in probe.notice and "measured again at a later load" in probe.notice
+        assert "Did not keep" in probe.notice.text and "measured again at a later load" in probe.notice.text
         assert opened.engine.speculative.batch_costs == model_costs  # the model's table, not the stalls'
     finally:
         opened.engine.close()

@@ -224,7 +224,7 @@ def _measure_verify_costs(args: argparse.Namespace) -> int:
     finally:
         opened.engine.close()
     if probe is None or not probe.kept:
-        print(probe.notice if probe else "Nothing was measured.", file=sys.stderr)
+        print(probe.notice.text if probe else "Nothing was measured.", file=sys.stderr)
         print("Run it again while the machine is otherwise idle.", file=sys.stderr)
         return 1
     record = next(r for r in reversed(load_verify_costs()) if r.key == spec.costs_key)

@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         out = plan_to_dict(plan)
         if fit is not None:
             out["compare_fit"] = fit
-        out["notices"] = list(launch.notices)
+        out["notices"] = [n.text for n in launch.notices]  # as "reasons"; "notes" as "why"
+        out["notes"] = [{"code": n.code, "text": n.text} for n in launch.notices]
         print(json.dumps(out, indent=2))
         return 0
     print("\n".join(plan_text(launch, fit, every_reason=args.why)))
@@ -69,7 +70,7 @@ def plan_text(launch: Launch, fit: dict[str, Any] | None = None, *, every_reason
     if launch.runner.kind == "llama-server":
         lines += ["", "Command (`clover-local command`):", f"  {launch.command}"]
     if launch.notices:
-        lines += ["", "Notes:"] + [f"  - {n}" for n in launch.notices]
+        lines += ["", "Notes:"] + [f"  - {n.text}" for n in launch.notices]
     if fit is not None:
         lines += ["", "Plan vs llama.cpp's own fit (llama-fit-params):"]
         if fit["shown"]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from clover_local.commands.diffusion_args import add_diffusion_arguments, diffusion_wishes
 from clover_local.errors import UsageError
+from clover_local.plan.reasons import Notice
 
 if TYPE_CHECKING:
     from clover_local.launch import OpenedEngine
@@ -109,14 +110,15 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     return replace(opened, notices=(*plan_notices(opened.plan), *opened.notices))
 
 
-def plan_notices(plan: Plan) -> tuple[str, ...]:
+def plan_notices(plan: Plan) -> tuple[Notice, ...]:
     """What ``run`` says of its plan before the reply: the workers it pools (or why it does not), and how a
     diffusion model will be decoded (steps, blocks, algorithm), which is worth saying every time."""
     from clover_local.plan.pooled import pooling_summary
 
-    said = tuple(r.text for r in plan.reasons if r.code == "diffusion") if plan.diffusion is not None else ()
+    decodes = plan.diffusion is not None
+    said = tuple(Notice("diffusion", r.text) for r in plan.reasons if r.code == "diffusion" and decodes)
     summary = pooling_summary(plan)
-    return (summary, *said) if summary else said
+    return (Notice("pooling", summary), *said) if summary else said
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     text = _read_prompt(args)
     opened = _open(args)
     for note in opened.notices:
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {note.text}", file=sys.stderr)
     messages = [ChatMessage("system", args.system)] if args.system else []
     messages.append(ChatMessage("user", text))
     request = GenerationRequest(

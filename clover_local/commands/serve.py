@@ -164,12 +164,12 @@ def run(args: argparse.Namespace) -> int:
     if summary:
         print(f"note: {summary}", file=sys.stderr)
     said = engine_notice(launch.runner)
-    print(f"note: {said}", file=sys.stderr)  # before the load, which may take minutes; said once
+    print(f"note: {said.text}", file=sys.stderr)  # before the load, which may take minutes; said once
     on_log = (lambda line: print(f"[llama-server] {line}", file=sys.stderr)) if args.verbose else None
     opened = open_launch(launch, on_log=on_log)
     for notice in opened.notices:
-        if notice != said:
-            print(f"note: {notice}", file=sys.stderr)
+        if notice.code != said.code:
+            print(f"note: {notice.text}", file=sys.stderr)
     plan = opened.plan
     extra_hosts = [*args.allowed_host, *os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")]
     config = replace(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from clover_local.compare.contenders import Contender
 from clover_local.engine.types import ChatEngine
+from clover_local.plan.reasons import Notice
 
 if TYPE_CHECKING:
     from clover_local.detect.machine import Machine
@@ -72,7 +73,7 @@ class OpenedContender:
     """The process holding the model (this one for the embedded engine, llama-server's); None: an endpoint."""
     in_process: bool = False
     description: str = ""
-    notices: tuple[str, ...] = ()
+    notices: tuple[Notice, ...] = ()
 
 
 Opener = Callable[[Contender, CompareOptions, "Machine | None", Callable[[Progress], None]], OpenedContender]

@@ -186,7 +186,8 @@ def _run_contender(
         save()
         return done
     result.engine = opened.description
-    result.notices = [*result.notices, *(n for n in opened.notices if n not in result.notices)]
+    said = [n.text for n in opened.notices]  # the report keeps what was shown
+    result.notices = [*result.notices, *(s for s in said if s not in result.notices)]
     try:
         if opened.holder_pid is not None:
             sampler.start(opened.holder_pid, in_process=opened.in_process)

@@ -44,6 +44,7 @@ from clover_local.engine.types import (
     ToolFormat,
 )
 from clover_local.errors import ContextFull, EngineError, UsageError
+from clover_local.plan.reasons import Notice
 from clover_local.plan.types import SpeculativePlan
 from clover_local.presets import SamplingDefaults
 
@@ -61,7 +62,7 @@ class EngineParts:
     recurrent: bool
     keep_alive: list[Any] = field(default_factory=list)
     backend_sampling: bool = False
-    notices: list[str] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
     mtp: Any = None
     """The MTP draft head (``engine.mtp.MtpHead``) when the plan drafts with it; None otherwise."""
     ctx_checkpoints: int = 0
@@ -101,7 +102,7 @@ class EmbeddedEngine:
         self._marker_ends: tuple[int, ...] = ()
         """Turn markers this engine ends a reply at that the vocabulary does not mark end-of-generation."""
         self._spec_broken = False
-        self.notices: list[str] = list(parts.notices)
+        self.notices: list[Notice] = list(parts.notices)
         self._render = renderer(
             parts.template, bos_token=self._special_text(self._bos), eos_token=self._special_text(self._eos())
         )
@@ -117,8 +118,11 @@ class EmbeddedEngine:
             self._mtp.close()
             self._mtp = None
             self.notices.append(
-                "MTP drafting runs only with one slot in the embedded engine: off for these "
-                f"{self._n_seq} slots (--parallel 1 keeps it); n-gram drafting is not affected."
+                Notice(
+                    "speculation-off",
+                    "MTP drafting runs only with one slot in the embedded engine: off for these "
+                    f"{self._n_seq} slots (--parallel 1 keeps it); n-gram drafting is not affected.",
+                )
             )
         self._scheduler = SlotScheduler(self) if self._n_seq > 1 else None
         self.threads = LoadThreads(
@@ -506,7 +510,11 @@ class EmbeddedEngine:
         slot.kv.extend(kept)
         self._spec_broken = True
         self.notices.append(
-            "Speculative decoding was switched off: llama.cpp could not roll back this model's recurrent state."
+            Notice(
+                "speculation-off",
+                "Speculative decoding was switched off: llama.cpp could not roll back this model's recurrent "
+                "state.",
+            )
         )
 
     def _decode(

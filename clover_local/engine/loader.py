@@ -20,6 +20,7 @@ from clover_local.engine.load_log import says_out_of_memory
 from clover_local.errors import EngineError, OutOfMemoryError
 from clover_local.plan.diffusion import DiffusionPlan
 from clover_local.plan.memory import rollback_snapshots
+from clover_local.plan.reasons import Notice
 from clover_local.plan.types import SpeculativePlan
 from clover_local.plan.verify_cost import batch_costs
 from clover_local.presets import SamplingDefaults
@@ -34,7 +35,7 @@ class LoadResult:
     settings_used: dict[str, Any]
     placement: str
     """Where things went, from llama.cpp's load log (weights, KV cache, overridden tensors, GPU layers)."""
-    notices: tuple[str, ...] = ()
+    notices: tuple[Notice, ...] = ()
     """Other things the person should know (e.g. no chat template in the GGUF, speculation off)."""
     load_log: tuple[str, ...] = ()
     """llama.cpp's log lines while loading the model and creating the context (all levels)."""
@@ -111,7 +112,7 @@ def _load(
         model = C.llama_model_load_from_file(str(path).encode(), params.model)
     if not model:
         raise _load_error(path, log.text, "load the model")
-    notices: list[str] = []
+    notices: list[Notice] = []
     try:
         is_diffusion = bool(C.llama_model_is_diffusion(model))
         if is_diffusion:
@@ -146,7 +147,7 @@ def _load(
         C.llama_model_free(model)
         raise
     if choice.notice:
-        notices.append(choice.notice)
+        notices.append(Notice("chat-template", choice.notice))
     parts = EngineParts(
         model=model,
         ctx=ctx,

@@ -40,6 +40,7 @@ from clover_local.llamacpp.server_args import fit_argv, with_endpoint, with_slot
 from clover_local.llamacpp.slot_files import private_slot_dir, remove_slot_dir
 
 if TYPE_CHECKING:
+    from clover_local.plan.reasons import Notice
     from clover_local.plan.types import Plan
 
 __all__ = [
@@ -86,7 +87,7 @@ class LlamaServerProcess:
         host: str,
         port: int,
         api_key: str | None,
-        warnings: tuple[str, ...],
+        warnings: tuple[Notice, ...],
         on_log: LogCallback | None,
         api_key_file: str | None = None,
     ) -> None:
@@ -319,7 +320,7 @@ def start_llama_server(
             "No llama-server was found (CLOVER_LLAMA_SERVER, the built one, PATH).",
             "Build one with scripts/build-llama-server, or use --engine embedded.",
         )
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Notice, ...] = ()
     fitted = common_argv_here(argv)  # whatever machine the plan describes, this CPU runs it
     caps: Capabilities | None = None
     if adapt:

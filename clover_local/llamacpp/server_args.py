@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from clover_local.gguf.names import FFN_EXPS_REGEX
 from clover_local.llamacpp.binary import Capabilities
+from clover_local.plan.reasons import Notice
 
 _FLAG_RE = re.compile(r"^--?[A-Za-z]")
 _RENAMES: dict[str, tuple[str, ...]] = {
@@ -38,7 +39,7 @@ command, since llama-server's own default port is not the same in every release 
 @dataclass(frozen=True)
 class AdaptedArgs:
     argv: list[str]
-    warnings: tuple[str, ...]
+    warnings: tuple[Notice, ...]
 
 
 def split_flags(argv: Sequence[str]) -> list[tuple[str, str | None]]:
@@ -79,7 +80,7 @@ def fit_argv(argv: Sequence[str], caps: Capabilities, *, repack_safe: bool) -> A
 def adapt_args(argv: Sequence[str], caps: Capabilities) -> AdaptedArgs:
     """The argv this binary accepts, with a warning per flag translated or dropped."""
     out: list[str] = []
-    warnings: list[str] = []
+    warnings: list[Notice] = []
     pairs = split_flags(argv)
     spec_dropped = False
     for flag, value in pairs:
@@ -89,13 +90,12 @@ def adapt_args(argv: Sequence[str], caps: Capabilities) -> AdaptedArgs:
             chosen = _spec_type(value, caps)
             if chosen is None:
                 spec_dropped = True
-                warnings.append(
-                    f"This llama-server ({caps.version}) has no self-speculative decoding "
-                    f"(--spec-type {value}): running without it."
-                )
+                said = f"({caps.version}) has no self-speculative decoding (--spec-type {value}): running without it."
+                warnings.append(Notice("flag-dropped", f"This llama-server {said}"))
                 continue
             if chosen != value:
-                warnings.append(f"--spec-type {value} is not in this llama-server; using {chosen}.")
+                said = f"--spec-type {value} is not in this llama-server; using {chosen}."
+                warnings.append(Notice("flag-renamed", said))
             out += [flag, chosen]
             continue
         if flag in ("--n-cpu-moe", "-ncmoe") and not _has(caps, flag, "--n-cpu-moe", "-ncmoe"):
@@ -104,10 +104,11 @@ def adapt_args(argv: Sequence[str], caps: Capabilities) -> AdaptedArgs:
         target = _supported_name(flag, caps)
         if target is None:
             shown = f"{flag} {value}" if value is not None else flag
-            warnings.append(f"This llama-server ({caps.version}) does not accept {shown}: dropped.")
+            said = f"This llama-server ({caps.version}) does not accept {shown}: dropped."
+            warnings.append(Notice("flag-dropped", said))
             continue
         if target != flag:
-            warnings.append(f"{flag} is called {target} in this llama-server.")
+            warnings.append(Notice("flag-renamed", f"{flag} is called {target} in this llama-server."))
         out += _with_value(target, value, caps, warnings)
     _builtin_template_without_jinja(out, caps)
     return AdaptedArgs(out, tuple(warnings))
@@ -141,7 +142,7 @@ def _supported_name(flag: str, caps: Capabilities) -> str | None:
     return None
 
 
-def _with_value(flag: str, value: str | None, caps: Capabilities, warnings: list[str]) -> list[str]:
+def _with_value(flag: str, value: str | None, caps: Capabilities, warnings: list[Notice]) -> list[str]:
     spec = caps.spec(flag)
     if value is None or spec is None:
         return [flag] if value is None else [flag, value]
@@ -150,10 +151,12 @@ def _with_value(flag: str, value: str | None, caps: Capabilities, warnings: list
         if value.lower() in ("on", "1", "true", "enabled"):
             return [flag]
         if value.lower() not in ("off", "0", "false", "disabled", "auto"):
-            warnings.append(f"{flag} takes no value in this llama-server: {value!r} dropped.")
+            said = f"{flag} takes no value in this llama-server: {value!r} dropped."
+            warnings.append(Notice("flag-dropped", said))
         return []
     if spec.choices and value not in spec.choices:
-        warnings.append(f"{flag} {value} is not one of {'|'.join(spec.choices)} here: dropped.")
+        said = f"{flag} {value} is not one of {'|'.join(spec.choices)} here: dropped."
+        warnings.append(Notice("flag-dropped", said))
         return []
     return [flag, value]
 
@@ -171,7 +174,7 @@ def _spec_type(wanted: str, caps: Capabilities) -> str | None:
     return None
 
 
-def _translate_n_cpu_moe(value: str | None, caps: Capabilities, warnings: list[str]) -> list[str]:
+def _translate_n_cpu_moe(value: str | None, caps: Capabilities, warnings: list[Notice]) -> list[str]:
     try:
         n = int(value or "0")
     except ValueError:
@@ -180,12 +183,14 @@ def _translate_n_cpu_moe(value: str | None, caps: Capabilities, warnings: list[s
         return []
     for ot in ("--override-tensor", "-ot"):
         if caps.supports(ot):
-            warnings.append(f"--n-cpu-moe {n} is not in this llama-server: using {ot} for the same layers.")
+            said = f"--n-cpu-moe {n} is not in this llama-server: using {ot} for the same layers."
+            warnings.append(Notice("flag-renamed", said))
             return [ot, n_cpu_moe_override(n)]
-    warnings.append(
+    said = (
         f"This llama-server has neither --n-cpu-moe nor --override-tensor: the experts of the first {n} "
         "layers cannot be kept in RAM, and the model may not fit."
     )
+    warnings.append(Notice("flag-dropped", said))
     return []
 
 

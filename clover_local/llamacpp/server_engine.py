@@ -37,7 +37,7 @@ from clover_local.llamacpp import http_client
 from clover_local.llamacpp.load_follow import CpuLookout, FollowLoad, LoadFollower, LoadLookout, RequestGate
 from clover_local.llamacpp.restart_policy import RestartPolicy
 from clover_local.llamacpp.server import LlamaServerProcess
-from clover_local.llamacpp.server_args import threads_in, with_threads
+from clover_local.llamacpp.server_args import split_flags, threads_in, with_threads
 from clover_local.llamacpp.server_tools import (
     ToolCallCollector,
     agent_payload,
@@ -171,14 +171,14 @@ class LlamaServerEngine:
 
     @property
     def template(self) -> TemplateChoice:
-        """The chat template llama-server applies: as given, else its ``/props`` source (Jinja when it holds
-        Jinja syntax; a bare name is a llama.cpp built-in, which runs with ``--no-jinja``)."""
+        """The chat template llama-server applies: as given, else the built-in its argv names
+        (``--chat-template NAME``: the plan passes only names), else the Jinja source its ``/props`` has."""
         if self._template is None:
-            source = str(self._get("/props").get("chat_template") or "")
-            if "{" in source:
+            named = dict(split_flags(self._process.argv)).get("--chat-template") if self._process else None
+            if named:
+                self._template = TemplateChoice("builtin", named)
+            elif source := str(self._get("/props").get("chat_template") or ""):
                 self._template = TemplateChoice("jinja", templates.TEMPLATE_GGUF, source)
-            elif source:
-                self._template = TemplateChoice("builtin", source)
             else:
                 self._template = TemplateChoice("completion", templates.TEMPLATE_COMPLETION)
         return self._template

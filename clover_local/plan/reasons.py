@@ -1,9 +1,12 @@
-"""A plan's reasons as values: each sentence people read carries a code that code reads.
+"""A plan's reasons and a launch's notices as values: each sentence people read carries a code that code reads.
 
 A reason's text is for people and is improved freely; anything that keeps, drops, replaces or finds a reason
 (the launch trading the one-slot reason for the MTP one, ``run`` saying how a diffusion model decodes, pooling
 putting its reasons before the RAM line) goes by its :data:`ReasonCode`, never by how the sentence begins.
-``tests/test_reasons_as_values.py`` checks that no code in the package reads a reason's or an error's text.
+A :class:`Notice` is the same for what a launch tells the person beside its plan (which engine runs it, a flag
+this llama-server lacks, a re-plan after running out of memory), for why only llama-server runs a request and for
+why a llama-server could not be asked. ``tests/test_reasons_as_values.py`` checks that no code in the package
+reads a reason's, a notice's or an error's text.
 """
 
 from __future__ import annotations
@@ -88,6 +91,43 @@ class Reason:
 
     def __str__(self) -> str:
         return self.text
+
+
+NoticeCode = Literal[
+    "engine",  # which engine runs the launch, and why (decide.engine_notice)
+    "flag-dropped",  # a flag or value this llama-server does not take, left out (llamacpp.server_args)
+    "flag-renamed",  # a flag this llama-server calls otherwise, or an equivalent it has, used instead
+    "flags-from-arg-cpp",  # a llama-server that could not be asked, fitted to the arg.cpp kept beside it
+    "server-unasked",  # why a llama-server's --help could not be read (facts.ServerFacts.problem)
+    "needs-rpc",  # only llama-server pools other machines' devices (decide.choose_runner)
+    "needs-architecture",  # only llama-server's llama.cpp loads the model's architecture
+    "needs-drafter",  # only llama-server runs the drafter asked for (DFlash, DSpark, EAGLE-3)
+    "safer-launch",  # the load ran out of memory and a launch planned for less memory was loaded
+    "context-limited",  # the app's saved context is more than the file takes: the largest it takes
+    "chat-template",  # the GGUF has no chat template
+    "speculation-off",  # the engine stopped drafting (a recurrent state it cannot roll back, MTP with slots)
+    "verify-costs",  # what verifying a draft costs here, measured at the first load
+    "pooling",  # the workers a plan pools, or why it does not (run)
+    "diffusion",  # how a diffusion model is decoded (run)
+]
+"""What a notice is about: the part of a notice code compares."""
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One thing a launch tells the person (``text``: printed as ``note:``, in ``plan --json``) and what it is
+    about (``code``, for code)."""
+
+    code: NoticeCode
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def find_notice(notices: Iterable[Notice], code: NoticeCode) -> Notice | None:
+    """The first notice with ``code``, if any."""
+    return next((n for n in notices if n.code == code), None)
 
 
 def find_reason(reasons: Iterable[Reason], code: ReasonCode) -> Reason | None:

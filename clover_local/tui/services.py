@@ -18,6 +18,7 @@ from clover_local.facts import LaunchFacts
 from clover_local.fetch.describe import QuantDescriptions
 from clover_local.fetch.progress import DownloadProgress
 from clover_local.launch import Launch
+from clover_local.plan.reasons import Notice
 from clover_local.presets import Preset
 from clover_local.user_prefs import ModelSettings
 
@@ -184,7 +185,7 @@ def launch_for(
             f"The context saved for this model ({model_settings.ctx:,} tokens) is more than this file takes; "
             f"loaded with {exc.limit:,} (F2 changes it)."
         )
-        return replace(launch, notices=(said, *launch.notices))
+        return replace(launch, notices=(Notice("context-limited", said), *launch.notices))
 
 
 def download(
