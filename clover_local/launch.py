@@ -139,7 +139,9 @@ def safer_launch(launch: Launch, why: str) -> Launch | None:
             gpus=tuple(replace(g, free_bytes=int(g.free_bytes * SAFER_GPU_SHARE)) for g in machine.gpus),
         )
     request = replace(launch.request, ctx=min(new_ctx, plan.ctx), quant=plan.quant)
-    if launch.facts is None:  # decided before facts were kept with it: read them again
+    from clover_local.facts import LaunchFacts
+
+    if not isinstance(launch.facts, LaunchFacts):  # made without facts (a test's launch): read them
         safer = decide_launch(replace(request, preset=launch.preset, repo=None), machine=machine)
     else:  # the same facts, a smaller machine: nothing read again
         from clover_local.launcher import Launcher

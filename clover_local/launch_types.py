@@ -16,7 +16,6 @@ from clover_local.presets import Preset
 
 if TYPE_CHECKING:
     from clover_local.detect.machine import Machine
-    from clover_local.facts import LaunchFacts
     from clover_local.llamacpp.binary import ServerBinary
     from clover_local.llamacpp.load_follow import FollowLoad
 
@@ -109,9 +108,9 @@ class Launch:
     keeps_slots: bool = False
     """The llama-server can save and restore its slots (``--slot-save-path``, from its ``--help`` when decided;
     True where it was not asked, and starting it asks): a relaunch for another load then keeps them."""
-    facts: LaunchFacts | None = field(default=None, compare=False, repr=False)
-    """What it was decided from (``facts.gather_facts``): a re-plan for less memory decides from them again, reading
-    nothing (``launch.safer_launch``)."""
+    facts: object = field(default=None, compare=False, repr=False)
+    """The ``facts.LaunchFacts`` it was decided from (typed ``object`` here: ``facts`` sits beside this module and
+    imports it): a re-plan for less memory decides from them again, reading nothing (``launch.safer_launch``)."""
 
     @property
     def follow_load(self) -> FollowLoad | None:

@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "clover_local.conversations",
         "clover_local.chat_store",
     ),
+    ("clover_local.launcher",),  # the one owner of a launch's facts and decisions
     ("clover_local.launch",),
     ("clover_local.measure",),
     ("clover_local.compare",),
