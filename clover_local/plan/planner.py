@@ -29,9 +29,11 @@ from clover_local.plan.types import (
     DeviceMemory,
     LoadMode,
     MemoryPlan,
+    Placed,
     Plan,
     SpeculativePlan,
     Wishes,
+    assemble,
 )
 from clover_local.plan.verify_cost import batch_costs
 from clover_local.presets import TEMPLATE_COMPLETION, TEMPLATE_FROM_GGUF, Preset
@@ -80,7 +82,34 @@ def make_plan(
     diffusion_wishes: DiffusionWishes | None = None,
     speed_records: Sequence[SpeedRecord] = (),
 ) -> Plan:
-    """Decide quant, context, placement and llama.cpp settings for ``preset`` on ``machine``.
+    """Decide quant, context, placement and llama.cpp settings for ``preset`` on ``machine``: the plan of
+    :func:`plan_placement`, with no later stage (``decide`` adds them)."""
+    return assemble(
+        plan_placement(
+            machine,
+            preset,
+            model,
+            wishes,
+            model_path,
+            models=models,
+            diffusion_wishes=diffusion_wishes,
+            speed_records=speed_records,
+        )
+    )
+
+
+def plan_placement(
+    machine: Machine,
+    preset: Preset,
+    model: ModelDescription | None = None,
+    wishes: Wishes | None = None,
+    model_path: str | None = None,
+    *,
+    models: Mapping[str, ModelDescription] | None = None,
+    diffusion_wishes: DiffusionWishes | None = None,
+    speed_records: Sequence[SpeedRecord] = (),
+) -> Placed:
+    """The planner's stage: quant, context, placement and llama.cpp settings for ``preset`` on ``machine``.
 
     ``model``: the description of one local GGUF (its quant is then the only candidate). ``models``: descriptions
     per quant (e.g. from remote headers) so Q4_K_M and Q8_0 are weighed with exact sizes; quants missing from both
@@ -91,7 +120,14 @@ def make_plan(
         from clover_local.plan.pooled import pooled_plan
 
         return pooled_plan(
-            make_plan, machine, preset, model, wishes, model_path, models=models, speed_records=speed_records
+            plan_placement,
+            machine,
+            preset,
+            model,
+            wishes,
+            model_path,
+            models=models,
+            speed_records=speed_records,
         )
     wishes = wishes or Wishes()
     candidates = _candidates(preset, model, models or {}, wishes)
@@ -268,8 +304,8 @@ def _assemble_plan(
     load_mode: LoadMode,
     reasons: Sequence[Reason],
     **decoding: Any,
-) -> Plan:
-    """The :class:`Plan` of the chosen quant: what every plan takes from its fit, threads and preset, plus
+) -> Placed:
+    """The :class:`Placed` of the chosen quant: what every plan takes from its fit, threads and preset, plus
     ``decoding`` (context, batches, speculation, speed: what autoregressive and diffusion plans decide apart)."""
     desc, fit = candidates[quant], fits[quant]
     repack, why_not = cpu_repack(machine.cpu.features)
@@ -284,7 +320,7 @@ def _assemble_plan(
         if plan_memory.ram.prompt_cache_bytes:  # RAM holds more than the placement said
             ram = ram_reason(plan_memory.ram)
             reasons = tuple(ram if r.code == "ram" else r for r in reasons)
-    return Plan(
+    return Placed(
         preset=preset.name,
         model_path=model_path,
         quant=quant,
@@ -709,7 +745,7 @@ def _plan_diffusion_model(
     wishes: Wishes,
     model_path: str | None,
     diffusion_wishes: DiffusionWishes | None,
-) -> Plan:
+) -> Placed:
     """A diffusion model: the canvas (prompt + answer) is the context and one batch; no KV cache, no
     speculation; placement and quant as for any model, with the compute and output buffers of the canvas."""
     desc0 = next(iter(candidates.values()))
