@@ -327,57 +327,40 @@ def _plan(
         engine=runner.kind,
         parallel=parallel,
     )
-    speeds = facts.measured.speeds
-    diffusion = request.diffusion
-    preset = model.preset
-    if model.local is not None:
-        local = model.local
+    local, quants = model.local, model.quants
+    preset = (
+        model.preset if local is None else preset_from_header(model.preset, local.description, local.path)
+    )
+    placed = plan_placement(
+        machine,
+        preset,
+        local.description if local is not None else None,
+        wishes,
+        str(local.path) if local is not None else None,
+        models=quants.models if quants is not None else None,
+        speed_records=facts.measured.speeds,
+        diffusion_wishes=request.diffusion,
+    )
+    overrules: tuple[ReasonCode, ...] = ()
+    sizes: tuple[Reason, ...] = ()
+    sources: tuple[tuple[str, str], ...] = ()
+    path: str | None = None
+    desc: ModelDescription | None = None
+    sidecars: Sidecars = {}
+    if local is not None:
         path, desc, sidecars = str(local.path), local.description, local.sidecars
-        preset = preset_from_header(model.preset, desc, local.path)
-        placed = plan_placement(
-            machine, preset, desc, wishes, path, speed_records=speeds, diffusion_wishes=diffusion
-        )
         source = f"exact, from the local file {local.path}"
-        arch = checks.for_model(desc, path, "load", request)
-        found = _provenance(
-            placed,
-            path,
-            arch,
-            (Reason("sizes", f"Sizes of {placed.quant}: {source}."),),
-            ((placed.quant, source),),
-        )
-    elif model.quants is None:
-        placed = plan_placement(
-            machine, preset, None, wishes, speed_records=speeds, diffusion_wishes=diffusion
-        )
-        estimate = describe_from_preset(preset, placed.quant)
-        arch = checks.for_model(estimate, f"{preset.repo} {placed.quant}", "download", request)
-        found, desc, sidecars = _provenance(placed, None, arch), None, {}
-    else:
-        quants = model.quants
-        placed = plan_placement(
-            machine,
-            preset,
-            None,
-            wishes,
-            models=quants.models,
-            speed_records=speeds,
-            diffusion_wishes=diffusion,
-        )
-        local_path = quants.paths.get(placed.quant)
-        desc = quants.models.get(placed.quant)
-        subject = str(local_path) if local_path is not None else f"{preset.repo} {placed.quant}"
-        action: Action = "load" if local_path is not None else "download"
-        arch = checks.for_model(desc or describe_from_preset(preset, placed.quant), subject, action, request)
-        found = _provenance(
-            placed,
-            str(local_path) if local_path is not None else None,
-            arch,
-            _size_reasons(quants.sources),
-            tuple(quants.sources.items()),
-            overrules=("sizes-estimated",),
-        )
-        sidecars = quants.sidecars.get(placed.quant, {})
+        sizes, sources = (Reason("sizes", f"Sizes of {placed.quant}: {source}."),), ((placed.quant, source),)
+    elif quants is not None:
+        found_path = quants.paths.get(placed.quant)
+        path = str(found_path) if found_path is not None else None
+        desc, sidecars = quants.models.get(placed.quant), quants.sidecars.get(placed.quant, {})
+        sizes, sources = _size_reasons(quants.sources), tuple(quants.sources.items())
+        overrules = ("sizes-estimated",)
+    subject = path or f"{preset.repo} {placed.quant}"
+    described = desc or describe_from_preset(preset, placed.quant)
+    arch = checks.for_model(described, subject, "load" if path else "download", request)
+    found = _provenance(placed, path, arch, sizes, sources, overrules)
     spec = _speculation(placed, found, preset, desc, sidecars, request, facts, machine, runner, checks)
     return (placed, found, spec), preset
 
@@ -396,9 +379,9 @@ def _provenance(
     placed: Placed,
     model_path: str | None,
     check: ArchCheck,
-    sizes: tuple[Reason, ...] = (),
-    size_sources: tuple[tuple[str, str], ...] = (),
-    overrules: tuple[ReasonCode, ...] = (),
+    sizes: tuple[Reason, ...],
+    size_sources: tuple[tuple[str, str], ...],
+    overrules: tuple[ReasonCode, ...],
 ) -> Provenance:
     """Where the plan's model comes from, with its architecture check and a reason when that is not the usual
     case."""

@@ -71,31 +71,9 @@ def check_context(ctx: int, preset: Preset, models: Iterable[ModelDescription] =
         )
 
 
-def make_plan(
-    machine: Machine,
-    preset: Preset,
-    model: ModelDescription | None = None,
-    wishes: Wishes | None = None,
-    model_path: str | None = None,
-    *,
-    models: Mapping[str, ModelDescription] | None = None,
-    diffusion_wishes: DiffusionWishes | None = None,
-    speed_records: Sequence[SpeedRecord] = (),
-) -> Plan:
-    """Decide quant, context, placement and llama.cpp settings for ``preset`` on ``machine``: the plan of
-    :func:`plan_placement`, with no later stage (``decide`` adds them)."""
-    return assemble(
-        plan_placement(
-            machine,
-            preset,
-            model,
-            wishes,
-            model_path,
-            models=models,
-            diffusion_wishes=diffusion_wishes,
-            speed_records=speed_records,
-        )
-    )
+def make_plan(*args: Any, **kwargs: Any) -> Plan:
+    """The plan of :func:`plan_placement` (the same arguments) with no later stage: ``decide`` adds them."""
+    return assemble(plan_placement(*args, **kwargs))
 
 
 def plan_placement(

@@ -38,10 +38,8 @@ from clover_local.plan.types import (
     DraftMemory,
     MemoryPlan,
     Placed,
-    Plan,
     Speculation,
     SpeculativePlan,
-    assemble,
 )
 from clover_local.plan.types import SpecMode as SpecMode
 from clover_local.presets import Architecture
@@ -101,17 +99,6 @@ def offered_heads(
             path, desc = sidecars[kind]
             offers.append(HeadOffer(kind, "sidecar", path, desc))
     return tuple(offers)
-
-
-def plan_speculation(
-    placed: Placed,
-    model: ModelDescription,
-    offers: Sequence[HeadOffer],
-    requested: SpecMode = "auto",
-    measured: Mapping[str, float] | None = None,
-) -> Plan:
-    """The plan of ``placed`` with its speculation stage (:func:`speculate`) and nothing else after it."""
-    return assemble(placed, None, speculate(placed, model, offers, requested, measured))
 
 
 def speculate(

@@ -288,12 +288,12 @@ class Stage:
 
 @dataclass(frozen=True, kw_only=True)
 class Provenance(Stage):
-    """Where the plan's model comes from (``decide``, from the facts): its file, where its sizes came from, the
-    architecture check, and the sidecars left out."""
+    """Where the plan's model comes from (``decide``, from the facts): its file, where its sizes came from and
+    its architecture check."""
 
     model_path: str | None
-    size_sources: tuple[tuple[str, str], ...] = ()
-    architecture: ArchCheck | None = None
+    size_sources: tuple[tuple[str, str], ...]
+    architecture: ArchCheck
 
 
 @dataclass(frozen=True, kw_only=True)
