@@ -296,8 +296,7 @@ def _model_description(request: LaunchRequest, facts: LaunchFacts) -> ModelDescr
 
 
 _Stages = tuple[Placed, Provenance, Speculation | None]
-"""A plan's stages before :func:`clover_local.plan.types.assemble`: the placement, where its model comes from, its
-speculation (None for a diffusion model)."""
+"""A plan's stages, to assemble: the placement, where its model comes from, its speculation (None: diffusion)."""
 
 
 def _plan(
@@ -361,7 +360,7 @@ def _plan(
     described = desc or describe_from_preset(preset, placed.quant)
     arch = checks.for_model(described, subject, "load" if path else "download", request)
     found = _provenance(placed, path, arch, sizes, sources, overrules)
-    spec = _speculation(placed, found, preset, desc, sidecars, request, facts, machine, runner, checks)
+    spec = _speculation(placed, path, described, sidecars, request, facts, machine, runner, checks)
     return (placed, found, spec), preset
 
 
@@ -380,7 +379,7 @@ def _provenance(
     model_path: str | None,
     check: ArchCheck,
     sizes: tuple[Reason, ...],
-    size_sources: tuple[tuple[str, str], ...],
+    sources: tuple[tuple[str, str], ...],
     overrules: tuple[ReasonCode, ...],
 ) -> Provenance:
     """Where the plan's model comes from, with its architecture check and a reason when that is not the usual
@@ -397,19 +396,14 @@ def _provenance(
     usual = check.supported and check.runner != "llama-server"
     reasons = sizes if usual else (*sizes, Reason("architecture", said))
     return Provenance(
-        model_path=model_path,
-        size_sources=size_sources,
-        architecture=check,
-        reasons=reasons,
-        overrules=overrules,
+        model_path=model_path, size_sources=sources, architecture=check, reasons=reasons, overrules=overrules
     )
 
 
 def _speculation(
     placed: Placed,
-    found: Provenance,
-    preset: Preset,
-    desc: ModelDescription | None,
+    model_path: str | None,
+    desc: ModelDescription,
     sidecars: Sidecars,
     request: LaunchRequest,
     facts: LaunchFacts,
@@ -420,18 +414,14 @@ def _speculation(
     """The speculation stage: the mode chosen among the heads offered that the runner runs
     (``plan.speculation``), using ``bench --spec-modes``'s measurements of this model here when there are any,
     and the verification costs measured here; the sidecars whose architecture cannot load are said first. A
-    diffusion plan drafts nothing (None); without a description (the preset's estimates) only n-gram and off can
-    be chosen."""
-    from clover_local.gguf.model import describe_from_preset
+    diffusion plan drafts nothing (None); from the preset's estimates only n-gram and off can be chosen."""
     from clover_local.plan.speculation import offered_heads, speculate
 
     if placed.diffusion is not None:
         return None
-    if desc is None:
-        desc = describe_from_preset(preset, placed.quant)
-    sidecars, skipped = _loadable_sidecars(sidecars, "load" if found.model_path else "download", checks)
+    sidecars, skipped = _loadable_sidecars(sidecars, "load" if model_path else "download", checks)
     drafters = runner.drafters
-    ratios = facts.measured.spec_ratios_for(found.model_path or f"{placed.preset}:{placed.quant}")
+    ratios = facts.measured.spec_ratios_for(model_path or f"{placed.preset}:{placed.quant}")
     measured = {m: r for m, r in ratios.items() if m in drafters}
     offers = [h for h in offered_heads(desc, sidecars) if h.kind in drafters]
     chosen = speculate(placed, desc, offers, request.spec, measured)

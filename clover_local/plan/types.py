@@ -1,8 +1,5 @@
-"""What the planner decides: plain frozen values, turned into llama.cpp settings by ``plan.llama_args``.
-
-A plan is built in stages, each a value of its own: the planner's :class:`Placed` (quant, context, placement,
-threads, speed), then what ``decide`` adds from the facts (:class:`Provenance`, :class:`Speculation` fitted to
-the placement, a community pick), assembled once by :func:`assemble`; nothing patches a plan afterwards."""
+"""What the planner decides: plain frozen values, turned into llama.cpp settings by ``plan.llama_args``. A plan
+is built in stages, each a value (:class:`Placed`, :class:`Provenance`, :class:`Speculation`), assembled once."""
 
 from __future__ import annotations
 
@@ -193,8 +190,7 @@ class NetworkCost:
 
 @dataclass(frozen=True)
 class Placed:
-    """The planner's stage (``plan.planner.plan_placement``): what it decides for a machine, before the stages
-    that :func:`assemble` adds."""
+    """The planner's stage (``plan.planner.plan_placement``): what it decides for a machine, before the others."""
 
     preset: str
     model_path: str | None
@@ -331,10 +327,6 @@ def assemble(
         )
     if speculation is not None:
         decided.update(speculative=speculation.speculative, memory=speculation.memory)
-    reasons = (
-        *(r for r in placed.reasons if r.code not in overruled),
-        *(r for s in stages for r in s.reasons),
-    )
-    decided.update(fits=plan_fits(placed, speculation), reasons=reasons, community=community)
-    decided.update(chat_template=chat_template or placed.chat_template)
-    return Plan(**decided)
+    reasons = [r for r in placed.reasons if r.code not in overruled] + [r for s in stages for r in s.reasons]
+    decided.update(fits=plan_fits(placed, speculation), reasons=tuple(reasons), community=community)
+    return Plan(**{**decided, "chat_template": chat_template or placed.chat_template})
