@@ -359,7 +359,10 @@ def _plan(
     subject = path or f"{preset.repo} {placed.quant}"
     described = desc or describe_from_preset(preset, placed.quant)
     arch = checks.for_model(described, subject, "load" if path else "download", request)
-    found = _provenance(placed, path, arch, sizes, sources, overrules)
+    said = (*sizes, *_architecture_reason(arch, placed.estimated))
+    found = Provenance(
+        model_path=path, size_sources=sources, architecture=arch, reasons=said, overrules=overrules
+    )
     spec = _speculation(placed, path, described, sidecars, request, facts, machine, runner, checks)
     return (placed, found, spec), preset
 
@@ -374,17 +377,11 @@ def _size_reasons(sources: Mapping[str, str]) -> tuple[Reason, ...]:
     return tuple(Reason("sizes", f"Sizes of {', '.join(qs)}: {src}.") for src, qs in quants_by_source.items())
 
 
-def _provenance(
-    placed: Placed,
-    model_path: str | None,
-    check: ArchCheck,
-    sizes: tuple[Reason, ...],
-    sources: tuple[tuple[str, str], ...],
-    overrules: tuple[ReasonCode, ...],
-) -> Provenance:
-    """Where the plan's model comes from, with its architecture check and a reason when that is not the usual
-    case."""
-    if check.supported or (check.install is None and placed.estimated):
+def _architecture_reason(check: ArchCheck, estimated: bool) -> tuple[Reason, ...]:
+    """What the plan says of its architecture check, when it is not the usual case."""
+    if check.supported and check.runner != "llama-server":
+        return ()
+    if check.supported or (check.install is None and estimated):
         said = f"Architecture {check.name!r}: {check.why}."
     elif check.install is not None:
         said = (
@@ -393,11 +390,7 @@ def _provenance(
         )
     else:
         said = f"--force: planned anyway: {check.why}."
-    usual = check.supported and check.runner != "llama-server"
-    reasons = sizes if usual else (*sizes, Reason("architecture", said))
-    return Provenance(
-        model_path=model_path, size_sources=sources, architecture=check, reasons=reasons, overrules=overrules
-    )
+    return (Reason("architecture", said),)
 
 
 def _speculation(
@@ -504,13 +497,9 @@ def _mtp_needs_one_slot(
 # -- a smaller community quant ------------------------------------------------------------------------------
 
 
-def needs_community(request: LaunchRequest, preset: Preset, plan: Plan) -> bool:
-    """The plan does not fit well, it is of the preset's automatic quant (not a file, repo or quant asked for),
-    and the preset knows community repos that may hold a smaller quant that fits."""
-    return _wants_community(request, preset, plan.fits)
-
-
-def _wants_community(request: LaunchRequest, preset: Preset, fits: bool) -> bool:
+def needs_community(request: LaunchRequest, preset: Preset, fits: bool) -> bool:
+    """The plan does not fit well (``fits``: the plan's), it is of the preset's automatic quant (not a file, repo
+    or quant asked for), and the preset knows community repos that may hold a smaller quant that fits."""
     asked_for = request.model or request.repo or request.quant != "auto"
     return not fits and bool(preset.community) and not asked_for
 
@@ -525,7 +514,7 @@ def _community(
 ) -> tuple[CommunityPick | None, Stage]:
     """When the plan does not fit well and the facts hold the preset's community quants, the best smaller one
     that fits, planned for the same runner, with why and the command that gets it (``plan.community``)."""
-    if facts.community is None or not _wants_community(request, facts.preset, fits):
+    if facts.community is None or not needs_community(request, facts.preset, fits):
         return None, Stage()
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.plan.community import as_repo_preset, choose_community_quant

@@ -97,16 +97,8 @@ def plan_placement(
     if machine.workers:  # devices lent by other machines (llama.cpp RPC): planned as one machine
         from clover_local.plan.pooled import pooled_plan
 
-        return pooled_plan(
-            plan_placement,
-            machine,
-            preset,
-            model,
-            wishes,
-            model_path,
-            models=models,
-            speed_records=speed_records,
-        )
+        asked = (machine, preset, model, wishes, model_path)
+        return pooled_plan(plan_placement, *asked, models=models, speed_records=speed_records)
     wishes = wishes or Wishes()
     candidates = _candidates(preset, model, models or {}, wishes)
     first = next(iter(candidates.values()))
@@ -159,13 +151,7 @@ def plan_placement(
             )
         )
 
-    threads = plan_threads(
-        machine.cpu.physical_cores,
-        machine.cpu.logical_cores,
-        wishes.threads,
-        engine=wishes.engine,
-        others_busy=machine.cpu.others_busy_cores,
-    )
+    threads = _threads(machine, wishes)
     reasons.append(Reason("threads", threads.reason))
     reasons.append(
         Reason(
@@ -323,6 +309,14 @@ def _assemble_plan(
         repack=repack,
         recurrent=desc.architecture.recurrent_state_bytes > 0,
         **decoding,
+    )
+
+
+def _threads(machine: Machine, wishes: Wishes) -> ThreadPlan:
+    cpu = machine.cpu
+    busy = cpu.others_busy_cores
+    return plan_threads(
+        cpu.physical_cores, cpu.logical_cores, wishes.threads, engine=wishes.engine, others_busy=busy
     )
 
 
@@ -743,13 +737,7 @@ def _plan_diffusion_model(
         reasons.append(
             _does_not_fit_advice(machine, desc, fit, canvas, lambda c: find_fit(machine, desc, c, c))
         )
-    threads = plan_threads(
-        machine.cpu.physical_cores,
-        machine.cpu.logical_cores,
-        wishes.threads,
-        engine=wishes.engine,
-        others_busy=machine.cpu.others_busy_cores,
-    )
+    threads = _threads(machine, wishes)
     reasons.append(
         Reason("threads", f"{threads.reason.rstrip('.')}; every step is one {canvas}-token batch.")
     )

@@ -108,8 +108,7 @@ def speculate(
     requested: SpecMode = "auto",
     measured: Mapping[str, float] | None = None,
 ) -> Speculation:
-    """The speculation stage of a placement: the mode chosen (and why), and the draft's memory added to its
-    devices.
+    """The speculation stage of a placement: the mode chosen (and why), the draft's memory added to its devices.
 
     ``requested``: ``--spec``. ``measured``: mode -> decode speed ratio over plain, from ``bench`` on this machine
     and model (None or empty: none measured). A head asked for that the files do not have is a
