@@ -70,7 +70,7 @@ def decide(request: LaunchRequest, facts: LaunchFacts) -> Launch:
         find_binary=lambda _configured: facts.server,
     )
     machine = _runner_machine(facts, runner)
-    model = _Model(facts.preset, facts.model, facts.quants)
+    model: _Model = (facts.preset, facts.model, facts.quants)
     stages, preset = _plan(request, facts, model, runner, machine, checks, request.parallel)
     one_slot: tuple[Stage, ...] = ()
     if _mtp_needs_one_slot(request, runner, stages[0], stages[2]):
@@ -269,14 +269,9 @@ class _ArchChecks:
         return require_supported(check, subject, action, force=request.force, installable_ok=True)
 
 
-class _Model:
-    """What the plan is made from: a file named with ``--model``, else each quant described, else (None, None)
-    the preset's estimates."""
-
-    def __init__(self, preset: Preset, local: LocalModel | None, quants: QuantDescriptions | None) -> None:
-        self.preset = preset
-        self.local = local
-        self.quants = quants
+_Model = tuple[Preset, LocalModel | None, "QuantDescriptions | None"]
+"""What the plan is made from: the preset and a file named with ``--model``, else each quant described, else
+(None, None) the preset's estimates."""
 
 
 def _model_description(request: LaunchRequest, facts: LaunchFacts) -> ModelDescription:
@@ -318,18 +313,16 @@ def _plan(
     from clover_local.plan.local_file import preset_from_header
     from clover_local.plan.planner import plan_placement
 
+    named, local, quants = model
     wishes = Wishes(
-        quant="auto" if model.local is not None else request.quant,
+        quant="auto" if local is not None else request.quant,
         ctx=request.ctx,
         goal=request.goal,
         threads=request.threads,
         engine=runner.kind,
         parallel=parallel,
     )
-    local, quants = model.local, model.quants
-    preset = (
-        model.preset if local is None else preset_from_header(model.preset, local.description, local.path)
-    )
+    preset = named if local is None else preset_from_header(named, local.description, local.path)
     placed = plan_placement(
         machine,
         preset,
@@ -522,7 +515,7 @@ def _community(
     def plan_for(q: CommunityQuant) -> Plan:
         """The plan ``--repo q.repo --quant q.quant`` gets: the same step, for the same runner."""
         described = QuantDescriptions({q.quant: q.description}, (), {q.quant: q.source})
-        model = _Model(as_repo_preset(facts.preset, q), None, described)
+        model: _Model = (as_repo_preset(facts.preset, q), None, described)
         asked = replace(request, quant=q.quant)
         return assemble(*_plan(asked, facts, model, runner, machine, checks, request.parallel)[0])
 
