@@ -27,9 +27,20 @@ from clover_local.facts import LaunchFacts, LocalModel, Sidecars
 from clover_local.launch_types import ENGINE_WISHES, Launch, LaunchRequest, Runner
 from clover_local.plan.llama_args import llama_settings
 from clover_local.plan.measured import VerifyCostRecord
-from clover_local.plan.reasons import Notice, Reason, without_reasons
+from clover_local.plan.reasons import Notice, Reason, ReasonCode
 from clover_local.plan.speculation import SERVER_ONLY_MODES
-from clover_local.plan.types import Plan, Wishes
+from clover_local.plan.types import (
+    CommunityPick,
+    Placed,
+    Plan,
+    Provenance,
+    Speculation,
+    SpeculativePlan,
+    Stage,
+    Wishes,
+    assemble,
+    plan_fits,
+)
 from clover_local.presets import Preset
 
 if TYPE_CHECKING:
@@ -59,15 +70,15 @@ def decide(request: LaunchRequest, facts: LaunchFacts) -> Launch:
         find_binary=lambda _configured: facts.server,
     )
     machine = _runner_machine(facts, runner)
-    model = _Model(facts.preset, facts.model, facts.quants)
-    plan, preset = _plan(request, facts, model, runner, machine, checks, request.parallel)
-    if _mtp_needs_one_slot(request, runner, plan):
-        plan, preset = _plan(request, facts, model, runner, machine, checks, 1)
+    model: _Model = (facts.preset, facts.model, facts.quants)
+    stages, preset = _plan(request, facts, model, runner, machine, checks, request.parallel)
+    one_slot: tuple[Stage, ...] = ()
+    if _mtp_needs_one_slot(request, runner, stages[0], stages[2]):
+        stages, preset = _plan(request, facts, model, runner, machine, checks, 1)
         # the one-slot plan's reason ("as asked") is not why it has one slot
-        plan = replace(plan, reasons=(*without_reasons(plan.reasons, "slots"), MTP_ONE_SLOT))
-    if request.chat_template and plan.chat_template != request.chat_template:
-        plan = replace(plan, chat_template=request.chat_template)
-    plan = _with_community(request, facts, runner, machine, checks, plan)
+        one_slot = (Stage(reasons=(MTP_ONE_SLOT,), overrules=("slots",)),)
+    pick, community = _community(request, facts, runner, machine, checks, plan_fits(stages[0], stages[2]))
+    plan = assemble(*stages, *one_slot, community, chat_template=request.chat_template, community=pick)
     said = runner.kind == "llama-server" or request.engine not in (None, runner.kind)
     notices = (engine_notice(runner),) if said else ()
     settings = llama_settings(plan)
@@ -258,14 +269,9 @@ class _ArchChecks:
         return require_supported(check, subject, action, force=request.force, installable_ok=True)
 
 
-class _Model:
-    """What the plan is made from: a file named with ``--model``, else each quant described, else (None, None)
-    the preset's estimates."""
-
-    def __init__(self, preset: Preset, local: LocalModel | None, quants: QuantDescriptions | None) -> None:
-        self.preset = preset
-        self.local = local
-        self.quants = quants
+_Model = tuple[Preset, LocalModel | None, "QuantDescriptions | None"]
+"""What the plan is made from: the preset and a file named with ``--model``, else each quant described, else
+(None, None) the preset's estimates."""
 
 
 def _model_description(request: LaunchRequest, facts: LaunchFacts) -> ModelDescription:
@@ -284,6 +290,10 @@ def _model_description(request: LaunchRequest, facts: LaunchFacts) -> ModelDescr
     )
 
 
+_Stages = tuple[Placed, Provenance, Speculation | None]
+"""A plan's stages, to assemble: the placement, where its model comes from, its speculation (None: diffusion)."""
+
+
 def _plan(
     request: LaunchRequest,
     facts: LaunchFacts,
@@ -292,76 +302,62 @@ def _plan(
     machine: Machine,
     checks: _ArchChecks,
     parallel: int | None,
-) -> tuple[Plan, Preset]:
-    """The plan for ``model`` on ``machine``, budgeted for ``runner.kind`` and drafting only with what it runs.
+) -> tuple[_Stages, Preset]:
+    """The stages of the plan for ``model`` on ``machine``, budgeted for ``runner.kind`` and drafting only with
+    what it runs.
 
     Sizes: a named file's header (the only candidate), else each quant's described sizes, else the preset's
     estimates; the plan names its model file whenever one is here and says where the sizes came from. A file
     that is not the preset's model is planned as itself (``plan.local_file.preset_from_header``)."""
     from clover_local.gguf.model import describe_from_preset
     from clover_local.plan.local_file import preset_from_header
-    from clover_local.plan.planner import make_plan
+    from clover_local.plan.planner import plan_placement
 
+    named, local, quants = model
     wishes = Wishes(
-        quant="auto" if model.local is not None else request.quant,
+        quant="auto" if local is not None else request.quant,
         ctx=request.ctx,
         goal=request.goal,
         threads=request.threads,
         engine=runner.kind,
         parallel=parallel,
     )
-    speeds = facts.measured.speeds
-    diffusion = request.diffusion
-    if model.local is not None:
-        local = model.local
-        preset = preset_from_header(model.preset, local.description, local.path)
-        plan = make_plan(
-            machine,
-            preset,
-            local.description,
-            wishes,
-            str(local.path),
-            speed_records=speeds,
-            diffusion_wishes=diffusion,
-        )
+    preset = named if local is None else preset_from_header(named, local.description, local.path)
+    placed = plan_placement(
+        machine,
+        preset,
+        local.description if local is not None else None,
+        wishes,
+        str(local.path) if local is not None else None,
+        models=quants.models if quants is not None else None,
+        speed_records=facts.measured.speeds,
+        diffusion_wishes=request.diffusion,
+    )
+    overrules: tuple[ReasonCode, ...] = ()
+    sizes: tuple[Reason, ...] = ()
+    sources: tuple[tuple[str, str], ...] = ()
+    path: str | None = None
+    desc: ModelDescription | None = None
+    sidecars: Sidecars = {}
+    if local is not None:
+        path, desc, sidecars = str(local.path), local.description, local.sidecars
         source = f"exact, from the local file {local.path}"
-        plan = replace(
-            plan,
-            reasons=(*plan.reasons, Reason("sizes", f"Sizes of {plan.quant}: {source}.")),
-            size_sources=((plan.quant, source),),
-        )
-        arch = checks.for_model(local.description, str(local.path), "load", request)
-        plan = _with_architecture(plan, arch)
-        return _with_speculation(
-            plan, preset, local.description, local.sidecars, request, facts, machine, runner, checks
-        ), preset
-    preset = model.preset
-    if model.quants is None:
-        plan = make_plan(machine, preset, None, wishes, speed_records=speeds, diffusion_wishes=diffusion)
-        estimate = describe_from_preset(preset, plan.quant)
-        arch = checks.for_model(estimate, f"{preset.repo} {plan.quant}", "download", request)
-        plan = _with_architecture(plan, arch)
-        return _with_speculation(plan, preset, None, {}, request, facts, machine, runner, checks), preset
-    quants = model.quants
-    plan = make_plan(
-        machine, preset, None, wishes, models=quants.models, speed_records=speeds, diffusion_wishes=diffusion
+        sizes, sources = (Reason("sizes", f"Sizes of {placed.quant}: {source}."),), ((placed.quant, source),)
+    elif quants is not None:
+        found_path = quants.paths.get(placed.quant)
+        path = str(found_path) if found_path is not None else None
+        desc, sidecars = quants.models.get(placed.quant), quants.sidecars.get(placed.quant, {})
+        sizes, sources = _size_reasons(quants.sources), tuple(quants.sources.items())
+        overrules = ("sizes-estimated",)
+    subject = path or f"{preset.repo} {placed.quant}"
+    described = desc or describe_from_preset(preset, placed.quant)
+    arch = checks.for_model(described, subject, "load" if path else "download", request)
+    said = (*sizes, *_architecture_reason(arch, placed.estimated))
+    found = Provenance(
+        model_path=path, size_sources=sources, architecture=arch, reasons=said, overrules=overrules
     )
-    local_path = quants.paths.get(plan.quant)
-    described = quants.models.get(plan.quant) or describe_from_preset(preset, plan.quant)
-    subject = str(local_path) if local_path is not None else f"{preset.repo} {plan.quant}"
-    action: Action = "load" if local_path is not None else "download"
-    arch = checks.for_model(described, subject, action, request)
-    plan = replace(
-        plan,
-        model_path=str(local_path) if local_path is not None else None,
-        reasons=(*without_reasons(plan.reasons, "sizes-estimated"), *_size_reasons(quants.sources)),
-        size_sources=tuple(quants.sources.items()),
-    )
-    plan = _with_architecture(plan, arch)
-    sidecars = quants.sidecars.get(plan.quant, {})
-    return _with_speculation(
-        plan, preset, quants.models.get(plan.quant), sidecars, request, facts, machine, runner, checks
-    ), preset
+    spec = _speculation(placed, path, described, sidecars, request, facts, machine, runner, checks)
+    return (placed, found, spec), preset
 
 
 def _size_reasons(sources: Mapping[str, str]) -> tuple[Reason, ...]:
@@ -374,11 +370,11 @@ def _size_reasons(sources: Mapping[str, str]) -> tuple[Reason, ...]:
     return tuple(Reason("sizes", f"Sizes of {', '.join(qs)}: {src}.") for src, qs in quants_by_source.items())
 
 
-def _with_architecture(plan: Plan, check: ArchCheck) -> Plan:
-    """The plan with its architecture check, and a reason when it is not the usual case."""
+def _architecture_reason(check: ArchCheck, estimated: bool) -> tuple[Reason, ...]:
+    """What the plan says of its architecture check, when it is not the usual case."""
     if check.supported and check.runner != "llama-server":
-        return replace(plan, architecture=check)
-    if check.supported or (check.install is None and plan.estimated):
+        return ()
+    if check.supported or (check.install is None and estimated):
         said = f"Architecture {check.name!r}: {check.why}."
     elif check.install is not None:
         said = (
@@ -387,62 +383,60 @@ def _with_architecture(plan: Plan, check: ArchCheck) -> Plan:
         )
     else:
         said = f"--force: planned anyway: {check.why}."
-    return replace(plan, architecture=check, reasons=(*plan.reasons, Reason("architecture", said)))
+    return (Reason("architecture", said),)
 
 
-def _with_speculation(
-    plan: Plan,
-    preset: Preset,
-    desc: ModelDescription | None,
+def _speculation(
+    placed: Placed,
+    model_path: str | None,
+    desc: ModelDescription,
     sidecars: Sidecars,
     request: LaunchRequest,
     facts: LaunchFacts,
     machine: Machine,
     runner: Runner,
     checks: _ArchChecks,
-) -> Plan:
-    """The plan with its speculation mode chosen among the heads offered that the runner runs
+) -> Speculation | None:
+    """The speculation stage: the mode chosen among the heads offered that the runner runs
     (``plan.speculation``), using ``bench --spec-modes``'s measurements of this model here when there are any,
-    and the verification costs measured here. A diffusion plan drafts nothing; without a description (the
-    preset's estimates) only n-gram and off can be chosen."""
-    from clover_local.gguf.model import describe_from_preset
-    from clover_local.plan.speculation import offered_heads, plan_speculation
+    and the verification costs measured here; the sidecars whose architecture cannot load are said first. A
+    diffusion plan drafts nothing (None); from the preset's estimates only n-gram and off can be chosen."""
+    from clover_local.plan.speculation import offered_heads, speculate
 
-    if plan.diffusion is not None:
-        return plan
-    if desc is None:
-        desc = describe_from_preset(preset, plan.quant)
-    sidecars, skipped = _loadable_sidecars(sidecars, "load" if plan.model_path else "download", checks)
-    if skipped:
-        plan = replace(plan, reasons=(*plan.reasons, *(Reason("sidecar-skipped", s) for s in skipped)))
+    if placed.diffusion is not None:
+        return None
+    sidecars, skipped = _loadable_sidecars(sidecars, "load" if model_path else "download", checks)
     drafters = runner.drafters
-    ratios = facts.measured.spec_ratios_for(plan.model_path or f"{plan.preset}:{plan.quant}")
+    ratios = facts.measured.spec_ratios_for(model_path or f"{placed.preset}:{placed.quant}")
     measured = {m: r for m, r in ratios.items() if m in drafters}
     offers = [h for h in offered_heads(desc, sidecars) if h.kind in drafters]
-    speculating = plan_speculation(plan, desc, offers, request.spec, measured)
-    return _with_measured_costs(speculating, machine, facts.measured.verify_costs)
+    chosen = speculate(placed, desc, offers, request.spec, measured)
+    costed, costs = _measured_costs(placed, chosen.speculative, machine, facts.measured.verify_costs)
+    skipped_said = tuple(Reason("sidecar-skipped", s) for s in skipped)
+    return replace(chosen, speculative=costed, reasons=(*skipped_said, *chosen.reasons, *costs))
 
 
-def _with_measured_costs(plan: Plan, machine: Machine, records: tuple[VerifyCostRecord, ...]) -> Plan:
-    """The plan keyed for this machine's verification costs, and using them when the engine has measured them
-    (``engine.verify_probe``; until then the fixed model, and the engine measures at its first load)."""
+def _measured_costs(
+    placed: Placed, spec: SpeculativePlan, machine: Machine, records: tuple[VerifyCostRecord, ...]
+) -> tuple[SpeculativePlan, tuple[Reason, ...]]:
+    """The speculation keyed for this machine's verification costs, and using them when the engine has measured
+    them (``engine.verify_probe``; until then the fixed model, and the engine measures at its first load)."""
     from clover_local.plan.measured import measured_verify_costs, verify_costs_key
     from clover_local.plan.memory import rolls_back_from_a_copy
 
-    spec = plan.speculative
     key = verify_costs_key(
         machine,
-        plan.quant,
-        plan.file_bytes,
-        n_gpu_layers=plan.n_gpu_layers,
-        n_cpu_moe=plan.n_cpu_moe,
-        threads=plan.threads,
-        threads_batch=plan.threads_batch,
-        copies_state=plan.recurrent and rolls_back_from_a_copy(spec),
+        placed.quant,
+        placed.file_bytes,
+        n_gpu_layers=placed.n_gpu_layers,
+        n_cpu_moe=placed.n_cpu_moe,
+        threads=placed.threads,
+        threads_batch=placed.threads_batch,
+        copies_state=placed.recurrent and rolls_back_from_a_copy(spec),
     )
     found = measured_verify_costs(list(records), key, spec.n_max + 1)
     if found is None:
-        return replace(plan, speculative=replace(spec, costs_key=key))
+        return replace(spec, costs_key=key), ()
     costs = found.costs[: spec.n_max + 1]
     reason = Reason(
         "verify-costs",
@@ -450,11 +444,8 @@ def _with_measured_costs(plan: Plan, machine: Machine, records: tuple[VerifyCost
         f"tokens costs {costs[-1]:.1f} plain steps of {found.step_ms:.1f} ms, so drafting gains at most "
         f"{len(costs) / costs[-1]:.2f}x; the drafter decides with these fixed numbers, never with timings.",
     )
-    return replace(
-        plan,
-        speculative=replace(spec, batch_costs=costs, costs_source="measured", costs_key=key),
-        reasons=(*plan.reasons, reason) if spec.enabled and spec.mode == "ngram" else plan.reasons,
-    )
+    costed = replace(spec, batch_costs=costs, costs_source="measured", costs_key=key)
+    return costed, (reason,) if spec.enabled and spec.mode == "ngram" else ()
 
 
 def _loadable_sidecars(sidecars: Sidecars, action: Action, checks: _ArchChecks) -> tuple[Sidecars, list[str]]:
@@ -480,54 +471,56 @@ MTP_ONE_SLOT = Reason(
 )
 
 
-def _mtp_needs_one_slot(request: LaunchRequest, runner: Runner, plan: Plan) -> bool:
+def _mtp_needs_one_slot(
+    request: LaunchRequest, runner: Runner, placed: Placed, spec: Speculation | None
+) -> bool:
     """Default slots (``parallel`` None) would switch off the MTP head the plan drafts with: the embedded engine's
     head follows one sequence (``engine.embedded``), and a lone request must keep its speculation. Slots asked
     for (``--parallel N``) are planned as asked, and the engine says what they cost."""
     return (
         request.parallel is None
         and runner.kind == "embedded"
-        and plan.parallel > 1
-        and plan.speculative.enabled
-        and plan.speculative.mode == "mtp"
+        and placed.parallel > 1
+        and spec is not None
+        and spec.speculative.enabled
+        and spec.speculative.mode == "mtp"
     )
 
 
 # -- a smaller community quant ------------------------------------------------------------------------------
 
 
-def needs_community(request: LaunchRequest, preset: Preset, plan: Plan) -> bool:
-    """The plan does not fit well, it is of the preset's automatic quant (not a file, repo or quant asked for),
-    and the preset knows community repos that may hold a smaller quant that fits."""
+def needs_community(request: LaunchRequest, preset: Preset, fits: bool) -> bool:
+    """The plan does not fit well (``fits``: the plan's), it is of the preset's automatic quant (not a file, repo
+    or quant asked for), and the preset knows community repos that may hold a smaller quant that fits."""
     asked_for = request.model or request.repo or request.quant != "auto"
-    return not plan.fits and bool(preset.community) and not asked_for
+    return not fits and bool(preset.community) and not asked_for
 
 
-def _with_community(
+def _community(
     request: LaunchRequest,
     facts: LaunchFacts,
     runner: Runner,
     machine: Machine,
     checks: _ArchChecks,
-    plan: Plan,
-) -> Plan:
-    """``plan``, and when it does not fit well and the facts hold the preset's community quants, the best
-    smaller one that fits, planned for the same runner, with why and the command that gets it
-    (``plan.community``)."""
-    if facts.community is None or not needs_community(request, facts.preset, plan):
-        return plan
+    fits: bool,
+) -> tuple[CommunityPick | None, Stage]:
+    """When the plan does not fit well and the facts hold the preset's community quants, the best smaller one
+    that fits, planned for the same runner, with why and the command that gets it (``plan.community``)."""
+    if facts.community is None or not needs_community(request, facts.preset, fits):
+        return None, Stage()
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.plan.community import as_repo_preset, choose_community_quant
 
     def plan_for(q: CommunityQuant) -> Plan:
         """The plan ``--repo q.repo --quant q.quant`` gets: the same step, for the same runner."""
         described = QuantDescriptions({q.quant: q.description}, (), {q.quant: q.source})
-        model = _Model(as_repo_preset(facts.preset, q), None, described)
+        model: _Model = (as_repo_preset(facts.preset, q), None, described)
         asked = replace(request, quant=q.quant)
-        return _plan(asked, facts, model, runner, machine, checks, request.parallel)[0]
+        return assemble(*_plan(asked, facts, model, runner, machine, checks, request.parallel)[0])
 
     pick, reasons = choose_community_quant(facts.community, plan_for)
-    return replace(plan, community=pick, reasons=(*plan.reasons, *reasons))
+    return pick, Stage(reasons=tuple(reasons))
 
 
 # -- the settings -------------------------------------------------------------------------------------------

@@ -93,7 +93,7 @@ class Launcher:
             if (
                 facts.community is None
                 and request.describe
-                and needs_community(request, facts.preset, launch.plan)
+                and needs_community(request, facts.preset, launch.plan.fits)
             ):
                 self._facts = gather_community(request, facts, launch.plan)
                 self._community = self._facts.community

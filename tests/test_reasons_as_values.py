@@ -9,6 +9,7 @@ import ast
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -21,9 +22,15 @@ from clover_local.gguf.model import describe_from_preset
 from clover_local.plan.planner import make_plan
 from clover_local.plan.pooled import pooled_plan, pooling_summary
 from clover_local.plan.reasons import Notice, Reason, find_notice, find_reason, without_reasons
-from clover_local.plan.speculation import plan_speculation
-from clover_local.plan.types import Wishes
+from clover_local.plan.speculation import speculate
+from clover_local.plan.types import Plan, Wishes, assemble
 from clover_local.presets import load_preset
+
+
+def plan_speculation(plan: Plan, *args: Any) -> Plan:
+    """``plan`` with only its speculation stage (``plan.speculation.speculate``) after the placement."""
+    return assemble(plan, None, speculate(plan, *args))
+
 
 PACKAGE = Path(clover_local.__file__).parent
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hub_server import HubServer
@@ -22,11 +23,17 @@ from clover_local.measure.records import load_spec_ratios, save_spec_ratios
 from clover_local.plan import memory
 from clover_local.plan.llama_args import llama_server_args
 from clover_local.plan.planner import make_plan
-from clover_local.plan.speculation import HeadOffer, offered_heads, plan_speculation
-from clover_local.plan.types import EngineKind, Wishes
+from clover_local.plan.speculation import HeadOffer, offered_heads, speculate
+from clover_local.plan.types import EngineKind, Plan, Wishes, assemble
 from clover_local.presets import load_preset
 from clover_local.testing.models import tiny_mtp_model
 from clover_local.testing.presets import tiny_qwen35moe_preset
+
+
+def plan_speculation(plan: Plan, *args: Any) -> Plan:
+    """``plan`` with only its speculation stage (``plan.speculation.speculate``) after the placement."""
+    return assemble(plan, None, speculate(plan, *args))
+
 
 CLOVER = load_preset("clover-35b-a3b")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,12 +23,18 @@ from clover_local.llamacpp.server import plan_server_argv, start_llama_server
 from clover_local.llamacpp.server_engine import LlamaServerEngine
 from clover_local.plan import memory
 from clover_local.plan.llama_args import settings
-from clover_local.plan.speculation import HeadOffer, plan_speculation
-from clover_local.plan.types import Plan
+from clover_local.plan.speculation import HeadOffer, speculate
+from clover_local.plan.types import Plan, assemble
 from clover_local.presets import load_preset
 from clover_local.testing.models import tiny_mtp_model
 from tests.helpers_serve import llama_server_path
 from tests.test_llama_args import _arg_cpp_options
+
+
+def plan_speculation(plan: Plan, *args: Any) -> Plan:
+    """``plan`` with only its speculation stage (``plan.speculation.speculate``) after the placement."""
+    return assemble(plan, None, speculate(plan, *args))
+
 
 PROMPT = "Write a list of fruits, one per line, and say why each is good."
 

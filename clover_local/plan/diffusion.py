@@ -9,7 +9,7 @@ step (the model card's 256 steps for a 512-token canvas), confidence-based unmas
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from clover_local.errors import UsageError
@@ -165,8 +165,3 @@ def plan_diffusion(
         canvas=canvas,
     )
     return plan, reasons
-
-
-def with_answer_length(plan: DiffusionPlan, answer: int) -> DiffusionPlan:
-    """The plan for a reply of ``answer`` tokens (a request's ``max_tokens``), within the canvas."""
-    return replace(plan, answer_length=max(1, min(answer, plan.canvas - 1)))

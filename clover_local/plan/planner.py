@@ -29,9 +29,11 @@ from clover_local.plan.types import (
     DeviceMemory,
     LoadMode,
     MemoryPlan,
+    Placed,
     Plan,
     SpeculativePlan,
     Wishes,
+    assemble,
 )
 from clover_local.plan.verify_cost import batch_costs
 from clover_local.presets import TEMPLATE_COMPLETION, TEMPLATE_FROM_GGUF, Preset
@@ -69,7 +71,12 @@ def check_context(ctx: int, preset: Preset, models: Iterable[ModelDescription] =
         )
 
 
-def make_plan(
+def make_plan(*args: Any, **kwargs: Any) -> Plan:
+    """The plan of :func:`plan_placement` (the same arguments) with no later stage: ``decide`` adds them."""
+    return assemble(plan_placement(*args, **kwargs))
+
+
+def plan_placement(
     machine: Machine,
     preset: Preset,
     model: ModelDescription | None = None,
@@ -79,8 +86,8 @@ def make_plan(
     models: Mapping[str, ModelDescription] | None = None,
     diffusion_wishes: DiffusionWishes | None = None,
     speed_records: Sequence[SpeedRecord] = (),
-) -> Plan:
-    """Decide quant, context, placement and llama.cpp settings for ``preset`` on ``machine``.
+) -> Placed:
+    """The planner's stage: quant, context, placement and llama.cpp settings for ``preset`` on ``machine``.
 
     ``model``: the description of one local GGUF (its quant is then the only candidate). ``models``: descriptions
     per quant (e.g. from remote headers) so Q4_K_M and Q8_0 are weighed with exact sizes; quants missing from both
@@ -90,9 +97,8 @@ def make_plan(
     if machine.workers:  # devices lent by other machines (llama.cpp RPC): planned as one machine
         from clover_local.plan.pooled import pooled_plan
 
-        return pooled_plan(
-            make_plan, machine, preset, model, wishes, model_path, models=models, speed_records=speed_records
-        )
+        asked = (machine, preset, model, wishes, model_path)
+        return pooled_plan(plan_placement, *asked, models=models, speed_records=speed_records)
     wishes = wishes or Wishes()
     candidates = _candidates(preset, model, models or {}, wishes)
     first = next(iter(candidates.values()))
@@ -145,13 +151,7 @@ def make_plan(
             )
         )
 
-    threads = plan_threads(
-        machine.cpu.physical_cores,
-        machine.cpu.logical_cores,
-        wishes.threads,
-        engine=wishes.engine,
-        others_busy=machine.cpu.others_busy_cores,
-    )
+    threads = _threads(machine, wishes)
     reasons.append(Reason("threads", threads.reason))
     reasons.append(
         Reason(
@@ -268,8 +268,8 @@ def _assemble_plan(
     load_mode: LoadMode,
     reasons: Sequence[Reason],
     **decoding: Any,
-) -> Plan:
-    """The :class:`Plan` of the chosen quant: what every plan takes from its fit, threads and preset, plus
+) -> Placed:
+    """The :class:`Placed` of the chosen quant: what every plan takes from its fit, threads and preset, plus
     ``decoding`` (context, batches, speculation, speed: what autoregressive and diffusion plans decide apart)."""
     desc, fit = candidates[quant], fits[quant]
     repack, why_not = cpu_repack(machine.cpu.features)
@@ -284,7 +284,7 @@ def _assemble_plan(
         if plan_memory.ram.prompt_cache_bytes:  # RAM holds more than the placement said
             ram = ram_reason(plan_memory.ram)
             reasons = tuple(ram if r.code == "ram" else r for r in reasons)
-    return Plan(
+    return Placed(
         preset=preset.name,
         model_path=model_path,
         quant=quant,
@@ -309,6 +309,14 @@ def _assemble_plan(
         repack=repack,
         recurrent=desc.architecture.recurrent_state_bytes > 0,
         **decoding,
+    )
+
+
+def _threads(machine: Machine, wishes: Wishes) -> ThreadPlan:
+    cpu = machine.cpu
+    busy = cpu.others_busy_cores
+    return plan_threads(
+        cpu.physical_cores, cpu.logical_cores, wishes.threads, engine=wishes.engine, others_busy=busy
     )
 
 
@@ -709,7 +717,7 @@ def _plan_diffusion_model(
     wishes: Wishes,
     model_path: str | None,
     diffusion_wishes: DiffusionWishes | None,
-) -> Plan:
+) -> Placed:
     """A diffusion model: the canvas (prompt + answer) is the context and one batch; no KV cache, no
     speculation; placement and quant as for any model, with the compute and output buffers of the canvas."""
     desc0 = next(iter(candidates.values()))
@@ -729,13 +737,7 @@ def _plan_diffusion_model(
         reasons.append(
             _does_not_fit_advice(machine, desc, fit, canvas, lambda c: find_fit(machine, desc, c, c))
         )
-    threads = plan_threads(
-        machine.cpu.physical_cores,
-        machine.cpu.logical_cores,
-        wishes.threads,
-        engine=wishes.engine,
-        others_busy=machine.cpu.others_busy_cores,
-    )
+    threads = _threads(machine, wishes)
     reasons.append(
         Reason("threads", f"{threads.reason.rstrip('.')}; every step is one {canvas}-token batch.")
     )

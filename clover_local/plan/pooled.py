@@ -24,7 +24,7 @@ from clover_local.plan.measured import SpeedRecord
 from clover_local.plan.network import describe_links, network_cost_per_token
 from clover_local.plan.reasons import Reason, find_reason
 from clover_local.plan.speed import DEFAULT_RAM_BANDWIDTH, SPEED_CTX_SAMPLE, gpu_bandwidth
-from clover_local.plan.types import MemoryPlan, NetworkCost, Plan, Wishes
+from clover_local.plan.types import MemoryPlan, NetworkCost, Placed, Plan, Wishes
 from clover_local.presets import Preset
 
 _GPU_NAME_RE = re.compile(r"\bgpu(\d+)\b")
@@ -70,7 +70,7 @@ def as_one_machine(machine: Machine) -> Machine:
 
 
 def pooled_plan(
-    plan_one: Callable[..., Plan],
+    plan_one: Callable[..., Placed],
     machine: Machine,
     preset: Preset,
     model: ModelDescription | None,
@@ -79,9 +79,9 @@ def pooled_plan(
     *,
     models: Mapping[str, ModelDescription] | None,
     speed_records: Sequence[SpeedRecord] = (),
-) -> Plan:
+) -> Placed:
     """The plan over this machine and its workers, with the network in the predicted speed and a comparison
-    with this machine alone in the reasons. ``plan_one`` is the planner for one machine (``make_plan``, passed
+    with this machine alone in the reasons. ``plan_one`` is the planner for one machine (``plan_placement``, passed
     in by it: this module sits beside it, not above it)."""
     alone = plan_one(
         replace(machine, workers=()),
@@ -173,7 +173,7 @@ def pooled_plan(
     )
 
 
-def _alone_on_gpu(machine: Machine, alone: Plan) -> bool:
+def _alone_on_gpu(machine: Machine, alone: Placed) -> bool:
     """This machine alone runs everything from its GPU memory (nothing a worker could speed up)."""
     return uses_gpus(machine) and alone.fits and alone.n_gpu_layers < 0 and alone.n_cpu_moe == 0
 
@@ -207,7 +207,7 @@ def _speed_reason(tps: float, device_s: float, net: NetworkCost, desc: ModelDesc
 
 
 def _pooling_reasons(
-    machine: Machine, one: Machine, plan: Plan, remote: tuple[RemoteDevice, ...], used: set[str | None]
+    machine: Machine, one: Machine, plan: Placed, remote: tuple[RemoteDevice, ...], used: set[str | None]
 ) -> list[Reason]:
     out = []
     workers = ", ".join(w.endpoint for w in machine.workers)
@@ -247,7 +247,7 @@ def _pooling_reasons(
     return out
 
 
-def _versus_alone(alone: Plan, plan: Plan, tps: float) -> Reason:
+def _versus_alone(alone: Placed, plan: Placed, tps: float) -> Reason:
     where = (
         "CPU only"
         if alone.n_gpu_layers == 0

@@ -32,8 +32,15 @@ from clover_local.errors import UsageError
 from clover_local.gguf.model import ModelDescription
 from clover_local.gguf.names import DRAFT_KINDS, FFN_EXPS_REGEX, DraftKind
 from clover_local.plan import memory
-from clover_local.plan.reasons import Reason, without_reasons
-from clover_local.plan.types import DeviceMemory, DraftMemory, MemoryPlan, Plan, SpeculativePlan
+from clover_local.plan.reasons import Reason
+from clover_local.plan.types import (
+    DeviceMemory,
+    DraftMemory,
+    MemoryPlan,
+    Placed,
+    Speculation,
+    SpeculativePlan,
+)
 from clover_local.plan.types import SpecMode as SpecMode
 from clover_local.presets import Architecture
 
@@ -94,14 +101,14 @@ def offered_heads(
     return tuple(offers)
 
 
-def plan_speculation(
-    plan: Plan,
+def speculate(
+    placed: Placed,
     model: ModelDescription,
     offers: Sequence[HeadOffer],
     requested: SpecMode = "auto",
     measured: Mapping[str, float] | None = None,
-) -> Plan:
-    """The plan with its ``speculative`` mode chosen (and why), and the draft's memory added to its devices.
+) -> Speculation:
+    """The speculation stage of a placement: the mode chosen (and why), the draft's memory added to its devices.
 
     ``requested``: ``--spec``. ``measured``: mode -> decode speed ratio over plain, from ``bench`` on this machine
     and model (None or empty: none measured). A head asked for that the files do not have is a
@@ -109,24 +116,23 @@ def plan_speculation(
     if requested not in SPEC_MODES:
         raise UsageError(f"--spec {requested!r} is not a mode.", f"Use one of: {', '.join(SPEC_MODES)}.")
     recurrent = model.architecture.recurrent_state_bytes > 0
-    mode, head, why = choose_mode(plan, offers, requested, measured or {}, recurrent=recurrent)
-    base = plan.speculative
+    mode, head, why = choose_mode(placed, offers, requested, measured or {}, recurrent=recurrent)
+    base, fits = placed.speculative, placed.fits
     if mode == "off":
         spec = replace(base, enabled=False, mode="off", requested=requested, why=why)
-        # the planner's n-gram drafting reason no longer holds
-        reasons = without_reasons(plan.reasons, "speculation-ngram")
-        return replace(
-            plan,
+        return Speculation(
             speculative=spec,
-            memory=with_recurrent_copies(plan, model, spec),
-            reasons=(*reasons, Reason("speculation-off", f"Speculation off: {why}")),
+            memory=with_recurrent_copies(placed, model, spec),
+            fits=fits,
+            reasons=(Reason("speculation-off", f"Speculation off: {why}"),),
+            overrules=("speculation-ngram",),  # the planner's n-gram drafting reason no longer holds
         )
     if head is None:  # n-gram
         spec = replace(base, enabled=True, type="ngram-mod", mode="ngram", requested=requested, why=why)
         said = Reason("speculation-mode", f"Speculation by n-gram lookup: {why}")
-        return replace(plan, speculative=spec, reasons=(*plan.reasons, said))
-    experts_in_ram = plan.n_cpu_moe > 0 or plan.n_gpu_layers == 0
-    draft = draft_memory(plan, model, head, experts_in_ram)
+        return Speculation(speculative=spec, memory=placed.memory, fits=fits, reasons=(said,))
+    experts_in_ram = placed.n_cpu_moe > 0 or placed.n_gpu_layers == 0
+    draft = draft_memory(placed, model, head, experts_in_ram)
     spec = replace(
         base,
         enabled=True,
@@ -141,15 +147,15 @@ def plan_speculation(
         draft_memory=draft,
         why=why,
     )
-    mem = add_draft_memory(plan.memory, draft)
-    fits = all(d.fits for d in (*mem.gpus, mem.ram))
+    mem = add_draft_memory(placed.memory, draft)
+    with_draft = fits and all(d.fits for d in (*mem.gpus, mem.ram))
     cost = ", ".join(f"{d.device} {fb(d.used_bytes)}" for d in draft if d.used_bytes)
     where = "in the model file" if head.where == "embedded" else f"sidecar {head.file}"
     reason = f"Speculation by the {mode} head ({where}): {why} The draft adds {cost or 'nothing measurable'}."
-    if plan.fits and not fits:
+    if fits and not with_draft:
         reason += " With it the plan no longer fits well: `--spec ngram` drafts without weights."
     said = Reason("speculation-mode", reason)
-    return replace(plan, speculative=spec, memory=mem, fits=fits, reasons=(*plan.reasons, said))
+    return Speculation(speculative=spec, memory=mem, fits=with_draft, reasons=(said,))
 
 
 def head_overrides(model: ModelDescription, head: HeadOffer, experts_in_ram: bool) -> tuple[str, ...]:
@@ -162,7 +168,7 @@ def head_overrides(model: ModelDescription, head: HeadOffer, experts_in_ram: boo
 
 
 def choose_mode(
-    plan: Plan,
+    plan: Placed,
     offers: Sequence[HeadOffer],
     requested: SpecMode,
     measured: Mapping[str, float],
@@ -235,7 +241,7 @@ def choose_mode(
     )
 
 
-def with_recurrent_copies(plan: Plan, model: ModelDescription, spec: SpeculativePlan) -> MemoryPlan:
+def with_recurrent_copies(plan: Placed, model: ModelDescription, spec: SpeculativePlan) -> MemoryPlan:
     """The plan's memory with the recurrent state held as many times as ``spec`` needs in the plan's engine
     (the planner budgeted the preset's n-gram drafting: 1 + 17 copies in the embedded engine)."""
     arch = model.architecture
@@ -251,7 +257,7 @@ def with_recurrent_copies(plan: Plan, model: ModelDescription, spec: Speculative
 
 
 def draft_memory(
-    plan: Plan, model: ModelDescription, head: HeadOffer, experts_in_ram: bool
+    plan: Placed, model: ModelDescription, head: HeadOffer, experts_in_ram: bool
 ) -> tuple[DraftMemory, ...]:
     """Bytes the draft adds per device: weights (placed like the trunk's last layer; routed experts of an MTP
     head in RAM when ``experts_in_ram``), the draft context's KV cache and compute buffer."""

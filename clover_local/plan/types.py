@@ -1,13 +1,14 @@
-"""What the planner decides: plain frozen values, turned into llama.cpp settings by ``plan.llama_args``."""
+"""What the planner decides: plain frozen values, turned into llama.cpp settings by ``plan.llama_args``. A plan
+is built in stages, each a value (:class:`Placed`, :class:`Provenance`, :class:`Speculation`), assembled once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from clover_local.arch_support import ArchCheck
 from clover_local.plan.diffusion import DiffusionPlan
-from clover_local.plan.reasons import Reason
+from clover_local.plan.reasons import Reason, ReasonCode
 
 Goal = Literal["quality", "speed"]
 LoadMode = Literal["auto", "mmap", "mlock", "mmap+mlock", "none"]
@@ -188,7 +189,9 @@ class NetworkCost:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Placed:
+    """The planner's stage (``plan.planner.plan_placement``): what it decides for a machine, before the others."""
+
     preset: str
     model_path: str | None
     """A local GGUF (first shard) when known; None before download."""
@@ -237,9 +240,6 @@ class Plan:
     """The network's part of the predicted time, when workers are pooled."""
     alone_tokens_per_s: float | None = None
     """With workers: the predicted speed of this machine planned alone, for comparison."""
-    size_sources: tuple[tuple[str, str], ...] = ()
-    """(quant, where its sizes came from) for each quant weighed, e.g. ``("Q4_K_M", "exact, from the GGUF
-    header of X.gguf on the Hub")``; filled by ``launch.decide_launch`` (``fetch.describe``)."""
     diffusion: DiffusionPlan | None = None
     """Set for diffusion models: decode by denoising steps over the canvas (n_ctx = n_batch = n_ubatch)."""
     parallel: int = 1
@@ -256,9 +256,77 @@ class Plan:
     recurrent: bool = False
     """The model keeps a recurrent state (a recurrent or hybrid architecture): speculation on it needs rollback
     snapshots and a batch that holds a whole verification (``plan.llama_args``)."""
+
+
+@dataclass(frozen=True)
+class Plan(Placed):
+    """A decided plan: the planner's :class:`Placed` with the later stages, assembled once (:func:`assemble`)."""
+
+    size_sources: tuple[tuple[str, str], ...] = ()
+    """(quant, where its sizes came from) for each quant weighed, e.g. ``("Q4_K_M", "exact, from the GGUF
+    header of X.gguf on the Hub")``; from :class:`Provenance`."""
     architecture: ArchCheck | None = None
     """What the llama.cpp here makes of the model's ``general.architecture``: loadable, by what runner, and why;
-    filled by ``launch.decide_launch`` (which refuses an unsupported one unless forced)."""
+    from :class:`Provenance` (``decide`` refuses an unsupported one unless forced)."""
     community: CommunityPick | None = None
     """When this plan does not fit well: the best smaller quant of the preset's community repos that does
-    (``plan.community``); filled by ``launch.decide_launch``."""
+    (``plan.community``); assembled from ``decide``'s pick."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage:
+    """What a stage after the planner says: reasons that follow the planner's, and the codes of the planner's
+    reasons it overrules (they no longer hold)."""
+
+    reasons: tuple[Reason, ...] = ()
+    overrules: tuple[ReasonCode, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provenance(Stage):
+    """Where the plan's model comes from (``decide``, from the facts): its file, where its sizes came from and
+    its architecture check."""
+
+    model_path: str | None
+    size_sources: tuple[tuple[str, str], ...]
+    architecture: ArchCheck
+
+
+@dataclass(frozen=True, kw_only=True)
+class Speculation(Stage):
+    """The speculation stage (``plan.speculation.speculate``), fitted to a placement: the mode chosen, the
+    memory with the draft's, and whether the placement still fits with it."""
+
+    speculative: SpeculativePlan
+    memory: MemoryPlan
+    fits: bool
+
+
+def plan_fits(placed: Placed, speculation: Speculation | None) -> bool:
+    """Whether the plan fits: the placement's, with the draft's memory when it speculates."""
+    return placed.fits if speculation is None else speculation.fits
+
+
+def assemble(
+    placed: Placed,
+    source: Provenance | None = None,
+    speculation: Speculation | None = None,
+    *said: Stage,
+    chat_template: str | None = None,
+    community: CommunityPick | None = None,
+) -> Plan:
+    """The plan, assembled once from its stages: the placement, where its model comes from, its speculation,
+    and what later stages say (``said``), their reasons after the planner's in that order; ``chat_template``
+    overrides the preset's."""
+    stages = [s for s in (source, speculation, *said) if s is not None]
+    overruled = {code for s in stages for code in s.overrules}
+    decided = {f.name: getattr(placed, f.name) for f in fields(Placed)}
+    if source is not None:
+        decided.update(
+            model_path=source.model_path, size_sources=source.size_sources, architecture=source.architecture
+        )
+    if speculation is not None:
+        decided.update(speculative=speculation.speculative, memory=speculation.memory)
+    reasons = [r for r in placed.reasons if r.code not in overruled] + [r for s in stages for r in s.reasons]
+    decided.update(fits=plan_fits(placed, speculation), reasons=tuple(reasons), community=community)
+    return Plan(**{**decided, "chat_template": chat_template or placed.chat_template})

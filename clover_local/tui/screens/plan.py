@@ -236,7 +236,7 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             self._read_facts(request)
             return
         self.show_launch(launch)
-        if not self._community_asked and needs_community(launch.request, launch.preset, launch.plan):
+        if not self._community_asked and needs_community(launch.request, launch.preset, launch.plan.fits):
             self._community_asked = True
             self._find_community(launch)
 
