@@ -287,22 +287,19 @@ def measure_verify_costs(opened: OpenedEngine, *, again: bool = False) -> Verify
     which :func:`open_launch` takes for every front end: later plans read the kept numbers (``decide``), so
     drafting decisions never depend on timings. ``again``: measure even when the plan already uses kept costs
     (``bench verify-costs``)."""
-    from clover_local.engine.embedded import EmbeddedEngine
-
-    engine, spec = opened.engine, opened.plan.speculative
+    spec = opened.plan.speculative
     first = spec.costs_source != "measured" or again
     wanted = spec.enabled and spec.mode == "ngram" and first and spec.costs_key
-    if not wanted or not isinstance(engine, EmbeddedEngine) or engine.n_ctx < spec.n_max + 8:
-        return None
-    if opened.fallback_message is not None:
+    if not wanted or opened.fallback_message is not None:
         return None  # a re-planned load is not the placement the costs would be kept for
+    measured = opened.engine.measure_verify_costs(spec.n_max + 1)
+    if measured is None:
+        return None
     import time
 
-    from clover_local.engine.verify_probe import measure_batch_costs
     from clover_local.measure.records import add_verify_costs
     from clover_local.plan.measured import VerifyCostRecord
 
-    measured = measure_batch_costs(engine, spec.n_max + 1)
     if not measured.quiet:
         return VerifyCostsProbe(
             Notice(
@@ -318,7 +315,6 @@ def measure_verify_costs(opened: OpenedEngine, *, again: bool = False) -> Verify
             spec.costs_key, measured.costs, measured.step_ms, time.strftime("%Y-%m-%d"), measured.others_busy
         )
     )
-    engine.use_batch_costs(measured.costs)
     return VerifyCostsProbe(
         Notice(
             "verify-costs",

@@ -152,6 +152,13 @@ class LlamaServerEngine:
         return RunnerHealth()
 
     @property
+    def runner_pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def measure_verify_costs(self, n_max_batch: int) -> None:
+        """None: llama-server verifies drafts in its child, by its own rule."""
+
+    @property
     def model_name(self) -> str:
         if self._model_name is None:
             data = self._get("/v1/models")
