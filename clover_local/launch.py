@@ -228,15 +228,18 @@ def _open(
     on_log: Callable[[str], None] | None,
     ready_timeout_s: float,
 ) -> OpenedEngine:
+    from clover_local.model_files import chat_template_for
+
     plan, preset = launch.plan, launch.preset
     assert plan.model_path is not None
+    template = chat_template_for(plan)  # chosen once, for either engine: neither asks the header or /props
     if launch.runner.kind == "embedded":
         from clover_local.engine.loader import load_engine
 
         result = load_engine(
             plan.model_path,
             launch.settings.kwargs(),
-            chat_template=launch.request.chat_template or plan.chat_template,
+            chat_template=template,
             sampling=preset.sampling,
             speculative=plan.speculative,
             progress=progress,
@@ -246,9 +249,7 @@ def _open(
 
     from clover_local.llamacpp.server import start_llama_server
     from clover_local.llamacpp.server_engine import LlamaServerEngine
-    from clover_local.model_files import chat_template_for
 
-    template = chat_template_for(plan)
     process = start_llama_server(
         launch.argv,
         binary=launch.runner.binary,
@@ -262,6 +263,7 @@ def _open(
         model_name=preset.name,
         sampling=preset.sampling,
         template=template,
+        n_ctx=plan.ctx,
         slots=plan.parallel,
         ready_timeout_s=ready_timeout_s,
         follow_load=launch.follow_load,
