@@ -250,6 +250,7 @@ def _open(
     from clover_local.llamacpp.server import start_llama_server
     from clover_local.llamacpp.server_engine import LlamaServerEngine
 
+    assert launch.runner.binary is not None  # a llama-server runner has one unless it is to install (refused)
     process = start_llama_server(
         launch.argv,
         binary=launch.runner.binary,
