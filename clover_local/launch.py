@@ -249,6 +249,7 @@ def _open(
 
     from clover_local.llamacpp.server import start_llama_server
     from clover_local.llamacpp.server_engine import LlamaServerEngine
+    from clover_local.plan.memory import pad_cells
 
     assert launch.runner.binary is not None  # a llama-server runner has one unless it is to install (refused)
     process = start_llama_server(
@@ -264,7 +265,7 @@ def _open(
         model_name=preset.name,
         sampling=preset.sampling,
         template=template,
-        n_ctx=plan.ctx,
+        n_ctx=pad_cells(plan.ctx),  # each slot's context as llama.cpp holds it (what its /props says)
         slots=plan.parallel,
         ready_timeout_s=ready_timeout_s,
         follow_load=launch.follow_load,

@@ -164,3 +164,31 @@ def test_a_llama_server_launch_starts_with_the_argv_it_shows(monkeypatch: pytest
         assert not process.warnings, "nothing left to adapt when it opened"
     finally:
         opened.engine.close()
+
+
+@pytest.mark.slow
+def test_a_llama_server_engine_asks_nothing_the_launch_knew(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch gives the engine its chat template and each slot's context: the engine never asks ``/props``,
+    and what it says is what llama-server says (a context of 1000 is held as 1024 cells)."""
+    from clover_local.llamacpp.server_engine import LlamaServerEngine
+    from clover_local.model_files import chat_template_for
+
+    request = LaunchRequest(
+        model=str(tiny_model("llama")), ctx=1000, engine="llama-server", llama_server=str(llama_server_path())
+    )
+    launch = decide_launch(request, machine=parse_simulate(MACHINE))
+    asked: list[str] = []
+    real_get = LlamaServerEngine._get
+    monkeypatch.setattr(
+        LlamaServerEngine, "_get", lambda self, path: asked.append(path) or real_get(self, path)
+    )
+    opened = open_launch(launch)
+    try:
+        engine = opened.engine
+        assert isinstance(engine, LlamaServerEngine)
+        assert (engine.n_ctx, engine.template) == (1024, chat_template_for(launch.plan))
+        assert engine.tool_format in ("hermes", "qwen3_coder") and "/props" not in asked
+        props = real_get(engine, "/props")
+        assert props["default_generation_settings"]["n_ctx"] == engine.n_ctx
+    finally:
+        opened.engine.close()
