@@ -138,11 +138,6 @@ class LlamaServerEngine:
         """What watches and restarts this engine's llama-server (None: not supervised)."""
         return self._supervisor
 
-    @property
-    def follower(self) -> LoadFollower | None:
-        """What starts llama-server again with other threads as the load changes (None: threads fixed)."""
-        return self._follower
-
     def health(self) -> RunnerHealth:
         """Whether llama-server can answer: ``ready``, ``restarting`` (it stopped and is being started again),
         ``failed`` (it kept stopping, or it stopped with no supervisor to start it again) or ``stopped``; with the
