@@ -30,6 +30,7 @@ from clover_local.plan.types import EngineKind, Plan
 
 if TYPE_CHECKING:
     from clover_local.detect.machine import Machine
+    from clover_local.engine.templates import TemplateChoice
     from clover_local.engine.types import ChatEngine
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.llamacpp.binary import ServerBinary
@@ -228,11 +229,9 @@ def _open(
     on_log: Callable[[str], None] | None,
     ready_timeout_s: float,
 ) -> OpenedEngine:
-    from clover_local.model_files import chat_template_for
-
     plan, preset = launch.plan, launch.preset
     assert plan.model_path is not None
-    template = chat_template_for(plan)  # chosen once, for either engine: neither asks the header or /props
+    template = chat_template(launch)  # chosen once, for either engine: neither asks the header or /props
     if launch.runner.kind == "embedded":
         from clover_local.engine.loader import load_engine
 
@@ -273,6 +272,29 @@ def _open(
     said = [Notice("chat-template", template.notice)] if template.notice else []
     notes = (*launch.notices, *said, *process.warnings)
     return OpenedEngine(engine, launch, notes)
+
+
+def chat_template(launch: Launch) -> TemplateChoice:
+    """The chat template the launch's model is chatted with on either engine (``templates.choose_template``),
+    against the GGUF's own as the header its facts read holds it (read now only for a launch made without
+    facts, or a file downloaded since)."""
+    from clover_local.engine.templates import builtin_template_names, choose_template
+    from clover_local.facts import LaunchFacts
+    from clover_local.model_files import local_header
+
+    plan, facts = launch.plan, launch.facts
+    path = Path(plan.model_path or "")
+    if isinstance(facts, LaunchFacts) and facts.model is not None and facts.model.path == path:
+        gguf = facts.model.description.chat_template
+    elif (
+        isinstance(facts, LaunchFacts)
+        and facts.quants is not None
+        and facts.quants.paths.get(plan.quant) == path
+    ):
+        gguf = facts.quants.models[plan.quant].chat_template
+    else:
+        gguf = local_header(path).chat_template if plan.model_path else None
+    return choose_template(plan.chat_template, gguf, builtin_template_names())
 
 
 @dataclass(frozen=True)
