@@ -227,7 +227,7 @@ def agent_loop(model: str, turns: int, max_tokens: int, ctx: int, threads: int) 
     gives a recurrent model), interleaved; per turn the prompt tokens, those evaluated, TTFT and decode speed."""
     from clover_local.engine.loader import load_engine
     from clover_local.engine.types import Finished, GenerationRequest
-    from clover_local.llamacpp.server import start_llama_server
+    from clover_local.llamacpp.server import find_llama_server, start_llama_server
     from clover_local.llamacpp.server_engine import LlamaServerEngine
     from clover_local.plan.memory import CTX_CHECKPOINTS
     from clover_local.plan.types import SpeculativePlan
@@ -238,9 +238,11 @@ def agent_loop(model: str, turns: int, max_tokens: int, ctx: int, threads: int) 
         model, ctx=ctx, threads=threads, speculative=off, ctx_checkpoints=CTX_CHECKPOINTS
     )
     embedded = load_engine(model, settings, speculative=off).engine
+    binary = find_llama_server()
+    assert binary is not None  # checked before the rounds
     argv = ["-m", model, "-c", str(ctx), "-np", "1", "-t", str(threads), "-tb", str(threads)]
     server = LlamaServerEngine(
-        start_llama_server([*argv, "--ctx-checkpoints", str(CTX_CHECKPOINTS)]),
+        start_llama_server([*argv, "--ctx-checkpoints", str(CTX_CHECKPOINTS)], binary=binary),
         model_name=Path(model).stem,
     )
     rows: list[dict[str, Any]] = []

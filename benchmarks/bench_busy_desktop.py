@@ -161,14 +161,15 @@ def product_opener(request: LaunchRequest) -> Opener:
 
 
 def upstream_opener(launch: Launch, cores: int) -> Opener:
-    plan = launch.plan
+    plan, binary = launch.plan, launch.runner.binary
+    assert binary is not None, "the upstream runner needs a llama-server"
     argv = ["-m", plan.model_path or "", "-c", str(plan.ctx), "-t", str(cores), "-np", "1"]
     if not repack_safe_here():
         argv.append("--no-repack")  # upstream's defaults crash on this CPU otherwise (the AMX kernels)
 
     def open_() -> tuple[LlamaServerEngine, float]:
         began = time.perf_counter()
-        process = start_llama_server(argv, binary=launch.runner.binary, adapt=False)
+        process = start_llama_server(argv, binary=binary, adapt=False)
         return LlamaServerEngine(process, model_name=launch.preset.name, slots=1), time.perf_counter() - began
 
     return open_

@@ -434,7 +434,7 @@ def _server(v: Variant, launch: Launch, args: argparse.Namespace) -> Iterator[Ll
         engine = opened.engine
         assert isinstance(engine, LlamaServerEngine)
     else:
-        from clover_local.model_files import chat_template_for
+        from clover_local.launch import chat_template
 
         process: LlamaServerProcess = start_llama_server(
             list(v.argv), binary=launch.runner.binary, adapt=False, ready_timeout_s=args.ready_timeout_s
@@ -443,7 +443,7 @@ def _server(v: Variant, launch: Launch, args: argparse.Namespace) -> Iterator[Ll
             process,
             model_name=launch.preset.name,
             sampling=launch.preset.sampling,
-            template=chat_template_for(launch.plan),
+            template=chat_template(launch),
             slots=1,
         )
     try:

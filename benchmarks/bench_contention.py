@@ -116,10 +116,13 @@ def open_engine(config: Config, plan: Plan, stack: ExitStack) -> ChatEngine:
         )
         stack.callback(result.engine.close)
         return result.engine
-    from clover_local.llamacpp.server import plan_server_argv, start_llama_server
+    from clover_local.llamacpp.server import find_llama_server, plan_server_argv, start_llama_server
     from clover_local.llamacpp.server_engine import LlamaServerEngine
 
-    process = start_llama_server([*plan_server_argv(plan), *config.extra_args])
+    binary = find_llama_server()
+    if binary is None:
+        raise SystemExit("no llama-server found (scripts/build-llama-server)")
+    process = start_llama_server([*plan_server_argv(plan), *config.extra_args], binary=binary)
     engine = LlamaServerEngine(process, model_name=preset.name, sampling=preset.sampling)
     stack.callback(engine.close)
     return engine

@@ -30,6 +30,7 @@ from clover_local.plan.types import EngineKind, Plan
 
 if TYPE_CHECKING:
     from clover_local.detect.machine import Machine
+    from clover_local.engine.templates import TemplateChoice
     from clover_local.engine.types import ChatEngine
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.llamacpp.binary import ServerBinary
@@ -230,13 +231,14 @@ def _open(
 ) -> OpenedEngine:
     plan, preset = launch.plan, launch.preset
     assert plan.model_path is not None
+    template = chat_template(launch)  # chosen once, for either engine: neither asks the header or /props
     if launch.runner.kind == "embedded":
         from clover_local.engine.loader import load_engine
 
         result = load_engine(
             plan.model_path,
             launch.settings.kwargs(),
-            chat_template=launch.request.chat_template or plan.chat_template,
+            chat_template=template,
             sampling=preset.sampling,
             speculative=plan.speculative,
             progress=progress,
@@ -246,9 +248,9 @@ def _open(
 
     from clover_local.llamacpp.server import start_llama_server
     from clover_local.llamacpp.server_engine import LlamaServerEngine
-    from clover_local.model_files import chat_template_for
+    from clover_local.plan.memory import pad_cells
 
-    template = chat_template_for(plan)
+    assert launch.runner.binary is not None  # a llama-server runner has one unless it is to install (refused)
     process = start_llama_server(
         launch.argv,
         binary=launch.runner.binary,
@@ -262,6 +264,7 @@ def _open(
         model_name=preset.name,
         sampling=preset.sampling,
         template=template,
+        n_ctx=pad_cells(plan.ctx),  # each slot's context as llama.cpp holds it (what its /props says)
         slots=plan.parallel,
         ready_timeout_s=ready_timeout_s,
         follow_load=launch.follow_load,
@@ -269,6 +272,29 @@ def _open(
     said = [Notice("chat-template", template.notice)] if template.notice else []
     notes = (*launch.notices, *said, *process.warnings)
     return OpenedEngine(engine, launch, notes)
+
+
+def chat_template(launch: Launch) -> TemplateChoice:
+    """The chat template the launch's model is chatted with on either engine (``templates.choose_template``),
+    against the GGUF's own as the header its facts read holds it (read now only for a launch made without
+    facts, or a file downloaded since)."""
+    from clover_local.engine.templates import builtin_template_names, choose_template
+    from clover_local.facts import LaunchFacts
+    from clover_local.model_files import local_header
+
+    plan, facts = launch.plan, launch.facts
+    path = Path(plan.model_path or "")
+    if isinstance(facts, LaunchFacts) and facts.model is not None and facts.model.path == path:
+        gguf = facts.model.description.chat_template
+    elif (
+        isinstance(facts, LaunchFacts)
+        and facts.quants is not None
+        and facts.quants.paths.get(plan.quant) == path
+    ):
+        gguf = facts.quants.models[plan.quant].chat_template
+    else:
+        gguf = local_header(path).chat_template if plan.model_path else None
+    return choose_template(plan.chat_template, gguf, builtin_template_names())
 
 
 @dataclass(frozen=True)
@@ -287,22 +313,19 @@ def measure_verify_costs(opened: OpenedEngine, *, again: bool = False) -> Verify
     which :func:`open_launch` takes for every front end: later plans read the kept numbers (``decide``), so
     drafting decisions never depend on timings. ``again``: measure even when the plan already uses kept costs
     (``bench verify-costs``)."""
-    from clover_local.engine.embedded import EmbeddedEngine
-
-    engine, spec = opened.engine, opened.plan.speculative
+    spec = opened.plan.speculative
     first = spec.costs_source != "measured" or again
     wanted = spec.enabled and spec.mode == "ngram" and first and spec.costs_key
-    if not wanted or not isinstance(engine, EmbeddedEngine) or engine.n_ctx < spec.n_max + 8:
-        return None
-    if opened.fallback_message is not None:
+    if not wanted or opened.fallback_message is not None:
         return None  # a re-planned load is not the placement the costs would be kept for
+    measured = opened.engine.measure_verify_costs(spec.n_max + 1)
+    if measured is None:
+        return None
     import time
 
-    from clover_local.engine.verify_probe import measure_batch_costs
     from clover_local.measure.records import add_verify_costs
     from clover_local.plan.measured import VerifyCostRecord
 
-    measured = measure_batch_costs(engine, spec.n_max + 1)
     if not measured.quiet:
         return VerifyCostsProbe(
             Notice(
@@ -318,7 +341,6 @@ def measure_verify_costs(opened: OpenedEngine, *, again: bool = False) -> Verify
             spec.costs_key, measured.costs, measured.step_ms, time.strftime("%Y-%m-%d"), measured.others_busy
         )
     )
-    engine.use_batch_costs(measured.costs)
     return VerifyCostsProbe(
         Notice(
             "verify-costs",

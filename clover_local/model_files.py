@@ -17,18 +17,15 @@ from clover_local.errors import UsageError
 from clover_local.gguf.names import DraftKind
 from clover_local.plan.diffusion import DiffusionPlan, DiffusionWishes
 from clover_local.plan.reasons import Reason
-from clover_local.plan.types import Plan
 from clover_local.presets import Preset, load_preset
 
 if TYPE_CHECKING:
     from clover_local.detect.machine import Machine
-    from clover_local.engine.templates import TemplateChoice
     from clover_local.gguf.model import ModelDescription
     from clover_local.model_ref import ModelRef
 
 __all__ = [
     "NamedModel",
-    "chat_template_for",
     "checked_gguf",
     "detect",
     "diffusion_plan_for_file",
@@ -185,19 +182,6 @@ def checked_gguf(path: Path) -> Path:
     if path.suffix.lower() != ".gguf":
         raise UsageError(f"{path} is not a .gguf file.", "llama.cpp loads GGUF files only.")
     return path.absolute()  # not resolved: a Hub cache snapshot is a link to a blob without .gguf
-
-
-def chat_template_for(plan: Plan, chat_template: str | None = None) -> TemplateChoice:
-    """The chat template the plan's model is chatted with (``chat_template``: instead of the plan's), as the
-    embedded engine's loader chooses it (``templates.choose_template``) from the GGUF's own template: what both
-    engines render, and what ``doctor`` reports."""
-    from clover_local.engine.templates import builtin_template_names, choose_template
-
-    gguf_template = None
-    if plan.model_path:
-        path = Path(plan.model_path)
-        gguf_template = local_header(path).chat_template
-    return choose_template(chat_template or plan.chat_template, gguf_template, builtin_template_names())
 
 
 def local_sidecars(model: Path) -> dict[DraftKind, tuple[str, ModelDescription | None]]:

@@ -18,7 +18,6 @@ from clover_local.engine.types import (
     GenerationRequest,
     GenerationStats,
     RunnerHealth,
-    SupervisedEngine,
     TextDelta,
 )
 
@@ -81,7 +80,7 @@ class EngineWrapper:
 
     def health(self) -> RunnerHealth:
         """The inner engine's runner (a wrapped llama-server engine is still supervised)."""
-        return self.inner.health() if isinstance(self.inner, SupervisedEngine) else RunnerHealth()
+        return self.inner.health()
 
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None
@@ -183,6 +182,9 @@ class ScriptedEngine:
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> str | None:
         return None  # counted message by message
+
+    def health(self) -> RunnerHealth:
+        return RunnerHealth()  # in this process: always ready
 
     def close(self) -> None:
         pass

@@ -8,7 +8,13 @@ from collections.abc import Callable, Iterator, Sequence
 from textual.app import App
 from textual.screen import Screen
 
-from clover_local.engine.types import ChatMessage, GenerationEvent, GenerationRequest, ToolFormat
+from clover_local.engine.types import (
+    ChatMessage,
+    GenerationEvent,
+    GenerationRequest,
+    RunnerHealth,
+    ToolFormat,
+)
 from clover_local.tui.app import CloverApp
 
 
@@ -47,6 +53,9 @@ class StillEngine:
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> str | None:
         return None
+
+    def health(self) -> RunnerHealth:
+        return RunnerHealth()  # in this process: always ready
 
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None

@@ -12,7 +12,8 @@ from helpers_serve import llama_server_path
 
 from clover_local.arch_support import ArchCheck
 from clover_local.detect import parse_simulate
-from clover_local.launch import LaunchRequest, choose_runner, decide_launch, open_launch
+from clover_local.engine.types import ChatMessage
+from clover_local.launch import LaunchRequest, chat_template, choose_runner, decide_launch, open_launch
 from clover_local.testing.models import default_spec, tiny_model, tiny_model_from_spec
 
 MACHINE = "ram=16G,cpu=4"
@@ -162,5 +163,52 @@ def test_a_llama_server_launch_starts_with_the_argv_it_shows(monkeypatch: pytest
         process = opened.engine._process  # type: ignore[attr-defined]
         assert process.argv[: len(launch.argv)] == launch.argv
         assert not process.warnings, "nothing left to adapt when it opened"
+    finally:
+        opened.engine.close()
+
+
+@pytest.mark.slow
+def test_a_llama_server_engine_asks_nothing_the_launch_knew(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch gives the engine its chat template and each slot's context: the engine never asks ``/props``,
+    and what it says is what llama-server says (a context of 1000 is held as 1024 cells)."""
+    from clover_local.llamacpp.server_engine import LlamaServerEngine
+
+    request = LaunchRequest(
+        model=str(tiny_model("llama")), ctx=1000, engine="llama-server", llama_server=str(llama_server_path())
+    )
+    launch = decide_launch(request, machine=parse_simulate(MACHINE))
+    asked: list[str] = []
+    real_get = LlamaServerEngine._get
+    monkeypatch.setattr(
+        LlamaServerEngine, "_get", lambda self, path: asked.append(path) or real_get(self, path)
+    )
+    opened = open_launch(launch)
+    try:
+        engine = opened.engine
+        assert isinstance(engine, LlamaServerEngine)
+        assert (engine.n_ctx, engine.template) == (1024, chat_template(launch))
+        assert engine.tool_format in ("hermes", "qwen3_coder") and "/props" not in asked
+        props = real_get(engine, "/props")
+        assert props["default_generation_settings"]["n_ctx"] == engine.n_ctx
+    finally:
+        opened.engine.close()
+
+
+@pytest.mark.slow
+def test_opening_reads_no_header_the_facts_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chat template comes from the header the launch's facts read: opening reads no header again."""
+    launch = decide_launch(
+        LaunchRequest(model=str(tiny_model("llama")), ctx=512), machine=parse_simulate(MACHINE)
+    )
+
+    def read_again(path: Path) -> None:
+        raise AssertionError(f"opening the launch read {path.name}'s header again")
+
+    monkeypatch.setattr("clover_local.gguf.header.header_of", read_again)
+    opened = open_launch(launch, measure_costs=False)
+    try:
+        assert opened.engine.render_prompt((ChatMessage("user", "hi"),)) == (
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        )
     finally:
         opened.engine.close()

@@ -431,3 +431,49 @@ def test_each_decision_is_written_once(what: str, needle: str, owner: str) -> No
         and any(s == needle or (len(needle) > 2 and needle in s) for s in _string_constants(path))
     )
     assert holders == [owner], f"{what} is written in {holders}; only {owner} should hold it"
+
+
+ENGINE_PACKAGES = ("clover_local.engine", "clover_local.llamacpp")
+
+
+def _engine_classes() -> set[str]:
+    """The engine classes and protocols the engine packages define (``EmbeddedEngine``, ``LlamaServerEngine``...)."""
+    return {
+        node.name
+        for m, path in MODULES.items()
+        if m.startswith(ENGINE_PACKAGES)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Engine")
+    }
+
+
+def _engine_type_tests(source: str, engines: set[str]) -> list[int]:
+    """Lines of ``source`` that test an object against an engine class (``isinstance``/``issubclass``)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 2:
+            named = {
+                n.id if isinstance(n, ast.Name) else n.attr
+                for n in ast.walk(node.args[1])
+                if isinstance(n, ast.Name | ast.Attribute)
+            }
+            if node.func.id in ("isinstance", "issubclass") and named & engines:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_what_an_engine_can_do_is_declared_never_tested_by_type() -> None:
+    """Users read the members ``ChatEngine`` declares (``health``, ``runner_pid``, ``measure_verify_costs``), as
+    Ollama's ``LlamaServer`` interface says what a backend can do: a type test outside the engine packages
+    hides a contract, and a new engine silently loses what it was tested out of."""
+    engines = _engine_classes()
+    assert {"EmbeddedEngine", "LlamaServerEngine", "ChatEngine"} <= engines
+    found = [
+        f"{m}:{line}"
+        for m, path in MODULES.items()
+        if not m.startswith(ENGINE_PACKAGES)
+        for line in _engine_type_tests(path.read_text(encoding="utf-8"), engines)
+    ]
+    assert found == [], f"type tests on an engine class outside the engine packages: {found}"
+    seen = _engine_type_tests("ok = isinstance(e, (int, engine.LlamaServerEngine))\n", engines)
+    assert seen == [1], "the checker must see a type test through a module and in a tuple"

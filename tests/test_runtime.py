@@ -9,7 +9,7 @@ import pytest
 from clover_local import model_files, user_prefs
 from clover_local.detect import parse_simulate
 from clover_local.errors import UsageError
-from clover_local.launch import LaunchRequest, choose_runner, decide_launch, open_launch
+from clover_local.launch import LaunchRequest, chat_template, choose_runner, decide_launch, open_launch
 from clover_local.plan.llama_args import llama_server_args
 from clover_local.presets import load_preset
 
@@ -100,7 +100,7 @@ def test_a_bare_model_file_is_planned_as_its_preset_with_that_template(gemma_pat
     argv = llama_server_args(plan)
     at = argv.index("--chat-template")
     assert argv[at : at + 3] == ["--chat-template", "gemma", "--no-jinja"]
-    template = model_files.chat_template_for(plan)
+    template = chat_template(launch)
     assert (template.kind, template.name) == ("builtin", "gemma")
 
 
@@ -109,8 +109,6 @@ def test_a_gguf_without_a_template_and_preset_is_chatted_with_as_plain_text(tmp_
     from clover_local.testing.models import TinySpec, tiny_model_from_spec
 
     path = tiny_model_from_spec(TinySpec(kind="llama", chat_template=""))
-    plan = decide_launch(
-        LaunchRequest(None, str(path), ctx=512), machine=parse_simulate("ram=16G,cpu=4")
-    ).plan
-    template = model_files.chat_template_for(plan)
+    launch = decide_launch(LaunchRequest(None, str(path), ctx=512), machine=parse_simulate("ram=16G,cpu=4"))
+    template = chat_template(launch)
     assert template.kind == "completion" and template.notice

@@ -215,10 +215,10 @@ def test_doctor_says_whether_a_models_template_calls_tools(gemma_path: Path) -> 
     from clover_local.testing.vocab import QWEN3_TOOLS_TEMPLATE
 
     machine = parse_simulate("ram=16G,cpu=2")
-    gemma = chat_report(decide_launch(LaunchRequest(None, str(gemma_path), ctx=1024), machine=machine).plan)
+    gemma = chat_report(decide_launch(LaunchRequest(None, str(gemma_path), ctx=1024), machine=machine))
     assert (gemma["template"], gemma["kind"], gemma["tool_calls"]) == ("gemma", "builtin", "generic")
     qwen = tiny_model_from_spec(TinySpec(kind="llama", chat_template=QWEN3_TOOLS_TEMPLATE, tool_caller=True))
-    native = chat_report(decide_launch(LaunchRequest(None, str(qwen), ctx=1024), machine=machine).plan)
+    native = chat_report(decide_launch(LaunchRequest(None, str(qwen), ctx=1024), machine=machine))
     assert (native["kind"], native["tool_calls"]) == ("jinja", "native") and "hermes" in native[
         "tool_calls_detail"
     ]

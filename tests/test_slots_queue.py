@@ -28,6 +28,7 @@ from clover_local.engine.types import (
     GenerationEvent,
     GenerationRequest,
     GenerationStats,
+    RunnerHealth,
     TextDelta,
     ToolFormat,
 )
@@ -70,6 +71,9 @@ class HeldTurns:
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> str | None:
         return None
+
+    def health(self) -> RunnerHealth:
+        return RunnerHealth()  # in this process: always ready
 
     def close(self) -> None:
         pass

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from clover_local.errors import CloverError, UsageError
 
 if TYPE_CHECKING:
+    from clover_local.launch_types import Launch
     from clover_local.plan.types import Plan
     from clover_local.presets import Preset
 
@@ -128,12 +129,12 @@ def llama_cpp_python_report() -> dict[str, Any]:
     return report
 
 
-def chat_report(plan: Plan) -> dict[str, Any]:
-    """The chat template both engines use for the plan's model, and whether it shows tools itself."""
+def chat_report(launch: Launch) -> dict[str, Any]:
+    """The chat template both engines use for the launch's model, and whether it shows tools itself."""
     from clover_local.engine.templates import renders_tools, tool_support
-    from clover_local.model_files import chat_template_for
+    from clover_local.launch import chat_template
 
-    choice = chat_template_for(plan)
+    choice = chat_template(launch)
     report: dict[str, Any] = {
         "template": choice.name,
         "kind": choice.kind,
@@ -212,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         plan, preset = launch.plan, launch.preset
         out["runner"] = {"kind": launch.runner.kind, "why": launch.runner.why}
         tools = server.get("tools") or {}
-        out["chat"] = chat_report(plan)
+        out["chat"] = chat_report(launch)
         out["fit"] = fit_report(plan, preset, tools.get("llama-fit-params"))
     if args.json:
         print(json.dumps(out, indent=2))

@@ -23,6 +23,7 @@ from clover_local.engine.types import (
     GenerationEvent,
     GenerationRequest,
     GenerationStats,
+    RunnerHealth,
     TextDelta,
     ToolCallMade,
     ToolFormat,
@@ -92,6 +93,16 @@ class EndpointEngine:
 
     def count_tokens(self, text: str) -> int:
         raise EngineError("An OpenAI-compatible endpoint does not count tokens.")
+
+    def health(self) -> RunnerHealth:
+        return RunnerHealth()  # what the endpoint runs on is its own: a reply that fails says so
+
+    @property
+    def runner_pid(self) -> None:
+        return None  # not a process of this machine's
+
+    def measure_verify_costs(self, n_max_batch: int) -> None:
+        """Nothing to measure: the endpoint drafts (or not) by its own rule."""
 
     def close(self) -> None:
         """Nothing to unload: the endpoint belongs to someone else."""

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from clover_local.compare.contenders import Contender
 from clover_local.compare.options import CompareOptions, OpenedContender, Progress
 from clover_local.errors import PlanError, UsageError
-from clover_local.llamacpp.server_engine import LlamaServerEngine
 
 if TYPE_CHECKING:
     from clover_local.detect.machine import Machine
@@ -153,8 +152,6 @@ def open_local(
 ) -> OpenedContender:
     """The contender planned for this machine (its own plan) and loaded through ``open_launch``; a plan that
     does not fit is refused before loading (it would swap, and its times would say nothing)."""
-    import os as _os
-
     from clover_local.launch import LaunchRequest, decide_launch, open_launch
     from clover_local.plan.reasons import find_reason
 
@@ -169,9 +166,7 @@ def open_local(
             "Compare a smaller quant or model, or give a smaller --ctx.",
         )
     opened = open_launch(launch)
-    engine = opened.engine
-    process = engine.process if isinstance(engine, LlamaServerEngine) else None
-    pid = process.pid if process is not None else _os.getpid()
+    pid = opened.engine.runner_pid or os.getpid()
     plan = opened.launch.plan
     description = f"{opened.kind}: {Path(plan.model_path or path).name} {plan.quant}, ctx {plan.ctx}"
     return OpenedContender(

@@ -41,8 +41,11 @@ from clover_local.engine.types import (
     GenerationEvent,
     GenerationRequest,
     GenerationStats,
+    MeasuredCosts,
+    RunnerHealth,
     ToolFormat,
 )
+from clover_local.engine.verify_probe import measure_batch_costs
 from clover_local.errors import ContextFull, EngineError, UsageError
 from clover_local.plan.reasons import Notice
 from clover_local.plan.types import SpeculativePlan
@@ -559,9 +562,23 @@ class EmbeddedEngine:
 
     # --- measuring ---------------------------------------------------------------------------------------------
 
-    def use_batch_costs(self, costs: Sequence[float]) -> None:
-        """Draft with this verification cost table from now on (measured here: ``engine.verify_probe``)."""
-        self._parts.speculative = replace(self._parts.speculative, batch_costs=tuple(costs))
+    def measure_verify_costs(self, n_max_batch: int) -> MeasuredCosts | None:
+        """What verifying drafts costs here (``engine.verify_probe``), drafted by from now on when measured
+        quietly; None when the context cannot hold the probe."""
+        if self.n_ctx < n_max_batch + 7:
+            return None
+        measured = measure_batch_costs(self, n_max_batch)
+        if measured.quiet:
+            self._parts.speculative = replace(self._parts.speculative, batch_costs=measured.costs)
+        return measured
+
+    def health(self) -> RunnerHealth:
+        """Always ready: the model runs in this process."""
+        return RunnerHealth()
+
+    @property
+    def runner_pid(self) -> int | None:
+        return None
 
     def time_batches(
         self, context: Sequence[int], sizes: Sequence[int], rounds: int, budget_s: float

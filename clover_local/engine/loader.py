@@ -17,6 +17,7 @@ from typing import Any
 
 from clover_local.engine.embedded import EmbeddedEngine, EngineParts
 from clover_local.engine.load_log import says_out_of_memory
+from clover_local.engine.templates import TemplateChoice
 from clover_local.errors import EngineError, OutOfMemoryError
 from clover_local.plan.diffusion import DiffusionPlan
 from clover_local.plan.memory import rollback_snapshots
@@ -45,13 +46,14 @@ def load_engine(
     model_path: str | Path,
     settings: dict[str, Any],
     *,
-    chat_template: str = "gguf",
+    chat_template: str | TemplateChoice = "gguf",
     sampling: SamplingDefaults | None = None,
     speculative: SpeculativePlan | None = None,
     progress: Callable[[float], None] | None = None,
     diffusion: DiffusionPlan | None = None,
 ) -> LoadResult:
-    """Load ``model_path`` with ``settings`` (:class:`OutOfMemoryError` when memory runs out).
+    """Load ``model_path`` with ``settings`` (:class:`OutOfMemoryError` when memory runs out), chatting with
+    ``chat_template`` as the launch chose it (a name: chosen here against the GGUF's own).
 
     A diffusion model is decoded as ``diffusion`` says (None: the defaults for its header); its context is
     sized to the canvas (n_ctx = n_batch = n_ubatch)."""
@@ -83,7 +85,7 @@ def _check_file(path: Path) -> None:
 def _load(
     settings: dict[str, Any],
     path: Path,
-    chat_template: str,
+    chat_template: str | TemplateChoice,
     sampling: SamplingDefaults,
     speculative: SpeculativePlan,
     progress: Callable[[float], None] | None,
@@ -140,8 +142,12 @@ def _load(
                     model, ctx, params.model, params.context, sidecar, speculative.draft_n_max
                 )
             ctx_log.lines.extend(mtp_log.lines)
-        choice = templates.choose_template(
-            chat_template, templates.gguf_chat_template(model), templates.builtin_template_names()
+        choice = (  # as the launch chose it, else from the GGUF's own
+            chat_template
+            if isinstance(chat_template, TemplateChoice)
+            else templates.choose_template(
+                chat_template, templates.gguf_chat_template(model), templates.builtin_template_names()
+            )
         )
     except BaseException:
         C.llama_model_free(model)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol
 
 Role = Literal["system", "user", "assistant", "tool"]
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
@@ -164,6 +164,26 @@ class Finished:
 GenerationEvent = TextDelta | Refining | ToolCallMade | Finished
 
 
+@dataclass(frozen=True)
+class MeasuredCosts:
+    """What verifying drafts costs on this machine, measured on the loaded engine (``engine.verify_probe``)."""
+
+    costs: tuple[float, ...]
+    """``costs[m - 1]``: a batch of ``m`` tokens relative to one step (``costs[0] == 1``)."""
+    step_ms: float
+    """One plain decoding step, milliseconds (median)."""
+    rounds: int
+    others_busy: float
+    """Cores' worth of CPU the other programs used while it was measured (``detect.cpu_load``)."""
+    quiet: bool
+    """Whether they left the probe's threads their cores: only a quiet measurement is kept and used."""
+
+    @property
+    def ceiling(self) -> float:
+        """The most speculation can gain here: the longest batch's tokens per unit of cost at 100% acceptance."""
+        return len(self.costs) / self.costs[-1] if self.costs else 1.0
+
+
 class ChatEngine(Protocol):
     """What the CLI, the server and the TUI need from an engine, and what it can do, said up front (as Ollama's
     ``LlamaServer`` interface and llm's ``Model`` do): users read these members, never probe for others."""
@@ -205,6 +225,24 @@ class ChatEngine(Protocol):
         ...
 
     def count_tokens(self, text: str) -> int: ...
+
+    def health(self) -> RunnerHealth:
+        """Whether the runner can answer (``serve``'s ``/health``, the chat's status line): a ``llama-server``
+        child can stop, be started again or be given up; an engine in this process always reports ``ready``."""
+        ...
+
+    @property
+    def runner_pid(self) -> int | None:
+        """The child process holding the model (a ``llama-server`` started here, as it runs now); None where there
+        is none (this process holds it, or a server elsewhere)."""
+        ...
+
+    def measure_verify_costs(self, n_max_batch: int) -> MeasuredCosts | None:
+        """Time what verifying drafts of up to ``n_max_batch`` tokens costs on this engine
+        (``engine.verify_probe``) and draft by that table from now on where it was measured while the machine
+        was quiet; None where drafts are not verified in this process (a ``llama-server`` child) or the context
+        is too small to measure them."""
+        ...
 
     def close(self) -> None: ...
 
@@ -250,15 +288,6 @@ class RunnerHealth:
     retry_after_s: float | None = None
     threads: RunnerThreads | None = None
     """The threads it runs with, where it follows the load (None: fixed at launch)."""
-
-
-@runtime_checkable
-class SupervisedEngine(Protocol):
-    """An engine whose runner is a child process that can stop and be started again (``LlamaServerEngine``):
-    ``serve``'s ``/health`` and the chat's status line show its state. The embedded engine runs in this process
-    and has no such state."""
-
-    def health(self) -> RunnerHealth: ...
 
 
 def prompt_tokens(engine: ChatEngine, messages: Sequence[ChatMessage]) -> int:

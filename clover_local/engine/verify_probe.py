@@ -23,14 +23,28 @@ own costs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from clover_local.detect.cpu_load import CpuSample, others_busy_cores, sample_cpu
+from clover_local.engine.batch_threads import LoadThreads
+from clover_local.engine.types import MeasuredCosts
 from clover_local.plan.threads import threads_for_load
 
-if TYPE_CHECKING:
-    from clover_local.engine.embedded import EmbeddedEngine
+
+class TimesBatches(Protocol):
+    """What the probe times on: the embedded engine (``EmbeddedEngine.time_batches``)."""
+
+    threads: LoadThreads
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]: ...
+
+    def time_batches(
+        self, context: Sequence[int], sizes: Sequence[int], rounds: int, budget_s: float
+    ) -> dict[int, list[float]]: ...
+
 
 CONTEXT_TEXT = (
     "def total(order):\n    return sum(line.price * line.qty for line in order.lines)\n\n"
@@ -42,24 +56,6 @@ ROUNDS = 5
 BUDGET_S = 6.0
 """Rounds stop once this much time is spent (at least two rounds run): a large model on a CPU measures less
 precisely rather than keeping its first load waiting."""
-
-
-@dataclass(frozen=True)
-class MeasuredCosts:
-    costs: tuple[float, ...]
-    """``costs[m - 1]``: a batch of ``m`` tokens relative to one step (``costs[0] == 1``)."""
-    step_ms: float
-    """One plain decoding step, milliseconds (median)."""
-    rounds: int
-    others_busy: float
-    """Cores' worth of CPU the other programs used while it was measured (``detect.cpu_load``)."""
-    quiet: bool
-    """Whether they left the probe's threads their cores: only a quiet measurement is kept and used."""
-
-    @property
-    def ceiling(self) -> float:
-        """The most speculation can gain here: the longest batch's tokens per unit of cost at 100% acceptance."""
-        return len(self.costs) / self.costs[-1] if self.costs else 1.0
 
 
 def probe_sizes(n_max_batch: int) -> tuple[int, ...]:
@@ -100,7 +96,7 @@ def measured_quietly(others_busy: float, threads: int, n_cpus: int) -> bool:
 
 
 def measure_batch_costs(
-    engine: EmbeddedEngine,
+    engine: TimesBatches,
     n_max_batch: int,
     *,
     rounds: int = ROUNDS,

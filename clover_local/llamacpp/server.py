@@ -300,7 +300,7 @@ class LlamaServerProcess:
 def start_llama_server(
     argv: Sequence[str],
     *,
-    binary: ServerBinary | None = None,
+    binary: ServerBinary,
     host: str = "127.0.0.1",
     port: int | None = None,
     api_key: str | None = None,
@@ -310,16 +310,11 @@ def start_llama_server(
     adapt: bool = True,
     keep_slots: bool = False,
 ) -> LlamaServerProcess:
-    """Start ``llama-server`` with ``argv`` (flags fitted to the binary, warnings in ``.warnings``) and
-    return once ``/health`` says it is ready. ``keep_slots``: let it save and restore its slots' state in a
+    """Start ``binary`` (the one the launch chose: nothing is looked for here) with ``argv`` (fitted to the
+    binary when ``adapt``: a launch fitted when decided asks nothing; warnings in ``.warnings``) and return once
+    ``/health`` says it is ready. ``keep_slots``: let it save and restore its slots' state in a
     private folder of its own (``--slot-save-path``, where the binary has it; removed when it is stopped), so a
     relaunch keeps the conversations it holds (:attr:`LlamaServerProcess.slot_save_dir`)."""
-    binary = binary or find_llama_server()
-    if binary is None:
-        raise ServerError(
-            "No llama-server was found (CLOVER_LLAMA_SERVER, the built one, PATH).",
-            "Build one with scripts/build-llama-server, or use --engine embedded.",
-        )
     warnings: tuple[Notice, ...] = ()
     fitted = common_argv_here(argv)  # whatever machine the plan describes, this CPU runs it
     caps: Capabilities | None = None

@@ -62,8 +62,10 @@ class LlamaServerEngine:
     ``close()`` stops it. While it restarts, requests raise :class:`RunnerUnavailable` (``serve``: a 503 with
     ``Retry-After``); one in flight when it stopped raises :class:`RunnerDied`.
     Speculative decoding is set when the server starts (``--spec-type``); ``request.speculative`` cannot
-    change it per request and is ignored. ``template`` is the chat template the server was started with, as
-    ``templates.choose_template`` chose it (None: read from the server's ``/props``). ``follow_load``: start the
+    change it per request and is ignored. ``template`` (the chat template the server was started with, as
+    ``templates.choose_template`` chose it) and ``n_ctx`` (each slot's context: ``-c`` split by ``-np``) come
+    from the launch; only a server started without one (a test's, a benchmark's, one at a URL) is asked its
+    ``/props`` for them. ``follow_load``: start the
     supervised child again with other threads as the machine's load changes (``load_follow``), reading the
     load from ``load_lookout`` (tests give a scripted one; default: the machine's CPU times)."""
 
@@ -76,6 +78,7 @@ class LlamaServerEngine:
         api_key: str | None = None,
         owns_process: bool = True,
         template: TemplateChoice | None = None,
+        n_ctx: int | None = None,
         slots: int = 1,
         restarts: RestartPolicy | None = DEFAULT_RESTARTS,
         ready_timeout_s: float = 600.0,
@@ -101,7 +104,7 @@ class LlamaServerEngine:
         self._owns = owns_process
         self._sampling = sampling or SamplingDefaults()
         self._model_name = model_name
-        self._n_ctx: int | None = None
+        self._n_ctx = n_ctx
         self._template = template
         self._turn_markers: tuple[str, ...] | None = None
         self._opening: tuple[int, ...] | None = None
@@ -135,11 +138,6 @@ class LlamaServerEngine:
         """What watches and restarts this engine's llama-server (None: not supervised)."""
         return self._supervisor
 
-    @property
-    def follower(self) -> LoadFollower | None:
-        """What starts llama-server again with other threads as the load changes (None: threads fixed)."""
-        return self._follower
-
     def health(self) -> RunnerHealth:
         """Whether llama-server can answer: ``ready``, ``restarting`` (it stopped and is being started again),
         ``failed`` (it kept stopping, or it stopped with no supervisor to start it again) or ``stopped``; with the
@@ -150,6 +148,13 @@ class LlamaServerEngine:
         if self._process is not None and self._process.pid is not None and not self._process.running:
             return RunnerHealth("failed", self._process.exit_summary())
         return RunnerHealth()
+
+    @property
+    def runner_pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def measure_verify_costs(self, n_max_batch: int) -> None:
+        """None: llama-server verifies drafts in its child, by its own rule."""
 
     @property
     def model_name(self) -> str:

@@ -96,15 +96,19 @@ def measure_llama_server(model: Path, plan: Plan, log: Log, n_predict: int = 128
     from dataclasses import replace
 
     from clover_local.llamacpp import http_client
+    from clover_local.llamacpp.binary import find_llama_server
     from clover_local.llamacpp.server import plan_server_argv, start_llama_server
     from clover_local.measure.gpu_memory import PeakSampler
 
+    binary = find_llama_server()
+    if binary is None:
+        return EngineMeasure(error="no llama-server found")
     argv = plan_server_argv(replace(plan, model_path=str(model)))
     try:
         with contextlib.ExitStack() as stack:
             log_lines: list[str] = []
             server = stack.enter_context(
-                start_llama_server(argv, ready_timeout_s=600, on_log=log_lines.append)
+                start_llama_server(argv, binary=binary, ready_timeout_s=600, on_log=log_lines.append)
             )
             sampler = stack.enter_context(PeakSampler(server.pid or 0))
             body = {

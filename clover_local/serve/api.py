@@ -34,8 +34,6 @@ from clover_local.engine.types import (
     Finished,
     GenerationEvent,
     GenerationRequest,
-    RunnerHealth,
-    SupervisedEngine,
     TextDelta,
     ToolCall,
     ToolCallMade,
@@ -162,7 +160,7 @@ class OpenAIServer:
         )
 
     async def health(self, request: Request) -> Response:
-        runner = self.engine.health() if isinstance(self.engine, SupervisedEngine) else RunnerHealth()
+        runner = self.engine.health()
         if (
             runner.state != "ready"
         ):  # restarting after a stop, or given up (a lost RPC worker, a model too big...)

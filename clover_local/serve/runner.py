@@ -9,7 +9,7 @@ import time
 
 import uvicorn
 
-from clover_local.engine.types import ChatEngine, SupervisedEngine
+from clover_local.engine.types import ChatEngine
 from clover_local.errors import RunnerUnavailable, ServerError
 from clover_local.serve.api import ApiConfig, OpenAIServer
 from clover_local.serve.header_deadline import header_deadline_protocol
@@ -55,7 +55,7 @@ class _GivenUpWatch:
     """Stops ``server`` once ``engine``'s runner is given up (``RunnerHealth`` ``failed``), keeping the reason:
     a server that answers 503 for ever is never restarted by a process manager, one that exits is."""
 
-    def __init__(self, engine: SupervisedEngine, server: uvicorn.Server) -> None:
+    def __init__(self, engine: ChatEngine, server: uvicorn.Server) -> None:
         self.engine, self.server = engine, server
         self.why: str | None = None
         self._done = threading.Event()
@@ -95,7 +95,7 @@ def serve_forever(
     api = OpenAIServer(engine, config)
     server = uvicorn.Server(_config(api, host, port, log_level))
     watch = None
-    if not keep_serving and isinstance(engine, SupervisedEngine):
+    if not keep_serving:
         watch = _GivenUpWatch(engine, server).start()
     try:
         server.run()

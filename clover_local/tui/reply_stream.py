@@ -16,7 +16,6 @@ from clover_local.engine.types import (
     GenerationRequest,
     GenerationStats,
     Refining,
-    SupervisedEngine,
     TextDelta,
 )
 from clover_local.errors import CloverError, ContextFull, RunnerUnavailable
@@ -106,8 +105,6 @@ def wait_for_runner(engine: ChatEngine, cancel: threading.Event, is_cancelled: C
     """Hold a message sent while the engine's runner is starting again until it is ready (or the reply is
     stopped): the message is answered then, rather than refused. A runner that was given up raises at once,
     saying the chat's way out (the engine's own words are for ``serve``'s clients)."""
-    if not isinstance(engine, SupervisedEngine):
-        return
     deadline = time.monotonic() + RUNNER_WAIT_S
     while engine.health().state == "restarting" and time.monotonic() < deadline:
         if is_cancelled() or cancel.wait(0.2):

@@ -40,7 +40,6 @@ from clover_local.engine.types import (
     GenerationRequest,
     GenerationStats,
     RunnerHealth,
-    SupervisedEngine,
     TextDelta,
     prompt_tokens,
 )
@@ -197,8 +196,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
             self._last_chat_hint()
         else:
             self.call_after_refresh(self._carry_on, self.carried)
-        if isinstance(self.engine, SupervisedEngine):
-            self.set_interval(RUNNER_CHECK_S, self._check_runner)
+        self.set_interval(RUNNER_CHECK_S, self._check_runner)
 
     async def _carry_on(self, carried: LoadAgain) -> None:
         """The chat before this one (its runner given up) goes on here: its conversation and its unsent text."""
@@ -215,7 +213,6 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
     def _check_runner(self) -> None:
         """Say when the runner stops, is started again, is back or was given up (once each), in the status line
         and one notification; the conversation stays as it is."""
-        assert isinstance(self.engine, SupervisedEngine)
         now = self.engine.health()
         before, self.runner = self.runner, now
         if (now.state, now.restarts, _load_note(now)) == (before.state, before.restarts, _load_note(before)):
@@ -381,10 +378,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
                 view.mark_failed("not answered: it is back in the message box")
             self.journal.truncate(len(self.history))
         full = bool(message.context_full and text and self.history[self.context_from :])
-        runner_gone = isinstance(self.engine, SupervisedEngine) and self.engine.health().state in (
-            "failed",
-            "stopped",
-        )
+        runner_gone = self.engine.health().state in ("failed", "stopped")
         # A queue behind a full context waits for the choice below; behind a runner given up, nothing answers it.
         queued, self._pending = (self._pending, []) if full or runner_gone else ([], self._pending)
         if text or queued:
@@ -418,7 +412,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
             self.last_stats,
             self.engine.n_ctx,
             generating=generating,
-            runner=self.engine.health() if isinstance(self.engine, SupervisedEngine) else None,
+            runner=self.engine.health(),
             used_tokens=self.used_tokens,
         )
         self.query_one("#status", Static).update(text)
@@ -695,7 +689,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
         if self.generating:  # the engine is closed for the next model: never under a running reply
             self.notify("Stop the reply first (Esc).", severity="warning", timeout=3)
             return
-        if isinstance(self.engine, SupervisedEngine) and self.engine.health().state in ("failed", "stopped"):
+        if self.engine.health().state in ("failed", "stopped"):
             self.journal.flush()
             chat_id = self.journal.chat_id if self.history else None
             draft = self.query_one("#prompt", MessageBox).text
