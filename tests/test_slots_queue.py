@@ -47,6 +47,7 @@ class HeldTurns:
     n_ctx = 1024
     tool_format: ToolFormat = "hermes"
     model_name = "held turns"
+    submit = None
 
     def __init__(self, slots: int) -> None:
         self.slots = slots

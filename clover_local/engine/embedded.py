@@ -18,9 +18,10 @@ decodes every active sequence's next token in one batch, each in its own slot an
 from __future__ import annotations
 
 import ctypes
+import queue
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,15 +33,18 @@ from clover_local.engine.batch_threads import LoadThreads
 from clover_local.engine.checkpoints import TAIL_TOKENS, Checkpoints, DraftRollback
 from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
-from clover_local.engine.scheduler import SlotScheduler
+from clover_local.engine.scheduler import Job, SlotScheduler
 from clover_local.engine.sequence import ActiveSequence, Run, Slot
 from clover_local.engine.templates import TemplateChoice, renderer
 from clover_local.engine.types import (
+    END,
     ChatMessage,
     Finished,
     GenerationEvent,
     GenerationRequest,
     GenerationStats,
+    Sink,
+    Submit,
     ToolFormat,
 )
 from clover_local.errors import ContextFull, EngineError, UsageError
@@ -124,7 +128,7 @@ class EmbeddedEngine:
                     f"{self._n_seq} slots (--parallel 1 keeps it); n-gram drafting is not affected.",
                 )
             )
-        self._scheduler = SlotScheduler(self) if self._n_seq > 1 else None
+        self._scheduler = SlotScheduler(self)
         self.threads = LoadThreads(
             lambda t, tb: C.llama_set_n_threads(parts.ctx, t, tb),
             int(C.llama_n_threads(parts.ctx)),
@@ -203,8 +207,7 @@ class EmbeddedEngine:
         if self._closed:
             return
         self._closed = True
-        if self._scheduler is not None:
-            self._scheduler.close()
+        self._scheduler.close()
         if self._mtp is not None:
             self._mtp.close()
         C.llama_batch_free(self._batch)
@@ -238,12 +241,57 @@ class EmbeddedEngine:
             del tokens[0]  # the template wrote <bos> and the tokenizer added one too
         return tokens
 
+    @property
+    def submit(self) -> Submit | None:
+        """The batch thread, taking requests straight from ``serve``'s queue."""
+        return self._submit
+
+    def _submit(self, request: GenerationRequest, cancel: threading.Event, sink: Sink) -> None:
+        """Hand ``request`` to the batch thread, which prepares it, runs it and gives its items to ``sink``."""
+        if self._closed:
+            raise EngineError("This engine was closed; load the model again.")
+        self._scheduler.submit(Job(request, cancel, self._split_calls(request, sink)))
+
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None
     ) -> Iterator[GenerationEvent]:
+        """One slot: the sequence steps alone on the caller's thread (``run``, ``bench``). Several: through the
+        batch thread, as :meth:`submit`."""
         if self._closed:
             raise EngineError("This engine was closed; load the model again.")
-        t0 = time.perf_counter()
+        if self._n_seq == 1:
+            yield from self._generate_alone(request, cancel)
+            return
+        items: queue.SimpleQueue[object] = queue.SimpleQueue()
+        job = Job(request, cancel, self._split_calls(request, items.put))
+        self._scheduler.submit(job)
+        item = None
+        try:
+            while (item := items.get()) is not END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item  # type: ignore[misc]
+        finally:
+            job.abort.set()  # a no-op when it ended; else it ends at the next step
+            while item is not END:  # then the batch no longer uses its slot
+                item = items.get()
+
+    def _split_calls(self, request: GenerationRequest, sink: Sink) -> Sink:
+        """``sink`` with the tool calls taken out of the text, where the request shows tools."""
+        if not toolcalls.shown_tools(request):
+            return sink
+        split = toolcalls.EventSplitter(self.tool_format, request.tools)
+
+        def split_sink(item: object) -> None:
+            for part in split(item):
+                sink(part)
+
+        return split_sink
+
+    def open_sequence(
+        self, request: GenerationRequest, cancel: threading.Event | None, t0: float
+    ) -> ActiveSequence:
+        """``request``'s sequence, ready to start: its prompt tokenized, its stops and sampler made."""
         prompt = self._prompt_tokens(request)
         if len(prompt) >= self._n_ctx:
             raise ContextFull(
@@ -267,22 +315,11 @@ class EmbeddedEngine:
             grammar=gbnf,
             grammar_ends=self._marker_ends,
         )
-        inner: Generator[GenerationEvent, None, None] | None = None
         try:
-            seq = self._sequence(request, prompt, max_new, picker, cancel, t0)
-            if self._scheduler is not None:
-                inner = self._scheduler.run(seq)
-            else:
-                seq.slot = self._slots[0]
-                inner = self._generate_alone(seq)
-            events: Iterator[GenerationEvent] = inner
-            if toolcalls.shown_tools(request):
-                events = toolcalls.split_events(inner, self.tool_format, request.tools)
-            yield from events
-        finally:
-            if inner is not None:
-                inner.close()  # the scheduler's: waits until the batch no longer uses this sequence's sampler
+            return self._sequence(request, prompt, max_new, picker, cancel, t0)
+        except BaseException:
             picker.close()
+            raise
 
     def _sequence(
         self,
@@ -310,8 +347,20 @@ class EmbeddedEngine:
         seq.mtp = self._mtp if spec else None
         return seq
 
-    def _generate_alone(self, seq: ActiveSequence) -> Generator[GenerationEvent, None, None]:
-        """A one-slot engine: the sequence steps alone until done."""
+    def _generate_alone(
+        self, request: GenerationRequest, cancel: threading.Event | None
+    ) -> Iterator[GenerationEvent]:
+        seq = self.open_sequence(request, cancel, time.perf_counter())
+        seq.slot = self._slots[0]
+        try:
+            events = self._steps_alone(seq)
+            if toolcalls.shown_tools(request):
+                events = toolcalls.split_events(events, self.tool_format, request.tools)
+            yield from events
+        finally:
+            seq.picker.close()
+
+    def _steps_alone(self, seq: ActiveSequence) -> Iterator[GenerationEvent]:
         if not self.start_sequence(seq):
             seq.stop("cancelled")
         while not seq.done:

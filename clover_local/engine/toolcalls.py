@@ -492,23 +492,33 @@ def split_events(
 ) -> Iterator[GenerationEvent]:
     """An engine's text events with the tool calls taken out of the text and sent as :class:`ToolCallMade`;
     the finish reason becomes ``tool_calls`` when the reply made any."""
-    splitter = CallSplitter(fmt, tools)
-    n_calls = 0
+    split = EventSplitter(fmt, tools)
     for event in events:
-        if isinstance(event, TextDelta):
-            text, calls = splitter.push(event.text)
-        elif isinstance(event, Finished):
-            text, calls = splitter.finish(truncated=event.stats.finish_reason == "length")
+        yield from split(event)
+
+
+class EventSplitter:
+    """:func:`split_events` one item at a time, for a sink an engine's own thread calls (items that are not text
+    or the end, an exception, say, pass through)."""
+
+    def __init__(self, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> None:
+        self._splitter = CallSplitter(fmt, tools)
+        self._calls = 0
+
+    def __call__(self, item: object) -> list[Any]:
+        if isinstance(item, TextDelta):
+            text, calls = self._splitter.push(item.text)
+        elif isinstance(item, Finished):
+            text, calls = self._splitter.finish(truncated=item.stats.finish_reason == "length")
         else:
-            yield event
-            continue
-        if text:
-            yield TextDelta(text)
+            return [item]
+        out: list[Any] = [TextDelta(text)] if text else []
         for call in calls:
-            yield ToolCallMade(n_calls, call)
-            n_calls += 1
-        if isinstance(event, Finished):
-            stats = event.stats
-            if n_calls and stats.finish_reason == "stop":
+            out.append(ToolCallMade(self._calls, call))
+            self._calls += 1
+        if isinstance(item, Finished):
+            stats = item.stats
+            if self._calls and stats.finish_reason == "stop":
                 stats = replace(stats, finish_reason="tool_calls")
-            yield Finished(stats)
+            out.append(Finished(stats))
+        return out

@@ -30,6 +30,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from clover_local.engine.types import (
+    END,
     ChatEngine,
     Finished,
     GenerationEvent,
@@ -51,7 +52,7 @@ from clover_local.serve.error_map import REQUEST_ERRORS, api_error
 from clover_local.serve.header_deadline import HEADER_TIMEOUT_S
 from clover_local.serve.openai_schema import ParsedRequest
 from clover_local.serve.request_fields import ignored_header
-from clover_local.serve.slots import END, QUEUE_PER_SLOT, STARTED, Reply, SlotQueue, Ticket, retry_headers
+from clover_local.serve.slots import QUEUE_PER_SLOT, STARTED, Reply, SlotQueue, Ticket, retry_headers
 
 log = logging.getLogger("clover_local.serve")
 

@@ -3,13 +3,17 @@ posted to it as a :class:`Ticket`; at most ``slots`` run at once, the rest wait 
 ``max_queue`` may wait; past that a request is refused at once (:class:`QueueFull`, a 503 with ``Retry-After``)
 rather than held open while memory and sockets pile up.
 
-One worker thread per slot, started with the first request and kept for the server's life, takes the oldest
-waiting ticket, runs the engine's ``generate`` for it and posts its events to the ticket's :class:`Reply`, which
-the request's coroutine reads on the event loop. No thread is started per request. A request that leaves while
-it waits (a client that hung up) is taken out of the queue (:meth:`SlotQueue.leave`), so its place goes to the
-next; one that leaves while it runs is cancelled, and its worker takes the next ticket only once ``generate``
-has returned, so a cancelled generation never overlaps the one after it in its slot.
+An engine with a thread of its own (``ChatEngine.submit``: the embedded engine's batch loop) is handed each
+ticket directly, by whoever finds a slot free: the poster, or the engine's thread as a generation ends and gives
+its slot to the oldest waiting ticket. The engine's thread posts the events to the ticket's :class:`Reply`, which
+the request's coroutine reads on the event loop: a request crosses to the engine's thread and back, no more.
+Other engines (llama-server's: one HTTP stream per request) get one worker thread per slot, started with the
+first request and kept for the server's life, each taking the oldest ticket and running ``generate`` for it. No
+thread is started per request.
 
+A request that leaves while it waits (a client that hung up) is taken out of the queue (:meth:`SlotQueue.leave`),
+so its place goes to the next; one that leaves while it runs is cancelled, and its slot goes to the next only once
+its generation has ended (:data:`END`), so a cancelled generation never overlaps the one after it in its slot.
 The engine runs what it is handed: the embedded engine's batch (``engine.scheduler``) and llama-server's own
 slots keep no queue of their own, since this queue never hands them more than ``slots`` requests.
 """
@@ -24,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from clover_local.engine.types import ChatEngine, GenerationRequest
+from clover_local.engine.types import END, ChatEngine, GenerationRequest, Sink
 from clover_local.serve.api_errors import ApiError
 
 RETRY_AFTER_S = 2
@@ -33,9 +37,7 @@ QUEUE_PER_SLOT = 4
 """Requests that may wait for each slot when ``--max-queue`` is not given."""
 
 STARTED = object()
-"""Posted to a :class:`Reply` when a worker starts the ticket's generation (its time limit starts then)."""
-END = object()
-"""Posted to a :class:`Reply` last: the generation ended, failed, or was never started (the request left)."""
+"""Posted to a :class:`Reply` when the ticket's generation is handed to the engine (its time limit starts then)."""
 
 log = logging.getLogger("clover_local.serve")
 
@@ -64,8 +66,8 @@ def retry_headers(error: ApiError) -> dict[str, str]:
 
 
 class Reply:
-    """The event-loop side of one request: items posted from a worker thread (events, an exception, then
-    :data:`END`), handed to the loop in batches. The loop is woken once per batch rather than once per token:
+    """The event-loop side of one request: items posted from the engine's thread or a slot worker (events, an
+    exception, then :data:`END`), handed to the loop in batches. The loop is woken once per batch rather than once per token:
     each wake-up is a syscall and a hand-over of the GIL that the decoding thread then waits for (a verified
     draft yields up to 17 tokens at once)."""
 
@@ -106,16 +108,17 @@ class Ticket:
 
 
 class SlotQueue:
-    """``slots`` workers taking tickets in arrival order (FIFO) from one bounded queue."""
+    """``slots`` generations at once, taken in arrival order (FIFO) from one bounded queue."""
 
     def __init__(self, engine: ChatEngine, slots: int, max_queue: int) -> None:
         self.engine = engine
         self.slots = max(1, slots)
         self.max_queue = max(0, max_queue)
         self.busy = 0
-        """Tickets a worker is running now."""
+        """Tickets generating now."""
         self._waiting: deque[Ticket] = deque()
         self._cond = threading.Condition()
+        self._submit = engine.submit
         self._workers: list[threading.Thread] = []
         self._closed = False
 
@@ -134,13 +137,14 @@ class SlotQueue:
         """Queue ``ticket`` behind those already waiting (:class:`QueueFull` when it could not wait)."""
         with self._cond:
             self._refuse_when_full()
-            if not self._workers:
+            if self._submit is None and not self._workers:
                 self._start_workers()
             self._waiting.append(ticket)
             before = self.busy + len(self._waiting) - 1 - self.slots
             if before >= 0:
                 log.info("all %d slots busy: a request waits (%d waiting before it)", self.slots, before)
             self._cond.notify()
+            self._hand_over()
 
     def leave(self, ticket: Ticket) -> None:
         """The request is gone (its client hung up, or it ended): stop its generation, or give up its place in
@@ -150,7 +154,7 @@ class SlotQueue:
             try:
                 self._waiting.remove(ticket)
             except ValueError:
-                return  # a worker has it (or had it): its generation ends at the cancel
+                return  # the engine has it (or had it): its generation ends at the cancel
         ticket.reply.post(END)
 
     def close(self) -> None:
@@ -164,6 +168,46 @@ class SlotQueue:
         if waiting >= self.max_queue:
             log.warning("queue full (%d slots busy, %d waiting): a request got 503", self.slots, waiting)
             raise QueueFull(self.slots, waiting)
+
+    def _take(self) -> Ticket | None:
+        """The oldest waiting ticket that is still wanted, its slot taken (under the lock)."""
+        while self._waiting:
+            ticket = self._waiting.popleft()
+            if ticket.cancel.is_set():  # it left just as it was taken
+                ticket.reply.post(END)
+                continue
+            self.busy += 1
+            log.info("slots: %d of %d busy, %d waiting", self.busy, self.slots, len(self._waiting))
+            return ticket
+        return None
+
+    # --- an engine with a thread of its own ------------------------------------------------------------------
+
+    def _hand_over(self) -> None:
+        """Hand the oldest waiting tickets to the engine while slots are free (under the lock, so in order)."""
+        while self._submit is not None and self.busy < self.slots and (ticket := self._take()) is not None:
+            ticket.reply.post(STARTED)
+            try:
+                self._submit(ticket.request, ticket.cancel, self._sink(ticket))
+            except BaseException as exc:  # handed to the request, whose API answers it
+                self.busy -= 1
+                ticket.reply.post(exc)
+                ticket.reply.post(END)
+
+    def _sink(self, ticket: Ticket) -> Sink:
+        """Where the engine's thread puts the ticket's items; its last frees the slot for the next ticket."""
+        post = ticket.reply.post
+
+        def sink(item: object) -> None:
+            post(item)
+            if item is END:
+                with self._cond:
+                    self.busy -= 1
+                    self._hand_over()
+
+        return sink
+
+    # --- an engine that generates on its caller's thread -------------------------------------------------------
 
     def _start_workers(self) -> None:
         for i in range(self.slots):
@@ -179,9 +223,9 @@ class SlotQueue:
                     self._cond.wait()
                 if not self._waiting:
                     return
-                ticket = self._waiting.popleft()
-                self.busy += 1
-                log.info("slots: %d of %d busy, %d waiting", self.busy, self.slots, len(self._waiting))
+                ticket = self._take()
+            if ticket is None:
+                continue
             try:
                 self._run(ticket)
             finally:
@@ -190,9 +234,6 @@ class SlotQueue:
 
     def _run(self, ticket: Ticket) -> None:
         reply = ticket.reply
-        if ticket.cancel.is_set():  # it left just as it was taken
-            reply.post(END)
-            return
         reply.post(STARTED)
         try:
             for event in self.engine.generate(ticket.request, ticket.cancel):
