@@ -260,9 +260,10 @@ class OpenAIServer:
         start = "".join(writer.start())
         if start:
             yield start
-        ticket = Ticket(request, Reply(asyncio.get_running_loop()))
+        reply = Reply(asyncio.get_running_loop())
+        ticket = Ticket(request, reply)
         try:
-            async for batch in self._events(ticket):
+            async for batch in self._events(ticket, reply):
                 chunk = "".join(line for event in batch for line in _event_lines(writer, event))
                 if chunk:
                     yield chunk
@@ -294,7 +295,7 @@ class OpenAIServer:
         self.engine.check_request(fitted)  # a grammar or schema the engine cannot enforce: a 400 now
         return fitted
 
-    async def _events(self, ticket: Ticket) -> AsyncIterator[list[GenerationEvent]]:
+    async def _events(self, ticket: Ticket, reply: Reply) -> AsyncIterator[list[GenerationEvent]]:
         """Post ``ticket`` to the queue and yield its events, as many at a time as the engine made since the loop
         last looked. Leaving (the consumer stops, or its client hung up) gives up its place in the queue or
         cancels its generation."""
@@ -303,11 +304,11 @@ class OpenAIServer:
         try:
             while True:
                 batch: list[GenerationEvent] = []
-                for item in await ticket.reply.take():
+                for item in await reply.take():
                     if item is STARTED:
                         # The per-request time limit, from when its slot starts it: a reply that runs too long
                         # is stopped like one whose client left.
-                        deadline = ticket.reply.loop.call_later(self.config.max_request_s, ticket.cancel.set)
+                        deadline = reply.loop.call_later(self.config.max_request_s, ticket.cancel.set)
                     elif item is END or isinstance(item, BaseException):
                         if batch:
                             yield batch  # what came before the end or the failure is delivered first
@@ -327,13 +328,14 @@ class OpenAIServer:
         self, http_request: Request, request: GenerationRequest
     ) -> tuple[str, list[ToolCall], Finished]:
         """Run one generation to its end: its text, its tool calls, its stats (the engine's errors propagate)."""
-        ticket = Ticket(request, Reply(asyncio.get_running_loop()))
+        reply = Reply(asyncio.get_running_loop())
+        ticket = Ticket(request, reply)
         watcher = asyncio.create_task(_leave_on_disconnect(http_request, self.queue, ticket))
         parts: list[str] = []
         calls: list[ToolCall] = []
         finished: Finished | None = None
         try:
-            async for batch in self._events(ticket):
+            async for batch in self._events(ticket, reply):
                 for event in batch:
                     if isinstance(event, TextDelta):
                         parts.append(event.text)

@@ -26,7 +26,7 @@ import math
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from clover_local.engine.types import END, ChatEngine, GenerationRequest, Sink
 from clover_local.serve.api_errors import ApiError
@@ -97,13 +97,20 @@ class Reply:
             await self._ready.wait()
 
 
+class Postbox(Protocol):
+    """Where a ticket's items go, from the engine's thread or a slot worker: ``serve``'s :class:`Reply`, the
+    chat's ``tui.reply_stream.ReplySink``."""
+
+    def post(self, item: object) -> None: ...
+
+
 @dataclass(eq=False)
 class Ticket:
-    """One request in the queue: what to generate, its cancel event (a client that left, the time limit) and
-    where its events go."""
+    """One request in the queue: what to generate, its cancel event (a client that left, the time limit, Esc in
+    the chat) and where its items go (:data:`STARTED`, each event, an exception, then :data:`END`)."""
 
     request: GenerationRequest
-    reply: Reply
+    reply: Postbox
     cancel: threading.Event = field(default_factory=threading.Event)
 
 

@@ -45,6 +45,7 @@ from clover_local.engine.types import (
     prompt_tokens,
 )
 from clover_local.errors import CloverError
+from clover_local.serve.slots import SlotQueue
 from clover_local.tui import context_fit, slash
 from clover_local.tui.reply_stream import LOAD_AGAIN, stream_reply
 from clover_local.tui.services import LoadAgain, ModelChoice
@@ -143,6 +144,8 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
         self.carried = carried
         """The conversation and unsent text of the chat before it (its runner given up), carried on here."""
         self.engine = engine
+        self.queue = SlotQueue(engine, engine.slots, max_queue=1)
+        """Replies and summaries go to the engine through the queue ``serve`` uses, one at a time."""
         self.model_key = model_key
         self.model_settings = model_settings
         self.system_prompt = model_settings.system_prompt
@@ -331,7 +334,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
         worker = get_current_worker()
         rate = self.last_stats.prefill_tokens_per_s if self.last_stats else 0.0
         stream_reply(
-            self.engine,
+            self.queue,
             reply,
             self._request((), seed),
             system,
@@ -761,4 +764,5 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
             if partial.strip():
                 self.journal.put(len(self.history), ChatMessage("assistant", partial))
         self._shut = True
+        self.queue.close()
         self.journal.close()
