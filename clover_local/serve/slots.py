@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from clover_local.engine.types import END, ChatEngine, GenerationRequest, Sink
+from clover_local.engine.types import END, ChatEngine, GenerationRequest, Sink, Submit
 from clover_local.serve.api_errors import ApiError
 
 RETRY_AFTER_S = 2
@@ -122,18 +122,20 @@ class SlotQueue:
         self.slots = max(1, slots)
         self.max_queue = max(0, max_queue)
         self.busy = 0
-        """Tickets generating now."""
+        """Tickets handed to the engine and not yet ended."""
         self._waiting: deque[Ticket] = deque()
         self._cond = threading.Condition()
-        self._submit = engine.submit
+        self._submit: Submit = engine.submit or self._to_worker
+        self._handed: deque[tuple[GenerationRequest, threading.Event, Sink]] = deque()
+        """Handed over to the slot workers (never more than a free worker each)."""
         self._workers: list[threading.Thread] = []
         self._closed = False
 
     @property
     def waiting(self) -> int:
-        """Requests waiting for a slot (one a free worker is about to take does not count)."""
+        """Requests waiting for a slot."""
         with self._cond:
-            return max(0, self.busy + len(self._waiting) - self.slots)
+            return len(self._waiting)
 
     def check(self) -> None:
         """Refuse now (before a reply starts) when a new request could not even wait."""
@@ -141,16 +143,15 @@ class SlotQueue:
             self._refuse_when_full()
 
     def post(self, ticket: Ticket) -> None:
-        """Queue ``ticket`` behind those already waiting (:class:`QueueFull` when it could not wait)."""
+        """Queue ``ticket`` behind those already waiting (:class:`QueueFull` when it could not wait), and hand it
+        over at once when a slot is free."""
         with self._cond:
             self._refuse_when_full()
-            if self._submit is None and not self._workers:
-                self._start_workers()
             self._waiting.append(ticket)
-            before = self.busy + len(self._waiting) - 1 - self.slots
-            if before >= 0:
-                log.info("all %d slots busy: a request waits (%d waiting before it)", self.slots, before)
-            self._cond.notify()
+            if self.busy >= self.slots:
+                log.info(
+                    "all %d slots busy: a request waits (%d before it)", self.slots, len(self._waiting) - 1
+                )
             self._hand_over()
 
     def leave(self, ticket: Ticket) -> None:
@@ -165,34 +166,27 @@ class SlotQueue:
         ticket.reply.post(END)
 
     def close(self) -> None:
-        """Let the workers end once the queue is empty (the server is stopping)."""
+        """Let the slot workers end (the server is stopping)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
 
     def _refuse_when_full(self) -> None:
-        waiting = self.busy + len(self._waiting) - self.slots
-        if waiting >= self.max_queue:
-            log.warning("queue full (%d slots busy, %d waiting): a request got 503", self.slots, waiting)
-            raise QueueFull(self.slots, waiting)
+        if len(self._waiting) >= self.max_queue and self.busy >= self.slots:
+            log.warning(
+                "queue full (%d slots busy, %d waiting): a request got 503", self.slots, self.max_queue
+            )
+            raise QueueFull(self.slots, len(self._waiting))
 
-    def _take(self) -> Ticket | None:
-        """The oldest waiting ticket that is still wanted, its slot taken (under the lock)."""
-        while self._waiting:
+    def _hand_over(self) -> None:
+        """Hand the oldest waiting tickets to the engine while slots are free (under the lock, so in order)."""
+        while self.busy < self.slots and self._waiting:
             ticket = self._waiting.popleft()
             if ticket.cancel.is_set():  # it left just as it was taken
                 ticket.reply.post(END)
                 continue
             self.busy += 1
             log.info("slots: %d of %d busy, %d waiting", self.busy, self.slots, len(self._waiting))
-            return ticket
-        return None
-
-    # --- an engine with a thread of its own ------------------------------------------------------------------
-
-    def _hand_over(self) -> None:
-        """Hand the oldest waiting tickets to the engine while slots are free (under the lock, so in order)."""
-        while self._submit is not None and self.busy < self.slots and (ticket := self._take()) is not None:
             ticket.reply.post(STARTED)
             try:
                 self._submit(ticket.request, ticket.cancel, self._sink(ticket))
@@ -214,38 +208,30 @@ class SlotQueue:
 
         return sink
 
-    # --- an engine that generates on its caller's thread -------------------------------------------------------
-
-    def _start_workers(self) -> None:
-        for i in range(self.slots):
-            worker = threading.Thread(target=self._work, name=f"clover-slot-{i}", daemon=True)
-            worker.start()
-            self._workers.append(worker)
+    def _to_worker(self, request: GenerationRequest, cancel: threading.Event, sink: Sink) -> None:
+        """The ``submit`` of an engine that generates on its caller's thread: a slot worker runs it (under the
+        lock)."""
+        if not self._workers:
+            for i in range(self.slots):
+                worker = threading.Thread(target=self._work, name=f"clover-slot-{i}", daemon=True)
+                worker.start()
+                self._workers.append(worker)
+        self._handed.append((request, cancel, sink))
+        self._cond.notify()
 
     def _work(self) -> None:
-        """One slot: take the oldest ticket, run it to its end, take the next."""
+        """One slot worker: run what is handed over to its end, then the next."""
         while True:
             with self._cond:
-                while not self._waiting and not self._closed:
+                while not self._handed and not self._closed:
                     self._cond.wait()
-                if not self._waiting:
+                if not self._handed:
                     return
-                ticket = self._take()
-            if ticket is None:
-                continue
+                request, cancel, sink = self._handed.popleft()
             try:
-                self._run(ticket)
+                for event in self.engine.generate(request, cancel):
+                    sink(event)
+            except BaseException as exc:  # handed to the request, whose API answers it
+                sink(exc)
             finally:
-                with self._cond:
-                    self.busy -= 1
-
-    def _run(self, ticket: Ticket) -> None:
-        reply = ticket.reply
-        reply.post(STARTED)
-        try:
-            for event in self.engine.generate(ticket.request, ticket.cancel):
-                reply.post(event)
-        except BaseException as exc:  # handed to the request, whose API answers it
-            reply.post(exc)
-        finally:
-            reply.post(END)
+                sink(END)
