@@ -10,9 +10,10 @@ kept tokens evaluated again (``engine.checkpoints.DraftRollback``); the MTP head
 snapshots (``n_rs_seq``) instead. The KV cache of the previous turn is reused for the shared prefix of the next
 prompt.
 
-With several slots (``plan.parallel``, llama.cpp's ``n_seq_max``) requests run at once: ``engine.scheduler``
-decodes every active sequence's next token in one batch, each in its own slot and with its own sampler
-(``engine.sequence``); a sequence alone steps as above, speculation included.
+Every generation runs on the engine's one batch thread (``engine.scheduler``), handed over by ``submit`` (``serve``
+and the chat, through their queue) or ``generate``. With several slots (``plan.parallel``, llama.cpp's
+``n_seq_max``) requests run at once: it decodes every active sequence's next token in one batch, each in its own
+slot and with its own sampler (``engine.sequence``); a sequence alone steps as above, speculation included.
 """
 
 from __future__ import annotations
@@ -173,10 +174,6 @@ class EmbeddedEngine:
         return self._slots
 
     @property
-    def _kv_tokens(self) -> list[int]:
-        return self._slots[0].kv
-
-    @property
     def checkpoints(self) -> Checkpoints:
         """The first slot's context checkpoints (each slot keeps its own)."""
         return self._checkpoints[0]
@@ -255,13 +252,9 @@ class EmbeddedEngine:
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None
     ) -> Iterator[GenerationEvent]:
-        """One slot: the sequence steps alone on the caller's thread (``run``, ``bench``). Several: through the
-        batch thread, as :meth:`submit`."""
+        """:meth:`submit`, read on the caller's thread (``run``, ``bench``)."""
         if self._closed:
             raise EngineError("This engine was closed; load the model again.")
-        if self._n_seq == 1:
-            yield from self._generate_alone(request, cancel)
-            return
         items: queue.SimpleQueue[object] = queue.SimpleQueue()
         job = Job(request, cancel, self._split_calls(request, items.put))
         self._scheduler.submit(job)
@@ -278,15 +271,8 @@ class EmbeddedEngine:
 
     def _split_calls(self, request: GenerationRequest, sink: Sink) -> Sink:
         """``sink`` with the tool calls taken out of the text, where the request shows tools."""
-        if not toolcalls.shown_tools(request):
-            return sink
-        split = toolcalls.EventSplitter(self.tool_format, request.tools)
-
-        def split_sink(item: object) -> None:
-            for part in split(item):
-                sink(part)
-
-        return split_sink
+        tools = toolcalls.shown_tools(request)
+        return toolcalls.CallSink(self.tool_format, tools, sink) if tools else sink
 
     def open_sequence(
         self, request: GenerationRequest, cancel: threading.Event | None, t0: float
@@ -306,7 +292,10 @@ class EmbeddedEngine:
             markers = self._turn_markers if gbnf is None else ()
             stops = toolcalls.reply_stop_strings(request, markers, under_grammar=gbnf is not None)
             request = replace(request, stop=stops)
-        picker = TokenPicker(
+        plan = self._parts.speculative
+        spec = self._speculation_on(request)
+        drafter = self.drafter_factory(plan) if spec and self._mtp is None else None
+        picker = TokenPicker(  # last: nothing after it fails, so nothing leaves it unfreed
             self._ctx,
             self._model,
             self._n_vocab,
@@ -315,23 +304,6 @@ class EmbeddedEngine:
             grammar=gbnf,
             grammar_ends=self._marker_ends,
         )
-        try:
-            return self._sequence(request, prompt, max_new, picker, cancel, t0)
-        except BaseException:
-            picker.close()
-            raise
-
-    def _sequence(
-        self,
-        request: GenerationRequest,
-        prompt: list[int],
-        max_new: int,
-        picker: TokenPicker,
-        cancel: threading.Event | None,
-        t0: float,
-    ) -> ActiveSequence:
-        plan = self._parts.speculative
-        spec = self._speculation_on(request)
         seq = ActiveSequence(
             request,
             prompt,
@@ -342,33 +314,10 @@ class EmbeddedEngine:
             is_eog=self._is_eog,
             piece=self._piece_of,
             controller=DraftController(plan.n_min, plan.n_max, plan.batch_costs),
-            drafter=self.drafter_factory(plan) if spec and self._mtp is None else None,
+            drafter=drafter,
         )
         seq.mtp = self._mtp if spec else None
         return seq
-
-    def _generate_alone(
-        self, request: GenerationRequest, cancel: threading.Event | None
-    ) -> Iterator[GenerationEvent]:
-        seq = self.open_sequence(request, cancel, time.perf_counter())
-        seq.slot = self._slots[0]
-        try:
-            events = self._steps_alone(seq)
-            if toolcalls.shown_tools(request):
-                events = toolcalls.split_events(events, self.tool_format, request.tools)
-            yield from events
-        finally:
-            seq.picker.close()
-
-    def _steps_alone(self, seq: ActiveSequence) -> Iterator[GenerationEvent]:
-        if not self.start_sequence(seq):
-            seq.stop("cancelled")
-        while not seq.done:
-            yield from seq.emit(seq.new)
-            if not seq.done:
-                self.step_alone(seq)
-        yield from seq.tail()
-        yield self.finished(seq)
 
     # --- one sequence ------------------------------------------------------------------------------------------
 

@@ -8,10 +8,8 @@ The scheduler keeps no queue: it runs what it is handed, and a request handed ov
 refused (:class:`~clover_local.errors.EngineError`). Admission, arrival order and waiting belong to the caller:
 ``serve``'s one queue (``serve.slots``) hands over at most as many requests as there are slots.
 
-A request is handed over as a :class:`Job` (:meth:`SlotScheduler.submit`): the batch thread prepares its sequence,
-runs it and gives each event to the job's sink itself, then :data:`~clover_local.engine.types.END` once its slot
-is free again; nothing else relays it. Setting the job's ``abort`` (or its request's cancel) stops it at the next
-step.
+The batch thread prepares each :class:`Job`'s sequence, runs it and gives each event to the job's sink itself,
+then :data:`~clover_local.engine.types.END` once its slot is free again: nothing relays it.
 """
 
 from __future__ import annotations
@@ -63,7 +61,6 @@ class Job:
     """When it was handed over (its time to first token counts from here)."""
     seq: ActiveSequence | None = None
     released: bool = False
-    """The scheduler no longer touches its sequence (its slot is free, its sampler freed)."""
 
 
 class SlotScheduler:
@@ -76,17 +73,10 @@ class SlotScheduler:
         """Jobs handed over that the batch thread has not started yet."""
         self._admitted = 0
         """Jobs handed over and not yet released (under the lock)."""
-        self._taken: set[int] = set()
-        """The slots (sequence ids) of the started sequences not yet released (under the lock)."""
         self._active: dict[Job, ActiveSequence] = {}
         self._closed = False
         self._thread: threading.Thread | None = None
         self._uses = 0
-
-    @property
-    def active(self) -> int:
-        """Sequences generating now."""
-        return len(self._active)
 
     def submit(self, job: Job) -> None:
         """Hand ``job`` to the batch thread, which starts it between two steps (:class:`EngineError` at once when
@@ -138,8 +128,7 @@ class SlotScheduler:
         try:
             seq = job.seq = self._engine.open_sequence(job.request, job.cancel, job.t0)
             seq.abort = job.abort
-            with self._cond:
-                self._take_slot(seq)
+            self._take_slot(seq)
             if seq.cancelled or not self._engine.start_sequence(seq):
                 seq.stop("cancelled")
         except BaseException as exc:
@@ -149,11 +138,11 @@ class SlotScheduler:
         self._emit(job, seq)
 
     def _take_slot(self, seq: ActiveSequence) -> None:
-        """The free slot holding the longest prefix of ``seq``'s prompt (under the lock; one is free, since no more
-        jobs are admitted than there are slots)."""
-        free = [s for s in self._engine.slots_state if s.seq not in self._taken]
+        """The free slot holding the longest prefix of ``seq``'s prompt (one is: no more jobs are admitted than
+        there are slots)."""
+        taken = {s.slot.seq for s in self._active.values() if s.slot is not None}
+        free = [s for s in self._engine.slots_state if s.seq not in taken]
         slot = choose_slot(free, seq.prompt)
-        self._taken.add(slot.seq)
         self._uses += 1
         slot.last_used = self._uses
         seq.slot = slot
@@ -206,11 +195,9 @@ class SlotScheduler:
                 job.sink(self._engine.finished(seq))
             except BaseException as exc:
                 error = exc
+        job.released = True
         with self._cond:
-            job.released = True
             self._admitted -= 1
-            if seq is not None and seq.slot is not None:
-                self._taken.discard(seq.slot.seq)
         if seq is not None:
             seq.picker.close()
         if error is not None:

@@ -1,21 +1,15 @@
-"""The one queue that owns the engine's slots (as llama.cpp's ``server_queue`` owns its server's): every request is
-posted to it as a :class:`Ticket`; at most ``slots`` run at once, the rest wait in arrival order, and at most
-``max_queue`` may wait; past that a request is refused at once (:class:`QueueFull`, a 503 with ``Retry-After``)
-rather than held open while memory and sockets pile up.
+"""The one queue that owns the engine's slots (as llama.cpp's ``server_queue`` owns its server's), for ``serve`` and
+the chat: every request is posted to it as a :class:`Ticket`; at most ``slots`` run at once, the rest wait in
+arrival order, and at most ``max_queue`` may wait; past that a request is refused at once (:class:`QueueFull`, a
+503 with ``Retry-After``) rather than held open while memory and sockets pile up.
 
-An engine with a thread of its own (``ChatEngine.submit``: the embedded engine's batch loop) is handed each
-ticket directly, by whoever finds a slot free: the poster, or the engine's thread as a generation ends and gives
-its slot to the oldest waiting ticket. The engine's thread posts the events to the ticket's :class:`Reply`, which
-the request's coroutine reads on the event loop: a request crosses to the engine's thread and back, no more.
-Other engines (llama-server's: one HTTP stream per request) get one worker thread per slot, started with the
-first request and kept for the server's life, each taking the oldest ticket and running ``generate`` for it. No
-thread is started per request.
-
-A request that leaves while it waits (a client that hung up) is taken out of the queue (:meth:`SlotQueue.leave`),
-so its place goes to the next; one that leaves while it runs is cancelled, and its slot goes to the next only once
-its generation has ended (:data:`END`), so a cancelled generation never overlaps the one after it in its slot.
-The engine runs what it is handed: the embedded engine's batch (``engine.scheduler``) and llama-server's own
-slots keep no queue of their own, since this queue never hands them more than ``slots`` requests.
+Whoever finds a slot free (the poster, or the thread whose generation just ended) hands the oldest ticket to the
+engine's ``submit``: the embedded engine's batch thread runs it and posts its events to the ticket's reply
+itself, so a request crosses to that thread and back, no more. An engine without a thread of its own
+(llama-server's: one HTTP stream per request) gets one worker per slot instead, started with the first request
+and kept; no thread is started per request. A ticket that leaves while it waits gives up its place
+(:meth:`SlotQueue.leave`); one that leaves while it runs is cancelled, and its slot goes to the next only at its
+:data:`END`, so a cancelled generation never overlaps the next in its slot. The engine keeps no queue of its own.
 """
 
 from __future__ import annotations
@@ -66,9 +60,8 @@ def retry_headers(error: ApiError) -> dict[str, str]:
 
 
 class Reply:
-    """The event-loop side of one request: items posted from the engine's thread or a slot worker (events, an
-    exception, then :data:`END`), handed to the loop in batches. The loop is woken once per batch rather than once per token:
-    each wake-up is a syscall and a hand-over of the GIL that the decoding thread then waits for (a verified
+    """``serve``'s side of one request: items posted from the engine's thread, handed to the event loop in
+    batches. The loop is woken once per batch rather than once per token: each wake-up is a syscall and a hand-over of the GIL that the decoding thread then waits for (a verified
     draft yields up to 17 tokens at once)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -98,8 +91,7 @@ class Reply:
 
 
 class Postbox(Protocol):
-    """Where a ticket's items go, from the engine's thread or a slot worker: ``serve``'s :class:`Reply`, the
-    chat's ``tui.reply_stream.ReplySink``."""
+    """Where a ticket's items go: ``serve``'s :class:`Reply`, the chat's ``tui.reply_stream.ReplySink``."""
 
     def post(self, item: object) -> None: ...
 
@@ -127,7 +119,7 @@ class SlotQueue:
         self._cond = threading.Condition()
         self._submit: Submit = engine.submit or self._to_worker
         self._handed: deque[tuple[GenerationRequest, threading.Event, Sink]] = deque()
-        """Handed over to the slot workers (never more than a free worker each)."""
+        """For the slot workers (at most one for each free worker)."""
         self._workers: list[threading.Thread] = []
         self._closed = False
 
@@ -209,8 +201,7 @@ class SlotQueue:
         return sink
 
     def _to_worker(self, request: GenerationRequest, cancel: threading.Event, sink: Sink) -> None:
-        """The ``submit`` of an engine that generates on its caller's thread: a slot worker runs it (under the
-        lock)."""
+        """``submit`` for an engine that generates on its caller's thread: a free slot worker runs it."""
         if not self._workers:
             for i in range(self.slots):
                 worker = threading.Thread(target=self._work, name=f"clover-slot-{i}", daemon=True)
