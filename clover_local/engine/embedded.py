@@ -10,8 +10,8 @@ kept tokens evaluated again (``engine.checkpoints.DraftRollback``); the MTP head
 snapshots (``n_rs_seq``) instead. The KV cache of the previous turn is reused for the shared prefix of the next
 prompt.
 
-Every generation runs on the engine's one batch thread (``engine.scheduler``), handed over by ``submit`` (``serve``
-and the chat, through their queue) or ``generate``. With several slots (``plan.parallel``, llama.cpp's
+``serve`` and the chat hand requests straight to the engine's one batch thread (``engine.scheduler``) through
+``submit``; ``generate`` does too with several slots. With several slots (``plan.parallel``, llama.cpp's
 ``n_seq_max``) requests run at once: it decodes every active sequence's next token in one batch, each in its own
 slot and with its own sampler (``engine.sequence``); a sequence alone steps as above, speculation included.
 """
@@ -245,16 +245,16 @@ class EmbeddedEngine:
 
     def _submit(self, request: GenerationRequest, cancel: threading.Event, sink: Sink) -> None:
         """Hand ``request`` to the batch thread, which prepares it, runs it and gives its items to ``sink``."""
-        if self._closed:
-            raise EngineError("This engine was closed; load the model again.")
         self._scheduler.submit(Job(request, cancel, self._split_calls(request, sink)))
 
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None
     ) -> Iterator[GenerationEvent]:
-        """:meth:`submit`, read on the caller's thread (``run``, ``bench``)."""
-        if self._closed:
-            raise EngineError("This engine was closed; load the model again.")
+        """One slot: the sequence steps on the caller's thread, each token read before the next is made (``run``,
+        ``bench``; a cancel set on reading a token stops the next). Several: :meth:`submit`, read from a queue."""
+        if self._n_seq == 1:
+            yield from self._generate_alone(request, cancel)
+            return
         items: queue.SimpleQueue[object] = queue.SimpleQueue()
         job = Job(request, cancel, self._split_calls(request, items.put))
         self._scheduler.submit(job)
@@ -268,6 +268,31 @@ class EmbeddedEngine:
             job.abort.set()  # a no-op when it ended; else it ends at the next step
             while item is not END:  # then the batch no longer uses its slot
                 item = items.get()
+
+    def _generate_alone(
+        self, request: GenerationRequest, cancel: threading.Event | None
+    ) -> Iterator[GenerationEvent]:
+        if self._closed:
+            raise EngineError("This engine was closed; load the model again.")
+        seq = self.open_sequence(request, cancel, time.perf_counter())
+        seq.slot = self._slots[0]
+        try:
+            events = self._steps_alone(seq)
+            if toolcalls.shown_tools(request):
+                events = toolcalls.split_events(events, self.tool_format, request.tools)
+            yield from events
+        finally:
+            seq.picker.close()
+
+    def _steps_alone(self, seq: ActiveSequence) -> Iterator[GenerationEvent]:
+        if not self.start_sequence(seq):
+            seq.stop("cancelled")
+        while not seq.done:
+            yield from seq.emit(seq.new)
+            if not seq.done:
+                self.step_alone(seq)
+        yield from seq.tail()
+        yield self.finished(seq)
 
     def _split_calls(self, request: GenerationRequest, sink: Sink) -> Sink:
         """``sink`` with the tool calls taken out of the text, where the request shows tools."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from clover_local.engine.types import (
     END,
@@ -65,54 +65,50 @@ def stream_reply(
         sink.post(END)
 
 
+@dataclass
 class ReplySink:
-    """A reply's events, posted as :class:`ReplyView` messages from the engine's thread: text batched into a few
+    """A reply's items, posted as :class:`ReplyView` messages from the engine's thread: text batched into a few
     updates a second (every UI update holds the GIL the engine's Python loop needs between tokens, so one
     message per token would slow generation), then one ``Done`` at :data:`END`."""
 
-    def __init__(self, reply: ReplyView) -> None:
-        self.reply = reply
-        self.prompt_tokens = 0
-        self._stats: GenerationStats | None = None
-        self._error: str | None = None
-        self._full = False
-        self._pending: list[str] = []
-        self._last_post = 0.0
-        self._last_refine = 0.0
+    reply: ReplyView
+    prompt_tokens: int = 0
+    stats: GenerationStats | None = None
+    error: BaseException | None = None
+    pending: list[str] = field(default_factory=list)
+    last_post: float = 0.0
+    last_refine: float = 0.0
 
     def post(self, item: object) -> None:
-        reply = self.reply
+        now = time.perf_counter()
         if isinstance(item, TextDelta):
-            self._pending.append(item.text)
-            now = time.perf_counter()
-            if now - self._last_post >= POST_INTERVAL_S:
+            self.pending.append(item.text)
+            if now - self.last_post >= POST_INTERVAL_S:
                 self._flush()
-                self._last_post = now
-        elif isinstance(item, Refining):
-            now = time.perf_counter()
-            if now - self._last_refine >= POST_INTERVAL_S or item.masked == 0:
-                self._flush()
-                reply.post_message(ReplyView.Refine(item.text, item.step, item.total_steps))
-                self._last_refine = now
+                self.last_post = now
+        elif isinstance(item, Refining) and (now - self.last_refine >= POST_INTERVAL_S or item.masked == 0):
+            self._flush()
+            self.reply.post_message(ReplyView.Refine(item.text, item.step, item.total_steps))
+            self.last_refine = now
         elif isinstance(item, Finished):
-            self._stats = item.stats
-        elif isinstance(item, CloverError):
-            self._error = str(item)
-            self._full = isinstance(item, ContextFull)
-        elif isinstance(item, BaseException):  # an engine bug must not take the whole app down mid-chat
-            self._error = f"Generation failed: {type(item).__name__}: {item}"
+            self.stats = item.stats
+        elif isinstance(item, BaseException):
+            self.error = item
         elif item is END:
             self._flush()
-            stats = self._stats
+            stats, error = self.stats, self.error
             if stats is not None and stats.prompt_tokens == 0:
                 # A stopped llama-server stream ends before its usage: the conversation still holds the prompt.
                 stats = replace(stats, prompt_tokens=self.prompt_tokens)
-            reply.post_message(ReplyView.Done(stats, self._error, context_full=self._full))
+            words = str(error) if isinstance(error, CloverError) else None
+            if error is not None and words is None:  # an engine bug must not take the whole app down mid-chat
+                words = f"Generation failed: {type(error).__name__}: {error}"
+            self.reply.post_message(ReplyView.Done(stats, words, context_full=isinstance(error, ContextFull)))
 
     def _flush(self) -> None:
-        if self._pending:
-            self.reply.post_message(ReplyView.Delta("".join(self._pending)))
-            self._pending.clear()
+        if self.pending:
+            self.reply.post_message(ReplyView.Delta("".join(self.pending)))
+            self.pending.clear()
 
 
 LOAD_AGAIN = "Ctrl+L loads the model again; this conversation and your unsent text are kept"
