@@ -61,8 +61,8 @@ def retry_headers(error: ApiError) -> dict[str, str]:
 
 class Reply:
     """``serve``'s side of one request: items posted from the engine's thread, handed to the event loop in
-    batches. The loop is woken once per batch rather than once per token: each wake-up is a syscall and a hand-over of the GIL that the decoding thread then waits for (a verified
-    draft yields up to 17 tokens at once)."""
+    batches. The loop is woken once per batch rather than once per token: each wake-up is a syscall and a
+    hand-over of the GIL that the decoding thread then waits for (a verified draft yields up to 17 tokens)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
