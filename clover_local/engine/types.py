@@ -183,8 +183,8 @@ class ChatEngine(Protocol):
 
     @property
     def slots(self) -> int:
-        """Generations this engine runs at once, each from its own thread (``plan.parallel``: the embedded
-        engine's batch, llama-server's ``-np``); 1 for most. ``serve``'s queue hands it at most that many."""
+        """Generations this engine runs at once (``plan.parallel``: the embedded engine's batch, llama-server's
+        ``-np``); 1 for most. The queue of ``serve`` and the chat hands it at most that many."""
         ...
 
     @property
