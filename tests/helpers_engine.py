@@ -47,6 +47,9 @@ per-test time limit. Never an assumption about speed."""
 class EngineWrapper:
     """An engine passed through; subclasses change ``generate``."""
 
+    submit = None
+    """A wrapper changes ``generate``: ``serve`` runs it on a slot worker, even around the embedded engine."""
+
     def __init__(self, inner: ChatEngine) -> None:
         self.inner = inner
 
@@ -165,6 +168,7 @@ class ScriptedEngine:
     n_ctx = 1024
     tool_format: ToolFormat = "hermes"
     slots = 1
+    submit = None
 
     def __init__(self, delay_s: float = 0.0, pieces: tuple[str, ...] = COUNT_PIECES) -> None:
         self.delay_s = delay_s

@@ -44,6 +44,7 @@ class StillEngine:
     n_ctx = 1024
     tool_format: ToolFormat = "hermes"
     slots = 1
+    submit = None
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())

@@ -13,6 +13,7 @@ still cancellable, so still generating, once the short one has ended), never by 
 from __future__ import annotations
 
 import json
+import queue
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +21,12 @@ from typing import Any
 
 import pytest
 from helpers_engine import generate_text
-from waiting import wait_until
 
 from clover_local.engine.embedded import EmbeddedEngine
-from clover_local.engine.scheduler import SlotScheduler
+from clover_local.engine.scheduler import Job, SlotScheduler
 from clover_local.engine.sequence import Slot
 from clover_local.engine.types import (
+    END,
     ChatMessage,
     Finished,
     GenerationEvent,
@@ -131,6 +132,9 @@ class _HeldStart:
         self.slots_state = [Slot(0)]
         self.go = threading.Event()
 
+    def open_sequence(self, request: GenerationRequest, cancel: Any, t0: float) -> Any:
+        return _Seq()
+
     def start_sequence(self, seq: Any) -> bool:
         return self.go.wait(120)
 
@@ -154,6 +158,7 @@ class _Seq:
         self.cancelled = False
         self.done = False
         self.new: list[int] = []
+        self.picker = self
 
     def stop(self, finish: str) -> None:
         self.done = True
@@ -164,24 +169,31 @@ class _Seq:
     def tail(self) -> Iterator[GenerationEvent]:
         return iter(())
 
+    def close(self) -> None:
+        """The picker's."""
+
+
+def _items(sink: queue.SimpleQueue[object]) -> list[object]:
+    items = [sink.get(timeout=120)]
+    while items[-1] is not END:
+        items.append(sink.get(timeout=120))
+    return items
+
 
 def test_the_scheduler_runs_what_it_is_handed_and_keeps_no_queue() -> None:
-    """A sequence handed over while every slot is taken is refused (``serve``'s queue owns waiting); once the
+    """A request handed over while every slot is taken is refused (``serve``'s queue owns waiting); once the
     slot is given back, the next one takes it."""
     engine = _HeldStart()
     scheduler = SlotScheduler(engine)  # type: ignore[arg-type]
-    first = scheduler.run(_Seq())  # type: ignore[arg-type]
-    holder = threading.Thread(target=lambda: list(first))
-    holder.start()  # takes the slot; its start is held
-    wait_until(
-        lambda: engine.slots_state[0].seq in scheduler._taken, what="the first sequence to take the slot"
-    )
+    first: queue.SimpleQueue[object] = queue.SimpleQueue()
+    scheduler.submit(Job(GenerationRequest(prompt="a"), None, first.put))  # takes the slot; its start is held
     with pytest.raises(EngineError, match="All 1 slots"):
-        list(scheduler.run(_Seq()))  # type: ignore[arg-type]
+        scheduler.submit(Job(GenerationRequest(prompt="b"), None, queue.SimpleQueue().put))
     engine.go.set()
-    holder.join(timeout=120)
-    events = list(scheduler.run(_Seq()))  # type: ignore[arg-type]
-    assert isinstance(events[-1], Finished)
+    assert isinstance(_items(first)[-2], Finished)
+    then: queue.SimpleQueue[object] = queue.SimpleQueue()
+    scheduler.submit(Job(GenerationRequest(prompt="c"), None, then.put))
+    assert isinstance(_items(then)[-2], Finished)
     scheduler.close()
 
 

@@ -48,6 +48,7 @@ class HeldTurns:
     n_ctx = 1024
     tool_format: ToolFormat = "hermes"
     model_name = "held turns"
+    submit = None
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
@@ -275,12 +276,12 @@ def test_serve_starts_no_thread_per_request() -> None:
         status, _ = raw_post(server.url, "/v1/completions", json.dumps(completion(word, 3)).encode())
         assert status == 200
 
-    before = {t.ident for t in threading.enumerate()}
+    before = set(threading.enumerate())  # the threads themselves: a new thread may reuse an ended one's ident
 
     def serve_threads() -> list[str]:
         """The threads started since this test began, by name."""
         return sorted(
-            t.name for t in threading.enumerate() if t.ident not in before and t.name.startswith("clover")
+            t.name for t in threading.enumerate() if t not in before and t.name.startswith("clover")
         )
 
     with BackgroundServer(engine, ApiConfig("m", max_queue=8)) as server:

@@ -50,6 +50,9 @@ class ReplyTooLarge(EngineError):
 class EndpointEngine:
     """Chat completions from ``base_url`` (ending in ``/v1`` or the API's root) for ``model``."""
 
+    submit = None
+    """Each request is an HTTP stream read on its caller's thread (``ChatEngine.submit``)."""
+
     def __init__(
         self,
         base_url: str,

@@ -31,6 +31,7 @@ from clover_local.engine.types import (
     GenerationRequest,
     GenerationStats,
     Refining,
+    Submit,
     TextDelta,
 )
 from clover_local.errors import ContextFull, EngineError, RequestRefused, UsageError
@@ -48,6 +49,11 @@ class DiffusionEngine(EmbeddedEngine):
     @property
     def runner(self) -> DiffusionRunner:
         return self._runner
+
+    @property
+    def submit(self) -> Submit | None:
+        """None: a reply is refined on its caller's thread (no batch)."""
+        return None
 
     def reset_cache(self) -> None:
         """Nothing to forget: every step decodes the whole canvas, there is no KV cache."""

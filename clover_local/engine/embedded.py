@@ -10,17 +10,19 @@ kept tokens evaluated again (``engine.checkpoints.DraftRollback``); the MTP head
 snapshots (``n_rs_seq``) instead. The KV cache of the previous turn is reused for the shared prefix of the next
 prompt.
 
-With several slots (``plan.parallel``, llama.cpp's ``n_seq_max``) requests run at once: ``engine.scheduler``
-decodes every active sequence's next token in one batch, each in its own slot and with its own sampler
-(``engine.sequence``); a sequence alone steps as above, speculation included.
+``serve`` and the chat hand requests straight to the engine's one batch thread (``engine.scheduler``) through
+``submit``; ``generate`` does too with several slots. With several slots (``plan.parallel``, llama.cpp's
+``n_seq_max``) requests run at once: it decodes every active sequence's next token in one batch, each in its own
+slot and with its own sampler (``engine.sequence``); a sequence alone steps as above, speculation included.
 """
 
 from __future__ import annotations
 
 import ctypes
+import queue
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,10 +34,11 @@ from clover_local.engine.batch_threads import LoadThreads
 from clover_local.engine.checkpoints import TAIL_TOKENS, Checkpoints, DraftRollback
 from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
-from clover_local.engine.scheduler import SlotScheduler
+from clover_local.engine.scheduler import Job, SlotScheduler
 from clover_local.engine.sequence import ActiveSequence, Run, Slot
 from clover_local.engine.templates import TemplateChoice, renderer
 from clover_local.engine.types import (
+    END,
     ChatMessage,
     Finished,
     GenerationEvent,
@@ -43,6 +46,8 @@ from clover_local.engine.types import (
     GenerationStats,
     MeasuredCosts,
     RunnerHealth,
+    Sink,
+    Submit,
     ToolFormat,
 )
 from clover_local.engine.verify_probe import measure_batch_costs
@@ -127,7 +132,7 @@ class EmbeddedEngine:
                     f"{self._n_seq} slots (--parallel 1 keeps it); n-gram drafting is not affected.",
                 )
             )
-        self._scheduler = SlotScheduler(self) if self._n_seq > 1 else None
+        self._scheduler = SlotScheduler(self)
         self.threads = LoadThreads(
             lambda t, tb: C.llama_set_n_threads(parts.ctx, t, tb),
             int(C.llama_n_threads(parts.ctx)),
@@ -172,10 +177,6 @@ class EmbeddedEngine:
         return self._slots
 
     @property
-    def _kv_tokens(self) -> list[int]:
-        return self._slots[0].kv
-
-    @property
     def checkpoints(self) -> Checkpoints:
         """The first slot's context checkpoints (each slot keeps its own)."""
         return self._checkpoints[0]
@@ -206,8 +207,7 @@ class EmbeddedEngine:
         if self._closed:
             return
         self._closed = True
-        if self._scheduler is not None:
-            self._scheduler.close()
+        self._scheduler.close()
         if self._mtp is not None:
             self._mtp.close()
         C.llama_batch_free(self._batch)
@@ -241,12 +241,71 @@ class EmbeddedEngine:
             del tokens[0]  # the template wrote <bos> and the tokenizer added one too
         return tokens
 
+    @property
+    def submit(self) -> Submit | None:
+        """The batch thread, taking requests straight from ``serve``'s queue."""
+        return self._submit
+
+    def _submit(self, request: GenerationRequest, cancel: threading.Event, sink: Sink) -> None:
+        """Hand ``request`` to the batch thread, which prepares it, runs it and gives its items to ``sink``."""
+        self._scheduler.submit(Job(request, cancel, self._split_calls(request, sink)))
+
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None
     ) -> Iterator[GenerationEvent]:
+        """One slot: the sequence steps on the caller's thread, each token read before the next is made (``run``,
+        ``bench``; a cancel set on reading a token stops the next). Several: :meth:`submit`, read from a queue."""
+        if self._n_seq == 1:
+            yield from self._generate_alone(request, cancel)
+            return
+        items: queue.SimpleQueue[object] = queue.SimpleQueue()
+        job = Job(request, cancel, self._split_calls(request, items.put))
+        self._scheduler.submit(job)
+        item = None
+        try:
+            while (item := items.get()) is not END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item  # type: ignore[misc]
+        finally:
+            job.abort.set()  # a no-op when it ended; else it ends at the next step
+            while item is not END:  # then the batch no longer uses its slot
+                item = items.get()
+
+    def _generate_alone(
+        self, request: GenerationRequest, cancel: threading.Event | None
+    ) -> Iterator[GenerationEvent]:
         if self._closed:
             raise EngineError("This engine was closed; load the model again.")
-        t0 = time.perf_counter()
+        seq = self.open_sequence(request, cancel, time.perf_counter())
+        seq.slot = self._slots[0]
+        try:
+            events = self._steps_alone(seq)
+            if toolcalls.shown_tools(request):
+                events = toolcalls.split_events(events, self.tool_format, request.tools)
+            yield from events
+        finally:
+            seq.picker.close()
+
+    def _steps_alone(self, seq: ActiveSequence) -> Iterator[GenerationEvent]:
+        if not self.start_sequence(seq):
+            seq.stop("cancelled")
+        while not seq.done:
+            yield from seq.emit(seq.new)
+            if not seq.done:
+                self.step_alone(seq)
+        yield from seq.tail()
+        yield self.finished(seq)
+
+    def _split_calls(self, request: GenerationRequest, sink: Sink) -> Sink:
+        """``sink`` with the tool calls taken out of the text, where the request shows tools."""
+        tools = toolcalls.shown_tools(request)
+        return toolcalls.CallSink(self.tool_format, tools, sink) if tools else sink
+
+    def open_sequence(
+        self, request: GenerationRequest, cancel: threading.Event | None, t0: float
+    ) -> ActiveSequence:
+        """``request``'s sequence, ready to start: its prompt tokenized, its stops and sampler made."""
         prompt = self._prompt_tokens(request)
         if len(prompt) >= self._n_ctx:
             raise ContextFull(
@@ -261,7 +320,10 @@ class EmbeddedEngine:
             markers = self._turn_markers if gbnf is None else ()
             stops = toolcalls.reply_stop_strings(request, markers, under_grammar=gbnf is not None)
             request = replace(request, stop=stops)
-        picker = TokenPicker(
+        plan = self._parts.speculative
+        spec = self._speculation_on(request)
+        drafter = self.drafter_factory(plan) if spec and self._mtp is None else None
+        picker = TokenPicker(  # last: nothing after it fails, so nothing leaves it unfreed
             self._ctx,
             self._model,
             self._n_vocab,
@@ -270,34 +332,6 @@ class EmbeddedEngine:
             grammar=gbnf,
             grammar_ends=self._marker_ends,
         )
-        inner: Generator[GenerationEvent, None, None] | None = None
-        try:
-            seq = self._sequence(request, prompt, max_new, picker, cancel, t0)
-            if self._scheduler is not None:
-                inner = self._scheduler.run(seq)
-            else:
-                seq.slot = self._slots[0]
-                inner = self._generate_alone(seq)
-            events: Iterator[GenerationEvent] = inner
-            if toolcalls.shown_tools(request):
-                events = toolcalls.split_events(inner, self.tool_format, request.tools)
-            yield from events
-        finally:
-            if inner is not None:
-                inner.close()  # the scheduler's: waits until the batch no longer uses this sequence's sampler
-            picker.close()
-
-    def _sequence(
-        self,
-        request: GenerationRequest,
-        prompt: list[int],
-        max_new: int,
-        picker: TokenPicker,
-        cancel: threading.Event | None,
-        t0: float,
-    ) -> ActiveSequence:
-        plan = self._parts.speculative
-        spec = self._speculation_on(request)
         seq = ActiveSequence(
             request,
             prompt,
@@ -308,21 +342,10 @@ class EmbeddedEngine:
             is_eog=self._is_eog,
             piece=self._piece_of,
             controller=DraftController(plan.n_min, plan.n_max, plan.batch_costs),
-            drafter=self.drafter_factory(plan) if spec and self._mtp is None else None,
+            drafter=drafter,
         )
         seq.mtp = self._mtp if spec else None
         return seq
-
-    def _generate_alone(self, seq: ActiveSequence) -> Generator[GenerationEvent, None, None]:
-        """A one-slot engine: the sequence steps alone until done."""
-        if not self.start_sequence(seq):
-            seq.stop("cancelled")
-        while not seq.done:
-            yield from seq.emit(seq.new)
-            if not seq.done:
-                self.step_alone(seq)
-        yield from seq.tail()
-        yield self.finished(seq)
 
     # --- one sequence ------------------------------------------------------------------------------------------
 

@@ -8,24 +8,22 @@ The scheduler keeps no queue: it runs what it is handed, and a request handed ov
 refused (:class:`~clover_local.errors.EngineError`). Admission, arrival order and waiting belong to the caller:
 ``serve``'s one queue (``serve.slots``) hands over at most as many requests as there are slots.
 
-Callers (``serve``'s slot workers) get an ordinary event iterator: events go through a queue per sequence, and
-closing the iterator (a client that left) aborts the sequence at the next step, which frees its slot.
+The batch thread prepares each :class:`Job`'s sequence, runs it and gives each event to the job's sink itself,
+then :data:`~clover_local.engine.types.END` once its slot is free again: nothing relays it.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
+import time
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from clover_local.engine.sequence import ActiveSequence, Slot, choose_slot
-from clover_local.engine.types import Finished, GenerationEvent
+from clover_local.engine.types import END, Finished, GenerationRequest, Sink
 from clover_local.errors import EngineError
-
-_END = object()
 
 
 class SlotEngine(Protocol):
@@ -37,6 +35,10 @@ class SlotEngine(Protocol):
     @property
     def n_ctx(self) -> int: ...
 
+    def open_sequence(
+        self, request: GenerationRequest, cancel: threading.Event | None, t0: float
+    ) -> ActiveSequence: ...
+
     def start_sequence(self, seq: ActiveSequence) -> bool: ...
 
     def step_alone(self, seq: ActiveSequence) -> None: ...
@@ -46,59 +48,55 @@ class SlotEngine(Protocol):
     def finished(self, seq: ActiveSequence) -> Finished: ...
 
 
-@dataclass
-class _Job:
-    seq: ActiveSequence
-    out: queue.SimpleQueue[Any] = field(default_factory=queue.SimpleQueue)
-    released: threading.Event = field(default_factory=threading.Event)
-    """Set once the scheduler no longer touches the sequence (its sampler may then be freed)."""
+@dataclass(eq=False)
+class Job:
+    """One request handed to the batch: what to generate and where its items go."""
+
+    request: GenerationRequest
+    cancel: threading.Event | None
+    sink: Sink
+    abort: threading.Event = field(default_factory=threading.Event)
+    """Set by a caller that stopped reading: the sequence stops at the next step."""
+    t0: float = field(default_factory=time.perf_counter)
+    """When it was handed over (its time to first token counts from here)."""
+    seq: ActiveSequence | None = None
+    released: bool = False
 
 
 class SlotScheduler:
-    """Runs the sequences of an engine with several slots (``llama_n_seq_max > 1``)."""
+    """Runs the sequences of an embedded engine on its one batch thread."""
 
     def __init__(self, engine: SlotEngine) -> None:
         self._engine = engine
         self._cond = threading.Condition()
-        self._joining: deque[_Job] = deque()
-        """Sequences handed over, each with its slot, that the batch thread has not started yet."""
-        self._taken: set[int] = set()
-        """The slots (sequence ids) of the sequences handed over and not yet released (under the lock)."""
-        self._active: list[_Job] = []
+        self._joining: deque[Job] = deque()
+        """Jobs handed over that the batch thread has not started yet."""
+        self._admitted = 0
+        """Jobs handed over and not yet released (under the lock)."""
+        self._active: dict[Job, ActiveSequence] = {}
         self._closed = False
         self._thread: threading.Thread | None = None
         self._uses = 0
 
-    @property
-    def active(self) -> int:
-        """Sequences generating now."""
-        return len(self._active)
-
-    def run(self, seq: ActiveSequence) -> Generator[GenerationEvent, None, None]:
-        """Give ``seq`` a free slot, join it to the batch and yield its events as the batch produces them."""
-        job = _Job(seq)
+    def submit(self, job: Job) -> None:
+        """Hand ``job`` to the batch thread, which starts it between two steps (:class:`EngineError` at once when
+        the engine was closed or every slot is taken)."""
         with self._cond:
             if self._closed:
                 raise EngineError("This engine was closed; load the model again.")
-            self._take_slot(seq)
+            slots = len(self._engine.slots_state)
+            if self._admitted >= slots:
+                raise EngineError(
+                    f"All {slots} slots of this engine are generating: it runs at most that many requests at "
+                    "once and keeps no queue.",
+                    "Wait for a reply to end before sending another (serve queues requests for its slots).",
+                )
+            self._admitted += 1
             self._joining.append(job)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="clover-batch", daemon=True)
                 self._thread.start()
             self._cond.notify()
-        try:
-            while True:
-                item = job.out.get()
-                if item is _END:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            seq.abort.set()  # a no-op when it ended; else it ends at the next step
-            with self._cond:
-                self._cond.notify()
-            job.released.wait()
 
     def close(self) -> None:
         with self._cond:
@@ -124,96 +122,84 @@ class SlotScheduler:
                 self._step()
             except BaseException as exc:  # never leave a caller waiting on a thread that died
                 for job in [*joining, *self._active]:
-                    self._fail(job, exc)
-                self._active = []
+                    self._end(job, exc)
+
+    def _start(self, job: Job) -> None:
+        try:
+            seq = job.seq = self._engine.open_sequence(job.request, job.cancel, job.t0)
+            seq.abort = job.abort
+            self._take_slot(seq)
+            if seq.cancelled or not self._engine.start_sequence(seq):
+                seq.stop("cancelled")
+        except BaseException as exc:
+            self._end(job, exc)
+            return
+        self._active[job] = seq
+        self._emit(job, seq)
 
     def _take_slot(self, seq: ActiveSequence) -> None:
-        """The free slot holding the longest prefix of ``seq``'s prompt (under the lock)."""
-        slots = self._engine.slots_state
-        free = [s for s in slots if s.seq not in self._taken]
-        if not free:
-            raise EngineError(
-                f"All {len(slots)} slots of this engine are generating: it runs at most that many requests at "
-                "once and keeps no queue.",
-                "Wait for a reply to end before sending another (serve queues requests for its slots).",
-            )
+        """The free slot holding the longest prefix of ``seq``'s prompt (one is: no more jobs are admitted than
+        there are slots)."""
+        taken = {s.slot.seq for s in self._active.values() if s.slot is not None}
+        free = [s for s in self._engine.slots_state if s.seq not in taken]
         slot = choose_slot(free, seq.prompt)
-        self._taken.add(slot.seq)
         self._uses += 1
         slot.last_used = self._uses
         seq.slot = slot
 
-    def _release(self, job: _Job) -> None:
-        """The scheduler no longer touches ``job``'s sequence: its slot is free for the next one handed over (once:
-        a failed step fails a job that was both joining and active twice, and by then its slot may be another's)."""
-        with self._cond:
-            if job.released.is_set():
-                return
-            if job.seq.slot is not None:
-                self._taken.discard(job.seq.slot.seq)
-            job.released.set()
-
-    def _start(self, job: _Job) -> None:
-        seq = job.seq
-        try:
-            if seq.cancelled or not self._engine.start_sequence(seq):
-                seq.stop("cancelled")
-        except BaseException as exc:
-            self._fail(job, exc)
-            return
-        self._active.append(job)
-        self._emit(job)
-
     def _step(self) -> None:
-        live: list[_Job] = []
-        for job in list(self._active):
-            seq = job.seq
+        live: dict[Job, ActiveSequence] = {}
+        for job, seq in list(self._active.items()):
             if not seq.done and seq.cancelled:
                 seq.stop("cancelled")
             elif not seq.done and seq.slot is not None and len(seq.slot.kv) + 1 > self._engine.n_ctx:
                 seq.stop("length")
             if seq.done:
-                self._finish(job)
+                self._end(job)
             else:
-                live.append(job)
+                live[job] = seq
         self._active = live
         if not live:
             return
         try:
             if len(live) == 1:
-                self._engine.step_alone(live[0].seq)
+                self._engine.step_alone(*live.values())
             else:
-                self._engine.step_batch([j.seq for j in live])
+                self._engine.step_batch(list(live.values()))
         except BaseException as exc:
-            for job in live:
-                self._fail(job, exc)
-            self._active = []
+            for job in list(live):
+                self._end(job, exc)
             return
-        for job in list(live):
-            self._emit(job)
+        for job, seq in list(live.items()):
+            self._emit(job, seq)
 
-    def _emit(self, job: _Job) -> None:
-        seq = job.seq
+    def _emit(self, job: Job, seq: ActiveSequence) -> None:
         if not seq.done:
             for event in seq.emit(seq.new):
-                job.out.put(event)
+                job.sink(event)
         if seq.done:
-            self._finish(job)
+            self._end(job)
 
-    def _finish(self, job: _Job) -> None:
-        if job.released.is_set():
+    def _end(self, job: Job, error: BaseException | None = None) -> None:
+        """Give the job its last items (its tail and result, or ``error``), free its slot and sampler, then
+        :data:`END`. Once: a failed step ends a job that was both joining and active twice, and by then its slot
+        may be another's."""
+        if job.released:
             return
+        self._active.pop(job, None)
         seq = job.seq
-        for event in seq.tail():
-            job.out.put(event)
-        job.out.put(self._engine.finished(seq))
-        if job in self._active:
-            self._active.remove(job)
-        self._release(job)
-        job.out.put(_END)
-
-    def _fail(self, job: _Job, exc: BaseException) -> None:
-        if job in self._active:
-            self._active.remove(job)
-        self._release(job)
-        job.out.put(exc)
+        if error is None and seq is not None:
+            try:
+                for event in seq.tail():
+                    job.sink(event)
+                job.sink(self._engine.finished(seq))
+            except BaseException as exc:
+                error = exc
+        job.released = True
+        with self._cond:
+            self._admitted -= 1
+        if seq is not None:
+            seq.picker.close()
+        if error is not None:
+            job.sink(error)
+        job.sink(END)

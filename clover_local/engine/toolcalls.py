@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -492,23 +492,38 @@ def split_events(
 ) -> Iterator[GenerationEvent]:
     """An engine's text events with the tool calls taken out of the text and sent as :class:`ToolCallMade`;
     the finish reason becomes ``tool_calls`` when the reply made any."""
-    splitter = CallSplitter(fmt, tools)
-    n_calls = 0
+    out: list[Any] = []
+    split = CallSink(fmt, tools, out.append)
     for event in events:
-        if isinstance(event, TextDelta):
-            text, calls = splitter.push(event.text)
-        elif isinstance(event, Finished):
-            text, calls = splitter.finish(truncated=event.stats.finish_reason == "length")
+        split(event)
+        yield from out
+        out.clear()
+
+
+class CallSink:
+    """:func:`split_events` for a sink an engine's own thread calls: each item, split, goes on to ``sink``
+    (items that are not text or the end, an exception say, pass as they are)."""
+
+    def __init__(self, fmt: ToolFormat, tools: Sequence[ToolSpec], sink: Callable[[object], None]) -> None:
+        self._splitter = CallSplitter(fmt, tools)
+        self._sink = sink
+        self._calls = 0
+
+    def __call__(self, item: object) -> None:
+        if isinstance(item, TextDelta):
+            text, calls = self._splitter.push(item.text)
+        elif isinstance(item, Finished):
+            text, calls = self._splitter.finish(truncated=item.stats.finish_reason == "length")
         else:
-            yield event
-            continue
+            self._sink(item)
+            return
         if text:
-            yield TextDelta(text)
+            self._sink(TextDelta(text))
         for call in calls:
-            yield ToolCallMade(n_calls, call)
-            n_calls += 1
-        if isinstance(event, Finished):
-            stats = event.stats
-            if n_calls and stats.finish_reason == "stop":
+            self._sink(ToolCallMade(self._calls, call))
+            self._calls += 1
+        if isinstance(item, Finished):
+            stats = item.stats
+            if self._calls and stats.finish_reason == "stop":
                 stats = replace(stats, finish_reason="tool_calls")
-            yield Finished(stats)
+            self._sink(Finished(stats))

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -163,6 +163,13 @@ class Finished:
 
 GenerationEvent = TextDelta | Refining | ToolCallMade | Finished
 
+END = object()
+"""What a :data:`Sink` is given last: the generation ended, failed, or was never started."""
+Sink = Callable[[object], None]
+"""Where an engine's own thread puts one generation's items: each event, an exception if it fails, then
+:data:`END`. Called on the engine's thread, so it only hands the item on (``serve``'s ``Reply.post``)."""
+Submit = Callable[[GenerationRequest, threading.Event, Sink], None]
+
 
 @dataclass(frozen=True)
 class MeasuredCosts:
@@ -196,8 +203,16 @@ class ChatEngine(Protocol):
 
     @property
     def slots(self) -> int:
-        """Generations this engine runs at once, each from its own thread (``plan.parallel``: the embedded
-        engine's batch, llama-server's ``-np``); 1 for most. ``serve``'s queue hands it at most that many."""
+        """Generations this engine runs at once (``plan.parallel``: the embedded engine's batch, llama-server's
+        ``-np``); 1 for most. The queue of ``serve`` and the chat hands it at most that many."""
+        ...
+
+    @property
+    def submit(self) -> Submit | None:
+        """Hand a request straight to the engine's own thread (the embedded engine's batch loop), which gives its
+        items to the sink; a request crosses to that thread and back, no more. None where a generation runs on
+        its caller's thread (llama-server's engine reads one HTTP stream per request): ``serve``'s queue then
+        runs ``generate`` on a slot worker. At most ``slots`` at a time, as ``generate``."""
         ...
 
     def generate(

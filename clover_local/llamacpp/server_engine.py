@@ -69,6 +69,9 @@ class LlamaServerEngine:
     supervised child again with other threads as the machine's load changes (``load_follow``), reading the
     load from ``load_lookout`` (tests give a scripted one; default: the machine's CPU times)."""
 
+    submit = None
+    """Each request is an HTTP stream read on its caller's thread (``ChatEngine.submit``)."""
+
     def __init__(
         self,
         server: LlamaServerProcess | str,

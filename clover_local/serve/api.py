@@ -30,6 +30,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from clover_local.engine.types import (
+    END,
     ChatEngine,
     Finished,
     GenerationEvent,
@@ -49,7 +50,7 @@ from clover_local.serve.error_map import REQUEST_ERRORS, api_error
 from clover_local.serve.header_deadline import HEADER_TIMEOUT_S
 from clover_local.serve.openai_schema import ParsedRequest
 from clover_local.serve.request_fields import ignored_header
-from clover_local.serve.slots import END, QUEUE_PER_SLOT, STARTED, Reply, SlotQueue, Ticket, retry_headers
+from clover_local.serve.slots import QUEUE_PER_SLOT, STARTED, Reply, SlotQueue, Ticket, retry_headers
 
 log = logging.getLogger("clover_local.serve")
 
@@ -257,9 +258,10 @@ class OpenAIServer:
         start = "".join(writer.start())
         if start:
             yield start
-        ticket = Ticket(request, Reply(asyncio.get_running_loop()))
+        reply = Reply(asyncio.get_running_loop())
+        ticket = Ticket(request, reply)
         try:
-            async for batch in self._events(ticket):
+            async for batch in self._events(ticket, reply):
                 chunk = "".join(line for event in batch for line in _event_lines(writer, event))
                 if chunk:
                     yield chunk
@@ -291,7 +293,7 @@ class OpenAIServer:
         self.engine.check_request(fitted)  # a grammar or schema the engine cannot enforce: a 400 now
         return fitted
 
-    async def _events(self, ticket: Ticket) -> AsyncIterator[list[GenerationEvent]]:
+    async def _events(self, ticket: Ticket, reply: Reply) -> AsyncIterator[list[GenerationEvent]]:
         """Post ``ticket`` to the queue and yield its events, as many at a time as the engine made since the loop
         last looked. Leaving (the consumer stops, or its client hung up) gives up its place in the queue or
         cancels its generation."""
@@ -300,11 +302,11 @@ class OpenAIServer:
         try:
             while True:
                 batch: list[GenerationEvent] = []
-                for item in await ticket.reply.take():
+                for item in await reply.take():
                     if item is STARTED:
                         # The per-request time limit, from when its slot starts it: a reply that runs too long
                         # is stopped like one whose client left.
-                        deadline = ticket.reply.loop.call_later(self.config.max_request_s, ticket.cancel.set)
+                        deadline = reply.loop.call_later(self.config.max_request_s, ticket.cancel.set)
                     elif item is END or isinstance(item, BaseException):
                         if batch:
                             yield batch  # what came before the end or the failure is delivered first
@@ -324,13 +326,14 @@ class OpenAIServer:
         self, http_request: Request, request: GenerationRequest
     ) -> tuple[str, list[ToolCall], Finished]:
         """Run one generation to its end: its text, its tool calls, its stats (the engine's errors propagate)."""
-        ticket = Ticket(request, Reply(asyncio.get_running_loop()))
+        reply = Reply(asyncio.get_running_loop())
+        ticket = Ticket(request, reply)
         watcher = asyncio.create_task(_leave_on_disconnect(http_request, self.queue, ticket))
         parts: list[str] = []
         calls: list[ToolCall] = []
         finished: Finished | None = None
         try:
-            async for batch in self._events(ticket):
+            async for batch in self._events(ticket, reply):
                 for event in batch:
                     if isinstance(event, TextDelta):
                         parts.append(event.text)

@@ -1,17 +1,15 @@
-"""The one queue that owns the engine's slots (as llama.cpp's ``server_queue`` owns its server's): every request is
-posted to it as a :class:`Ticket`; at most ``slots`` run at once, the rest wait in arrival order, and at most
-``max_queue`` may wait; past that a request is refused at once (:class:`QueueFull`, a 503 with ``Retry-After``)
-rather than held open while memory and sockets pile up.
+"""The one queue that owns the engine's slots (as llama.cpp's ``server_queue`` owns its server's), for ``serve`` and
+the chat: every request is posted to it as a :class:`Ticket`; at most ``slots`` run at once, the rest wait in
+arrival order, and at most ``max_queue`` may wait; past that a request is refused at once (:class:`QueueFull`, a
+503 with ``Retry-After``) rather than held open while memory and sockets pile up.
 
-One worker thread per slot, started with the first request and kept for the server's life, takes the oldest
-waiting ticket, runs the engine's ``generate`` for it and posts its events to the ticket's :class:`Reply`, which
-the request's coroutine reads on the event loop. No thread is started per request. A request that leaves while
-it waits (a client that hung up) is taken out of the queue (:meth:`SlotQueue.leave`), so its place goes to the
-next; one that leaves while it runs is cancelled, and its worker takes the next ticket only once ``generate``
-has returned, so a cancelled generation never overlaps the one after it in its slot.
-
-The engine runs what it is handed: the embedded engine's batch (``engine.scheduler``) and llama-server's own
-slots keep no queue of their own, since this queue never hands them more than ``slots`` requests.
+Whoever finds a slot free (the poster, or the thread whose generation just ended) hands the oldest ticket to the
+engine's ``submit``: the embedded engine's batch thread runs it and posts its events to the ticket's reply
+itself, so a request crosses to that thread and back, no more. An engine without a thread of its own
+(llama-server's: one HTTP stream per request) gets one worker per slot instead, started with the first request
+and kept; no thread is started per request. A ticket that leaves while it waits gives up its place
+(:meth:`SlotQueue.leave`); one that leaves while it runs is cancelled, and its slot goes to the next only at its
+:data:`END`, so a cancelled generation never overlaps the next in its slot. The engine keeps no queue of its own.
 """
 
 from __future__ import annotations
@@ -22,9 +20,9 @@ import math
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from clover_local.engine.types import ChatEngine, GenerationRequest
+from clover_local.engine.types import END, ChatEngine, GenerationRequest, Sink, Submit
 from clover_local.serve.api_errors import ApiError
 
 RETRY_AFTER_S = 2
@@ -33,9 +31,7 @@ QUEUE_PER_SLOT = 4
 """Requests that may wait for each slot when ``--max-queue`` is not given."""
 
 STARTED = object()
-"""Posted to a :class:`Reply` when a worker starts the ticket's generation (its time limit starts then)."""
-END = object()
-"""Posted to a :class:`Reply` last: the generation ended, failed, or was never started (the request left)."""
+"""Posted to a :class:`Reply` when the ticket's generation is handed to the engine (its time limit starts then)."""
 
 log = logging.getLogger("clover_local.serve")
 
@@ -64,10 +60,9 @@ def retry_headers(error: ApiError) -> dict[str, str]:
 
 
 class Reply:
-    """The event-loop side of one request: items posted from a worker thread (events, an exception, then
-    :data:`END`), handed to the loop in batches. The loop is woken once per batch rather than once per token:
-    each wake-up is a syscall and a hand-over of the GIL that the decoding thread then waits for (a verified
-    draft yields up to 17 tokens at once)."""
+    """``serve``'s side of one request: items posted from the engine's thread, handed to the event loop in
+    batches. The loop is woken once per batch rather than once per token: each wake-up is a syscall and a
+    hand-over of the GIL that the decoding thread then waits for (a verified draft yields up to 17 tokens)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -95,35 +90,44 @@ class Reply:
             await self._ready.wait()
 
 
+class Postbox(Protocol):
+    """Where a ticket's items go: ``serve``'s :class:`Reply`, the chat's ``tui.reply_stream.ReplySink``."""
+
+    def post(self, item: object) -> None: ...
+
+
 @dataclass(eq=False)
 class Ticket:
-    """One request in the queue: what to generate, its cancel event (a client that left, the time limit) and
-    where its events go."""
+    """One request in the queue: what to generate, its cancel event (a client that left, the time limit, Esc in
+    the chat) and where its items go (:data:`STARTED`, each event, an exception, then :data:`END`)."""
 
     request: GenerationRequest
-    reply: Reply
+    reply: Postbox
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
 class SlotQueue:
-    """``slots`` workers taking tickets in arrival order (FIFO) from one bounded queue."""
+    """``slots`` generations at once, taken in arrival order (FIFO) from one bounded queue."""
 
     def __init__(self, engine: ChatEngine, slots: int, max_queue: int) -> None:
         self.engine = engine
         self.slots = max(1, slots)
         self.max_queue = max(0, max_queue)
         self.busy = 0
-        """Tickets a worker is running now."""
+        """Tickets handed to the engine and not yet ended."""
         self._waiting: deque[Ticket] = deque()
         self._cond = threading.Condition()
+        self._submit: Submit = engine.submit or self._to_worker
+        self._handed: deque[tuple[GenerationRequest, threading.Event, Sink]] = deque()
+        """For the slot workers (at most one for each free worker)."""
         self._workers: list[threading.Thread] = []
         self._closed = False
 
     @property
     def waiting(self) -> int:
-        """Requests waiting for a slot (one a free worker is about to take does not count)."""
+        """Requests waiting for a slot."""
         with self._cond:
-            return max(0, self.busy + len(self._waiting) - self.slots)
+            return len(self._waiting)
 
     def check(self) -> None:
         """Refuse now (before a reply starts) when a new request could not even wait."""
@@ -131,16 +135,16 @@ class SlotQueue:
             self._refuse_when_full()
 
     def post(self, ticket: Ticket) -> None:
-        """Queue ``ticket`` behind those already waiting (:class:`QueueFull` when it could not wait)."""
+        """Queue ``ticket`` behind those already waiting (:class:`QueueFull` when it could not wait), and hand it
+        over at once when a slot is free."""
         with self._cond:
             self._refuse_when_full()
-            if not self._workers:
-                self._start_workers()
             self._waiting.append(ticket)
-            before = self.busy + len(self._waiting) - 1 - self.slots
-            if before >= 0:
-                log.info("all %d slots busy: a request waits (%d waiting before it)", self.slots, before)
-            self._cond.notify()
+            if self.busy >= self.slots:
+                log.info(
+                    "all %d slots busy: a request waits (%d before it)", self.slots, len(self._waiting) - 1
+                )
+            self._hand_over()
 
     def leave(self, ticket: Ticket) -> None:
         """The request is gone (its client hung up, or it ended): stop its generation, or give up its place in
@@ -150,54 +154,75 @@ class SlotQueue:
             try:
                 self._waiting.remove(ticket)
             except ValueError:
-                return  # a worker has it (or had it): its generation ends at the cancel
+                return  # the engine has it (or had it): its generation ends at the cancel
         ticket.reply.post(END)
 
     def close(self) -> None:
-        """Let the workers end once the queue is empty (the server is stopping)."""
+        """Let the slot workers end (the server is stopping)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
 
     def _refuse_when_full(self) -> None:
-        waiting = self.busy + len(self._waiting) - self.slots
-        if waiting >= self.max_queue:
-            log.warning("queue full (%d slots busy, %d waiting): a request got 503", self.slots, waiting)
-            raise QueueFull(self.slots, waiting)
+        if len(self._waiting) >= self.max_queue and self.busy >= self.slots:
+            log.warning(
+                "queue full (%d slots busy, %d waiting): a request got 503", self.slots, self.max_queue
+            )
+            raise QueueFull(self.slots, len(self._waiting))
 
-    def _start_workers(self) -> None:
-        for i in range(self.slots):
-            worker = threading.Thread(target=self._work, name=f"clover-slot-{i}", daemon=True)
-            worker.start()
-            self._workers.append(worker)
-
-    def _work(self) -> None:
-        """One slot: take the oldest ticket, run it to its end, take the next."""
-        while True:
-            with self._cond:
-                while not self._waiting and not self._closed:
-                    self._cond.wait()
-                if not self._waiting:
-                    return
-                ticket = self._waiting.popleft()
-                self.busy += 1
-                log.info("slots: %d of %d busy, %d waiting", self.busy, self.slots, len(self._waiting))
+    def _hand_over(self) -> None:
+        """Hand the oldest waiting tickets to the engine while slots are free (under the lock, so in order)."""
+        while self.busy < self.slots and self._waiting:
+            ticket = self._waiting.popleft()
+            if ticket.cancel.is_set():  # it left just as it was taken
+                ticket.reply.post(END)
+                continue
+            self.busy += 1
+            log.info("slots: %d of %d busy, %d waiting", self.busy, self.slots, len(self._waiting))
+            ticket.reply.post(STARTED)
             try:
-                self._run(ticket)
-            finally:
+                self._submit(ticket.request, ticket.cancel, self._sink(ticket))
+            except BaseException as exc:  # handed to the request, whose API answers it
+                self.busy -= 1
+                ticket.reply.post(exc)
+                ticket.reply.post(END)
+
+    def _sink(self, ticket: Ticket) -> Sink:
+        """Where the engine's thread puts the ticket's items; its last frees the slot for the next ticket."""
+        post = ticket.reply.post
+
+        def sink(item: object) -> None:
+            post(item)
+            if item is END:
                 with self._cond:
                     self.busy -= 1
+                    self._hand_over()
 
-    def _run(self, ticket: Ticket) -> None:
-        reply = ticket.reply
-        if ticket.cancel.is_set():  # it left just as it was taken
-            reply.post(END)
-            return
-        reply.post(STARTED)
-        try:
-            for event in self.engine.generate(ticket.request, ticket.cancel):
-                reply.post(event)
-        except BaseException as exc:  # handed to the request, whose API answers it
-            reply.post(exc)
-        finally:
-            reply.post(END)
+        return sink
+
+    def _to_worker(self, request: GenerationRequest, cancel: threading.Event, sink: Sink) -> None:
+        """``submit`` for an engine that generates on its caller's thread: a free slot worker runs it."""
+        if not self._workers:
+            for i in range(self.slots):
+                worker = threading.Thread(target=self._work, name=f"clover-slot-{i}", daemon=True)
+                worker.start()
+                self._workers.append(worker)
+        self._handed.append((request, cancel, sink))
+        self._cond.notify()
+
+    def _work(self) -> None:
+        """One slot worker: run what is handed over to its end, then the next."""
+        while True:
+            with self._cond:
+                while not self._handed and not self._closed:
+                    self._cond.wait()
+                if not self._handed:
+                    return
+                request, cancel, sink = self._handed.popleft()
+            try:
+                for event in self.engine.generate(request, cancel):
+                    sink(event)
+            except BaseException as exc:  # handed to the request, whose API answers it
+                sink(exc)
+            finally:
+                sink(END)

@@ -1,15 +1,17 @@
 """One chat reply, from the engine to its :class:`~clover_local.tui.widgets.messages.ReplyView`: the prompt
-checked against the context first (a full context is said, never an empty reply), then the engine's text
-batched into a few updates a second. Runs on the chat's generation thread; it only posts messages."""
+checked against the context first (a full context is said, never an empty reply), then posted to the chat's
+queue (``serve.slots.SlotQueue``, the one ``serve`` uses), whose engine thread hands each event to a
+:class:`ReplySink` that batches the text into a few updates a second."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from clover_local.engine.types import (
+    END,
     ChatEngine,
     ChatMessage,
     Finished,
@@ -19,6 +21,7 @@ from clover_local.engine.types import (
     TextDelta,
 )
 from clover_local.errors import CloverError, ContextFull, RunnerUnavailable
+from clover_local.serve.slots import SlotQueue, Ticket
 from clover_local.tui import context_fit
 from clover_local.tui.widgets.messages import ReplyView
 
@@ -29,7 +32,7 @@ loop to 0.95 of its headless rate on 2 cores, at ten it keeps up (0.99-1.00, ``b
 
 
 def stream_reply(
-    engine: ChatEngine,
+    queue: SlotQueue,
     reply: ReplyView,
     request: GenerationRequest,
     system: Sequence[ChatMessage],
@@ -40,58 +43,71 @@ def stream_reply(
     is_cancelled: Callable[[], bool],
     prefill_rate: float = 0.0,
 ) -> None:
-    """Generate ``request``'s reply to ``system + turns`` into ``reply``; always ends with one ``Done``. With
-    ``drop_oldest`` the oldest turns are left out until the prompt fits (``Dropped`` says how many)."""
-    stats: GenerationStats | None = None
-    error: str | None = None
-    full = False
-    pending: list[str] = []
-    last_post = 0.0
-    last_refine = 0.0
+    """Post ``request``'s reply to ``system + turns`` to ``queue``, streaming into ``reply``, which always gets
+    one ``Done``. With ``drop_oldest`` the oldest turns are left out until the prompt fits (``Dropped`` says
+    how many). On the chat's worker thread (the fit may ask a llama-server); the reply itself never passes
+    through it."""
+    sink = ReplySink(reply)
     try:
-        wait_for_runner(engine, cancel, is_cancelled)
-        fitted = context_fit.fit(engine, system, turns, request.max_tokens, drop=drop_oldest)
+        wait_for_runner(queue.engine, cancel, is_cancelled)
+        fitted = context_fit.fit(queue.engine, system, turns, request.max_tokens, drop=drop_oldest)
         if not fitted.fits:
             raise ContextFull(*full_context_words(fitted, len(turns), drop_oldest))
         if fitted.dropped:
             reply.post_message(ReplyView.Dropped(fitted.dropped))
         eta = fitted.prompt_tokens / prefill_rate if prefill_rate > 0 else None
         reply.post_message(ReplyView.Prompting(fitted.prompt_tokens, eta))
-        request = replace(request, messages=(*system, *turns[fitted.dropped :]))
-        for event in engine.generate(request, cancel):
-            if is_cancelled():
-                cancel.set()
-            if isinstance(event, TextDelta):
-                # Batch tokens into a few updates a second: every UI update holds the GIL the engine's
-                # Python loop needs between tokens, so one message per token would slow generation.
-                pending.append(event.text)
-                now = time.perf_counter()
-                if now - last_post >= POST_INTERVAL_S:
-                    reply.post_message(ReplyView.Delta("".join(pending)))
-                    pending.clear()
-                    last_post = now
-            elif isinstance(event, Refining):
-                now = time.perf_counter()
-                if now - last_refine >= POST_INTERVAL_S or event.masked == 0:
-                    if pending:
-                        reply.post_message(ReplyView.Delta("".join(pending)))
-                        pending.clear()
-                    reply.post_message(ReplyView.Refine(event.text, event.step, event.total_steps))
-                    last_refine = now
-            elif isinstance(event, Finished):
-                stats = event.stats
-        if stats is not None and stats.prompt_tokens == 0:
-            # A stopped llama-server stream ends before its usage: the conversation still holds the prompt.
-            stats = replace(stats, prompt_tokens=fitted.prompt_tokens)
-    except CloverError as exc:
-        error = str(exc)
-        full = isinstance(exc, ContextFull)
-    except Exception as exc:  # an engine bug must not take the whole app down mid-chat
-        error = f"Generation failed: {type(exc).__name__}: {exc}"
-    finally:
-        if pending:
-            reply.post_message(ReplyView.Delta("".join(pending)))
-        reply.post_message(ReplyView.Done(stats, error, context_full=full))
+        sink.prompt_tokens = fitted.prompt_tokens
+        queue.post(Ticket(replace(request, messages=(*system, *turns[fitted.dropped :])), sink, cancel))
+    except Exception as exc:
+        sink.post(exc)
+        sink.post(END)
+
+
+@dataclass
+class ReplySink:
+    """A reply's items, posted as :class:`ReplyView` messages from the engine's thread: text batched into a few
+    updates a second (every UI update holds the GIL the engine's Python loop needs between tokens, so one
+    message per token would slow generation), then one ``Done`` at :data:`END`."""
+
+    reply: ReplyView
+    prompt_tokens: int = 0
+    stats: GenerationStats | None = None
+    error: BaseException | None = None
+    pending: list[str] = field(default_factory=list)
+    last_post: float = 0.0
+    last_refine: float = 0.0
+
+    def post(self, item: object) -> None:
+        now = time.perf_counter()
+        if isinstance(item, TextDelta):
+            self.pending.append(item.text)
+            if now - self.last_post >= POST_INTERVAL_S:
+                self._flush()
+                self.last_post = now
+        elif isinstance(item, Refining) and (now - self.last_refine >= POST_INTERVAL_S or item.masked == 0):
+            self._flush()
+            self.reply.post_message(ReplyView.Refine(item.text, item.step, item.total_steps))
+            self.last_refine = now
+        elif isinstance(item, Finished):
+            self.stats = item.stats
+        elif isinstance(item, BaseException):
+            self.error = item
+        elif item is END:
+            self._flush()
+            stats, error = self.stats, self.error
+            if stats is not None and stats.prompt_tokens == 0:
+                # A stopped llama-server stream ends before its usage: the conversation still holds the prompt.
+                stats = replace(stats, prompt_tokens=self.prompt_tokens)
+            words = str(error) if isinstance(error, CloverError) else None
+            if error is not None and words is None:  # an engine bug must not take the whole app down mid-chat
+                words = f"Generation failed: {type(error).__name__}: {error}"
+            self.reply.post_message(ReplyView.Done(stats, words, context_full=isinstance(error, ContextFull)))
+
+    def _flush(self) -> None:
+        if self.pending:
+            self.reply.post_message(ReplyView.Delta("".join(self.pending)))
+            self.pending.clear()
 
 
 LOAD_AGAIN = "Ctrl+L loads the model again; this conversation and your unsent text are kept"

@@ -19,7 +19,7 @@ import contextlib
 import random
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from textual import work
@@ -35,6 +35,7 @@ from textual.worker import get_current_worker
 
 from clover_local import chat_store, conversations, user_prefs
 from clover_local.engine.types import (
+    END,
     ChatEngine,
     ChatMessage,
     GenerationRequest,
@@ -44,6 +45,7 @@ from clover_local.engine.types import (
     prompt_tokens,
 )
 from clover_local.errors import CloverError
+from clover_local.serve.slots import SlotQueue, Ticket
 from clover_local.tui import context_fit, slash
 from clover_local.tui.reply_stream import LOAD_AGAIN, stream_reply
 from clover_local.tui.services import LoadAgain, ModelChoice
@@ -142,6 +144,8 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
         self.carried = carried
         """The conversation and unsent text of the chat before it (its runner given up), carried on here."""
         self.engine = engine
+        self.queue = SlotQueue(engine, engine.slots, max_queue=1)
+        """Replies and summaries go to the engine through the queue ``serve`` uses, one at a time."""
         self.model_key = model_key
         self.model_settings = model_settings
         self.system_prompt = model_settings.system_prompt
@@ -328,7 +332,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
         worker = get_current_worker()
         rate = self.last_stats.prefill_tokens_per_s if self.last_stats else 0.0
         stream_reply(
-            self.engine,
+            self.queue,
             reply,
             self._request((), seed),
             system,
@@ -457,21 +461,16 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
     def _summarize(
         self, reply: ReplyView, text: str, turns: list[ChatMessage], cancel: threading.Event
     ) -> None:
-        error: str | None = None
-        parts: list[str] = []
+        summary = SummarySink(self, reply, text)
         try:
             fitted = context_fit.fit(self.engine, self._system(), turns, 256, drop=True)
             request = replace(
                 self._request((*self._system(), *turns[fitted.dropped :]), None), max_tokens=256
             )
-            for event in self.engine.generate(request, cancel):
-                if isinstance(event, TextDelta):
-                    parts.append(event.text)
-                    reply.post_message(ReplyView.Delta(event.text))
+            self.queue.post(Ticket(request, summary, cancel))
         except CloverError as exc:
-            error = str(exc)
-        summary = strip_thinking("".join(parts)).strip()
-        self.post_message(ChatScreen.Summarized(reply, summary, text, error))
+            summary.post(exc)
+            summary.post(END)
 
     async def on_chat_screen_summarized(self, message: Summarized) -> None:
         reply, summary, text, error = message.reply, message.summary, message.text, message.error
@@ -755,4 +754,27 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
             if partial.strip():
                 self.journal.put(len(self.history), ChatMessage("assistant", partial))
         self._shut = True
+        self.queue.close()
         self.journal.close()
+
+
+@dataclass
+class SummarySink:
+    """A summary's items from the engine's thread: its text shown as it comes, then all of it handed to the
+    screen at :data:`END`."""
+
+    screen: ChatScreen
+    reply: ReplyView
+    text: str
+    parts: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def post(self, item: object) -> None:
+        if isinstance(item, TextDelta):
+            self.parts.append(item.text)
+            self.reply.post_message(ReplyView.Delta(item.text))
+        elif isinstance(item, BaseException):
+            self.error = str(item)
+        elif item is END:
+            summary = strip_thinking("".join(self.parts)).strip()
+            self.screen.post_message(ChatScreen.Summarized(self.reply, summary, self.text, self.error))
