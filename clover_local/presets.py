@@ -58,6 +58,8 @@ class Architecture:
     sliding_window: int = 0
     sliding_window_pattern: int = 0
     """Every Nth layer is global attention, the others use the sliding window (Gemma 3)."""
+    n_head: int = 0
+    """Query heads of an attention layer (``{arch}.attention.head_count``); 0: not known, taken as ``n_head_kv``."""
     n_nextn_layers: int = 0
     """Multi-token-prediction blocks stored after the trunk (``{arch}.nextn_predict_layers``): blocks
     ``n_layers .. n_layers + n_nextn_layers - 1``; llama.cpp counts them in ``block_count`` but runs them only
@@ -293,6 +295,7 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
         arch=arch_t.get("arch", str),
         n_layers=arch_t.get("n_layers", int, positive=True),
         n_head_kv=arch_t.get("n_head_kv", int, positive=True),
+        n_head=arch_t.get("n_head", int, 0),
         head_dim=arch_t.get("head_dim", int, positive=True),
         n_embd=arch_t.get("n_embd", int, positive=True),
         n_vocab=arch_t.get("n_vocab", int, positive=True),

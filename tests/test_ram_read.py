@@ -4,6 +4,7 @@ it computes), kept per machine and measured again when the machine changes, and 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ def test_a_rate_is_each_thread_alone_up_to_what_all_read_together() -> None:
 
 
 def _measured(rate: float, machine: str = "m", busy: float = 0.0) -> RamRead:
-    return RamRead(rate, rate * 2, 2, machine, "2026-12-06", busy)
+    return RamRead(rate, rate * 2, 2, machine, time.strftime("%Y-%m-%d"), busy)  # taken today
 
 
 def test_measured_once_then_kept(tmp_path: Path) -> None:
@@ -101,6 +102,21 @@ def test_a_busy_measurement_is_used_but_not_kept(tmp_path: Path) -> None:
     got = ram_read_here(tmp_path, "m", 2, measure=lambda t, m: _measured(3e9, m, busy=1.0))
     assert got.one_thread == 3e9 and not got.quiet
     assert kept_ram_read(tmp_path, "m") is None
+
+
+def test_a_low_reading_does_not_stay_the_machines_figure(tmp_path: Path) -> None:
+    """Another program's memory traffic only lowers a read: a kept figure from an earlier day is measured again,
+    and the best quiet one stays (a low one is replaced, a high one is not lowered)."""
+    low = replace(_measured(5e9, "m"), date="2026-01-01")
+    keep_ram_read(tmp_path, low)
+    got = ram_read_here(tmp_path, "m", 2, measure=lambda t, m: _measured(9e9, m))
+    assert got.all_threads == _measured(9e9, "m").all_threads
+    assert kept_ram_read(tmp_path, "m") == got
+    keep_ram_read(tmp_path, replace(got, date="2026-01-02"))
+    again = ram_read_here(tmp_path, "m", 2, measure=lambda t, m: _measured(4e9, m))
+    assert again.all_threads == got.all_threads and again.date == _measured(4e9, "m").date
+    busy = ram_read_here(tmp_path, "m", 2, measure=lambda t, m: _measured(1e9, m, busy=1.0))
+    assert busy == again  # kept today: not measured again
 
 
 @pytest.mark.parametrize("text", ["", "not json", "[]", '{"one_thread": 1}', '{"machine": "m"}'])

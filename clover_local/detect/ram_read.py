@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -129,15 +129,21 @@ def ram_read_here(
     *,
     measure: Callable[[int, str], RamRead] | None = None,
 ) -> RamRead:
-    """This machine's read rate: the kept one, else measured now (and kept when the machine was quiet)."""
+    """This machine's read rate: the one kept today, else measured now. A quiet measurement is kept when it is
+    the best yet for this machine: another program's memory traffic (a VM beside this one on the host, a process
+    unmapping a large model) can only lower a read rate, so one low reading never stays as the machine's figure
+    beyond the day it was taken."""
     kept = kept_ram_read(folder, machine)
-    if kept is not None:
+    if kept is not None and kept.date == time.strftime("%Y-%m-%d"):
         return kept
     measured = (measure or _measure_here)(threads, machine)
-    if measured.quiet:
-        with contextlib.suppress(OSError):  # a read-only data folder: measured again next time
-            keep_ram_read(folder, measured)
-    return measured
+    if not measured.quiet:
+        return kept if kept is not None else measured
+    best = kept if kept is not None and kept.all_threads > measured.all_threads else measured
+    best = replace(best, date=measured.date)
+    with contextlib.suppress(OSError):  # a read-only data folder: measured again next time
+        keep_ram_read(folder, best)
+    return best
 
 
 def _measure_here(threads: int, machine: str) -> RamRead:

@@ -71,6 +71,7 @@ def describe(headers: list[RawHeader], file_bytes: int, source: str) -> ModelDes
         arch=arch,
         n_layers=n_layers,
         n_head_kv=keys.integer("attention.head_count_kv", n_head),
+        n_head=n_head,
         head_dim=head_dim,
         n_embd=n_embd,
         n_vocab=_vocab_size(kv, keys),

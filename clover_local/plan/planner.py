@@ -191,7 +191,11 @@ def plan_placement(
         desc, fit.placement, filled, fit.cache_type, fit.cache_type
     )
     tps, speed_notes = predict_tokens_per_s(
-        machine, gpu_read, ram_read, layer_work(desc, fit.placement, len(machine.gpus)), threads.threads
+        machine,
+        gpu_read,
+        ram_read,
+        layer_work(desc, fit.placement, len(machine.gpus), filled),
+        threads.threads,
     )
     estimate = tps
     tps, speed_source, speed_why = apply_measurements(
@@ -688,15 +692,19 @@ def verification_costs(
     )
 
 
-def layer_work(desc: ModelDescription, placement: memory.Placement, n_gpus: int) -> LayerWork:
-    """Which device runs each layer per token (for the speed model's fixed per-layer costs)."""
+def layer_work(desc: ModelDescription, placement: memory.Placement, n_gpus: int, filled: int) -> LayerWork:
+    """Which device runs each layer per token (for the speed model's fixed per-layer costs), and the attention
+    the CPU's layers compute over ``filled`` tokens of context."""
     arch = desc.architecture
     recurrent = set(memory.recurrent_layers(arch))
+    cells = memory.kv_cells_per_layer(arch, filled)
+    heads = arch.n_head or arch.n_head_kv
     gpu_layers, gpu_rec = [0] * n_gpus, [0] * n_gpus
-    cpu_layers = cpu_experts = 0
+    cpu_layers = cpu_experts = cpu_attention = 0
     for il, d in enumerate(placement.devices[: arch.n_layers]):
         if d < 0:
             cpu_layers += 1
+            cpu_attention += heads * cells[il]
             continue
         gpu_layers[d] += 1
         gpu_rec[d] += il in recurrent
@@ -707,6 +715,7 @@ def layer_work(desc: ModelDescription, placement: memory.Placement, n_gpus: int)
         moe=arch.n_expert > 0,
         cpu_layers=cpu_layers,
         cpu_expert_layers=cpu_experts,
+        cpu_attention_head_cells=cpu_attention,
     )
 
 

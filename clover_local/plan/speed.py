@@ -27,16 +27,27 @@ DEFAULT_RAM_BANDWIDTH = 50 * GB
 """Desktop dual-channel DDR4/DDR5, conservatively."""
 BANDWIDTH_EFFICIENCY = 0.7
 """Share of the peak bandwidth llama.cpp reaches while decoding."""
-RAM_BYTES_PER_THREAD = 7 * GB
-"""Weight bytes one decode thread reads per second on a machine whose RAM was not measured (``--simulate``)."""
-LLAMA_READ_SHARE = 0.34
+RAM_BYTES_PER_THREAD = 8 * GB
+"""Weight bytes one decode thread reads per second on a machine whose RAM was not measured (``--simulate``): what
+each of the 2 threads read on the development VM, idle, on 6 December 2026 (16-17 GB/s together,
+:data:`LLAMA_READ_SHARE`)."""
+LLAMA_READ_SHARE = 0.5
 """Share of the streaming read rate measured here (``detect.ram_read``: numpy's SIMD ``max`` over a buffer no
 cache holds, each thread alone up to every core at once) that llama.cpp's decode reaches on weights: its kernels
 dequantise as they read and meet at a barrier after every operation. Fitted on 6 December 2026 on this project's
-2-core Intel Xeon VM (AVX-512), where plain decoding read 10-13 GB/s of weights against a 34 GB/s stream, for
-SmolLM2 135M (Q4_1), Gemma 3 270M and the full-size Clover-shaped model (Q4_K_M)
-(``benchmarks/check_speed_prediction.py``, docs/speed.md). A ratio of two rates on one machine, so it moves less
-between machines than a rate; ``clover-local bench --llama-bench`` replaces the estimate with a measurement."""
+2-core Intel Xeon VM (AVX-512), idle, where plain decoding read 16-17 GB/s of weights against a 31-32 GB/s stream
+for SmolLM2 135M (Q4_1), Gemma 3 270M and the full-size Clover-shaped model (Q4_K_M) alike, once the attention
+over the context (:data:`CPU_ATTENTION_SECONDS`) is counted apart (``benchmarks/check_speed_prediction.py``,
+docs/speed.md). A ratio of two rates on one machine, so it moves less between machines than a rate;
+``clover-local bench --llama-bench`` replaces the estimate with a measurement."""
+CPU_ATTENTION_SECONDS = 56e-9
+"""CPU time, on one thread, of one query head over one cached token in one attention layer, per generated token:
+llama.cpp's CPU flash-attention kernel costs per (head, cell) nearly whatever the head's size. Fitted on the same
+VM with ``llama-bench -n 64 -d 0,512 -t 2``: 512 cached tokens added 3.9 ms a token to SmolLM2 135M (30 layers of 9
+heads of 64) and 1.1 ms to Gemma 3 270M (18 layers of 4 heads of 256): 28 and 29 ns per head and cell on 2 threads.
+It is why a small model slows as its context fills (SmolLM2: 155 tokens/s empty, 96 with 512 tokens), and nearly
+nothing for Clover (10 attention layers of 40). A CPU-speed constant, so a faster core is predicted on the slow
+side; ``bench --llama-bench`` measures."""
 GPU_LAYER_SECONDS = 40e-6
 """Fixed GPU time of one attention layer per token (its ~15 kernels' launches and latency)."""
 GPU_RECURRENT_EXTRA_SECONDS = 40e-6
@@ -118,6 +129,8 @@ class LayerWork:
     """Whole layers on the CPU."""
     cpu_expert_layers: int = 0
     """Layers on a GPU whose routed experts run on the CPU (``--n-cpu-moe``)."""
+    cpu_attention_head_cells: int = 0
+    """For the layers on the CPU: query heads times the cached tokens each attends over (the context filled)."""
 
 
 def gpu_layer_seconds(recurrent: bool, moe: bool) -> float:
@@ -158,8 +171,16 @@ def predict_tokens_per_s(
         )
     if ram_bytes > 0:
         rate, source = ram_read_rate(machine, threads)
-        seconds += ram_bytes / rate + work.cpu_layers * CPU_LAYER_SECONDS
-        notes.append(f"RAM: {ram_bytes / GB:.2f} GB per token at {rate / GB:.0f} GB/s ({source})")
+        attention = (
+            work.cpu_attention_head_cells
+            * CPU_ATTENTION_SECONDS
+            / (threads or machine.cpu.physical_cores or 1)
+        )
+        seconds += ram_bytes / rate + work.cpu_layers * CPU_LAYER_SECONDS + attention
+        said = f"RAM: {ram_bytes / GB:.2f} GB per token at {rate / GB:.0f} GB/s ({source})"
+        if attention >= 0.5e-3:
+            said += f" + {attention * 1e3:.1f} ms of attention over the context"
+        notes.append(said)
     if any(work.gpu_layers) and (work.cpu_layers or work.cpu_expert_layers):
         seconds += HYBRID_TOKEN_SECONDS
         notes.append(f"GPU and CPU hand over each token: +{HYBRID_TOKEN_SECONDS * 1e3:.1f} ms")
