@@ -10,8 +10,6 @@ from clover_local.errors import UsageError
 if TYPE_CHECKING:
     from clover_local.launch import Launch, LaunchRequest
     from clover_local.plan.speculation import SpecMode
-    from clover_local.plan.types import EngineKind, Plan
-    from clover_local.presets import Preset
 
 
 MODEL_HELP = (
@@ -236,9 +234,3 @@ def launch_from_args(args: argparse.Namespace, *, find_binary: object = None, **
     from clover_local.launch import decide_launch
 
     return decide_launch(launch_request(args, **overrides), find_binary=find_binary)  # type: ignore[arg-type]
-
-
-def plan_from_args(args: argparse.Namespace, engine: EngineKind | None = None) -> tuple[Plan, Preset]:
-    """The plan of the launch the options ask for (and its preset); ``engine``: the engine wished for."""
-    launch = launch_from_args(args, **({"engine": engine} if engine else {}))
-    return launch.plan, launch.preset

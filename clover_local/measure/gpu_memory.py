@@ -50,14 +50,6 @@ def process_gpu_bytes(nvml: Any, pid: int) -> int:
     return sum(process_gpu_bytes_by_device(nvml, pid).values())
 
 
-def free_gpu_bytes(index: int = 0) -> int:
-    nvml = _nvml()
-    try:
-        return int(nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(index)).free)
-    finally:
-        nvml.nvmlShutdown()
-
-
 class PeakSampler:
     """Polls one process's GPU memory every ``interval_s`` until stopped; ``peak`` is the largest seen."""
 

@@ -185,13 +185,6 @@ def schema_list(value: Any, key: str, path: str) -> list[Any]:
     return value
 
 
-def properties_of(schema: dict[str, Any], path: str) -> list[tuple[str, Any]]:
-    props = schema.get("properties", {})
-    if not isinstance(props, dict):
-        raise SchemaRefused("properties", path, "must be an object.")
-    return list(props.items())
-
-
 def required_of(schema: dict[str, Any], path: str) -> set[str]:
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
