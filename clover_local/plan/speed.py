@@ -29,13 +29,13 @@ BANDWIDTH_EFFICIENCY = 0.7
 """Share of the peak bandwidth llama.cpp reaches while decoding."""
 RAM_BYTES_PER_THREAD = 8 * GB
 """Weight bytes one decode thread reads per second on a machine whose RAM was not measured (``--simulate``): what
-each of the 2 threads read on the development VM, idle, on 6 December 2026 (16-17 GB/s together,
+each of the 2 threads read on a 2-core AMD EPYC VM, idle, on 6 December 2026 (16-17 GB/s together,
 :data:`LLAMA_READ_SHARE`)."""
 LLAMA_READ_SHARE = 0.5
 """Share of the streaming read rate measured here (``detect.ram_read``: numpy's SIMD ``max`` over a buffer no
 cache holds, each thread alone up to every core at once) that llama.cpp's decode reaches on weights: its kernels
-dequantise as they read and meet at a barrier after every operation. Fitted on 6 December 2026 on this project's
-2-core Intel Xeon VM (AVX-512), idle, where plain decoding read 16-17 GB/s of weights against a 31-32 GB/s stream
+dequantise as they read and meet at a barrier after every operation. Fitted on 6 December 2026 on a 2-core AMD
+EPYC VM (AVX2), idle, where plain decoding read 16-17 GB/s of weights against a 31-32 GB/s stream
 for SmolLM2 135M (Q4_1), Gemma 3 270M and the full-size Clover-shaped model (Q4_K_M) alike, once the attention
 over the context (:data:`CPU_ATTENTION_SECONDS`) is counted apart (``benchmarks/check_speed_prediction.py``,
 docs/speed.md). A ratio of two rates on one machine, so it moves less between machines than a rate;
