@@ -337,8 +337,12 @@ class Launches:
 
 def _clover_on_disk(hub_server: Any, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The Clover preset's Q4_K_M file in the Hugging Face cache (a tiny ``clover_moe`` model under its name),
-    found offline as a person's download is."""
+    found offline as a person's download is, run by the test runtime's llama-server (skipped when it is not built)."""
     from huggingface_hub import hf_hub_download
+
+    if BUILT is None:
+        pytest.skip("the test runtime is not built (scripts/make_test_runtime.py)")
+    monkeypatch.setenv("CLOVER_RUNTIMES_DIR", str(RUNTIMES))
 
     repo, name = "Diffuspace/Clover-35B-A3B-Preview-GGUF", "Clover-35B-A3B-Preview-Q4_K_M.gguf"
     hub_server.add_file(repo, name, tiny_clover_model())
@@ -366,9 +370,6 @@ async def test_a_chat_of_the_clover_preset_on_disk_gathers_and_decides_once(
     from clover_local.tui.app import CloverApp
     from clover_local.tui.screens.chat import ChatScreen
 
-    if BUILT is None:
-        pytest.skip("the test runtime is not built (scripts/make_test_runtime.py)")
-    monkeypatch.setenv("CLOVER_RUNTIMES_DIR", str(RUNTIMES))
     path = _clover_on_disk(hub_server, monkeypatch)
     counts = Launches(monkeypatch)
     reads = Reads(monkeypatch)
@@ -396,9 +397,6 @@ def test_serve_of_the_clover_preset_on_disk_gathers_and_decides_once(
     from clover_local import launch as launch_module
     from clover_local.serve import runner
 
-    if BUILT is None:
-        pytest.skip("the test runtime is not built (scripts/make_test_runtime.py)")
-    monkeypatch.setenv("CLOVER_RUNTIMES_DIR", str(RUNTIMES))
     path = _clover_on_disk(hub_server, monkeypatch)
     counts = Launches(monkeypatch)
     reads = Reads(monkeypatch)
