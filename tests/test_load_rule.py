@@ -12,6 +12,7 @@ from clover_local.llamacpp.load_rule import (
     DOWN_AFTER_S,
     MIN_GAP_S,
     THREAD_EXPONENT,
+    UP_AFTER_LAUNCH_S,
     UP_AFTER_S,
     LoadLook,
     RelaunchInputs,
@@ -82,6 +83,29 @@ def test_the_core_comes_back_when_the_program_stops_and_stays() -> None:
     assert [threads for _, threads in out] == [1, 2]
     back_at = out[1][0]
     assert back_at >= 80 + UP_AFTER_S * 0.75
+
+
+def test_a_launch_that_gave_a_core_up_to_a_spike_takes_it_back_within_seconds() -> None:
+    """The launch saw another program busy (one look, as it stopped) and started with 1 thread of 2; the machine
+    is idle from then on: the core comes back after UP_AFTER_LAUNCH_S, not UP_AFTER_S, and stays."""
+    out = run(lambda t: 0.0, 120, start=1)
+    assert [threads for _, threads in out] == [2]
+    assert UP_AFTER_LAUNCH_S * 0.75 <= out[0][0] <= UP_AFTER_LAUNCH_S * 2 < UP_AFTER_S
+
+
+def test_a_launch_beside_a_program_that_stays_busy_keeps_its_one_thread() -> None:
+    assert run(lambda t: 1.0, 300, start=1) == []
+    out = run(lambda t: 1.0 if t < 40 else 0.0, 120, start=1)
+    assert [threads for _, threads in out] == [2]
+    assert 40 + UP_AFTER_LAUNCH_S * 0.75 <= out[0][0] <= 40 + UP_AFTER_LAUNCH_S * 2
+
+
+def test_after_a_relaunch_taking_cores_back_waits_the_whole_window() -> None:
+    """The short window is the launch's alone: a child the follower itself started with fewer threads waits
+    UP_AFTER_S of free cores, so a load that comes and goes does not flap."""
+    out = run(lambda t: 0.0 if t < 5 else (1.0 if t < 30 else 0.0), 120, start=1)
+    assert [threads for _, threads in out] == [2, 1, 2]
+    assert out[2][0] >= 30 + UP_AFTER_S * 0.75
 
 
 def test_a_spike_shorter_than_the_window_changes_nothing() -> None:

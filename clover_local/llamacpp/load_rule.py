@@ -8,7 +8,7 @@ threads between steps (``engine.batch_threads``); the child can only be started 
 weights come back from the page cache) and is done between requests only (``llamacpp.load_follow``), when:
 
 - the load has said so for long enough: fewer threads after :data:`DOWN_AFTER_S` of every look saying so, more
-  after :data:`UP_AFTER_S`, and going up needs the cores freer than going down does (:data:`UP_SLACK_CORES`
+  after :data:`UP_AFTER_S` (:data:`UP_AFTER_LAUNCH_S` when the launch itself gave cores up), and going up needs the cores freer than going down does (:data:`UP_SLACK_CORES`
   against ``plan.threads.SLACK_CORES``), so a load at the edge does not flap;
 - the last relaunch was at least :data:`MIN_GAP_S` ago;
 - the replies to come (:data:`HORIZON_REPLIES` of the expected length: a load outlasts a reply) gain more time
@@ -30,6 +30,11 @@ DOWN_AFTER_S = 2.0
 """Every look this long says the cores are taken before the child gives them up."""
 UP_AFTER_S = 10.0
 """Every look this long says the cores are free again before the child takes them back."""
+UP_AFTER_LAUNCH_S = DOWN_AFTER_S
+"""A launch that took fewer threads than planned did so from one short look (the machine's probe, under a
+second): as long a watch the other way as it takes to give a core up is enough to take it back, so a load spike
+at the moment of launch costs seconds, not :data:`UP_AFTER_S` (issue 48: a SmolLM2 launch decided as another
+program stopped decoded at 0.64x of its idle speed until the follower took the core back)."""
 MIN_GAP_S = 15.0
 """Never two relaunches closer than this."""
 UP_SLACK_CORES = 0.1
@@ -132,14 +137,15 @@ def relaunch_choice(inputs: RelaunchInputs) -> RelaunchChoice:
     """Keep the child's threads, or start it again with fewer or more (see the module's docstring)."""
     i = inputs
     down_looks = _span(i.looks, i.now, DOWN_AFTER_S)
-    up_looks = _span(i.looks, i.now, UP_AFTER_S)
+    up_after = UP_AFTER_LAUNCH_S if i.last_relaunch_at is None and i.current < i.planned else UP_AFTER_S
+    up_looks = _span(i.looks, i.now, up_after)
     fewer = max((down_target(i.planned, i.n_cpus, look.others) for look in down_looks), default=i.current)
     more = min((up_target(i.planned, i.n_cpus, look.others) for look in up_looks), default=i.current)
     if fewer < i.current:
         verdict: Verdict = "fewer"
         target, looks, window = fewer, down_looks, DOWN_AFTER_S
     elif more > i.current:
-        verdict, target, looks, window = "more", more, up_looks, UP_AFTER_S
+        verdict, target, looks, window = "more", more, up_looks, up_after
     else:
         return RelaunchChoice("keep", i.current, "steady", f"{i.current} threads suit the load")
     if not _covers(_span(i.looks, i.now, window * 1.5), i.now, window):
