@@ -71,9 +71,22 @@ def check_context(ctx: int, preset: Preset, models: Iterable[ModelDescription] =
         )
 
 
-def make_plan(*args: Any, **kwargs: Any) -> Plan:
+def make_plan(
+    machine: Machine,
+    preset: Preset,
+    model: ModelDescription | None = None,
+    wishes: Wishes | None = None,
+    model_path: str | None = None,
+    *,
+    models: Mapping[str, ModelDescription] | None = None,
+    diffusion_wishes: DiffusionWishes | None = None,
+    speed_records: Sequence[SpeedRecord] = (),
+) -> Plan:
     """The plan of :func:`plan_placement` (the same arguments) with no later stage: ``decide`` adds them."""
-    return assemble(plan_placement(*args, **kwargs))
+    asked = (machine, preset, model, wishes, model_path)
+    return assemble(
+        plan_placement(*asked, models=models, diffusion_wishes=diffusion_wishes, speed_records=speed_records)
+    )
 
 
 def plan_placement(
