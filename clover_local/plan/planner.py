@@ -18,7 +18,7 @@ from clover_local.errors import ContextOutOfRange, PlanError, UsageError
 from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.plan import memory
 from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_diffusion
-from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
+from clover_local.plan.fit import Fit, find_fit, refit, uses_gpus
 from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
 from clover_local.plan.reasons import Reason
 from clover_local.plan.slots import choose_slots
@@ -433,32 +433,13 @@ def _grow_context(
     weights = sum(g.weights_bytes for g in fit.memory.gpus) + fit.memory.ram.weights_bytes
     best, best_ctx, candidate = fit, ctx, ctx * 2
     while fit.fits and candidate <= min(limit, ctx * CTX_GROWTH_LIMIT):
-        grown = evaluate(
-            machine,
-            desc,
-            candidate,
-            n_gpu_layers=fit.n_gpu_layers,
-            n_cpu_moe=fit.n_cpu_moe,
-            cache_type=fit.cache_type,
-            margin_scale=2.0,
-            recurrent_copies=fit.recurrent_copies,
-            engine=fit.engine,
-        )
+        grown = refit(machine, desc, fit, candidate, margin_scale=2.0)
         kv = sum(g.kv_cache_bytes for g in grown.memory.gpus) + grown.memory.ram.kv_cache_bytes
         if not grown.fits or kv > KV_SHARE_LIMIT * weights:
             break
         best_ctx, candidate = candidate, candidate * 2
     if best_ctx != ctx:
-        best = evaluate(
-            machine,
-            desc,
-            best_ctx,
-            n_gpu_layers=fit.n_gpu_layers,
-            n_cpu_moe=fit.n_cpu_moe,
-            cache_type=fit.cache_type,
-            recurrent_copies=fit.recurrent_copies,
-            engine=fit.engine,
-        )
+        best = refit(machine, desc, fit, best_ctx)
     return best, best_ctx
 
 
