@@ -213,42 +213,31 @@ def _speed_reason(tps: float, device_s: float, net: NetworkCost, desc: ModelDesc
 def _pooling_reasons(
     machine: Machine, one: Machine, plan: Placed, remote: tuple[RemoteDevice, ...], used: set[str | None]
 ) -> list[Reason]:
-    out = []
     workers = ", ".join(w.endpoint for w in machine.workers)
-    unused = [w.endpoint for w in machine.workers if w.endpoint not in used]
-    out.append(
-        Reason(
-            "pooling",
-            f"Pooled over llama.cpp's RPC backend with {len(machine.workers)} worker(s) ({workers}): their "
-            f"{len(remote)} device(s) are places for layers like local GPUs, each checked on its own. llama.cpp puts "
-            "RPC devices before local GPUs, so the workers take the first offloaded layers"
-            + (
-                " and the output head stays on this machine's GPU"
-                if len(one.gpus) > len(remote)
-                else "; with no local GPU the output head is on the last worker, so the logits cross the network "
-                "every token"
-            )
-            + (
-                f" (-ts {','.join(f'{s:g}' for s in plan.tensor_split)} in that order)."
-                if plan.tensor_split
-                else "."
-            ),
-        )
+    unused = ", ".join(w.endpoint for w in machine.workers if w.endpoint not in used)
+    head = (
+        " and the output head stays on this machine's GPU"
+        if len(one.gpus) > len(remote)
+        else "; with no local GPU the output head is on the last worker, so the logits cross the network every token"
     )
-    if unused:
-        out.append(
-            Reason(
-                "workers-idle", f"Not used (no layer left for them): {', '.join(unused)}; left out of --rpc."
-            )
-        )
-    out.append(
-        Reason(
-            "rpc-trust",
-            "RPC has no authentication or encryption: use workers only on a network you trust. The embedded "
-            "engine (llama-cpp-python) has no RPC backend, so this plan runs with llama-server.",
-        )
+    split = (
+        f" (-ts {','.join(f'{s:g}' for s in plan.tensor_split)} in that order)" if plan.tensor_split else ""
     )
-    return out
+    pooling = (
+        f"Pooled over llama.cpp's RPC backend with {len(machine.workers)} worker(s) ({workers}): their "
+        f"{len(remote)} device(s) are places for layers like local GPUs, each checked on its own. llama.cpp puts "
+        f"RPC devices before local GPUs, so the workers take the first offloaded layers{head}{split}."
+    )
+    idle = f"Not used (no layer left for them): {unused}; left out of --rpc."
+    trust = (
+        "RPC has no authentication or encryption: use workers only on a network you trust. The embedded "
+        "engine (llama-cpp-python) has no RPC backend, so this plan runs with llama-server."
+    )
+    return [
+        Reason("pooling", pooling),
+        *([Reason("workers-idle", idle)] if unused else []),
+        Reason("rpc-trust", trust),
+    ]
 
 
 def _versus_alone(alone: Placed, plan: Placed, tps: float) -> Reason:
