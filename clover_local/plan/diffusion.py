@@ -10,7 +10,7 @@ step (the model card's 256 steps for a 512-token canvas), confidence-based unmas
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from clover_local.errors import UsageError
 from clover_local.gguf.model import ModelDescription
@@ -18,6 +18,7 @@ from clover_local.plan.reasons import Reason
 from clover_local.presets import DiffusionDefaults, Preset
 
 Schedule = Literal["block", "timestep"]
+T = TypeVar("T")
 
 BLOCK_FAMILY = frozenset({"llada", "llada-moe"})
 DEFAULT_BLOCK_LENGTH = 32
@@ -92,9 +93,8 @@ def plan_diffusion(
     table = table or DiffusionDefaults()
     wishes = wishes or DiffusionWishes()
     arch = model.architecture.arch
-    reasons: list[Reason] = []
 
-    def pick(name: str, default: object) -> tuple[object, str]:
+    def pick(name: str, default: T) -> tuple[T, str]:
         wished = getattr(wishes, name)
         if wished is not None:
             return wished, "as asked"
@@ -106,15 +106,11 @@ def plan_diffusion(
     canvas = ctx or DEFAULT_CANVAS
     block_default = DEFAULT_BLOCK_LENGTH if arch in BLOCK_FAMILY else 0
     block_length, block_src = pick("block_length", block_default)
-    assert isinstance(block_length, int)
     answer, answer_src = pick("answer_length", min(DEFAULT_ANSWER, canvas // 2))
-    assert isinstance(answer, int)
     algorithm, alg_src = pick("algorithm", "confidence")
-    assert isinstance(algorithm, str)
     schedule: Schedule = "block" if block_length > 0 else "timestep"
     span = block_length if schedule == "block" else answer
     steps, steps_src = pick("steps_per_block", max(1, span // TOKENS_PER_STEP))
-    assert isinstance(steps, int)
     eps = 0.0 if schedule == "block" else float(table.eps or DEFAULT_EPS)
     if answer >= canvas:
         raise UsageError(
@@ -123,37 +119,30 @@ def plan_diffusion(
         )
     header = model.diffusion
     if schedule == "block":
-        reasons.append(
-            Reason(
-                "diffusion",
-                f"Diffusion decoding ({arch}): block schedule ({block_src}), {block_length}-token blocks unmasked "
-                f"one after another in {steps} steps each ({steps_src}, {block_length / steps:.1f} tokens a step).",
-            )
+        how = (
+            f"block schedule ({block_src}), {block_length}-token blocks unmasked one after another in {steps} "
+            f"steps each ({steps_src}, {block_length / steps:.1f} tokens a step)."
         )
     else:
-        reasons.append(
-            Reason(
-                "diffusion",
-                f"Diffusion decoding ({arch}): timestep schedule (eps {eps:g}), the whole {answer}-token answer "
-                f"refined in {steps} steps ({steps_src}, {answer / steps:.1f} tokens a step).",
-            )
+        how = (
+            f"timestep schedule (eps {eps:g}), the whole {answer}-token answer refined in {steps} steps "
+            f"({steps_src}, {answer / steps:.1f} tokens a step)."
         )
-    reasons.append(
+    reasons = [
+        Reason("diffusion", f"Diffusion decoding ({arch}): {how}"),
         Reason(
             "diffusion-unmasking",
             f"Unmasking order: {algorithm} ({alg_src}); answer length {answer} tokens ({answer_src}); "
             f"shift_logits {'on' if header.shift_logits else 'off'} "
             f"({'from the header' if header.shift_logits_in_header else 'absent from the header: llama.cpp takes on'}).",
-        )
-    )
-    reasons.append(
+        ),
         Reason(
             "diffusion-canvas",
             f"The whole canvas (prompt + answer, up to {canvas} tokens) is decoded as one batch every step: "
             f"n_ctx = n_batch = n_ubatch = {canvas}, no KV cache, and llama.cpp returns the logits of every "
             "canvas position, so the compute and output buffers grow with the canvas.",
-        )
-    )
+        ),
+    ]
     plan = DiffusionPlan(
         schedule=schedule,
         block_length=block_length,

@@ -159,52 +159,57 @@ def find_fit(
 ) -> Fit:
     """The fastest placement whose GPUs all fit; f16 KV first, q8_0 when that saves a step. When RAM is then
     short too (more offload only moves bytes to RAM), the result has ``fits == False``."""
-    rc = recurrent_copies
+
+    def at(n_gpu_layers: int, n_cpu_moe: int, cache_type: str) -> Fit:
+        return evaluate(
+            machine,
+            model,
+            ctx,
+            n_gpu_layers=n_gpu_layers,
+            n_cpu_moe=n_cpu_moe,
+            cache_type=cache_type,
+            n_ubatch=n_ubatch,
+            recurrent_copies=recurrent_copies,
+            engine=engine,
+            n_seq=n_seq,
+        )
+
     if not uses_gpus(machine):
-        fits = [
-            evaluate(
-                machine,
-                model,
-                ctx,
-                n_gpu_layers=0,
-                n_cpu_moe=0,
-                cache_type=t,
-                n_ubatch=n_ubatch,
-                recurrent_copies=rc,
-                engine=engine,
-                n_seq=n_seq,
-            )
-            for t in KV_TYPES_BY_PREFERENCE
-        ]
+        fits = [at(0, 0, t) for t in KV_TYPES_BY_PREFERENCE]
         return next((f for f in fits if f.fits), fits[-1])
     for ngl, moe in _candidates(model):
         for cache_type in KV_TYPES_BY_PREFERENCE:
-            fit = evaluate(
-                machine,
-                model,
-                ctx,
-                n_gpu_layers=ngl,
-                n_cpu_moe=moe,
-                cache_type=cache_type,
-                n_ubatch=n_ubatch,
-                recurrent_copies=rc,
-                engine=engine,
-                n_seq=n_seq,
-            )
+            fit = at(ngl, moe, cache_type)
             if fit.gpus_fit:
                 return fit
     # Not even one layer fits on the GPU: the CPU does all the work.
+    return at(0, 0, "f16")
+
+
+def refit(
+    machine: Machine,
+    model: ModelDescription,
+    fit: Fit,
+    ctx: int,
+    *,
+    n_ubatch: int = 512,
+    n_seq: int | None = None,
+    margin_scale: float = 1.0,
+) -> Fit:
+    """``fit``'s placement (layers, experts in RAM, KV type, state copies, engine) at another context, number of
+    slots (None: ``fit``'s) or margin."""
     return evaluate(
         machine,
         model,
         ctx,
-        n_gpu_layers=0,
-        n_cpu_moe=0,
-        cache_type="f16",
+        n_gpu_layers=fit.n_gpu_layers,
+        n_cpu_moe=fit.n_cpu_moe,
+        cache_type=fit.cache_type,
         n_ubatch=n_ubatch,
-        recurrent_copies=rc,
-        engine=engine,
-        n_seq=n_seq,
+        margin_scale=margin_scale,
+        recurrent_copies=fit.recurrent_copies,
+        engine=fit.engine,
+        n_seq=fit.n_seq if n_seq is None else n_seq,
     )
 
 

@@ -67,13 +67,11 @@ def is_swa_layer(arch: Architecture, il: int) -> bool:
     return bool(arch.sliding_window and p and il % p < p - 1)
 
 
-def kv_cells_per_layer(
-    arch: Architecture, ctx: int, n_ubatch: int = 512, n_seq: int = 1, swa_full: bool = False
-) -> list[int]:
+def kv_cells_per_layer(arch: Architecture, ctx: int, n_ubatch: int = 512, n_seq: int = 1) -> list[int]:
     """KV cells each layer holds for ``n_seq`` slots of ``ctx`` tokens each (0 for recurrent layers): one stream
-    per slot, as llama.cpp splits ``-c`` without ``--kv-unified``."""
+    per slot, as llama.cpp splits ``-c`` without ``--kv-unified`` (and without ``swa_full``, which plans pin off)."""
     base = pad_cells(ctx)
-    swa = base if swa_full else pad_cells(min(base, arch.sliding_window + n_ubatch))
+    swa = pad_cells(min(base, arch.sliding_window + n_ubatch))
     attention = set(arch.attention_layers)
     return [
         0 if il not in attention else n_seq * (swa if is_swa_layer(arch, il) else base)
@@ -93,24 +91,15 @@ def kv_bytes_per_layer(
     type_v: str = "f16",
     n_ubatch: int = 512,
     n_seq: int = 1,
-    swa_full: bool = False,
 ) -> list[int]:
     """KV cache bytes of each layer."""
     per_cell = kv_bytes_per_cell(arch, type_k, type_v)
-    return [int(c * per_cell) for c in kv_cells_per_layer(arch, ctx, n_ubatch, n_seq, swa_full)]
+    return [int(c * per_cell) for c in kv_cells_per_layer(arch, ctx, n_ubatch, n_seq)]
 
 
-def kv_cache_bytes(
-    arch: Architecture,
-    ctx: int,
-    type_k: str = "f16",
-    type_v: str = "f16",
-    n_ubatch: int = 512,
-    n_seq: int = 1,
-    swa_full: bool = False,
-) -> int:
-    """The whole KV cache in bytes (all layers)."""
-    return sum(kv_bytes_per_layer(arch, ctx, type_k, type_v, n_ubatch, n_seq, swa_full))
+def kv_cache_bytes(arch: Architecture, ctx: int, type_k: str = "f16", type_v: str = "f16") -> int:
+    """The whole KV cache of one slot in bytes (all layers)."""
+    return sum(kv_bytes_per_layer(arch, ctx, type_k, type_v))
 
 
 KV_CELL_INDEX_BYTES = 148
@@ -122,12 +111,10 @@ Every cell is counted as used: a slot's context may fill. Measured: the tiny hyb
 0.57 MiB each in RAM beyond llama.cpp's buffers (``benchmarks/check_memory_model.py --slots 3``); this counts 0.58."""
 
 
-def kv_cell_index_bytes(
-    arch: Architecture, ctx: int, n_ubatch: int = 512, n_seq: int = 1, swa_full: bool = False
-) -> int:
+def kv_cell_index_bytes(arch: Architecture, ctx: int, n_ubatch: int = 512, n_seq: int = 1) -> int:
     """RAM for the cell bookkeeping of the KV caches (:data:`KV_CELL_INDEX_BYTES` per cell): one index per stream
     of the full-attention cache and, on a model with sliding-window layers, of the sliding-window cache."""
-    cells = kv_cells_per_layer(arch, ctx, n_ubatch, n_seq, swa_full)
+    cells = kv_cells_per_layer(arch, ctx, n_ubatch, n_seq)
     # Layers share their cache's index: one entry per cache (sliding-window or not) with its cells.
     caches = {(is_swa_layer(arch, il), c) for il, c in enumerate(cells) if c}
     return KV_CELL_INDEX_BYTES * sum(c for _, c in caches)

@@ -8,7 +8,7 @@ bandwidth-bound and Q4_K_M reads half the bytes), else the smallest quant, with 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +18,7 @@ from clover_local.errors import ContextOutOfRange, PlanError, UsageError
 from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.plan import memory
 from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_diffusion
-from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
+from clover_local.plan.fit import Fit, find_fit, refit, uses_gpus
 from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
 from clover_local.plan.reasons import Reason
 from clover_local.plan.slots import choose_slots
@@ -71,9 +71,22 @@ def check_context(ctx: int, preset: Preset, models: Iterable[ModelDescription] =
         )
 
 
-def make_plan(*args: Any, **kwargs: Any) -> Plan:
+def make_plan(
+    machine: Machine,
+    preset: Preset,
+    model: ModelDescription | None = None,
+    wishes: Wishes | None = None,
+    model_path: str | None = None,
+    *,
+    models: Mapping[str, ModelDescription] | None = None,
+    diffusion_wishes: DiffusionWishes | None = None,
+    speed_records: Sequence[SpeedRecord] = (),
+) -> Plan:
     """The plan of :func:`plan_placement` (the same arguments) with no later stage: ``decide`` adds them."""
-    return assemble(plan_placement(*args, **kwargs))
+    asked = (machine, preset, model, wishes, model_path)
+    return assemble(
+        plan_placement(*asked, models=models, diffusion_wishes=diffusion_wishes, speed_records=speed_records)
+    )
 
 
 def plan_placement(
@@ -133,33 +146,16 @@ def plan_placement(
     reasons += _context_reasons(preset, desc, fit, ctx, wishes, ctx_limit)
     reasons.append(Reason("slots", why_slots))
     if not fit.fits:
-        reasons.append(
-            _does_not_fit_advice(
-                machine,
-                desc,
-                fit,
-                ctx,
-                lambda c: find_fit(
-                    machine,
-                    desc,
-                    c,
-                    N_UBATCH,
-                    recurrent_copies=fit.recurrent_copies,
-                    engine=fit.engine,
-                    n_seq=fit.n_seq,
-                ),
-            )
-        )
-
+        reasons.append(_does_not_fit_advice(machine, desc, fit, ctx))
     threads = _threads(machine, wishes)
-    reasons.append(Reason("threads", threads.reason))
-    reasons.append(
+    reasons += [
+        Reason("threads", threads.reason),
         Reason(
             "flash-attn",
             "Flash attention on: llama.cpp supports it on every backend here, it keeps the compute buffer small "
             "at long context, and a quantized KV cache needs it.",
-        )
-    )
+        ),
+    ]
     runtime = memory.runtime_overhead_bytes(machine.offload_backend, wishes.engine)
     if runtime and fit.n_gpu_layers != 0:
         reasons.append(
@@ -232,12 +228,8 @@ def plan_placement(
                 "with the GGUF header they become exact.",
             )
         )
-    speculative = replace(
-        speculative,
-        batch_costs=verification_costs(
-            desc, speculative, on_gpu=uses_gpus(machine) and fit.n_gpu_layers != 0
-        ),
-    )
+    on_gpu = uses_gpus(machine) and fit.n_gpu_layers != 0
+    speculative = replace(speculative, batch_costs=verification_costs(desc, speculative, on_gpu=on_gpu))
     return _assemble_plan(
         machine,
         preset,
@@ -420,32 +412,13 @@ def _grow_context(
     weights = sum(g.weights_bytes for g in fit.memory.gpus) + fit.memory.ram.weights_bytes
     best, best_ctx, candidate = fit, ctx, ctx * 2
     while fit.fits and candidate <= min(limit, ctx * CTX_GROWTH_LIMIT):
-        grown = evaluate(
-            machine,
-            desc,
-            candidate,
-            n_gpu_layers=fit.n_gpu_layers,
-            n_cpu_moe=fit.n_cpu_moe,
-            cache_type=fit.cache_type,
-            margin_scale=2.0,
-            recurrent_copies=fit.recurrent_copies,
-            engine=fit.engine,
-        )
+        grown = refit(machine, desc, fit, candidate, margin_scale=2.0)
         kv = sum(g.kv_cache_bytes for g in grown.memory.gpus) + grown.memory.ram.kv_cache_bytes
         if not grown.fits or kv > KV_SHARE_LIMIT * weights:
             break
         best_ctx, candidate = candidate, candidate * 2
     if best_ctx != ctx:
-        best = evaluate(
-            machine,
-            desc,
-            best_ctx,
-            n_gpu_layers=fit.n_gpu_layers,
-            n_cpu_moe=fit.n_cpu_moe,
-            cache_type=fit.cache_type,
-            recurrent_copies=fit.recurrent_copies,
-            engine=fit.engine,
-        )
+        best = refit(machine, desc, fit, best_ctx)
     return best, best_ctx
 
 
@@ -597,12 +570,16 @@ def _context_how(preset: Preset, ctx: int, wishes: Wishes, limit: int) -> str:
     return f"the most this model takes ({limit}), below the preset default {preset.ctx_default}"
 
 
-def _does_not_fit_advice(
-    machine: Machine, desc: ModelDescription, fit: Fit, ctx: int, fit_at: Callable[[int], Fit]
-) -> Reason:
+def _does_not_fit_advice(machine: Machine, desc: ModelDescription, fit: Fit, ctx: int) -> Reason:
     """What is short, and only the changes that would make it fit: a smaller context when one of at least
-    :data:`SMALLEST_ADVISED_CTX` tokens does (``fit_at``: this plan's fit at another context), closing other
-    programs when what they hold covers the shortfall."""
+    :data:`SMALLEST_ADVISED_CTX` tokens does (planned as ``fit`` was; a diffusion canvas is its own ubatch),
+    closing other programs when what they hold covers the shortfall."""
+
+    def fit_at(c: int) -> Fit:
+        ubatch = c if desc.diffusion is not None else N_UBATCH
+        copies, engine = fit.recurrent_copies, fit.engine
+        return find_fit(machine, desc, c, ubatch, recurrent_copies=copies, engine=engine, n_seq=fit.n_seq)
+
     short = [d for d in (*fit.memory.gpus, fit.memory.ram) if not d.fits]
     lacking = ", ".join(
         f"{d.name} needs {fb(d.used_bytes + d.margin_bytes)} but has {fb(d.capacity_bytes)}" for d in short
@@ -743,28 +720,22 @@ def _plan_diffusion_model(
     desc, fit = candidates[quant], fits[quant]
     reasons = [Reason("quant", why_quant), *dreasons, *_placement_reasons(machine, desc, fit)]
     if not fit.fits:
-        reasons.append(
-            _does_not_fit_advice(machine, desc, fit, canvas, lambda c: find_fit(machine, desc, c, c))
-        )
+        reasons.append(_does_not_fit_advice(machine, desc, fit, canvas))
     threads = _threads(machine, wishes)
-    reasons.append(
-        Reason("threads", f"{threads.reason.rstrip('.')}; every step is one {canvas}-token batch.")
-    )
     load_mode, why_load = _load_mode(machine, fit)
-    reasons.append(Reason("load-mode", why_load))
-    reasons.append(
+    reasons += [
+        Reason("threads", f"{threads.reason.rstrip('.')}; every step is one {canvas}-token batch."),
+        Reason("load-mode", why_load),
         Reason(
             "speculation-off",
             "No speculative decoding: a diffusion model already writes many tokens per step.",
-        )
-    )
-    reasons.append(
+        ),
         Reason(
             "speed-not-predicted",
             "Speed is not predicted for diffusion (each step is one canvas-sized batch, compute-bound): "
             "`clover-local bench --model FILE` measures block lengths and steps per block side by side.",
-        )
-    )
+        ),
+    ]
     if not desc.exact:
         reasons.append(
             Reason("sizes-estimated", f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file).")

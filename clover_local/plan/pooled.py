@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from clover_local.detect.machine import Gpu, Machine
 from clover_local.detect.remote import Link, RemoteDevice
@@ -34,15 +34,13 @@ def remote_devices(machine: Machine) -> tuple[RemoteDevice, ...]:
     return tuple(d for w in machine.workers for d in w.devices)
 
 
-def remote_bandwidth(device: RemoteDevice) -> tuple[float, str]:
-    """Memory bandwidth of a lent device, from its kind (the RPC protocol does not report it)."""
+def remote_bandwidth(device: RemoteDevice) -> float:
+    """Memory bandwidth of a lent device, from its kind (the RPC protocol does not report it): a typical card of
+    its vendor and size, else desktop RAM (a CPU worker, or a kind ``--rpc`` did not say)."""
     if device.kind in ("nvidia", "amd", "intel", "apple"):
         probe = Gpu(0, device.kind, device.label, device.total_bytes, device.free_bytes)  # type: ignore[arg-type]
-        bw, source = gpu_bandwidth(probe, device.total_bytes)
-        return bw, source
-    if device.kind == "cpu":
-        return DEFAULT_RAM_BANDWIDTH, "a CPU worker: desktop RAM"
-    return DEFAULT_RAM_BANDWIDTH, "kind unknown, planned as CPU memory; say gpu:VENDOR@HOST:PORT in --rpc"
+        return gpu_bandwidth(probe, device.total_bytes)[0]
+    return DEFAULT_RAM_BANDWIDTH
 
 
 def as_one_machine(machine: Machine) -> Machine:
@@ -56,7 +54,7 @@ def as_one_machine(machine: Machine) -> Machine:
             name=d.label,
             total_bytes=d.total_bytes,
             free_bytes=d.free_bytes,
-            bandwidth_bytes_per_s=remote_bandwidth(d)[0],
+            bandwidth_bytes_per_s=remote_bandwidth(d),
             source="rpc",
         )
         for i, d in enumerate(remote)
@@ -83,24 +81,12 @@ def pooled_plan(
     """The plan over this machine and its workers, with the network in the predicted speed and a comparison
     with this machine alone in the reasons. ``plan_one`` is the planner for one machine (``plan_placement``, passed
     in by it: this module sits beside it, not above it)."""
-    alone = plan_one(
-        replace(machine, workers=()),
-        preset,
-        model,
-        wishes,
-        model_path,
-        models=models,
-        speed_records=speed_records,
-    )
+    asked = (preset, model, wishes, model_path)
+    alone = plan_one(replace(machine, workers=()), *asked, models=models, speed_records=speed_records)
     one = as_one_machine(machine)
-    plan = plan_one(one, preset, model, wishes, model_path, models=models)
-    desc = (
-        model
-        if model is not None
-        else (models or {}).get(plan.quant) or describe_from_preset(preset, plan.quant)
-    )
+    plan = plan_one(one, *asked, models=models)
+    desc = model or (models or {}).get(plan.quant) or describe_from_preset(preset, plan.quant)
     remote = remote_devices(machine)
-    names = _device_names(machine, remote)
     endpoints: list[str | None] = [d.endpoint for d in remote] + [None] * (len(one.gpus) - len(remote))
     placement = memory.place(
         desc,
@@ -126,6 +112,17 @@ def pooled_plan(
     device_s = 1 / plan.predicted_tokens_per_s if plan.predicted_tokens_per_s > 0 else 0.0
     total_s = device_s + net_s
     tps = 1 / total_s if total_s > 0 else 0.0
+    if _alone_on_gpu(machine, alone) and tps < alone.predicted_tokens_per_s:
+        unused = Reason(
+            "workers-unused",
+            f"Workers not used ({', '.join(w.endpoint for w in machine.workers)}): this machine's GPU memory "
+            f"holds everything, and pooling would be slower (~{tps:.0f} vs ~{alone.predicted_tokens_per_s:.0f} "
+            "tokens/s predicted), so --rpc is left out.",
+        )
+        said = (*alone.reasons, unused)
+        return _pooled_placement(
+            alone, alone, said, alone.memory, alone.predicted_tokens_per_s, (), None, alone.backend
+        )
     used = {endpoints[d] for d in placement.devices if d >= 0 and endpoints[d] is not None}
     network = NetworkCost(
         seconds_per_token=net_s,
@@ -133,23 +130,10 @@ def pooled_plan(
         transfers=transfers,
         round_trips=trips,
         share=net_s / total_s if total_s > 0 else 0.0,
-        links=describe_links({e: links[e] for e in links}),
+        links=describe_links(links),
     )
-    if _alone_on_gpu(machine, alone) and tps < alone.predicted_tokens_per_s:
-        return replace(
-            alone,
-            reasons=(
-                *alone.reasons,
-                Reason(
-                    "workers-unused",
-                    f"Workers not used ({', '.join(w.endpoint for w in machine.workers)}): this machine's GPU "
-                    f"memory holds everything, and pooling would be slower (~{tps:.0f} vs "
-                    f"~{alone.predicted_tokens_per_s:.0f} tokens/s predicted), so --rpc is left out.",
-                ),
-            ),
-            alone_tokens_per_s=alone.predicted_tokens_per_s,
-        )
     # device positions renamed; the estimate of speed on the devices alone gives way to one with the network
+    names = _device_names(machine, remote)
     reasons = [
         _speed_reason(tps, device_s, network, desc)
         if r.code == "speed-estimate"
@@ -160,17 +144,37 @@ def pooled_plan(
     reasons[at:at] = _pooling_reasons(machine, one, plan, remote, used)
     reasons.append(_versus_alone(alone, plan, tps))
     gpus = tuple(replace(g, name=names[i]) for i, g in enumerate(plan.memory.gpus))
-    local_first = gpus[len(remote) :] + gpus[: len(remote)]
-    return replace(
-        plan,
-        memory=MemoryPlan(gpus=local_first, ram=plan.memory.ram),
-        predicted_tokens_per_s=round(tps, 1),
+    local_first = MemoryPlan(gpus=gpus[len(remote) :] + gpus[: len(remote)], ram=plan.memory.ram)
+    workers = tuple(w.endpoint for w in machine.workers if w.endpoint in used)
+    backend = machine.offload_backend if uses_gpus(machine) else "rpc"
+    return _pooled_placement(plan, alone, reasons, local_first, round(tps, 1), workers, network, backend)
+
+
+def _pooled_placement(
+    chosen: Placed,
+    alone: Placed,
+    reasons: Sequence[Reason],
+    memory_plan: MemoryPlan,
+    tokens_per_s: float,
+    rpc_servers: tuple[str, ...],
+    network: NetworkCost | None,
+    backend: str,
+) -> Placed:
+    """The pooling stage's placement, built once from its parts: the quant, context and settings ``chosen``
+    decided (this machine alone, or the pool planned as one machine), with what pooling decides: the reasons,
+    the memory per device, the speed, the workers used, the network's cost, the backend, and ``alone``'s speed
+    to compare with."""
+    parts = {f.name: getattr(chosen, f.name) for f in fields(Placed)}
+    parts.update(
+        memory=memory_plan,
+        predicted_tokens_per_s=tokens_per_s,
         reasons=tuple(reasons),
-        rpc_servers=tuple(w.endpoint for w in machine.workers if w.endpoint in used),
+        rpc_servers=rpc_servers,
         network=network,
         alone_tokens_per_s=alone.predicted_tokens_per_s,
-        backend=machine.offload_backend if uses_gpus(machine) else "rpc",
+        backend=backend,
     )
+    return Placed(**parts)
 
 
 def _alone_on_gpu(machine: Machine, alone: Placed) -> bool:
@@ -209,42 +213,31 @@ def _speed_reason(tps: float, device_s: float, net: NetworkCost, desc: ModelDesc
 def _pooling_reasons(
     machine: Machine, one: Machine, plan: Placed, remote: tuple[RemoteDevice, ...], used: set[str | None]
 ) -> list[Reason]:
-    out = []
     workers = ", ".join(w.endpoint for w in machine.workers)
-    unused = [w.endpoint for w in machine.workers if w.endpoint not in used]
-    out.append(
-        Reason(
-            "pooling",
-            f"Pooled over llama.cpp's RPC backend with {len(machine.workers)} worker(s) ({workers}): their "
-            f"{len(remote)} device(s) are places for layers like local GPUs, each checked on its own. llama.cpp puts "
-            "RPC devices before local GPUs, so the workers take the first offloaded layers"
-            + (
-                " and the output head stays on this machine's GPU"
-                if len(one.gpus) > len(remote)
-                else "; with no local GPU the output head is on the last worker, so the logits cross the network "
-                "every token"
-            )
-            + (
-                f" (-ts {','.join(f'{s:g}' for s in plan.tensor_split)} in that order)."
-                if plan.tensor_split
-                else "."
-            ),
-        )
+    unused = ", ".join(w.endpoint for w in machine.workers if w.endpoint not in used)
+    head = (
+        " and the output head stays on this machine's GPU"
+        if len(one.gpus) > len(remote)
+        else "; with no local GPU the output head is on the last worker, so the logits cross the network every token"
     )
-    if unused:
-        out.append(
-            Reason(
-                "workers-idle", f"Not used (no layer left for them): {', '.join(unused)}; left out of --rpc."
-            )
-        )
-    out.append(
-        Reason(
-            "rpc-trust",
-            "RPC has no authentication or encryption: use workers only on a network you trust. The embedded "
-            "engine (llama-cpp-python) has no RPC backend, so this plan runs with llama-server.",
-        )
+    split = (
+        f" (-ts {','.join(f'{s:g}' for s in plan.tensor_split)} in that order)" if plan.tensor_split else ""
     )
-    return out
+    pooling = (
+        f"Pooled over llama.cpp's RPC backend with {len(machine.workers)} worker(s) ({workers}): their "
+        f"{len(remote)} device(s) are places for layers like local GPUs, each checked on its own. llama.cpp puts "
+        f"RPC devices before local GPUs, so the workers take the first offloaded layers{head}{split}."
+    )
+    idle = f"Not used (no layer left for them): {unused}; left out of --rpc."
+    trust = (
+        "RPC has no authentication or encryption: use workers only on a network you trust. The embedded "
+        "engine (llama-cpp-python) has no RPC backend, so this plan runs with llama-server."
+    )
+    return [
+        Reason("pooling", pooling),
+        *([Reason("workers-idle", idle)] if unused else []),
+        Reason("rpc-trust", trust),
+    ]
 
 
 def _versus_alone(alone: Placed, plan: Placed, tps: float) -> Reason:

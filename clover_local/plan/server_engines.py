@@ -43,49 +43,28 @@ def tensor_parallel(plan: Plan) -> int:
 def vllm_argv(
     plan: Plan, preset: Preset, model: str | None = None, host: str = "127.0.0.1", port: int = 8000
 ) -> list[str]:
-    return [
-        "vllm",
-        "serve",
-        model or hf_model(preset),
-        "--trust-remote-code",
-        "--max-model-len",
-        str(plan.ctx),
-        "--tensor-parallel-size",
-        str(tensor_parallel(plan)),
-        "--gpu-memory-utilization",
-        f"{GPU_MEMORY_FRACTION:g}",
-        "--served-model-name",
-        preset.name,
-        "--host",
-        host,
-        "--port",
-        str(port),
-    ]
+    names = ("--max-model-len", "--tensor-parallel-size", "--gpu-memory-utilization")
+    flags = _flags(plan, preset, host, port, names, GPU_MEMORY_FRACTION)
+    return ["vllm", "serve", model or hf_model(preset), *flags]
 
 
 def sglang_argv(
     plan: Plan, preset: Preset, model: str | None = None, host: str = "127.0.0.1", port: int = 30000
 ) -> list[str]:
-    return [
-        "python3",
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        model or hf_model(preset),
-        "--trust-remote-code",
-        "--context-length",
-        str(plan.ctx),
-        "--tp-size",
-        str(tensor_parallel(plan)),
-        "--mem-fraction-static",
-        f"{GPU_MEMORY_FRACTION - 0.05:g}",
-        "--served-model-name",
-        preset.name,
-        "--host",
-        host,
-        "--port",
-        str(port),
-    ]
+    names = ("--context-length", "--tp-size", "--mem-fraction-static")
+    flags = _flags(plan, preset, host, port, names, GPU_MEMORY_FRACTION - 0.05)
+    return ["python3", "-m", "sglang.launch_server", "--model-path", model or hf_model(preset), *flags]
+
+
+def _flags(
+    plan: Plan, preset: Preset, host: str, port: int, names: tuple[str, str, str], memory_fraction: float
+) -> list[str]:
+    """What both engines take after the model, with each one's flag ``names`` for the context, the tensor
+    parallelism and the share of GPU memory."""
+    values = (str(plan.ctx), str(tensor_parallel(plan)), f"{memory_fraction:g}")
+    tuned = [arg for pair in zip(names, values, strict=True) for arg in pair]
+    served = ["--served-model-name", preset.name, "--host", host, "--port", str(port)]
+    return ["--trust-remote-code", *tuned, *served]
 
 
 def notes(plan: Plan) -> list[str]:

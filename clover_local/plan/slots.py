@@ -12,7 +12,7 @@ from clover_local.detect.machine import Machine
 from clover_local.detect.units import format_bytes as fb
 from clover_local.errors import UsageError
 from clover_local.gguf.model import ModelDescription
-from clover_local.plan.fit import Fit, evaluate, find_fit, uses_gpus
+from clover_local.plan.fit import Fit, find_fit, refit, uses_gpus
 
 DEFAULT_SLOTS = 4
 """Slots when none are asked for and memory allows (llama-server's own default is 4)."""
@@ -31,23 +31,6 @@ def check_slots(n: int) -> None:
         )
 
 
-def _same_placement(
-    machine: Machine, model: ModelDescription, fit: Fit, ctx: int, n: int, n_ubatch: int
-) -> Fit:
-    return evaluate(
-        machine,
-        model,
-        ctx,
-        n_gpu_layers=fit.n_gpu_layers,
-        n_cpu_moe=fit.n_cpu_moe,
-        cache_type=fit.cache_type,
-        n_ubatch=n_ubatch,
-        recurrent_copies=fit.recurrent_copies,
-        engine=fit.engine,
-        n_seq=n,
-    )
-
-
 def _comfortable(machine: Machine, fit: Fit) -> bool:
     if not fit.fits:
         return False
@@ -62,7 +45,7 @@ def choose_slots(
 ) -> tuple[Fit, str]:
     """The fit for the slots to plan (``fit.n_seq``) and one sentence why. ``fit``: the placement planned for one
     slot; ``wished``: ``--parallel`` (None: decide)."""
-    per_slot = _slot_cost(fit, _same_placement(machine, model, fit, ctx, 2, n_ubatch))
+    per_slot = _slot_cost(fit, refit(machine, model, fit, ctx, n_ubatch=n_ubatch, n_seq=2))
     if wished is not None:
         check_slots(wished)
         if wished == 1:
@@ -88,7 +71,7 @@ def choose_slots(
             f"logits){cost}."
         )
     for n in range(DEFAULT_SLOTS, 1, -1):
-        grown = _same_placement(machine, model, fit, ctx, n, n_ubatch)
+        grown = refit(machine, model, fit, ctx, n_ubatch=n_ubatch, n_seq=n)
         if _comfortable(machine, grown):
             return grown, (
                 f"{n} slots: {n} requests decode at once in one batch (agents fan out), each with its own "

@@ -312,14 +312,7 @@ def add_draft_memory(mem: MemoryPlan, draft: Sequence[DraftMemory]) -> MemoryPla
 
     def grow(dev: DeviceMemory) -> DeviceMemory:
         d = by_device.get(dev.name)
-        if d is None:
-            return dev
-        return replace(
-            dev,
-            weights_bytes=dev.weights_bytes + d.weights_bytes,
-            kv_cache_bytes=dev.kv_cache_bytes + d.kv_cache_bytes,
-            recurrent_state_bytes=dev.recurrent_state_bytes + d.recurrent_state_bytes,
-            compute_bytes=dev.compute_bytes + d.compute_bytes,
-        )
+        parts = ("weights_bytes", "kv_cache_bytes", "recurrent_state_bytes", "compute_bytes")
+        return dev if d is None else replace(dev, **{k: getattr(dev, k) + getattr(d, k) for k in parts})
 
     return MemoryPlan(gpus=tuple(grow(g) for g in mem.gpus), ram=grow(mem.ram))
