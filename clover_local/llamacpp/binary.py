@@ -7,6 +7,7 @@ it supports. Results are cached per binary path, size and mtime (in memory and i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,8 +18,9 @@ from pathlib import Path
 
 from clover_local import settings
 from clover_local.errors import ServerError
+from clover_local.runtimes.installed import read_json_dict
+from clover_local.user_files import write_atomically
 
-BUILT_BINARIES = ("llama-server", "llama-fit-params", "llama-bench")
 _HELP_SPEC_WIDTH = 37
 """llama.cpp's help puts the flag names and value hint in the first 40 columns (``common_arg::to_string``)."""
 _VERSION_RES = (
@@ -145,9 +147,6 @@ def find_llama_server(configured: str | os.PathLike[str] | None = None) -> Serve
     return unified_llama()
 
 
-UNIFIED_SUBCOMMAND = ("serve",)
-
-
 def unified_llama() -> ServerBinary | None:
     """llama.cpp's single ``llama`` command on PATH (``llama serve`` is llama-server), when no ``llama-server`` is:
     what its installer, winget and Homebrew put there. Another program called ``llama`` (llama-stack's CLI...) is
@@ -155,21 +154,12 @@ def unified_llama() -> ServerBinary | None:
     found = shutil.which("llama")
     if not found:
         return None
-    binary = ServerBinary(Path(found).resolve(), "PATH (llama serve)", UNIFIED_SUBCOMMAND)
+    binary = ServerBinary(Path(found).resolve(), "PATH (llama serve)", ("serve",))
     try:
         caps = capabilities(binary.path, binary.subcommand)
     except ServerError:
         return None
     return binary if caps.supports("--port") and caps.supports("--model") else None
-
-
-def built_info() -> dict[str, object] | None:
-    """``build-info.json`` written by ``scripts/build-llama-server`` (version, commit, backend), if any."""
-    try:
-        data = json.loads((settings.llama_server_dir() / "build-info.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def capabilities(binary: Path, subcommand: tuple[str, ...] = ()) -> Capabilities:
@@ -371,22 +361,12 @@ def _disk_cache_path() -> Path:
 
 
 def _read_disk_cache() -> dict[str, dict[str, object]]:
-    try:
-        data = json.loads(_disk_cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json_dict(_disk_cache_path()) or {}
 
 
 def _write_disk_cache(data: dict[str, dict[str, object]]) -> None:
-    path = _disk_cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(path)
-    except OSError:
-        pass  # a cache that cannot be written only costs a re-probe
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs a re-probe
+        write_atomically(_disk_cache_path(), json.dumps(data).encode())
 
 
 def _caps_from_json(raw: dict[str, object]) -> Capabilities:

@@ -8,11 +8,13 @@ Each child runs in its own session (its process group is signalled as a whole) a
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -106,3 +108,43 @@ def signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     except (ProcessLookupError, PermissionError):
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(sig)
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM the child's process group, SIGKILL after ``timeout_s``."""
+    if proc.poll() is None:
+        signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            signal_group(proc, signal.SIGKILL)
+            proc.wait(timeout=5.0)
+
+
+def read_log(
+    proc: subprocess.Popen[bytes],
+    tail: collections.deque[str],
+    on_log: Callable[[str], None] | None,
+    each: Callable[[str], None] | None = None,
+) -> None:
+    """Read the child's output to its end, a line at a time, into ``tail``, ``each`` and ``on_log`` (whose
+    errors are swallowed: a broken log view must not stop the child's log pipe)."""
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        line = raw.decode("utf-8", errors="replace").rstrip()
+        tail.append(line)
+        if each is not None:
+            each(line)
+        if on_log is not None:
+            with contextlib.suppress(Exception):
+                on_log(line)
+
+
+def bind_error(host: str, port: int) -> OSError | None:
+    """Why ``host:port`` cannot be listened on now; None when it can."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc
+    return None
