@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from clover_local import settings
 from clover_local.errors import ServerError
@@ -175,7 +176,7 @@ def capabilities(binary: Path, subcommand: tuple[str, ...] = ()) -> Capabilities
     if key in disk:
         try:
             caps = _caps_from_json(disk[key])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             caps = None
         if caps is not None:
             _memory_cache[key] = caps
@@ -360,29 +361,18 @@ def _disk_cache_path() -> Path:
     return settings.cache_dir() / "llama-server-capabilities.json"
 
 
-def _read_disk_cache() -> dict[str, dict[str, object]]:
+def _read_disk_cache() -> dict[str, Any]:
     return read_json_dict(_disk_cache_path()) or {}
 
 
-def _write_disk_cache(data: dict[str, dict[str, object]]) -> None:
+def _write_disk_cache(data: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs a re-probe
         write_atomically(_disk_cache_path(), json.dumps(data).encode())
 
 
-def _caps_from_json(raw: dict[str, object]) -> Capabilities:
-    flags_raw = raw["flags"]
-    if not isinstance(flags_raw, dict):
-        raise TypeError("flags")
+def _caps_from_json(raw: dict[str, Any]) -> Capabilities:
     flags = {
-        name: FlagSpec(tuple(spec["names"]), str(spec["value_hint"])) for name, spec in flags_raw.items()
+        name: FlagSpec(tuple(spec["names"]), str(spec["value_hint"])) for name, spec in raw["flags"].items()
     }
-    return Capabilities(
-        version=str(raw["version"]),
-        build_number=raw["build_number"] if isinstance(raw["build_number"], int) else None,
-        commit=raw["commit"] if isinstance(raw["commit"], str) else None,
-        flags=flags,
-        devices=tuple(raw["devices"]),  # type: ignore[arg-type]
-        backends=tuple(raw["backends"]),  # type: ignore[arg-type]
-        builtin_templates=tuple(raw["builtin_templates"]),  # type: ignore[arg-type]
-        jinja_by_default=bool(raw["jinja_by_default"]),
-    )
+    listed = {key: tuple(raw[key]) for key in ("devices", "backends", "builtin_templates")}
+    return Capabilities(**{**raw, **listed, "flags": flags})

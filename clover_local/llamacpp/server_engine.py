@@ -461,15 +461,12 @@ def _delta_of(event: dict[str, Any]) -> tuple[str, FinishReason | None]:
         choice = choices[0]
         delta = choice.get("delta") or {}
         reason = choice.get("finish_reason")
-        return str(delta.get("content") or ""), _finish_of(reason) if reason else None
+        finish: FinishReason = reason if reason in ("length", "tool_calls") else "stop"
+        return str(delta.get("content") or ""), finish if reason else None
     text = str(event.get("content") or "")
     if event.get("stop"):
         return text, "length" if event.get("stop_type") == "limit" else "stop"
     return text, None
-
-
-def _finish_of(reason: str) -> FinishReason:
-    return "length" if reason == "length" else "tool_calls" if reason == "tool_calls" else "stop"
 
 
 def _stats(
