@@ -33,17 +33,8 @@ _JINJA_DEFAULT_ON_RE = re.compile(r"^--jinja, --no-jinja .*\(default: enabled\)"
 _CACHE_FORMAT = 4
 """Bump when what is probed or parsed changes, so cached results are probed again."""
 _DEVICE_RE = re.compile(r"^\s*([A-Za-z]+)\d*:\s")
-_DEVICE_BACKENDS = {
-    "cuda": "cuda",
-    "metal": "metal",
-    "mtl": "metal",
-    "vulkan": "vulkan",
-    "rocm": "rocm",
-    "hip": "rocm",
-    "sycl": "sycl",
-    "blas": "blas",
-    "rpc": "rpc",
-}
+_DEVICE_BACKENDS = {"mtl": "metal", "hip": "rocm"}
+"""Device names whose backend is called otherwise (``CUDA0`` -> ``cuda``, ``MTL0`` -> ``metal``)."""
 
 
 @dataclass(frozen=True)
@@ -170,22 +161,17 @@ def capabilities(binary: Path, subcommand: tuple[str, ...] = ()) -> Capabilities
     except OSError as exc:
         raise ServerError(f"Cannot read llama-server at {binary}: {exc.strerror}.") from None
     key = f"{_CACHE_FORMAT}|{binary.resolve()}|{' '.join(subcommand)}|{st.st_size}|{st.st_mtime_ns}"
-    if key in _memory_cache:
-        return _memory_cache[key]
-    disk = _read_disk_cache()
-    if key in disk:
-        try:
-            caps = _caps_from_json(disk[key])
-        except (KeyError, TypeError, ValueError, AttributeError):
-            caps = None
-        if caps is not None:
-            _memory_cache[key] = caps
-            return caps
-    caps = _probe(binary, subcommand)
-    _memory_cache[key] = caps
-    disk[key] = asdict(caps)
-    _write_disk_cache(disk)
-    return caps
+    if key not in _memory_cache:
+        disk_cache = settings.cache_dir() / "llama-server-capabilities.json"
+        disk = read_json_dict(disk_cache) or {}
+        caps = _caps_from_json(disk.get(key))
+        if caps is None:
+            caps = _probe(binary, subcommand)
+            disk[key] = asdict(caps)
+            with contextlib.suppress(OSError):  # a cache that cannot be written only costs a re-probe
+                write_atomically(disk_cache, json.dumps(disk).encode())
+        _memory_cache[key] = caps
+    return _memory_cache[key]
 
 
 def _run(binary: Path, *args: str) -> str:
@@ -357,22 +343,14 @@ def backends_from_devices(devices: tuple[str, ...]) -> tuple[str, ...]:
     return (*found, "cpu")
 
 
-def _disk_cache_path() -> Path:
-    return settings.cache_dir() / "llama-server-capabilities.json"
-
-
-def _read_disk_cache() -> dict[str, Any]:
-    return read_json_dict(_disk_cache_path()) or {}
-
-
-def _write_disk_cache(data: dict[str, Any]) -> None:
-    with contextlib.suppress(OSError):  # a cache that cannot be written only costs a re-probe
-        write_atomically(_disk_cache_path(), json.dumps(data).encode())
-
-
-def _caps_from_json(raw: dict[str, Any]) -> Capabilities:
-    flags = {
-        name: FlagSpec(tuple(spec["names"]), str(spec["value_hint"])) for name, spec in raw["flags"].items()
-    }
-    listed = {key: tuple(raw[key]) for key in ("devices", "backends", "builtin_templates")}
-    return Capabilities(**{**raw, **listed, "flags": flags})
+def _caps_from_json(raw: Any) -> Capabilities | None:
+    """Capabilities as the disk cache keeps them (:func:`dataclasses.asdict`); None when they are not that."""
+    try:
+        flags = {
+            name: FlagSpec(tuple(spec["names"]), str(spec["value_hint"]))
+            for name, spec in raw["flags"].items()
+        }
+        listed = {key: tuple(raw[key]) for key in ("devices", "backends", "builtin_templates")}
+        return Capabilities(**{**raw, **listed, "flags": flags})
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None

@@ -81,7 +81,10 @@ def spawn_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     global _spawner
     env = {k: v for k, v in env.items() if k not in SECRET_ENV}
     if threading.current_thread() is threading.main_thread() or _libc is None:
-        return _wrap_spawn_error(cmd, env)
+        try:
+            return _popen(cmd, env)
+        except OSError as exc:
+            raise ServerError(f"Could not start {cmd[0]}: {exc.strerror}.") from None
     with _spawner_lock:
         if _spawner is None or not _spawner.is_alive():
             _spawner = threading.Thread(target=_spawner_loop, name="child-spawner", daemon=True)
@@ -92,13 +95,6 @@ def spawn_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     if isinstance(result, BaseException):
         raise ServerError(f"Could not start {cmd[0]}: {result}.") from None
     return result  # type: ignore[no-any-return]
-
-
-def _wrap_spawn_error(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    try:
-        return _popen(cmd, env)
-    except OSError as exc:
-        raise ServerError(f"Could not start {cmd[0]}: {exc.strerror}.") from None
 
 
 def signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

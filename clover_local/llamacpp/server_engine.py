@@ -55,30 +55,28 @@ DEFAULT_RESTARTS = RestartPolicy()
 
 
 class LlamaServerEngine:
-    """A ``ChatEngine`` backed by ``llama-server`` at ``base_url``.
+    """A ``ChatEngine`` backed by the ``llama-server`` child ``process``.
 
-    When built from a :class:`LlamaServerProcess` with ``owns_process=True``, the server is supervised (started
-    again when it stops unasked, :mod:`~clover_local.llamacpp.supervisor`, as ``restarts`` says) and ``close()``
-    stops it. While it restarts, requests raise :class:`RunnerUnavailable` (``serve``: a 503 with
-    ``Retry-After``); one in flight when it stopped raises :class:`RunnerDied`.
-    Speculative decoding is set when the server starts (``--spec-type``); ``request.speculative`` cannot
-    change it per request and is ignored. ``template`` (the chat template the server was started with, as
-    ``templates.choose_template`` chose it) and ``n_ctx`` (each slot's context: ``-c`` split by ``-np``) come
-    from the launch; only a server started without one (a test's, a benchmark's, one at a URL) is asked its
-    ``/props`` for them. ``follow_load``: start the
-    supervised child again with other threads as the machine's load changes (``load_follow``), reading the
-    load from ``load_lookout`` (tests give a scripted one; default: the machine's CPU times)."""
+    With ``owns_process`` the child is supervised (started again when it stops unasked,
+    :mod:`~clover_local.llamacpp.supervisor`, as ``restarts`` says) and ``close()`` stops it. While it restarts,
+    requests raise :class:`RunnerUnavailable` (``serve``: a 503 with ``Retry-After``); one in flight when it
+    stopped raises :class:`RunnerDied`. Speculative decoding is set when the server starts (``--spec-type``);
+    ``request.speculative`` cannot change it per request and is ignored. ``template`` (the chat template the
+    server was started with, as ``templates.choose_template`` chose it) and ``n_ctx`` (each slot's context:
+    ``-c`` split by ``-np``) come from the launch; only a server started without one (a test's, a benchmark's)
+    is asked its ``/props`` for them. ``follow_load``: start the supervised child again with other threads as
+    the machine's load changes (``load_follow``), reading the load from ``load_lookout`` (tests give a scripted
+    one; default: the machine's CPU times)."""
 
     submit = None
     """Each request is an HTTP stream read on its caller's thread (``ChatEngine.submit``)."""
 
     def __init__(
         self,
-        server: LlamaServerProcess | str,
+        process: LlamaServerProcess,
         *,
         model_name: str | None = None,
         sampling: SamplingDefaults | None = None,
-        api_key: str | None = None,
         owns_process: bool = True,
         template: TemplateChoice | None = None,
         n_ctx: int | None = None,
@@ -91,19 +89,12 @@ class LlamaServerEngine:
         self.slots = max(1, slots)
         """Requests llama-server decodes at once (its ``-np``, the plan's slots): ``serve`` lets that many
         through together; each runs on its own connection, so ``generate`` may be called from as many threads."""
+        self.process = process
         self.supervisor: Supervisor | None = None
-        """What watches and restarts this engine's llama-server (None: not supervised)."""
-        if isinstance(server, LlamaServerProcess):
-            self.process: LlamaServerProcess | None = server
-            self._url = server.url
-            self._api_key = api_key or server.api_key
-            if owns_process:
-                self.supervisor = Supervisor(server, policy=restarts, ready_timeout_s=ready_timeout_s).start()
-        else:
-            self.process = None
-            self._url = server.rstrip("/")
-            self._api_key = api_key
-        self._owns = owns_process
+        """What watches, restarts and at the end stops the child (None: not this engine's to own)."""
+        if owns_process:
+            self.supervisor = Supervisor(process, policy=restarts, ready_timeout_s=ready_timeout_s).start()
+        self._api_key = process.api_key
         self._sampling = sampling or SamplingDefaults()
         self._model_name = model_name
         self._n_ctx = n_ctx
@@ -113,14 +104,8 @@ class LlamaServerEngine:
         self._ready_timeout_s = ready_timeout_s
         self._gate = RequestGate()
         self._follower: LoadFollower | None = None
-        process = self.process
-        threads = threads_in(process.argv) if process is not None else None
-        if (
-            follow_load is not None
-            and self.supervisor is not None
-            and process is not None
-            and threads is not None
-        ):
+        threads = threads_in(process.argv)
+        if follow_load is not None and self.supervisor is not None and threads is not None:
             self._follower = LoadFollower(
                 gate=self._gate,
                 relaunch=self._relaunch,
@@ -133,7 +118,7 @@ class LlamaServerEngine:
     @property
     def base_url(self) -> str:
         """Where llama-server listens now (a restarted child may have had to take another port)."""
-        return self.process.url if self.process is not None else self._url
+        return self.process.url
 
     def health(self) -> RunnerHealth:
         """Whether llama-server can answer: ``ready``, ``restarting`` (it stopped and is being started again),
@@ -142,13 +127,13 @@ class LlamaServerEngine:
         if self.supervisor is not None:
             health = self.supervisor.health
             return health if self._follower is None else replace(health, threads=self._follower.state())
-        if self.process is not None and self.process.pid is not None and not self.process.running:
+        if self.process.pid is not None and not self.process.running:
             return RunnerHealth("failed", self.process.exit_summary())
         return RunnerHealth()
 
     @property
     def runner_pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
+        return self.process.pid
 
     def measure_verify_costs(self, n_max_batch: int) -> None:
         """None: llama-server verifies drafts in its child, by its own rule."""
@@ -176,7 +161,7 @@ class LlamaServerEngine:
         """The chat template llama-server applies: as given, else the built-in its argv names
         (``--chat-template NAME``: the plan passes only names), else the Jinja source its ``/props`` has."""
         if self._template is None:
-            named = dict(split_flags(self.process.argv)).get("--chat-template") if self.process else None
+            named = dict(split_flags(self.process.argv)).get("--chat-template")
             if named:
                 self._template = TemplateChoice("builtin", named)
             elif source := str(self._get("/props").get("chat_template") or ""):
@@ -215,7 +200,7 @@ class LlamaServerEngine:
     def count_tokens(self, text: str) -> int:
         with self._gate.request():
             self._check_runner()
-            generation = self._generation()
+            generation = self.process.generation
             try:
                 tokens, status = self._tokenize(text)
             except ServerError:
@@ -232,10 +217,6 @@ class LlamaServerEngine:
         data = resp.json()
         tokens = data.get("tokens") if resp.status == 200 and isinstance(data, dict) else None
         return (tokens if isinstance(tokens, list) else None), resp.status
-
-    def _generation(self) -> int:
-        """Which child a request talks to (:attr:`LlamaServerProcess.generation`), to tell later if it stopped."""
-        return self.process.generation if self.process is not None else 0
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> str | None:
         """None: llama-server applies its template in the child (a prompt is counted message by message, with no
@@ -275,7 +256,7 @@ class LlamaServerEngine:
         started = time.perf_counter()
         started_at = time.monotonic()
         first_token_at: float | None = None
-        generation = self._generation()
+        generation = self.process.generation
         try:
             events = http_client.stream(self.base_url, path, payload, api_key=self._api_key)
         except ServerError:
@@ -341,8 +322,6 @@ class LlamaServerEngine:
         """:class:`RunnerDied` when the llama-server child this request talked to (``generation``) has stopped,
         waiting up to ``wait_s`` for a broken connection's server to finish exiting."""
         process = self.process
-        if process is None:
-            return
         if process.generation != generation or process.wait_exit(wait_s) is not None:
             summary = process.exit_summary() if process.generation == generation else process.last_exit
             raise RunnerDied(
@@ -364,7 +343,6 @@ class LlamaServerEngine:
         what each slot holds (saved to files and restored: a conversation is not read again); the seconds it
         took."""
         process = self.process
-        assert process is not None
         started = time.monotonic()
         saved = save_slots(self.base_url, self._api_key, process.slot_save_dir, self.slots)
         try:
@@ -379,7 +357,6 @@ class LlamaServerEngine:
             self._follower.close()
         if self.supervisor is not None:
             self.supervisor.close()
-        if self.process is not None and self._owns:
             self.process.stop()
 
     def _get(self, path: str) -> Any:
