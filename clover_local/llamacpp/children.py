@@ -118,22 +118,29 @@ def stop_group(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
 
 
 def read_log(
+    name: str,
     proc: subprocess.Popen[bytes],
     tail: collections.deque[str],
     on_log: Callable[[str], None] | None,
     each: Callable[[str], None] | None = None,
-) -> None:
-    """Read the child's output to its end, a line at a time, into ``tail``, ``each`` and ``on_log`` (whose
-    errors are swallowed: a broken log view must not stop the child's log pipe)."""
-    assert proc.stdout is not None
-    for raw in proc.stdout:
-        line = raw.decode("utf-8", errors="replace").rstrip()
-        tail.append(line)
-        if each is not None:
-            each(line)
-        if on_log is not None:
-            with contextlib.suppress(Exception):
-                on_log(line)
+) -> threading.Thread:
+    """A started thread that reads the child's output to its end, a line at a time, into ``tail``, ``each`` and
+    ``on_log`` (whose errors are swallowed: a broken log view must not stop the child's log pipe)."""
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            tail.append(line)
+            if each is not None:
+                each(line)
+            if on_log is not None:
+                with contextlib.suppress(Exception):
+                    on_log(line)
+
+    reader = threading.Thread(target=read, name=f"{name}-log", daemon=True)
+    reader.start()
+    return reader
 
 
 def bind_error(host: str, port: int) -> OSError | None:

@@ -67,7 +67,6 @@ class FitChoice:
 
 @dataclass(frozen=True)
 class FitComparison:
-    plan: Plan
     fit: FitChoice
     rows: tuple[tuple[str, str, str], ...]
     """(setting, plan, llama-fit-params) per line of the table."""
@@ -153,7 +152,7 @@ def compare(plan: Plan, fit: FitChoice, n_layers: int | None = None) -> FitCompa
         differences.append(
             f"Experts kept in RAM: the plan keeps {plan.n_cpu_moe} layers' worth, llama.cpp {len(cpu_layers)}."
         )
-    return FitComparison(plan, fit, rows, tuple(differences))
+    return FitComparison(fit, rows, tuple(differences))
 
 
 def describe(comparison: FitComparison) -> list[str]:

@@ -122,13 +122,7 @@ class WorkerProcess:
         self._greeted = threading.Event()
         """Set once rpc-server flushed its start-up lines (it flushes when it accepts a client)."""
         self._proc = spawn_child(argv, dict(os.environ))
-        self._reader = threading.Thread(
-            target=read_log,
-            args=(self._proc, self._tail, on_log, self._heard),
-            name="rpc-server-log",
-            daemon=True,
-        )
-        self._reader.start()
+        self._reader = read_log("rpc-server", self._proc, self._tail, on_log, self._heard)
 
     @property
     def pid(self) -> int:

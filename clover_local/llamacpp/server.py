@@ -2,10 +2,9 @@
 stream its log, stop it cleanly, and never leave it running after clover-local is gone.
 
 The argv comes from the same place as ``clover-local command`` (``plan.llama_args.llama_server_args``), is
-fitted to the binary's own ``--help`` (``server_args.fit_argv``), and gets host, port and key added.
-On Linux the child asks the kernel to kill it when its parent dies (``PR_SET_PDEATHSIG``); everywhere an
-``atexit`` hook stops what is still running. The child gets its own process group, so stopping it also
-stops anything it started.
+fitted to the binary's own ``--help`` (``server_args.fit_argv``), and gets host, port and key added. The child
+dies with clover-local and is stopped with its process group (:mod:`.children`); an ``atexit`` hook stops what
+is still running.
 """
 
 from __future__ import annotations
@@ -128,10 +127,7 @@ class LlamaServerProcess:
         self._proc = spawn_child(self.command_line(), env)
         self.generation += 1
         _live.add(self)
-        self._reader = threading.Thread(
-            target=read_log, args=(self._proc, self._tail, self._on_log), name="llama-server-log", daemon=True
-        )
-        self._reader.start()
+        self._reader = read_log("llama-server", self._proc, self._tail, self._on_log)
 
     def respawn(self, ready_timeout_s: float) -> None:
         """Start the child again after it stopped unasked: the same argv, key and port (another free port when

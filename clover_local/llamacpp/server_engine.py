@@ -4,9 +4,7 @@ TUI chat, ``bench`` and ``serve`` can use an upstream build exactly as they use 
 Chat goes to ``/v1/chat/completions`` (the server applies the chat template), plain prompts to
 ``/completion``; both stream, and the last event's ``timings`` give the stats (prompt and decode speed,
 cached prompt tokens, drafted and accepted tokens of speculative decoding). Chat requests llama-server would
-not enforce (a forced tool call, tools on a template without tool syntax, a GGUF without a template) take
-clover-local's route instead (``server_tools.clover_enforces``): the same grammar and parsing as the embedded
-engine, on ``/completion``.
+not enforce take clover-local's route instead (:mod:`.server_tools`).
 """
 
 from __future__ import annotations

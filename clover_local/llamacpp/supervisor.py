@@ -68,11 +68,11 @@ class Supervisor:
         while True:
             process.wait_exit(None)
             process.settled()  # a relaunch on purpose (another thread count) replaced the child: watch the new one
-            if process.running and not self._closing.is_set() and not process.stop_asked:
-                continue
             if self._closing.is_set() or process.stop_asked:
                 self._stopped(restarts)
                 return
+            if process.running:
+                continue
             summary = process.exit_summary()
             log.warning("%s. Its last lines:\n%s", summary, process.log_tail(LOG_LINES))
             self._stops.append(time.monotonic())

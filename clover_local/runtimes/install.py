@@ -2,11 +2,10 @@
 
 An install resolves the release, picks the prebuilt archive for this machine (:mod:`.assets`) or builds the
 release's source (:mod:`.build`), downloads with resume and sha256 verification (:mod:`.download`), unpacks
-safely (:mod:`.extract`) into ``runtimes/.partial-<tag>-<random>``, keeps that tag's ``src/llama-arch.cpp`` and
-``common/arg.cpp`` beside the binary, runs ``llama-server --version``, writes the manifest last and renames the
-folder into ``runtimes/<tag>`` in one step. A kill at any point leaves no half runtime that
-:func:`~clover_local.runtimes.installed.installed_runtimes` would list; the next run removes the leftovers and
-continues the download where it stopped.
+safely (:mod:`.extract`) into ``runtimes/.partial-<tag>-<random>`` with that tag's sources beside the binary
+(:mod:`.installed`), runs ``llama-server --version``, writes the manifest last and renames the folder into
+place. A kill at any point leaves no half runtime; the next run removes the leftovers and continues the
+download where it stopped.
 """
 
 from __future__ import annotations
