@@ -160,7 +160,7 @@ def test_a_llama_server_launch_starts_with_the_argv_it_shows(monkeypatch: pytest
     monkeypatch.setattr("clover_local.llamacpp.server.capabilities", asked_again)
     opened = open_launch(launch)
     try:
-        process = opened.engine._process  # type: ignore[attr-defined]
+        process = opened.engine.process  # type: ignore[attr-defined]
         assert process.argv[: len(launch.argv)] == launch.argv
         assert not process.warnings, "nothing left to adapt when it opened"
     finally:

@@ -522,9 +522,20 @@ def test_the_llama_server_engine_refuses_before_a_stream_starts() -> None:
     schema sent would refuse, with no round trip to llama-server (nothing listens at this address)."""
     from clover_local.engine.templates import TemplateChoice
     from clover_local.engine.types import ChatMessage
+    from clover_local.llamacpp.binary import ServerBinary
+    from clover_local.llamacpp.server import LlamaServerProcess
     from clover_local.llamacpp.server_engine import LlamaServerEngine
 
-    engine = LlamaServerEngine("http://127.0.0.1:9", template=TemplateChoice("builtin", "chatml"))
+    process = LlamaServerProcess(
+        ServerBinary(Path("llama-server"), "test"),
+        [],
+        host="127.0.0.1",
+        port=9,
+        api_key=None,
+        warnings=(),
+        on_log=None,
+    )
+    engine = LlamaServerEngine(process, owns_process=False, template=TemplateChoice("builtin", "chatml"))
     schema = {"type": "object", "properties": {"a": {"type": "string", "not": {"pattern": "^x"}}}}
     messages = (ChatMessage("user", "hi"),)
     with pytest.raises(SchemaRefused, match="'not' at #/properties/a/not"):

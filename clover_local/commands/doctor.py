@@ -53,7 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def llama_server_report(configured: str | None) -> dict[str, Any]:
     """What is known about the llama-server that ``serve --engine auto`` would use."""
-    from clover_local.llamacpp.binary import built_info, capabilities, find_llama_server
+    from clover_local.llamacpp.binary import capabilities, find_llama_server
+    from clover_local.runtimes.installed import built_info
 
     try:
         binary = find_llama_server(configured)

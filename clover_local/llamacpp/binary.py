@@ -7,6 +7,7 @@ it supports. Results are cached per binary path, size and mtime (in memory and i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -14,11 +15,13 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from clover_local import settings
 from clover_local.errors import ServerError
+from clover_local.runtimes.installed import read_json_dict
+from clover_local.user_files import write_atomically
 
-BUILT_BINARIES = ("llama-server", "llama-fit-params", "llama-bench")
 _HELP_SPEC_WIDTH = 37
 """llama.cpp's help puts the flag names and value hint in the first 40 columns (``common_arg::to_string``)."""
 _VERSION_RES = (
@@ -30,17 +33,8 @@ _JINJA_DEFAULT_ON_RE = re.compile(r"^--jinja, --no-jinja .*\(default: enabled\)"
 _CACHE_FORMAT = 4
 """Bump when what is probed or parsed changes, so cached results are probed again."""
 _DEVICE_RE = re.compile(r"^\s*([A-Za-z]+)\d*:\s")
-_DEVICE_BACKENDS = {
-    "cuda": "cuda",
-    "metal": "metal",
-    "mtl": "metal",
-    "vulkan": "vulkan",
-    "rocm": "rocm",
-    "hip": "rocm",
-    "sycl": "sycl",
-    "blas": "blas",
-    "rpc": "rpc",
-}
+_DEVICE_BACKENDS = {"mtl": "metal", "hip": "rocm"}
+"""Device names whose backend is called otherwise (``CUDA0`` -> ``cuda``, ``MTL0`` -> ``metal``)."""
 
 
 @dataclass(frozen=True)
@@ -145,9 +139,6 @@ def find_llama_server(configured: str | os.PathLike[str] | None = None) -> Serve
     return unified_llama()
 
 
-UNIFIED_SUBCOMMAND = ("serve",)
-
-
 def unified_llama() -> ServerBinary | None:
     """llama.cpp's single ``llama`` command on PATH (``llama serve`` is llama-server), when no ``llama-server`` is:
     what its installer, winget and Homebrew put there. Another program called ``llama`` (llama-stack's CLI...) is
@@ -155,21 +146,12 @@ def unified_llama() -> ServerBinary | None:
     found = shutil.which("llama")
     if not found:
         return None
-    binary = ServerBinary(Path(found).resolve(), "PATH (llama serve)", UNIFIED_SUBCOMMAND)
+    binary = ServerBinary(Path(found).resolve(), "PATH (llama serve)", ("serve",))
     try:
         caps = capabilities(binary.path, binary.subcommand)
     except ServerError:
         return None
     return binary if caps.supports("--port") and caps.supports("--model") else None
-
-
-def built_info() -> dict[str, object] | None:
-    """``build-info.json`` written by ``scripts/build-llama-server`` (version, commit, backend), if any."""
-    try:
-        data = json.loads((settings.llama_server_dir() / "build-info.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def capabilities(binary: Path, subcommand: tuple[str, ...] = ()) -> Capabilities:
@@ -179,22 +161,17 @@ def capabilities(binary: Path, subcommand: tuple[str, ...] = ()) -> Capabilities
     except OSError as exc:
         raise ServerError(f"Cannot read llama-server at {binary}: {exc.strerror}.") from None
     key = f"{_CACHE_FORMAT}|{binary.resolve()}|{' '.join(subcommand)}|{st.st_size}|{st.st_mtime_ns}"
-    if key in _memory_cache:
-        return _memory_cache[key]
-    disk = _read_disk_cache()
-    if key in disk:
-        try:
-            caps = _caps_from_json(disk[key])
-        except (KeyError, TypeError, ValueError):
-            caps = None
-        if caps is not None:
-            _memory_cache[key] = caps
-            return caps
-    caps = _probe(binary, subcommand)
-    _memory_cache[key] = caps
-    disk[key] = asdict(caps)
-    _write_disk_cache(disk)
-    return caps
+    if key not in _memory_cache:
+        disk_cache = settings.cache_dir() / "llama-server-capabilities.json"
+        disk = read_json_dict(disk_cache) or {}
+        caps = _caps_from_json(disk.get(key))
+        if caps is None:
+            caps = _probe(binary, subcommand)
+            disk[key] = asdict(caps)
+            with contextlib.suppress(OSError):  # a cache that cannot be written only costs a re-probe
+                write_atomically(disk_cache, json.dumps(disk).encode())
+        _memory_cache[key] = caps
+    return _memory_cache[key]
 
 
 def _run(binary: Path, *args: str) -> str:
@@ -366,43 +343,14 @@ def backends_from_devices(devices: tuple[str, ...]) -> tuple[str, ...]:
     return (*found, "cpu")
 
 
-def _disk_cache_path() -> Path:
-    return settings.cache_dir() / "llama-server-capabilities.json"
-
-
-def _read_disk_cache() -> dict[str, dict[str, object]]:
+def _caps_from_json(raw: Any) -> Capabilities | None:
+    """Capabilities as the disk cache keeps them (:func:`dataclasses.asdict`); None when they are not that."""
     try:
-        data = json.loads(_disk_cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _write_disk_cache(data: dict[str, dict[str, object]]) -> None:
-    path = _disk_cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(path)
-    except OSError:
-        pass  # a cache that cannot be written only costs a re-probe
-
-
-def _caps_from_json(raw: dict[str, object]) -> Capabilities:
-    flags_raw = raw["flags"]
-    if not isinstance(flags_raw, dict):
-        raise TypeError("flags")
-    flags = {
-        name: FlagSpec(tuple(spec["names"]), str(spec["value_hint"])) for name, spec in flags_raw.items()
-    }
-    return Capabilities(
-        version=str(raw["version"]),
-        build_number=raw["build_number"] if isinstance(raw["build_number"], int) else None,
-        commit=raw["commit"] if isinstance(raw["commit"], str) else None,
-        flags=flags,
-        devices=tuple(raw["devices"]),  # type: ignore[arg-type]
-        backends=tuple(raw["backends"]),  # type: ignore[arg-type]
-        builtin_templates=tuple(raw["builtin_templates"]),  # type: ignore[arg-type]
-        jinja_by_default=bool(raw["jinja_by_default"]),
-    )
+        flags = {
+            name: FlagSpec(tuple(spec["names"]), str(spec["value_hint"]))
+            for name, spec in raw["flags"].items()
+        }
+        listed = {key: tuple(raw[key]) for key in ("devices", "backends", "builtin_templates")}
+        return Capabilities(**{**raw, **listed, "flags": flags})
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None

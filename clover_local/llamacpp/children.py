@@ -8,11 +8,13 @@ Each child runs in its own session (its process group is signalled as a whole) a
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -79,7 +81,10 @@ def spawn_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     global _spawner
     env = {k: v for k, v in env.items() if k not in SECRET_ENV}
     if threading.current_thread() is threading.main_thread() or _libc is None:
-        return _wrap_spawn_error(cmd, env)
+        try:
+            return _popen(cmd, env)
+        except OSError as exc:
+            raise ServerError(f"Could not start {cmd[0]}: {exc.strerror}.") from None
     with _spawner_lock:
         if _spawner is None or not _spawner.is_alive():
             _spawner = threading.Thread(target=_spawner_loop, name="child-spawner", daemon=True)
@@ -92,13 +97,6 @@ def spawn_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return result  # type: ignore[no-any-return]
 
 
-def _wrap_spawn_error(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    try:
-        return _popen(cmd, env)
-    except OSError as exc:
-        raise ServerError(f"Could not start {cmd[0]}: {exc.strerror}.") from None
-
-
 def signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     """Send ``sig`` to the child's process group (the child alone if the group is gone)."""
     try:
@@ -106,3 +104,50 @@ def signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     except (ProcessLookupError, PermissionError):
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(sig)
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM the child's process group, SIGKILL after ``timeout_s``."""
+    if proc.poll() is None:
+        signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            signal_group(proc, signal.SIGKILL)
+            proc.wait(timeout=5.0)
+
+
+def read_log(
+    name: str,
+    proc: subprocess.Popen[bytes],
+    tail: collections.deque[str],
+    on_log: Callable[[str], None] | None,
+    each: Callable[[str], None] | None = None,
+) -> threading.Thread:
+    """A started thread that reads the child's output to its end, a line at a time, into ``tail``, ``each`` and
+    ``on_log`` (whose errors are swallowed: a broken log view must not stop the child's log pipe)."""
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            tail.append(line)
+            if each is not None:
+                each(line)
+            if on_log is not None:
+                with contextlib.suppress(Exception):
+                    on_log(line)
+
+    reader = threading.Thread(target=read, name=f"{name}-log", daemon=True)
+    reader.start()
+    return reader
+
+
+def bind_error(host: str, port: int) -> OSError | None:
+    """Why ``host:port`` cannot be listened on now; None when it can."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc
+    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +67,6 @@ class FitChoice:
 
 @dataclass(frozen=True)
 class FitComparison:
-    plan: Plan
     fit: FitChoice
     rows: tuple[tuple[str, str, str], ...]
     """(setting, plan, llama-fit-params) per line of the table."""
@@ -126,10 +126,11 @@ def run_fit_params(plan: Plan, fit_binary: Path, timeout_s: float = 300.0) -> Fi
 
 def compare(plan: Plan, fit: FitChoice, n_layers: int | None = None) -> FitComparison:
     """The plan and llama.cpp's fit side by side, with a sentence per difference."""
+    plan_all, fit_all = (
+        n < 0 or (n_layers is not None and n > n_layers) for n in (plan.n_gpu_layers, fit.n_gpu_layers)
+    )
     plan_gpu = "all" if plan.n_gpu_layers < 0 else str(plan.n_gpu_layers)
-    fit_gpu = str(fit.n_gpu_layers)
-    if fit.n_gpu_layers < 0 or (n_layers is not None and fit.n_gpu_layers > n_layers):
-        fit_gpu = f"all ({fit.n_gpu_layers})"
+    fit_gpu = f"all ({fit.n_gpu_layers})" if fit_all else str(fit.n_gpu_layers)
     cpu_only = plan.backend == "cpu"
     if cpu_only:
         plan_gpu, fit_gpu = f"{plan_gpu} (no GPU)", f"{fit_gpu} (no GPU)"
@@ -145,15 +146,13 @@ def compare(plan: Plan, fit: FitChoice, n_layers: int | None = None) -> FitCompa
     differences: list[str] = []
     if fit.ctx != plan.ctx:
         differences.append(f"llama.cpp would run a {fit.ctx}-token context, the plan {plan.ctx}.")
-    plan_all = plan.n_gpu_layers < 0 or (n_layers is not None and plan.n_gpu_layers > n_layers)
-    fit_all = fit.n_gpu_layers < 0 or (n_layers is not None and fit.n_gpu_layers > n_layers)
     if not cpu_only and plan.n_gpu_layers != fit.n_gpu_layers and not (plan_all and fit_all):
         differences.append(f"GPU layers differ: plan {plan_gpu}, llama.cpp {fit_gpu}.")
     if len(cpu_layers) != plan.n_cpu_moe:
         differences.append(
             f"Experts kept in RAM: the plan keeps {plan.n_cpu_moe} layers' worth, llama.cpp {len(cpu_layers)}."
         )
-    return FitComparison(plan, fit, rows, tuple(differences))
+    return FitComparison(fit, rows, tuple(differences))
 
 
 def describe(comparison: FitComparison) -> list[str]:
@@ -183,8 +182,6 @@ def _split_text(split: tuple[float, ...]) -> str:
 def fit_params_binary() -> Path | None:
     """``llama-fit-params`` next to the llama-server clover-local would use (built or configured), else on
     PATH; None when there is none."""
-    import shutil
-
     server = find_llama_server()
     if server is not None:
         return server.sibling("llama-fit-params")

@@ -8,13 +8,10 @@ clover-local (as ``llama-server`` does); ready means it answers the RPC handshak
 from __future__ import annotations
 
 import collections
-import contextlib
 import os
 import re
 import shutil
-import signal
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +21,7 @@ from pathlib import Path
 from clover_local import settings
 from clover_local.detect.remote import DEFAULT_PORT
 from clover_local.errors import CloverError, ServerError, UsageError
-from clover_local.llamacpp.children import signal_group, spawn_child
+from clover_local.llamacpp.children import bind_error, read_log, spawn_child, stop_group
 from clover_local.netaddr import is_loopback_host
 from clover_local.rpc.protocol import RpcError, WorkerReport, probe_worker
 
@@ -39,7 +36,6 @@ _KIND_BY_BACKEND = {
     "mtl": "gpu:apple",
     "sycl": "gpu:intel",
 }
-LOOPBACK = ("127.0.0.1", "localhost")
 
 
 @dataclass(frozen=True)
@@ -104,18 +100,6 @@ def rpc_server_argv(
     return argv
 
 
-def check_port_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise ServerError(
-                f"Cannot listen on {host}:{port}: {exc.strerror}.",
-                "Another worker (or program) holds the port: choose another with --port, or name an address of "
-                "this machine with --host.",
-            ) from None
-
-
 def lan_addresses() -> list[str]:
     """This machine's IPv4 addresses other machines may reach (loopback and link-local left out)."""
     import psutil
@@ -134,13 +118,11 @@ class WorkerProcess:
     def __init__(self, argv: list[str], host: str, port: int, on_log: Callable[[str], None] | None) -> None:
         self.argv, self.host, self.port = argv, host, port
         self._tail: collections.deque[str] = collections.deque(maxlen=200)
-        self._on_log = on_log
         self.devices: list[WorkerDevice] = []
         self._greeted = threading.Event()
         """Set once rpc-server flushed its start-up lines (it flushes when it accepts a client)."""
         self._proc = spawn_child(argv, dict(os.environ))
-        self._reader = threading.Thread(target=self._read, name="rpc-server-log", daemon=True)
-        self._reader.start()
+        self._reader = read_log("rpc-server", self._proc, self._tail, on_log, self._heard)
 
     @property
     def pid(self) -> int:
@@ -150,19 +132,13 @@ class WorkerProcess:
     def endpoint(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def _read(self) -> None:
-        assert self._proc.stdout is not None
-        for raw in self._proc.stdout:
-            line = raw.decode("utf-8", errors="replace").rstrip()
-            self._tail.append(line)
-            m = _DEVICE_LINE_RE.match(line)
-            if m:
-                self.devices.append(WorkerDevice(m["name"], m["desc"], int(m["total"]), int(m["free"])))
-            if "Accepted client connection" in line:
-                self._greeted.set()
-            if self._on_log is not None:
-                with contextlib.suppress(Exception):
-                    self._on_log(line)
+    def _heard(self, line: str) -> None:
+        """One line of its log: a device it lends, or the client it accepted (its start-up lines are out)."""
+        m = _DEVICE_LINE_RE.match(line)
+        if m:
+            self.devices.append(WorkerDevice(m["name"], m["desc"], int(m["total"]), int(m["free"])))
+        if "Accepted client connection" in line:
+            self._greeted.set()
 
     def log_tail(self, n: int = 20) -> str:
         return "\n".join(list(self._tail)[-n:])
@@ -202,13 +178,7 @@ class WorkerProcess:
 
     def stop(self, timeout_s: float = 5.0) -> int | None:
         """SIGTERM its process group, SIGKILL after ``timeout_s``; returns the exit code."""
-        if self._proc.poll() is None:
-            signal_group(self._proc, signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                signal_group(self._proc, signal.SIGKILL)
-                self._proc.wait(timeout=5.0)
+        stop_group(self._proc, timeout_s)
         self._reader.join(timeout=2)
         if self._proc.stdout is not None:
             self._proc.stdout.close()
@@ -259,7 +229,12 @@ def start_worker(
         )
     if not 0 < port < 65536:
         raise CloverError(f"--port {port} is not a port number (1-65535).")
-    check_port_free(host, port)
+    if (taken := bind_error(host, port)) is not None:
+        raise ServerError(
+            f"Cannot listen on {host}:{port}: {taken.strerror}.",
+            "Another worker (or program) holds the port: choose another with --port, or name an address of "
+            "this machine with --host.",
+        )
     worker = WorkerProcess(rpc_server_argv(binary, host, port, devices, threads, cache), host, port, on_log)
     try:
         worker.wait_ready(ready_timeout_s)

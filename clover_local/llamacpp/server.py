@@ -2,10 +2,9 @@
 stream its log, stop it cleanly, and never leave it running after clover-local is gone.
 
 The argv comes from the same place as ``clover-local command`` (``plan.llama_args.llama_server_args``), is
-fitted to the binary's own ``--help`` (``server_args.fit_argv``), and gets host, port and key added.
-On Linux the child asks the kernel to kill it when its parent dies (``PR_SET_PDEATHSIG``); everywhere an
-``atexit`` hook stops what is still running. The child gets its own process group, so stopping it also
-stops anything it started.
+fitted to the binary's own ``--help`` (``server_args.fit_argv``), and gets host, port and key added. The child
+dies with clover-local and is stopped with its process group (:mod:`.children`); an ``atexit`` hook stops what
+is still running.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import collections
 import contextlib
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import threading
@@ -28,14 +26,8 @@ from clover_local.engine.load_log import says_out_of_memory
 from clover_local.engine.repack import common_argv_here, repack_safe_here
 from clover_local.errors import OutOfMemoryError, ServerError
 from clover_local.llamacpp import http_client
-from clover_local.llamacpp.binary import (
-    Capabilities,
-    ServerBinary,
-    built_info,
-    capabilities,
-    find_llama_server,
-)
-from clover_local.llamacpp.children import signal_group, spawn_child
+from clover_local.llamacpp.binary import Capabilities, ServerBinary, capabilities, find_llama_server
+from clover_local.llamacpp.children import bind_error, read_log, spawn_child, stop_group
 from clover_local.llamacpp.server_args import fit_argv, with_endpoint, with_slot_save
 from clover_local.llamacpp.slot_files import private_slot_dir, remove_slot_dir
 
@@ -43,17 +35,7 @@ if TYPE_CHECKING:
     from clover_local.plan.reasons import Notice
     from clover_local.plan.types import Plan
 
-__all__ = [
-    "Capabilities",
-    "LlamaServerProcess",
-    "ServerBinary",
-    "built_info",
-    "capabilities",
-    "find_llama_server",
-    "free_port",
-    "plan_server_argv",
-    "start_llama_server",
-]
+__all__ = ["LlamaServerProcess", "find_llama_server", "free_port", "plan_server_argv", "start_llama_server"]
 
 LogCallback = Callable[[str], None]
 _LOG_TAIL_LINES = 200
@@ -65,6 +47,11 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _reachable(host: str) -> str:
+    """The address to reach (or probe) a server listening on ``host``: a wildcard is reached on loopback."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
 
 
 def plan_server_argv(plan: Plan) -> list[str]:
@@ -89,14 +76,12 @@ class LlamaServerProcess:
         api_key: str | None,
         warnings: tuple[Notice, ...],
         on_log: LogCallback | None,
-        api_key_file: str | None = None,
     ) -> None:
         self.binary = binary
         self.argv = argv
         self.host = host
         self.port = port
         self.api_key = api_key
-        self.api_key_file = api_key_file
         self.warnings = warnings
         self._on_log = on_log
         self._tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL_LINES)
@@ -106,20 +91,19 @@ class LlamaServerProcess:
         """How many times a child was started: a request that began under one generation and finds another (or
         its child gone) knows the child it talked to stopped."""
         self.stop_asked = False
+        """``stop()`` was called: the child's exit was asked for, so nothing starts it again."""
         self.ready_after_s: float | None = None
+        """How long the last start took until ``/health`` said ready (what a client waits while it restarts)."""
         self.last_exit = ""
         """How the previous child stopped (:meth:`exit_summary`), kept when a new one is started."""
         self.slot_save_dir: str | None = None
         """Where the child saves its slots' state (``--slot-save-path``); None: it cannot."""
         self._swap = threading.Lock()
         """Held while :meth:`relaunch` replaces the child (the supervisor waits on it: :meth:`settled`)."""
-        """How long the last start took until ``/health`` said ready (what a client waits while it restarts)."""
-        """``stop()`` was called: the child's exit was asked for, so nothing starts it again."""
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        return f"http://{host}:{self.port}"
+        return f"http://{_reachable(self.host)}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -143,10 +127,7 @@ class LlamaServerProcess:
         self._proc = spawn_child(self.command_line(), env)
         self.generation += 1
         _live.add(self)
-        self._reader = threading.Thread(
-            target=self._read_log, args=(self._proc,), name="llama-server-log", daemon=True
-        )
-        self._reader.start()
+        self._reader = read_log("llama-server", self._proc, self._tail, self._on_log)
 
     def respawn(self, ready_timeout_s: float) -> None:
         """Start the child again after it stopped unasked: the same argv, key and port (another free port when
@@ -155,18 +136,8 @@ class LlamaServerProcess:
             raise ServerError("llama-server is still running; it was not started again.")
         if self.stop_asked:
             raise ServerError("llama-server was stopped; it is not started again.")
-        self._join_reader()
         self.last_exit = self.exit_summary()
-        if self._proc is not None and self._proc.stdout is not None:
-            self._proc.stdout.close()
-        if not _port_is_free(self.host, self.port):
-            self.port = free_port(self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1")
-            self.argv = with_endpoint(
-                self.argv, host=self.host, port=self.port, api_key_file=self.api_key_file
-            )
-        self._spawn()
-        self.wait_ready(ready_timeout_s)
-        check_listener(self, self.port)
+        self._start_again(self.argv, ready_timeout_s)
 
     def relaunch(self, argv: Sequence[str], ready_timeout_s: float) -> None:
         """Stop the running child on purpose and start one with ``argv`` (the same port, key and log; another
@@ -177,40 +148,32 @@ class LlamaServerProcess:
                 raise ServerError("llama-server was stopped; it is not started again.")
             previous = self.argv
             if self._proc is not None:
-                _stop_group(self._proc, 10.0)
-            self._join_reader()
-            if self._proc is not None and self._proc.stdout is not None:
-                self._proc.stdout.close()
-            self.argv = list(argv)
-            if not _port_is_free(self.host, self.port):
-                self.port = free_port(self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1")
-            self.argv = with_endpoint(
-                self.argv, host=self.host, port=self.port, api_key_file=self.api_key_file
-            )
+                stop_group(self._proc, 10.0)
             try:
-                self._spawn()
-                self.wait_ready(ready_timeout_s)
-                check_listener(self, self.port)
+                self._start_again(argv, ready_timeout_s)
             except BaseException:
                 self.argv = previous
                 if self._proc is not None and self._proc.poll() is None:
-                    _stop_group(self._proc, 10.0)
+                    stop_group(self._proc, 10.0)
                 raise
+
+    def _start_again(self, argv: Sequence[str], ready_timeout_s: float) -> None:
+        """Start a child with ``argv`` once the last one has stopped: on its port, or another free one when a
+        program took that one meanwhile."""
+        self._join_reader()
+        if self._proc is not None and self._proc.stdout is not None:
+            self._proc.stdout.close()
+        if bind_error(self.host, self.port) is not None:
+            self.port = free_port(_reachable(self.host))
+        self.argv = with_endpoint(argv, host=self.host, port=self.port)
+        self._spawn()
+        self.wait_ready(ready_timeout_s)
+        check_listener(self, self.port)
 
     def settled(self) -> None:
         """Return once no :meth:`relaunch` is replacing the child."""
         with self._swap:
             return
-
-    def _read_log(self, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", errors="replace").rstrip()
-            self._tail.append(line)
-            if self._on_log is not None:
-                # A broken log view must not stop the server's log pipe.
-                with contextlib.suppress(Exception):
-                    self._on_log(line)
 
     def wait_ready(self, timeout_s: float) -> None:
         """Poll ``/health`` until it answers 200; raise ``ServerError`` (with the log tail) if the process
@@ -256,17 +219,12 @@ class LlamaServerProcess:
         except subprocess.TimeoutExpired:
             return None
 
-    @property
-    def exit_code(self) -> int | None:
-        """The child's exit code once it has exited; None while it runs (or before it started)."""
-        return self._proc.poll() if self._proc is not None else None
-
     def exit_summary(self) -> str:
         """Why the child stopped, in one sentence without its log lines (those can hold a prompt's text and the
         paths of this machine): what API clients and the chat's status are told."""
         from clover_local.rpc.failures import explain_rpc_failure
 
-        code = self.exit_code
+        code = self._proc.poll() if self._proc is not None else None
         self._join_reader()
         why = explain_rpc_failure(self.log_tail(40), self.argv)
         oom = " after running out of memory" if says_out_of_memory(self.log_tail(40)) else ""
@@ -282,7 +240,7 @@ class LlamaServerProcess:
         proc = self._proc
         if proc is None:
             return None
-        _stop_group(proc, timeout_s)
+        stop_group(proc, timeout_s)
         self._join_reader()
         if proc.stdout is not None:
             proc.stdout.close()
@@ -301,20 +259,17 @@ def start_llama_server(
     argv: Sequence[str],
     *,
     binary: ServerBinary,
-    host: str = "127.0.0.1",
-    port: int | None = None,
     api_key: str | None = None,
-    api_key_file: str | None = None,
     on_log: LogCallback | None = None,
     ready_timeout_s: float = 600.0,
     adapt: bool = True,
     keep_slots: bool = False,
 ) -> LlamaServerProcess:
     """Start ``binary`` (the one the launch chose: nothing is looked for here) with ``argv`` (fitted to the
-    binary when ``adapt``: a launch fitted when decided asks nothing; warnings in ``.warnings``) and return once
-    ``/health`` says it is ready. ``keep_slots``: let it save and restore its slots' state in a
-    private folder of its own (``--slot-save-path``, where the binary has it; removed when it is stopped), so a
-    relaunch keeps the conversations it holds (:attr:`LlamaServerProcess.slot_save_dir`)."""
+    binary when ``adapt``: a launch fitted when decided asks nothing; warnings in ``.warnings``) on a free
+    loopback port and return once ``/health`` says it is ready. ``keep_slots``: let it save and restore its
+    slots' state in a private folder of its own (``--slot-save-path``, where the binary has it; removed when it
+    is stopped), so a relaunch keeps the conversations it holds (:attr:`LlamaServerProcess.slot_save_dir`)."""
     warnings: tuple[Notice, ...] = ()
     fitted = common_argv_here(argv)  # whatever machine the plan describes, this CPU runs it
     caps: Capabilities | None = None
@@ -322,11 +277,8 @@ def start_llama_server(
         caps = capabilities(binary.path, binary.subcommand)
         adapted = fit_argv(argv, caps, repack_safe=repack_safe_here())
         fitted, warnings = list(adapted.argv), adapted.warnings
-    if port is None or port == 0:
-        port = free_port(host if host not in ("0.0.0.0", "::") else "127.0.0.1")
-    else:
-        _check_port_free(host, port)
-    if api_key is None and api_key_file is None:
+    host, port = "127.0.0.1", free_port()
+    if api_key is None:
         # A key of its own, by environment (never argv, which `ps` shows): clover-local's API may require a
         # key, and the child's port must not be a way around it for other local users and processes.
         api_key = secrets.token_urlsafe(32)
@@ -336,16 +288,9 @@ def start_llama_server(
     ):  # decided with its --help, or asked now
         saves = private_slot_dir()
         fitted = with_slot_save(fitted, saves)
-    full = with_endpoint(fitted, host=host, port=port, api_key_file=api_key_file)
+    full = with_endpoint(fitted, host=host, port=port)
     server = LlamaServerProcess(
-        binary,
-        full,
-        host=host,
-        port=port,
-        api_key=api_key,
-        warnings=warnings,
-        on_log=on_log,
-        api_key_file=api_key_file,
+        binary, full, host=host, port=port, api_key=api_key, warnings=warnings, on_log=on_log
     )
     server.slot_save_dir = saves
     server._spawn()
@@ -356,17 +301,6 @@ def start_llama_server(
         server.stop()
         raise
     return server
-
-
-def _stop_group(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """SIGTERM the child's process group, SIGKILL after ``timeout_s``."""
-    if proc.poll() is None:
-        signal_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            signal_group(proc, signal.SIGKILL)
-            proc.wait(timeout=5.0)
 
 
 def check_listener(server: LlamaServerProcess, port: int) -> None:
@@ -393,24 +327,6 @@ def check_listener(server: LlamaServerProcess, port: int) -> None:
             " another program holds the port.",
             "Find it with `ss -ltnp` (or `lsof -i`), or choose another port.",
         )
-
-
-def _check_port_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise ServerError(
-                f"Port {port} on {host} is taken ({exc.strerror}).", "Choose another with --port."
-            ) from None
-
-
-def _port_is_free(host: str, port: int) -> bool:
-    try:
-        _check_port_free(host, port)
-    except ServerError:
-        return False
-    return True
 
 
 def _last_error_line(tail: str) -> str:

@@ -209,16 +209,9 @@ def with_endpoint(
 ) -> list[str]:
     """The argv with ``--host``/``--port`` (and a key file) set as asked, replacing any already there.
     A key itself travels in the ``LLAMA_API_KEY`` environment variable, not argv, where ``ps`` shows it."""
-    replaced = {"--host", "--port", "--api-key", "--api-key-file"}
-    out: list[str] = []
-    for flag, value in split_flags(argv):
-        if flag in replaced:
-            continue
-        out += [flag] if value is None else [flag, value]
-    out += ["--host", host, "--port", str(port)]
-    if api_key_file:
-        out += ["--api-key-file", api_key_file]
-    return out
+    key_file = ["--api-key-file", api_key_file] if api_key_file else []
+    added = ["--host", host, "--port", str(port), *key_file]
+    return _replacing(argv, {"--host", "--port", "--api-key", "--api-key-file"}, added)
 
 
 _THREAD_FLAGS = {"-t": "threads", "--threads": "threads", "-tb": "batch", "--threads-batch": "batch"}
@@ -235,21 +228,20 @@ def threads_in(argv: Sequence[str]) -> int | None:
 def with_threads(argv: Sequence[str], threads: int) -> list[str]:
     """The argv with ``threads`` for decoding and batches (``-t``, ``-tb``), replacing any already there: what a
     child started again for another load runs with (``llamacpp.load_follow``)."""
-    out: list[str] = [argv[0]] if argv and not argv[0].startswith("-") else []
-    for flag, value in split_flags(argv):
-        if flag in _THREAD_FLAGS:
-            continue
-        out += [flag] if value is None else [flag, value]
-    return [*out, "-t", str(threads), "-tb", str(threads)]
+    return _replacing(argv, set(_THREAD_FLAGS), ["-t", str(threads), "-tb", str(threads)])
 
 
 def with_slot_save(argv: Sequence[str], directory: str) -> list[str]:
     """The argv with ``--slot-save-path`` set to ``directory`` (replacing any): the child can then save each
     slot's state to a file there and restore it (``POST /slots/ID?action=save|restore``), which a relaunch uses
     to keep the conversations it holds."""
+    return _replacing(argv, {"--slot-save-path"}, ["--slot-save-path", directory])
+
+
+def _replacing(argv: Sequence[str], dropped: set[str], added: list[str]) -> list[str]:
+    """The argv (a leading binary path kept) without the ``dropped`` flags and their values, then ``added``."""
     out: list[str] = [argv[0]] if argv and not argv[0].startswith("-") else []
     for flag, value in split_flags(argv):
-        if flag == "--slot-save-path":
-            continue
-        out += [flag] if value is None else [flag, value]
-    return [*out, "--slot-save-path", directory]
+        if flag not in dropped:
+            out += [flag] if value is None else [flag, value]
+    return [*out, *added]

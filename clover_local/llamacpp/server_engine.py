@@ -4,9 +4,7 @@ TUI chat, ``bench`` and ``serve`` can use an upstream build exactly as they use 
 Chat goes to ``/v1/chat/completions`` (the server applies the chat template), plain prompts to
 ``/completion``; both stream, and the last event's ``timings`` give the stats (prompt and decode speed,
 cached prompt tokens, drafted and accepted tokens of speculative decoding). Chat requests llama-server would
-not enforce (a forced tool call, tools on a template without tool syntax, a GGUF without a template) take
-clover-local's route instead (``server_tools.clover_enforces``): the same grammar and parsing as the embedded
-engine, on ``/completion``.
+not enforce take clover-local's route instead (:mod:`.server_tools`).
 """
 
 from __future__ import annotations
@@ -55,35 +53,33 @@ DEFAULT_RESTARTS = RestartPolicy()
 
 
 class LlamaServerEngine:
-    """A ``ChatEngine`` backed by ``llama-server`` at ``base_url``.
+    """A ``ChatEngine`` backed by the ``llama-server`` child ``process``.
 
-    When built from a :class:`LlamaServerProcess` with ``owns_process=True``, the server is supervised (started
-    again when it stops unasked, :mod:`~clover_local.llamacpp.supervisor`; ``restarts`` None turns that off) and
-    ``close()`` stops it. While it restarts, requests raise :class:`RunnerUnavailable` (``serve``: a 503 with
-    ``Retry-After``); one in flight when it stopped raises :class:`RunnerDied`.
-    Speculative decoding is set when the server starts (``--spec-type``); ``request.speculative`` cannot
-    change it per request and is ignored. ``template`` (the chat template the server was started with, as
-    ``templates.choose_template`` chose it) and ``n_ctx`` (each slot's context: ``-c`` split by ``-np``) come
-    from the launch; only a server started without one (a test's, a benchmark's, one at a URL) is asked its
-    ``/props`` for them. ``follow_load``: start the
-    supervised child again with other threads as the machine's load changes (``load_follow``), reading the
-    load from ``load_lookout`` (tests give a scripted one; default: the machine's CPU times)."""
+    With ``owns_process`` the child is supervised (started again when it stops unasked,
+    :mod:`~clover_local.llamacpp.supervisor`, as ``restarts`` says) and ``close()`` stops it. While it restarts,
+    requests raise :class:`RunnerUnavailable` (``serve``: a 503 with ``Retry-After``); one in flight when it
+    stopped raises :class:`RunnerDied`. Speculative decoding is set when the server starts (``--spec-type``);
+    ``request.speculative`` cannot change it per request and is ignored. ``template`` (the chat template the
+    server was started with, as ``templates.choose_template`` chose it) and ``n_ctx`` (each slot's context:
+    ``-c`` split by ``-np``) come from the launch; only a server started without one (a test's, a benchmark's)
+    is asked its ``/props`` for them. ``follow_load``: start the supervised child again with other threads as
+    the machine's load changes (``load_follow``), reading the load from ``load_lookout`` (tests give a scripted
+    one; default: the machine's CPU times)."""
 
     submit = None
     """Each request is an HTTP stream read on its caller's thread (``ChatEngine.submit``)."""
 
     def __init__(
         self,
-        server: LlamaServerProcess | str,
+        process: LlamaServerProcess,
         *,
         model_name: str | None = None,
         sampling: SamplingDefaults | None = None,
-        api_key: str | None = None,
         owns_process: bool = True,
         template: TemplateChoice | None = None,
         n_ctx: int | None = None,
         slots: int = 1,
-        restarts: RestartPolicy | None = DEFAULT_RESTARTS,
+        restarts: RestartPolicy = DEFAULT_RESTARTS,
         ready_timeout_s: float = 600.0,
         follow_load: FollowLoad | None = None,
         load_lookout: LoadLookout | None = None,
@@ -91,20 +87,12 @@ class LlamaServerEngine:
         self.slots = max(1, slots)
         """Requests llama-server decodes at once (its ``-np``, the plan's slots): ``serve`` lets that many
         through together; each runs on its own connection, so ``generate`` may be called from as many threads."""
-        self._supervisor: Supervisor | None = None
-        if isinstance(server, LlamaServerProcess):
-            self._process: LlamaServerProcess | None = server
-            self._url = server.url
-            self._api_key = api_key or server.api_key
-            if owns_process and restarts is not None:
-                self._supervisor = Supervisor(
-                    server, policy=restarts, ready_timeout_s=ready_timeout_s
-                ).start()
-        else:
-            self._process = None
-            self._url = server.rstrip("/")
-            self._api_key = api_key
-        self._owns = owns_process
+        self.process = process
+        self.supervisor: Supervisor | None = None
+        """What watches, restarts and at the end stops the child (None: not this engine's to own)."""
+        if owns_process:
+            self.supervisor = Supervisor(process, policy=restarts, ready_timeout_s=ready_timeout_s).start()
+        self._api_key = process.api_key
         self._sampling = sampling or SamplingDefaults()
         self._model_name = model_name
         self._n_ctx = n_ctx
@@ -114,10 +102,8 @@ class LlamaServerEngine:
         self._ready_timeout_s = ready_timeout_s
         self._gate = RequestGate()
         self._follower: LoadFollower | None = None
-        threads = threads_in(self._process.argv) if self._process is not None else None
-        if follow_load is not None and self._supervisor is not None and threads is not None:
-            assert self._process is not None
-            process = self._process
+        threads = threads_in(process.argv)
+        if follow_load is not None and self.supervisor is not None and threads is not None:
             self._follower = LoadFollower(
                 gate=self._gate,
                 relaunch=self._relaunch,
@@ -128,33 +114,24 @@ class LlamaServerEngine:
             ).start()
 
     @property
-    def process(self) -> LlamaServerProcess | None:
-        return self._process
-
-    @property
     def base_url(self) -> str:
         """Where llama-server listens now (a restarted child may have had to take another port)."""
-        return self._process.url if self._process is not None else self._url
-
-    @property
-    def supervisor(self) -> Supervisor | None:
-        """What watches and restarts this engine's llama-server (None: not supervised)."""
-        return self._supervisor
+        return self.process.url
 
     def health(self) -> RunnerHealth:
         """Whether llama-server can answer: ``ready``, ``restarting`` (it stopped and is being started again),
         ``failed`` (it kept stopping, or it stopped with no supervisor to start it again) or ``stopped``; with the
         threads it runs with where it follows the load."""
-        if self._supervisor is not None:
-            health = self._supervisor.health
+        if self.supervisor is not None:
+            health = self.supervisor.health
             return health if self._follower is None else replace(health, threads=self._follower.state())
-        if self._process is not None and self._process.pid is not None and not self._process.running:
-            return RunnerHealth("failed", self._process.exit_summary())
+        if self.process.pid is not None and not self.process.running:
+            return RunnerHealth("failed", self.process.exit_summary())
         return RunnerHealth()
 
     @property
     def runner_pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        return self.process.pid
 
     def measure_verify_costs(self, n_max_batch: int) -> None:
         """None: llama-server verifies drafts in its child, by its own rule."""
@@ -182,7 +159,7 @@ class LlamaServerEngine:
         """The chat template llama-server applies: as given, else the built-in its argv names
         (``--chat-template NAME``: the plan passes only names), else the Jinja source its ``/props`` has."""
         if self._template is None:
-            named = dict(split_flags(self._process.argv)).get("--chat-template") if self._process else None
+            named = dict(split_flags(self.process.argv)).get("--chat-template")
             if named:
                 self._template = TemplateChoice("builtin", named)
             elif source := str(self._get("/props").get("chat_template") or ""):
@@ -212,42 +189,32 @@ class LlamaServerEngine:
         if self._opening is None:
             found: list[int] = []
             for marker in (m for m in self.turn_markers if toolcalls.opens_a_turn(m)):
-                resp = http_client.request(
-                    self.base_url,
-                    "POST",
-                    "/tokenize",
-                    {"content": marker, "add_special": False, "parse_special": True},
-                    api_key=self._api_key,
-                )
-                data = resp.json()
-                tokens = data.get("tokens") if resp.status == 200 and isinstance(data, dict) else None
-                if isinstance(tokens, list) and len(tokens) == 1 and isinstance(tokens[0], int):
+                tokens, _status = self._tokenize(marker, parse_special=True)
+                if tokens is not None and len(tokens) == 1 and isinstance(tokens[0], int):
                     found.append(tokens[0])
             self._opening = tuple(found)
         return self._opening
 
     def count_tokens(self, text: str) -> int:
         with self._gate.request():
-            return self._count_tokens(text)
+            self._check_runner()
+            generation = self.process.generation
+            try:
+                tokens, status = self._tokenize(text)
+            except ServerError:
+                self._raise_if_exited(generation, wait_s=2.0)
+                raise
+        if tokens is None:
+            raise ServerError(f"llama-server could not count tokens (HTTP {status}).")
+        return len(tokens)
 
-    def _count_tokens(self, text: str) -> int:
-        self._check_runner()
-        generation = self._process.generation if self._process is not None else 0
-        try:
-            resp = http_client.request(
-                self.base_url,
-                "POST",
-                "/tokenize",
-                {"content": text, "add_special": False},
-                api_key=self._api_key,
-            )
-        except ServerError:
-            self._raise_if_exited(generation, wait_s=2.0)
-            raise
+    def _tokenize(self, text: str, *, parse_special: bool = False) -> tuple[list[Any] | None, int]:
+        """``/tokenize`` of ``text`` (no BOS added): its tokens (None unless it answered them) and the status."""
+        body = {"content": text, "add_special": False, **({"parse_special": True} if parse_special else {})}
+        resp = http_client.request(self.base_url, "POST", "/tokenize", body, api_key=self._api_key)
         data = resp.json()
-        if resp.status != 200 or not isinstance(data, dict) or "tokens" not in data:
-            raise ServerError(f"llama-server could not count tokens (HTTP {resp.status}).")
-        return len(data["tokens"])
+        tokens = data.get("tokens") if resp.status == 200 and isinstance(data, dict) else None
+        return (tokens if isinstance(tokens, list) else None), resp.status
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> str | None:
         """None: llama-server applies its template in the child (a prompt is counted message by message, with no
@@ -287,7 +254,7 @@ class LlamaServerEngine:
         started = time.perf_counter()
         started_at = time.monotonic()
         first_token_at: float | None = None
-        generation = self._process.generation if self._process is not None else 0
+        generation = self.process.generation
         try:
             events = http_client.stream(self.base_url, path, payload, api_key=self._api_key)
         except ServerError:
@@ -352,14 +319,12 @@ class LlamaServerEngine:
     def _raise_if_exited(self, generation: int, wait_s: float = 5.0) -> None:
         """:class:`RunnerDied` when the llama-server child this request talked to (``generation``) has stopped,
         waiting up to ``wait_s`` for a broken connection's server to finish exiting."""
-        process = self._process
-        if process is None:
-            return
+        process = self.process
         if process.generation != generation or process.wait_exit(wait_s) is not None:
             summary = process.exit_summary() if process.generation == generation else process.last_exit
             raise RunnerDied(
                 f"{summary or 'llama-server stopped'} while answering this request"
-                + ("; it is being started again: send it again." if self._supervisor is not None else "."),
+                + ("; it is being started again: send it again." if self.supervisor is not None else "."),
                 retry_after_s=(process.ready_after_s or 1.0) + 1.0,
             )
 
@@ -375,8 +340,7 @@ class LlamaServerEngine:
         """Start the child again with ``threads`` (the follower calls this with no request in flight), keeping
         what each slot holds (saved to files and restored: a conversation is not read again); the seconds it
         took."""
-        process = self._process
-        assert process is not None
+        process = self.process
         started = time.monotonic()
         saved = save_slots(self.base_url, self._api_key, process.slot_save_dir, self.slots)
         try:
@@ -389,10 +353,9 @@ class LlamaServerEngine:
     def close(self) -> None:
         if self._follower is not None:
             self._follower.close()
-        if self._supervisor is not None:
-            self._supervisor.close()
-        if self._process is not None and self._owns:
-            self._process.stop()
+        if self.supervisor is not None:
+            self.supervisor.close()
+            self.process.stop()
 
     def _get(self, path: str) -> Any:
         resp = http_client.request(self.base_url, "GET", path, api_key=self._api_key)
@@ -473,15 +436,12 @@ def _delta_of(event: dict[str, Any]) -> tuple[str, FinishReason | None]:
         choice = choices[0]
         delta = choice.get("delta") or {}
         reason = choice.get("finish_reason")
-        return str(delta.get("content") or ""), _finish_of(reason) if reason else None
+        finish: FinishReason = reason if reason in ("length", "tool_calls") else "stop"
+        return str(delta.get("content") or ""), finish if reason else None
     text = str(event.get("content") or "")
     if event.get("stop"):
         return text, "length" if event.get("stop_type") == "limit" else "stop"
     return text, None
-
-
-def _finish_of(reason: str) -> FinishReason:
-    return "length" if reason == "length" else "tool_calls" if reason == "tool_calls" else "stop"
 
 
 def _stats(

@@ -46,50 +46,40 @@ def save_slots(base_url: str, api_key: str | None, directory: str | None, slots:
     saved: list[SavedSlot] = []
     for slot in range(slots):
         filename = f"slot-{slot}.bin"
-        try:
-            resp = http_client.request(
-                base_url,
-                "POST",
-                f"/slots/{slot}?action=save",
-                {"filename": filename},
-                api_key=api_key,
-                timeout_s=SAVE_TIMEOUT_S,
-            )
-        except ServerError as exc:
-            log.warning("could not save llama-server's slot %d: %s", slot, exc.what)
-            continue
-        data = resp.json()
-        tokens = data.get("n_saved") if resp.status == 200 and isinstance(data, dict) else None
-        if isinstance(tokens, int) and tokens > 0:
+        tokens = _slot_action(base_url, api_key, slot, "save", filename)
+        if tokens:
             saved.append(SavedSlot(slot, filename, tokens))
-        elif resp.status != 200:
-            log.warning("llama-server did not save slot %d (HTTP %d): %s", slot, resp.status, data)
     return saved
 
 
-def restore_slots(base_url: str, api_key: str | None, saved: list[SavedSlot]) -> int:
-    """Restore what :func:`save_slots` saved into the new child; the tokens restored."""
-    restored = 0
+def restore_slots(base_url: str, api_key: str | None, saved: list[SavedSlot]) -> None:
+    """Restore what :func:`save_slots` saved into the new child."""
     for entry in saved:
-        try:
-            resp = http_client.request(
-                base_url,
-                "POST",
-                f"/slots/{entry.slot}?action=restore",
-                {"filename": entry.filename},
-                api_key=api_key,
-                timeout_s=SAVE_TIMEOUT_S,
-            )
-        except ServerError as exc:
-            log.warning("could not restore llama-server's slot %d: %s", entry.slot, exc.what)
-            continue
-        data = resp.json()
-        n = data.get("n_restored") if resp.status == 200 and isinstance(data, dict) else None
-        if isinstance(n, int):
-            restored += n
-        else:
-            log.warning("llama-server did not restore slot %d (HTTP %d): %s", entry.slot, resp.status, data)
-    return restored
+        _slot_action(base_url, api_key, entry.slot, "restore", entry.filename)
+
+
+def _slot_action(base_url: str, api_key: str | None, slot: int, action: str, filename: str) -> int | None:
+    """``POST /slots/ID?action=save|restore`` of one slot's file; the tokens saved or restored, None (logged)
+    when it failed."""
+    try:
+        resp = http_client.request(
+            base_url,
+            "POST",
+            f"/slots/{slot}?action={action}",
+            {"filename": filename},
+            api_key=api_key,
+            timeout_s=SAVE_TIMEOUT_S,
+        )
+    except ServerError as exc:
+        log.warning("could not %s llama-server's slot %d: %s", action, slot, exc.what)
+        return None
+    data = resp.json()
+    field = {"save": "n_saved", "restore": "n_restored"}[action]
+    tokens = data.get(field) if resp.status == 200 and isinstance(data, dict) else None
+    if isinstance(tokens, int):
+        return tokens
+    log.warning("llama-server did not %s slot %d (HTTP %d): %s", action, slot, resp.status, data)
+    return None
 
 
 def forget_slots(directory: str | None, saved: list[SavedSlot]) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 from clover_local.engine.types import RunnerHealth
 from clover_local.errors import OutOfMemoryError, ServerError
@@ -22,21 +21,20 @@ HISTORY = 50
 
 
 class Supervisor:
-    """Watches one :class:`LlamaServerProcess` from a thread of its own; :attr:`health` says where it stands."""
+    """Watches one :class:`LlamaServerProcess` from a thread of its own."""
 
     def __init__(
         self,
         process: LlamaServerProcess,
         *,
-        policy: RestartPolicy | None = None,
-        ready_timeout_s: float = 600.0,
-        on_change: Callable[[RunnerHealth], None] | None = None,
+        policy: RestartPolicy,
+        ready_timeout_s: float,
     ) -> None:
         self.process = process
-        self.policy = policy or RestartPolicy()
+        self.policy = policy
         self.ready_timeout_s = ready_timeout_s
-        self._on_change = on_change
-        self._health = RunnerHealth()
+        self.health = RunnerHealth()
+        """Where the child stands now."""
         self._stops: list[float] = []
         self._closing = threading.Event()
         self._wake = threading.Event()
@@ -48,10 +46,6 @@ class Supervisor:
         self._thread.start()
         return self
 
-    @property
-    def health(self) -> RunnerHealth:
-        return self._health
-
     def restart_now(self) -> None:
         """Cut the back-off short: a runner waiting to start again starts now (the app's "try again")."""
         self._wake.set()
@@ -61,17 +55,12 @@ class Supervisor:
         self._closing.set()
         self._wake.set()
 
-    def join(self, timeout_s: float) -> None:
-        self._thread.join(timeout_s)
-
     def _set(self, health: RunnerHealth) -> None:
-        self._health = health
+        self.health = health
         self.history = [*self.history[-(HISTORY - 1) :], health]
-        if self._on_change is not None:
-            try:
-                self._on_change(health)
-            except Exception:  # a broken listener must not stop the supervision
-                log.exception("a runner-health listener failed")
+
+    def _stopped(self, restarts: int) -> None:
+        self._set(RunnerHealth("stopped", "llama-server was stopped", restarts))
 
     def _watch(self) -> None:
         process = self.process
@@ -79,11 +68,11 @@ class Supervisor:
         while True:
             process.wait_exit(None)
             process.settled()  # a relaunch on purpose (another thread count) replaced the child: watch the new one
-            if process.running and not self._closing.is_set() and not process.stop_asked:
-                continue
             if self._closing.is_set() or process.stop_asked:
-                self._set(RunnerHealth("stopped", "llama-server was stopped", restarts))
+                self._stopped(restarts)
                 return
+            if process.running:
+                continue
             summary = process.exit_summary()
             log.warning("%s. Its last lines:\n%s", summary, process.log_tail(LOG_LINES))
             self._stops.append(time.monotonic())
@@ -97,7 +86,7 @@ class Supervisor:
             self._wake.clear()
             self._wake.wait(decision.delay_s)
             if self._closing.is_set():
-                self._set(RunnerHealth("stopped", "llama-server was stopped", restarts))
+                self._stopped(restarts)
                 return
             started = time.monotonic()
             try:
@@ -113,7 +102,7 @@ class Supervisor:
             except ServerError as exc:
                 if process.stop_asked:  # closed meanwhile, or not ready in time (respawn stopped it)
                     if self._closing.is_set():
-                        self._set(RunnerHealth("stopped", "llama-server was stopped", restarts))
+                        self._stopped(restarts)
                     else:
                         self._give_up("llama-server did not start again", exc.what.splitlines()[0], restarts)
                     return

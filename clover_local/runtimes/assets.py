@@ -34,14 +34,8 @@ _CUDA_VARIANT = re.compile(r"^cuda-(?:cu)?(?P<version>\d+\.\d+(?:\.\d+)?)$")
 _OS_WORD: dict[str, OsName] = {"ubuntu": "linux", "macos": "macos", "win": "windows"}
 _CPU_VARIANTS = {None: 0, "cpu": 0, "avx2": 1}
 """CPU builds by preference: the plain (all-variants) one, then the older Windows AVX2 one."""
-_ARCH_WORDS = {
-    "x86_64": "x64",
-    "amd64": "x64",
-    "x64": "x64",
-    "aarch64": "arm64",
-    "arm64": "arm64",
-    "s390x": "s390x",
-}
+_ARCH_WORDS = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64"}
+"""CPU names upstream calls otherwise (``x64``, ``arm64`` and ``s390x`` are its own words)."""
 
 
 @dataclass(frozen=True)

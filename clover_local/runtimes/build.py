@@ -108,26 +108,6 @@ def build_backend_for(runtime: str) -> str:
     return backend
 
 
-def configure_command(src: Path, build_dir: Path, backend: str, commit: str) -> list[str]:
-    # A folder configured before keeps its generator (CMake refuses to switch one).
-    generator = ["-G", "Ninja"] if shutil.which("ninja") and not (build_dir / "Makefile").exists() else []
-    return [
-        "cmake",
-        "-S",
-        str(src),
-        "-B",
-        str(build_dir),
-        *generator,
-        *CONFIGURE_FLAGS,
-        f"-DLLAMA_BUILD_COMMIT={commit}",
-        *BACKEND_FLAGS[backend],
-    ]
-
-
-def build_command(build_dir: Path, jobs: int, targets: Sequence[str]) -> list[str]:
-    return ["cmake", "--build", str(build_dir), "--config", "Release", "-j", str(jobs), "--target", *targets]
-
-
 def cmake_build(
     src: Path,
     build_dir: Path,
@@ -138,10 +118,13 @@ def cmake_build(
     log: Log,
 ) -> Path:
     """Configure and build ``targets``; the folder the binaries are in. Raises CalledProcessError on a failed step."""
-    configure = configure_command(src, build_dir, backend, commit)
+    # A folder configured before keeps its generator (CMake refuses to switch one).
+    generator = ["-G", "Ninja"] if shutil.which("ninja") and not (build_dir / "Makefile").exists() else []
+    configure = ["cmake", "-S", str(src), "-B", str(build_dir), *generator, *CONFIGURE_FLAGS]
+    configure += [f"-DLLAMA_BUILD_COMMIT={commit}", *BACKEND_FLAGS[backend]]
     log("Configuring: " + " ".join(configure))
     subprocess.run(configure, check=True)
-    cmd = build_command(build_dir, jobs, targets)
+    cmd = ["cmake", "--build", str(build_dir), "--config", "Release", "-j", str(jobs), "--target", *targets]
     log("Building: " + " ".join(cmd))
     subprocess.run(cmd, check=True)
     return build_dir / "bin"

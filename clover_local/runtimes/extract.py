@@ -53,7 +53,6 @@ def extract_archive(
     *,
     max_members: int = MAX_MEMBERS,
     max_bytes: int = MAX_UNPACKED_BYTES,
-    strip_top: bool = True,
 ) -> None:
     """Unpack ``archive`` into the folder ``into`` (created), refusing anything unsafe (see the module doc)."""
     into.mkdir(parents=True, exist_ok=True)
@@ -62,11 +61,11 @@ def extract_archive(
         if name.endswith(".zip"):
             with zipfile.ZipFile(archive) as zf:
                 members = list(_zip_members(zf))
-                _unpack(members, into, name, max_members, max_bytes, strip_top, lambda m: _zip_open(zf, m))
+                _unpack(members, into, name, max_members, max_bytes, lambda m: _zip_open(zf, m))
         elif name.endswith((".tar.gz", ".tgz", ".tar")):
             with tarfile.open(archive) as tf:
                 members = list(_tar_members(tf))
-                _unpack(members, into, name, max_members, max_bytes, strip_top, lambda m: _tar_open(tf, m))
+                _unpack(members, into, name, max_members, max_bytes, lambda m: _tar_open(tf, m))
         else:
             raise RuntimeInstallError(f"{name} is neither a .tar.gz nor a .zip archive; cannot unpack it.")
     except (tarfile.TarError, zipfile.BadZipFile, gzip.BadGzipFile, EOFError, zlib.error) as exc:
@@ -125,13 +124,12 @@ def _unpack(
     archive: str,
     max_members: int,
     max_bytes: int,
-    strip_top: bool,
     open_member: Opener,
 ) -> None:
     if len(members) > max_members:
         raise _refused(archive, f"it has {len(members)} members, more than the {max_members} allowed")
     paths = [_safe_path(m.name, archive) for m in members]
-    top = _single_top(paths, members) if strip_top else None
+    top = _single_top(paths, members)
     root = into.resolve()
     written: set[str] = set()
     total = 0

@@ -2,11 +2,10 @@
 
 An install resolves the release, picks the prebuilt archive for this machine (:mod:`.assets`) or builds the
 release's source (:mod:`.build`), downloads with resume and sha256 verification (:mod:`.download`), unpacks
-safely (:mod:`.extract`) into ``runtimes/.partial-<tag>-<random>``, keeps that tag's ``src/llama-arch.cpp`` and
-``common/arg.cpp`` beside the binary, runs ``llama-server --version``, writes the manifest last and renames the
-folder into ``runtimes/<tag>`` in one step. A kill at any point leaves no half runtime that
-:func:`~clover_local.runtimes.installed.installed_runtimes` would list; the next run removes the leftovers and
-continues the download where it stopped.
+safely (:mod:`.extract`) into ``runtimes/.partial-<tag>-<random>`` with that tag's sources beside the binary
+(:mod:`.installed`), runs ``llama-server --version``, writes the manifest last and renames the folder into
+place. A kill at any point leaves no half runtime; the next run removes the leftovers and continues the
+download where it stopped.
 """
 
 from __future__ import annotations
@@ -131,8 +130,14 @@ def install(
                 check_cancelled(cancel)
                 _check_runs(partial / str(staged.manifest["server"]))
                 check_cancelled(cancel)
-                staged.manifest["installed"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-                write_manifest(partial, staged.manifest)  # last: a folder with a manifest is complete
+                installed = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+                manifest = {
+                    "tag": release.tag,
+                    **staged.manifest,
+                    "arg_source": ARG_SOURCE,
+                    "installed": installed,
+                }
+                write_manifest(partial, manifest)  # last: a folder with a manifest is complete
                 _move_into_place(base, partial, folder)
             except BaseException:
                 shutil.rmtree(partial, ignore_errors=True)
@@ -271,7 +276,6 @@ def _stage_archives(
     _fetch_raw_sources(release.tag, partial, server.parent, http, say)
     return _Staged(
         manifest={
-            "tag": release.tag,
             "backend": choice.backend,
             "origin": "archive",
             "server": server.relative_to(partial).as_posix(),
@@ -280,7 +284,6 @@ def _stage_archives(
             "assets": [
                 {"name": i.name, "sha256": d, "verified": i.sha256 is not None} for i, _, d in fetched
             ],
-            "arg_source": ARG_SOURCE,
         },
         downloads=tuple(p for _, p, _ in fetched),
     )
@@ -354,14 +357,12 @@ def _stage_source(
     build.keep_sources(src, partial, (build.ARG_SOURCE, build.ARCH_SOURCE), say)
     return _Staged(
         manifest={
-            "tag": release.tag,
             "backend": build.runtime_backend(build_backend),
             "origin": "source",
             "server": binary.name,
             "asset": None,
             "sha256": digest,
             "assets": [{"name": item.name, "sha256": digest, "verified": False}],
-            "arg_source": ARG_SOURCE,
         },
         downloads=(tarball,),
         work=work,

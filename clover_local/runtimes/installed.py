@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from clover_local import settings
 
@@ -79,11 +79,8 @@ class InstalledRuntime:
 
 def read_runtime(root: Path) -> InstalledRuntime | None:
     """The runtime in ``root``; None when it is not a complete, runnable install."""
-    try:
-        raw = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(raw, dict):
+    raw = read_json_dict(root / MANIFEST)
+    if raw is None:
         return None
     tag, server, origin = raw.get("tag"), raw.get("server"), raw.get("origin")
     if not (isinstance(tag, str) and valid_tag(tag) and tag == root.name and isinstance(server, str)):
@@ -149,13 +146,24 @@ def pinned_runtimes() -> tuple[PinnedRuntime, ...]:
         )
     ]
     folder = settings.llama_server_dir()
-    try:
-        info = json.loads((folder / "build-info.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        info = None
-    if isinstance(info, dict) and (folder / "llama-server").is_file():
+    info = built_info()
+    if info is not None and (folder / "llama-server").is_file():
         commit = str(info.get("llama_cpp_commit", pinned.LLAMA_CPP_COMMIT))
         found.append(
             PinnedRuntime(str(info.get("backend", "cpu")), "source", str(folder / "llama-server"), commit)
         )
     return tuple(found)
+
+
+def built_info() -> dict[str, object] | None:
+    """``build-info.json`` written by ``scripts/build-llama-server`` (version, commit, backend), if any."""
+    return read_json_dict(settings.llama_server_dir() / "build-info.json")
+
+
+def read_json_dict(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when it cannot be read or holds something else."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

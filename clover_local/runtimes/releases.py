@@ -61,12 +61,6 @@ class Release:
         return tuple(a.name for a in self.assets)
 
 
-def release_url(tag: str) -> str:
-    """The API URL of one release (``latest`` or a tag)."""
-    base = settings.llamacpp_releases_url().rstrip("/")
-    return f"{base}/releases/latest" if tag == "latest" else f"{base}/releases/tags/{tag}"
-
-
 def fetch_release(tag: str = "latest", http: httpx2.Client | None = None) -> Release:
     """The release ``tag`` (``latest``: the newest one), from the releases API."""
     if tag != "latest" and not valid_tag(tag):
@@ -74,7 +68,8 @@ def fetch_release(tag: str = "latest", http: httpx2.Client | None = None) -> Rel
             f"{tag!r} is not a llama.cpp release tag.",
             "Name one like b7000 (see `clover-local runtime list`), or latest.",
         )
-    url = release_url(tag)
+    base = settings.llamacpp_releases_url().rstrip("/")
+    url = f"{base}/releases/latest" if tag == "latest" else f"{base}/releases/tags/{tag}"
     what = "find the latest llama.cpp release" if tag == "latest" else f"find llama.cpp release {tag}"
     with net.client() if http is None else contextlib.nullcontext(http) as client:
         try:

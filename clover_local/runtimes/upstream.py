@@ -42,17 +42,11 @@ class UpstreamSource:
     """Where the text came from (a URL, or the cached file), for messages."""
 
 
-def latest_arch_source(*, offline: bool = False, timeout_s: float = TIMEOUT_S) -> UpstreamSource:
-    """The latest upstream release's ``llama-arch.cpp`` (cached); :class:`UpstreamError` when it cannot be had
-    (offline with nothing cached, the server unreachable, an answer that is not a release)."""
-    tag = _latest_tag(offline, timeout_s)
-    return arch_source(tag, offline=offline, timeout_s=timeout_s)
-
-
-def arch_source(tag: str, *, offline: bool = False, timeout_s: float = TIMEOUT_S) -> UpstreamSource:
-    """Release ``tag``'s ``src/llama-arch.cpp``, fetched once and kept."""
-    if not valid_tag(tag):
-        raise UpstreamError(f"{tag!r} is not a llama.cpp release tag (b<number>).")
+def latest_arch_source(*, offline: bool = False) -> UpstreamSource:
+    """The latest upstream release's ``llama-arch.cpp``, each tag's fetched once and kept;
+    :class:`UpstreamError` when it cannot be had (offline with nothing cached, the server unreachable, an answer
+    that is not a release)."""
+    tag = _latest_tag(offline)
     cached = _cache() / tag / "llama-arch.cpp"
     if cached.is_file():
         return UpstreamSource(tag, cached.read_text(encoding="utf-8", errors="replace"), str(cached))
@@ -63,7 +57,7 @@ def arch_source(tag: str, *, offline: bool = False, timeout_s: float = TIMEOUT_S
             offline=True,
         )
     url = source_file_url(tag, ARCH_PATH)
-    with _as_upstream_error(), net.client(timeout_s) as http:
+    with _as_upstream_error(), net.client(TIMEOUT_S) as http:
         text = fetch_source_file(tag, ARCH_PATH, http).decode("utf-8", errors="replace")
     if "LLM_ARCH_" not in text:
         raise UpstreamError(f"{url} is not llama.cpp's llama-arch.cpp (no LLM_ARCH_ names in it).")
@@ -71,7 +65,8 @@ def arch_source(tag: str, *, offline: bool = False, timeout_s: float = TIMEOUT_S
     return UpstreamSource(tag, text, url)
 
 
-def _latest_tag(offline: bool, timeout_s: float) -> str:
+def _latest_tag(offline: bool) -> str:
+    """The latest release's tag, asked again after :data:`LATEST_TTL_S` (it is checked to be ``b<digits>``)."""
     kept = _cache() / "latest.json"
     try:
         raw = json.loads(kept.read_text(encoding="utf-8"))
@@ -86,8 +81,8 @@ def _latest_tag(offline: bool, timeout_s: float) -> str:
             _OFFLINE_FIX,
             offline=True,
         )
-    with _as_upstream_error(), net.client(timeout_s) as http:
-        tag = fetch_release("latest", http).tag  # its tag is checked there (b<digits>)
+    with _as_upstream_error(), net.client(TIMEOUT_S) as http:
+        tag = fetch_release("latest", http).tag
     _write(kept, json.dumps({"tag": tag, "asked": time.time()}))
     return tag
 
