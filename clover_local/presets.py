@@ -9,9 +9,9 @@ aside (:mod:`clover_local.user_files`) and the shipped one is used.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from clover_local import settings
 from clover_local.errors import PresetError
@@ -20,6 +20,7 @@ from clover_local.user_files import set_aside
 
 TEMPLATE_FROM_GGUF = "gguf"
 TEMPLATE_COMPLETION = "completion"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -290,26 +291,8 @@ class _Reader:
 
 def _parse(raw: dict[str, Any], path: Path) -> Preset:
     top = _Reader(raw, path)
-    arch_t = top.sub("architecture")
-    arch = Architecture(
-        arch=arch_t.get("arch", str),
-        n_layers=arch_t.get("n_layers", int, positive=True),
-        n_head_kv=arch_t.get("n_head_kv", int, positive=True),
-        n_head=arch_t.get("n_head", int, 0),
-        head_dim=arch_t.get("head_dim", int, positive=True),
-        n_embd=arch_t.get("n_embd", int, positive=True),
-        n_vocab=arch_t.get("n_vocab", int, positive=True),
-        n_ctx_train=arch_t.get("n_ctx_train", int, positive=True),
-        full_attention_interval=arch_t.get("full_attention_interval", int, None),
-        n_expert=arch_t.get("n_expert", int, 0),
-        n_expert_used=arch_t.get("n_expert_used", int, 0),
-        n_expert_shared=arch_t.get("n_expert_shared", int, 0),
-        expert_ffn=arch_t.get("expert_ffn", int, 0),
-        recurrent_state_bytes=arch_t.get("recurrent_state_bytes", int, 0),
-        expert_weight_fraction=arch_t.get("expert_weight_fraction", float, 0.0),
-        sliding_window=arch_t.get("sliding_window", int, 0),
-        sliding_window_pattern=arch_t.get("sliding_window_pattern", int, 0),
-    )
+    # n_nextn_layers is read from a GGUF header only
+    arch = _dataclass(top.sub("architecture"), Architecture, _ARCH_POSITIVE, skip=("n_nextn_layers",))
     quants_t = top.sub("quants")
     quants: dict[str, QuantSpec] = {}
     for qname in quants_t.table:
@@ -328,23 +311,9 @@ def _parse(raw: dict[str, Any], path: Path) -> Preset:
         raise PresetError(
             f"Preset {path}: key 'context.default' ({ctx_default}) exceeds 'context.max' ({ctx_max})."
         )
-    s_t = top.sub("sampling", required=False)
-    d = SamplingDefaults()
-    sampling = SamplingDefaults(
-        temperature=s_t.get("temperature", float, d.temperature),
-        top_p=s_t.get("top_p", float, d.top_p),
-        top_k=s_t.get("top_k", int, d.top_k),
-        min_p=s_t.get("min_p", float, d.min_p),
-        repeat_penalty=s_t.get("repeat_penalty", float, d.repeat_penalty),
-    )
-    sp_t = top.sub("speculative", required=False)
-    sd = SpeculativeDefaults()
-    speculative = SpeculativeDefaults(
-        enabled=sp_t.get("enabled", bool, sd.enabled),
-        type=sp_t.get("type", str, sd.type),
-        n_match=sp_t.get("n_match", int, sd.n_match, positive=True),
-        n_min=sp_t.get("n_min", int, sd.n_min),
-        n_max=sp_t.get("n_max", int, sd.n_max, positive=True),
+    sampling = _dataclass(top.sub("sampling", required=False), SamplingDefaults)
+    speculative = _dataclass(
+        top.sub("speculative", required=False), SpeculativeDefaults, ("n_match", "n_max")
     )
     default_quant = top.get("default_quant", str, "auto")
     if default_quant != "auto" and default_quant not in quants:
@@ -417,16 +386,25 @@ def _community(raw: object, path: Path) -> tuple[CommunityRepo, ...]:
 
 
 def _diffusion_table(t: _Reader) -> DiffusionDefaults:
-    algorithm = t.get("algorithm", str, None)
-    if algorithm is not None and algorithm not in ("confidence", "entropy", "margin", "random", "origin"):
+    d = _dataclass(t, DiffusionDefaults, ("steps_per_block", "answer_length", "eps"))
+    if d.algorithm is not None and d.algorithm not in ("confidence", "entropy", "margin", "random", "origin"):
         raise t._fail("algorithm", "must be confidence, entropy, margin, random or origin")
-    block_length = t.get("block_length", int, None)
-    if block_length is not None and block_length < 0:
+    if d.block_length is not None and d.block_length < 0:
         raise t._fail("block_length", "must be 0 (timestep schedule) or positive")
-    return DiffusionDefaults(
-        algorithm=algorithm,
-        block_length=block_length,
-        steps_per_block=t.get("steps_per_block", int, None, positive=True),
-        answer_length=t.get("answer_length", int, None, positive=True),
-        eps=t.get("eps", float, None, positive=True),
-    )
+    return d
+
+
+_ARCH_POSITIVE = ("n_layers", "n_head_kv", "head_dim", "n_embd", "n_vocab", "n_ctx_train")
+_KINDS: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
+
+
+def _dataclass(t: _Reader, cls: type[_T], positive: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> _T:
+    """``cls`` from a TOML table: each field read with its type (``int | None``: an int, or absent) and its
+    default, required where it has none; those in ``positive`` must be above 0."""
+    values = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name not in skip:
+            kind = _KINDS[str(f.type).removesuffix(" | None")]
+            default = ... if f.default is MISSING else f.default
+            values[f.name] = t.get(f.name, kind, default, positive=f.name in positive)
+    return cls(**values)
