@@ -346,32 +346,25 @@ def check_architecture(arch: str, support: ArchSupport | None = None) -> ArchChe
         why += f"; the table is llama-cpp-python {embedded.llama_cpp_python}'s, but {support.installed} is installed"
     latest = support.latest if support.latest is not None else latest_release(support.look_upstream)
     hint = support.hint(arch)
-    minimum = hint.release if hint is not None else None
+
+    def install(release: str, said: str) -> ArchCheck:
+        command = f"clover-local runtime install {release}"
+        minimum = hint.release if hint is not None else None
+        return ArchCheck(
+            arch, False, None, said, install=release, install_command=command, min_release=minimum
+        )
+
     if isinstance(latest, str):
         if hint is None:
             return ArchCheck(arch, False, None, f"{why}; {latest})")
-        return ArchCheck(
-            arch,
-            False,
-            None,
+        return install(
+            hint.release,
             f"{why}; {latest}); the preset {hint.preset} says llama.cpp {hint.release} or newer loads it, and "
             "none is installed",
-            install=hint.release,
-            install_command=f"clover-local runtime install {hint.release}",
-            min_release=minimum,
         )
     tag, table = latest
     if arch in table.names and arch not in table.diffusion:
-        command = f"clover-local runtime install {tag}"
-        return ArchCheck(
-            arch,
-            False,
-            None,
-            f"{why}); the latest llama.cpp release, {tag}, loads it, and it is not installed",
-            install=tag,
-            install_command=command,
-            min_release=minimum,
-        )
+        return install(tag, f"{why}); the latest llama.cpp release, {tag}, loads it, and it is not installed")
     return ArchCheck(arch, False, None, f"{why}; nor does the latest llama.cpp release, {tag})")
 
 

@@ -15,13 +15,13 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from clover_local import settings
-from clover_local.conversations import Conversation, title_from
+from clover_local.conversations import Conversation, now, title_from
 from clover_local.engine.types import ChatMessage
 from clover_local.errors import CloverError
+from clover_local.user_files import make_private_dir
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
@@ -56,10 +56,6 @@ class StoredChat:
 
 def store_path() -> Path:
     return settings.data_dir() / "chats" / "chats.sqlite3"
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class ChatStore:
@@ -257,9 +253,7 @@ class ChatJournal:
 
 def _create_private(path: Path) -> None:
     """The folder (0700) and the file (0600), made private before SQLite writes anything in them."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.parent.stat().st_mode & 0o077:
-        path.parent.chmod(0o700)
+    make_private_dir(path.parent, close=True)
     if not path.exists():
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
 

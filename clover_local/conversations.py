@@ -35,7 +35,7 @@ class Conversation:
     """User and assistant turns in order (the system prompt is kept apart)."""
     system_prompt: str = ""
     model: str = ""
-    created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    created: str = field(default_factory=lambda: now())
     """ISO 8601 time the conversation was first saved."""
 
     def to_json(self) -> dict[str, Any]:
@@ -59,6 +59,11 @@ class SavedConversation:
     n_messages: int
 
 
+def now() -> str:
+    """This moment in UTC, to the second, as conversations and the chats file stamp it (ISO 8601)."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 def title_from(messages: tuple[ChatMessage, ...] | list[ChatMessage], limit: int = 60) -> str:
     """A short title: the first user message, on one line."""
     for m in messages:
@@ -72,7 +77,7 @@ def save(conversation: Conversation, folder: Path | None = None) -> Path:
     """Write the conversation as JSON and return its path. Same created time and title overwrite in place."""
     folder = folder or settings.conversations_dir()
     try:
-        _private_folder(folder)
+        make_private_dir(folder, close=True)  # its file names carry the chats' titles
         stamp = re.sub(r"[^0-9]", "", conversation.created)[:14]
         slug = _SLUG_RE.sub("-", conversation.title.lower()).strip("-")[:40] or "conversation"
         path = folder / f"{stamp}-{slug}.json"
@@ -84,14 +89,6 @@ def save(conversation: Conversation, folder: Path | None = None) -> Path:
             "Check that the folder is writable, or set CLOVER_DATA_DIR to another folder.",
         ) from None
     return path
-
-
-def _private_folder(folder: Path) -> None:
-    """The conversations folder, 0700: created so, and closed if an older version made it 0755 (its file
-    names carry the chats' titles)."""
-    make_private_dir(folder)
-    if folder.stat().st_mode & 0o077:
-        folder.chmod(0o700)
 
 
 def load(path: Path) -> Conversation:
@@ -135,7 +132,7 @@ def _parse(raw: object, path: Path) -> Conversation:
         messages=tuple(messages),
         system_prompt=text_fields["system_prompt"],
         model=text_fields["model"],
-        created=text_fields["created"] or datetime.now(UTC).isoformat(timespec="seconds"),
+        created=text_fields["created"] or now(),
     )
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, get_args
 
 from clover_local.arch_support import Action, ArchCheck, ArchSupport, check_architecture, require_supported
 from clover_local.errors import ServerError, UsageError
-from clover_local.facts import LaunchFacts, LocalModel, Sidecars
+from clover_local.facts import LaunchFacts, LocalModel, ServerFacts, Sidecars
 from clover_local.launch_types import ENGINE_WISHES, Launch, LaunchRequest, Runner
 from clover_local.plan.llama_args import llama_settings
 from clover_local.plan.measured import VerifyCostRecord
@@ -107,7 +107,9 @@ def choose_runner(
     (``decide`` passes the one gathered; None: look now)."""
     if request.engine is not None and request.engine not in ENGINE_WISHES:
         raise UsageError(f"--engine {request.engine!r} is not one of {', '.join(ENGINE_WISHES)}.")
-    find = find_binary or _look_for_binary
+    from clover_local.llamacpp.binary import find_llama_server
+
+    find = find_binary or find_llama_server
     if arch is not None and arch.install is not None and not arch.supported:
         if request.engine == "embedded":
             raise UsageError(
@@ -170,12 +172,6 @@ def choose_runner(
     )
 
 
-def _look_for_binary(configured: str | None) -> ServerBinary | None:
-    from clover_local.llamacpp.binary import find_llama_server
-
-    return find_llama_server(configured)
-
-
 def _needs_llama_server(request: LaunchRequest, arch: ArchCheck | None) -> Notice | None:
     """Why only llama-server can run this request (None when the embedded engine can)."""
     if request.rpc:
@@ -221,7 +217,7 @@ def _runner_machine(facts: LaunchFacts, runner: Runner) -> Machine:
     from clover_local.detect.machine import Backend
 
     if runner.binary is not None:
-        asked = facts.servers.get(str(runner.binary.path))
+        asked = _server_facts(facts, runner)
         if asked is None or asked.capabilities is None:
             return machine
         offered = asked.capabilities.backends
@@ -531,9 +527,14 @@ def _keeps_slots(facts: LaunchFacts, runner: Runner) -> bool:
     relaunch for another load keeps the conversations; True where the binary was not asked (starting it asks)."""
     if runner.kind != "llama-server" or runner.binary is None:
         return False
-    asked = facts.servers.get(str(runner.binary.path))
+    asked = _server_facts(facts, runner)
     caps = None if asked is None else (asked.capabilities or asked.kept_arg_cpp)
     return caps is None or caps.supports("--slot-save-path")
+
+
+def _server_facts(facts: LaunchFacts, runner: Runner) -> ServerFacts | None:
+    """What the runner's llama-server said about itself when the facts were gathered (None: not asked)."""
+    return facts.servers.get(str(runner.binary.path)) if runner.binary is not None else None
 
 
 def _fitted_argv(
@@ -543,13 +544,11 @@ def _fitted_argv(
     runtime may lack one the pinned llama.cpp has, or call it otherwise), with this CPU's repacking rule, and a
     notice per flag changed or dropped; (None, ()) for the embedded engine, or a binary that could not be asked
     (starting it fits the argv then, and says why)."""
-    if runner.kind != "llama-server" or runner.binary is None:
+    asked = _server_facts(facts, runner)
+    if runner.kind != "llama-server" or asked is None:
         return None, ()
     from clover_local.llamacpp.server_args import fit_argv
 
-    asked = facts.servers.get(str(runner.binary.path))
-    if asked is None:
-        return None, ()
     said: tuple[Notice, ...] = ()
     caps = asked.capabilities
     if caps is None:

@@ -190,8 +190,9 @@ def gather_facts(
     archs = _architectures(preset, local, models)
     support = _with_latest_release(installed_support(offline=True if request.offline else None), archs)
     checks = _checked(archs, support)
-    find = find_binary or _find_llama_server
-    server = find(request.llama_server)
+    from clover_local.llamacpp.binary import find_llama_server
+
+    server = (find_binary or find_llama_server)(request.llama_server)
     servers = _ask_servers(request, server, checks)
     return LaunchFacts(
         preset=preset,
@@ -253,12 +254,6 @@ def _with_latest_release(support: ArchSupport, archs: set[str]) -> ArchSupport:
     if support.latest is not None or all(knows_locally(a, support) for a in archs):
         return support
     return replace(support, latest=latest_release(support.look_upstream))
-
-
-def _find_llama_server(configured: str | None) -> ServerBinary | None:
-    from clover_local.llamacpp.binary import find_llama_server
-
-    return find_llama_server(configured)
 
 
 def _ask_servers(

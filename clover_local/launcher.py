@@ -61,11 +61,6 @@ class Launcher:
         """The facts held now (None before the first gathering, or after :meth:`read_again`)."""
         return self._facts
 
-    def holds_facts_for(self, request: LaunchRequest) -> bool:
-        """Whether the facts held answer for ``request`` (it asks about the same model, files and binaries)."""
-        facts = self._facts
-        return facts is not None and still_true_for(facts, request)
-
     def facts_for(self, request: LaunchRequest) -> LaunchFacts:
         """The facts ``request`` is decided from: those held while they answer for it, else gathered now (I/O:
         call from a worker in the app)."""
@@ -105,11 +100,10 @@ class Launcher:
         """The launch for ``request`` from the facts held, reading nothing (the app's UI thread asks this); None
         when they do not answer for it (gather them in a worker with :meth:`facts_for` first)."""
         with self._lock:
-            if not self.holds_facts_for(request):
+            if self._facts is None or not still_true_for(self._facts, request):
                 return None
             if self._last is not None and self._last.request == request:
                 return self._last
-            assert self._facts is not None
             self._last = decide(request, self._facts)
             return self._last
 

@@ -76,9 +76,10 @@ def write_atomically(path: Path, data: bytes, *, private: bool = False) -> None:
         raise
 
 
-def make_private_dir(folder: Path) -> None:
+def make_private_dir(folder: Path, *, close: bool = False) -> None:
     """Create ``folder`` (and missing parents) readable by its owner only (0700); an existing folder is
-    left as the person set it."""
+    left as the person set it, unless ``close``: then one that others may read (an older version made it
+    0755) is made 0700."""
     missing = [p for p in (folder, *folder.parents) if not p.exists()]
     for p in reversed(missing):
         with contextlib.suppress(FileExistsError):
@@ -86,6 +87,8 @@ def make_private_dir(folder: Path) -> None:
     for p in missing:
         with contextlib.suppress(OSError):
             os.chmod(p, 0o700)  # mkdir's mode passes through the umask; 0700 is what was asked
+    if close and folder.stat().st_mode & 0o077:
+        folder.chmod(0o700)
 
 
 def _chmod_as_new_file(tmp: str) -> None:
