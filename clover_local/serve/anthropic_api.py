@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, ToolCall, ToolCallMade
+from clover_local.engine.types import ChatMessage, GenerationStats, ToolCall, ToolCallMade
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, json_object
@@ -50,10 +50,15 @@ def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     agent.check_tool_results(tuple(messages), params)
     tools = tuple(_tool(t, i) for i, t in enumerate(body.get("tools") or []))
     choice, parallel = _tool_choice(body.get("tool_choice"), tools)
-    common = oa.common_fields(body, known_models, names={"stop": "stop_sequences"})
-    fields = {**common.pop("fields"), "tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel}
-    return ParsedRequest(
-        GenerationRequest(messages=tuple(messages), **fields), **common, ignored_fields=ignored
+    return oa.parsed_request(
+        body,
+        known_models,
+        ignored,
+        names={"stop": "stop_sequences"},
+        messages=tuple(messages),
+        tools=tools,
+        tool_choice=choice,
+        parallel_tool_calls=parallel,
     )
 
 

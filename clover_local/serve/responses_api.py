@@ -12,14 +12,13 @@ import json
 import time
 from typing import Any
 
-from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, ToolCall, ToolCallMade
+from clover_local.engine.types import ChatMessage, GenerationStats, ToolCall, ToolCallMade
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, json_object
 from clover_local.serve.openai_schema import ParsedRequest
 from clover_local.serve.request_fields import check_fields
 
-_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _IGNORED_DEFAULTS = {
     "store": (None, False, True),
     "truncation": (None, "disabled"),
@@ -42,17 +41,19 @@ def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "function" and "function" not in choice:
         choice = {"type": "function", "function": {"name": choice.get("name")}}
-    fields: dict[str, Any] = {
-        "tools": tools,
-        "tool_choice": agent.parse_tool_choice(choice, tools),
-        "parallel_tool_calls": agent.parse_flag(
+    return oa.parsed_request(
+        body,
+        known_models,
+        ignored,
+        names={"max_tokens": "max_output_tokens"},
+        messages=messages,
+        tools=tools,
+        tool_choice=agent.parse_tool_choice(choice, tools),
+        parallel_tool_calls=agent.parse_flag(
             body.get("parallel_tool_calls"), "parallel_tool_calls", default=False
         ),
-        "json_schema": _text_format(body.get("text")),
-    }
-    common = oa.common_fields(body, known_models, names={"max_tokens": "max_output_tokens"})
-    fields = {**common.pop("fields"), **fields}
-    return ParsedRequest(GenerationRequest(messages=messages, **fields), **common, ignored_fields=ignored)
+        json_schema=_text_format(body.get("text")),
+    )
 
 
 def _tool(raw: Any, index: int) -> Any:
@@ -121,7 +122,7 @@ def _item(item: Any, p: str, so_far: list[ChatMessage]) -> ChatMessage:
         return agent.parse_tool_message({"tool_call_id": item.get("call_id"), "content": output}, p)
     if kind != "message":
         raise ApiError(400, f"{p}: input item type {kind!r} is not supported.", param=f"{p}.type")
-    role = _ROLES.get(str(item.get("role")))
+    role = oa.ROLES.get(str(item.get("role")))
     if role is None:
         raise ApiError(400, f"{p}.role {item.get('role')!r} is not supported.", param=f"{p}.role")
     content = item.get("content")
@@ -139,7 +140,7 @@ def _item(item: Any, p: str, so_far: list[ChatMessage]) -> ChatMessage:
         content = "".join(texts)
     if not isinstance(content, str):
         raise ApiError(400, f"{p}.content must be a string or a list of text parts.", param=f"{p}.content")
-    return ChatMessage(role, content)  # type: ignore[arg-type]
+    return ChatMessage(role, content)
 
 
 # --- out --------------------------------------------------------------------------------------------------------
