@@ -79,23 +79,9 @@ def _message(raw: Any, index: int) -> ChatMessage:
             param=f"{param}.role",
         )
     content = raw.get("content")
-    if isinstance(content, list):  # [{"type": "text", "text": "..."}]
-        parts = []
-        for part in content:
-            if (
-                not isinstance(part, dict)
-                or part.get("type") != "text"
-                or not isinstance(part.get("text"), str)
-            ):
-                raise ApiError(
-                    400, f"{param}.content: only text parts are supported.", param=f"{param}.content"
-                )
-            parts.append(part["text"])
-        content = "".join(parts)
     if content is None and role == "assistant":
         content = ""
-    if not isinstance(content, str):
-        raise ApiError(400, f"{param}.content must be a string.", param=f"{param}.content")
+    content = agent.text_content(content, f"{param}.content")
     calls = (
         agent.parse_assistant_calls(raw.get("tool_calls"), f"{param}.tool_calls")
         if role == "assistant"
