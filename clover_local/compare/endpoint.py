@@ -101,10 +101,9 @@ class EndpointEngine:
     # -- HTTP -------------------------------------------------------------------------------------------
 
     def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
-        port = self._parts.port
-        if self._parts.scheme == "https":
-            return http.client.HTTPSConnection(self._parts.hostname or "", port or 443, timeout=timeout_s)
-        return http.client.HTTPConnection(self._parts.hostname or "", port or 80, timeout=timeout_s)
+        https = self._parts.scheme == "https"
+        kind = http.client.HTTPSConnection if https else http.client.HTTPConnection
+        return kind(self._parts.hostname or "", self._parts.port or (443 if https else 80), timeout=timeout_s)
 
     def _headers(self, body: bool) -> dict[str, str]:
         headers = {"Accept": "application/json, text/event-stream"}
@@ -160,12 +159,8 @@ class EndpointEngine:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if request.temperature is not None:
-            payload["temperature"] = request.temperature
-        if request.top_p is not None:
-            payload["top_p"] = request.top_p
-        if request.seed is not None:
-            payload["seed"] = request.seed
+        sampling = {"temperature": request.temperature, "top_p": request.top_p, "seed": request.seed}
+        payload.update({k: v for k, v in sampling.items() if v is not None})
         if request.tools:
             payload["tools"] = [t.as_openai() for t in request.tools]
             payload["tool_choice"] = request.tool_choice

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from clover_local.compare.checks import Reply, run_checks
+from clover_local.compare.checks import Reply, run_check
 from clover_local.compare.contenders import Contender
 from clover_local.compare.memory import MemorySampler
 from clover_local.compare.options import CompareOptions, Opener, Progress, ProgressKind
@@ -259,7 +259,8 @@ def run_task(
         error = str(exc)
     latency = time.perf_counter() - started
     text = "".join(parts)
-    asserts = run_checks(task.checks, Reply(text, tuple(calls)), regex) if error is None else ()
+    reply = Reply(text, tuple(calls))
+    asserts = tuple(run_check(c, reply, regex) for c in task.checks) if error is None else ()
     return TaskResult(
         id=task.id,
         repeat=repeat,

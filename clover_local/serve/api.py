@@ -189,13 +189,11 @@ class OpenAIServer:
         return await self._handle(request, adapters.MESSAGES)
 
     async def embeddings(self, request: Request) -> Response:
-        exc = ApiError(
-            400,
+        message = (
             "Embeddings are not supported: clover-local serves a generative model, which has no embedding "
-            "endpoint here. Use a dedicated embedding model.",
-            code="embeddings_not_supported",
+            "endpoint here. Use a dedicated embedding model."
         )
-        return JSONResponse(exc.body(), status_code=400)
+        return JSONResponse(error_body(message, code="embeddings_not_supported"), status_code=400)
 
     async def _handle(self, request: Request, api: adapters.Adapter) -> Response:
         """Every generating route: the body parsed by its API's adapter, the prompt fitted to the context, a slot
