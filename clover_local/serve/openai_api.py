@@ -1,7 +1,6 @@
-"""OpenAI's chat completions (``POST /v1/chat/completions``) and legacy completions (``POST /v1/completions``) as
-adapters of the one request path (``serve.api``), in the shape the Responses and Messages adapters have: ``parse``
-a body (``openai_schema``), build the ``response`` of a finished generation, write its stream (an event writer),
-and the error body of a refusal (``serve.adapters`` puts each route's together)."""
+"""OpenAI's chat completions (``POST /v1/chat/completions``) and legacy completions (``POST /v1/completions``),
+as the Responses and Messages adapters have them (``serve.adapters``): the ``response`` of a finished generation
+and its stream (an event writer); ``openai_schema`` parses their bodies."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
-"""What every request must pass before a route reads it: a Host the server answers to and a JSON content
-type (no web page can reach it through the person's browser), a body size limit and a body-read deadline
-(checked after the API key, so a keyless client holds no memory), JSON that decodes (not too deep, valid
-Unicode), and no field the server would otherwise silently ignore.
-
-Kept apart from ``openai_schema`` (which turns a valid body into a ``GenerationRequest``): these checks
-are about hostile or mistaken input, the same for every route and both engines, and each refusal is an
-OpenAI-shaped 4xx that names the problem, never a 500 with a traceback.
+"""What every request must pass before a route reads it: the checks of :class:`RequestGuard` (host, content
+type, key, body size and time), JSON that decodes (not too deep, valid Unicode), and no field the server would
+otherwise silently ignore. Kept apart from ``openai_schema`` (which turns a valid body into a
+``GenerationRequest``): these checks are about hostile or mistaken input, the same for every route and both
+engines, and each refusal is an OpenAI-shaped 4xx that names the problem, never a 500 with a traceback.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def _input_messages(raw: Any, instructions: Any) -> tuple[ChatMessage, ...]:
         raise ApiError(400, "'input' must be a string or a non-empty list of items.", param="input")
     for i, item in enumerate(raw):
         out.append(_item(item, f"input[{i}]", out))
-    return tuple(m for m in out if m is not None)
+    return tuple(out)
 
 
 def _item(item: Any, p: str, so_far: list[ChatMessage]) -> ChatMessage:
