@@ -26,10 +26,6 @@ class Contender:
     model: str | None = None
     """An endpoint's model name."""
 
-    @property
-    def local(self) -> bool:
-        return self.kind != "endpoint"
-
 
 def parse_contender(text: str) -> Contender:
     """One contender, as the person wrote it, in the model grammar every command reads

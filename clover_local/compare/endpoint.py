@@ -52,6 +52,10 @@ class EndpointEngine:
 
     submit = None
     """Each request is an HTTP stream read on its caller's thread (``ChatEngine.submit``)."""
+    n_ctx = 0  # not told by the OpenAI API
+    tool_format: ToolFormat = "hermes"  # the endpoint parses its model's calls itself
+    slots = 1  # compare sends one task at a time
+    runner_pid = None  # not a process of this machine's
 
     def __init__(
         self,
@@ -67,26 +71,10 @@ class EndpointEngine:
             raise ServerError(f"{base_url} is not an http:// or https:// URL.")
         self.base_url = base_url.rstrip("/")
         self._parts = parts
-        self._model = model
+        self.model_name = model
         self._key = api_key or None
         self._timeout_s = timeout_s
         self.max_reply_bytes = max_reply_bytes
-
-    @property
-    def model_name(self) -> str:
-        return self._model
-
-    @property
-    def n_ctx(self) -> int:
-        return 0  # not told by the OpenAI API
-
-    @property
-    def tool_format(self) -> ToolFormat:
-        return "hermes"  # the endpoint parses its model's calls itself
-
-    @property
-    def slots(self) -> int:
-        return 1  # compare sends one task at a time
 
     def check_request(self, request: GenerationRequest) -> None:
         """Nothing refused here: the endpoint answers what it cannot do."""
@@ -99,10 +87,6 @@ class EndpointEngine:
 
     def health(self) -> RunnerHealth:
         return RunnerHealth()  # what the endpoint runs on is its own: a reply that fails says so
-
-    @property
-    def runner_pid(self) -> None:
-        return None  # not a process of this machine's
 
     def measure_verify_costs(self, n_max_batch: int) -> None:
         """Nothing to measure: the endpoint drafts (or not) by its own rule."""
@@ -117,10 +101,9 @@ class EndpointEngine:
     # -- HTTP -------------------------------------------------------------------------------------------
 
     def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
-        port = self._parts.port
-        if self._parts.scheme == "https":
-            return http.client.HTTPSConnection(self._parts.hostname or "", port or 443, timeout=timeout_s)
-        return http.client.HTTPConnection(self._parts.hostname or "", port or 80, timeout=timeout_s)
+        https = self._parts.scheme == "https"
+        kind = http.client.HTTPSConnection if https else http.client.HTTPConnection
+        return kind(self._parts.hostname or "", self._parts.port or (443 if https else 80), timeout=timeout_s)
 
     def _headers(self, body: bool) -> dict[str, str]:
         headers = {"Accept": "application/json, text/event-stream"}
@@ -170,18 +153,14 @@ class EndpointEngine:
         if request.messages is None:
             raise EngineError("An endpoint contender chats: give the task messages, not a bare prompt.")
         payload: dict[str, Any] = {
-            "model": self._model,
+            "model": self.model_name,
             "messages": [openai_message(m) for m in request.messages],
             "max_tokens": request.max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if request.temperature is not None:
-            payload["temperature"] = request.temperature
-        if request.top_p is not None:
-            payload["top_p"] = request.top_p
-        if request.seed is not None:
-            payload["seed"] = request.seed
+        sampling = {"temperature": request.temperature, "top_p": request.top_p, "seed": request.seed}
+        payload.update({k: v for k, v in sampling.items() if v is not None})
         if request.tools:
             payload["tools"] = [t.as_openai() for t in request.tools]
             payload["tool_choice"] = request.tool_choice
@@ -244,9 +223,7 @@ class EndpointEngine:
                 yield TextDelta(text)
             reason = choice.get("finish_reason")
             if reason:
-                finish = (
-                    "length" if reason == "length" else "tool_calls" if reason == "tool_calls" else "stop"
-                )
+                finish = reason if reason in ("length", "tool_calls") else "stop"
         for index, call in enumerate(calls.calls()):
             yield ToolCallMade(index, call)
         end = time.perf_counter()

@@ -4,7 +4,7 @@ contender ready to answer."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from clover_local.compare.contenders import Contender
@@ -37,23 +37,17 @@ class CompareOptions:
     launch's default (``launch.choose_runner``: llama-server where only it runs the model)."""
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "repeat": self.repeat,
-            "seed": self.seed,
-            "system": self.system,
-            "ctx": self.ctx,
-            "key_env": self.key_env,
-            "engine": self.engine,
-        }
+        return asdict(self)
+
+
+ProgressKind = Literal["loading", "loaded", "task", "unloaded", "failed", "downloading"]
 
 
 @dataclass(frozen=True)
 class Progress:
     """What the run is doing, for a progress bar (the CLI's, the app's)."""
 
-    kind: Literal["loading", "loaded", "task", "unloaded", "failed", "downloading"]
+    kind: ProgressKind
     contender: str
     task: str = ""
     done: int = 0

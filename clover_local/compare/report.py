@@ -251,10 +251,8 @@ def _seconds(s: Spread | None) -> str:
     return f"{s.median:.2f} ({s.low:.2f}-{s.high:.2f})"
 
 
-def _ratio(value: float | None, base: float | None) -> str:
-    if value is None or not base:
-        return ""
-    return f" {value / base:.2f}x"
+def _ratio(value: Spread | None, base: Spread | None) -> str:
+    return f" {value.median / base.median:.2f}x" if value and base and base.median else ""
 
 
 def _bytes(n: int | None) -> str:
@@ -287,10 +285,8 @@ def format_table(report: CompareReport) -> str:
                 f"{c.passed}/{c.total}",
                 f"{c.passed / c.total:.0%} ({lo:.0%}-{hi:.0%})",
                 _seconds(c.times("ttft_s")),
-                (f"{decode.median:.1f}" if decode else "-")
-                + _ratio(decode.median if decode else None, base_decode.median if base_decode else None),
-                _seconds(latency)
-                + _ratio(latency.median if latency else None, base_latency.median if base_latency else None),
+                (f"{decode.median:.1f}" if decode else "-") + _ratio(decode, base_decode),
+                _seconds(latency) + _ratio(latency, base_latency),
                 _bytes(c.peak_ram_bytes) + (f" / {vram}" if vram else ""),
             )
         )

@@ -13,13 +13,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from clover_local.compare.checks import Reply, run_checks
+from clover_local.compare.checks import Reply, run_check
 from clover_local.compare.contenders import Contender
 from clover_local.compare.memory import MemorySampler
-from clover_local.compare.options import CompareOptions, Opener, Progress
+from clover_local.compare.options import CompareOptions, Opener, Progress, ProgressKind
 from clover_local.compare.report import CompareReport, ContenderResult, TaskResult
 from clover_local.compare.saferegex import SafeRegex
 from clover_local.compare.tasks import Task, TaskSet
@@ -44,13 +44,29 @@ class ContenderStopped(CloverError):
 
 
 @dataclass
-class _Clock:
-    started: float = field(default_factory=time.monotonic)
+class _Run:
+    """What every contender of one run shares, and how far the run has got."""
+
+    options: CompareOptions
+    opener: Opener
+    machine: Machine | None
+    regex: SafeRegex
+    progress: Callable[[Progress], None]
+    cancel: threading.Event | None
+    save: Callable[[], None]
+    total: int
+    done: int
     task_s: float = 0.0
+    """Seconds the tasks run so far took (``tasks`` of them): the time left is told from it."""
     tasks: int = 0
 
-    def eta(self, remaining: int) -> float | None:
-        return self.task_s / self.tasks * remaining if self.tasks else None
+    def tell(self, kind: ProgressKind, contender: str, task: str = "", message: str = "") -> None:
+        eta = self.task_s / self.tasks * (self.total - self.done) if self.tasks and kind != "failed" else None
+        self.progress(Progress(kind, contender, task, self.done, self.total, eta, message))
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
 
 
 def run_compare(
@@ -71,14 +87,20 @@ def run_compare(
     options, whose finished tasks are kept and not run again."""
     from clover_local.compare.openers import open_contender
 
-    opener = opener or open_contender
-    progress = on_progress or (lambda _p: None)
     report = _start_report(contenders, tasks, options, previous, machine_text)
-    total = len(contenders) * len(tasks.tasks) * options.repeat
-    done = sum(len(c.tasks) for c in report.contenders)
-    clock = _Clock()
+    run = _Run(
+        options,
+        opener or open_contender,
+        machine,
+        SafeRegex(),
+        on_progress or (lambda _p: None),
+        cancel,
+        lambda: save(report) if save else None,
+        total=len(contenders) * len(tasks.tasks) * options.repeat,
+        done=sum(len(c.tasks) for c in report.contenders),
+    )
     interrupted = False
-    with SafeRegex() as regex:
+    with run.regex:
         for contender in contenders:
             result = report.contender(contender.name)
             assert result is not None
@@ -90,24 +112,10 @@ def run_compare(
                 continue
             result.error = None
             try:
-                done = _run_contender(
-                    contender,
-                    result,
-                    todo,
-                    options,
-                    opener,
-                    machine,
-                    regex,
-                    progress,
-                    clock,
-                    done,
-                    total,
-                    cancel,
-                    lambda: save(report) if save else None,
-                )
+                _run_contender(contender, result, todo, run)
             except KeyboardInterrupt:
                 interrupted = True
-            if interrupted or (cancel is not None and cancel.is_set()):
+            if interrupted or run.cancelled:
                 interrupted = True
                 break
     report.complete = not interrupted and all(
@@ -159,63 +167,50 @@ def _start_report(
 
 
 def _run_contender(
-    contender: Contender,
-    result: ContenderResult,
-    todo: list[tuple[Task, int]],
-    options: CompareOptions,
-    opener: Opener,
-    machine: Machine | None,
-    regex: SafeRegex,
-    progress: Callable[[Progress], None],
-    clock: _Clock,
-    done: int,
-    total: int,
-    cancel: threading.Event | None,
-    save: Callable[[], None],
-) -> int:
-    """The contender's remaining tasks, loaded once and closed after (also when interrupted); the new count done."""
+    contender: Contender, result: ContenderResult, todo: list[tuple[Task, int]], run: _Run
+) -> None:
+    """The contender's remaining tasks, loaded once and closed after (also when interrupted)."""
     name = contender.name
-    progress(Progress("loading", name, done=done, total=total, eta_s=clock.eta(total - done)))
+    run.tell("loading", name)
     sampler = MemorySampler()
     sampler.baseline()
     try:
-        opened = opener(contender, options, machine, progress)
+        opened = run.opener(contender, run.options, run.machine, run.progress)
     except CloverError as exc:
         result.error = str(exc)
-        progress(Progress("failed", name, done=done, total=total, message=str(exc)))
-        save()
-        return done
+        run.tell("failed", name, message=str(exc))
+        run.save()
+        return
     result.engine = opened.description
     said = [n.text for n in opened.notices]  # the report keeps what was shown
     result.notices = [*result.notices, *(s for s in said if s not in result.notices)]
     try:
         if opened.holder_pid is not None:
             sampler.start(opened.holder_pid, in_process=opened.in_process)
-        progress(Progress("loaded", name, done=done, total=total, eta_s=clock.eta(total - done)))
+        run.tell("loaded", name)
         for task, repeat in todo:
-            if cancel is not None and cancel.is_set():
+            if run.cancelled:
                 break
-            progress(Progress("task", name, task.id, done, total, clock.eta(total - done)))
+            run.tell("task", name, task.id)
             started = time.monotonic()
             try:
-                outcome = run_task(opened.engine, task, repeat, options, regex)
+                outcome = run_task(opened.engine, task, repeat, run.options, run.regex)
             except ContenderStopped as exc:
                 result.error = str(exc)
-                progress(Progress("failed", name, task.id, done, total, message=str(exc)))
+                run.tell("failed", name, task.id, message=str(exc))
                 break
-            clock.task_s += time.monotonic() - started
-            clock.tasks += 1
+            run.task_s += time.monotonic() - started
+            run.tasks += 1
             result.tasks.append(outcome)
-            done += 1
-            save()
+            run.done += 1
+            run.save()
     finally:
         opened.close()
         sampler.stop()
         result.peak_ram_bytes = sampler.peak_ram_bytes if opened.holder_pid is not None else None
         result.peak_vram_bytes = {str(k): v for k, v in sampler.peak_vram_bytes.items()}
-        progress(Progress("unloaded", name, done=done, total=total, eta_s=clock.eta(total - done)))
-        save()
-    return done
+        run.tell("unloaded", name)
+        run.save()
 
 
 def task_request(task: Task, repeat: int, options: CompareOptions) -> GenerationRequest:
@@ -264,7 +259,8 @@ def run_task(
         error = str(exc)
     latency = time.perf_counter() - started
     text = "".join(parts)
-    asserts = run_checks(task.checks, Reply(text, tuple(calls)), regex) if error is None else ()
+    reply = Reply(text, tuple(calls))
+    asserts = tuple(run_check(c, reply, regex) for c in task.checks) if error is None else ()
     return TaskResult(
         id=task.id,
         repeat=repeat,

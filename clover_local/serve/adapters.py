@@ -39,18 +39,14 @@ class Adapter:
     response: Callable[[ParsedRequest, str, list[ToolCall], GenerationStats], dict[str, Any]]
     writer: Callable[[ParsedRequest], EventWriter]
     error_body: Callable[[ApiError], dict[str, Any]]
+    """OpenAI's error object (``ApiError.body``) for OpenAI's APIs, the Responses API's included."""
 
 
-CHAT = Adapter(oa.parse_chat, openai_api.chat_response, openai_api.ChatEventWriter, openai_api.error_body)
+CHAT = Adapter(oa.parse_chat, openai_api.chat_response, openai_api.ChatEventWriter, ApiError.body)
 COMPLETIONS = Adapter(
-    oa.parse_completion,
-    openai_api.completion_response,
-    openai_api.CompletionEventWriter,
-    openai_api.error_body,
+    oa.parse_completion, openai_api.completion_response, openai_api.CompletionEventWriter, ApiError.body
 )
-RESPONSES = Adapter(
-    responses_api.parse, responses_api.response, responses_api.EventWriter, openai_api.error_body
-)
+RESPONSES = Adapter(responses_api.parse, responses_api.response, responses_api.EventWriter, ApiError.body)
 MESSAGES = Adapter(
     anthropic_api.parse, anthropic_api.response, anthropic_api.EventWriter, anthropic_api.error_body
 )

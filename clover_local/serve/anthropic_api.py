@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, ToolCall, ToolCallMade
+from clover_local.engine.types import ChatMessage, GenerationStats, ToolCall, ToolCallMade
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, json_object
@@ -50,11 +50,13 @@ def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     agent.check_tool_results(tuple(messages), params)
     tools = tuple(_tool(t, i) for i, t in enumerate(body.get("tools") or []))
     choice, parallel = _tool_choice(body.get("tool_choice"), tools)
-    common = oa.common_fields(body, known_models, names={"stop": "stop_sequences"})
-    fields = {**common.pop("fields"), "tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel}
-    return ParsedRequest(
-        GenerationRequest(messages=tuple(messages), **fields), **common, ignored_fields=ignored
-    )
+    fields = {
+        "messages": tuple(messages),
+        "tools": tools,
+        "tool_choice": choice,
+        "parallel_tool_calls": parallel,
+    }
+    return oa.parsed_request(body, known_models, ignored, names={"stop": "stop_sequences"}, **fields)
 
 
 def _system(raw: Any) -> str:
@@ -234,11 +236,11 @@ class EventWriter:
     def call(self, made: ToolCallMade) -> list[str]:
         out = self._close_text()
         self._index += 1
-        block = {**_tool_use(made.call), "input": {}}
-        partial = json.dumps(_tool_use(made.call)["input"], ensure_ascii=False)
+        block = _tool_use(made.call)
+        partial = json.dumps(block["input"], ensure_ascii=False)
         return [
             *out,
-            self._event("content_block_start", index=self._index, content_block=block),
+            self._event("content_block_start", index=self._index, content_block={**block, "input": {}}),
             self._event(
                 "content_block_delta",
                 index=self._index,

@@ -12,7 +12,6 @@ its generation and frees its slot, and bad requests get OpenAI-shaped 400s: the 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import math
 import time
@@ -27,7 +26,6 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from clover_local.engine.types import (
     END,
@@ -45,8 +43,7 @@ from clover_local.netaddr import is_loopback_host
 from clover_local.serve import adapters
 from clover_local.serve import request_guard as guard
 from clover_local.serve import tools as agent
-from clover_local.serve.api_errors import ApiError, error_body
-from clover_local.serve.error_map import REQUEST_ERRORS, api_error
+from clover_local.serve.api_errors import REQUEST_ERRORS, ApiError, api_error, error_body
 from clover_local.serve.header_deadline import HEADER_TIMEOUT_S
 from clover_local.serve.openai_schema import ParsedRequest
 from clover_local.serve.request_fields import ignored_header
@@ -97,30 +94,6 @@ class ApiConfig:
         return ApiConfig(model_id=preset_name, aliases=aliases, api_key=api_key)
 
 
-class _ApiKeyMiddleware:
-    """401 for any request without ``Authorization: Bearer <key>`` when a key is set."""
-
-    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
-        self.app = app
-        self.key = api_key.encode() if api_key else None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.key is None:
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        auth = headers.get(b"authorization", b"")
-        given = auth[7:].strip() if auth[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"")
-        if not hmac.compare_digest(given, self.key):
-            body = error_body(
-                "Incorrect or missing API key. Send it as 'Authorization: Bearer <key>'.",
-                code="invalid_api_key",
-            )
-            await JSONResponse(body, status_code=401)(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
 class OpenAIServer:
     """The routes and the queue that owns the engine's slots."""
 
@@ -148,14 +121,14 @@ class OpenAIServer:
         ]
         return Starlette(
             routes=routes,
-            middleware=[  # outermost first: nothing is buffered before the host, type and key are checked
-                Middleware(guard.OriginGuard, allowed=self.config.allowed_hosts),
-                Middleware(_ApiKeyMiddleware, api_key=self.config.api_key),
+            middleware=[
                 Middleware(
-                    guard.BodySizeLimit,
+                    guard.RequestGuard,
+                    allowed=self.config.allowed_hosts,
+                    api_key=self.config.api_key,
                     max_bytes=self.config.max_body_bytes,
                     timeout_s=self.config.body_timeout_s,
-                ),
+                )
             ],
             exception_handlers={HTTPException: _http_error},  # type: ignore[dict-item]
         )
@@ -216,13 +189,11 @@ class OpenAIServer:
         return await self._handle(request, adapters.MESSAGES)
 
     async def embeddings(self, request: Request) -> Response:
-        exc = ApiError(
-            400,
+        message = (
             "Embeddings are not supported: clover-local serves a generative model, which has no embedding "
-            "endpoint here. Use a dedicated embedding model.",
-            code="embeddings_not_supported",
+            "endpoint here. Use a dedicated embedding model."
         )
-        return JSONResponse(exc.body(), status_code=400)
+        return JSONResponse(error_body(message, code="embeddings_not_supported"), status_code=400)
 
     async def _handle(self, request: Request, api: adapters.Adapter) -> Response:
         """Every generating route: the body parsed by its API's adapter, the prompt fitted to the context, a slot
@@ -396,13 +367,9 @@ def create_app(engine: ChatEngine, config: ApiConfig) -> Starlette:
     return OpenAIServer(engine, config).app()
 
 
-def is_local_host(host: str) -> bool:
-    return is_loopback_host(host)
-
-
 def bind_warning(host: str, api_key: str | None) -> str | None:
     """The warning to print when the server is reachable from other machines with no key."""
-    if is_local_host(host) or api_key:
+    if is_loopback_host(host) or api_key:
         return None
     return (
         f"warning: serving on {host} without an API key: anyone who can reach this machine can use the model. "

@@ -1,9 +1,11 @@
-"""The error a request is refused with, in OpenAI's shape: shared by every route and request parser."""
+"""The error a request is refused with, in OpenAI's shape: shared by every route and request parser, and the one
+mapping (:func:`api_error`) from what a request path raises to the error the server answers."""
 
 from __future__ import annotations
 
-from collections.abc import Container
 from typing import Any
+
+from clover_local.errors import CloverError, RequestRefused, RunnerUnavailable
 
 
 class ApiError(Exception):
@@ -38,18 +40,29 @@ def error_body(
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-def json_object(body: Any, *, known: Container[str] | None = None, route: str = "") -> dict[str, Any]:
-    """``body`` as a JSON object, else a 400; with ``known``, a key outside it is a named 400 (a field this
-    server cannot honour is refused, never silently dropped)."""
+def json_object(body: Any) -> dict[str, Any]:
+    """``body`` as a JSON object, else a 400."""
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
-    if known is not None:
-        for key in body:
-            if key not in known:
-                raise ApiError(
-                    400,
-                    f"'{key}' is not supported by this server's {route}.",
-                    param=key,
-                    code="unsupported_parameter",
-                )
     return body
+
+
+REQUEST_ERRORS = (ApiError, CloverError)
+"""What a request path catches and hands to :func:`api_error`."""
+
+
+def api_error(exc: ApiError | CloverError) -> ApiError:
+    """``exc`` as the ``ApiError`` the client gets: a request the server refuses as it is, one an engine refuses
+    (``RequestRefused``) a 400, a runner that is starting again or gone (``RunnerUnavailable``) a 503 (with
+    ``Retry-After`` while it restarts), anything else clover-local reports (``CloverError``) a 500. Each route
+    writes the result in its own API's error shape."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, RequestRefused):
+        return ApiError(400, str(exc), code="request_refused")
+    if isinstance(exc, RunnerUnavailable):
+        words = f"{exc.what} {exc.fix}" if exc.fix else exc.what  # one line: clients show one
+        return ApiError(
+            503, words, code="model_unavailable", type="server_error", retry_after_s=exc.retry_after_s
+        )
+    return ApiError(500, str(exc), type="server_error")

@@ -7,7 +7,7 @@ ever. h11 already bounds how many header bytes one connection may buffer (uvicor
 The deadline counts from the connection's start, then from the end of each reply, and holds however the bytes
 arrive: a byte now and then does not extend it. When it passes and the request's headers are still not all
 there, the client gets 408 and the connection is closed. A request whose headers arrived is not its business
-(the body has ``request_guard.BodySizeLimit``'s deadline; the reply, ``ApiConfig.max_request_s``)."""
+(the body has ``request_guard.RequestGuard``'s deadline; the reply, ``ApiConfig.max_request_s``)."""
 
 from __future__ import annotations
 

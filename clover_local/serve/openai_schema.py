@@ -1,4 +1,4 @@
-"""OpenAI request bodies in, ``GenerationRequest`` out; results back out in OpenAI's response shapes.
+"""OpenAI request bodies in, ``GenerationRequest`` out (``openai_api`` writes the results in OpenAI's shapes).
 
 Pure functions with no web framework in them, so the checks (a bad field names the field) are tested alone.
 A problem with the request raises :class:`ApiError`, which the server turns into OpenAI's error JSON.
@@ -6,18 +6,17 @@ A problem with the request raises :class:`ApiError`, which the server turns into
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, Role
+from clover_local.engine.types import ChatMessage, GenerationRequest, Role
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, json_object
 from clover_local.serve.request_fields import check_fields, sampling
 from clover_local.serve.request_guard import check_stops
 
-_ROLES: dict[str, Role] = {
+ROLES: dict[str, Role] = {
     "system": "system",
     "developer": "system",
     "user": "user",
@@ -47,9 +46,7 @@ def parse_chat(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
         raise ApiError(400, "'messages' must be a non-empty list of messages.", param="messages")
     messages = tuple(_message(m, i) for i, m in enumerate(raw_messages))
     agent.check_tool_results(messages)
-    common = common_fields(body, known_models, chat=True)
-    fields = {**common.pop("fields"), **agent.agent_fields(body)}
-    return ParsedRequest(GenerationRequest(messages=messages, **fields), **common, ignored_fields=ignored)
+    return parsed_request(body, known_models, ignored, messages=messages, **agent.agent_fields(body))
 
 
 def parse_completion(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
@@ -65,10 +62,7 @@ def parse_completion(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
         raise ApiError(400, "'echo' is not supported.", param="echo")
     if body.get("suffix"):
         raise ApiError(400, "'suffix' (fill-in-the-middle) is not supported.", param="suffix")
-    common = common_fields(body, known_models, chat=False)
-    return ParsedRequest(
-        GenerationRequest(prompt=prompt, **common.pop("fields")), **common, ignored_fields=ignored
-    )
+    return parsed_request(body, known_models, ignored, prompt=prompt)
 
 
 def _message(raw: Any, index: int) -> ChatMessage:
@@ -77,7 +71,7 @@ def _message(raw: Any, index: int) -> ChatMessage:
         raise ApiError(400, f"{param} must be an object with 'role' and 'content'.", param=param)
     if raw.get("role") == "tool":
         return agent.parse_tool_message(raw, param)
-    role = _ROLES.get(str(raw.get("role")))
+    role = ROLES.get(str(raw.get("role")))
     if role is None:
         raise ApiError(
             400,
@@ -85,23 +79,9 @@ def _message(raw: Any, index: int) -> ChatMessage:
             param=f"{param}.role",
         )
     content = raw.get("content")
-    if isinstance(content, list):  # [{"type": "text", "text": "..."}]
-        parts = []
-        for part in content:
-            if (
-                not isinstance(part, dict)
-                or part.get("type") != "text"
-                or not isinstance(part.get("text"), str)
-            ):
-                raise ApiError(
-                    400, f"{param}.content: only text parts are supported.", param=f"{param}.content"
-                )
-            parts.append(part["text"])
-        content = "".join(parts)
     if content is None and role == "assistant":
         content = ""
-    if not isinstance(content, str):
-        raise ApiError(400, f"{param}.content must be a string.", param=f"{param}.content")
+    content = agent.text_content(content, f"{param}.content")
     calls = (
         agent.parse_assistant_calls(raw.get("tool_calls"), f"{param}.tool_calls")
         if role == "assistant"
@@ -110,15 +90,18 @@ def _message(raw: Any, index: int) -> ChatMessage:
     return ChatMessage(role=role, content=content, tool_calls=calls)
 
 
-def common_fields(
+def parsed_request(
     body: dict[str, Any],
     known_models: tuple[str, ...],
+    ignored: tuple[str, ...],
     *,
-    chat: bool = True,
     names: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """The fields every route shares, read (and named in errors) under the route's own ``names`` for them
-    (Responses: ``max_output_tokens``; Messages: ``stop_sequences``)."""
+    **route_fields: Any,
+) -> ParsedRequest:
+    """The request, from the fields every route shares, read (and named in errors) under the route's own
+    ``names`` for them (Responses: ``max_output_tokens``; Messages: ``stop_sequences``), and ``route_fields``,
+    the ``GenerationRequest`` fields the route read itself (messages or prompt, tools...). ``ignored``: the
+    no-op fields the body had (``request_fields.check_fields``)."""
     names = dict(names or {})
     model = body.get("model")
     if model is None:
@@ -135,9 +118,8 @@ def common_fields(
     n = body.get("n", 1)
     if n != 1:
         raise ApiError(400, "Only n=1 is supported.", param="n")
-    if chat and "max_completion_tokens" in body and "max_tokens" not in names:
+    if "max_completion_tokens" in body and "max_tokens" not in names:  # chat's only: other routes refused it
         names["max_tokens"] = "max_completion_tokens"
-    max_key = names.get("max_tokens", "max_tokens")
     stop_key = names.get("stop", "stop")
     stop = body.get(stop_key)
     if isinstance(stop, str):
@@ -147,110 +129,27 @@ def common_fields(
     check_stops(stop or [], stop_key)
     checked = sampling(body, names)
     options = body.get("stream_options") or {}
-    include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
-    fields: dict[str, Any] = {
-        "max_tokens": checked.max_tokens if checked.max_tokens is not None else 1 << 30,
-        "temperature": checked.temperature,
-        "top_p": checked.top_p,
-        "top_k": checked.top_k,
-        "min_p": checked.min_p,
-        "seed": checked.seed,
-        "stop": tuple(s for s in (stop or []) if s),
-        "cache_prompt": checked.cache_prompt,
-    }
-    return {
-        "fields": fields,
-        "model": model,
-        "stream": checked.stream,
-        "include_usage": include_usage,
-        "max_tokens_given": checked.max_tokens is not None,
-        "max_tokens_param": max_key,
-    }
+    request = GenerationRequest(
+        max_tokens=checked.max_tokens if checked.max_tokens is not None else 1 << 30,
+        temperature=checked.temperature,
+        top_p=checked.top_p,
+        top_k=checked.top_k,
+        min_p=checked.min_p,
+        seed=checked.seed,
+        stop=tuple(s for s in (stop or []) if s),
+        cache_prompt=checked.cache_prompt,
+        **route_fields,
+    )
+    return ParsedRequest(
+        request,
+        model,
+        stream=checked.stream,
+        include_usage=bool(options.get("include_usage")) if isinstance(options, dict) else False,
+        max_tokens_given=checked.max_tokens is not None,
+        max_tokens_param=names.get("max_tokens", "max_tokens"),
+        ignored_fields=ignored,
+    )
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
-
-
-def openai_finish(reason: str) -> str:
-    return reason if reason in ("length", "tool_calls") else "stop"
-
-
-def usage(stats: GenerationStats) -> dict[str, Any]:
-    return {
-        "prompt_tokens": stats.prompt_tokens,
-        "completion_tokens": stats.completion_tokens,
-        "total_tokens": stats.prompt_tokens + stats.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": stats.cached_tokens},
-    }
-
-
-def timings(stats: GenerationStats) -> dict[str, Any]:
-    """Speed figures in llama-server's ``timings`` names, so a client reads both servers the same way."""
-    out: dict[str, Any] = {
-        "cache_n": stats.cached_tokens,
-        "prompt_n": stats.prompt_tokens - stats.cached_tokens,
-        "prompt_per_second": stats.prefill_tokens_per_s,
-        "predicted_n": stats.completion_tokens,
-        "predicted_per_second": stats.decode_tokens_per_s,
-        "ttft_ms": stats.ttft_s * 1000.0,
-    }
-    if stats.drafted_tokens:
-        out["draft_n"] = stats.drafted_tokens
-        out["draft_n_accepted"] = stats.accepted_tokens
-    return out
-
-
-def chat_response(rid: str, model: str, text: str, stats: GenerationStats) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": openai_finish(stats.finish_reason),
-                "logprobs": None,
-            }
-        ],
-        "usage": usage(stats),
-        "timings": timings(stats),
-    }
-
-
-def chat_chunk(
-    rid: str, model: str, created: int, delta: dict[str, Any], finish: str | None
-) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-    }
-
-
-def completion_response(rid: str, model: str, text: str, stats: GenerationStats) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {"index": 0, "text": text, "finish_reason": openai_finish(stats.finish_reason), "logprobs": None}
-        ],
-        "usage": usage(stats),
-        "timings": timings(stats),
-    }
-
-
-def completion_chunk(rid: str, model: str, created: int, text: str, finish: str | None) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": None}],
-    }

@@ -47,42 +47,25 @@ KNOWN: dict[str, frozenset[str]] = {
 }
 """The fields each route honours (checked where it reads them)."""
 
-NO_OP: Mapping[str, tuple[Any, ...]] = {
-    "user": (),
-    "metadata": (),
-    "frequency_penalty": (None, 0, 0.0),
-    "presence_penalty": (None, 0, 0.0),
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
-    "logit_bias": (None, {}),
-    "repeat_penalty": (None, 1, 1.0),
-}
-"""Fields that change nothing here, at these values (() : any value; they are labels), accepted on every
-route and named back as ignored. Any other value is refused by name, as a field this server cannot honour."""
+NO_OP = frozenset({"user", "metadata", "frequency_penalty", "presence_penalty", "logprobs", "top_logprobs"})
+NO_OP |= {"logit_bias", "repeat_penalty"}
+"""Fields that change nothing here, accepted on every route and named back as ignored: labels (``user``,
+``metadata``), and fields at the values that mean "not used" (``request_guard.UNSUPPORTED_FIELDS`` refuses any
+other value by name, before the route reads the body)."""
 
 
 def check_fields(body: Mapping[str, Any], route: str) -> tuple[str, ...]:
     """The no-op fields ``body`` has (to name in the response); a 400 for the first field the route neither
     honours nor can ignore."""
-    known = KNOWN[route]
-    ignored: list[str] = []
-    for key, value in body.items():
-        if key in known:
-            continue
-        if key in NO_OP:
-            if NO_OP[key] and value not in NO_OP[key]:
-                raise ApiError(
-                    400, f"'{key}': {value!r} is not supported by this server.", param=key,
-                    code="unsupported_parameter",
-                )  # fmt: skip
-            ignored.append(key)
-            continue
-        raise ApiError(
-            400, f"Unrecognized request argument supplied: {key}", param=key, code="unrecognized_argument"
-        )
+    for key in body:
+        if key not in KNOWN[route] and key not in NO_OP:
+            raise ApiError(
+                400, f"Unrecognized request argument supplied: {key}", param=key, code="unrecognized_argument"
+            )
+    ignored = tuple(key for key in body if key in NO_OP)
     if ignored:
         log.info("%s: ignored fields that change nothing here: %s", route, ", ".join(ignored))
-    return tuple(ignored)
+    return ignored
 
 
 def ignored_header(parsed: Any) -> dict[str, str]:
@@ -92,7 +75,8 @@ def ignored_header(parsed: Any) -> dict[str, str]:
 
 
 class Sampling(BaseModel):
-    """The sampling fields every route shares, type- and range-checked (no coercion: ``"0.5"`` is refused)."""
+    """The sampling fields every route shares, type- and range-checked (no coercion: ``"0.5"`` is refused; strict
+    floats take integers, as JSON writes ``1`` for ``1.0``)."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
@@ -111,11 +95,6 @@ def sampling(body: Mapping[str, Any], names: Mapping[str, str] | None = None) ->
     a bad value is a 400 naming the field as the client spelled it."""
     names = dict(names or {})
     raw = {f: body[names.get(f, f)] for f in Sampling.model_fields if body.get(names.get(f, f)) is not None}
-    if isinstance(raw.get("temperature"), int) and not isinstance(raw.get("temperature"), bool):
-        raw["temperature"] = float(raw["temperature"])
-    for key in ("top_p", "min_p"):
-        if isinstance(raw.get(key), int) and not isinstance(raw.get(key), bool):
-            raw[key] = float(raw[key])
     try:
         return Sampling.model_validate(raw)
     except ValidationError as exc:

@@ -1,23 +1,21 @@
-"""What every request must pass before a route reads it: a Host the server answers to and a JSON content
-type (no web page can reach it through the person's browser), a body size limit and a body-read deadline
-(checked after the API key, so a keyless client holds no memory), JSON that decodes (not too deep, valid
-Unicode), and no field the server would otherwise silently ignore.
-
-Kept apart from ``openai_schema`` (which turns a valid body into a ``GenerationRequest``): these checks
-are about hostile or mistaken input, the same for every route and both engines, and each refusal is an
-OpenAI-shaped 4xx that names the problem, never a 500 with a traceback.
+"""What every request must pass before a route reads it: the checks of :class:`RequestGuard` (host, content
+type, key, body size and time), JSON that decodes (not too deep, valid Unicode), and no field the server would
+otherwise silently ignore. Kept apart from ``openai_schema`` (which turns a valid body into a
+``GenerationRequest``): these checks are about hostile or mistaken input, the same for every route and both
+engines, and each refusal is an OpenAI-shaped 4xx that names the problem, never a 500 with a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import ipaddress
 import json
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from clover_local.netaddr import is_loopback_host
@@ -58,9 +56,11 @@ UNSUPPORTED_FIELDS: dict[str, tuple[object, ...]] = {
     "audio": (None,),
     "modalities": (None, ["text"]),
     "prediction": (None,),
+    "repeat_penalty": (None, 1, 1.0),
 }
-"""OpenAI request fields the engines do not implement. ``response_format`` and ``tools`` are handled by the
-request parser (the agents work), not here."""
+"""OpenAI request fields the engines do not implement (and llama-server's ``repeat_penalty``). ``response_format``
+and ``tools`` are handled by the request parser (the agents work), not here; the no-op values of some are
+accepted and named back (``request_fields.NO_OP``)."""
 
 
 def allowed_host(host_header: str, allowed: frozenset[str] | None) -> bool:
@@ -95,81 +95,97 @@ def hosts_allowed(bind_host: str, extra: Iterable[str]) -> frozenset[str] | None
     return names
 
 
-class OriginGuard:
-    """ASGI middleware: 403 for a ``Host`` the server does not answer to (DNS rebinding), 415 for a body
-    that is not JSON by its ``Content-Type``: a web page may POST ``text/plain``, form or bare bodies to
-    localhost without asking (no CORS preflight), never ``application/json``."""
+class RequestGuard:
+    """ASGI middleware, in this order (nothing is buffered before the host, type and key are checked):
 
-    def __init__(self, app: ASGIApp, allowed: frozenset[str] | None = frozenset()) -> None:
+    - 403 for a ``Host`` the server does not answer to (DNS rebinding, :func:`allowed_host`);
+    - 415 for a body that is not JSON by its ``Content-Type``: a web page may POST ``text/plain``, form or bare
+      bodies to localhost without asking (no CORS preflight), never ``application/json``;
+    - 401 without ``Authorization: Bearer <key>`` (or ``x-api-key``) when a key is set;
+    - 413 for a body over ``max_bytes``, at once when ``Content-Length`` says so (nothing is read), else as soon
+      as the streamed body passes the limit; 408 when the body has not arrived within ``timeout_s`` (a slow
+      sender does not hold its connection)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        allowed: frozenset[str] | None = frozenset(),
+        api_key: str | None = None,
+        max_bytes: int = MAX_BODY_BYTES,
+        timeout_s: float = BODY_TIMEOUT_S,
+    ) -> None:
         self.app = app
         self.allowed = allowed
+        self.key = api_key.encode() if api_key else None
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        host = headers.get(b"host", b"").decode("latin-1")
-        if not allowed_host(host, self.allowed):
-            body = error_body(
-                f"This server does not answer to the host name {host[:100]!r}. Use http://127.0.0.1, or start "
-                "it with --allowed-host NAME (or CLOVER_ALLOWED_HOSTS) to accept that name.",
-                code="host_not_allowed",
-            )
-            await JSONResponse(body, status_code=403, headers={"Connection": "close"})(scope, receive, send)
+        refusal = self._refusal(headers, scope.get("method"))
+        if refusal is None and scope.get("method") not in ("GET", "HEAD"):
+            declared = headers.get(b"content-length", b"").strip()
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                refusal = self._too_large()
+            else:
+                receive, refusal = await self._read_body(receive)
+        if refusal is not None:
+            await refusal(scope, receive, send)
             return
-        if scope.get("method") not in ("GET", "HEAD", "OPTIONS"):
-            kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-            if kind != b"application/json" and not kind.endswith(b"+json"):
-                body = error_body(
-                    f"The request body must be JSON sent as 'Content-Type: application/json' "
-                    f"(got {kind.decode('latin-1')[:100] or 'none'!r}).",
-                    code="unsupported_media_type",
-                )
-                await JSONResponse(body, status_code=415, headers={"Connection": "close"})(
-                    scope, receive, send
-                )
-                return
         await self.app(scope, receive, send)
 
+    def _refusal(self, headers: dict[bytes, bytes], method: str | None) -> Response | None:
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not allowed_host(host, self.allowed):
+            return _refuse(
+                403,
+                f"This server does not answer to the host name {host[:100]!r}. Use http://127.0.0.1, or start "
+                "it with --allowed-host NAME (or CLOVER_ALLOWED_HOSTS) to accept that name.",
+                "host_not_allowed",
+            )
+        if method not in ("GET", "HEAD", "OPTIONS"):
+            kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            if kind != b"application/json" and not kind.endswith(b"+json"):
+                return _refuse(
+                    415,
+                    f"The request body must be JSON sent as 'Content-Type: application/json' "
+                    f"(got {kind.decode('latin-1')[:100] or 'none'!r}).",
+                    "unsupported_media_type",
+                )
+        if self.key is None:
+            return None
+        auth = headers.get(b"authorization", b"")
+        given = auth[7:].strip() if auth[:7].lower() == b"bearer " else headers.get(b"x-api-key", b"")
+        if hmac.compare_digest(given, self.key):
+            return None
+        message = "Incorrect or missing API key. Send it as 'Authorization: Bearer <key>'."
+        return JSONResponse(error_body(message, code="invalid_api_key"), status_code=401)
 
-class BodySizeLimit:
-    """ASGI middleware: 413 for a request body over ``max_bytes``, at once when ``Content-Length`` says
-    so (nothing is read), else as soon as the streamed body passes the limit; 408 when the body has not
-    arrived within ``timeout_s`` (a slow sender does not hold its connection)."""
-
-    def __init__(
-        self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES, timeout_s: float = BODY_TIMEOUT_S
-    ) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-        self.timeout_s = timeout_s
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD"):
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length", b"").strip()
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(scope, receive, send)
-            return
+    async def _read_body(self, receive: Receive) -> tuple[Receive, Response | None]:
+        """The body read here, bounded (a chunked one too), and a ``receive`` that hands it on whole; or the
+        refusal when it is too large or too slow."""
         chunks: list[bytes] = []
         size = 0
         deadline = time.monotonic() + self.timeout_s
-        while True:  # a chunked body: read it here, bounded, and hand it on whole
+        while True:
             try:
                 message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0.0))
             except TimeoutError:
-                await self._too_slow(scope, receive, send)
-                return
+                return receive, _refuse(
+                    408,
+                    f"The request body did not arrive within {self.timeout_s:g} s; the connection is closed.",
+                    "request_timeout",
+                )
             if message["type"] != "http.request":
                 break
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                await self._refuse(scope, receive, send)
-                return
+                return receive, self._too_large()
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
@@ -182,22 +198,17 @@ class BodySizeLimit:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, send)
+        return replay, None
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def _too_large(self) -> Response:
         mib = self.max_bytes / (1024 * 1024)
-        body = error_body(
-            f"The request body is larger than this server accepts ({mib:g} MiB).",
-            code="request_too_large",
-        )
-        await JSONResponse(body, status_code=413, headers={"Connection": "close"})(scope, receive, send)
+        message = f"The request body is larger than this server accepts ({mib:g} MiB)."
+        return _refuse(413, message, "request_too_large")
 
-    async def _too_slow(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = error_body(
-            f"The request body did not arrive within {self.timeout_s:g} s; the connection is closed.",
-            code="request_timeout",
-        )
-        await JSONResponse(body, status_code=408, headers={"Connection": "close"})(scope, receive, send)
+
+def _refuse(status: int, message: str, code: str) -> Response:
+    """A refusal that closes the connection (what was sent of the request is not read)."""
+    return JSONResponse(error_body(message, code=code), status_code=status, headers={"Connection": "close"})
 
 
 def check_stops(stops: list[str], param: str) -> None:

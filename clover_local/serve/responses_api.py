@@ -12,14 +12,13 @@ import json
 import time
 from typing import Any
 
-from clover_local.engine.types import ChatMessage, GenerationRequest, GenerationStats, ToolCall, ToolCallMade
+from clover_local.engine.types import ChatMessage, GenerationStats, ToolCall, ToolCallMade
 from clover_local.serve import openai_schema as oa
 from clover_local.serve import tools as agent
 from clover_local.serve.api_errors import ApiError, json_object
 from clover_local.serve.openai_schema import ParsedRequest
 from clover_local.serve.request_fields import check_fields
 
-_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _IGNORED_DEFAULTS = {
     "store": (None, False, True),
     "truncation": (None, "disabled"),
@@ -39,20 +38,12 @@ def parse(body: Any, known_models: tuple[str, ...]) -> ParsedRequest:
     messages = _input_messages(body.get("input"), body.get("instructions"))
     agent.check_tool_results(messages, ["input.call_id"] * len(messages))
     tools = tuple(_tool(t, i) for i, t in enumerate(body.get("tools") or []))
-    choice = body.get("tool_choice")
-    if isinstance(choice, dict) and choice.get("type") == "function" and "function" not in choice:
-        choice = {"type": "function", "function": {"name": choice.get("name")}}
-    fields: dict[str, Any] = {
-        "tools": tools,
-        "tool_choice": agent.parse_tool_choice(choice, tools),
-        "parallel_tool_calls": agent.parse_flag(
-            body.get("parallel_tool_calls"), "parallel_tool_calls", default=False
-        ),
-        "json_schema": _text_format(body.get("text")),
-    }
-    common = oa.common_fields(body, known_models, names={"max_tokens": "max_output_tokens"})
-    fields = {**common.pop("fields"), **fields}
-    return ParsedRequest(GenerationRequest(messages=messages, **fields), **common, ignored_fields=ignored)
+    choice = agent.parse_tool_choice(body.get("tool_choice"), tools)  # {"type": "function", "name": ...}
+    parallel = agent.parse_flag(body.get("parallel_tool_calls"), "parallel_tool_calls", default=False)
+    fields = {"tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel}
+    fields["json_schema"] = _text_format(body.get("text"))
+    names = {"max_tokens": "max_output_tokens"}
+    return oa.parsed_request(body, known_models, ignored, names=names, messages=messages, **fields)
 
 
 def _tool(raw: Any, index: int) -> Any:
@@ -91,7 +82,7 @@ def _input_messages(raw: Any, instructions: Any) -> tuple[ChatMessage, ...]:
         raise ApiError(400, "'input' must be a string or a non-empty list of items.", param="input")
     for i, item in enumerate(raw):
         out.append(_item(item, f"input[{i}]", out))
-    return tuple(m for m in out if m is not None)
+    return tuple(out)
 
 
 def _item(item: Any, p: str, so_far: list[ChatMessage]) -> ChatMessage:
@@ -121,7 +112,7 @@ def _item(item: Any, p: str, so_far: list[ChatMessage]) -> ChatMessage:
         return agent.parse_tool_message({"tool_call_id": item.get("call_id"), "content": output}, p)
     if kind != "message":
         raise ApiError(400, f"{p}: input item type {kind!r} is not supported.", param=f"{p}.type")
-    role = _ROLES.get(str(item.get("role")))
+    role = oa.ROLES.get(str(item.get("role")))
     if role is None:
         raise ApiError(400, f"{p}.role {item.get('role')!r} is not supported.", param=f"{p}.role")
     content = item.get("content")
@@ -139,14 +130,18 @@ def _item(item: Any, p: str, so_far: list[ChatMessage]) -> ChatMessage:
         content = "".join(texts)
     if not isinstance(content, str):
         raise ApiError(400, f"{p}.content must be a string or a list of text parts.", param=f"{p}.content")
-    return ChatMessage(role, content)  # type: ignore[arg-type]
+    return ChatMessage(role, content)
 
 
 # --- out --------------------------------------------------------------------------------------------------------
 
 
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": []}
+
+
 def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
-    content = [{"type": "output_text", "text": text, "annotations": []}] if status == "completed" else []
+    content = [_text_part(text)] if status == "completed" else []
     return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
 
 
@@ -246,94 +241,52 @@ class EventWriter:
             self._event("response.in_progress", response=self._body),
         ]
 
+    def _part_event(self, kind: str, **fields: Any) -> str:
+        """An event of the reply message's one text part."""
+        return self._event(
+            kind, item_id=self._msg_id, output_index=self._msg_index, content_index=0, **fields
+        )
+
     def text(self, delta: str) -> list[str]:
         out: list[str] = []
         if self._text is None:
             self._text, self._msg_index = [], len(self._body["output"])
-            self._body["output"].append(_message_item(self._msg_id, "", "in_progress"))
-            out.append(
-                self._event(
-                    "response.output_item.added",
-                    output_index=self._msg_index,
-                    item=_message_item(self._msg_id, "", "in_progress"),
-                )
-            )
-            out.append(
-                self._event(
-                    "response.content_part.added",
-                    item_id=self._msg_id,
-                    output_index=self._msg_index,
-                    content_index=0,
-                    part={"type": "output_text", "text": "", "annotations": []},
-                )
-            )
+            item = _message_item(self._msg_id, "", "in_progress")
+            self._body["output"].append(item)
+            out += [
+                self._event("response.output_item.added", output_index=self._msg_index, item=item),
+                self._part_event("response.content_part.added", part=_text_part("")),
+            ]
         self._text.append(delta)
-        out.append(
-            self._event(
-                "response.output_text.delta",
-                item_id=self._msg_id,
-                output_index=self._msg_index,
-                content_index=0,
-                delta=delta,
-                logprobs=[],
-            )
-        )
-        return out
+        return [*out, self._part_event("response.output_text.delta", delta=delta, logprobs=[])]
 
     def _close_text(self) -> list[str]:
         if self._text is None:
             return []
         text = "".join(self._text)
-        part = {"type": "output_text", "text": text, "annotations": []}
         item = _message_item(self._msg_id, text, "completed")
         self._body["output"][self._msg_index] = item
         self._text = None
         return [
-            self._event(
-                "response.output_text.done",
-                item_id=self._msg_id,
-                output_index=self._msg_index,
-                content_index=0,
-                text=text,
-                logprobs=[],
-            ),
-            self._event(
-                "response.content_part.done",
-                item_id=self._msg_id,
-                output_index=self._msg_index,
-                content_index=0,
-                part=part,
-            ),
+            self._part_event("response.output_text.done", text=text, logprobs=[]),
+            self._part_event("response.content_part.done", part=_text_part(text)),
             self._event("response.output_item.done", output_index=self._msg_index, item=item),
         ]
 
     def call(self, made: ToolCallMade) -> list[str]:
         out = self._close_text()
-        index = len(self._body["output"])
-        done = _call_item(made.call, made.call.arguments, "completed")
+        index, arguments = len(self._body["output"]), made.call.arguments
+        done = _call_item(made.call, arguments, "completed")
         self._body["output"].append(done)
-        item_id = done["id"]
-        out += [
-            self._event(
-                "response.output_item.added",
-                output_index=index,
-                item=_call_item(made.call, "", "in_progress"),
-            ),
-            self._event(
-                "response.function_call_arguments.delta",
-                item_id=item_id,
-                output_index=index,
-                delta=made.call.arguments,
-            ),
-            self._event(
-                "response.function_call_arguments.done",
-                item_id=item_id,
-                output_index=index,
-                arguments=made.call.arguments,
-            ),
+        at = {"item_id": done["id"], "output_index": index}
+        started = _call_item(made.call, "", "in_progress")
+        return [
+            *out,
+            self._event("response.output_item.added", output_index=index, item=started),
+            self._event("response.function_call_arguments.delta", **at, delta=arguments),
+            self._event("response.function_call_arguments.done", **at, arguments=arguments),
             self._event("response.output_item.done", output_index=index, item=done),
         ]
-        return out
 
     def done(self, stats: GenerationStats) -> list[str]:
         out = self._close_text()

@@ -34,7 +34,8 @@ def _config(api: OpenAIServer, host: str, port: int, log_level: str) -> uvicorn.
     )
 
 
-def _check_bindable(host: str, port: int) -> None:
+def _bound_port(host: str, port: int) -> int:
+    """``port`` (0: a free one), once ``host`` is seen to be able to listen on it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -45,37 +46,11 @@ def _check_bindable(host: str, port: int) -> None:
                 f"Cannot listen on {host}:{port} ({exc.strerror}).",
                 "Another program may use that port: choose another with --port.",
             ) from None
+        return int(s.getsockname()[1])
 
 
 GIVEN_UP_CHECK_S = 0.5
 """How often ``serve`` looks whether its runner was given up (a read of the supervisor's state)."""
-
-
-class _GivenUpWatch:
-    """Stops ``server`` once ``engine``'s runner is given up (``RunnerHealth`` ``failed``), keeping the reason:
-    a server that answers 503 for ever is never restarted by a process manager, one that exits is."""
-
-    def __init__(self, engine: ChatEngine, server: uvicorn.Server) -> None:
-        self.engine, self.server = engine, server
-        self.why: str | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="clover-runner-watch", daemon=True)
-
-    def start(self) -> _GivenUpWatch:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join(timeout=5.0)
-
-    def _watch(self) -> None:
-        while not self._done.wait(GIVEN_UP_CHECK_S):
-            health = self.engine.health()
-            if health.state == "failed":
-                self.why = health.why
-                self.server.should_exit = True  # open responses are finished, as on SIGTERM
-                return
 
 
 def serve_forever(
@@ -91,21 +66,35 @@ def serve_forever(
     runner is given up: then :class:`RunnerUnavailable` says why, so ``serve`` exits non-zero and a process
     manager (systemd's ``Restart=on-failure``, Docker's restart policy) starts it afresh. ``keep_serving``: stay
     up and answer 503 with the reason instead (``/health`` says it)."""
-    _check_bindable(host, port)
+    _bound_port(host, port)
     api = OpenAIServer(engine, config)
     server = uvicorn.Server(_config(api, host, port, log_level))
-    watch = None
+    stop_watching = threading.Event()
+    given_up: list[str] = []
+
+    def watch() -> None:
+        """Stop the server once the runner is given up (``RunnerHealth`` ``failed``), keeping the reason: a
+        server that answers 503 for ever is never restarted by a process manager, one that exits is."""
+        while not stop_watching.wait(GIVEN_UP_CHECK_S):
+            health = engine.health()
+            if health.state == "failed":
+                given_up.append(health.why)
+                server.should_exit = True  # open responses are finished, as on SIGTERM
+                return
+
+    watcher = threading.Thread(target=watch, name="clover-runner-watch", daemon=True)
     if not keep_serving:
-        watch = _GivenUpWatch(engine, server).start()
+        watcher.start()
     try:
         server.run()
     finally:
-        if watch is not None:
-            watch.stop()
+        stop_watching.set()
+        if watcher.is_alive():
+            watcher.join(timeout=5.0)
         api.close()
-    if watch is not None and watch.why is not None:
+    if given_up:
         raise RunnerUnavailable(
-            f"serve stopped: the model's runner was given up ({watch.why}).",
+            f"serve stopped: the model's runner was given up ({given_up[0]}).",
             "A process manager starts serve again (systemd's Restart=on-failure, Docker's restart policy); the "
             "lines above hold the runner's last log, and `clover-local doctor` checks the runtime. With "
             "--keep-serving, serve stays up and answers 503 instead.",
@@ -124,14 +113,9 @@ class BackgroundServer:
         port: int = 0,
         log_level: str = "warning",
     ) -> None:
-        if port == 0:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind((host, 0))
-                port = int(s.getsockname()[1])
-        _check_bindable(host, port)
-        self.host, self.port = host, port
+        self.host, self.port = host, _bound_port(host, port)
         self._api = OpenAIServer(engine, config)
-        self._server = uvicorn.Server(_config(self._api, host, port, log_level))
+        self._server = uvicorn.Server(_config(self._api, host, self.port, log_level))
         self._server.install_signal_handlers = lambda: None  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.run, name="clover-api", daemon=True)
 

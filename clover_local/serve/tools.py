@@ -134,7 +134,7 @@ def parse_tool_message(raw: dict[str, Any], param: str) -> ChatMessage:
             f"{param}.tool_call_id must name the call this is the result of.",
             param=f"{param}.tool_call_id",
         )
-    content = _text(raw.get("content"), f"{param}.content")
+    content = text_content(raw.get("content"), f"{param}.content")
     name = raw.get("name")
     return ChatMessage("tool", content, tool_call_id=call_id, name=name if isinstance(name, str) else None)
 
@@ -185,14 +185,16 @@ def check_tool_results(messages: tuple[ChatMessage, ...], params: Sequence[str] 
             )
 
 
-def _text(content: Any, param: str) -> str:
+def text_content(content: Any, param: str) -> str:
+    """A message's content: text, or a list of text parts (``[{"type": "text", "text": "..."}]``) joined; a 400
+    for anything else (an image part, a number)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list) and all(
         isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
     ):
         return "".join(p["text"] for p in content)
-    raise oa.ApiError(400, f"{param} must be a string.", param=param)
+    raise oa.ApiError(400, f"{param} must be a string or a list of text parts.", param=param)
 
 
 # --- out --------------------------------------------------------------------------------------------------------
