@@ -167,7 +167,6 @@ def with_hub_errors(
     what: str,
     filename: str | None = None,
     retries: int = RATE_LIMIT_RETRIES,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """Run one Hub call: retry 429/503 with backoff (honouring ``Retry-After``, bounded) up to ``retries``
     times, and turn huggingface_hub's exceptions into :class:`DownloadError` messages for people.
@@ -181,7 +180,7 @@ def with_hub_errors(
         except HfHubHTTPError as exc:
             status = exc.response.status_code if exc.response is not None else None
             if status in (429, 503) and attempt < retries:
-                sleep(retry_delay_s(exc, wait))
+                time.sleep(retry_delay_s(exc, wait))
                 wait = min(wait * 2, MAX_RETRY_WAIT_S)
                 continue
             raise hub_error(exc, repo=repo, what=what, filename=filename, retries=retries) from None

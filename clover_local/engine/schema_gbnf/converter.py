@@ -180,7 +180,7 @@ class Converter:
             )
         for key in ("oneOf", "anyOf"):
             if key in schema:
-                constraints = beside(schema, key)
+                constraints = beside(schema)
                 sub = name + ("-" if name else "alternative-")
                 alternatives = [
                     (i, alt)
@@ -421,8 +421,8 @@ class Converter:
                       depth: int) -> str:  # fmt: skip
         """``uniqueItems``: items whose values are listed are written each at most once, in the listed order;
         any other items at most one (two items the grammar writes apart could still be equal)."""
-        values = branches.listed(branches.resolved(items_schema, doc, path))
-        if values is not None:
+        values = branches.finite(branches.resolved(items_schema, doc, path))
+        if isinstance(values, list):
             values = listed_values({"enum": values}, path, self.limits.max_enum)
             if lo <= 1 and (hi is None or hi >= len(values)):
                 rules = [self.add_rule(f"{sub}unique-{i}", constant(v)) for i, v in enumerate(values)]
