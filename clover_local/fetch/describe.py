@@ -98,22 +98,17 @@ def describe_quants(
 def _local_sidecars(preset: Preset, quant: str) -> dict[DraftKind, tuple[str, ModelDescription | None]]:
     """Drafter sidecars downloaded with the quant, described from their headers."""
     from clover_local.fetch.download import cached_sidecars
+    from clover_local.gguf.header import header_of
 
     if preset.python_package:
         return {}
     out: dict[DraftKind, tuple[str, ModelDescription | None]] = {}
     for kind, path in cached_sidecars(preset, quant).items():
-        out[kind] = (str(path), _read_or_none(path))
+        try:
+            out[kind] = (str(path), header_of(path))
+        except CloverError:
+            out[kind] = (str(path), None)
     return out
-
-
-def _read_or_none(path: Path) -> ModelDescription | None:
-    from clover_local.gguf.header import header_of
-
-    try:
-        return header_of(path)
-    except CloverError:
-        return None
 
 
 class _LocalFiles:

@@ -8,6 +8,7 @@ A condition on anything else is refused by name."""
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 from clover_local.engine.schema_gbnf.common import Document, pointer
@@ -117,10 +118,7 @@ def _combinations(base: dict[str, Any], rules: list[tuple[dict[str, tuple[Any, .
         elif declared is False:
             options = [_ABSENT]
         states.append(options)
-    count = 1
-    for options in states:
-        count *= len(options)
-    if count > MAX_COMBINATIONS:
+    if math.prod(len(options) for options in states) > MAX_COMBINATIONS:
         raise SchemaRefused(
             "if", path, f"the conditions read {len(keys)} keys in over {MAX_COMBINATIONS} combinations."
         )

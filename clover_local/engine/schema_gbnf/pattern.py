@@ -241,16 +241,10 @@ def _one(
                     raise Unsupported("unterminated curly brackets")
                 nums = sub[i + 1 : end].split(",")
                 state["i"] = end + 1
-                if len(nums) not in (1, 2) or not all(n.strip().isdigit() or n == "" for n in nums):
+                if nums == [""] or len(nums) > 2 or not all(n.strip().isdigit() or n == "" for n in nums):
                     raise Unsupported("invalid numbers in curly brackets")
-                if len(nums) == 1:
-                    if not nums[0]:
-                        raise Unsupported("invalid numbers in curly brackets")
-                    min_times = int(nums[0])
-                    max_times: int | None = min_times
-                else:
-                    min_times = int(nums[0]) if nums[0] else 0
-                    max_times = int(nums[1]) if nums[1] else None
+                min_times = int(nums[0]) if nums[0] else 0
+                max_times = min_times if len(nums) == 1 else int(nums[1]) if nums[1] else None
                 if not seq:
                     raise Unsupported("nothing to repeat")
                 text, is_literal = seq[-1]
