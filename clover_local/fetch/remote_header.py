@@ -1,9 +1,6 @@
-"""Read a GGUF's header from the Hub with HTTP range requests (the first few MB of a 23 GB file), cached by ETag,
-into the same :class:`ModelDescription` a local file gives (:mod:`clover_local.gguf.header`).
-
-Split GGUFs are read shard by shard. Hub failures become messages in one place,
-:func:`clover_local.fetch.hub.with_hub_errors`; the cache lives under ``<cache>/headers/`` and answers when the
-Hub cannot be reached (offline, or down).
+"""Read a GGUF's header from the Hub with HTTP range requests (the first few MB of a 23 GB file), shard by shard,
+into the same :class:`ModelDescription` a local file gives (:mod:`clover_local.gguf.header`). The headers are
+cached by ETag under ``<cache>/headers/``, which answers when the Hub cannot be reached (offline, or down).
 """
 
 from __future__ import annotations
@@ -45,13 +42,10 @@ def read_remote_header(
     timeout_s: float | None = None,
     retries: int | None = None,
 ) -> ModelDescription:
-    """Describe a GGUF on the Hub by fetching only its header (HTTP range requests), cached by ETag.
-
-    Goes through huggingface_hub (``hf_hub_url``, ``get_session``, ``build_hf_headers``), so ``HF_ENDPOINT``
-    and ``HF_TOKEN`` are respected. Errors are :class:`DownloadError` (Hub side) or :class:`GGUFError`.
-    ``offline`` (None: ``HF_HUB_OFFLINE``) answers from the header cache only; ``timeout_s`` bounds each
-    network wait (None: huggingface_hub's defaults); ``retries`` how many 429/503 answers are waited out
-    (None: as for downloads).
+    """Describe a GGUF on the Hub from its header alone, through huggingface_hub (so ``HF_ENDPOINT`` and
+    ``HF_TOKEN`` hold). Errors are :class:`DownloadError` (Hub side) or :class:`GGUFError`. ``offline`` (None:
+    ``HF_HUB_OFFLINE``) answers from the header cache only; ``timeout_s`` bounds each network wait (None:
+    huggingface_hub's defaults); ``retries`` how many 429/503 answers are waited out (None: as for downloads).
     """
     access = _HubAccess(
         token=token,
