@@ -195,7 +195,7 @@ def download_model(
     against the Hub's sha256; ``cancel`` stops between chunks (keeping what arrived); ``progress`` gets
     :class:`DownloadProgress` snapshots. ``free_space`` (bytes free at a path) is for tests.
     """
-    if looks_like_path(model):
+    if isinstance(model, Path) or (isinstance(model, str) and looks_like_path(model)):
         return local_gguf(model)
     if isinstance(model, Preset | str) and (packaged := packaged_model(model)) is not None:
         return packaged
@@ -271,7 +271,7 @@ def verify_files(
     """Hash a downloaded model's files (and, ``drafts``, its drafter sidecars) against the Hub's sha256
     (from the cache's blob names when offline). A corrupt blob is moved aside and unlinked from the snapshot, then
     :class:`VerificationError` says what to do. A local GGUF path is hashed and reported."""
-    if looks_like_path(model):
+    if isinstance(model, Path) or (isinstance(model, str) and looks_like_path(model)):
         path = local_gguf(model)
         return [FileCheck(path.name, path, path.stat().st_size, None, hash_file(path))]
     repo, quant = repo_and_quant(model, quant, filename)

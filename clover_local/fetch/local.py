@@ -40,10 +40,8 @@ class CachedGGUF:
     """Drafter sidecars downloaded beside it that llama.cpp would pair with it: (kind, path, bytes)."""
 
 
-def looks_like_path(text: str | Path | Preset) -> bool:
+def looks_like_path(text: str) -> bool:
     """True when a model argument names a file rather than a repo or preset."""
-    if not isinstance(text, str):
-        return isinstance(text, Path)
     return (
         text.lower().endswith(".gguf")
         or text.startswith((".", "/", "~"))
