@@ -34,8 +34,9 @@ _PROBE_RE = re.compile(r"^tmp_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0
 CORRUPT_SUFFIX = ".corrupt"
 
 
-def repo_folder(repo: str) -> Path:
-    return settings.hf_cache_dir() / ("models--" + repo.replace("/", "--"))
+def repo_folder(repo: str, under: str = "") -> Path:
+    """``<HF_HUB_CACHE>/<under>/models--org--name`` (``under``: ``.locks`` for the locks)."""
+    return settings.hf_cache_dir() / under / ("models--" + repo.replace("/", "--"))
 
 
 def check_etag(etag: str) -> str:
@@ -43,22 +44,21 @@ def check_etag(etag: str) -> str:
 
     An ETag or a listing comes from whatever ``HF_ENDPOINT`` points at: it becomes a path part only once
     it is known to be a hash, so a hostile endpoint cannot make clover-local write outside the cache."""
-    if not _ETAG_RE.match(etag):
-        raise DownloadError(
-            f"The Hub endpoint answered with a file id that is not a hash ({etag[:80]!r}); refusing to use it.",
-            "Check HF_ENDPOINT points at the Hugging Face Hub or a faithful mirror.",
-        )
-    return etag
+    return _checked(etag, _ETAG_RE, "answered with a file id that is not a hash")
 
 
 def check_commit(commit: str) -> str:
     """``commit`` when it is a 40-hex commit hash; else :class:`DownloadError` (see :func:`check_etag`)."""
-    if not is_commit_hash(commit):
+    return _checked(commit, _COMMIT_RE, "named a commit that is not a commit hash")
+
+
+def _checked(value: str, pattern: re.Pattern[str], what: str) -> str:
+    if not pattern.match(value):
         raise DownloadError(
-            f"The Hub endpoint named a commit that is not a commit hash ({commit[:80]!r}); refusing to use it.",
+            f"The Hub endpoint {what} ({value[:80]!r}); refusing to use it.",
             "Check HF_ENDPOINT points at the Hugging Face Hub or a faithful mirror.",
         )
-    return commit
+    return value
 
 
 def blob_path(repo: str, etag: str) -> Path:
@@ -74,8 +74,7 @@ def partial_path(repo: str, etag: str) -> Path:
 
 def lock_path(repo: str, etag: str) -> Path:
     """The lock huggingface_hub takes around writing this blob; sharing it keeps both tools apart."""
-    folder = settings.hf_cache_dir() / ".locks" / ("models--" + repo.replace("/", "--"))
-    return folder / f"{check_etag(etag)}.lock"
+    return repo_folder(repo, ".locks") / f"{check_etag(etag)}.lock"
 
 
 def pointer_path(repo: str, commit: str, filename: str) -> Path:
@@ -216,10 +215,10 @@ def remove_stale_partials(repo: str, live_etags: set[str], *, min_age_s: float =
 def quarantine_blob(repo: str, etag: str, source: Path) -> Path:
     """Move a file whose sha256 is wrong out of use (``blobs/<etag>.corrupt``) and drop every
     snapshot link to its blob, so no tool loads it and the next download fetches it fresh."""
-    target = blob_path(repo, etag).with_name(etag + CORRUPT_SUFFIX)
+    blob = blob_path(repo, etag)
+    target = blob.with_name(etag + CORRUPT_SUFFIX)
     os.replace(source, target)
     snapshots = repo_folder(repo) / "snapshots"
-    blob = blob_path(repo, etag)
     if snapshots.is_dir():
         for link in snapshots.rglob("*"):
             if link.is_symlink() and (link.parent / os.readlink(link)).resolve() == blob.resolve():

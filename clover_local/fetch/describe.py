@@ -17,6 +17,7 @@ notes. The planner itself stays pure: it gets the descriptions from here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -97,22 +98,17 @@ def describe_quants(
 def _local_sidecars(preset: Preset, quant: str) -> dict[DraftKind, tuple[str, ModelDescription | None]]:
     """Drafter sidecars downloaded with the quant, described from their headers."""
     from clover_local.fetch.download import cached_sidecars
+    from clover_local.gguf.header import header_of
 
     if preset.python_package:
         return {}
     out: dict[DraftKind, tuple[str, ModelDescription | None]] = {}
     for kind, path in cached_sidecars(preset, quant).items():
-        out[kind] = (str(path), _read_or_none(path))
+        try:
+            out[kind] = (str(path), header_of(path))
+        except CloverError:
+            out[kind] = (str(path), None)
     return out
-
-
-def _read_or_none(path: Path) -> ModelDescription | None:
-    from clover_local.gguf.header import header_of
-
-    try:
-        return header_of(path)
-    except CloverError:
-        return None
 
 
 class _LocalFiles:
@@ -123,8 +119,6 @@ class _LocalFiles:
         self.problems: dict[str, str] = {}
         """Quant -> why its downloaded file could not be used (said when the Hub cannot help either)."""
         self._named = self._read(local_path, "the local file") if local_path is not None else None
-        self._packaged: tuple[Path, ModelDescription] | None = None
-        self._packaged_looked = False
 
     def describe(self, quant: str, spec: QuantSpec) -> tuple[ModelDescription, str, Path] | None:
         from clover_local.fetch.quants import quant_matches
@@ -133,7 +127,7 @@ class _LocalFiles:
             path, desc = self._named
             if _same_quant(desc, quant) or quant_matches(path.name, spec.pattern):
                 return desc, f"exact, from the local file {path}", path
-        packaged = self._packaged_file()
+        packaged = self._packaged
         if packaged is not None:
             path, desc = packaged
             if _same_quant(desc, quant) or len(self.preset.quants) == 1:
@@ -154,15 +148,13 @@ class _LocalFiles:
             return None
         return desc, f"exact, from the downloaded file {path.name}", path
 
-    def _packaged_file(self) -> tuple[Path, ModelDescription] | None:
+    @functools.cached_property
+    def _packaged(self) -> tuple[Path, ModelDescription] | None:
         """The file assembled from the preset's Python package (built once), when the package is installed."""
-        if not self._packaged_looked:
-            from clover_local.fetch.local import packaged_model
+        from clover_local.fetch.local import packaged_model
 
-            self._packaged_looked = True
-            path = packaged_model(self.preset) if self.preset.python_package else None
-            self._packaged = self._read(path, "the packaged model") if path is not None else None
-        return self._packaged
+        path = packaged_model(self.preset) if self.preset.python_package else None
+        return self._read(path, "the packaged model") if path is not None else None
 
     @staticmethod
     def _read(path: Path, what: str) -> tuple[Path, ModelDescription]:
@@ -193,17 +185,11 @@ class _HubView:
         self, preset: Preset, quant: str, spec: QuantSpec, local_problem: str | None
     ) -> tuple[ModelDescription, str]:
         """The quant's header from the Hub (or the header cache), else the preset's estimate with why."""
-        from clover_local.fetch.remote_header import read_remote_header
-
         try:
             filename = self._first_shard(spec)
             was_down = self.down
-            desc = read_remote_header(
-                self.repo, filename, offline=self.down is not None, timeout_s=self.timeout_s, retries=0
-            )
-        except HubUnreachableError as exc:
-            if self.down is None:
-                self.down = _unreachable(exc)
+            desc = self._header(filename)
+        except HubUnreachableError:
             why = f"{self.down}, and its header was never read here"
         except CloverError as exc:  # not found, gated, a broken header: nothing more to learn from the Hub
             why = exc.what
@@ -221,7 +207,6 @@ class _HubView:
         """The drafter sidecars the repo lists for the quant, each with its header read like the model's
         (None when it cannot be read: offline and never cached, say). Empty when the repo is not reachable."""
         from clover_local.fetch.download import sidecars_for
-        from clover_local.fetch.remote_header import read_remote_header
 
         try:
             paths = self._repo_paths()
@@ -231,17 +216,23 @@ class _HubView:
         out: dict[DraftKind, tuple[str, ModelDescription | None]] = {}
         for kind, name in sidecars_for(paths, model_file, spec.pattern).items():
             try:
-                desc: ModelDescription | None = read_remote_header(
-                    self.repo, name, offline=self.down is not None, timeout_s=self.timeout_s, retries=0
-                )
-            except HubUnreachableError as exc:
-                if self.down is None:
-                    self.down = _unreachable(exc)
-                desc = None
+                out[kind] = (name, self._header(name))
             except CloverError:
-                desc = None
-            out[kind] = (name, desc)
+                out[kind] = (name, None)
         return out
+
+    def _header(self, filename: str) -> ModelDescription:
+        """``filename``'s header from the Hub (or the header cache); the first unreachable Hub sets ``down``."""
+        from clover_local.fetch.remote_header import read_remote_header
+
+        try:
+            return read_remote_header(
+                self.repo, filename, offline=self.down is not None, timeout_s=self.timeout_s, retries=0
+            )
+        except HubUnreachableError as exc:
+            if self.down is None:
+                self.down = _unreachable(exc)
+            raise
 
     def _first_shard(self, spec: QuantSpec) -> str:
         """The quant's file (first shard) in the repo listing, or among cached headers without the Hub."""

@@ -79,8 +79,6 @@ class FileLocation:
     size: int
     commit: str
     headers: dict[str, str]
-    xet: bool
-    """The Hub stores the file in Xet; clover-local still downloads it over plain HTTP (resumable)."""
 
 
 def endpoint() -> str:
@@ -141,7 +139,6 @@ def locate_file(repo: str, commit: str, filename: str) -> FileLocation:
             size=meta.size,
             commit=cache.check_commit(meta.commit_hash or commit),
             headers=get_headers,
-            xet=meta.xet_file_data is not None,
         )
 
     return with_hub_errors(call, repo=repo, what=f"locate {filename} in {repo}")
@@ -170,7 +167,6 @@ def with_hub_errors(
     what: str,
     filename: str | None = None,
     retries: int = RATE_LIMIT_RETRIES,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """Run one Hub call: retry 429/503 with backoff (honouring ``Retry-After``, bounded) up to ``retries``
     times, and turn huggingface_hub's exceptions into :class:`DownloadError` messages for people.
@@ -184,7 +180,7 @@ def with_hub_errors(
         except HfHubHTTPError as exc:
             status = exc.response.status_code if exc.response is not None else None
             if status in (429, 503) and attempt < retries:
-                sleep(retry_delay_s(exc, wait))
+                time.sleep(retry_delay_s(exc, wait))
                 wait = min(wait * 2, MAX_RETRY_WAIT_S)
                 continue
             raise hub_error(exc, repo=repo, what=what, filename=filename, retries=retries) from None
@@ -196,16 +192,12 @@ def with_hub_errors(
 def retry_delay_s(exc: HfHubHTTPError, backoff: float) -> float:
     """How long to wait before retrying: the server's ``Retry-After`` when given, else ``backoff``;
     never more than :data:`MAX_RETRY_WAIT_S`."""
-    asked = retry_after_s(exc)
-    return min(backoff if asked is None else asked, MAX_RETRY_WAIT_S)
-
-
-def retry_after_s(exc: HfHubHTTPError) -> float | None:
     value = exc.response.headers.get("Retry-After") if exc.response is not None else None
     try:
-        return max(float(value), 0.0) if value is not None else None
+        asked = max(float(value), 0.0) if value is not None else backoff
     except ValueError:
-        return None
+        asked = backoff
+    return min(asked, MAX_RETRY_WAIT_S)
 
 
 def hub_error(

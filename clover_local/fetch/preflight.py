@@ -45,7 +45,6 @@ def check_before_download(
     sidecars: Mapping[str, DraftKind],
     *,
     force: bool = False,
-    support: ArchSupport | None = None,
 ) -> DownloadCheck:
     """Check the model file (``model_file``, any shard) and the drafter ``sidecars`` (repo path -> kind) of
     ``repo`` at ``revision``; ``label`` names the quant in messages.
@@ -53,7 +52,7 @@ def check_before_download(
     Raises :class:`ArchitectureError` when the model cannot be loaded, unless ``force``; a sidecar that cannot
     be loaded is skipped with a note (with ``force``, downloaded anyway). Hub errors propagate as
     :class:`DownloadError`: the download would meet them too."""
-    support = support or installed_support()
+    support = installed_support()
     subject = f"{repo} {label}"
     model = require_supported(
         _check_remote(repo, model_file, revision, support), subject, "download", force=force

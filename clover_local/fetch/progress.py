@@ -132,10 +132,9 @@ class ProgressTracker:
     def _emit(self, *, force: bool) -> None:
         now = self._clock()
         at_file_end = self._file_done >= (self._sizes[self._index][1] if self._sizes else 0)
-        if self._callback is None:
-            self._speed(self._done_before + self._file_done)
-            return
-        if not (force or at_file_end or now - self._last_emit >= self._min_interval):
+        if self._callback is None or not (
+            force or at_file_end or now - self._last_emit >= self._min_interval
+        ):
             self._speed(self._done_before + self._file_done)
             return
         self._last_emit = now

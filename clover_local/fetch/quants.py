@@ -109,12 +109,7 @@ def select_quant_files(repo: str, paths: Iterable[str], pattern: str | None) -> 
     ggufs = [p for p in listed if is_model_gguf(p)]
     groups = group_shards(p for p in ggufs if pattern and quant_matches(p, pattern))
     if not groups and (picked := hf_pick(listed, pattern)) is not None:
-        groups = {
-            shard_of(picked).base: sorted(
-                (p for p in ggufs if shard_of(p).base == shard_of(picked).base),
-                key=lambda p: shard_of(p).index,
-            )
-        }
+        groups = group_shards(p for p in ggufs if shard_of(p).base == shard_of(picked).base)
     if not groups:
         available = sorted({q for p in ggufs if (q := quant_of(p))})
         fix = (
@@ -130,13 +125,7 @@ def select_quant_files(repo: str, paths: Iterable[str], pattern: str | None) -> 
             "Pick one with --repo REPO --file FILE (for a split file, give its first shard).",
         )
     (group,) = groups.values()
-    gaps = missing_shards(group)
-    if gaps:
-        raise DownloadError(
-            f"{repo} has only part of the split GGUF {group[0]}: shard(s) {gaps} are missing.",
-            "The upload is incomplete; try another quant or ask the repo's owner.",
-        )
-    return group
+    return _complete(repo, group, "The upload is incomplete; try another quant or ask the repo's owner.")
 
 
 def files_for_name(repo: str, paths: Iterable[str], filename: str) -> list[str]:
@@ -149,10 +138,14 @@ def files_for_name(repo: str, paths: Iterable[str], filename: str) -> list[str]:
             f"GGUF files there: {', '.join(close)}." if close else "The repo has no GGUF files.",
         )
     base = shard_of(filename).base
-    group = group_shards(p for p in ggufs if shard_of(p).base == base)[base]
+    return _complete(repo, group_shards(p for p in ggufs if shard_of(p).base == base)[base])
+
+
+def _complete(repo: str, group: list[str], fix: str | None = None) -> list[str]:
+    """``group``, the shards of one split GGUF, or a :class:`DownloadError` naming those the repo lacks."""
     gaps = missing_shards(group)
     if gaps:
         raise DownloadError(
-            f"{repo} has only part of the split GGUF {group[0]}: shard(s) {gaps} are missing."
+            f"{repo} has only part of the split GGUF {group[0]}: shard(s) {gaps} are missing.", fix
         )
     return group

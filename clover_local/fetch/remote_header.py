@@ -1,9 +1,6 @@
-"""Read a GGUF's header from the Hub with HTTP range requests (the first few MB of a 23 GB file), cached by ETag,
-into the same :class:`ModelDescription` a local file gives (:mod:`clover_local.gguf.header`).
-
-Split GGUFs are read shard by shard. Hub failures become messages in one place,
-:func:`clover_local.fetch.hub.with_hub_errors`; the cache lives under ``<cache>/headers/`` and answers when the
-Hub cannot be reached (offline, or down).
+"""Read a GGUF's header from the Hub with HTTP range requests (the first few MB of a 23 GB file), shard by shard,
+into the same :class:`ModelDescription` a local file gives (:mod:`clover_local.gguf.header`). The headers are
+cached by ETag under ``<cache>/headers/``, which answers when the Hub cannot be reached (offline, or down).
 """
 
 from __future__ import annotations
@@ -45,13 +42,10 @@ def read_remote_header(
     timeout_s: float | None = None,
     retries: int | None = None,
 ) -> ModelDescription:
-    """Describe a GGUF on the Hub by fetching only its header (HTTP range requests), cached by ETag.
-
-    Goes through huggingface_hub (``hf_hub_url``, ``get_session``, ``build_hf_headers``), so ``HF_ENDPOINT``
-    and ``HF_TOKEN`` are respected. Errors are :class:`DownloadError` (Hub side) or :class:`GGUFError`.
-    ``offline`` (None: ``HF_HUB_OFFLINE``) answers from the header cache only; ``timeout_s`` bounds each
-    network wait (None: huggingface_hub's defaults); ``retries`` how many 429/503 answers are waited out
-    (None: as for downloads).
+    """Describe a GGUF on the Hub from its header alone, through huggingface_hub (so ``HF_ENDPOINT`` and
+    ``HF_TOKEN`` hold). Errors are :class:`DownloadError` (Hub side) or :class:`GGUFError`. ``offline`` (None:
+    ``HF_HUB_OFFLINE``) answers from the header cache only; ``timeout_s`` bounds each network wait (None:
+    huggingface_hub's defaults); ``retries`` how many 429/503 answers are waited out (None: as for downloads).
     """
     access = _HubAccess(
         token=token,
@@ -82,7 +76,7 @@ def read_remote_architecture(
     unreachable, not found) or :class:`GGUFError` (not a GGUF, no architecture)."""
     access = _HubAccess(token=token, offline=None, timeout_s=None, retries=RATE_LIMIT_RETRIES)
     name = shard_names(filename)[0]
-    url, meta = _file_metadata(repo_id, name, revision, access)
+    meta = _file_metadata(repo_id, name, revision, access)
     cache = _cache_path(repo_id, meta.etag)
     header = _parse_cached(cache)
     if header is not None and isinstance(header.kv.get("general.architecture"), str):
@@ -93,12 +87,9 @@ def read_remote_architecture(
     on_disk = _architecture_on_disk(repo_id, meta.etag)
     if on_disk is not None:
         return on_disk
-
-    def fetch(start: int, end: int) -> bytes:
-        return access.call(lambda: _get_range(meta.location or url, start, end, token, None), repo_id, name)
-
-    arch = parse_growing(fetch, meta.size, f"{name} in {repo_id}", FIRST_READ_ARCH, parse_architecture)
-    _write_atomically(known, arch.encode())
+    read = access.reader(meta, repo_id, name)
+    arch = parse_growing(read, meta.size, f"{name} in {repo_id}", FIRST_READ_ARCH, parse_architecture)
+    write_atomically(known, arch.encode())
     return arch
 
 
@@ -141,6 +132,12 @@ class _HubAccess:
         what = f"read the GGUF header of {filename} in {repo_id}"
         return with_hub_errors(call, repo=repo_id, what=what, filename=filename, retries=self.retries)
 
+    def reader(self, meta: _FileMeta, repo_id: str, filename: str) -> Callable[[int, int], bytes]:
+        """Reads bytes ``[start, end)`` of the file (:func:`_get_range`), Hub errors made messages."""
+        return lambda start, end: self.call(
+            lambda: _get_range(meta.url, start, end, self.token, self.timeout_s), repo_id, filename
+        )
+
 
 def _remote_shard_header(
     repo_id: str, filename: str, revision: str | None, access: _HubAccess
@@ -152,7 +149,7 @@ def _remote_shard_header(
     where = f"{filename} in {repo_id}"
     ref = _ref_path(repo_id, revision, filename)
     try:
-        url, meta = _file_metadata(repo_id, filename, revision, access)
+        meta = _file_metadata(repo_id, filename, revision, access)
     except HubUnreachableError:
         cached = _cached_from_ref(repo_id, ref)
         if cached is None:
@@ -161,20 +158,18 @@ def _remote_shard_header(
     cache = _cache_path(repo_id, meta.etag)
     header = _parse_cached(cache)
     if header is None:
+        read = access.reader(meta, repo_id, filename)
         header_bytes = bytearray()
 
         def fetch(start: int, end: int) -> bytes:
-            data = access.call(
-                lambda: _get_range(meta.location or url, start, end, access.token, access.timeout_s),
-                repo_id,
-                filename,
-            )
+            data = read(start, end)
             header_bytes[start:] = data
             return data
 
         header = parse_growing(fetch, meta.size, where, FIRST_READ_REMOTE, parse_header)
-        _write_atomically(cache, bytes(header_bytes[: header.header_bytes]))
-    _write_atomically(ref, f"{cache.name}\n{meta.size}\n".encode())
+        # Each write under a temporary name of its own: two processes reading headers never collide.
+        write_atomically(cache, bytes(header_bytes[: header.header_bytes]))
+    write_atomically(ref, f"{cache.name}\n{meta.size}\n".encode())
     return header, meta.size
 
 
@@ -182,13 +177,12 @@ def _remote_shard_header(
 class _FileMeta:
     size: int
     etag: str
-    location: str | None
+    url: str
+    """Where its bytes are: the Hub's redirect target, else the resolve URL."""
 
 
-def _file_metadata(
-    repo_id: str, filename: str, revision: str | None, access: _HubAccess
-) -> tuple[str, _FileMeta]:
-    """The file's resolve URL, and its size, ETag and redirect target from the Hub (a HEAD request)."""
+def _file_metadata(repo_id: str, filename: str, revision: str | None, access: _HubAccess) -> _FileMeta:
+    """The file's size, ETag and where its bytes are, from the Hub (a HEAD request on its resolve URL)."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
 
     url = hf_hub_url(repo_id, filename, revision=revision)
@@ -206,19 +200,23 @@ def _file_metadata(
     )
     if meta.size is None or not meta.etag:
         raise DownloadError(f"The Hub did not say the size and ETag of {where}.", "Try again later.")
-    return url, _FileMeta(meta.size, check_etag(meta.etag.strip('"')), meta.location)
+    return _FileMeta(meta.size, check_etag(meta.etag.strip('"')), meta.location or url)
 
 
 def _cache_path(repo_id: str, etag: str) -> Path:
     """``<cache>/headers/<repo>/<etag>.bin``: the header bytes of the file with that ETag (its sha256 on the Hub)."""
     safe_etag = re.sub(r"[^0-9A-Za-z._-]", "_", etag.strip('"'))
-    return settings.cache_dir() / "headers" / repo_id / f"{safe_etag}.bin"
+    return _headers(repo_id) / f"{safe_etag}.bin"
 
 
 def _ref_path(repo_id: str, revision: str | None, filename: str) -> Path:
     """Which cached header a revision's file had last time, for use without the Hub."""
     safe_rev = re.sub(r"[^0-9A-Za-z._-]", "_", revision or "main")
-    return settings.cache_dir() / "headers" / repo_id / "refs" / safe_rev / filename
+    return _headers(repo_id) / "refs" / safe_rev / filename
+
+
+def _headers(repo_id: str) -> Path:
+    return settings.cache_dir() / "headers" / repo_id
 
 
 def _parse_cached(cache: Path) -> RawHeader | None:
@@ -234,14 +232,10 @@ def _parse_cached(cache: Path) -> RawHeader | None:
 def _cached_from_ref(repo_id: str, ref: Path) -> tuple[RawHeader, int] | None:
     try:
         name, size = ref.read_text().split()
-        header = _parse_cached(settings.cache_dir() / "headers" / repo_id / name)
+        header = _parse_cached(_headers(repo_id) / name)
     except (OSError, ValueError):
         return None
     return (header, int(size)) if header is not None else None
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    write_atomically(path, data)  # a temporary name of its own: two processes reading headers never collide
 
 
 def _get_range(url: str, start: int, end: int, token: str | bool | None, timeout_s: float | None) -> bytes:

@@ -109,22 +109,11 @@ def best_sibling(paths: Iterable[str], model: str, keyword: str, tag: str = "") 
         dirs = path.split("/")[:-1]
         if len(dirs) > len(model_dirs) or model_dirs[: len(dirs)] != dirs:
             continue
-        depth = len(dirs)
         diff = abs(quant_bits(split_info(path).tag) - model_bits)
-        exact = bool(tag_upper) and f"-{tag_upper}." in path.upper()
-        if best_key is None or _better((depth, exact, diff), best_key):
-            best, best_key = path, (depth, exact, diff)
+        key = (len(dirs), bool(tag_upper) and f"-{tag_upper}." in path.upper(), -diff)
+        if best_key is None or key > best_key:
+            best, best_key = path, key
     return best
-
-
-def _better(new: tuple[int, bool, int], old: tuple[int, bool, int]) -> bool:
-    depth, exact, diff = new
-    best_depth, best_exact, best_diff = old
-    return (
-        depth > best_depth
-        or (depth == best_depth and exact and not best_exact)
-        or (depth == best_depth and exact == best_exact and diff < best_diff)
-    )
 
 
 def draft_sidecars(
@@ -132,12 +121,8 @@ def draft_sidecars(
 ) -> dict[DraftKind, str]:
     """The best drafter sidecar of each kind the repo offers for ``model`` (kind -> repo path)."""
     listed = list(paths)
-    found: dict[DraftKind, str] = {}
-    for kind in kinds:
-        path = best_sibling(listed, model, _KEYWORDS[kind], tag)
-        if path is not None:
-            found[kind] = path
-    return found
+    found = {kind: best_sibling(listed, model, _KEYWORDS[kind], tag) for kind in kinds}
+    return {kind: path for kind, path in found.items() if path is not None}
 
 
 def draft_kind_of(path: str) -> DraftKind | None:

@@ -10,11 +10,12 @@ The finished file is checked against the Hub's sha256 before it is renamed to ``
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -228,7 +229,8 @@ class _HashingWriter:
         cancel: threading.Event | None,
     ) -> None:
         self._f = f
-        self._hasher = hasher
+        self.hasher = hasher
+        """The sha256 of the whole file so far (the resumed prefix was hashed before the transfer)."""
         self._tracker = tracker
         self._cancel = cancel
 
@@ -237,7 +239,7 @@ class _HashingWriter:
         view = memoryview(data)
         while view:
             view = view[self._f.write(view) or 0 :]
-        self._hasher.update(data)
+        self.hasher.update(data)
         self._tracker.advance(len(data))
         return len(data)
 
@@ -248,43 +250,30 @@ class _HashingWriter:
         """Drop what was written: the server sends the file from its first byte."""
         self._f.seek(0)
         self._f.truncate(0)
-        self._hasher = hashlib.sha256()
+        self.hasher = hashlib.sha256()
         self._tracker.rewind(0)
 
-    def flush(self) -> None:
-        self._f.flush()
 
-    @property
-    def hasher(self) -> hashlib._Hash:
-        """The sha256 of the whole file so far (the resumed prefix was hashed before the transfer)."""
-        return self._hasher
-
-
-class _hold_lock:
+@contextlib.contextmanager
+def _hold_lock(path: Path, cancel: threading.Event | None, on_wait: Callable[[], None]) -> Iterator[None]:
     """Hold huggingface_hub's per-blob lock, waiting as long as needed but staying cancellable;
     ``on_wait`` runs once, at once, when another process holds it (so the person is told why
     nothing moves)."""
-
-    def __init__(self, path: Path, cancel: threading.Event | None, on_wait: Callable[[], None]) -> None:
-        self._lock = filelock.FileLock(str(path), mode=0o664)
-        self._cancel = cancel
-        self._on_wait = on_wait
-
-    def __enter__(self) -> None:
-        try:
-            self._lock.acquire(timeout=0)
-            return
-        except filelock.Timeout:
-            self._on_wait()
+    lock = filelock.FileLock(str(path), mode=0o664)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        on_wait()
         while True:
             try:
-                self._lock.acquire(timeout=0.5)
-                return
+                lock.acquire(timeout=0.5)
+                break
             except filelock.Timeout:
-                _raise_if_cancelled(self._cancel)
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
+                _raise_if_cancelled(cancel)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _raise_if_cancelled(cancel: threading.Event | None) -> None:

@@ -2,11 +2,9 @@
 
 The header holds the architecture numbers (layers, heads, experts, context, recurrent sizes) and the tensor
 table, which gives the exact bytes of every tensor: the planner then knows what is expert weight and what is
-not, layer by layer. Split GGUFs (``*-00001-of-00003.gguf``) are read shard by shard.
-
-Parsing is :mod:`clover_local.gguf.parse` (why not ``gguf.GGUFReader`` is said there); turning the raw header
-into a description is :mod:`clover_local.gguf.describe`. The same header read from the Hub with range requests
-is :mod:`clover_local.fetch.remote_header`, which uses :func:`parse_growing` and :func:`check_shards` from here.
+not, layer by layer. Split GGUFs (``*-00001-of-00003.gguf``) are read shard by shard. Why not
+``gguf.GGUFReader`` is said in :mod:`clover_local.gguf.parse`; :mod:`clover_local.fetch.remote_header` reads the
+same header from the Hub with range requests.
 """
 
 from __future__ import annotations

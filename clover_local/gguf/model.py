@@ -68,11 +68,7 @@ class ModelDescription:
         if self.tensors is None:
             per = int(self.file_bytes * self.architecture.expert_weight_fraction) // n
             return [per] * n
-        out = [0] * n
-        for t in self.tensors:
-            if t.is_expert and t.layer is not None and t.layer < n:
-                out[t.layer] += t.n_bytes
-        return out
+        return self._per_layer(expert=True)
 
     def dense_bytes_per_layer(self) -> list[int]:
         """Non-expert bytes of each layer: attention or recurrent weights, shared expert, norms, router."""
@@ -80,9 +76,12 @@ class ModelDescription:
         if self.tensors is None:
             rest = self.file_bytes - sum(self.expert_bytes_per_layer()) - self.global_bytes()
             return [max(rest, 0) // n] * n
-        out = [0] * n
-        for t in self.tensors:
-            if not t.is_expert and t.layer is not None and t.layer < n:
+        return self._per_layer(expert=False)
+
+    def _per_layer(self, *, expert: bool) -> list[int]:
+        out = [0] * self.architecture.n_layers
+        for t in self.tensors or ():
+            if t.is_expert == expert and t.layer is not None and t.layer < len(out):
                 out[t.layer] += t.n_bytes
         return out
 

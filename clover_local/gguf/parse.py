@@ -145,10 +145,7 @@ class _Cursor:
         return raw.decode("utf-8", errors="replace")
 
     def value(self, vtype: int) -> Any:
-        try:
-            kind = gguf.GGUFValueType(vtype)
-        except ValueError:
-            raise GGUFError(f"The GGUF header is corrupt: unknown value type {vtype}.") from None
+        kind = _value_type(vtype, "value")
         if kind == gguf.GGUFValueType.STRING:
             return self.string()
         if kind == gguf.GGUFValueType.ARRAY:
@@ -158,10 +155,7 @@ class _Cursor:
     def array(self) -> list[Any] | StringArray:
         item_type = self.scalar("<I")
         n = self.count("an array length")
-        try:
-            kind = gguf.GGUFValueType(item_type)
-        except ValueError:
-            raise GGUFError(f"The GGUF header is corrupt: unknown array type {item_type}.") from None
+        kind = _value_type(item_type, "array")
         if kind in _SCALARS:
             dtype = np.dtype(_SCALARS[kind])
             self.need(n * dtype.itemsize)
@@ -195,6 +189,13 @@ class _Cursor:
         self.pos = pos
         # A copy of the array's bytes (one memcpy): the caller's buffer may grow or go away.
         return StringArray(bytes(buf[first:pos]), [p - first for p in starts])
+
+
+def _value_type(raw: int, what: str) -> gguf.GGUFValueType:
+    try:
+        return gguf.GGUFValueType(raw)
+    except ValueError:
+        raise GGUFError(f"The GGUF header is corrupt: unknown {what} type {raw}.") from None
 
 
 def parse_header(buf: bytes | bytearray | memoryview) -> RawHeader:

@@ -8,6 +8,7 @@ A condition on anything else is refused by name."""
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 from clover_local.engine.schema_gbnf.common import Document, pointer
@@ -44,10 +45,10 @@ def expand(schema: dict[str, Any], doc: Document, path: str) -> list[Any]:
     kinds_of_rules: list[bool] = []  # whether each rule holds for a value that is not an object
     for i, triple in enumerate(schema.get(CONDITIONS, [])):
         where = path if i else pointer(path, "if")
-        then, otherwise = (_deref(triple.get(k, True), doc, where) for k in ("then", "else"))
-        test = _deref(triple["if"], doc, where)
+        then, otherwise = (resolved(triple.get(k, True), doc, where) for k in ("then", "else"))
+        test = resolved(triple["if"], doc, where)
         if isinstance(test, dict) and set(test) - ANNOTATIONS == {"not"}:  # if not C then A else B
-            test, then, otherwise = _deref(test["not"], doc, pointer(where, "not")), otherwise, then
+            test, then, otherwise = resolved(test["not"], doc, pointer(where, "not")), otherwise, then
         rules.append((_condition(test, doc, where), then, otherwise))
         kinds_of_rules.append(True)
     for key in ("dependentRequired", "dependentSchemas", "dependencies"):
@@ -60,13 +61,13 @@ def expand(schema: dict[str, Any], doc: Document, path: str) -> list[Any]:
             then = (
                 {"required": then}
                 if isinstance(then, list)
-                else _deref(then, doc, pointer(path, key, trigger))
+                else resolved(then, doc, pointer(path, key, trigger))
             )
             rules.append(({trigger: _PRESENT}, then, True))
             kinds_of_rules.append(False)
     if "not" in schema:
         base, negated = _negation(
-            base, _deref(schema["not"], doc, pointer(path, "not")), doc, pointer(path, "not")
+            base, resolved(schema["not"], doc, pointer(path, "not")), doc, pointer(path, "not")
         )
         rules += [(c, False, True) for c in negated]
         kinds_of_rules += [True] * len(negated)
@@ -100,7 +101,7 @@ def _combinations(base: dict[str, Any], rules: list[tuple[dict[str, tuple[Any, .
                 raise SchemaRefused("if", path, f"two conditions read the value of {key!r} differently.")
     states: list[list[tuple[Any, ...]]] = []
     for key, values in keys.items():
-        declared = _deref((base.get("properties") or {}).get(key, True), doc, path)
+        declared = resolved((base.get("properties") or {}).get(key, True), doc, path)
         named = finite(declared)
         if key in nested:
             if values:
@@ -117,10 +118,7 @@ def _combinations(base: dict[str, Any], rules: list[tuple[dict[str, tuple[Any, .
         elif declared is False:
             options = [_ABSENT]
         states.append(options)
-    count = 1
-    for options in states:
-        count *= len(options)
-    if count > MAX_COMBINATIONS:
+    if math.prod(len(options) for options in states) > MAX_COMBINATIONS:
         raise SchemaRefused(
             "if", path, f"the conditions read {len(keys)} keys in over {MAX_COMBINATIONS} combinations."
         )
@@ -186,7 +184,7 @@ def _condition(schema: Any, doc: Document, path: str, keyword: str = "if") -> di
     out: dict[str, tuple[Any, ...]] = {k: _PRESENT for k in required}
     for key, sub in (schema.get("properties") or {}).items():
         where = pointer(path, "properties", key)
-        sub = _deref(sub, doc, where)
+        sub = resolved(sub, doc, where)
         values = finite(sub)
         if values is None:
             try:
@@ -264,24 +262,13 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
         else None
     )
     if isinstance(parts, list):
-        return base, [_condition(_deref(p, doc, pointer(path, "anyOf", i)), doc, pointer(path, "anyOf", i), "not")
+        return base, [_condition(resolved(p, doc, pointer(path, "anyOf", i)), doc, pointer(path, "anyOf", i), "not")
                       for i, p in enumerate(parts)]  # fmt: skip
     try:
         return base, [_condition(negated, doc, path)]
     except SchemaRefused:
         raise SchemaRefused("not", path, "only 'not' of a type, of values, or of keys being present can be "
                             "enforced.") from None  # fmt: skip
-
-
-def listed(schema: Any) -> list[Any] | None:
-    """The values a schema lists (``const``, ``enum``, ``boolean``, ``null``); None when it lists none."""
-    values = finite(schema)
-    return values if isinstance(values, list) else None
-
-
-def resolved(schema: Any, doc: Document, path: str) -> Any:
-    """``schema`` with its top-level ``$ref`` followed (keywords beside it merged in)."""
-    return _deref(schema, doc, path)
 
 
 def without(base: dict[str, Any], values: list[Any]) -> dict[str, Any] | None:
@@ -308,7 +295,8 @@ def without(base: dict[str, Any], values: list[Any]) -> dict[str, Any] | None:
     return None
 
 
-def _deref(schema: Any, doc: Document, path: str) -> Any:
+def resolved(schema: Any, doc: Document, path: str) -> Any:
+    """``schema`` with its top-level ``$ref`` followed (keywords beside it merged in)."""
     for _ in range(64):
         if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
             return schema

@@ -47,8 +47,10 @@ class Document:
     def resolve(self, ref: str, path: str) -> Any:
         return self.locate(ref, path)[0]
 
-    def locate(self, ref: str, path: str) -> tuple[Any, str]:
+    def locate(self, ref: Any, path: str) -> tuple[Any, str]:
         """The subschema ``ref`` names and its JSON pointer in the document (``#/...``)."""
+        if not isinstance(ref, str):
+            raise SchemaRefused("$ref", path, "must be a string.")
         fragment = self.local(ref)
         if fragment is None:
             raise SchemaRefused(

@@ -43,6 +43,17 @@ from clover_local.engine.schema_gbnf.merge import (
 from clover_local.engine.schema_gbnf.objects import ExtraKeys, not_strings_rule, plan_object
 from clover_local.engine.schema_gbnf.rules import FORMAT_LENGTHS, FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
 
+_IMPLIED_TYPES = (
+    (
+        "object",
+        ("properties", "patternProperties", "propertyNames", "required", "minProperties", "maxProperties"),
+    ),
+    ("array", ("items", "prefixItems", "minItems", "maxItems", "uniqueItems")),
+    ("string", ("pattern", "minLength", "maxLength", "format")),
+    ("number", ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")),
+)
+"""The type a schema without ``type`` is written as, by the first keyword it has (``additionalProperties`` other
+than true: an object)."""
 _NO_VALUE = "No JSON value matches the whole schema, so no reply could ever be valid: change the schema where it says."
 
 
@@ -153,11 +164,9 @@ class Converter:
         refuse_unenforceable(schema, path)
         schema = lift(schema)
         if "$ref" in schema:
-            beside_ref = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
-            if not beside_ref:
-                return self.add_rule(rule_name, self._ref(schema["$ref"], path, doc, depth))
             # Keywords beside a reference hold too (2019-09 on; before, a subset of what the schema allows).
-            return self.add_rule(rule_name, self._ref_with(schema["$ref"], beside_ref, path, doc, depth))
+            beside_ref = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
+            return self.add_rule(rule_name, self._ref(schema["$ref"], beside_ref, path, doc, depth))
         if "allOf" in schema:
             merged = self._merge_parts(schema, path, doc)
             return self._visit(merged, name, path, doc, depth + 1)
@@ -171,7 +180,7 @@ class Converter:
             )
         for key in ("oneOf", "anyOf"):
             if key in schema:
-                constraints = beside(schema, key)
+                constraints = beside(schema)
                 sub = name + ("-" if name else "alternative-")
                 alternatives = [
                     (i, alt)
@@ -199,31 +208,13 @@ class Converter:
             return self.add_rule(rule_name, "(" + " | ".join(constant(v) for v in values) + ")")
         if kind is not None and not isinstance(kind, str):
             raise SchemaRefused("type", path, "must be a string or an array of strings.")
-        object_keys = (
-            "properties",
-            "patternProperties",
-            "propertyNames",
-            "required",
-            "minProperties",
-            "maxProperties",
-        )
-        has_props = (
-            any(k in schema for k in object_keys) or schema.get("additionalProperties", True) is not True
-        )
         if kind is None:
-            if has_props:
-                kind = "object"
-            elif any(k in schema for k in ("items", "prefixItems", "minItems", "maxItems", "uniqueItems")):
-                kind = "array"
-            elif any(k in schema for k in ("pattern", "minLength", "maxLength", "format")):
-                kind = "string"
-            elif any(
-                k in schema
-                for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
-            ):
-                kind = "number"
-            else:
+            implied = [t for t, keys in _IMPLIED_TYPES if any(k in schema for k in keys)]
+            if schema.get("additionalProperties", True) is not True:
+                implied.insert(0, "object")
+            if not implied:
                 return self.add_rule(rule_name, self.primitive("value"))
+            kind = implied[0]
         return self._typed(schema, kind, name, rule_name, path, doc, depth)
 
     def _alternatives(self, cases: list[tuple[int, Any, str]], sub: str, doc: Document, depth: int) -> str:
@@ -259,34 +250,24 @@ class Converter:
             )
         raise SchemaRefused("type", path, f"unrecognized type {kind!r}.")
 
-    def _ref(self, ref: Any, path: str, doc: Document, depth: int) -> str:
-        if not isinstance(ref, str):
-            raise SchemaRefused("$ref", path, "must be a string.")
+    def _ref(self, ref: Any, beside_ref: dict[str, Any], path: str, doc: Document, depth: int) -> str:
+        """A reference's rule. With keywords beside it, one rule per reference and keywords, so a recursive schema
+        written this way becomes a recursive rule (not an endless merge)."""
         target, at = doc.locate(ref, path)
         ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", at[1:])
         key = doc.prefix + at
+        if beside_ref:
+            digest = hashlib.sha1(json.dumps(beside_ref, sort_keys=True, default=str).encode()).hexdigest()[
+                :8
+            ]
+            ref_name, key = f"{ref_name}-{digest}", f"{key}+{digest}"
+            target, at = {"allOf": [{"$ref": ref}, beside_ref]}, path
         if ref_name not in self._rules and key not in self._resolving:
             self._resolving.add(key)
-            self._ref_paths[ref_name] = at
+            if not beside_ref:
+                self._ref_paths[ref_name] = at
             try:
                 ref_name = self._visit(target, ref_name, at, doc, depth + 1)
-            finally:
-                self._resolving.discard(key)
-        return ref_name
-
-    def _ref_with(self, ref: Any, beside_ref: dict[str, Any], path: str, doc: Document, depth: int) -> str:
-        """A reference with keywords beside it, as one rule per reference and keywords, so a recursive schema
-        written this way becomes a recursive rule (not an endless merge)."""
-        if not isinstance(ref, str):
-            raise SchemaRefused("$ref", path, "must be a string.")
-        _target, at = doc.locate(ref, path)
-        digest = hashlib.sha1(json.dumps(beside_ref, sort_keys=True, default=str).encode()).hexdigest()[:8]
-        ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", at[1:]) + "-" + digest
-        key = doc.prefix + at + "+" + digest
-        if ref_name not in self._rules and key not in self._resolving:
-            self._resolving.add(key)
-            try:
-                ref_name = self._visit({"allOf": [{"$ref": ref}, beside_ref]}, ref_name, path, doc, depth + 1)
             finally:
                 self._resolving.discard(key)
         return ref_name
@@ -309,8 +290,6 @@ class Converter:
             return
         rest = {k: v for k, v in schema.items() if k not in ("$ref", "allOf")}
         if "$ref" in schema:
-            if not isinstance(schema["$ref"], str):
-                raise SchemaRefused("$ref", path, "must be a string.")
             target, at = doc.locate(schema["$ref"], path)
             yield from self._parts(target, at, doc, depth + 1)
         if "allOf" in schema:
@@ -433,42 +412,29 @@ class Converter:
             if lo:
                 raise
             return '"[" space "]"'  # no item can be written: only the empty array
-        where = ("minItems" if hi is None or lo > hi else "maxItems", path)
-        if hi is not None and hi > self.limits.max_count:
-            where = ("maxItems", path)
-        elif lo > self.limits.max_count:
-            where = ("minItems", path)
-        body = self.repetition(item, lo, hi, '"," space', where=where)
+        body = self.repetition(
+            item, lo, hi, '"," space', where=("minItems" if hi is None else "maxItems", path)
+        )
         return f'"[" space {body} space "]"'
 
     def _unique_items(self, items_schema: Any, lo: int, hi: int | None, sub: str, path: str, doc: Document,
                       depth: int) -> str:  # fmt: skip
         """``uniqueItems``: items whose values are listed are written each at most once, in the listed order;
         any other items at most one (two items the grammar writes apart could still be equal)."""
-        values = branches.listed(branches.resolved(items_schema, doc, path))
-        if values is not None:
+        values = branches.finite(branches.resolved(items_schema, doc, path))
+        if isinstance(values, list):
             values = listed_values({"enum": values}, path, self.limits.max_enum)
             if lo <= 1 and (hi is None or hi >= len(values)):
                 rules = [self.add_rule(f"{sub}unique-{i}", constant(v)) for i, v in enumerate(values)]
 
                 def rest(i: int) -> str:
-                    tail = (
-                        f" {self.add_rule(f'{sub}unique-rest-{i + 1}', rest(i + 1))}"
-                        if i + 1 < len(rules)
-                        else ""
-                    )
-                    return f'( "," space {rules[i]} )?{tail}'
+                    """What may follow the value ``rules[i]``: each later value at most once, in order."""
+                    if i + 1 == len(rules):
+                        return ""
+                    later = f'( "," space {rules[i + 1]} )?{rest(i + 1)}'
+                    return " " + self.add_rule(f"{sub}unique-rest-{i + 1}", later)
 
-                firsts = [
-                    rules[i]
-                    + (
-                        f" {self.add_rule(f'{sub}unique-rest-{i + 1}', rest(i + 1))}"
-                        if i + 1 < len(rules)
-                        else ""
-                    )
-                    for i in range(len(rules))
-                ]
-                body = "(" + " | ".join(firsts) + ")" + ("" if lo else "?")
+                body = "(" + " | ".join(r + rest(i) for i, r in enumerate(rules)) + ")" + ("" if lo else "?")
                 return f'"[" space {body} space "]"'
         if lo > 1:
             raise SchemaRefused("uniqueItems", path, f"{lo} items that must all differ cannot be enforced "

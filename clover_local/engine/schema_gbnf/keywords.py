@@ -48,7 +48,7 @@ def refuse_unenforceable(schema: dict[str, Any], path: str) -> None:
             raise SchemaRefused(key, path, UNENFORCEABLE[key] + ".", f"Drop '{key}' from the schema.")
 
 
-def beside(schema: dict[str, Any], combinator: str) -> dict[str, Any]:
+def beside(schema: dict[str, Any]) -> dict[str, Any]:
     """The constraints written beside ``anyOf``/``oneOf`` in ``schema``: they hold for every alternative
     (pydantic writes ``{"anyOf": [{"type": "string"}, {"type": "null"}], "format": "email"}``)."""
     return {k: v for k, v in schema.items() if k in CONSTRAINTS and k not in ("anyOf", "oneOf")}

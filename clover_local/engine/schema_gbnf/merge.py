@@ -221,17 +221,21 @@ def _held_to_additional(part: dict[str, Any], other: dict[str, Any], path: str) 
     if not isinstance(extra, dict) or (additional is True and not patterns):
         return part
     own: dict[str, Any] = part["properties"] if isinstance(part.get("properties"), dict) else {}
-    added: dict[str, Any] = {}
-    for name in extra:
-        if name in own:
-            continue
-        matching = [s for p, s in patterns.items() if search(p, name, path)]
-        schema: Any = True
-        for s in matching or [additional]:
-            schema = merge_lazy(schema, s)
-        if schema is not True:
-            added[name] = schema
+    added = {
+        name: schema
+        for name in extra
+        if name not in own and (schema := key_schema(name, patterns, additional, path)) is not True
+    }
     return {**part, "properties": {**own, **added}} if added else part
+
+
+def key_schema(name: str, patterns: dict[str, Any], additional: Any, path: str) -> Any:
+    """What a key no ``properties`` declares is held to: the ``patternProperties`` it matches (all of them),
+    else ``additionalProperties``."""
+    schema: Any = True
+    for s in [s for p, s in patterns.items() if search(p, name, path)] or [additional]:
+        schema = merge_lazy(schema, s)
+    return schema
 
 
 def search(pattern: str, text: str, path: str = "#") -> bool:

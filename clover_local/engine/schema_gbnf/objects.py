@@ -13,7 +13,7 @@ from typing import Any
 
 from clover_local.engine.schema_gbnf.common import class_char, count_of, pointer, required_of
 from clover_local.engine.schema_gbnf.limits import SchemaRefused, Unsatisfiable
-from clover_local.engine.schema_gbnf.merge import allows_nothing, merge_lazy, search
+from clover_local.engine.schema_gbnf.merge import allows_nothing, key_schema, merge_lazy, search
 from clover_local.engine.schema_gbnf.pattern import UNSAFE
 
 
@@ -73,10 +73,7 @@ def plan_object(schema: dict[str, Any], path: str, names_ok: Any) -> ObjectPlan:
     for name in required:
         if name in props:
             continue
-        matching = [sub for source, sub in patterns.items() if search(source, name, path)]
-        value: Any = True
-        for sub in matching or [additional]:
-            value = merge_lazy(value, sub)
+        value = key_schema(name, patterns, additional, path)
         if value is False:
             raise Unsatisfiable("required", path, f"names {name!r}, which 'additionalProperties' forbids.")
         props[name], where[name] = value, path

@@ -16,7 +16,6 @@ MAX_PATTERN_DEPTH = 100
 _NON_LITERAL = set("|.()[]{}*+?^$")
 UNSAFE = '"\\\\\\x00-\\x1F\\x7F'
 DOT = f"[^{UNSAFE}]"
-_CLASS_ESCAPES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": " \\t"}
 _CLASS_RANGES = {
     "d": "0123456789",
     "w": "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
@@ -58,8 +57,7 @@ def class_rule(ranges: list[tuple[int, int]], negated: bool) -> str:
     """A GBNF expression for one character of a JSON string that the class allows: plain where JSON allows
     the character plain, its escape where JSON needs one (a negated class never writes an escaped one)."""
     if negated:
-        body = "".join(_class_char(lo) + ("" if lo == hi else "-" + _class_char(hi)) for lo, hi in ranges)
-        return f"[^{body}{UNSAFE}]"
+        return f"[^{_ranges(ranges)}{UNSAFE}]"
     merged: list[tuple[int, int]] = []
     for lo, hi in sorted(ranges):
         if merged and lo <= merged[-1][1] + 1:
@@ -80,15 +78,15 @@ def class_rule(ranges: list[tuple[int, int]], negated: bool) -> str:
             safe.append((start, hi))
     parts = []
     if safe:
-        parts.append(
-            "["
-            + "".join(_class_char(lo) + ("" if lo == hi else "-" + _class_char(hi)) for lo, hi in safe)
-            + "]"
-        )
+        parts.append(f"[{_ranges(safe)}]")
     parts += [f'"{json_literal(ch)}"' for ch in dict.fromkeys(escaped)]
     if not parts:
         raise Unsupported("an empty character class")
     return parts[0] if len(parts) == 1 else "(" + " | ".join(parts) + ")"
+
+
+def _ranges(ranges: list[tuple[int, int]]) -> str:
+    return "".join(_class_char(lo) + ("" if lo == hi else "-" + _class_char(hi)) for lo, hi in ranges)
 
 
 def _escaped_char(pattern: str, pos: int) -> tuple[str | None, int]:
@@ -243,16 +241,10 @@ def _one(
                     raise Unsupported("unterminated curly brackets")
                 nums = sub[i + 1 : end].split(",")
                 state["i"] = end + 1
-                if len(nums) not in (1, 2) or not all(n.strip().isdigit() or n == "" for n in nums):
+                if nums == [""] or len(nums) > 2 or not all(n.strip().isdigit() or n == "" for n in nums):
                     raise Unsupported("invalid numbers in curly brackets")
-                if len(nums) == 1:
-                    if not nums[0]:
-                        raise Unsupported("invalid numbers in curly brackets")
-                    min_times = int(nums[0])
-                    max_times: int | None = min_times
-                else:
-                    min_times = int(nums[0]) if nums[0] else 0
-                    max_times = int(nums[1]) if nums[1] else None
+                min_times = int(nums[0]) if nums[0] else 0
+                max_times = min_times if len(nums) == 1 else int(nums[1]) if nums[1] else None
                 if not seq:
                     raise Unsupported("nothing to repeat")
                 text, is_literal = seq[-1]
@@ -265,12 +257,12 @@ def _one(
             elif (
                 c == "\\"
                 and i + 1 < length
-                and (sub[i + 1] in _CLASS_ESCAPES or sub[i + 1] in _NEGATED_ESCAPES)
+                and (sub[i + 1] in _CLASS_RANGES or sub[i + 1] in _NEGATED_ESCAPES)
             ):
                 nxt = sub[i + 1]
                 cls = (
                     class_rule([(ord(c), ord(c)) for c in _CLASS_RANGES[nxt]], False)
-                    if nxt in _CLASS_ESCAPES
+                    if nxt in _CLASS_RANGES
                     else f"[^{_NEGATED_ESCAPES[nxt]}{UNSAFE}]"
                 )
                 seq.append((cls, False))
@@ -287,7 +279,7 @@ def _one(
             if ch == "\\":
                 if i == length - 1:
                     raise Unsupported("trailing backslash")
-                if sub[i + 1] in _CLASS_ESCAPES or sub[i + 1] in _NEGATED_ESCAPES:
+                if sub[i + 1] in _CLASS_RANGES or sub[i + 1] in _NEGATED_ESCAPES:
                     break
                 char, n = _escaped_char(sub, i)
                 if char is None:
