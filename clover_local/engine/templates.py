@@ -227,34 +227,21 @@ def renderer(choice: TemplateChoice, *, bos_token: str, eos_token: str) -> Rende
     """A function (messages, tools=(), tool_choice="auto") -> prompt text for the chosen template. Tools,
     earlier calls and their results go through the template when it shows them, else are written into the
     messages in the generic format (``toolcalls.fold_tools``)."""
-    if renders_tools(choice):
-        source = choice.source or ""
+    native_tools = renders_tools(choice)
 
-        def render_with_tools(
-            msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto"
-        ) -> str:
-            return render_jinja(source, msgs, bos_token=bos_token, eos_token=eos_token, tools=tools)
+    def render(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto") -> str:
+        if native_tools:
+            return render_jinja(
+                choice.source or "", msgs, bos_token=bos_token, eos_token=eos_token, tools=tools
+            )
+        msgs = fold_tools(msgs, tools, tool_choice)
+        if choice.kind == "jinja":
+            return render_jinja(choice.source or "", msgs, bos_token=bos_token, eos_token=eos_token)
+        if choice.kind == "builtin":
+            return render_builtin(choice.name, msgs)
+        return render_completion(msgs)
 
-        return render_with_tools
-    plain = _plain_renderer(choice, bos_token=bos_token, eos_token=eos_token)
-
-    def render_folded(
-        msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto"
-    ) -> str:
-        return plain(fold_tools(msgs, tools, tool_choice))
-
-    return render_folded
-
-
-def _plain_renderer(
-    choice: TemplateChoice, *, bos_token: str, eos_token: str
-) -> Callable[[Sequence[ChatMessage]], str]:
-    if choice.kind == "jinja":
-        source = choice.source or ""
-        return lambda msgs: render_jinja(source, msgs, bos_token=bos_token, eos_token=eos_token)
-    if choice.kind == "builtin":
-        return lambda msgs: render_builtin(choice.name, msgs)
-    return render_completion
+    return render
 
 
 def gguf_chat_template(model: Any) -> str | None:
