@@ -216,14 +216,12 @@ class TokenPicker:
             return self._pick_constrained(row, n_rows, self._gate)
         if self._chain is None:
             return int(self._view.rows(n_rows)[row].argmax())
-        if self.backend:  # llama_sampler_sample returns (and accepts) the token sampled in the graph
-            return int(C.llama_sampler_sample(self._chain, self._ctx, row if n_rows > 1 else -1))
-        if self._shortlist is not None:
+        if self._shortlist is not None:  # never on the backend: no logits on the host
             token = self._shortlist.sample(self._chain, self._view.rows(n_rows)[row])
             if token is not None:
                 return token
-        idx = row if n_rows > 1 else -1
-        return int(C.llama_sampler_sample(self._chain, self._ctx, idx))
+        # On the backend this returns (and accepts) the token sampled in the graph.
+        return int(C.llama_sampler_sample(self._chain, self._ctx, row if n_rows > 1 else -1))
 
     def _pick_constrained(self, row: int, n_rows: int, gate: GrammarGate) -> int:
         logits = self._view.rows(n_rows)[row]
