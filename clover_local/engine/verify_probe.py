@@ -23,27 +23,14 @@ own costs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from clover_local.detect.cpu_load import CpuSample, others_busy_cores, sample_cpu
-from clover_local.engine.batch_threads import LoadThreads
 from clover_local.engine.types import MeasuredCosts
 from clover_local.plan.threads import threads_for_load
 
-
-class TimesBatches(Protocol):
-    """What the probe times on: the embedded engine (``EmbeddedEngine.time_batches``)."""
-
-    threads: LoadThreads
-
-    @property
-    def n_ctx(self) -> int: ...
-
-    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]: ...
-
-    def time_batches(
-        self, context: Sequence[int], sizes: Sequence[int], rounds: int, budget_s: float
-    ) -> dict[int, list[float]]: ...
+if TYPE_CHECKING:  # the engine imports this module
+    from clover_local.engine.embedded import EmbeddedEngine
 
 
 CONTEXT_TEXT = (
@@ -96,7 +83,7 @@ def measured_quietly(others_busy: float, threads: int, n_cpus: int) -> bool:
 
 
 def measure_batch_costs(
-    engine: TimesBatches,
+    engine: EmbeddedEngine,
     n_max_batch: int,
     *,
     rounds: int = ROUNDS,
