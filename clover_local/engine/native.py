@@ -173,12 +173,10 @@ def build_params(settings: dict[str, Any]) -> NativeParams:
     if overrides:
         patterns = [_parse_override(o).encode() for o in overrides]
         buft = cpu_buffer_type()
-        table = (_BuftOverride * (len(patterns) + 1))()
+        table = (_BuftOverride * (len(patterns) + 1))()  # zeroed: the last entry is the NULL terminator
         for i, pattern in enumerate(patterns):
             table[i].pattern = pattern
             table[i].buft = buft
-        table[len(patterns)].pattern = None
-        table[len(patterns)].buft = None
         keep.extend([patterns, table])
         mp.tensor_buft_overrides = ctypes.addressof(table)
 
