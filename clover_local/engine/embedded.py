@@ -91,8 +91,8 @@ class EmbeddedEngine:
         # Each slot's own share of the cache (llama.cpp splits -c evenly between the sequences).
         self._n_ctx = int(C.llama_n_ctx(parts.ctx)) if self._n_seq == 1 else int(C.llama_n_ctx_seq(parts.ctx))
         self._slots = [Slot(i) for i in range(self._n_seq)]
-        self._batch_seq = 0
-        """The sequence id every row of the batch carries now (-1: mixed, after a batch of several)."""
+        self._batch_seq = -1
+        """The sequence id every row of the batch carries now (-1: mixed, after a batch of several, or none yet)."""
         self._n_batch = int(C.llama_n_batch(parts.ctx))
         self._mem = C.llama_get_memory(parts.ctx)
         self._n_swa = int(C.llama_model_n_swa(parts.model))
@@ -102,8 +102,6 @@ class EmbeddedEngine:
         self._b_pos = np.ctypeslib.as_array(self._batch.pos, shape=(self._n_batch,))
         self._b_logits = np.ctypeslib.as_array(self._batch.logits, shape=(self._n_batch,))
         np.ctypeslib.as_array(self._batch.n_seq_id, shape=(self._n_batch,))[:] = 1
-        for i in range(self._n_batch):
-            self._batch.seq_id[i][0] = 0
         self._piece_buf = ctypes.create_string_buffer(512)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
@@ -736,21 +734,19 @@ class EmbeddedEngine:
             seed=new_seed() if request.seed is None else request.seed,
         )
 
-    def _piece_of(self, token: int) -> bytes:
-        piece = self._pieces.get(token)
+    def _piece_of(self, token: int, *, special: bool = False) -> bytes:
+        """The token's bytes (control tokens as their text when ``special``); plain pieces are cached."""
+        piece = None if special else self._pieces.get(token)
         if piece is not None:
             return piece
-        n = C.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+        n = C.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
         if n < 0:
             self._piece_buf = ctypes.create_string_buffer(-n + 1)
-            n = C.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+            n = C.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
         piece = self._piece_buf.raw[:n]
-        self._pieces[token] = piece
+        if not special:
+            self._pieces[token] = piece
         return piece
 
     def _special_text(self, token: int) -> str:
-        if token < 0:
-            return ""
-        buf = ctypes.create_string_buffer(256)
-        n = C.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
-        return buf.raw[: max(n, 0)].decode("utf-8", errors="replace")
+        return self._piece_of(token, special=True).decode("utf-8", errors="replace") if token >= 0 else ""

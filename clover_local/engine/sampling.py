@@ -174,17 +174,17 @@ class TokenPicker:
         self.backend = False
         """The chain runs inside llama.cpp's graph on the model's device (``llama_set_sampler``): only the
         sampled token comes back, no logits are read on the host. Must be set before the decode it samples."""
-        if backend and not config.greedy_fast:  # greedy: numpy's argmax on the host is as fast (measured)
+        if config.greedy_fast:  # numpy's argmax on the host, as fast as on the device (measured)
+            return
+        if backend:
             self._chain = self._build_chain(n_vocab, config)
             self.backend = bool(C.llama_set_sampler(ctx, 0, self._chain))
             if self.backend:
                 return
-            C.llama_sampler_free(self._chain)
-            self._chain = None
-        if not config.greedy_fast:
-            self._chain = self._build_chain(n_vocab, config)
-            if Shortlist.applies(config):
-                self._shortlist = Shortlist(config.top_k)
+            C.llama_sampler_free(self._chain)  # refused: a chain of its own on the host
+        self._chain = self._build_chain(n_vocab, config)
+        if Shortlist.applies(config):
+            self._shortlist = Shortlist(config.top_k)
 
     @staticmethod
     def _build_chain(n_vocab: int, cfg: SamplingConfig) -> Any:
