@@ -10,10 +10,8 @@ kept tokens evaluated again (``engine.checkpoints.DraftRollback``); the MTP head
 snapshots (``n_rs_seq``) instead. The KV cache of the previous turn is reused for the shared prefix of the next
 prompt.
 
-``serve`` and the chat hand requests straight to the engine's one batch thread (``engine.scheduler``) through
-``submit``; ``generate`` does too with several slots. With several slots (``plan.parallel``, llama.cpp's
-``n_seq_max``) requests run at once: it decodes every active sequence's next token in one batch, each in its own
-slot and with its own sampler (``engine.sequence``); a sequence alone steps as above, speculation included.
+``serve`` and the chat hand requests straight to the engine's one batch thread (``engine.scheduler``, which runs
+``plan.parallel`` slots at once) through ``submit``; ``generate`` does too with several slots.
 """
 
 from __future__ import annotations
