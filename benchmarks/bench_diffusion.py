@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 from clover_local import settings
-from clover_local.engine.diffusion_cli import run_cli
 from clover_local.engine.diffusion_engine import DiffusionEngine
 from clover_local.engine.diffusion_schedule import Algorithm
 from clover_local.engine.loader import load_engine
@@ -30,6 +29,7 @@ from clover_local.gguf.header import read_local_header
 from clover_local.plan.diffusion import plan_diffusion
 from clover_local.testing.models import TinySpec, tiny_model, tiny_model_from_spec
 from clover_local.testing.settings import engine_settings
+from tests.diffusion_cli import run_cli
 
 PROMPT = "The capital of France is"
 BIG_DREAM = TinySpec(

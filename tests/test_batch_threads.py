@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
-from clover_local.engine.batch_threads import CpuSample, LoadThreads, others_busy_cores
+from clover_local.detect.cpu_load import CpuSample, others_busy_cores
+from clover_local.engine.batch_threads import LoadThreads
 
 
 def test_other_programs_cpu_is_the_machines_less_this_processs() -> None:

@@ -72,8 +72,8 @@ def run_cli(model: Path, kind: str, algorithm: Algorithm, seed: int) -> str:
         str(int(algorithm)),
         *cli_args(kind),
     ]
-    from clover_local.engine.diffusion_cli import CliOutputLost
-    from clover_local.engine.diffusion_cli import run_cli as run
+    from tests.diffusion_cli import CliOutputLost
+    from tests.diffusion_cli import run_cli as run
 
     try:
         return run(cmd).text
@@ -282,7 +282,7 @@ def test_every_algorithm_fills_the_canvas_and_a_seed_repeats_it(
 
 
 def test_cli_output_is_parsed() -> None:
-    from clover_local.engine.diffusion_cli import parse_cli_output
+    from tests.diffusion_cli import parse_cli_output
 
     sample = (
         "load_tensors: CPU model buffer size = 1.53 MiB\n\rdiffusion step: 23/24 [====] 95%"

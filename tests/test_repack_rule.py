@@ -57,8 +57,8 @@ def test_real_llama_bench_takes_the_flag(must_not_repack: None, tiny_models: dic
 
 
 def test_real_diffusion_cli_takes_the_flag(must_not_repack: None) -> None:
-    from clover_local.engine.diffusion_cli import CliOutputLost, run_cli
     from clover_local.testing.models import tiny_model
+    from tests.diffusion_cli import CliOutputLost, run_cli
 
     cli = llama_server_path().with_name("llama-diffusion-cli")
     cmd = [str(cli), "-m", str(tiny_model("dream")), "-p", "Hi", "-ub", "64", "-b", "64", "-c", "64"]

@@ -24,9 +24,7 @@ from contextlib import contextmanager
 import psutil
 
 from clover_local.detect.cpu_load import CpuSample, others_busy_cores, sample_cpu
-from clover_local.plan.threads import SLACK_CORES, threads_for_load
-
-__all__ = ["CHECK_EVERY_S", "SLACK_CORES", "CpuSample", "LoadThreads", "others_busy_cores", "sample_cpu"]
+from clover_local.plan.threads import threads_for_load
 
 CHECK_EVERY_S = 0.25
 """Look at the other programs' CPU use at most this often (``/proc/stat`` counts in 10 ms ticks)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -122,12 +122,12 @@ class BenchReport:
     max_tokens: int
     samples: list[Sample] = field(default_factory=list)
 
+    def _ran(self, workload: str, *engines: str) -> list[Sample]:
+        """The samples of ``engines`` on ``workload`` that did not fail, in order."""
+        return [s for s in self.samples if s.workload == workload and s.engine in engines and not s.error]
+
     def median(self, engine: str, workload: str) -> float | None:
-        values = [
-            s.decode_tokens_per_s
-            for s in self.samples
-            if s.engine == engine and s.workload == workload and s.error is None
-        ]
+        values = [s.decode_tokens_per_s for s in self._ran(workload, engine)]
         return statistics.median(values) if values else None
 
     def error(self, engine: str, workload: str) -> str | None:
@@ -137,18 +137,12 @@ class BenchReport:
 
     def outputs_match(self, workload: str, first: str = "b", second: str = "c") -> bool | None:
         """Whether every greedy run of ``first`` and ``second`` produced the same text."""
-        texts = {
-            s.text
-            for s in self.samples
-            if s.workload == workload and s.engine in (first, second) and not s.error
-        }
-        has = {s.engine for s in self.samples if s.workload == workload and not s.error}
-        return len(texts) == 1 if {first, second} <= has else None
+        ran = self._ran(workload, first, second)
+        return len({s.text for s in ran}) == 1 if {first, second} <= {s.engine for s in ran} else None
 
     def same_prefix(self, workload: str) -> float | None:
         """Shortest share of (b)'s text that (c) reproduced exactly before the first difference, over rounds."""
-        b = [s.text for s in self.samples if s.workload == workload and s.engine == "b" and not s.error]
-        c = [s.text for s in self.samples if s.workload == workload and s.engine == "c" and not s.error]
+        b, c = ([s.text for s in self._ran(workload, e)] for e in ("b", "c"))
         shares = []
         for tb, tc in zip(b, c, strict=False):
             n = next(
@@ -161,8 +155,8 @@ class BenchReport:
         """Median over rounds of ``num``/``den`` measured in the same round (back to back): steadier than a ratio
         of medians when other programs load the machine in bursts."""
         by_round: dict[int, dict[str, float]] = {}
-        for s in self.samples:
-            if s.workload == workload and s.error is None and s.decode_tokens_per_s > 0:
+        for s in self._ran(workload, *ENGINES):
+            if s.decode_tokens_per_s > 0:
                 by_round.setdefault(s.round, {})[s.engine] = s.decode_tokens_per_s
         ratios = [r[num] / r[den] for r in by_round.values() if num in r and den in r]
         return statistics.median(ratios) if ratios else None
@@ -201,26 +195,17 @@ class BenchReport:
         }
 
 
-def _timed_stream(chunks: Iterator[str]) -> tuple[str, float, float, float]:
-    """Consume a text stream; (text, t_start, t_first, t_end)."""
-    t0 = time.perf_counter()
-    t_first = None
-    parts = []
-    for text in chunks:
-        if t_first is None:
-            t_first = time.perf_counter()
-        parts.append(text)
-    t_end = time.perf_counter()
-    return "".join(parts), t0, t_first or t_end, t_end
-
-
 def _llama_runner(llm: Any, name: str) -> Callable[[str, str, int], Sample]:
     def run(workload: str, prompt: str, max_tokens: int) -> Sample:
+        t0, t_first, parts = time.perf_counter(), None, []
         try:
-            stream = llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stream=True)
-            text, t0, t_first, t_end = _timed_stream(c["choices"][0]["text"] for c in stream)
+            for chunk in llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stream=True):
+                t_first = t_first or time.perf_counter()
+                parts.append(chunk["choices"][0]["text"])
         except Exception as exc:  # a benchmark reports an engine's crash instead of stopping
             return Sample(name, workload, 0, 0.0, 0.0, "", error=f"{type(exc).__name__}: {exc}")
+        t_end = time.perf_counter()
+        t_first, text = t_first or t_end, "".join(parts)
         n = len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
         rate = (n - 1) / (t_end - t_first) if n > 1 and t_end > t_first else 0.0
         return Sample(name, workload, n, rate, t_first - t0, text)

@@ -19,7 +19,7 @@ import ctypes
 import math
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -35,9 +35,9 @@ from clover_local.engine.diffusion_schedule import (
     transfer_count,
     transfer_counts_for_block,
 )
+from clover_local.engine.sampling import TOKEN_DATA, LogitsView
 from clover_local.errors import EngineError
 
-_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 _TOKEN_DATA_ARRAY = np.dtype(
     {
         "names": ["data", "size", "selected", "sorted"],
@@ -68,15 +68,8 @@ class StepView:
 
     step: int
     total_steps: int
-    block: int
-    n_blocks: int
     answer: np.ndarray
     """Token ids of the answer part of the canvas (a copy); ``mask_token_id`` where still masked."""
-    block_span: tuple[int, int]
-    """[start, end) of the current block, in answer positions."""
-
-
-StepCallback = Callable[[StepView], None]
 
 
 @dataclass(frozen=True)
@@ -121,18 +114,17 @@ class DiffusionRunner:
         self.n_ubatch = int(C.llama_n_ubatch(ctx))
         self.n_ctx = int(C.llama_n_ctx(ctx))
         self.shift_logits = header_shift_logits(model)
-        self._fresh = np.zeros(self.n_vocab, dtype=_TOKEN_DATA)
+        self._fresh = np.zeros(self.n_vocab, dtype=TOKEN_DATA)
         self._fresh["id"] = np.arange(self.n_vocab, dtype=np.int32)
         self._cand_buf: Any = None
-        self._cand_view = np.empty(0, dtype=_TOKEN_DATA)
+        self._cand_view = np.empty(0, dtype=TOKEN_DATA)
         self._cand_capacity = 0
         self._cand_base = 0
         self._row_arrays = np.zeros(0, dtype=_TOKEN_DATA_ARRAY)
         self._row_ptrs: list[int] = []
         self._batch: Any = None
         self._batch_size = 0
-        self._logits_key: tuple[int | None, int] | None = None
-        self._logits_view = np.empty((0, 0), dtype=np.float32)
+        self._logits = LogitsView(ctx, self.n_vocab)
 
     def close(self) -> None:
         if self._batch is not None:
@@ -145,23 +137,15 @@ class DiffusionRunner:
         kwargs.setdefault("shift_logits", self.shift_logits)
         return DiffusionParams(**kwargs)
 
-    def generate(
-        self,
-        prompt: list[int],
-        params: DiffusionParams,
-        on_step: StepCallback | None = None,
-        cancel: threading.Event | None = None,
-    ) -> DiffusionResult:
-        """Fill ``params.max_length - len(prompt)`` answer positions; ``cancel`` is checked between steps."""
-        steps = self.steps(prompt, params, cancel)
-        while True:
-            try:
-                view = next(steps)
-            except StopIteration as done:
-                result: DiffusionResult = done.value
-                return result
-            if on_step is not None:
-                on_step(view)
+    def generate(self, prompt: list[int], params: DiffusionParams) -> DiffusionResult:
+        """Fill ``params.max_length - len(prompt)`` answer positions."""
+        steps = self.steps(prompt, params)
+        try:
+            while True:
+                next(steps)
+        except StopIteration as done:
+            result: DiffusionResult = done.value
+            return result
 
     def steps(
         self, prompt: list[int], params: DiffusionParams, cancel: threading.Event | None = None
@@ -211,12 +195,7 @@ class DiffusionRunner:
                         tokens, logits, mask_positions, step, params, block_counts, sampler, dist, rng
                     )
                     yield StepView(
-                        step=block * params.steps_per_block + step,
-                        total_steps=params.steps,
-                        block=block,
-                        n_blocks=params.n_blocks,
-                        answer=tokens[n_input:].copy(),
-                        block_span=(max(start, n_input) - n_input, end - n_input),
+                        block * params.steps_per_block + step, params.steps, tokens[n_input:].copy()
                     )
                 if cancelled:
                     break
@@ -261,16 +240,7 @@ class DiffusionRunner:
         rc = C.llama_decode(self._ctx, self._batch)
         if rc != 0:
             raise EngineError(f"llama_decode failed on the diffusion canvas (code {rc}).")
-        ptr = C.llama_get_logits(self._ctx)
-        if not ptr:
-            raise EngineError("llama.cpp returned no logits for the diffusion canvas.")
-        # The context keeps its logits buffer between decodes; viewing it costs ~0.1 ms (numpy builds a ctypes
-        # array type), so the view is kept while the address and shape stay the same.
-        key = (ctypes.cast(ptr, ctypes.c_void_p).value, n)
-        if key != self._logits_key:
-            self._logits_view = np.ctypeslib.as_array(ptr, shape=(n, self.n_vocab))
-            self._logits_key = key
-        return self._logits_view
+        return self._logits.rows(n)
 
     def _sample_rows(
         self, logits: np.ndarray, rows: np.ndarray, params: DiffusionParams, sampler: Any
@@ -301,7 +271,7 @@ class DiffusionRunner:
         # One llama_token_data_array per row, filled at once; the loop only calls the sampler.
         arrays = self._row_arrays_for(n_rows)
         words = arrays.view(np.int64).reshape(n_rows, 4)  # data, size, selected, sorted (+ padding)
-        words[:, 0] = starts * _TOKEN_DATA.itemsize + self._cand_base
+        words[:, 0] = starts * TOKEN_DATA.itemsize + self._cand_base
         words[:, 1] = sizes
         words[:, 2:] = (-1, 0)
         apply, chain = _APPLY, ctypes.cast(sampler, ctypes.c_void_p).value
@@ -315,7 +285,7 @@ class DiffusionRunner:
             self._cand_buf = (C.llama_token_data * n)()
             self._cand_capacity = n
             self._cand_base = ctypes.addressof(self._cand_buf)
-            self._cand_view = np.ctypeslib.as_array(self._cand_buf).view(_TOKEN_DATA).reshape(-1)
+            self._cand_view = np.ctypeslib.as_array(self._cand_buf).view(TOKEN_DATA).reshape(-1)
         return self._cand_view[:n]
 
     def _row_arrays_for(self, n: int) -> np.ndarray:
@@ -439,7 +409,7 @@ def _sample_positions(conf: np.ndarray, alg_temp: float, take: int, dist: Any) -
     with ``dist``."""
     n = len(conf)
     arr = (C.llama_token_data * n)()
-    view = np.ctypeslib.as_array(arr).view(_TOKEN_DATA).reshape(n)
+    view = np.ctypeslib.as_array(arr).view(TOKEN_DATA).reshape(n)
     view["id"] = np.arange(n, dtype=np.int32)
     view["logit"] = conf / np.float32(alg_temp)
     view["p"] = 0.0

@@ -20,7 +20,6 @@ from llama_cpp import llama_cpp as C
 from clover_local.engine.diffusion import DiffusionResult, DiffusionRunner
 from clover_local.engine.diffusion_schedule import DiffusionParams, parse_algorithm
 from clover_local.engine.embedded import EmbeddedEngine, EngineParts
-from clover_local.engine.sampling import new_seed
 from clover_local.engine.textstream import StopTextStream
 from clover_local.engine.types import (
     MASK_GLYPH,
@@ -34,7 +33,7 @@ from clover_local.engine.types import (
     Submit,
     TextDelta,
 )
-from clover_local.errors import ContextFull, EngineError, RequestRefused, UsageError
+from clover_local.errors import ContextFull, EngineError, RequestRefused
 from clover_local.plan.diffusion import DiffusionPlan
 
 
@@ -62,11 +61,10 @@ class DiffusionEngine(EmbeddedEngine):
         self._runner.close()
         super().close()
 
-    def params_for(self, n_prompt: int, request: GenerationRequest) -> DiffusionParams:
+    def _params(self, n_prompt: int, answer: int, request: GenerationRequest) -> DiffusionParams:
         """The runner's parameters for this request: the canvas is the prompt plus the answer, rounded up to
         whole blocks on the block schedule."""
         plan = self.plan
-        answer = max(1, min(request.max_tokens, plan.answer_length))
         canvas = n_prompt + answer
         if plan.schedule == "block":
             canvas = -(-canvas // plan.block_length) * plan.block_length
@@ -77,24 +75,24 @@ class DiffusionEngine(EmbeddedEngine):
                 f"this context holds {limit}.",
                 "Shorten the conversation, lower the answer length, or load with a larger --ctx.",
             )
-        d = self._parts.sampling
-        temperature = d.temperature if request.temperature is None else request.temperature
-        if temperature < 0:
-            raise UsageError(f"Temperature must be 0 or more, not {temperature}.")
+        sampling = self._sampling_config(request)
         if plan.schedule == "block":
             steps = plan.steps_per_block * (canvas // plan.block_length)
         else:
             steps = plan.timestep_steps(answer)
+        # No seed asked for: a fixed one at temperature 0, so that "deterministic" holds (llama.cpp's diffusion
+        # sampler still draws from the top-k/top-p candidates at temperature 0), else a random one.
+        fixed = request.seed is None and sampling.temperature == 0.0
         return self._runner.params(
             max_length=canvas,
             steps=steps,
             algorithm=parse_algorithm(plan.algorithm),
             eps=plan.eps if plan.schedule == "timestep" else 0.0,
             block_length=plan.block_length if plan.schedule == "block" else 0,
-            temperature=float(temperature),
-            top_k=d.top_k if request.top_k is None else request.top_k,
-            top_p=d.top_p if request.top_p is None else request.top_p,
-            seed=_seed(request.seed, float(temperature)),
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            seed=0 if fixed else sampling.seed,
         )
 
     def check_request(self, request: GenerationRequest) -> None:
@@ -114,11 +112,10 @@ class DiffusionEngine(EmbeddedEngine):
         self.check_request(request)
         t0 = time.perf_counter()
         prompt = self._prompt_tokens(request)
-        params = self.params_for(len(prompt), request)
-        answer = params.max_length - len(prompt)
-        limit = min(answer, max(1, min(request.max_tokens, self.plan.answer_length)))
+        answer = max(1, min(request.max_tokens, self.plan.answer_length))
+        params = self._params(len(prompt), answer, request)
         stop = (*request.stop, *(self.turn_markers if request.messages is not None else ()))
-        settled = _SettledText(self, params.mask_token_id, stop, limit)
+        settled = _SettledText(self, params.mask_token_id, stop, answer)
         steps = self._runner.steps(prompt, params, cancel)
         t_first: float | None = None
         while True:
@@ -130,7 +127,7 @@ class DiffusionEngine(EmbeddedEngine):
             text = settled.update(view.answer)
             if request.live:
                 yield Refining(
-                    self.canvas_text(view.answer[settled.n_settled : limit], params.mask_token_id),
+                    self.canvas_text(view.answer[settled.n_settled : answer], params.mask_token_id),
                     view.step,
                     view.total_steps,
                     int(np.count_nonzero(view.answer == params.mask_token_id)),
@@ -143,7 +140,29 @@ class DiffusionEngine(EmbeddedEngine):
             t_first = t_first or time.perf_counter()
             yield TextDelta(tail)
         finish: FinishReason = "cancelled" if result.cancelled else ("stop" if settled.ended else "length")
-        yield Finished(self._diffusion_stats(prompt, params, result, settled, t0, t_first, finish))
+        stats = DiffusionStats(
+            steps=result.steps_run,
+            answer_tokens=result.unmasked,
+            tokens_per_step=round(result.tokens_per_step, 3),
+            tokens_per_s=round(result.tokens_per_s, 2),
+            algorithm=self.plan.algorithm,
+            schedule=self.plan.schedule,
+            block_length=params.block_length,
+            steps_per_block=params.steps_per_block,
+        )
+        yield Finished(
+            GenerationStats(
+                prompt_tokens=len(prompt),
+                completion_tokens=settled.n_tokens,
+                cached_tokens=0,
+                ttft_s=(t_first or time.perf_counter()) - t0,
+                prefill_tokens_per_s=0.0,
+                decode_tokens_per_s=result.tokens_per_s,
+                draft_acceptance=None,
+                finish_reason=finish,
+                diffusion=stats,
+            )
+        )
 
     def canvas_text(self, answer: np.ndarray, mask_id: int) -> str:
         """The answer as text, masks shown as :data:`MASK_GLYPH` (up to the first end-of-text)."""
@@ -154,10 +173,7 @@ class DiffusionEngine(EmbeddedEngine):
             elif self._is_eog(tok):
                 break
             else:
-                piece = self._pieces.get(tok)
-                parts.append(
-                    (piece if piece is not None else self._piece(tok)).decode("utf-8", errors="replace")
-                )
+                parts.append(self._piece_of(tok).decode("utf-8", errors="replace"))
         return "".join(parts)
 
     def detokenize(self, tokens: list[int]) -> str:
@@ -173,55 +189,6 @@ class DiffusionEngine(EmbeddedEngine):
             n = C.llama_detokenize(self._vocab, arr, len(tokens), buf, size, False, False)
         return buf.raw[: max(n, 0)].decode("utf-8", errors="replace")
 
-    def _is_eog(self, tok: int) -> bool:
-        known = self._eog.get(tok)
-        if known is None:
-            known = self._eog[tok] = bool(C.llama_vocab_is_eog(self._vocab, tok))
-        return known
-
-    def _diffusion_stats(
-        self,
-        prompt: list[int],
-        params: DiffusionParams,
-        result: DiffusionResult,
-        settled: _SettledText,
-        t0: float,
-        t_first: float | None,
-        finish: FinishReason,
-    ) -> GenerationStats:
-        plan = self.plan
-        return GenerationStats(
-            prompt_tokens=len(prompt),
-            completion_tokens=settled.n_tokens,
-            cached_tokens=0,
-            ttft_s=(t_first or time.perf_counter()) - t0,
-            prefill_tokens_per_s=0.0,
-            decode_tokens_per_s=result.tokens_per_s,
-            draft_acceptance=None,
-            finish_reason=finish,
-            diffusion=DiffusionStats(
-                steps=result.steps_run,
-                answer_tokens=result.unmasked,
-                tokens_per_step=round(result.tokens_per_step, 3),
-                tokens_per_s=round(result.tokens_per_s, 2),
-                algorithm=plan.algorithm,
-                schedule=plan.schedule,
-                block_length=params.block_length,
-                steps_per_block=params.steps_per_block,
-            ),
-        )
-
-
-def _seed(seed: int | None, temperature: float) -> int:
-    """The request's seed; else a fixed one at temperature 0, so that "deterministic" holds (llama.cpp's
-    diffusion sampler still draws from the top-k/top-p candidates at temperature 0), else a random one."""
-    if seed is not None:
-        return seed
-    return FIXED_SEED if temperature == 0.0 else new_seed()
-
-
-FIXED_SEED = 0
-
 
 class _SettledText:
     """Text of the reply's settled prefix (up to the first mask), streamed once, stopped at end-of-text."""
@@ -232,33 +199,28 @@ class _SettledText:
         self._limit = limit
         """At most this many tokens: the canvas may be longer (rounded up to whole blocks)."""
         self._stream = StopTextStream(stop)
-        self._done = 0
+        self.n_settled = 0
+        """Answer positions already streamed as text (the live view shows the rest)."""
         self.n_tokens = 0
         self.ended = False
-
-    @property
-    def n_settled(self) -> int:
-        """Answer positions already streamed as text (the live view shows the rest)."""
-        return self._done
 
     def update(self, answer: np.ndarray) -> str:
         if self.ended or self._stream.stopped:
             return ""
         answer = answer[: self._limit]
-        masked = np.flatnonzero(answer[self._done :] == self._mask)
-        end = self._done + (int(masked[0]) if len(masked) else len(answer) - self._done)
+        masked = np.flatnonzero(answer[self.n_settled :] == self._mask)
+        end = self.n_settled + (int(masked[0]) if len(masked) else len(answer) - self.n_settled)
         out: list[str] = []
-        for tok in answer[self._done : end].tolist():
+        for tok in answer[self.n_settled : end].tolist():
             if self._engine._is_eog(tok):
                 self.ended = True
                 break
             self.n_tokens += 1
-            piece = self._engine._pieces.get(tok)
-            out.append(self._stream.push(piece if piece is not None else self._engine._piece(tok)))
+            out.append(self._stream.push(self._engine._piece_of(tok)))
             if self._stream.stopped:
                 self.ended = True
                 break
-        self._done = end
+        self.n_settled = end
         return "".join(out)
 
     def finish(self) -> str:

@@ -144,15 +144,8 @@ class Mt19937:
             value = np.nextafter(F32(1.0), F32(0.0))
         return float(value)
 
-    def uniform_double(self) -> float:
-        """``uniform_real_distribution<double>(0, 1)``: two 32-bit draws."""
-        low = float(self.next_u32())
-        high = float(self.next_u32())
-        value = (low + high * 4294967296.0) / 18446744073709551616.0
-        return value if value < 1.0 else math.nextafter(1.0, 0.0)
-
     def uniform_doubles(self, n: int) -> np.ndarray:
-        """``n`` draws of :meth:`uniform_double`, in order."""
+        """``n`` draws of ``uniform_real_distribution<double>(0, 1)`` (two 32-bit draws each), in order."""
         raw = np.asarray(self._gen.random_raw(2 * n), dtype=np.float64).reshape(n, 2)
         values = (raw[:, 0] + raw[:, 1] * 4294967296.0) / 18446744073709551616.0
         return np.where(values < 1.0, values, math.nextafter(1.0, 0.0))

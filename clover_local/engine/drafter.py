@@ -35,10 +35,6 @@ class NgramDrafter:
         self._maps = [{} for _ in self.match_sizes]
         self.extend(tokens)
 
-    def truncate(self, n: int) -> None:
-        """Forget tokens after the first ``n`` (their n-grams stay indexed: harmless, they are only guesses)."""
-        del self.tokens[n:]
-
     def extend(self, tokens: Iterable[int]) -> None:
         toks = self.tokens
         for t in tokens:
@@ -121,7 +117,6 @@ class DraftController:
         self._probe_every = self.PROBE_EVERY
         self.drafted = 0
         self.accepted = 0
-        self.steps = 0
         self.seen = 0
         """Generation steps the controller was asked about (drafted or not)."""
         self.saved = 0.0
@@ -176,7 +171,6 @@ class DraftController:
 
     def record(self, drafted: int, accepted: int, match_size: int = 0) -> None:
         """A verification step drafted ``drafted`` tokens of which the first ``accepted`` were right."""
-        self.steps += 1
         self.saved += accepted + 1 - self.batch_cost(drafted + 1)
         self.drafted += drafted
         self.accepted += accepted

@@ -10,10 +10,8 @@ kept tokens evaluated again (``engine.checkpoints.DraftRollback``); the MTP head
 snapshots (``n_rs_seq``) instead. The KV cache of the previous turn is reused for the shared prefix of the next
 prompt.
 
-``serve`` and the chat hand requests straight to the engine's one batch thread (``engine.scheduler``) through
-``submit``; ``generate`` does too with several slots. With several slots (``plan.parallel``, llama.cpp's
-``n_seq_max``) requests run at once: it decodes every active sequence's next token in one batch, each in its own
-slot and with its own sampler (``engine.sequence``); a sequence alone steps as above, speculation included.
+``serve`` and the chat hand requests straight to the engine's one batch thread (``engine.scheduler``, which runs
+``plan.parallel`` slots at once) through ``submit``; ``generate`` does too with several slots.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ from clover_local.engine.checkpoints import TAIL_TOKENS, Checkpoints, DraftRollb
 from clover_local.engine.drafter import DraftController, Drafter, default_drafter
 from clover_local.engine.sampling import SamplingConfig, TokenPicker, new_seed
 from clover_local.engine.scheduler import Job, SlotScheduler
-from clover_local.engine.sequence import ActiveSequence, Run, Slot
+from clover_local.engine.sequence import ActiveSequence, Slot, common_prefix
 from clover_local.engine.templates import TemplateChoice, renderer
 from clover_local.engine.types import (
     END,
@@ -91,8 +89,8 @@ class EmbeddedEngine:
         # Each slot's own share of the cache (llama.cpp splits -c evenly between the sequences).
         self._n_ctx = int(C.llama_n_ctx(parts.ctx)) if self._n_seq == 1 else int(C.llama_n_ctx_seq(parts.ctx))
         self._slots = [Slot(i) for i in range(self._n_seq)]
-        self._batch_seq = 0
-        """The sequence id every row of the batch carries now (-1: mixed, after a batch of several)."""
+        self._batch_seq = -1
+        """The sequence id every row of the batch carries now (-1: mixed, after a batch of several, or none yet)."""
         self._n_batch = int(C.llama_n_batch(parts.ctx))
         self._mem = C.llama_get_memory(parts.ctx)
         self._n_swa = int(C.llama_model_n_swa(parts.model))
@@ -102,8 +100,6 @@ class EmbeddedEngine:
         self._b_pos = np.ctypeslib.as_array(self._batch.pos, shape=(self._n_batch,))
         self._b_logits = np.ctypeslib.as_array(self._batch.logits, shape=(self._n_batch,))
         np.ctypeslib.as_array(self._batch.n_seq_id, shape=(self._n_batch,))[:] = 1
-        for i in range(self._n_batch):
-            self._batch.seq_id[i][0] = 0
         self._piece_buf = ctypes.create_string_buffer(512)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
@@ -112,7 +108,9 @@ class EmbeddedEngine:
         self._spec_broken = False
         self.notices: list[Notice] = list(parts.notices)
         self._render = renderer(
-            parts.template, bos_token=self._special_text(self._bos), eos_token=self._special_text(self._eos())
+            parts.template,
+            bos_token=self._special_text(self._bos),
+            eos_token=self._special_text(int(C.llama_vocab_eos(self._vocab))),
         )
         templates.check_template(self._render)
         self._turn_markers = self._find_turn_markers()
@@ -321,7 +319,10 @@ class EmbeddedEngine:
             stops = toolcalls.reply_stop_strings(request, markers, under_grammar=gbnf is not None)
             request = replace(request, stop=stops)
         plan = self._parts.speculative
-        spec = self._speculation_on(request)
+        spec = (
+            bool(plan.enabled if request.speculative is None else request.speculative)
+            and not self._spec_broken
+        )
         drafter = self.drafter_factory(plan) if spec and self._mtp is None else None
         picker = TokenPicker(  # last: nothing after it fails, so nothing leaves it unfreed
             self._ctx,
@@ -441,18 +442,8 @@ class EmbeddedEngine:
         self._b_logits[:n] = 1
         self._batch_seq = -1
         batch.n_tokens = n
-        self.threads.before_step()
-        rc = C.llama_decode(self._ctx, batch)
-        if rc != 0:
-            for q in rows:
-                assert q.slot is not None
-                self._forget(q.slot)
-            if rc == 1:
-                raise EngineError(
-                    "The context is full (no room in the KV cache).",
-                    "Plan a larger --ctx or fewer --parallel.",
-                )
-            raise EngineError(f"llama.cpp failed to evaluate a batch (llama_decode returned {rc}).")
+        slots = [q.slot for q in rows if q.slot is not None]
+        self._llama_decode(slots, "a batch", "Plan a larger --ctx or fewer --parallel.")
         for i, q in enumerate(rows):
             assert q.slot is not None
             q.slot.kv.append(q.new[-1])
@@ -462,9 +453,22 @@ class EmbeddedEngine:
 
     def finished(self, seq: ActiveSequence) -> Finished:
         """The sequence's last event: its counters and why it ended."""
+        t_end, run, controller = time.perf_counter(), seq.run, seq.controller
+        n_prefill = len(seq.prompt) - seq.n_cached
+        t_first = run.t_first if run.t_first is not None else t_end
+        decode_s = t_end - t_first
         return Finished(
-            self._stats(
-                seq.prompt, seq.n_cached, seq.t0, seq.t_prefill, time.perf_counter(), seq.run, seq.controller
+            GenerationStats(
+                prompt_tokens=len(seq.prompt),
+                completion_tokens=run.n_out,
+                cached_tokens=seq.n_cached,
+                ttft_s=t_first - seq.t0,
+                prefill_tokens_per_s=n_prefill / (seq.t_prefill - seq.t0) if seq.t_prefill > seq.t0 else 0.0,
+                decode_tokens_per_s=(run.n_out - 1) / decode_s if run.n_out > 1 and decode_s > 0 else 0.0,
+                draft_acceptance=controller.acceptance,
+                drafted_tokens=controller.drafted,
+                accepted_tokens=controller.accepted,
+                finish_reason=run.finish,
             )
         )
 
@@ -483,10 +487,6 @@ class EmbeddedEngine:
         if is_eog is None:
             is_eog = self._eog[tok] = bool(C.llama_vocab_is_eog(self._vocab, tok))
         return is_eog
-
-    def _piece_of(self, tok: int) -> bytes:
-        piece = self._pieces.get(tok)
-        return piece if piece is not None else self._piece(tok)
 
     def _verify(self, slot: Slot, last: int, draft: list[int], base: int, picker: TokenPicker) -> list[int]:
         """Decode ``last`` + ``draft`` in one batch; return the accepted drafted tokens plus the model's next."""
@@ -569,19 +569,23 @@ class EmbeddedEngine:
             if off + m == n:
                 self._b_logits[m - 1] = 1
             self._batch.n_tokens = m
-            self.threads.before_step()
-            rc = C.llama_decode(self._ctx, self._batch)
-            if rc == 0 and self._mtp is not None:
+            self._llama_decode([self._slots[seq]], "the prompt", "Start a new chat or plan a larger --ctx.")
+            if self._mtp is not None:
                 self._mtp.process(tokens[off : off + m], start + off)
-            if rc != 0:
-                self._forget(self._slots[seq])
-                if rc == 1:
-                    raise EngineError(
-                        "The context is full (no room in the KV cache).",
-                        "Start a new chat or plan a larger --ctx.",
-                    )
-                raise EngineError(f"llama.cpp failed to evaluate the prompt (llama_decode returned {rc}).")
         return True
+
+    def _llama_decode(self, slots: Sequence[Slot], what: str, fix: str) -> None:
+        """``llama_decode`` of the batch as filled; when it fails, the slots in it are forgotten and the error
+        says ``what`` could not be evaluated (``fix``: what to do when the context is full)."""
+        self.threads.before_step()
+        rc = C.llama_decode(self._ctx, self._batch)
+        if rc == 0:
+            return
+        for slot in slots:
+            self._forget(slot)
+        if rc == 1:
+            raise EngineError("The context is full (no room in the KV cache).", fix)
+        raise EngineError(f"llama.cpp failed to evaluate {what} (llama_decode returned {rc}).")
 
     # --- measuring ---------------------------------------------------------------------------------------------
 
@@ -658,14 +662,13 @@ class EmbeddedEngine:
         """Keep the slot's KV cache of the longest shared prefix (at least one prompt token is always
         re-evaluated, for its logits). Returns how many prompt tokens are already in the cache."""
         kv = slot.kv
-        common = 0
-        for a, b in zip(kv, prompt, strict=False):
-            if a != b:
-                break
-            common += 1
-        n_keep = min(common, len(prompt) - 1)
+        n_keep = min(common_prefix(kv, prompt), len(prompt) - 1)
         if n_keep > 0 and n_keep < len(kv) and not C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
-            n_keep = self._restore_checkpoint(slot, n_keep)
+            # The recurrent state cannot be cut back: restore its latest checkpoint inside the prefix and drop the
+            # attention cache after it (none: evaluate from the start).
+            n_keep = self._checkpoints[slot.seq].restore(n_keep)
+            if n_keep and not C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
+                n_keep = 0
         if n_keep > 0:
             # A sliding-window or recurrent cache may no longer hold what the shared prefix needs.
             pos_min = int(C.llama_memory_seq_pos_min(self._mem, slot.seq))
@@ -679,14 +682,6 @@ class EmbeddedEngine:
         if self._mtp is not None:
             self._mtp.truncate(n_keep)
         return n_keep
-
-    def _restore_checkpoint(self, slot: Slot, n_max: int) -> int:
-        """The slot's recurrent state cannot be cut back to ``n_max`` tokens: restore its latest checkpoint inside
-        them and drop the attention cache after it. Returns the tokens kept (0: none, evaluate from the start)."""
-        n_keep = self._checkpoints[slot.seq].restore(n_max)
-        if n_keep and C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
-            return n_keep
-        return 0
 
     # --- helpers ----------------------------------------------------------------------------------------------
 
@@ -723,10 +718,6 @@ class EmbeddedEngine:
             return grammar.json_grammar(request.json_schema)
         return toolcalls.call_grammar(request, self.tool_format)
 
-    def _speculation_on(self, request: GenerationRequest) -> bool:
-        wanted = self._parts.speculative.enabled if request.speculative is None else request.speculative
-        return bool(wanted) and not self._spec_broken
-
     def _sampling_config(self, request: GenerationRequest) -> SamplingConfig:
         d = self._parts.sampling
         temperature = d.temperature if request.temperature is None else request.temperature
@@ -741,47 +732,19 @@ class EmbeddedEngine:
             seed=new_seed() if request.seed is None else request.seed,
         )
 
-    def _piece(self, token: int) -> bytes:
-        n = C.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+    def _piece_of(self, token: int, *, special: bool = False) -> bytes:
+        """The token's bytes (control tokens as their text when ``special``); plain pieces are cached."""
+        piece = None if special else self._pieces.get(token)
+        if piece is not None:
+            return piece
+        n = C.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
         if n < 0:
             self._piece_buf = ctypes.create_string_buffer(-n + 1)
-            n = C.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, False)
+            n = C.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
         piece = self._piece_buf.raw[:n]
-        self._pieces[token] = piece
+        if not special:
+            self._pieces[token] = piece
         return piece
 
     def _special_text(self, token: int) -> str:
-        if token < 0:
-            return ""
-        buf = ctypes.create_string_buffer(256)
-        n = C.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
-        return buf.raw[: max(n, 0)].decode("utf-8", errors="replace")
-
-    def _eos(self) -> int:
-        return int(C.llama_vocab_eos(self._vocab))
-
-    def _stats(
-        self,
-        prompt: list[int],
-        n_cached: int,
-        t0: float,
-        t_prefill: float,
-        t_end: float,
-        run: Run,
-        controller: DraftController | None = None,
-    ) -> GenerationStats:
-        n_prefill = len(prompt) - n_cached
-        t_first = run.t_first if run.t_first is not None else t_end
-        decode_s = t_end - t_first
-        return GenerationStats(
-            prompt_tokens=len(prompt),
-            completion_tokens=run.n_out,
-            cached_tokens=n_cached,
-            ttft_s=t_first - t0,
-            prefill_tokens_per_s=n_prefill / (t_prefill - t0) if t_prefill > t0 else 0.0,
-            decode_tokens_per_s=(run.n_out - 1) / decode_s if run.n_out > 1 and decode_s > 0 else 0.0,
-            draft_acceptance=controller.acceptance if controller else None,
-            drafted_tokens=controller.drafted if controller else 0,
-            accepted_tokens=controller.accepted if controller else 0,
-            finish_reason=run.finish,
-        )
+        return self._piece_of(token, special=True).decode("utf-8", errors="replace") if token >= 0 else ""

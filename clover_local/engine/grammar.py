@@ -42,9 +42,7 @@ def hermes_calls_grammar(tools: Sequence[ToolSpec], *, parallel: bool) -> str:
             f'"{{" space "\\"name\\"" space ":" space {name} "," space "\\"arguments\\"" space ":" space {args} space "}}"'
         )
     converter.add_rule("call-json", " | ".join(f"( {v} )" for v in variants))
-    call = 'call ::= "<tool_call>\\n" call-json "\\n</tool_call>"'
-    root = 'root ::= call ("\\n" call)*' if parallel else "root ::= call"
-    return "\n".join([root, call, converter.format_grammar()])
+    return "\n".join([*_calls("call-json", parallel), converter.format_grammar()])
 
 
 def qwen3_coder_calls_grammar(tools: Sequence[ToolSpec], *, parallel: bool) -> str:
@@ -65,9 +63,13 @@ def qwen3_coder_calls_grammar(tools: Sequence[ToolSpec], *, parallel: bool) -> s
         parts.append(_literal("</function>"))
         functions.append(" ".join(parts))
     fn = "fn ::= " + " | ".join(f"( {f} )" for f in functions)
-    call = 'call ::= "<tool_call>\\n" fn "\\n</tool_call>"'
+    return "\n".join([*_calls("fn", parallel), fn, str(converter.format_grammar())])
+
+
+def _calls(body: str, parallel: bool) -> tuple[str, str]:
+    """``root`` (one call, or several when ``parallel``) and ``call``: ``body`` wrapped in the call tags."""
     root = 'root ::= call ("\\n" call)*' if parallel else "root ::= call"
-    return "\n".join([root, call, fn, str(converter.format_grammar())])
+    return root, f'call ::= "<tool_call>\\n" {body} "\\n</tool_call>"'
 
 
 def _xml_value_rule(converter: Converter, schema: dict[str, Any], name: str, params: dict[str, Any]) -> str:

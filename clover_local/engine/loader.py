@@ -57,44 +57,19 @@ def load_engine(
 
     A diffusion model is decoded as ``diffusion`` says (None: the defaults for its header); its context is
     sized to the canvas (n_ctx = n_batch = n_ubatch)."""
-    path = Path(model_path).expanduser()
-    _check_file(path)
-    spec = speculative if speculative is not None else SpeculativePlan(enabled=True)
-    if not spec.batch_costs:
-        # No plan's cost model (a file loaded with bare settings): the linear one for where the layers run.
-        on_gpu = int(settings.get("n_gpu_layers", 0)) != 0
-        spec = replace(spec, batch_costs=batch_costs(n_max_batch=spec.n_max + 1, on_gpu=on_gpu))
-    args = (path, chat_template, sampling or SamplingDefaults(), spec, progress, diffusion)
-    return _load(dict(settings), *args)
-
-
-def _check_file(path: Path) -> None:
-    if not path.exists():
-        raise EngineError(f"Model file {path} does not exist.", "Download it first (clover-local download).")
-    if not path.is_file():
-        raise EngineError(f"{path} is not a file.")
-    with path.open("rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise EngineError(
-            f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF').",
-            "Check the path, or download the model again.",
-        )
-
-
-def _load(
-    settings: dict[str, Any],
-    path: Path,
-    chat_template: str | TemplateChoice,
-    sampling: SamplingDefaults,
-    speculative: SpeculativePlan,
-    progress: Callable[[float], None] | None,
-    diffusion: DiffusionPlan | None,
-) -> LoadResult:
     from llama_cpp import llama_cpp as C
 
     from clover_local.engine import native, templates
 
+    path = Path(model_path).expanduser()
+    _check_file(path)
+    settings = dict(settings)
+    speculative = speculative if speculative is not None else SpeculativePlan(enabled=True)
+    if not speculative.batch_costs:
+        # No plan's cost model (a file loaded with bare settings): the linear one for where the layers run.
+        on_gpu = int(settings.get("n_gpu_layers", 0)) != 0
+        costs = batch_costs(n_max_batch=speculative.n_max + 1, on_gpu=on_gpu)
+        speculative = replace(speculative, batch_costs=costs)
     C.llama_backend_init()
     params = native.build_params(settings)
     mtp_on = speculative.enabled and speculative.mode == "mtp"
@@ -159,7 +134,7 @@ def _load(
         ctx=ctx,
         model_name=_model_name(model, path),
         template=choice,
-        sampling=sampling,
+        sampling=sampling or SamplingDefaults(),
         speculative=speculative,
         recurrent=recurrent,
         backend_sampling=bool(settings["backend_sampling"]),  # plan.llama_args._engine_rows
@@ -186,6 +161,20 @@ def _load(
         notices=tuple(notices),
         load_log=tuple(log.lines + ctx_log.lines),
     )
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise EngineError(f"Model file {path} does not exist.", "Download it first (clover-local download).")
+    if not path.is_file():
+        raise EngineError(f"{path} is not a file.")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise EngineError(
+            f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF').",
+            "Check the path, or download the model again.",
+        )
 
 
 def _check_speculation_settings(

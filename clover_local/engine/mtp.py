@@ -50,11 +50,8 @@ class _NextnApi:
 def nextn_api() -> _NextnApi:
     """The mangled staging functions from the libllama llama-cpp-python loaded, typed; an EngineError when this
     build lacks them."""
-    lib = C._lib
     try:
-        set_fn = getattr(lib, _MANGLED["set_embeddings_nextn"])
-        get_fn = getattr(lib, _MANGLED["get_embeddings_nextn"])
-        ith_fn = getattr(lib, _MANGLED["get_embeddings_nextn_ith"])
+        set_fn, get_fn, ith_fn = (getattr(C._lib, name) for name in _MANGLED.values())
     except AttributeError as exc:
         raise EngineError(
             "This llama.cpp build does not export the MTP staging API (llama_set_embeddings_nextn).",
@@ -64,11 +61,6 @@ def nextn_api() -> _NextnApi:
     get_fn.argtypes, get_fn.restype = [ctypes.c_void_p], ctypes.POINTER(ctypes.c_float)
     ith_fn.argtypes, ith_fn.restype = [ctypes.c_void_p, ctypes.c_int32], ctypes.POINTER(ctypes.c_float)
     return _NextnApi(set_fn, get_fn, ith_fn)
-
-
-def has_mtp_head(model: Any) -> bool:
-    """The loaded model carries MTP blocks (``nextn_predict_layers`` > 0)."""
-    return int(C.llama_model_n_layer_nextn(model)) > 0
 
 
 class MtpHead:
@@ -85,7 +77,7 @@ class MtpHead:
     ) -> None:
         """``model_dft``: the target model itself (its head loaded with ``load_mtp``) or an ``mtp-`` sidecar;
         ``context_params``: the target's (n_ctx, batch sizes, threads, cache types), copied for the draft."""
-        if not has_mtp_head(model_dft):
+        if int(C.llama_model_n_layer_nextn(model_dft)) <= 0:
             raise EngineError(
                 "The model has no MTP head (nextn_predict_layers is 0), or it was not loaded (load_mtp).",
                 "Use --spec ngram, or a GGUF that ships an MTP head (in the file or as an mtp- sidecar).",

@@ -11,6 +11,7 @@ Importing this module imports llama_cpp; :mod:`clover_local.engine` imports it l
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +22,6 @@ from llama_cpp import llama_cpp as C
 
 from clover_local.errors import EngineError, UsageError
 
-GGML_LOG_LEVEL_DEBUG = 1
-GGML_LOG_LEVEL_WARN = 3
-GGML_LOG_LEVEL_ERROR = 4
-GGML_LOG_LEVEL_CONT = 5
 _GGML_BACKEND_DEVICE_TYPE_CPU = 0
 
 REQUIRED_KEYS = frozenset(
@@ -79,9 +76,6 @@ def _lib_dir() -> Path:
     return llama_lib_dir() or Path(llama_cpp.__file__).resolve().parent / "lib"
 
 
-_cpu_buft_cache: list[int] = []
-
-
 def _load_lib(stem: str) -> ctypes.CDLL:
     """One of llama-cpp-python's bundled ggml libraries, whatever the platform calls it."""
     for name in (f"lib{stem}.so", f"lib{stem}.dylib", f"{stem}.dll", f"lib{stem}.dll"):
@@ -93,10 +87,9 @@ def _load_lib(stem: str) -> ctypes.CDLL:
     )
 
 
+@functools.cache
 def cpu_buffer_type() -> int:
     """Address of the CPU backend's buffer type (what ``=CPU`` in ``--override-tensor`` means)."""
-    if _cpu_buft_cache:
-        return _cpu_buft_cache[0]
     ggml = _load_lib("ggml")
     base = _load_lib("ggml-base")
     ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
@@ -107,9 +100,7 @@ def cpu_buffer_type() -> int:
     dev = ggml.ggml_backend_dev_by_type(_GGML_BACKEND_DEVICE_TYPE_CPU)
     if not dev:
         raise EngineError("llama.cpp reports no CPU backend, so tensors cannot be kept in RAM.")
-    buft = base.ggml_backend_dev_buffer_type(dev)
-    _cpu_buft_cache.append(int(buft))
-    return int(buft)
+    return int(base.ggml_backend_dev_buffer_type(dev))
 
 
 @dataclass
@@ -182,12 +173,10 @@ def build_params(settings: dict[str, Any]) -> NativeParams:
     if overrides:
         patterns = [_parse_override(o).encode() for o in overrides]
         buft = cpu_buffer_type()
-        table = (_BuftOverride * (len(patterns) + 1))()
+        table = (_BuftOverride * (len(patterns) + 1))()  # zeroed: the last entry is the NULL terminator
         for i, pattern in enumerate(patterns):
             table[i].pattern = pattern
             table[i].buft = buft
-        table[len(patterns)].pattern = None
-        table[len(patterns)].buft = None
         keep.extend([patterns, table])
         mp.tensor_buft_overrides = ctypes.addressof(table)
 

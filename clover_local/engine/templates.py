@@ -144,7 +144,6 @@ def render_jinja(
     *,
     bos_token: str,
     eos_token: str,
-    add_generation_prompt: bool = True,
     tools: Sequence[ToolSpec] = (),
 ) -> str:
     """Render a Hugging Face style chat template as transformers' ``apply_chat_template`` does
@@ -158,7 +157,7 @@ def render_jinja(
             source,
             [template_message(m) for m in messages],
             tools=[t.as_openai() for t in tools] or None,
-            add_generation_prompt=add_generation_prompt,
+            add_generation_prompt=True,
             bos_token=bos_token,
             eos_token=eos_token,
         )
@@ -192,7 +191,7 @@ def check_template(render: Callable[[Sequence[ChatMessage]], str]) -> None:
             raise EngineError(first.what, first.fix or TEMPLATE_FIX) from None
 
 
-def render_builtin(name: str, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True) -> str:
+def render_builtin(name: str, messages: Sequence[ChatMessage]) -> str:
     """Render through llama.cpp's own ``llama_chat_apply_template``."""
     from llama_cpp import llama_cpp as C
 
@@ -205,7 +204,7 @@ def render_builtin(name: str, messages: Sequence[ChatMessage], *, add_generation
     size = 4096 + 2 * sum(len(m.content.encode()) for m in messages)
     for _ in range(2):
         buf = ctypes.create_string_buffer(size)
-        n = C.llama_chat_apply_template(name.encode(), chat, len(messages), add_generation_prompt, buf, size)
+        n = C.llama_chat_apply_template(name.encode(), chat, len(messages), True, buf, size)
         if n < 0:
             raise EngineError(f"llama.cpp could not apply the built-in chat template {name!r}.")
         if n <= size:
@@ -227,34 +226,20 @@ def renderer(choice: TemplateChoice, *, bos_token: str, eos_token: str) -> Rende
     """A function (messages, tools=(), tool_choice="auto") -> prompt text for the chosen template. Tools,
     earlier calls and their results go through the template when it shows them, else are written into the
     messages in the generic format (``toolcalls.fold_tools``)."""
-    if renders_tools(choice):
-        source = choice.source or ""
+    native_tools = renders_tools(choice)
 
-        def render_with_tools(
-            msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto"
-        ) -> str:
-            return render_jinja(source, msgs, bos_token=bos_token, eos_token=eos_token, tools=tools)
+    def render(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto") -> str:
+        if not native_tools:
+            msgs, tools = fold_tools(msgs, tools, tool_choice), ()
+        if choice.kind == "jinja":
+            return render_jinja(
+                choice.source or "", msgs, bos_token=bos_token, eos_token=eos_token, tools=tools
+            )
+        if choice.kind == "builtin":
+            return render_builtin(choice.name, msgs)
+        return render_completion(msgs)
 
-        return render_with_tools
-    plain = _plain_renderer(choice, bos_token=bos_token, eos_token=eos_token)
-
-    def render_folded(
-        msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto"
-    ) -> str:
-        return plain(fold_tools(msgs, tools, tool_choice))
-
-    return render_folded
-
-
-def _plain_renderer(
-    choice: TemplateChoice, *, bos_token: str, eos_token: str
-) -> Callable[[Sequence[ChatMessage]], str]:
-    if choice.kind == "jinja":
-        source = choice.source or ""
-        return lambda msgs: render_jinja(source, msgs, bos_token=bos_token, eos_token=eos_token)
-    if choice.kind == "builtin":
-        return lambda msgs: render_builtin(choice.name, msgs)
-    return render_completion
+    return render
 
 
 def gguf_chat_template(model: Any) -> str | None:

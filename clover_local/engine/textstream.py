@@ -18,7 +18,6 @@ class StopTextStream:
     def __init__(self, stop: Sequence[str] = ()) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stop = tuple(s for s in stop if s)
-        self._hold = max((len(s) for s in self._stop), default=1) - 1
         self._pending = ""
         self.stopped = False
         self.text_parts: list[str] = []
@@ -33,13 +32,13 @@ class StopTextStream:
             return new
         # Search only where a stop string can begin: the held-back tail plus the new text.
         window = self._pending + new
-        cut = self._find_stop(window)
-        if cut is not None:
+        hits = [i for i in (window.find(s) for s in self._stop) if i >= 0]
+        if hits:
             self.stopped = True
-            out = window[:cut]
+            out = window[: min(hits)]
             self._pending = ""
         else:
-            keep = self._longest_stop_prefix_suffix(window)
+            keep = partial_stop(window, self._stop)
             out, self._pending = window[: len(window) - keep], window[len(window) - keep :]
         if out:
             self.text_parts.append(out)
@@ -59,14 +58,12 @@ class StopTextStream:
     def text(self) -> str:
         return "".join(self.text_parts)
 
-    def _find_stop(self, window: str) -> int | None:
-        hits = [i for i in (window.find(s) for s in self._stop) if i >= 0]
-        return min(hits) if hits else None
 
-    def _longest_stop_prefix_suffix(self, window: str) -> int:
-        """Length of the longest tail of ``window`` that is a proper prefix of some stop string."""
-        for n in range(min(self._hold, len(window)), 0, -1):
-            tail = window[-n:]
-            if any(s.startswith(tail) for s in self._stop):
-                return n
-        return 0
+def partial_stop(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest tail of ``text`` that is a proper prefix of one of ``stops`` (held back until the
+    next text says whether it completes one)."""
+    for n in range(min(max(map(len, stops), default=1) - 1, len(text)), 0, -1):
+        tail = text[-n:]
+        if any(s.startswith(tail) for s in stops):
+            return n
+    return 0

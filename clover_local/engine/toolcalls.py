@@ -23,6 +23,7 @@ from typing import Any
 
 from clover_local.engine import grammar
 from clover_local.engine.schema_gbnf.shortest import shortest_json
+from clover_local.engine.textstream import partial_stop
 from clover_local.engine.types import (
     ChatMessage,
     Finished,
@@ -70,21 +71,12 @@ def has_tool_turns(messages: Sequence[ChatMessage]) -> bool:
     return any(m.role == "tool" or m.tool_calls for m in messages)
 
 
-def fold_tools(
-    messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], choice: str
-) -> tuple[ChatMessage, ...]:
-    """The messages for a template without tool syntax: :func:`fallback_messages` when there are tools to
-    show or tool turns to write out, else the messages as they are."""
-    if tools or has_tool_turns(messages):
-        return fallback_messages(messages, tools, choice)
-    return tuple(messages)
-
-
 def fallback_messages(
     messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], choice: str
 ) -> tuple[ChatMessage, ...]:
     """Messages for a template that knows nothing of tools: a system note listing them and the call format,
-    earlier calls written as the model would write them, results as user turns."""
+    earlier calls written as the model would write them, results as user turns (without tools or tool turns,
+    the messages as they are)."""
     out: list[ChatMessage] = []
     if tools and choice != "none":
         note = _tools_note(tools)
@@ -108,6 +100,10 @@ def fallback_messages(
         else:
             out.append(m)
     return tuple(out)
+
+
+fold_tools = fallback_messages
+"""What a template without tool syntax is given (``templates.renderer``, llama-server's generic format)."""
 
 
 def _results_hint(choice: str) -> str:
@@ -447,7 +443,7 @@ class CallSplitter:
             shown, self._calls_text = self._pending[:at], self._pending[at:]
             self._pending, self._in_calls = "", True
             return shown.rstrip(), self._new_complete_calls(final=False)
-        keep = _partial_suffix(self._pending, CALL_START)
+        keep = partial_stop(self._pending, (CALL_START,))
         shown = self._pending[: len(self._pending) - keep]
         self._pending = self._pending[len(shown) :]
         return shown, []
@@ -477,14 +473,6 @@ class CallSplitter:
         fresh = list(calls[self._n_done :])
         self._n_done = len(calls)
         return fresh
-
-
-def _partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest end of ``text`` that is a beginning of ``marker``."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-n:]):
-            return n
-    return 0
 
 
 def split_events(

@@ -22,28 +22,15 @@ own costs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from clover_local.detect.cpu_load import CpuSample, others_busy_cores, sample_cpu
-from clover_local.engine.batch_threads import LoadThreads
+from clover_local.detect.cpu_load import others_busy_cores, sample_cpu
 from clover_local.engine.types import MeasuredCosts
 from clover_local.plan.threads import threads_for_load
 
-
-class TimesBatches(Protocol):
-    """What the probe times on: the embedded engine (``EmbeddedEngine.time_batches``)."""
-
-    threads: LoadThreads
-
-    @property
-    def n_ctx(self) -> int: ...
-
-    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]: ...
-
-    def time_batches(
-        self, context: Sequence[int], sizes: Sequence[int], rounds: int, budget_s: float
-    ) -> dict[int, list[float]]: ...
+if TYPE_CHECKING:  # the engine imports this module
+    from clover_local.engine.embedded import EmbeddedEngine
 
 
 CONTEXT_TEXT = (
@@ -95,23 +82,15 @@ def measured_quietly(others_busy: float, threads: int, n_cpus: int) -> bool:
     return threads_for_load(threads, threads, n_cpus, others_busy) == (threads, threads)
 
 
-def measure_batch_costs(
-    engine: TimesBatches,
-    n_max_batch: int,
-    *,
-    rounds: int = ROUNDS,
-    budget_s: float = BUDGET_S,
-    sample: Callable[[], CpuSample] | None = None,
-) -> MeasuredCosts:
+def measure_batch_costs(engine: EmbeddedEngine, n_max_batch: int) -> MeasuredCosts:
     """Time a plain step and verification batches of up to ``n_max_batch`` tokens on ``engine`` (its cache is
-    empty afterwards), and return the cost table with how busy the other programs kept the CPU meanwhile
-    (``sample``: the CPU's counters, read before and after; ``detect.cpu_load.sample_cpu`` unless given)."""
+    empty afterwards), and return the cost table with how busy the other programs kept the CPU meanwhile (the
+    CPU's counters read before and after)."""
     tokens = engine.tokenize(CONTEXT_TEXT, add_special=True)
     context = tokens[: min(CONTEXT_TOKENS, max(1, engine.n_ctx - n_max_batch - 2))]
-    read = sample or sample_cpu
-    before = read()
-    times = engine.time_batches(context, probe_sizes(n_max_batch), rounds, budget_s)
-    others = others_busy_cores(before, read())
+    before = sample_cpu()
+    times = engine.time_batches(context, probe_sizes(n_max_batch), ROUNDS, BUDGET_S)
+    others = others_busy_cores(before, sample_cpu())
     done = min(len(ts) for ts in times.values())
     threads = engine.threads
     return MeasuredCosts(
