@@ -163,11 +163,7 @@ def run(args: argparse.Namespace) -> int:
     data = report.to_json()
     if args.vs_llama_bench:
         data["llama_bench"] = _llama_bench_same_settings(Path(path), settings, args.max_tokens)
-    if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=2), encoding="utf-8")
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
+    if not _json_report(args, data):
         print(
             f"{report.model}, {settings['n_threads']} threads, {args.max_tokens} tokens, median of {args.rounds}"
         )
@@ -176,6 +172,15 @@ def run(args: argparse.Namespace) -> int:
         if args.vs_llama_bench:
             _print_vs_llama_bench(report, data["llama_bench"])
     return 0
+
+
+def _json_report(args: argparse.Namespace, data: dict[str, Any]) -> bool:
+    """``--out FILE`` gets the JSON report, and ``--json`` prints it (True: then no table)."""
+    if args.out:
+        Path(args.out).write_text(json.dumps(data, indent=2), encoding="utf-8")
+    if args.json:
+        print(json.dumps(data, indent=2))
+    return bool(args.json)
 
 
 def _cpu_settings(args: argparse.Namespace, path: Path) -> dict[str, Any]:
@@ -256,7 +261,7 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
     from clover_local.engine.benchmark import WORKLOADS
     from clover_local.launch import EMBEDDED_DRAFTERS, LaunchRequest, decide_launch
     from clover_local.measure.records import save_spec_ratios
-    from clover_local.measure.spec_bench import format_spec_table, opener, run_spec_bench
+    from clover_local.measure.spec_bench import format_spec_table, run_spec_bench
     from clover_local.model_files import detect, require_model
     from clover_local.plan.speculation import SPEC_MODES
     from clover_local.presets import load_preset
@@ -289,7 +294,6 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
         lambda mode: decide_launch(replace(request, spec=mode), machine=machine),  # type: ignore[arg-type]
         modes,
         workloads,
-        opener=opener(),
         engine_name=engine,
         rounds=args.rounds,
         max_tokens=args.max_tokens,
@@ -298,11 +302,7 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
     data = report.to_json()
     if report.ratios():
         data["saved_to"] = str(save_spec_ratios(str(path), report.ratios(), engine=engine))
-    if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=2), encoding="utf-8")
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
+    if not _json_report(args, data):
         print(f"{report.model}, {engine}, {args.max_tokens} tokens, median of {args.rounds}, greedy")
         print("decode tokens/s per mode (off = plain decoding)\n")
         print(format_spec_table(report))
@@ -312,10 +312,9 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
 
 
 def _llama_bench_binary() -> Path:
-    from clover_local.llamacpp.binary import find_llama_server
+    from clover_local.measure.llama_bench import beside_llama_server
 
-    server = find_llama_server()
-    bench = server.sibling("llama-bench") if server else None
+    bench = beside_llama_server("llama-bench")
     if bench is None:
         raise UsageError(
             "llama-bench was not found (it is built next to llama-server).",
@@ -439,11 +438,7 @@ def _bench_diffusion(args: argparse.Namespace, path: Path) -> int:
         "rounds": args.rounds,
         "rows": [r.to_json() for r in rows],
     }
-    if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=2), encoding="utf-8")
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
+    if not _json_report(args, data):
         print(
             f"{path.name} (diffusion), {answer}-token answers, median of {args.rounds}, seed 42, temperature 0"
         )

@@ -48,11 +48,6 @@ class CaseReport:
     embedded: EngineMeasure
     fit_params: str | None = None
 
-    def real_over_planned(self, engine: EngineMeasure) -> float | None:
-        if engine.peak_gpu_bytes and self.planned_gpu_bytes:
-            return engine.peak_gpu_bytes / self.planned_gpu_bytes
-        return None
-
 
 def plan_case(model: Path, preset: str, ctx: int | None) -> Plan:
     """The plan the product makes for this file on this machine as it is now (free memory included)."""
@@ -75,11 +70,9 @@ def _gpu_breakdown(plan: Plan) -> dict[str, int]:
 
 
 def measure_llama_bench(model: Path, plan: Plan, log: Log) -> EngineMeasure:
-    from clover_local.llamacpp.binary import find_llama_server
-    from clover_local.measure.llama_bench import run_llama_bench
+    from clover_local.measure.llama_bench import beside_llama_server, run_llama_bench
 
-    server = find_llama_server()
-    bench = server.sibling("llama-bench") if server else None
+    bench = beside_llama_server("llama-bench")
     if bench is None:
         return EngineMeasure(error="no llama-bench next to llama-server")
     try:
@@ -93,8 +86,6 @@ def measure_llama_bench(model: Path, plan: Plan, log: Log) -> EngineMeasure:
 
 
 def measure_llama_server(model: Path, plan: Plan, log: Log, n_predict: int = 128) -> EngineMeasure:
-    from dataclasses import replace
-
     from clover_local.llamacpp import http_client
     from clover_local.llamacpp.binary import find_llama_server
     from clover_local.llamacpp.server import plan_server_argv, start_llama_server
@@ -164,13 +155,12 @@ def measure_embedded(
 
 def fit_params_summary(model: Path, plan: Plan) -> str | None:
     """llama-fit-params' own placement for the plan's context on this machine (one line), when available."""
-    from clover_local.llamacpp.binary import find_llama_server
+    from clover_local.llamacpp.fit_params import fit_args
+    from clover_local.measure.llama_bench import beside_llama_server
 
-    server = find_llama_server()
-    tool = server.sibling("llama-fit-params") if server else None
+    tool = beside_llama_server("llama-fit-params")
     if tool is None:
         return None
-    from clover_local.llamacpp.fit_params import fit_args
 
     argv = [str(tool), *fit_args(replace(plan, model_path=str(model)), tool)]
     try:
