@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         return _measure_verify_costs(args)
     if verb == "spec-modes":
         return _bench_spec_modes(args)
+    from clover_local.gguf.header import read_local_header
     from clover_local.model_files import require_model
     from clover_local.presets import load_preset
 
@@ -144,8 +145,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--rounds must be positive, --max-tokens above 1 and --ctx at least 256.")
     preset = None if args.model else load_preset(args.preset or DEFAULT_PRESET)
     path = require_model(preset, args.model)
-    from clover_local.gguf.header import read_local_header
-
     if read_local_header(Path(path)).diffusion is not None:
         return _bench_diffusion(args, Path(path))
     # The plan's CPU settings (this machine without its GPUs), in the keys both llama-cpp-python and the engine
@@ -356,6 +355,8 @@ def _record_llama_bench(args: argparse.Namespace) -> int:
     """Plan for this machine, run llama-bench at that placement, record it for the planner."""
     import datetime
 
+    from clover_local.detect import detect_machine
+    from clover_local.gguf.header import read_local_header
     from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.measure.llama_bench import run_llama_bench
     from clover_local.measure.records import add_record
@@ -369,9 +370,6 @@ def _record_llama_bench(args: argparse.Namespace) -> int:
             "The planned model is not downloaded, so it cannot be measured.",
             f"Run `clover-local download --preset {preset}` first, or pass --model PATH.",
         )
-    from clover_local.detect import detect_machine
-    from clover_local.gguf.header import read_local_header
-
     desc = read_local_header(Path(plan.model_path))
     # The llama-bench beside the llama-server that runs this model: an installed runtime's for Clover (the
     # pinned build's cannot load clover_moe), else the pinned build's.

@@ -150,7 +150,7 @@ def measure(args: argparse.Namespace) -> int:
     """Planned vs real on this GPU for the local model (``clover-local doctor --measure``)."""
     from clover_local.detect.units import parse_size
     from clover_local.measure.gpu_check import format_reports, run_case
-    from clover_local.model_files import require_model
+    from clover_local.model_files import detect, require_model
     from clover_local.presets import load_preset
 
     frees = []
@@ -159,8 +159,6 @@ def measure(args: argparse.Namespace) -> int:
         if not size:
             raise UsageError(f"--free: {part!r} is not a size like 12G.")
         frees.append(size)
-    from clover_local.model_files import detect
-
     if not any(g.vendor == "nvidia" for g in detect().gpus):
         raise UsageError(
             "--measure needs an NVIDIA GPU (it reads each process's GPU memory through NVML); none was found.",

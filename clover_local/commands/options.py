@@ -76,7 +76,9 @@ def require_local_model(args: argparse.Namespace) -> None:
         args.repo = None
 
 
-def add_plan_options(parser: argparse.ArgumentParser) -> None:
+def add_plan_options(parser: argparse.ArgumentParser, *, offline: bool = True) -> None:
+    """The options of the commands that plan; ``offline``: ``--offline`` too, for those that read GGUF headers
+    from the Hub (``plan``, ``command``)."""
     add_model_argument(parser)
     parser.add_argument(
         "--preset", metavar="NAME", help="preset name or path to a .toml (default: clover-35b-a3b)"
@@ -116,6 +118,12 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     add_spec_option(parser)
     add_force_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    if offline:
+        parser.add_argument(
+            "--offline",
+            action="store_true",
+            help="ask no server: sizes from downloaded files and headers read before, else the preset's estimate",
+        )
 
 
 def add_threads_option(parser: argparse.ArgumentParser, help: str) -> None:
@@ -181,15 +189,6 @@ def add_spec_option(parser: argparse.ArgumentParser) -> None:
         metavar="MODE",
         help="self-speculation: auto (decided from the files, the placement and bench), mtp, dflash, dspark,"
         " eagle3 (a drafter head from the model's files), ngram (lookup in the context) or off",
-    )
-
-
-def add_size_options(parser: argparse.ArgumentParser) -> None:
-    """Options of commands that read GGUF headers from the Hub (``plan``, ``command``)."""
-    parser.add_argument(
-        "--offline",
-        action="store_true",
-        help="ask no server: sizes from downloaded files and headers read before, else the preset's estimate",
     )
 
 

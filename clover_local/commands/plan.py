@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from clover_local.commands.options import add_plan_options, add_size_options
+    from clover_local.commands.options import add_plan_options
 
     parser = subparsers.add_parser(
         "plan",
@@ -26,7 +26,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         ),
     )
     add_plan_options(parser)
-    add_size_options(parser)
     parser.add_argument(
         "--why",
         action="store_true",

@@ -49,13 +49,6 @@ class CaseReport:
     fit_params: str | None = None
 
 
-def plan_case(model: Path, preset: str, ctx: int | None) -> Plan:
-    """The plan the product makes for this file on this machine as it is now (free memory included)."""
-    from clover_local.launch import LaunchRequest, decide_launch
-
-    return decide_launch(LaunchRequest(preset, str(model), ctx=ctx)).plan
-
-
 def _gpu_breakdown(plan: Plan) -> dict[str, int]:
     if not plan.memory.gpus:
         return {}
@@ -85,7 +78,7 @@ def measure_llama_bench(model: Path, plan: Plan, log: Log) -> EngineMeasure:
     )
 
 
-def measure_llama_server(model: Path, plan: Plan, log: Log, n_predict: int = 128) -> EngineMeasure:
+def measure_llama_server(model: Path, plan: Plan, log: Log) -> EngineMeasure:
     from clover_local.llamacpp import http_client
     from clover_local.llamacpp.binary import find_llama_server
     from clover_local.llamacpp.server import plan_server_argv, start_llama_server
@@ -104,7 +97,7 @@ def measure_llama_server(model: Path, plan: Plan, log: Log, n_predict: int = 128
             sampler = stack.enter_context(PeakSampler(server.pid or 0))
             body = {
                 "prompt": "The history of the city begins",
-                "n_predict": n_predict,
+                "n_predict": 128,
                 "temperature": 0,
                 "ignore_eos": True,
                 "cache_prompt": False,
@@ -124,9 +117,7 @@ def measure_llama_server(model: Path, plan: Plan, log: Log, n_predict: int = 128
     return EngineMeasure(decode_tokens_per_s=max(rates), peak_gpu_bytes=peak, extra={"buffers": buffers})
 
 
-def measure_embedded(
-    model: Path, plan: Plan, log: Log, *, runs: list[list[Any]] | None = None
-) -> EngineMeasure:
+def measure_embedded(model: Path, plan: Plan, log: Log) -> EngineMeasure:
     from clover_local.measure.gpu_memory import PeakSampler
     from clover_local.plan.llama_args import llama_cpp_kwargs
 
@@ -135,8 +126,6 @@ def measure_embedded(
         "settings": llama_cpp_kwargs(plan),
         "speculative": asdict(plan.speculative),
     }
-    if runs is not None:
-        job["runs"] = runs
     cmd = [sys.executable, "-m", "clover_local.measure.embedded_worker", json.dumps(job)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with PeakSampler(proc.pid) as sampler:
@@ -194,9 +183,12 @@ def run_case(
     log: Log = print,
 ) -> CaseReport:
     """Plan and measure one case (the whole card, or ``free_bytes`` left free by holding the rest)."""
+    from clover_local.launch import LaunchRequest, decide_launch
+
     log(f"case {name}:")
     with _maybe_hold(free_bytes, log):
-        plan = plan_case(model, preset, ctx)
+        # The plan the product makes for this file on this machine as it is now (free memory included).
+        plan = decide_launch(LaunchRequest(preset, str(model), ctx=ctx)).plan
         log(
             f"  plan: ctx {plan.ctx}, GPU layers {plan.n_gpu_layers}, experts of {plan.n_cpu_moe} layers in RAM, "
             f"GPU {sum(plan.memory.gpu_bytes) / GIB:.2f} GiB, predicted {plan.predicted_tokens_per_s:.0f} tok/s"
