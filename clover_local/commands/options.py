@@ -151,9 +151,6 @@ def _slots(value: str) -> int:
         raise argparse.ArgumentTypeError(f"not a number of slots: {value!r} (a number, or auto)") from None
 
 
-PARALLEL_AUTO = "auto"
-
-
 def add_force_option(parser: argparse.ArgumentParser) -> None:
     """``--force``: go on with a GGUF whose architecture the llama.cpp here cannot load (checked first)."""
     parser.add_argument(
@@ -202,11 +199,9 @@ def launch_request(args: argparse.Namespace, **overrides: object) -> LaunchReque
     apply_model_ref(args)
     spec: SpecMode = getattr(args, "spec", "auto")
     model = getattr(args, "model", None)
-    # serve (and the command it prints) decides slots unless told; every other front end runs one sequence.
+    # serve decides slots unless told (its --parallel defaults to 0: auto); every other front end runs one.
     asked: int | None = getattr(args, "parallel", None)
-    if asked is None:
-        asked = 0 if getattr(args, "parallel_default", 1) == PARALLEL_AUTO else 1
-    parallel = asked or None
+    parallel = (1 if asked is None else asked) or None
     request = LaunchRequest(
         preset=getattr(args, "preset", None),
         model=str(model) if model else None,

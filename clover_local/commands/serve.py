@@ -77,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="when the model's llama-server keeps stopping and is given up, stay up and answer 503 with the "
         "reason (default: exit with status 1 and the reason, so systemd or Docker starts serve again)",
     )
-    parser.set_defaults(func=run, parallel_default="auto")
+    parser.set_defaults(func=run, parallel=0)
 
 
 def read_api_key(args: argparse.Namespace) -> str | None:

@@ -103,8 +103,7 @@ def run_spec_bench(
             report.errors[mode] = exc.what
             progress(f"{mode}: skipped ({exc.what})")
     report.model = next((p.plan.model_path or p.plan.preset for p in plans.values()), "")
-    # Round by round, every mode in turn (one engine loaded at a time: a real model may fill the machine), so a
-    # machine that slows down mid-run slows every mode alike.
+    # Round by round, every mode in turn (one engine loaded at a time: a real model may fill the machine).
     for r in range(rounds):
         for mode, plan in plans.items():
             if mode in report.errors:
