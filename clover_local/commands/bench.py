@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         return _measure_verify_costs(args)
     if verb == "spec-modes":
         return _bench_spec_modes(args)
+    from clover_local.gguf.header import read_local_header
     from clover_local.model_files import require_model
     from clover_local.presets import load_preset
 
@@ -144,8 +145,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--rounds must be positive, --max-tokens above 1 and --ctx at least 256.")
     preset = None if args.model else load_preset(args.preset or DEFAULT_PRESET)
     path = require_model(preset, args.model)
-    from clover_local.gguf.header import read_local_header
-
     if read_local_header(Path(path)).diffusion is not None:
         return _bench_diffusion(args, Path(path))
     # The plan's CPU settings (this machine without its GPUs), in the keys both llama-cpp-python and the engine
@@ -163,11 +162,7 @@ def run(args: argparse.Namespace) -> int:
     data = report.to_json()
     if args.vs_llama_bench:
         data["llama_bench"] = _llama_bench_same_settings(Path(path), settings, args.max_tokens)
-    if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=2), encoding="utf-8")
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
+    if not _json_report(args, data):
         print(
             f"{report.model}, {settings['n_threads']} threads, {args.max_tokens} tokens, median of {args.rounds}"
         )
@@ -176,6 +171,15 @@ def run(args: argparse.Namespace) -> int:
         if args.vs_llama_bench:
             _print_vs_llama_bench(report, data["llama_bench"])
     return 0
+
+
+def _json_report(args: argparse.Namespace, data: dict[str, Any]) -> bool:
+    """``--out FILE`` gets the JSON report, and ``--json`` prints it (True: then no table)."""
+    if args.out:
+        Path(args.out).write_text(json.dumps(data, indent=2), encoding="utf-8")
+    if args.json:
+        print(json.dumps(data, indent=2))
+    return bool(args.json)
 
 
 def _cpu_settings(args: argparse.Namespace, path: Path) -> dict[str, Any]:
@@ -256,7 +260,7 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
     from clover_local.engine.benchmark import WORKLOADS
     from clover_local.launch import EMBEDDED_DRAFTERS, LaunchRequest, decide_launch
     from clover_local.measure.records import save_spec_ratios
-    from clover_local.measure.spec_bench import format_spec_table, opener, run_spec_bench
+    from clover_local.measure.spec_bench import format_spec_table, run_spec_bench
     from clover_local.model_files import detect, require_model
     from clover_local.plan.speculation import SPEC_MODES
     from clover_local.presets import load_preset
@@ -289,7 +293,6 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
         lambda mode: decide_launch(replace(request, spec=mode), machine=machine),  # type: ignore[arg-type]
         modes,
         workloads,
-        opener=opener(),
         engine_name=engine,
         rounds=args.rounds,
         max_tokens=args.max_tokens,
@@ -298,11 +301,7 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
     data = report.to_json()
     if report.ratios():
         data["saved_to"] = str(save_spec_ratios(str(path), report.ratios(), engine=engine))
-    if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=2), encoding="utf-8")
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
+    if not _json_report(args, data):
         print(f"{report.model}, {engine}, {args.max_tokens} tokens, median of {args.rounds}, greedy")
         print("decode tokens/s per mode (off = plain decoding)\n")
         print(format_spec_table(report))
@@ -312,10 +311,9 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
 
 
 def _llama_bench_binary() -> Path:
-    from clover_local.llamacpp.binary import find_llama_server
+    from clover_local.measure.llama_bench import beside_llama_server
 
-    server = find_llama_server()
-    bench = server.sibling("llama-bench") if server else None
+    bench = beside_llama_server("llama-bench")
     if bench is None:
         raise UsageError(
             "llama-bench was not found (it is built next to llama-server).",
@@ -357,6 +355,8 @@ def _record_llama_bench(args: argparse.Namespace) -> int:
     """Plan for this machine, run llama-bench at that placement, record it for the planner."""
     import datetime
 
+    from clover_local.detect import detect_machine
+    from clover_local.gguf.header import read_local_header
     from clover_local.launch import LaunchRequest, decide_launch
     from clover_local.measure.llama_bench import run_llama_bench
     from clover_local.measure.records import add_record
@@ -370,9 +370,6 @@ def _record_llama_bench(args: argparse.Namespace) -> int:
             "The planned model is not downloaded, so it cannot be measured.",
             f"Run `clover-local download --preset {preset}` first, or pass --model PATH.",
         )
-    from clover_local.detect import detect_machine
-    from clover_local.gguf.header import read_local_header
-
     desc = read_local_header(Path(plan.model_path))
     # The llama-bench beside the llama-server that runs this model: an installed runtime's for Clover (the
     # pinned build's cannot load clover_moe), else the pinned build's.
@@ -439,11 +436,7 @@ def _bench_diffusion(args: argparse.Namespace, path: Path) -> int:
         "rounds": args.rounds,
         "rows": [r.to_json() for r in rows],
     }
-    if args.out:
-        Path(args.out).write_text(json.dumps(data, indent=2), encoding="utf-8")
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
+    if not _json_report(args, data):
         print(
             f"{path.name} (diffusion), {answer}-token answers, median of {args.rounds}, seed 42, temperature 0"
         )

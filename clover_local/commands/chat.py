@@ -5,6 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from clover_local.commands.options import (
+    add_force_option,
+    add_model_argument,
+    add_rpc_options,
+    add_spec_option,
+    apply_model_ref,
+    require_local_model,
+)
 from clover_local.errors import UsageError
 
 if TYPE_CHECKING:
@@ -19,8 +27,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Open the chat with a model named as MODEL (or --model): a preset, a local GGUF or a Hugging"
         " Face repo already downloaded.",
     )
-    from clover_local.commands.options import add_model_argument
-
     add_model_argument(parser)
     parser.add_argument(
         "--model", metavar="MODEL", help="the model, as MODEL (a .gguf: the first shard of a split model)"
@@ -33,11 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--ctx", type=int, metavar="N", help="context size in tokens (default: saved or preset)"
     )
-    from clover_local.commands.options import add_rpc_options
-
     add_rpc_options(parser)
-    from clover_local.commands.options import add_force_option, add_spec_option
-
     add_spec_option(parser)
     add_force_option(parser)
     parser.set_defaults(func=run)
@@ -52,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
 def start_options(args: argparse.Namespace) -> StartOptions:
     """What the app opens with: the model named in any form (``MODEL``, ``--model``, ``--preset``), checked
     before the app starts (its file, its architecture, ``--ctx`` against its limit, ``--rpc``)."""
-    from clover_local.commands.options import apply_model_ref, require_local_model
     from clover_local.tui.app import StartOptions
 
     apply_model_ref(args)

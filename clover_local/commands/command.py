@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from clover_local.commands.options import add_plan_options, add_size_options
+    from clover_local.commands.options import add_plan_options
 
     parser = subparsers.add_parser(
         "command",
@@ -27,7 +27,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         ),
     )
     add_plan_options(parser)
-    add_size_options(parser)
     parser.add_argument(
         "--binary", default="llama-server", help="llama-server binary (default: llama-server)"
     )

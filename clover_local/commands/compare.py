@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from clover_local.commands.download import StatusLine
 from clover_local.errors import UsageError
 
 if TYPE_CHECKING:
@@ -85,9 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.show:
         report = load_report(args.show)
-        print(format_table(report))
-        print()
-        print(text_picture(report))
+        print(f"{format_table(report)}\n\n{text_picture(report)}")
         return 0
     previous = load_report(args.resume) if args.resume else None
     contenders, tasks, options = _what_to_run(args, previous)
@@ -188,10 +187,7 @@ def _run(
     )
     bar.end()
     picture = save_picture(report, out)
-    print(format_table(report))
-    print()
-    print(text_picture(report))
-    print(f"\nReport: {out}\nPicture: {picture}")
+    print(f"{format_table(report)}\n\n{text_picture(report)}\n\nReport: {out}\nPicture: {picture}")
     if not report.complete:
         print(
             f"Interrupted: what is done is kept. Go on with: clover-local compare --resume {out}",
@@ -201,7 +197,7 @@ def _run(
     return 0
 
 
-class ProgressLine:
+class ProgressLine(StatusLine):
     """What runs now and an estimate of the time left, on one line rewritten in place (a line per step when
     stderr is not a terminal)."""
 
@@ -210,19 +206,17 @@ class ProgressLine:
     """Not on a terminal, a download's progress is written this seldom (it comes many times a second)."""
 
     def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-        self._tty = stream.isatty()
-        self._shown = 0
+        super().__init__(stream)
         self._last_download = float("-inf")
 
     def __call__(self, p: Progress) -> None:
         from clover_local.fetch.progress import format_duration
 
         if p.kind == "downloading":
-            if not self._tty and time.monotonic() - self._last_download < self.DOWNLOAD_LOG_EVERY_S:
+            if not self.tty and time.monotonic() - self._last_download < self.DOWNLOAD_LOG_EVERY_S:
                 return
             self._last_download = time.monotonic()
-            self._write(f"{p.contender}: {p.message}")
+            self.show(f"{p.contender}: {p.message}")
             return
         filled = round(self.WIDTH * p.done / p.total) if p.total else 0
         bar = "#" * filled + "-" * (self.WIDTH - filled)
@@ -237,19 +231,4 @@ class ProgressLine:
         line = f"[{bar}] {p.done}/{p.total} {p.contender}: {what}{left}"
         if p.kind == "failed":
             line += f"\n  {p.message}"
-        self._write(line)
-
-    def _write(self, line: str) -> None:
-        if self._tty and "\n" not in line:
-            self._stream.write("\r" + line.ljust(self._shown))
-            self._shown = len(line)
-        else:
-            self.end()
-            self._stream.write(line + "\n")
-        self._stream.flush()
-
-    def end(self) -> None:
-        if self._tty and self._shown:
-            self._stream.write("\n")
-            self._stream.flush()
-            self._shown = 0
+        self.show(line)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clover_local.commands.plan import fit_lines
 from clover_local.errors import CloverError, UsageError
 
 if TYPE_CHECKING:
     from clover_local.launch_types import Launch
-    from clover_local.plan.types import Plan
-    from clover_local.presets import Preset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -147,22 +147,11 @@ def chat_report(launch: Launch) -> dict[str, Any]:
     return report
 
 
-def fit_report(plan: Plan, preset: Preset, fit_binary: str | None) -> dict[str, Any]:
-    """The plan for the model next to llama-fit-params' fit (``llamacpp.fit_params.compare_fit``)."""
-    from pathlib import Path
-
-    from clover_local.llamacpp.fit_params import compare_fit
-
-    if fit_binary is None:
-        return {"shown": False, "why": "no llama-fit-params next to llama-server or on PATH"}
-    return compare_fit(plan, preset, binary=Path(fit_binary))
-
-
 def measure(args: argparse.Namespace) -> int:
     """Planned vs real on this GPU for the local model (``clover-local doctor --measure``)."""
     from clover_local.detect.units import parse_size
     from clover_local.measure.gpu_check import format_reports, run_case
-    from clover_local.model_files import require_model
+    from clover_local.model_files import detect, require_model
     from clover_local.presets import load_preset
 
     frees = []
@@ -171,8 +160,6 @@ def measure(args: argparse.Namespace) -> int:
         if not size:
             raise UsageError(f"--free: {part!r} is not a size like 12G.")
         frees.append(size)
-    from clover_local.model_files import detect
-
     if not any(g.vendor == "nvidia" for g in detect().gpus):
         raise UsageError(
             "--measure needs an NVIDIA GPU (it reads each process's GPU memory through NVML); none was found.",
@@ -205,17 +192,21 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.model or args.preset:
         from clover_local.launch import LaunchRequest, decide_launch
+        from clover_local.llamacpp.fit_params import compare_fit
         from clover_local.model_files import require_model
         from clover_local.presets import load_preset
 
         model = require_model(None if args.model else load_preset(args.preset), args.model)
         request = LaunchRequest(args.preset, str(model), ctx=args.ctx, llama_server=args.llama_server)
         launch = decide_launch(request)
-        plan, preset = launch.plan, launch.preset
         out["runner"] = {"kind": launch.runner.kind, "why": launch.runner.why}
-        tools = server.get("tools") or {}
         out["chat"] = chat_report(launch)
-        out["fit"] = fit_report(plan, preset, tools.get("llama-fit-params"))
+        fit_params = (server.get("tools") or {}).get("llama-fit-params")
+        out["fit"] = (
+            compare_fit(launch.plan, launch.preset, binary=Path(fit_params))
+            if fit_params
+            else {"shown": False, "why": "no llama-fit-params next to llama-server or on PATH"}
+        )
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -274,10 +265,5 @@ def _text(out: dict[str, Any]) -> list[str]:
         if chat.get("notice"):
             lines.append(f"  note      {chat['notice']}")
     if "fit" in out:
-        fit = out["fit"]
-        lines += ["", "plan vs llama.cpp's own fit (llama-fit-params)"]
-        if fit["shown"]:
-            lines += [f"  {line}" if line else "" for line in fit["text"]]
-        else:
-            lines.append(f"  not shown: {fit['why']}")
+        lines += ["", "plan vs llama.cpp's own fit (llama-fit-params)", *fit_lines(out["fit"])]
     return lines

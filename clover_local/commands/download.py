@@ -214,17 +214,39 @@ def auto_quant(preset: Preset, *, force: bool = False) -> tuple[str, str]:
         return quant, f"Quant {quant}: the preset's default (the planner could not decide: {exc})."
 
 
-class ProgressPrinter:
+class StatusLine:
+    """A line rewritten in place on a terminal; elsewhere (or when it holds several lines) written out."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self._width = 0
+
+    def show(self, line: str) -> None:
+        if self.tty and "\n" not in line:
+            self.stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+        else:
+            self.end()
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self.tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._width = 0
+
+
+class ProgressPrinter(StatusLine):
     """Progress on stderr: one line rewritten in place on a terminal, a line every few seconds in a
     log, or JSON lines with ``--json``."""
 
     def __init__(self, stream: TextIO, *, as_json: bool, log_every_s: float = 5.0) -> None:
-        self._stream = stream
+        super().__init__(stream)
         self._json = as_json
-        self._tty = stream.isatty()
         self._log_every = log_every_s
         self._last = float("-inf")
-        self._width = 0
         self._phase = ""
 
     def __call__(self, p: DownloadProgress) -> None:
@@ -233,22 +255,10 @@ class ProgressPrinter:
         if self._json:
             if new_phase or now - self._last >= 1.0:
                 self._last = now
-                print(json.dumps({"event": "progress", **asdict(p)}), file=self._stream, flush=True)
-            return
-        line = status_line(p)
-        if self._tty:
-            self._stream.write("\r" + line.ljust(self._width))
-            self._width = len(line)
-            self._stream.flush()
-        elif new_phase or now - self._last >= self._log_every:
+                print(json.dumps({"event": "progress", **asdict(p)}), file=self.stream, flush=True)
+        elif self.tty or new_phase or now - self._last >= self._log_every:
             self._last = now
-            print(line, file=self._stream, flush=True)
-
-    def end(self) -> None:
-        if self._tty and self._width:
-            self._stream.write("\n")
-            self._stream.flush()
-            self._width = 0
+            self.show(status_line(p))
 
 
 def _report(args: argparse.Namespace, result: dict[str, object], text: str) -> None:

@@ -76,7 +76,9 @@ def require_local_model(args: argparse.Namespace) -> None:
         args.repo = None
 
 
-def add_plan_options(parser: argparse.ArgumentParser) -> None:
+def add_plan_options(parser: argparse.ArgumentParser, *, offline: bool = True) -> None:
+    """The options of the commands that plan; ``offline``: ``--offline`` too, for those that read GGUF headers
+    from the Hub (``plan``, ``command``)."""
     add_model_argument(parser)
     parser.add_argument(
         "--preset", metavar="NAME", help="preset name or path to a .toml (default: clover-35b-a3b)"
@@ -116,6 +118,12 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
     add_spec_option(parser)
     add_force_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    if offline:
+        parser.add_argument(
+            "--offline",
+            action="store_true",
+            help="ask no server: sizes from downloaded files and headers read before, else the preset's estimate",
+        )
 
 
 def add_threads_option(parser: argparse.ArgumentParser, help: str) -> None:
@@ -141,9 +149,6 @@ def _slots(value: str) -> int:
         return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of slots: {value!r} (a number, or auto)") from None
-
-
-PARALLEL_AUTO = "auto"
 
 
 def add_force_option(parser: argparse.ArgumentParser) -> None:
@@ -184,15 +189,6 @@ def add_spec_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_size_options(parser: argparse.ArgumentParser) -> None:
-    """Options of commands that read GGUF headers from the Hub (``plan``, ``command``)."""
-    parser.add_argument(
-        "--offline",
-        action="store_true",
-        help="ask no server: sizes from downloaded files and headers read before, else the preset's estimate",
-    )
-
-
 def launch_request(args: argparse.Namespace, **overrides: object) -> LaunchRequest:
     """The :class:`~clover_local.launch.LaunchRequest` a command's options ask for (every command builds its
     request here); ``overrides`` win over the options (e.g. ``model=`` a file found for the preset)."""
@@ -203,11 +199,9 @@ def launch_request(args: argparse.Namespace, **overrides: object) -> LaunchReque
     apply_model_ref(args)
     spec: SpecMode = getattr(args, "spec", "auto")
     model = getattr(args, "model", None)
-    # serve (and the command it prints) decides slots unless told; every other front end runs one sequence.
+    # serve decides slots unless told (its --parallel defaults to 0: auto); every other front end runs one.
     asked: int | None = getattr(args, "parallel", None)
-    if asked is None:
-        asked = 0 if getattr(args, "parallel_default", 1) == PARALLEL_AUTO else 1
-    parallel = asked or None
+    parallel = (1 if asked is None else asked) or None
     request = LaunchRequest(
         preset=getattr(args, "preset", None),
         model=str(model) if model else None,

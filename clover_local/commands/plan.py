@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from clover_local.commands.options import add_plan_options, add_size_options
+    from clover_local.commands.options import add_plan_options
 
     parser = subparsers.add_parser(
         "plan",
@@ -26,7 +26,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         ),
     )
     add_plan_options(parser)
-    add_size_options(parser)
     parser.add_argument(
         "--why",
         action="store_true",
@@ -72,9 +71,12 @@ def plan_text(launch: Launch, fit: dict[str, Any] | None = None, *, every_reason
     if launch.notices:
         lines += ["", "Notes:"] + [f"  - {n.text}" for n in launch.notices]
     if fit is not None:
-        lines += ["", "Plan vs llama.cpp's own fit (llama-fit-params):"]
-        if fit["shown"]:
-            lines += [f"  {line}" if line else "" for line in fit["text"]]
-        else:
-            lines.append(f"  not shown: {fit['why']}")
+        lines += ["", "Plan vs llama.cpp's own fit (llama-fit-params):", *fit_lines(fit)]
     return lines
+
+
+def fit_lines(fit: dict[str, Any]) -> list[str]:
+    """llama-fit-params' choice beside the plan (``llamacpp.fit_params.compare_fit``), indented, or why not."""
+    if not fit["shown"]:
+        return [f"  not shown: {fit['why']}"]
+    return [f"  {line}" if line else "" for line in fit["text"]]

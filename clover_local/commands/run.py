@@ -11,6 +11,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clover_local.commands.diffusion_args import add_diffusion_arguments, diffusion_wishes
+from clover_local.commands.options import (
+    add_force_option,
+    add_model_argument,
+    add_rpc_options,
+    add_spec_option,
+    add_threads_option,
+    apply_model_ref,
+    launch_from_args,
+    require_local_model,
+)
 from clover_local.errors import UsageError
 from clover_local.plan.reasons import Notice
 
@@ -29,8 +39,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "generate one reply and print it. With --json: one object with the text and the stats."
         ),
     )
-    from clover_local.commands.options import add_model_argument
-
     add_model_argument(parser)
     parser.add_argument(
         "--model", metavar="MODEL", help="the model, as MODEL (a local GGUF file, a preset...)"
@@ -47,12 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--max-tokens", type=int, default=512, metavar="N", help="reply length limit (512)")
     parser.add_argument("--temperature", type=float, metavar="T", help="0 = greedy (default: the preset's)")
     parser.add_argument("--seed", type=int, metavar="S", help="sampling seed (default: random)")
-    from clover_local.commands.options import add_spec_option
-
     add_spec_option(parser)
     parser.add_argument("--ctx", type=int, metavar="N", help="context size in tokens (default: planned)")
-    from clover_local.commands.options import add_threads_option
-
     add_threads_option(parser, "CPU threads (default: planned)")
     parser.add_argument(
         "--template",
@@ -61,8 +65,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object: text and stats")
     add_diffusion_arguments(parser)
-    from clover_local.commands.options import add_force_option, add_rpc_options
-
     add_rpc_options(parser)
     add_force_option(parser)
     parser.set_defaults(func=run)
@@ -87,7 +89,6 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     file is (GPU layers, experts, context), as the preset its name says or as itself (its own header);
     ``--preset NAME --model FILE``: that file with that preset's settings; ``--rpc``: pooled with the workers'
     devices, in llama-server (the launch decides that)."""
-    from clover_local.commands.options import apply_model_ref, launch_from_args, require_local_model
     from clover_local.launch import open_launch
     from clover_local.model_files import require_model
     from clover_local.presets import load_preset

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -60,10 +61,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run_list(args: argparse.Namespace) -> int:
     from clover_local import settings
-    from clover_local.runtimes.installed import installed_runtimes
+    from clover_local.runtimes.installed import installed_runtimes, pinned_runtimes
 
     rows: list[dict[str, Any]] = [_row(rt) for rt in installed_runtimes()]
-    pinned = _pinned()
+    # The llama.cpp this package pins: the embedded engine's, and the llama-server built from the same source.
+    pinned = [{"tag": "pinned", **asdict(p)} for p in pinned_runtimes()]
     if args.json:
         print(
             json.dumps(
@@ -133,13 +135,3 @@ def _row(rt: InstalledRuntime) -> dict[str, Any]:
         "sha256": rt.sha256,
         "installed": rt.installed,
     }
-
-
-def _pinned() -> list[dict[str, Any]]:
-    """The llama.cpp this package pins: the embedded engine's, and the llama-server built from the same source."""
-    from clover_local.runtimes.installed import pinned_runtimes
-
-    return [
-        {"tag": "pinned", "backend": p.backend, "origin": p.origin, "path": p.path, "commit": p.commit}
-        for p in pinned_runtimes()
-    ]

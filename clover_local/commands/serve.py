@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from dataclasses import replace
@@ -27,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
             "--engine auto uses an upstream llama-server when one is found, else the embedded engine."
         ),
     )
-    add_plan_options(parser)
+    add_plan_options(parser, offline=False)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
     key = parser.add_mutually_exclusive_group()
@@ -76,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="when the model's llama-server keeps stopping and is given up, stay up and answer 503 with the "
         "reason (default: exit with status 1 and the reason, so systemd or Docker starts serve again)",
     )
-    parser.set_defaults(func=run, parallel_default="auto")
+    parser.set_defaults(func=run, parallel=0)
 
 
 def read_api_key(args: argparse.Namespace) -> str | None:
@@ -137,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     from clover_local.commands.options import launch_from_args
     from clover_local.decide import engine_notice
     from clover_local.launch import open_launch
+    from clover_local.plan.pooled import pooling_summary
     from clover_local.serve.api import ApiConfig, bind_warning
     from clover_local.serve.request_guard import hosts_allowed
     from clover_local.serve.runner import serve_forever
@@ -157,10 +159,8 @@ def run(args: argparse.Namespace) -> int:
     model = model_file(args)
     asked = preset_asked(args, typed)
     launch = launch_from_args(args, model=str(model))
-    plan, preset = launch.plan, launch.preset
-    from clover_local.plan.pooled import pooling_summary
-
-    summary = pooling_summary(plan)
+    preset = launch.preset
+    summary = pooling_summary(launch.plan)
     if summary:
         print(f"note: {summary}", file=sys.stderr)
     said = engine_notice(launch.runner)
@@ -185,8 +185,6 @@ def run(args: argparse.Namespace) -> int:
         f"{', API key required' if api_key else ''}); Ctrl-C stops",
         file=sys.stderr,
     )
-    import logging
-
     # Slots and the queue in serve's log: refusals (queue full) always; waits and admissions with --verbose.
     logging.basicConfig(format="serve: %(message)s")
     logging.getLogger("clover_local.serve").setLevel(logging.INFO if args.verbose else logging.WARNING)

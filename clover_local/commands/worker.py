@@ -92,23 +92,17 @@ def run(args: argparse.Namespace) -> int:
                 f"{format_bytes(d.total_mib * 2**20)}",
                 file=sys.stderr,
             )
+        addresses = [host]
         if loopback:
-            addresses = lan_addresses()
+            lan = lan_addresses() or ["ADDRESS"]
             print(
                 f"worker on {endpoint}: reachable from this machine only (for tests). To lend it to another "
                 "machine, name this machine's address on your network: "
-                + (
-                    ", ".join(f"clover-local worker --host {a}" for a in addresses)
-                    if addresses
-                    else "clover-local worker --host ADDRESS"
-                ),
+                + ", ".join(f"clover-local worker --host {a}" for a in lan),
                 file=sys.stderr,
             )
-            addresses = [host]
         elif host in ("0.0.0.0", ""):
             addresses = lan_addresses() or ["ADDRESS"]
-        else:
-            addresses = [host]
         for address in addresses:
             print(
                 f"On the main machine: clover-local serve --rpc {rpc_spec(worker.devices, address, args.port)}"

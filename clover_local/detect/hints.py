@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from clover_local.detect.machine import Backend, Gpu, LlamaBuild
 
+PINNED_VERSION = "0.3.36"
+"""The llama-cpp-python this package pins: installed when none is, and a simulated machine's build."""
 _REBUILD = 'CMAKE_ARGS="{flag}" pip install --force-reinstall --no-cache-dir llama-cpp-python=={version}'
 _FLAG_FOR_VENDOR = {"nvidia": "-DGGML_CUDA=on", "amd": "-DGGML_HIP=on", "intel": "-DGGML_VULKAN=on"}
 _VENDOR_LABEL = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel", "apple": "Apple"}
@@ -17,7 +19,9 @@ _BACKENDS_FOR_VENDOR: dict[str, tuple[Backend, ...]] = {
 
 def rebuild_command(vendor: str, version: str | None) -> str:
     """The exact command that rebuilds llama-cpp-python with the backend for ``vendor``'s GPUs."""
-    return _REBUILD.format(flag=_FLAG_FOR_VENDOR.get(vendor, "-DGGML_VULKAN=on"), version=version or "0.3.36")
+    return _REBUILD.format(
+        flag=_FLAG_FOR_VENDOR.get(vendor, "-DGGML_VULKAN=on"), version=version or PINNED_VERSION
+    )
 
 
 def build_hints(gpus: tuple[Gpu, ...], build: LlamaBuild) -> tuple[str, ...]:
@@ -26,7 +30,7 @@ def build_hints(gpus: tuple[Gpu, ...], build: LlamaBuild) -> tuple[str, ...]:
     if build.version is None:
         hints.append(
             "llama-cpp-python is not importable: install it with "
-            f"pip install llama-cpp-python=={_default_version(build)} (it compiles llama.cpp; needs a C/C++ toolchain)"
+            f"pip install llama-cpp-python=={PINNED_VERSION} (it compiles llama.cpp; needs a C/C++ toolchain)"
         )
         return tuple(hints)
     for vendor in dict.fromkeys(g.vendor for g in gpus):
@@ -47,7 +51,3 @@ def build_hints(gpus: tuple[Gpu, ...], build: LlamaBuild) -> tuple[str, ...]:
             f"{rebuild_command(vendor, build.version)} -- until then the model runs on the CPU only"
         )
     return tuple(hints)
-
-
-def _default_version(build: LlamaBuild) -> str:
-    return build.version or "0.3.36"

@@ -45,11 +45,6 @@ def run_sysctl(key: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
 
 
-def _cpu_count(logical: bool) -> int | None:
-    count: int | None = psutil.cpu_count(logical=logical)
-    return count
-
-
 @dataclass(frozen=True)
 class ProbeInputs:
     """Where each probe reads from. Defaults read this machine; tests replace fields with recorded data."""
@@ -60,7 +55,7 @@ class ProbeInputs:
     sysfs_root: Path = SYSFS_ROOT
     cpuinfo: Path = Path("/proc/cpuinfo")
     run_sysctl: RunSysctl = run_sysctl
-    cpu_count: CoreCounter = _cpu_count
+    cpu_count: CoreCounter = psutil.cpu_count
     virtual_memory: Callable[[], Any] = psutil.virtual_memory
     load_nvml: Callable[[], Any] = load_nvml
     load_amdsmi: Callable[[], Any] = load_amdsmi

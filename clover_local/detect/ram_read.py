@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from clover_local.user_files import write_atomically
 
 BUFFER_BYTES = 192 * 1024 * 1024
 """Larger than the last-level cache one core sees on desktop and server CPUs (up to 96 MiB a CCD)."""
@@ -115,11 +116,7 @@ def kept_ram_read(folder: Path, machine: str) -> RamRead | None:
 
 def keep_ram_read(folder: Path, measured: RamRead) -> None:
     """Keep a quiet measurement for the next plans on this machine (written atomically)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / KEEP_FILE
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(measured)) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(folder / KEEP_FILE, (json.dumps(asdict(measured)) + "\n").encode())
 
 
 def ram_read_here(

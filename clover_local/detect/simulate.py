@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import NoReturn, get_args
 
 from clover_local.detect.apple import apple_gpu
-from clover_local.detect.hints import build_hints
+from clover_local.detect.hints import PINNED_VERSION, build_hints
 from clover_local.detect.machine import (
     Backend,
     Cpu,
@@ -51,7 +51,6 @@ from clover_local.errors import UsageError
 DEFAULT_RAM_BYTES = 16 * GIB
 DEFAULT_CORES = 8
 DEFAULT_DISK_BYTES = 500 * GIB
-SIMULATED_BUILD_VERSION = "0.3.36"
 
 ACCEPTED_FORMS = (
     "ram=32G, gpu=nvidia:12G or gpu=nvidia:12G@936GB/s (repeatable; vendor nvidia|amd|intel; optional "
@@ -200,7 +199,7 @@ def _build(backend_text: str | None, gpus: list[Gpu]) -> LlamaBuild:
         backend = name  # type: ignore[assignment]  # checked against Backend above
     backends: tuple[Backend, ...] = ("cpu",) if backend == "cpu" else (backend, "cpu")
     return LlamaBuild(
-        version=SIMULATED_BUILD_VERSION,
+        version=PINNED_VERSION,
         gpu_offload=backend != "cpu",
         backends=backends,
         system_info=f"simulated {backend} build",

@@ -29,29 +29,25 @@ def main(argv: list[str]) -> int:
     engine = loaded.engine
     out: dict[str, object] = {"load_s": round(load_s, 2), "placement": loaded.placement}
     out["buffers"] = [ln for ln in loaded.load_log if "buffer size" in ln]
-    prompt = job.get("prompt", "The history of the city begins")
-    runs = job.get(
-        "runs",
-        [
-            ["greedy", 0.0, False, False],
-            ["greedy_backend", 0.0, False, True],
-            ["sampled", 0.7, False, False],
-            ["sampled_backend", 0.7, False, True],
-            ["greedy_spec", 0.0, True, False],
-        ],
+    runs = (
+        ("greedy", 0.0, False, False),
+        ("greedy_backend", 0.0, False, True),
+        ("sampled", 0.7, False, False),
+        ("sampled_backend", 0.7, False, True),
+        ("greedy_spec", 0.0, True, False),
     )
     for name, temperature, speculative, backend in runs:
-        engine.backend_sampling = bool(backend)
+        engine.backend_sampling = backend
         rates = []
-        for _ in range(int(job.get("repeats", 2))):
+        for _ in range(2):
             request = GenerationRequest(
-                prompt=prompt,
-                max_tokens=int(job.get("max_tokens", 128)),
-                temperature=float(temperature),
+                prompt="The history of the city begins",
+                max_tokens=128,
+                temperature=temperature,
                 top_k=20,
                 top_p=0.8,
                 seed=1,
-                speculative=bool(speculative),
+                speculative=speculative,
             )
             stats = None
             for event in engine.generate(request):

@@ -48,18 +48,6 @@ class CaseReport:
     embedded: EngineMeasure
     fit_params: str | None = None
 
-    def real_over_planned(self, engine: EngineMeasure) -> float | None:
-        if engine.peak_gpu_bytes and self.planned_gpu_bytes:
-            return engine.peak_gpu_bytes / self.planned_gpu_bytes
-        return None
-
-
-def plan_case(model: Path, preset: str, ctx: int | None) -> Plan:
-    """The plan the product makes for this file on this machine as it is now (free memory included)."""
-    from clover_local.launch import LaunchRequest, decide_launch
-
-    return decide_launch(LaunchRequest(preset, str(model), ctx=ctx)).plan
-
 
 def _gpu_breakdown(plan: Plan) -> dict[str, int]:
     if not plan.memory.gpus:
@@ -75,11 +63,9 @@ def _gpu_breakdown(plan: Plan) -> dict[str, int]:
 
 
 def measure_llama_bench(model: Path, plan: Plan, log: Log) -> EngineMeasure:
-    from clover_local.llamacpp.binary import find_llama_server
-    from clover_local.measure.llama_bench import run_llama_bench
+    from clover_local.measure.llama_bench import beside_llama_server, run_llama_bench
 
-    server = find_llama_server()
-    bench = server.sibling("llama-bench") if server else None
+    bench = beside_llama_server("llama-bench")
     if bench is None:
         return EngineMeasure(error="no llama-bench next to llama-server")
     try:
@@ -92,9 +78,7 @@ def measure_llama_bench(model: Path, plan: Plan, log: Log) -> EngineMeasure:
     )
 
 
-def measure_llama_server(model: Path, plan: Plan, log: Log, n_predict: int = 128) -> EngineMeasure:
-    from dataclasses import replace
-
+def measure_llama_server(model: Path, plan: Plan, log: Log) -> EngineMeasure:
     from clover_local.llamacpp import http_client
     from clover_local.llamacpp.binary import find_llama_server
     from clover_local.llamacpp.server import plan_server_argv, start_llama_server
@@ -113,7 +97,7 @@ def measure_llama_server(model: Path, plan: Plan, log: Log, n_predict: int = 128
             sampler = stack.enter_context(PeakSampler(server.pid or 0))
             body = {
                 "prompt": "The history of the city begins",
-                "n_predict": n_predict,
+                "n_predict": 128,
                 "temperature": 0,
                 "ignore_eos": True,
                 "cache_prompt": False,
@@ -133,9 +117,7 @@ def measure_llama_server(model: Path, plan: Plan, log: Log, n_predict: int = 128
     return EngineMeasure(decode_tokens_per_s=max(rates), peak_gpu_bytes=peak, extra={"buffers": buffers})
 
 
-def measure_embedded(
-    model: Path, plan: Plan, log: Log, *, runs: list[list[Any]] | None = None
-) -> EngineMeasure:
+def measure_embedded(model: Path, plan: Plan, log: Log) -> EngineMeasure:
     from clover_local.measure.gpu_memory import PeakSampler
     from clover_local.plan.llama_args import llama_cpp_kwargs
 
@@ -144,8 +126,6 @@ def measure_embedded(
         "settings": llama_cpp_kwargs(plan),
         "speculative": asdict(plan.speculative),
     }
-    if runs is not None:
-        job["runs"] = runs
     cmd = [sys.executable, "-m", "clover_local.measure.embedded_worker", json.dumps(job)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with PeakSampler(proc.pid) as sampler:
@@ -164,13 +144,12 @@ def measure_embedded(
 
 def fit_params_summary(model: Path, plan: Plan) -> str | None:
     """llama-fit-params' own placement for the plan's context on this machine (one line), when available."""
-    from clover_local.llamacpp.binary import find_llama_server
+    from clover_local.llamacpp.fit_params import fit_args
+    from clover_local.measure.llama_bench import beside_llama_server
 
-    server = find_llama_server()
-    tool = server.sibling("llama-fit-params") if server else None
+    tool = beside_llama_server("llama-fit-params")
     if tool is None:
         return None
-    from clover_local.llamacpp.fit_params import fit_args
 
     argv = [str(tool), *fit_args(replace(plan, model_path=str(model)), tool)]
     try:
@@ -204,9 +183,12 @@ def run_case(
     log: Log = print,
 ) -> CaseReport:
     """Plan and measure one case (the whole card, or ``free_bytes`` left free by holding the rest)."""
+    from clover_local.launch import LaunchRequest, decide_launch
+
     log(f"case {name}:")
     with _maybe_hold(free_bytes, log):
-        plan = plan_case(model, preset, ctx)
+        # The plan the product makes for this file on this machine as it is now (free memory included).
+        plan = decide_launch(LaunchRequest(preset, str(model), ctx=ctx)).plan
         log(
             f"  plan: ctx {plan.ctx}, GPU layers {plan.n_gpu_layers}, experts of {plan.n_cpu_moe} layers in RAM, "
             f"GPU {sum(plan.memory.gpu_bytes) / GIB:.2f} GiB, predicted {plan.predicted_tokens_per_s:.0f} tok/s"

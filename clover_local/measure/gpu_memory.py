@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from types import TracebackType
 from typing import Any
 
 from clover_local.errors import UsageError
@@ -112,7 +111,7 @@ class GpuMemoryHold:
         assert self._proc.stdout is not None
         self.report = self._proc.stdout.readline().strip()
         if not self.report.startswith("held"):
-            self.__exit__(None, None, None)
+            self.__exit__()
             raise UsageError(
                 "Could not hold GPU memory to emulate a smaller card (needs PyTorch with CUDA).",
                 "Run without --free, or install torch.",
@@ -120,9 +119,7 @@ class GpuMemoryHold:
         time.sleep(0.5)
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._proc is not None:
             if self._proc.stdin:
                 self._proc.stdin.close()

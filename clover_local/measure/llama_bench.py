@@ -36,6 +36,14 @@ class Placement:
         return Placement(plan.n_gpu_layers, plan.threads, plan.flash_attn == "on", plan.n_cpu_moe)
 
 
+def beside_llama_server(name: str) -> Path | None:
+    """The tool ``name`` (``llama-bench``, ``llama-fit-params``) built beside the llama-server found, if any."""
+    from clover_local.llamacpp.binary import find_llama_server
+
+    server = find_llama_server()
+    return server.sibling(name) if server else None
+
+
 def llama_bench_argv(
     binary: Path, model: Path, where: Placement, *, n_gen: int = 128, repetitions: int = 3
 ) -> list[str]:

@@ -8,22 +8,26 @@ the speculation modes ``bench --spec-modes`` compared (``speculation-bench.json`
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, fields
 from pathlib import Path
 
 from clover_local import settings
 from clover_local.plan.measured import SpeedRecord, VerifyCostRecord
+from clover_local.user_files import write_atomically
 
 _MAX_RECORDS = 200
 
 
+def _read_json(path: Path) -> object:
+    """The JSON in ``path``; None when it is missing or damaged (a bad file must never stop planning)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def _write_json(path: Path, data: object, *, indent: int) -> Path:
-    """Write ``data`` as JSON atomically (a temporary file beside it, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=indent) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, (json.dumps(data, indent=indent) + "\n").encode())
     return path
 
 
@@ -33,11 +37,7 @@ def records_path() -> Path:
 
 def load_records(path: Path | None = None) -> list[SpeedRecord]:
     """Every usable record (a damaged or foreign file gives none, never an error: they are only hints)."""
-    path = path or records_path()
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+    raw = _read_json(path or records_path())
     names = {f.name for f in fields(SpeedRecord)}
     out: list[SpeedRecord] = []
     for item in raw if isinstance(raw, list) else []:
@@ -74,21 +74,13 @@ def spec_model_key(model: str) -> str:
 def load_spec_ratios(model: str, path: Path | None = None) -> dict[str, float]:
     """Speculation mode -> decode speed ratio over plain decoding, as ``bench --spec-modes`` measured it for
     ``model`` here; empty when never measured (or the file is unreadable: a bad file must never stop planning)."""
-    try:
-        data = json.loads((path or spec_records_path()).read_text(encoding="utf-8"))
-        ratios = data[spec_model_key(model)]["ratios"]
-        return {str(m): float(r) for m, r in ratios.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
+    return load_all_spec_ratios(path).get(spec_model_key(model), {})
 
 
 def load_all_spec_ratios(path: Path | None = None) -> dict[str, dict[str, float]]:
     """Every model's ratios (:func:`load_spec_ratios`), keyed as :func:`spec_model_key` keys them; a damaged
     entry is left out, a damaged file gives none."""
-    try:
-        data = json.loads((path or spec_records_path()).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    data = _read_json(path or spec_records_path())
     out: dict[str, dict[str, float]] = {}
     for key, entry in data.items() if isinstance(data, dict) else ():
         try:
@@ -103,11 +95,8 @@ def save_spec_ratios(model: str, ratios: dict[str, float], engine: str, path: Pa
     import time
 
     path = path or spec_records_path()
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            data = {}
-    except (OSError, ValueError):
+    data = _read_json(path)
+    if not isinstance(data, dict):
         data = {}
     data[spec_model_key(model)] = {"ratios": dict(ratios), "engine": engine, "measured_at": time.time()}
     return _write_json(path, data, indent=2)
@@ -122,10 +111,7 @@ def verify_costs_path() -> Path:
 
 def load_verify_costs(path: Path | None = None) -> list[VerifyCostRecord]:
     """Every usable verification cost table (a damaged file gives none: the plan then uses its model)."""
-    try:
-        raw = json.loads((path or verify_costs_path()).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+    raw = _read_json(path or verify_costs_path())
     out: list[VerifyCostRecord] = []
     for item in raw if isinstance(raw, list) else []:
         try:

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from clover_local.engine.types import ChatEngine
 from clover_local.launch import Launch
 
 PLAIN = "off"
@@ -75,40 +74,24 @@ class SpecBenchReport:
         return data
 
 
-Opener = Callable[[Launch], tuple[ChatEngine, Callable[[], None]]]
-"""Starts an engine on a launch: the engine and how to stop it."""
-
-
-def opener() -> Opener:
-    """Engines on each mode's launch through :func:`clover_local.launch.open_launch` (the one way launches are
-    loaded), opened as decided: the launch's request asks for no chat template (the workloads are plain
-    prompts), and each request for greedy sampling."""
-
-    def open_(launch: Launch) -> tuple[ChatEngine, Callable[[], None]]:
-        from clover_local.launch import open_launch
-
-        opened = open_launch(launch, measure_costs=False)
-        return opened.engine, opened.engine.close
-
-    return open_
-
-
 def run_spec_bench(
     launch_for: Callable[[str], Launch],
     modes: Sequence[str],
     workloads: dict[str, str],
     *,
-    opener: Opener,
-    engine_name: str = "llama-server",
-    rounds: int = 3,
-    max_tokens: int = 256,
-    progress: Callable[[str], None] = lambda _: None,
+    engine_name: str,
+    rounds: int,
+    max_tokens: int,
+    progress: Callable[[str], None],
 ) -> SpecBenchReport:
-    """Measure ``modes`` (``off`` first: the baseline) with one engine each (``opener``), greedy; ``launch_for(mode)``
-    gives the launch for a mode, decided for it (raising :class:`~clover_local.errors.CloverError` when the files
-    lack its head)."""
+    """Measure ``modes`` (``off`` first: the baseline) with one engine each, greedy; ``launch_for(mode)`` gives the
+    launch for a mode, decided for it (raising :class:`~clover_local.errors.CloverError` when the files lack its
+    head). Each engine is opened as decided, through :func:`clover_local.launch.open_launch` (the one way launches
+    are loaded): the launches ask for no chat template (the workloads are plain prompts), and each request for
+    greedy sampling."""
     from clover_local.engine.types import Finished, GenerationRequest
     from clover_local.errors import CloverError
+    from clover_local.launch import open_launch
 
     ordered = [PLAIN, *[m for m in modes if m != PLAIN]]
     report = SpecBenchReport("", max_tokens, rounds, ordered, list(workloads), engine=engine_name)
@@ -120,14 +103,13 @@ def run_spec_bench(
             report.errors[mode] = exc.what
             progress(f"{mode}: skipped ({exc.what})")
     report.model = next((p.plan.model_path or p.plan.preset for p in plans.values()), "")
-    # Round by round, every mode in turn (one engine loaded at a time: a real model may fill the machine), so a
-    # machine that slows down mid-run slows every mode alike.
+    # Round by round, every mode in turn (one engine loaded at a time: a real model may fill the machine).
     for r in range(rounds):
         for mode, plan in plans.items():
             if mode in report.errors:
                 continue
             try:
-                engine, stop = opener(plan)
+                engine = open_launch(plan, measure_costs=False).engine
             except CloverError as exc:
                 report.errors[mode] = exc.what
                 progress(f"{mode}: could not start ({exc.what})")
@@ -150,7 +132,7 @@ def run_spec_bench(
                     report.samples.append(sample)
                     progress(f"{mode:7} {name:13} round {r + 1}: {stats.decode_tokens_per_s:7.1f} tok/s")
             finally:
-                stop()
+                engine.close()
     return report
 
 

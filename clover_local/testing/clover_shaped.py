@@ -217,9 +217,6 @@ def write_clover_shaped(path: Path, *, seed: int = 7, arch: str = "qwen35moe") -
     plan = tensor_plan()
     tokens, scores, types = _vocab()
     w = _header_writer(path, arch, MIXES["Q4_K_M"], plan, (tokens, scores, types))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
     assert w.fout is not None
     f = w.fout[0]
     patterns = {k: _block_pattern(k, rng) for k in _BLOCK}
@@ -253,8 +250,8 @@ def _header_writer(
     vocab: tuple[list[str], list[float], list[int]] | None,
     split: tuple[int, int, int] | None = None,
 ) -> gguf.GGUFWriter:
-    """A ``gguf.GGUFWriter`` holding the header of the Clover-shaped model (``vocab`` None: no metadata, a
-    later shard) and the tensor infos of ``plan``; ``split``: (shard index, shard count, tensors in all)."""
+    """A ``gguf.GGUFWriter`` that has written the header of the Clover-shaped model (``vocab`` None: no metadata,
+    a later shard) and the tensor infos of ``plan``; ``split``: (shard index, shard count, tensors in all)."""
     import gguf
 
     from clover_local.testing.vocab import CHATML_TEMPLATE
@@ -314,6 +311,9 @@ def _header_writer(
             w.add_tensor_info(
                 t.name, byte_shape, np.dtype(np.uint8), t.n_bytes, raw_dtype=gguf.GGMLQuantizationType[t.kind]
             )
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
     return w
 
 
@@ -331,9 +331,6 @@ def write_clover_header(paths: list[Path], *, quant: str = "Q4_K_M", arch: str =
         part = plan[i * per_shard : (i + 1) * per_shard]
         split = (i, len(paths), len(plan)) if len(paths) > 1 else None
         w = _header_writer(path, arch, MIXES[quant], part, _vocab() if i == 0 else None, split)
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_ti_data_to_file()
         assert w.fout is not None
         end = _aligned(w.fout[0].tell())
         w.close()

@@ -9,7 +9,7 @@ token, ``causal_attention = false``, and for LLaDA-MoE ``diffusion.shift_logits 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -76,32 +76,14 @@ class TinySpec:
 
 def default_spec(kind: TinyKind, weight_type: WeightType = "f16") -> TinySpec:
     """The standard tiny model of each kind used by tests and benchmarks."""
-    if kind == "llama":
-        return TinySpec(kind="llama", weight_type=weight_type)
-    if kind == "qwen3moe":
-        return TinySpec(
-            kind="qwen3moe", n_expert=8, n_expert_used=2, n_ff_exp=64, n_ff=128, weight_type=weight_type
-        )
-    if kind == "dream":
-        return TinySpec(kind="dream", weight_type=weight_type)
-    if kind == "llada-moe":
-        return TinySpec(
-            kind="llada-moe", n_expert=8, n_expert_used=2, n_ff_exp=64, n_ff=128, weight_type=weight_type
-        )
+    dense = TinySpec(kind=kind, weight_type=weight_type)
+    if kind in ("llama", "dream"):
+        return dense
+    moe = replace(dense, n_expert=8, n_expert_used=2, n_ff_exp=64, n_ff=128)
+    if kind in ("qwen3moe", "llada-moe"):
+        return moe
     if kind == "qwen35moe":
-        return TinySpec(
-            kind="qwen35moe",
-            n_layer=8,
-            head_dim=64,
-            n_rot=16,
-            n_expert=8,
-            n_expert_used=2,
-            n_ff_exp=64,
-            n_ff_shexp=64,
-            n_ff=128,
-            full_attention_interval=4,
-            weight_type=weight_type,
-        )
+        return replace(moe, n_layer=8, head_dim=64, n_rot=16, n_ff_shexp=64, full_attention_interval=4)
     raise ValueError(f"unknown tiny model kind {kind!r}")
 
 
@@ -137,7 +119,6 @@ class _Weights:
 
     def __init__(self, spec: TinySpec) -> None:
         self._rng = np.random.default_rng(spec.seed)
-        self._weight_type = spec.weight_type
 
     def matrix(self, *shape: int, std: float | None = None) -> np.ndarray:
         """A weight matrix; std defaults to 1/sqrt(fan_in) so activations keep their scale."""
@@ -293,7 +274,7 @@ def _tensors(spec: TinySpec, vocab: Vocab) -> dict[str, np.ndarray]:
         elif spec.kind in ("qwen3moe", "llada-moe"):
             out.update(_qwen3moe_block(w, spec, p))
         else:
-            out.update(_qwen35moe_block(w, spec, p, il))
+            out.update(_qwen35moe_block(w, spec, p, (il + 1) % spec.full_attention_interval == 0))
     if spec.mtp != "none":
         # Drawn after the trunk, so the trunk's weights are the same with or without a head.
         out.update(_qwen35moe_mtp_block(w, spec, f"blk.{spec.n_layer}."))
@@ -401,13 +382,13 @@ def _qwen3moe_block(w: _Weights, spec: TinySpec, p: str) -> dict[str, np.ndarray
     }
 
 
-def _qwen35moe_block(w: _Weights, spec: TinySpec, p: str, il: int) -> dict[str, np.ndarray]:
+def _qwen35moe_block(w: _Weights, spec: TinySpec, p: str, full_attention: bool) -> dict[str, np.ndarray]:
     e = spec.n_embd
     out: dict[str, np.ndarray] = {
         p + "attn_norm.weight": w.norm(e),
         p + "post_attention_norm.weight": w.norm(e),
     }
-    if (il + 1) % spec.full_attention_interval == 0:
+    if full_attention:
         # Full attention: Q carries a gate as well (2 x head_dim per head), Q/K are RMS-normed.
         out.update(_attention(w, spec, p, q_mult=2))
         out[p + "attn_q_norm.weight"] = w.norm(spec.head_dim)
@@ -453,20 +434,10 @@ def _qwen35moe_mtp_block(w: _Weights, spec: TinySpec, p: str) -> dict[str, np.nd
     e = spec.n_embd
     eh_proj = w.matrix(e, 2 * e, std=0.02)
     eh_proj[:, :e] += np.eye(e, dtype=np.float32)  # ggml_concat(e_norm, h_norm): embedding first
-    out = {
-        p + "attn_norm.weight": w.norm(e),
-        p + "post_attention_norm.weight": w.norm(e),
-        **_attention(w, spec, p, q_mult=2),
-        p + "attn_q_norm.weight": w.norm(spec.head_dim),
-        p + "attn_k_norm.weight": w.norm(spec.head_dim),
-        **_experts(w, spec, p),
-        p + "ffn_gate_inp_shexp.weight": w.matrix(e, std=1.0 / np.sqrt(e)),
-        p + "ffn_gate_shexp.weight": w.matrix(spec.n_ff_shexp, e),
-        p + "ffn_up_shexp.weight": w.matrix(spec.n_ff_shexp, e),
-        p + "ffn_down_shexp.weight": w.matrix(e, spec.n_ff_shexp),
+    return {
+        **_qwen35moe_block(w, spec, p, full_attention=True),
         p + "nextn.eh_proj.weight": eh_proj,
         p + "nextn.enorm.weight": w.norm(e),
         p + "nextn.hnorm.weight": w.norm(e),
         p + "nextn.shared_head_norm.weight": w.norm(e),
     }
-    return out

@@ -110,6 +110,7 @@ def check_slots_memory(model_path: Path, ctx: int, slots: int, fill: int | None 
     from clover_local.detect.simulate import parse_simulate
     from clover_local.errors import CloverError
     from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.plan.memory import rolls_back_from_a_copy
 
     machine = parse_simulate(MEASURING_MACHINE)
     launches = [
@@ -123,8 +124,6 @@ def check_slots_memory(model_path: Path, ctx: int, slots: int, fill: int | None 
             raise CloverError(
                 f"The plan for {n} slots has {launch.plan.parallel} of {launch.plan.ctx} tokens."
             )
-    from clover_local.plan.memory import rolls_back_from_a_copy
-
     one, many = (
         measure_slots(
             model_path,

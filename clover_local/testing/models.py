@@ -88,16 +88,13 @@ def gemma_path() -> Path:
             "Install the test extras: pip install -e '.[test]'",
         ) from e
 
-    target = models_dir() / GEMMA_FILE_NAME
     expected = str(gemma_pkg.EXPECTED_SHA256)
-
-    def build(tmp: Path) -> None:
-        gemma_pkg.assemble(tmp, overwrite=True)  # writes, then checks the sha256
-
-    def existing_ok(path: Path) -> bool:
-        return _sha256_file(path) == expected
-
-    return _build_once(target, build, stamp=expected, verify_existing=existing_ok)
+    return _build_once(
+        models_dir() / GEMMA_FILE_NAME,
+        lambda tmp: gemma_pkg.assemble(tmp, overwrite=True),  # writes, then checks the sha256
+        stamp=expected,
+        verify_existing=lambda path: _sha256_file(path) == expected,
+    )
 
 
 def smollm2_path() -> Path:
@@ -132,14 +129,18 @@ def tiny_model_from_spec(spec: TinySpec) -> Path:
     return _build_once(target, lambda tmp: write_tiny_gguf(spec, tmp), stamp=key)
 
 
+def _mtp_spec(mtp: MtpPlacement, weight_type: WeightType) -> TinySpec:
+    if mtp not in ("embedded", "sidecar"):
+        raise CloverError(f"Unknown MTP placement {mtp!r}.", "Use embedded or sidecar.")
+    return dataclasses.replace(default_spec("qwen35moe", weight_type), mtp=mtp)
+
+
 def tiny_mtp_model(mtp: MtpPlacement, weight_type: WeightType = "f16") -> tuple[Path, Path | None]:
     """The tiny qwen35moe with a multi-token-prediction head, built once: ``(model, sidecar)``.
 
     ``embedded``: the head is in the model file (sidecar None); ``sidecar``: the model file is the trunk
     and the head is ``mtp-<model name>`` beside it, the name llama.cpp's ``-hf`` looks for."""
-    if mtp not in ("embedded", "sidecar"):
-        raise CloverError(f"Unknown MTP placement {mtp!r}.", "Use embedded or sidecar.")
-    spec = dataclasses.replace(default_spec("qwen35moe", weight_type), mtp=mtp)
+    spec = _mtp_spec(mtp, weight_type)
     key = _spec_hash(spec)
     target = models_dir() / f"tiny-qwen35moe-mtp-{mtp}-{spec.weight_type}-{key}.gguf"
     model = _build_once(target, lambda tmp: write_tiny_gguf(spec, tmp), stamp=key)
@@ -154,17 +155,16 @@ def tiny_clover_model(weight_type: WeightType = "f16") -> Path:
     Clover's name, without an MTP head or block-diffusion tensors, as upstream's converter exports Clover. The
     pinned llama.cpp does not know it; the test runtime (``clover_local.testing.runtime``) does."""
     spec = dataclasses.replace(default_spec("qwen35moe", weight_type), arch_name=CLOVER_ARCH)
-    target = models_dir() / f"tiny-{CLOVER_ARCH}-{spec.weight_type}-{_spec_hash(spec)}.gguf"
-    return _build_once(target, lambda tmp: write_tiny_gguf(spec, tmp), stamp=_spec_hash(spec))
+    key = _spec_hash(spec)
+    target = models_dir() / f"tiny-{CLOVER_ARCH}-{spec.weight_type}-{key}.gguf"
+    return _build_once(target, lambda tmp: write_tiny_gguf(spec, tmp), stamp=key)
 
 
 def write_mtp_model(
     mtp: MtpPlacement, out: Path, weight_type: WeightType = "f16"
 ) -> tuple[Path, Path | None]:
     """Write the tiny MTP model to ``out`` (and, for ``sidecar``, ``mtp-<name>`` beside it)."""
-    if mtp not in ("embedded", "sidecar"):
-        raise CloverError(f"Unknown MTP placement {mtp!r}.", "Use embedded or sidecar.")
-    spec = dataclasses.replace(default_spec("qwen35moe", weight_type), mtp=mtp)
+    spec = _mtp_spec(mtp, weight_type)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_tiny_gguf(spec, out)
     if mtp == "embedded":
@@ -245,16 +245,14 @@ def _stamp_text(target: Path, stamp: str) -> str:
 
 
 def _stamp_matches(target: Path, stamp: str) -> bool:
-    ok = target.with_name(target.name + ".ok")
     try:
-        return ok.read_text() == _stamp_text(target, stamp)
+        return target.with_name(target.name + ".ok").read_text() == _stamp_text(target, stamp)
     except OSError:
         return False
 
 
 def _write_stamp(target: Path, stamp: str) -> None:
-    ok = target.with_name(target.name + ".ok")
-    ok.write_text(_stamp_text(target, stamp))
+    target.with_name(target.name + ".ok").write_text(_stamp_text(target, stamp))
 
 
 def _sha256_file(path: Path) -> str:

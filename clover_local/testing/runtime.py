@@ -17,7 +17,6 @@ from clover_local.runtimes.installed import InstalledRuntime, read_runtime
 TEST_TAG = "b99999"
 """Newer than any release the tests' stand-ins name, so it is always the newest installed."""
 TEST_ARCH = "clover_moe"
-RENAMED_ARCH = "qwen35moe"
 _ROW = '{ LLM_ARCH_QWEN35MOE,        "qwen35moe"        },'
 _PATCHED_ROW = '{ LLM_ARCH_QWEN35MOE,        "clover_moe"       },'
 STAMP = "clover_moe-row-1"

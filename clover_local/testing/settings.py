@@ -48,18 +48,7 @@ def file_plan(
     return replace(plan, **fields)
 
 
-def engine_settings(
-    model: str | Path,
-    *,
-    ctx: int,
-    threads: int = 2,
-    n_gpu_layers: int = 0,
-    speculative: SpeculativePlan = SPECULATING,
-    **fields: Any,
-) -> dict[str, Any]:
-    """``load_engine``'s settings for ``model`` (:func:`file_plan` rendered by the producer); give the loader
-    the same ``speculative``."""
-    plan = file_plan(
-        model, ctx=ctx, threads=threads, n_gpu_layers=n_gpu_layers, speculative=speculative, **fields
-    )
-    return llama_settings(plan).kwargs()
+def engine_settings(model: str | Path, *, ctx: int, **fields: Any) -> dict[str, Any]:
+    """``load_engine``'s settings for ``model`` (:func:`file_plan`, with the same keywords, rendered by the
+    producer); give the loader the same ``speculative``."""
+    return llama_settings(file_plan(model, ctx=ctx, **fields)).kwargs()

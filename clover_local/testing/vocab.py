@@ -95,8 +95,6 @@ class Vocab:
     bos_id: int
     eos_id: int
     unk_id: int
-    im_start_id: int
-    im_end_id: int
     mask_id: int | None = None
     """The diffusion mask token (``<|mask|>``, last id), only in the vocabularies of diffusion models."""
     tool_call_id: int | None = None
@@ -147,8 +145,6 @@ def build_vocab(n_word_pieces: int, with_mask: bool = False, tool_tokens: bool =
         bos_id=1,
         eos_id=2,
         unk_id=0,
-        im_start_id=3,
-        im_end_id=4,
         mask_id=mask_id,
         tool_call_id=tool_ids[0],
         tool_call_end_id=tool_ids[1],
