@@ -124,7 +124,8 @@ def test_requests_at_once_all_complete_each_with_only_its_own_tokens(engine: Emb
 
 
 class _HeldStart:
-    """An engine with one slot (what the scheduler uses of ``EmbeddedEngine``) whose sequences start only once the test lets them; each then ends at once."""
+    """An engine with one slot (what the scheduler uses of ``EmbeddedEngine``) whose sequences start only once
+    the test lets them; each then ends at once."""
 
     n_ctx = 64
 
