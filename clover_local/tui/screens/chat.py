@@ -95,23 +95,21 @@ def _load_note(runner: RunnerHealth) -> str:
 class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
     """Multi-turn chat with one loaded engine."""
 
+    @dataclass
     class Summarized(Message, bubble=False):
         """The summary a new chat carries is written (posted from the generation thread)."""
 
-        def __init__(self, reply: ReplyView, summary: str, text: str, error: str | None) -> None:
-            super().__init__()
-            self.reply = reply
-            self.summary = summary
-            self.text = text
-            self.error = error
+        reply: ReplyView
+        summary: str
+        text: str
+        error: str | None
 
+    @dataclass
     class Counted(Message, bubble=False):
         """The context a reopened conversation holds, counted (posted from a worker)."""
 
-        def __init__(self, history: list[ChatMessage], tokens: int) -> None:
-            super().__init__()
-            self.history = history
-            self.tokens = tokens
+        history: list[ChatMessage]
+        tokens: int
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop", id="chat.stop"),

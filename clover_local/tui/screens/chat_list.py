@@ -7,6 +7,7 @@ Reads and writes go through :class:`~clover_local.chat_store.ChatStore` in threa
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar
 
 from textual import work
@@ -38,18 +39,16 @@ class ChatList(ModalScreen[tuple[int, Conversation] | None]):
         Binding("delete,ctrl+d", "delete", "Delete", id="chats.delete"),
     ]
 
+    @dataclass
     class Listed(Message, bubble=False):
-        def __init__(self, chats: list[StoredChat], error: str | None) -> None:
-            super().__init__()
-            self.chats = chats
-            self.error = error
+        chats: list[StoredChat]
+        error: str | None
 
+    @dataclass
     class Loaded(Message, bubble=False):
-        def __init__(self, chat_id: int, conversation: Conversation | None, error: str | None) -> None:
-            super().__init__()
-            self.chat_id = chat_id
-            self.conversation = conversation
-            self.error = error
+        chat_id: int
+        conversation: Conversation | None
+        error: str | None
 
     def __init__(self, store: ChatStore, *, current: int | None = None) -> None:
         super().__init__()

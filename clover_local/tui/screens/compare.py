@@ -7,6 +7,7 @@ and closed before the next). Dismisses with the report (None when nothing ran); 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -31,16 +32,14 @@ class CompareScreen(Screen[CompareReport | None]):
         Binding("escape", "close", "Stop / back", id="compare.close"),
     ]
 
+    @dataclass
     class Step(Message, bubble=False):
-        def __init__(self, progress: Progress) -> None:
-            super().__init__()
-            self.progress = progress
+        progress: Progress
 
+    @dataclass
     class Done(Message, bubble=False):
-        def __init__(self, report: CompareReport | None, error: str | None) -> None:
-            super().__init__()
-            self.report = report
-            self.error = error
+        report: CompareReport | None
+        error: str | None
 
     def __init__(
         self,

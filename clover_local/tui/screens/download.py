@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+from dataclasses import dataclass
 from typing import ClassVar
 
 from textual import work
@@ -73,17 +74,15 @@ class DownloadScreen(Screen[str | ModelChoice | None]):
         Binding("escape", "cancel", "Cancel", id="download.cancel"),
     ]
 
+    @dataclass
     class Progressed(Message, bubble=False):
-        def __init__(self, progress: DownloadProgress) -> None:
-            super().__init__()
-            self.progress = progress
+        progress: DownloadProgress
 
+    @dataclass
     class Ended(Message, bubble=False):
-        def __init__(self, path: str | None, error: str | None, cancelled: bool) -> None:
-            super().__init__()
-            self.path = path
-            self.error = error
-            self.cancelled = cancelled
+        path: str | None
+        error: str | None
+        cancelled: bool
 
     def __init__(self, preset: Preset, plan: Plan) -> None:
         super().__init__()

@@ -5,6 +5,7 @@ App decides what comes next."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from textual import work
@@ -33,23 +34,20 @@ class LaunchScreen(Screen[OpenedEngine | None]):
         Binding("escape", "back", "Back to plan", id="launch.back"),
     ]
 
+    @dataclass
     class Progress(Message, bubble=False):
-        def __init__(self, fraction: float) -> None:
-            super().__init__()
-            self.fraction = fraction
+        fraction: float
 
+    @dataclass
     class Planned(Message, bubble=False):
         """The launch decided for this machine and the person's settings (its command can be shown)."""
 
-        def __init__(self, launch: Launch) -> None:
-            super().__init__()
-            self.launch = launch
+        launch: Launch
 
+    @dataclass
     class Ready(Message, bubble=False):
-        def __init__(self, loaded: OpenedEngine | None, error: str | None) -> None:
-            super().__init__()
-            self.loaded = loaded
-            self.error = error
+        loaded: OpenedEngine | None
+        error: str | None
 
     def __init__(
         self,

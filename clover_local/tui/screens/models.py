@@ -7,6 +7,7 @@ Works offline: the disk is scanned in a worker, nothing is fetched. Each choice 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.text import Text
@@ -30,11 +31,10 @@ class ModelPicker(ModalScreen[ModelChoice | None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="models.cancel")]
 
+    @dataclass
     class Found(Message, bubble=False):
-        def __init__(self, on_disk: list[DiskModel], presets: list[tuple[str, str]]) -> None:
-            super().__init__()
-            self.on_disk = on_disk
-            self.presets = presets
+        on_disk: list[DiskModel]
+        presets: list[tuple[str, str]]
 
     def __init__(self) -> None:
         super().__init__()

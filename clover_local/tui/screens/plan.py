@@ -9,7 +9,7 @@ so what is shown is what runs. Dismisses with that :class:`Launch` (download its
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -57,27 +57,24 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         Binding("i", "install_runtime", "Install llama.cpp", id="plan.install"),
     ]
 
+    @dataclass
     class MachineReady(Message, bubble=False):
-        def __init__(self, machine: Machine | None, error: str | None) -> None:
-            super().__init__()
-            self.machine = machine
-            self.error = error
+        machine: Machine | None
+        error: str | None
 
+    @dataclass
     class FactsRead(Message, bubble=False):
         """The facts of the current choices were read by a worker (or reading them failed: ``error``); the
         community quants, when a worker asked for them."""
 
-        def __init__(self, error: str | None = None, community: CommunityQuants | None = None) -> None:
-            super().__init__()
-            self.error = error
-            self.community = community
+        error: str | None = None
+        community: CommunityQuants | None = None
 
+    @dataclass
     class ModelsDescribed(Message, bubble=False):
         """Each quant's sizes, exact where a file or the Hub's GGUF header could be read."""
 
-        def __init__(self, models: QuantDescriptions) -> None:
-            super().__init__()
-            self.models = models
+        models: QuantDescriptions
 
     def __init__(
         self,

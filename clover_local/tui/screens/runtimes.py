@@ -10,6 +10,7 @@ Dismisses with the runtime installed during this visit (the last one), or None.
 from __future__ import annotations
 
 import threading
+from dataclasses import KW_ONLY, dataclass
 from typing import ClassVar
 
 from textual import work
@@ -71,41 +72,30 @@ class RuntimesScreen(Screen[InstalledRuntime | None]):
         Binding("escape", "back", "Cancel / Back", id="runtimes.back"),
     ]
 
+    @dataclass
     class LatestRead(Message, bubble=False):
-        def __init__(self, release: Release | None, error: str | None) -> None:
-            super().__init__()
-            self.release = release
-            self.error = error
+        release: Release | None
+        error: str | None
 
+    @dataclass
     class Progressed(Message, bubble=False):
-        def __init__(self, progress: DownloadProgress) -> None:
-            super().__init__()
-            self.progress = progress
+        progress: DownloadProgress
 
+    @dataclass
     class Stepped(Message, bubble=False):
-        def __init__(self, text: str) -> None:
-            super().__init__()
-            self.text = text
+        text: str
 
+    @dataclass
     class Ended(Message, bubble=False):
         """An install or a removal ended: what it made, or why not."""
 
-        def __init__(
-            self,
-            runtime: InstalledRuntime | None = None,
-            error: str | None = None,
-            *,
-            cancelled: bool = False,
-            no_archive: str | None = None,
-            removed: str | None = None,
-        ) -> None:
-            super().__init__()
-            self.runtime = runtime
-            self.error = error
-            self.cancelled = cancelled
-            self.no_archive = no_archive
-            """The tag a source build is offered for: no prebuilt archive fits this machine."""
-            self.removed = removed
+        runtime: InstalledRuntime | None = None
+        error: str | None = None
+        _: KW_ONLY
+        cancelled: bool = False
+        no_archive: str | None = None
+        """The tag a source build is offered for: no prebuilt archive fits this machine."""
+        removed: str | None = None
 
     def __init__(self, install: str | None = None) -> None:
         super().__init__()

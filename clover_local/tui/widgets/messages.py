@@ -9,6 +9,7 @@ arrive faster than the widget can render.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -54,64 +55,51 @@ class UserMessage(Static):
 class ReplyView(Vertical):
     """One model reply. Streams while generating; afterwards holds the final answer text."""
 
+    @dataclass
     class Delta(Message, bubble=False):
         """New text from the engine (posted from the generation thread)."""
 
-        def __init__(self, text: str) -> None:
-            super().__init__()
-            self.text = text
+        text: str
 
+    @dataclass
     class Refine(Message, bubble=False):
         """A diffusion step: the reply as it stands, masks included (posted from the generation thread)."""
 
-        def __init__(self, text: str, step: int, total_steps: int) -> None:
-            super().__init__()
-            self.text = text
-            self.step = step
-            self.total_steps = total_steps
+        text: str
+        step: int
+        total_steps: int
 
+    @dataclass
     class Prompting(Message, bubble=False):
         """The prompt is being read (posted from the generation thread before the first token)."""
 
-        def __init__(self, tokens: int, eta_s: float | None) -> None:
-            super().__init__()
-            self.tokens = tokens
-            self.eta_s = eta_s
+        tokens: int
+        eta_s: float | None
 
+    @dataclass
     class Dropped(Message):
         """The oldest ``count`` messages were left out of the context so the prompt fits (bubbles to the chat)."""
 
-        def __init__(self, count: int) -> None:
-            super().__init__()
-            self.count = count
+        count: int
 
+    @dataclass
     class Done(Message, bubble=False):
         """The engine finished, was stopped, or failed (posted from the generation thread)."""
 
-        def __init__(
-            self, stats: GenerationStats | None, error: str | None, *, context_full: bool = False
-        ) -> None:
-            super().__init__()
-            self.stats = stats
-            self.error = error
-            self.context_full = context_full
+        stats: GenerationStats | None
+        error: str | None
+        _: KW_ONLY
+        context_full: bool = False
 
+    @dataclass
     class Completed(Message):
         """Everything received is on screen: the chat may record the reply and start the next one."""
 
-        def __init__(
-            self,
-            reply: ReplyView,
-            stats: GenerationStats | None,
-            error: str | None,
-            *,
-            context_full: bool = False,
-        ) -> None:
-            super().__init__()
-            self.reply = reply
-            self.stats = stats
-            self.error = error
-            self.context_full = context_full
+        reply: ReplyView
+        stats: GenerationStats | None
+        error: str | None
+        _: KW_ONLY
+        context_full: bool = False
 
     def __init__(self, text: str = "", *, streaming: bool = True) -> None:
         super().__init__(classes="reply")
