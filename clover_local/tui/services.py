@@ -1,6 +1,5 @@
 """What the TUI adds to :mod:`clover_local.model_files` and :mod:`clover_local.launch`: the launch it loads for a
-model already on disk (the person's context and speculation choice), and the download behind the download
-screen.
+model already on disk (the person's context and speculation choice), and the models the model picker offers.
 
 Screens call these from worker threads or for quick pure work. Heavy modules (llama_cpp, huggingface_hub)
 are imported inside the functions, so the app paints before any of them load. Nothing here imports Textual.
@@ -8,15 +7,11 @@ are imported inside the functions, so the app paints before any of them load. No
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clover_local.errors import ContextOutOfRange
 from clover_local.facts import LaunchFacts
-from clover_local.fetch.describe import QuantDescriptions
-from clover_local.fetch.progress import DownloadProgress
 from clover_local.launch import Launch
 from clover_local.plan.reasons import Notice
 from clover_local.presets import Preset
@@ -141,14 +136,6 @@ def settings_for_file(path: str, preset: Preset, matched: bool) -> ModelSettings
     return replace(base, ctx=limit) if base.ctx > limit else base
 
 
-def describe_models(preset: Preset) -> QuantDescriptions:
-    """Exact sizes per quant before downloading (a downloaded file, else the GGUF header read on the Hub with
-    range requests, else the preset's estimate, with a note per quant). Network I/O: call from a worker."""
-    from clover_local.fetch.describe import describe_quants
-
-    return describe_quants(preset)
-
-
 def launch_for(
     preset: Preset,
     model_path: str,
@@ -186,15 +173,3 @@ def launch_for(
             f"loaded with {exc.limit:,} (F2 changes it)."
         )
         return replace(launch, notices=(Notice("context-limited", said), *launch.notices))
-
-
-def download(
-    preset: Preset,
-    quant: str,
-    progress: Callable[[DownloadProgress], None],
-    cancel: threading.Event,
-) -> str:
-    """Download (or resume) the GGUF for ``quant``; returns the local path of its first shard."""
-    from clover_local.fetch.download import download_model
-
-    return str(download_model(preset, quant, progress=progress, cancel=cancel))

@@ -83,7 +83,7 @@ class CompareScreen(Screen[CompareReport | None]):
                 self.initial_tasks, placeholder="tasks: builtin or a .jsonl / .yaml file", id="compare-tasks"
             )
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Run", variant="primary", id="compare-run")
+                yield Button("Run", variant="primary", id="compare-run", action="screen.run")
             yield ProgressBar(total=1.0, show_eta=False, id="compare-progress")
             yield Static("", id="compare-status", markup=False)
             yield Static("", id="compare-table", markup=False)
@@ -93,10 +93,6 @@ class CompareScreen(Screen[CompareReport | None]):
     def on_mount(self) -> None:
         if self.auto_start:
             self.call_after_refresh(self.action_run)
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "compare-run":
-            self.action_run()
 
     def action_run(self) -> None:
         if self.running:

@@ -110,10 +110,12 @@ class DownloadScreen(Screen[str | ModelChoice | None]):
             yield Static("", id="download-error", markup=False)
             yield Static("", id="download-offline", markup=False)
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Demo model (m)", id="download-demo", classes="-offline")
-                yield Button("Models on disk (o)", id="download-on-disk", classes="-offline")
-                yield Button("Pause", id="download-pause")
-                yield Button("Cancel", variant="error", id="download-cancel")
+                yield Button("Demo model (m)", id="download-demo", classes="-offline", action="screen.demo")
+                yield Button(
+                    "Models on disk (o)", id="download-on-disk", classes="-offline", action="screen.on_disk"
+                )
+                yield Button("Pause", id="download-pause", action="screen.pause")
+                yield Button("Cancel", variant="error", id="download-cancel", action="screen.cancel")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -152,8 +154,10 @@ class DownloadScreen(Screen[str | ModelChoice | None]):
         def progress(p: DownloadProgress) -> None:
             self.post_message(DownloadScreen.Progressed(p))
 
-        try:
-            path = services.download(self.preset, self.plan.quant, progress, cancel)
+        from clover_local.fetch.download import download_model
+
+        try:  # resumes what an earlier try left; the path of the first shard
+            path = str(download_model(self.preset, self.plan.quant, progress=progress, cancel=cancel))
         except DownloadCancelled:
             self.post_message(DownloadScreen.Ended(None, None, cancelled=True))
         except CloverError as exc:
@@ -188,16 +192,6 @@ class DownloadScreen(Screen[str | ModelChoice | None]):
             self.query_one("#download-status", Static).update("Stopped: the download failed.")
             self.failed = True
             self._show_offline()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "download-pause":
-            self.action_pause()
-        elif event.button.id == "download-cancel":
-            self.action_cancel()
-        elif event.button.id == "download-demo":
-            self.action_demo()
-        elif event.button.id == "download-on-disk":
-            self.action_on_disk()
 
     def action_demo(self) -> None:
         if not self.running:

@@ -92,7 +92,7 @@ class LaunchScreen(Screen[OpenedEngine | None]):
             yield Static("Equivalent llama-server command (c copies):", classes="section-title")
             yield Static("", id="launch-command", markup=False)
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Chat", variant="primary", id="launch-chat", disabled=True)
+                yield Button("Chat", variant="primary", id="launch-chat", disabled=True, action="screen.chat")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -177,10 +177,6 @@ class LaunchScreen(Screen[OpenedEngine | None]):
         if action == "back":
             return self.failed
         return True
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "launch-chat":
-            self.action_chat()
 
     def action_chat(self) -> None:
         if self.loaded is not None:

@@ -65,14 +65,8 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
             yield Static(sampling_hint(self.current), id="settings-hint", classes="muted", markup=False)
             yield Static("", id="settings-error", markup=False)
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Save", variant="primary", id="settings-save")
-                yield Button("Cancel", id="settings-cancel")
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "settings-save":
-            self.action_save()
-        else:
-            self.dismiss(None)
+                yield Button("Save", variant="primary", id="settings-save", action="screen.save")
+                yield Button("Cancel", id="settings-cancel", action="screen.dismiss")
 
     def on_input_submitted(self) -> None:
         self.action_save()
@@ -142,17 +136,11 @@ class ContextFullScreen(ModalScreen[tuple[str, bool] | None]):
             )
             yield Checkbox("Remember this choice", id="full-remember")
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Drop oldest turns (d)", variant="primary", id="full-drop")
-                yield Button("New chat + summary (s)", id="full-summary")
-                yield Button("Cancel", id="full-cancel")
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "full-drop":
-            self.action_choose("drop")
-        elif event.button.id == "full-summary":
-            self.action_choose("summary")
-        else:
-            self.dismiss(None)
+                yield Button(
+                    "Drop oldest turns (d)", variant="primary", id="full-drop", action="screen.choose('drop')"
+                )
+                yield Button("New chat + summary (s)", id="full-summary", action="screen.choose('summary')")
+                yield Button("Cancel", id="full-cancel", action="screen.dismiss")
 
     def action_choose(self, how: str) -> None:
         self.dismiss((how, self.query_one("#full-remember", Checkbox).value))
@@ -200,17 +188,11 @@ HELP_TEXT = """\
 class HelpScreen(ModalScreen[None]):
     """Every key binding, in words."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,f1,q", "close", "Close", id="help.close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,f1,q", "dismiss", "Close", id="help.close")]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box", classes="dialog"):
             yield Static("Keys (scroll for more)", classes="dialog-title")
             with VerticalScroll(id="help-scroll"):
                 yield Static(HELP_TEXT, id="help-text")
-            yield Button("Close", id="help-close")
-
-    def on_button_pressed(self) -> None:
-        self.dismiss(None)
-
-    def action_close(self) -> None:
-        self.dismiss(None)
+            yield Button("Close", id="help-close", action="screen.dismiss")

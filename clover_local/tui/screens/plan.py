@@ -138,9 +138,17 @@ class PlanScreen(Screen[Launch | ModelChoice]):
                 yield Static("Alternatives", classes="section-title")
                 yield Static("", id="plan-alternatives", markup=False)
         with Horizontal(id="plan-buttons"):
-            yield Button("Download and run", variant="primary", id="plan-download", disabled=True)
-            yield Button("Run local file", id="plan-run-local", disabled=True)
-            install = Button("Install llama.cpp", variant="warning", id="plan-install")
+            yield Button(
+                "Download and run",
+                variant="primary",
+                id="plan-download",
+                disabled=True,
+                action="screen.download",
+            )
+            yield Button("Run local file", id="plan-run-local", disabled=True, action="screen.run_local")
+            install = Button(
+                "Install llama.cpp", variant="warning", id="plan-install", action="screen.install_runtime"
+            )
             install.display = False  # shown when the plan needs a release that is not installed
             yield install
         yield Footer()
@@ -172,8 +180,11 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             return
         self.post_message(PlanScreen.MachineReady(machine, None))
         if self.simulate is None and not get_current_worker().is_cancelled:
-            # The plan shows at once from estimates; exact sizes (file or Hub header) replace them when read.
-            self.post_message(PlanScreen.ModelsDescribed(services.describe_models(self.preset)))
+            # The plan shows at once from estimates; exact sizes (a downloaded file, else the GGUF header read
+            # on the Hub with range requests, else the preset's estimate) replace them when read.
+            from clover_local.fetch.describe import describe_quants
+
+            self.post_message(PlanScreen.ModelsDescribed(describe_quants(self.preset)))
 
     def on_plan_screen_machine_ready(self, message: MachineReady) -> None:
         if message.machine is None:
@@ -360,14 +371,6 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             return
         self.model_path = str(path.resolve())
         self.replan()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "plan-install":
-            self.action_install_runtime()
-        elif event.button.id == "plan-download":
-            self.action_download()
-        elif event.button.id == "plan-run-local":
-            self.action_run_local()
 
     def action_demo(self) -> None:
         self.dismiss(ModelChoice(preset=services.DEMO_PRESET))

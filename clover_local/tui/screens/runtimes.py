@@ -52,11 +52,8 @@ class ConfirmRemove(ModalScreen[bool]):
                 markup=False,
             )
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Remove (y)", variant="error", id="confirm-yes")
-                yield Button("Keep (n)", id="confirm-no")
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "confirm-yes")
+                yield Button("Remove (y)", variant="error", id="confirm-yes", action="screen.answer(True)")
+                yield Button("Keep (n)", id="confirm-no", action="screen.answer(False)")
 
     def action_answer(self, remove: bool) -> None:
         self.dismiss(remove)
@@ -128,10 +125,18 @@ class RuntimesScreen(Screen[InstalledRuntime | None]):
             yield Log(id="runtime-steps", auto_scroll=True)
             yield Static("", id="runtime-error", markup=False)
             with Horizontal(id="runtimes-buttons"):
-                yield Button("Install latest", variant="primary", id="runtime-install", disabled=True)
-                yield Button("Build from source", id="runtime-build", classes="-hidden")
-                yield Button("Remove", id="runtime-remove")
-                yield Button("Back", id="runtime-back")
+                yield Button(
+                    "Install latest",
+                    variant="primary",
+                    id="runtime-install",
+                    disabled=True,
+                    action="screen.install",
+                )
+                yield Button(
+                    "Build from source", id="runtime-build", classes="-hidden", action="screen.build"
+                )
+                yield Button("Remove", id="runtime-remove", action="screen.remove")
+                yield Button("Back", id="runtime-back", action="screen.back")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -332,15 +337,10 @@ class RuntimesScreen(Screen[InstalledRuntime | None]):
 
     # -- buttons and keys --------------------------------------------------------------------------------
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "runtime-install":
-            self.action_install()
-        elif event.button.id == "runtime-build" and self.source_offer is not None and not self.busy:
+    def action_build(self) -> None:
+        """The "Build from source" button, offered when no prebuilt archive fits this machine."""
+        if self.source_offer is not None and not self.busy:
             self._start_install(self.source_offer, from_source=True)
-        elif event.button.id == "runtime-remove":
-            self.action_remove()
-        elif event.button.id == "runtime-back":
-            self.action_back()
 
     def action_refresh(self) -> None:
         self._fill_table()
