@@ -62,14 +62,6 @@ class StartOptions:
     """``--resume``: the interrupted run, whose finished tasks are kept and not run again."""
 
 
-def model_key(preset: Preset, model_path: str | None, *, preset_chosen: bool = True) -> str:
-    """What per-model settings are saved under: the preset's name, or the GGUF's file name when a file was
-    given without a preset (its settings then belong to that file, not to the default preset)."""
-    if model_path and not preset_chosen:
-        return Path(model_path).name
-    return preset.name
-
-
 class CloverApp(App[None]):
     CSS_PATH = Path(__file__).with_name("clover.tcss")
     TITLE = "clover-local"
@@ -112,8 +104,7 @@ class CloverApp(App[None]):
                 previous=opts.compare_previous,
             )
         elif opts.model_path and opts.preset:
-            preset = load_preset(opts.preset)
-            self.run_flow(preset, opts.model_path, model_key(preset, opts.model_path))
+            self.run_flow(load_preset(opts.preset), opts.model_path)
         elif opts.model_path:
             self.run_flow(load_preset(None), choice=ModelChoice(path=opts.model_path, remember=False))
         elif first.complete and not opts.preset and not opts.simulate:
@@ -129,14 +120,13 @@ class CloverApp(App[None]):
         self,
         preset: Preset,
         model_path: str | None = None,
-        key: str | None = None,
         *,
         choice: ModelChoice | None = None,
     ) -> None:
         """plan -> download -> launch -> chat, and again for each model picked in the chat. With
         ``model_path`` (the preset's file, given or remembered) it starts at the launch and goes straight on
-        to chat; ``key`` names the model's saved settings (default: the preset's). A ``choice`` (a file, or a
-        preset, picked on any screen) is opened with its own settings."""
+        to chat, its settings saved under the preset's name. A ``choice`` (a file, or a preset, picked on any
+        screen) is opened with its own settings."""
         from clover_local.tui.screens.chat import ChatScreen
         from clover_local.tui.screens.download import DownloadScreen
         from clover_local.tui.screens.launch import LaunchScreen
@@ -146,6 +136,7 @@ class CloverApp(App[None]):
         """The plan screen's launch: downloaded, then opened as shown (not decided again)."""
         plan: Plan | None = None
         direct = model_path is not None
+        key: str | None = None  # what the model's settings are saved under (None: the preset's name)
         defaults: user_prefs.ModelSettings | None = None
         title = ""
         first: user_prefs.FirstRun | None = None  # the next start's model, remembered once it has loaded
@@ -270,9 +261,7 @@ class CloverApp(App[None]):
         elif self.options.ctx:
             settings = replace(settings, ctx=self.options.ctx)
         elif key not in self.prefs.models and first.complete and first.preset == preset.name and first.ctx:
-            settings = replace(
-                settings, ctx=first.ctx
-            )  # what the first run planned and loaded, not the default
+            settings = replace(settings, ctx=first.ctx)  # what the first run planned and loaded
         if self.options.spec and self.options.spec != "auto":
             settings = replace(settings, spec_mode=self.options.spec)
         return settings

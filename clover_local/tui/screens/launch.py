@@ -102,10 +102,7 @@ class LaunchScreen(Screen[OpenedEngine | None]):
         self.call_after_refresh(self._load)
 
     def _show_command(self) -> None:
-        if self.launch is not None:
-            self.command = self.launch.command
-        else:
-            self.command = "(planning for this machine…)"
+        self.command = self.launch.command if self.launch is not None else "(planning for this machine…)"
         self.query_one("#launch-command", Static).update(self.command)
 
     def on_launch_screen_planned(self, message: Planned) -> None:

@@ -7,6 +7,7 @@ grows with its text up to a few lines, then scrolls. A long paste says how long 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -92,7 +93,7 @@ class MessageBox(TextArea):
             self.text = matches[0] + " "
             self.move_cursor(self.document.end)
         elif matches:
-            common = _common_prefix(matches)
+            common = os.path.commonprefix(matches)  # noqa: RUF071 (characters, not path parts)
             if len(common) > len(text):
                 self.text = common
                 self.move_cursor(self.document.end)
@@ -109,11 +110,3 @@ class MessageBox(TextArea):
         self.text = text
         self.move_cursor(self.document.end)
         self.focus()
-
-
-def _common_prefix(words: Sequence[str]) -> str:
-    first, last = min(words), max(words)
-    n = 0
-    while n < len(first) and first[n] == last[n]:
-        n += 1
-    return first[:n]
