@@ -95,14 +95,7 @@ class CloverApp(App[None]):
         opts = self.options
         first = self.prefs.first_run
         if opts.compare is not None:
-            self.run_compare_flow(
-                opts.compare,
-                opts.compare_tasks,
-                then_exit=True,
-                options=opts.compare_options,
-                report_path=opts.compare_report,
-                previous=opts.compare_previous,
-            )
+            self.run_compare_flow(opts, then_exit=True)
         elif opts.model_path and opts.preset:
             self.run_flow(load_preset(opts.preset), opts.model_path)
         elif opts.model_path:
@@ -293,29 +286,22 @@ class CloverApp(App[None]):
                 severity="warning",
             )
             return
-        self.run_compare_flow((), "builtin", then_exit=False)
+        self.run_compare_flow(StartOptions(), then_exit=False)
 
     @work(exclusive=True, group="compare-flow")
-    async def run_compare_flow(
-        self,
-        contenders: tuple[str, ...],
-        tasks: str,
-        *,
-        then_exit: bool,
-        options: CompareOptions | None = None,
-        report_path: Path | None = None,
-        previous: CompareReport | None = None,
-    ) -> None:
-        """The Compare screen until the person leaves it; its report is kept in :attr:`last_compare`."""
+    async def run_compare_flow(self, opts: StartOptions, *, then_exit: bool) -> None:
+        """The Compare screen with ``opts``' contenders (run at once when there are some), tasks and options, until
+        the person leaves it; its report is kept in :attr:`last_compare`."""
         from clover_local.tui.screens.compare import CompareScreen
 
+        contenders = opts.compare or ()
         screen = CompareScreen(
             contenders,
-            tasks,
-            options=options,
+            opts.compare_tasks,
+            options=opts.compare_options,
             auto_start=bool(contenders),
-            report_path=report_path,
-            previous=previous,
+            report_path=opts.compare_report,
+            previous=opts.compare_previous,
         )
         self.last_compare = await self.push_screen_wait(screen)
         if then_exit:

@@ -55,6 +55,15 @@ from clover_local.tui.widgets.messages import ReplyView, UserMessage
 
 RUNNER_CHECK_S = 0.5
 """How often the chat looks at its runner's state (a dict read; the supervisor does the watching)."""
+COMMAND_ACTIONS = {
+    "/new": "new_chat",
+    "/clear": "new_chat",
+    "/chats": "open",
+    "/model": "model",
+    "/save": "save",
+    "/help": "app.help",
+}
+"""The slash commands that do what a key does: the action they run."""
 SUMMARY_REQUEST = (
     "Summarize our conversation so far in at most 120 words: the facts, decisions and open questions a new "
     "conversation needs to carry on. Write only the summary."
@@ -287,17 +296,23 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
 
     async def _start_reply(self, *, drop_oldest: bool | None = None) -> None:
         seed = self.seeds.randrange(2**31)
-        reply = ReplyView()
-        self._reply = reply
-        await self.query_one("#transcript", VerticalScroll).mount(reply)
-        self._cancel = threading.Event()
-        self._set_status(generating=True)
+        reply = await self._mount_reply()
         self.reply_started_at = time.perf_counter()
         if drop_oldest is None:
             drop_oldest = user_prefs.load_prefs().context_overflow == "drop"
         self._generate(
             reply, self._system(), self.history[self.context_from :], seed, drop_oldest, self._cancel
         )
+
+    async def _mount_reply(self, title: str = "") -> ReplyView:
+        """A new reply at the end of the transcript, the one generating now (with its own cancel: Esc)."""
+        reply = ReplyView()
+        reply.border_title = title or reply.border_title
+        self._reply = reply
+        await self.query_one("#transcript", VerticalScroll).mount(reply)
+        self._cancel = threading.Event()
+        self._set_status(generating=True)
+        return reply
 
     def _system(self) -> tuple[ChatMessage, ...]:
         return (ChatMessage("system", self.system_prompt),) if self.system_prompt.strip() else ()
@@ -446,12 +461,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
             await self._summarize_then_send(text)
 
     async def _summarize_then_send(self, text: str) -> None:
-        reply = ReplyView()
-        reply.border_title = "Summary for a new chat"
-        self._reply = reply
-        await self.query_one("#transcript", VerticalScroll).mount(reply)
-        self._cancel = threading.Event()
-        self._set_status(generating=True)
+        reply = await self._mount_reply("Summary for a new chat")
         turns = [*self.history[self.context_from :], ChatMessage("user", SUMMARY_REQUEST)]
         self._summarize(reply, text, turns, self._cancel)
 
@@ -688,33 +698,24 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
             return
         if self.engine.health().state in ("failed", "stopped"):
             self.journal.flush()
-            chat_id = self.journal.chat_id if self.history else None
-            draft = self.query_one("#prompt", MessageBox).text
-            self.shutdown()
-            self.dismiss(LoadAgain(chat_id, draft))
+            self._leave(LoadAgain(self.journal.chat_id if self.history else None))
             return
         self.app.push_screen(ModelPicker(), self._model_picked)
 
     def _model_picked(self, choice: ModelChoice | None) -> None:
         if choice is not None and not self.generating:
-            draft = self.query_one("#prompt", MessageBox).text
-            self.shutdown()
-            self.dismiss(replace(choice, draft=draft))
+            self._leave(choice)
+
+    def _leave(self, result: ModelChoice | LoadAgain) -> None:
+        """Hand this chat over to the App for the next one, with the text in the box (not sent) carried on."""
+        draft = self.query_one("#prompt", MessageBox).text
+        self.shutdown()
+        self.dismiss(replace(result, draft=draft))
 
     async def run_command(self, command: slash.Command) -> None:
         """Carry out a slash command."""
-        from clover_local.tui.screens.modals import HelpScreen
-
-        if command.name in ("/new", "/clear"):
-            await self.new_chat()
-        elif command.name == "/chats":
-            self.action_open()
-        elif command.name == "/model":
-            self.action_model()
-        elif command.name == "/save":
-            self.action_save()
-        elif command.name == "/help":
-            self.app.push_screen(HelpScreen())
+        if command.name in COMMAND_ACTIONS:
+            await self.run_action(COMMAND_ACTIONS[command.name])
         elif command.name == "/system":
             if not command.argument:
                 self.notify(f"System prompt: {self.system_prompt or '(none)'}", timeout=8)
