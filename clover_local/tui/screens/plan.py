@@ -30,7 +30,6 @@ from clover_local.facts import LaunchFacts
 from clover_local.fetch.describe import QuantDescriptions
 from clover_local.launch import Launch, LaunchRequest, needs_community
 from clover_local.launcher import Launcher
-from clover_local.plan.community import CommunityQuants
 from clover_local.plan.planner import context_limit
 from clover_local.plan.reasons import folded_reasons, leading_reasons
 from clover_local.plan.render import plan_summary
@@ -64,11 +63,10 @@ class PlanScreen(Screen[Launch | ModelChoice]):
 
     @dataclass
     class FactsRead(Message, bubble=False):
-        """The facts of the current choices were read by a worker (or reading them failed: ``error``); the
-        community quants, when a worker asked for them."""
+        """The facts of the current choices (or the community quants) were read by a worker, into the launcher;
+        or reading them failed: ``error``."""
 
         error: str | None = None
-        community: CommunityQuants | None = None
 
     @dataclass
     class ModelsDescribed(Message, bubble=False):
@@ -103,8 +101,6 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         """How many plans were made (tests wait on it)."""
         self.installing: str | None = None
         """The release the Runtimes screen is installing for this plan (the install key opened it), else None."""
-        self.community: CommunityQuants | None = None
-        """The community repos' smaller quants, read by a worker once a plan did not fit well."""
         self.launcher = Launcher(machine=machine)
         """Owns what the plans are decided from: facts read by a worker, kept while the choices change only the
         quant or context (decided on the UI thread, nothing read); read again when sizes, community quants or
@@ -269,8 +265,6 @@ class PlanScreen(Screen[Launch | ModelChoice]):
             self.post_message(PlanScreen.FactsRead())
 
     def on_plan_screen_facts_read(self, message: FactsRead) -> None:
-        if message.community is not None:
-            self.community = message.community
         if message.error is not None:
             self._show_error(message.error)
             return
@@ -282,7 +276,7 @@ class PlanScreen(Screen[Launch | ModelChoice]):
         a few headers); the plan is made again with them and names the best that fits."""
         facts = self.launcher.with_community(launch.request, launch)
         if not get_current_worker().is_cancelled and facts.community is not None:
-            self.post_message(PlanScreen.FactsRead(community=facts.community))
+            self.post_message(PlanScreen.FactsRead())
 
     @property
     def plan(self) -> Plan | None:
