@@ -55,15 +55,6 @@ from clover_local.tui.widgets.messages import ReplyView, UserMessage
 
 RUNNER_CHECK_S = 0.5
 """How often the chat looks at its runner's state (a dict read; the supervisor does the watching)."""
-COMMAND_ACTIONS = {
-    "/new": "new_chat",
-    "/clear": "new_chat",
-    "/chats": "open",
-    "/model": "model",
-    "/save": "save",
-    "/help": "app.help",
-}
-"""The slash commands that do what a key does: the action they run."""
 SUMMARY_REQUEST = (
     "Summarize our conversation so far in at most 120 words: the facts, decisions and open questions a new "
     "conversation needs to carry on. Write only the summary."
@@ -714,8 +705,18 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
 
     async def run_command(self, command: slash.Command) -> None:
         """Carry out a slash command."""
-        if command.name in COMMAND_ACTIONS:
-            await self.run_action(COMMAND_ACTIONS[command.name])
+        from clover_local.tui.screens.modals import HelpScreen
+
+        if command.name in ("/new", "/clear"):
+            await self.new_chat()
+        elif command.name == "/chats":
+            self.action_open()
+        elif command.name == "/model":
+            self.action_model()
+        elif command.name == "/save":
+            self.action_save()
+        elif command.name == "/help":
+            self.app.push_screen(HelpScreen())
         elif command.name == "/system":
             if not command.argument:
                 self.notify(f"System prompt: {self.system_prompt or '(none)'}", timeout=8)
