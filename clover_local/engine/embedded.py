@@ -43,6 +43,7 @@ from clover_local.engine.types import (
     GenerationRequest,
     GenerationStats,
     MeasuredCosts,
+    Prepare,
     RunnerHealth,
     Sink,
     Submit,
@@ -244,9 +245,11 @@ class EmbeddedEngine:
         """The batch thread, taking requests straight from ``serve``'s queue."""
         return self._submit
 
-    def _submit(self, request: GenerationRequest, cancel: threading.Event, sink: Sink) -> None:
+    def _submit(
+        self, request: GenerationRequest, cancel: threading.Event, sink: Sink, prepare: Prepare | None
+    ) -> None:
         """Hand ``request`` to the batch thread, which prepares it, runs it and gives its items to ``sink``."""
-        self._scheduler.submit(Job(request, cancel, self._split_calls(request, sink)))
+        self._scheduler.submit(Job(request, cancel, self._split_calls(request, sink), prepare=prepare))
 
     def generate(
         self, request: GenerationRequest, cancel: threading.Event | None = None

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from clover_local.engine.sequence import ActiveSequence, choose_slot
-from clover_local.engine.types import END, GenerationRequest, Sink
+from clover_local.engine.types import END, GenerationRequest, Prepare, Sink
 from clover_local.errors import EngineError
 
 if TYPE_CHECKING:  # the engine imports this module
@@ -41,6 +41,8 @@ class Job:
     """When it was handed over (its time to first token counts from here)."""
     seq: ActiveSequence | None = None
     released: bool = False
+    prepare: Prepare | None = None
+    """Run on the batch thread before its sequence opens (``engine.types.Prepare``)."""
 
 
 class SlotScheduler:
@@ -107,6 +109,8 @@ class SlotScheduler:
 
     def _start(self, job: Job) -> None:
         try:
+            if job.prepare is not None:  # its time to first token counts from the request it returns
+                job.request, job.t0 = job.prepare(job.request), time.perf_counter()
             seq = job.seq = self._engine.open_sequence(job.request, job.cancel, job.t0)
             seq.abort = job.abort
             self._take_slot(seq)

@@ -168,7 +168,11 @@ END = object()
 Sink = Callable[[object], None]
 """Where an engine's own thread puts one generation's items: each event, an exception if it fails, then
 :data:`END`. Called on the engine's thread, so it only hands the item on (``serve``'s ``Reply.post``)."""
-Submit = Callable[[GenerationRequest, threading.Event, Sink], None]
+Prepare = Callable[[GenerationRequest], GenerationRequest]
+"""Run where a request is taken (the batch thread, a slot worker) just before it generates, returning the request
+to generate: the chat's wait for its runner and fit to the context (``tui.reply_stream``), so that they cost the
+request no thread of its own. What it raises ends the request as an error."""
+Submit = Callable[[GenerationRequest, threading.Event, Sink, Prepare | None], None]
 
 
 @dataclass(frozen=True)

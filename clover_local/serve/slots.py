@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from clover_local.engine.types import END, ChatEngine, GenerationRequest, Sink, Submit
+from clover_local.engine.types import END, ChatEngine, GenerationRequest, Prepare, Sink, Submit
 from clover_local.serve.api_errors import ApiError
 
 RETRY_AFTER_S = 2
@@ -104,6 +104,8 @@ class Ticket:
     request: GenerationRequest
     reply: Postbox
     cancel: threading.Event = field(default_factory=threading.Event)
+    prepare: Prepare | None = None
+    """Run where the engine takes the ticket, before it generates (the chat's runner wait and context fit)."""
 
 
 class SlotQueue:
@@ -118,7 +120,7 @@ class SlotQueue:
         self._waiting: deque[Ticket] = deque()
         self._cond = threading.Condition()
         self._submit: Submit = engine.submit or self._to_worker
-        self._handed: deque[tuple[GenerationRequest, threading.Event, Sink]] = deque()
+        self._handed: deque[tuple[GenerationRequest, threading.Event, Sink, Prepare | None]] = deque()
         """For the slot workers (at most one for each free worker)."""
         self._workers: list[threading.Thread] = []
         self._closed = False
@@ -181,7 +183,7 @@ class SlotQueue:
             log.info("slots: %d of %d busy, %d waiting", self.busy, self.slots, len(self._waiting))
             ticket.reply.post(STARTED)
             try:
-                self._submit(ticket.request, ticket.cancel, self._sink(ticket))
+                self._submit(ticket.request, ticket.cancel, self._sink(ticket), ticket.prepare)
             except BaseException as exc:  # handed to the request, whose API answers it
                 self.busy -= 1
                 ticket.reply.post(exc)
@@ -200,14 +202,16 @@ class SlotQueue:
 
         return sink
 
-    def _to_worker(self, request: GenerationRequest, cancel: threading.Event, sink: Sink) -> None:
+    def _to_worker(
+        self, request: GenerationRequest, cancel: threading.Event, sink: Sink, prepare: Prepare | None
+    ) -> None:
         """``submit`` for an engine that generates on its caller's thread: a free slot worker runs it."""
         if not self._workers:
             for i in range(self.slots):
                 worker = threading.Thread(target=self._work, name=f"clover-slot-{i}", daemon=True)
                 worker.start()
                 self._workers.append(worker)
-        self._handed.append((request, cancel, sink))
+        self._handed.append((request, cancel, sink, prepare))
         self._cond.notify()
 
     def _work(self) -> None:
@@ -218,8 +222,10 @@ class SlotQueue:
                     self._cond.wait()
                 if not self._handed:
                     return
-                request, cancel, sink = self._handed.popleft()
+                request, cancel, sink, prepare = self._handed.popleft()
             try:
+                if prepare is not None:
+                    request = prepare(request)
                 for event in self.engine.generate(request, cancel):
                     sink(event)
             except BaseException as exc:  # handed to the request, whose API answers it

@@ -1,13 +1,14 @@
-"""One chat reply, from the engine to its :class:`~clover_local.tui.widgets.messages.ReplyView`: the prompt
-checked against the context first (a full context is said, never an empty reply), then posted to the chat's
-queue (``serve.slots.SlotQueue``, the one ``serve`` uses), whose engine thread hands each event to a
-:class:`ReplySink` that batches the text into a few updates a second."""
+"""One chat reply, from the engine to its :class:`~clover_local.tui.widgets.messages.ReplyView`: posted to the
+chat's queue (``serve.slots.SlotQueue``, the one ``serve`` uses) as a ticket whose prompt is checked against the
+context (a full context is said, never an empty reply) where the engine takes it, on the thread that then
+generates it and hands each event to a :class:`ReplySink`, which batches the text into a few updates a second. A
+reply crosses from the UI thread to the engine's and back, no more, and the UI thread never waits."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from clover_local.engine.types import (
@@ -31,7 +32,7 @@ updates a second still reads as a stream; at twenty the rendering (which holds t
 loop to 0.95 of its headless rate on 2 cores, at ten it keeps up (0.99-1.00, ``benchmarks/bench_tui.py``)."""
 
 
-def stream_reply(
+def post_reply(
     queue: SlotQueue,
     reply: ReplyView,
     request: GenerationRequest,
@@ -40,16 +41,16 @@ def stream_reply(
     *,
     drop_oldest: bool,
     cancel: threading.Event,
-    is_cancelled: Callable[[], bool],
     prefill_rate: float = 0.0,
 ) -> None:
     """Post ``request``'s reply to ``system + turns`` to ``queue``, streaming into ``reply``, which always gets
     one ``Done``. With ``drop_oldest`` the oldest turns are left out until the prompt fits (``Dropped`` says
-    how many). On the chat's worker thread (the fit may ask a llama-server); the reply itself never passes
-    through it."""
+    how many)."""
     sink = ReplySink(reply)
-    try:
-        wait_for_runner(queue.engine, cancel, is_cancelled)
+
+    def prepare(request: GenerationRequest) -> GenerationRequest:
+        """Where the engine takes the ticket (the fit may ask a llama-server, whose runner may be starting)."""
+        wait_for_runner(queue.engine, cancel)
         fitted = context_fit.fit(queue.engine, system, turns, request.max_tokens, drop=drop_oldest)
         if not fitted.fits:
             raise ContextFull(*full_context_words(fitted, len(turns), drop_oldest))
@@ -58,10 +59,18 @@ def stream_reply(
         eta = fitted.prompt_tokens / prefill_rate if prefill_rate > 0 else None
         reply.post_message(ReplyView.Prompting(fitted.prompt_tokens, eta))
         sink.prompt_tokens = fitted.prompt_tokens
-        queue.post(Ticket(replace(request, messages=(*system, *turns[fitted.dropped :])), sink, cancel))
+        return replace(request, messages=(*system, *turns[fitted.dropped :]))
+
+    post_ticket(queue, Ticket(request, sink, cancel, prepare))
+
+
+def post_ticket(queue: SlotQueue, ticket: Ticket) -> None:
+    """``ticket`` to ``queue``; one it refuses ends at once with the refusal."""
+    try:
+        queue.post(ticket)
     except Exception as exc:
-        sink.post(exc)
-        sink.post(END)
+        ticket.reply.post(exc)
+        ticket.reply.post(END)
 
 
 @dataclass
@@ -117,13 +126,13 @@ RUNNER_WAIT_S = 900.0
 """Longest a message waits for a runner that is starting again (a large model on a slow disk loads for minutes)."""
 
 
-def wait_for_runner(engine: ChatEngine, cancel: threading.Event, is_cancelled: Callable[[], bool]) -> None:
+def wait_for_runner(engine: ChatEngine, cancel: threading.Event) -> None:
     """Hold a message sent while the engine's runner is starting again until it is ready (or the reply is
     stopped): the message is answered then, rather than refused. A runner that was given up raises at once,
     saying the chat's way out (the engine's own words are for ``serve``'s clients)."""
     deadline = time.monotonic() + RUNNER_WAIT_S
     while engine.health().state == "restarting" and time.monotonic() < deadline:
-        if is_cancelled() or cancel.wait(0.2):
+        if cancel.wait(0.2):
             return
     health = engine.health()
     if health.state in ("failed", "stopped"):

@@ -31,7 +31,6 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
-from textual.worker import get_current_worker
 
 from clover_local import chat_store, conversations, user_prefs
 from clover_local.engine.types import (
@@ -47,7 +46,7 @@ from clover_local.engine.types import (
 from clover_local.errors import CloverError
 from clover_local.serve.slots import SlotQueue, Ticket
 from clover_local.tui import context_fit, slash
-from clover_local.tui.reply_stream import LOAD_AGAIN, stream_reply
+from clover_local.tui.reply_stream import LOAD_AGAIN, post_reply, post_ticket
 from clover_local.tui.services import LoadAgain, ModelChoice
 from clover_local.tui.thinking import strip_thinking
 from clover_local.tui.widgets.message_box import MessageBox
@@ -280,9 +279,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
         self.journal.put(len(self.history) - 1, self.history[-1])
         transcript = self.query_one("#transcript", VerticalScroll)
         await transcript.mount(view)
-        transcript.scroll_end(
-            animate=False
-        )  # what was just sent is in view, even if the transcript was scrolled
+        transcript.scroll_end(animate=False)  # what was just sent is in view, even if it was scrolled
         await self._start_reply(drop_oldest=drop_oldest)
 
     async def _start_reply(self, *, drop_oldest: bool | None = None) -> None:
@@ -291,8 +288,15 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
         self.reply_started_at = time.perf_counter()
         if drop_oldest is None:
             drop_oldest = user_prefs.load_prefs().context_overflow == "drop"
-        self._generate(
-            reply, self._system(), self.history[self.context_from :], seed, drop_oldest, self._cancel
+        post_reply(
+            self.queue,
+            reply,
+            self._request((), seed),
+            self._system(),
+            self.history[self.context_from :],
+            drop_oldest=drop_oldest,
+            cancel=self._cancel,
+            prefill_rate=self.last_stats.prefill_tokens_per_s if self.last_stats else 0.0,
         )
 
     async def _mount_reply(self, title: str = "") -> ReplyView:
@@ -321,30 +325,6 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
             if s.spec_mode == "off"
             else None,  # on: as the plan chose (auto may have said off)
             live=s.diffusion_live,  # diffusion engines: the live view
-        )
-
-    @work(thread=True, exclusive=True, group="reply")
-    def _generate(
-        self,
-        reply: ReplyView,
-        system: tuple[ChatMessage, ...],
-        turns: list[ChatMessage],
-        seed: int,
-        drop_oldest: bool,
-        cancel: threading.Event,
-    ) -> None:
-        worker = get_current_worker()
-        rate = self.last_stats.prefill_tokens_per_s if self.last_stats else 0.0
-        stream_reply(
-            self.queue,
-            reply,
-            self._request((), seed),
-            system,
-            turns,
-            drop_oldest=drop_oldest,
-            cancel=cancel,
-            is_cancelled=lambda: worker.is_cancelled,
-            prefill_rate=rate,
         )
 
     def on_reply_view_dropped(self, message: ReplyView.Dropped) -> None:
@@ -453,23 +433,16 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
 
     async def _summarize_then_send(self, text: str) -> None:
         reply = await self._mount_reply("Summary for a new chat")
+        system = self._system()
         turns = [*self.history[self.context_from :], ChatMessage("user", SUMMARY_REQUEST)]
-        self._summarize(reply, text, turns, self._cancel)
 
-    @work(thread=True, exclusive=True, group="reply")
-    def _summarize(
-        self, reply: ReplyView, text: str, turns: list[ChatMessage], cancel: threading.Event
-    ) -> None:
-        summary = SummarySink(self, reply, text)
-        try:
-            fitted = context_fit.fit(self.engine, self._system(), turns, 256, drop=True)
-            request = replace(
-                self._request((*self._system(), *turns[fitted.dropped :]), None), max_tokens=256
-            )
-            self.queue.post(Ticket(request, summary, cancel))
-        except CloverError as exc:
-            summary.post(exc)
-            summary.post(END)
+        def prepare(request: GenerationRequest) -> GenerationRequest:
+            """Where the engine takes the ticket: the oldest turns left out until the summary's request fits."""
+            fitted = context_fit.fit(self.engine, system, turns, 256, drop=True)
+            return replace(request, messages=(*system, *turns[fitted.dropped :]))
+
+        request = replace(self._request((), None), max_tokens=256)
+        post_ticket(self.queue, Ticket(request, SummarySink(self, reply, text), self._cancel, prepare))
 
     async def on_chat_screen_summarized(self, message: Summarized) -> None:
         reply, summary, text, error = message.reply, message.summary, message.text, message.error
