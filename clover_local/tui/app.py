@@ -16,7 +16,6 @@ from typing import ClassVar
 from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.theme import Theme
 
 from clover_local import model_files, user_files, user_prefs
 from clover_local.compare.options import CompareOptions
@@ -91,7 +90,9 @@ class CloverApp(App[None]):
     def _start(self) -> None:
         if self.prefs.theme and self.prefs.theme in self.available_themes:
             self.theme = self.prefs.theme
-        self.theme_changed_signal.subscribe(self, self._remember_theme)
+        self.theme_changed_signal.subscribe(
+            self, lambda theme: self._save_prefs(replace(user_prefs.load_prefs(), theme=theme.name))
+        )
         opts = self.options
         first = self.prefs.first_run
         if opts.compare is not None:
@@ -180,7 +181,7 @@ class CloverApp(App[None]):
                 model_path, direct, launch, first = None, False, None, None
                 continue
             if first is not None:
-                self._remember_first_run(first)
+                self._save_prefs(user_prefs.load_prefs().with_first_run(first))
                 first = None
             chat = ChatScreen(
                 opened.engine,
@@ -259,16 +260,11 @@ class CloverApp(App[None]):
             settings = replace(settings, spec_mode=self.options.spec)
         return settings
 
-    def _remember_first_run(self, first: user_prefs.FirstRun) -> None:
-        self.prefs = user_prefs.load_prefs().with_first_run(first)
-        self._save_prefs()
-
     def _forget_first_run(self, model_path: str) -> None:
         """A remembered model that failed to load: the next plain start goes to the plan, not to it again."""
         prefs = user_prefs.load_prefs()
         if prefs.first_run.model_path == model_path:
-            self.prefs = prefs.with_first_run(user_prefs.FirstRun())
-            self._save_prefs()
+            self._save_prefs(prefs.with_first_run(user_prefs.FirstRun()))
 
     def action_compare(self) -> None:
         """The Compare screen, over whatever is shown; not while a chat holds a loaded model (compare loads each
@@ -326,15 +322,13 @@ class CloverApp(App[None]):
         if installed is not None and isinstance(self.screen, PlanScreen):
             self.screen.read_again()
 
-    def _remember_theme(self, theme: Theme) -> None:
-        self.prefs = replace(user_prefs.load_prefs(), theme=theme.name)
-        self._save_prefs()
-
-    def _save_prefs(self) -> None:
+    def _save_prefs(self, prefs: user_prefs.Prefs) -> None:
+        """Keep ``prefs`` (read just before and changed), saying a save that failed."""
         from clover_local.errors import CloverError
 
+        self.prefs = prefs
         try:
-            user_prefs.save_prefs(self.prefs)
+            user_prefs.save_prefs(prefs)
         except CloverError as exc:
             self.notify(str(exc), severity="error")
 

@@ -1,7 +1,7 @@
 """The chat: a scrolling transcript, a message box that stays usable while a reply streams, and a status line.
 
-Generation runs in a thread worker that only posts messages to the reply widget, so the engine runs at its
-own speed. Esc or Ctrl+C stops a reply within a token or two (the engine's ``cancel`` event). Every message is
+Generation runs on the engine's thread, which only posts messages to the reply widget, so the engine runs at
+its own speed. Esc or Ctrl+C stops a reply within a token or two (the engine's ``cancel`` event). Every message is
 written to the chat store as it completes (:mod:`clover_local.chat_store`), so nothing is lost to Ctrl+N,
 Ctrl+Q or a crash. A turn that fails stays on screen with its reason and leaves the conversation as it was; a
 full context is said before sending, with the choice of leaving out the oldest turns or a new chat carrying a
@@ -178,7 +178,8 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
         reads the engine's state itself whenever it is drawn."""
 
     def compose(self) -> ComposeResult:
-        yield Static(self._title_text(), id="chat-title", markup=False)
+        title = self.title_text + (f" · {self.info}" if self.info else "")
+        yield Static(title, id="chat-title", markup=False)
         yield VerticalScroll(id="transcript")
         yield MessageBox(
             commands=list(slash.COMMANDS),
@@ -404,9 +405,6 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
             used_tokens=self.used_tokens,
         )
         self.query_one("#status", Static).update(text)
-
-    def _title_text(self) -> str:
-        return self.title_text + (f" · {self.info}" if self.info else "")
 
     # A full context
 
