@@ -170,7 +170,6 @@ class CloverApp(App[None]):
                 settings,
                 launch,
                 auto_continue=direct,
-                key=key,
                 rpc=self.options.rpc,
                 force=self.options.force,
                 facts=self.options.facts if model_path == self.options.model_path else None,

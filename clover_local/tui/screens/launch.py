@@ -57,7 +57,6 @@ class LaunchScreen(Screen[OpenedEngine | None]):
         launch: Launch | None = None,
         *,
         auto_continue: bool = False,
-        key: str = "",
         rpc: str | None = None,
         force: bool = False,
         facts: LaunchFacts | None = None,
@@ -69,8 +68,6 @@ class LaunchScreen(Screen[OpenedEngine | None]):
         """Plan the file even when the llama.cpp here cannot load its architecture (``chat --force``)."""
         self.facts = facts
         """What the command read about the file already (``chat``): the launch is decided from them."""
-        self.key = key or preset.name
-        """What the model's settings are saved under."""
         self.model_path = model_path
         self.preset = preset
         self.model_settings = model_settings
