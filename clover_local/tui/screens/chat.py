@@ -556,7 +556,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
             messages=tuple(self.history),
             system_prompt=self.system_prompt,
             model=self.model_key,
-            created=chat_store.now(),
+            created=conversations.now(),
         )
 
     def action_open(self) -> None:
