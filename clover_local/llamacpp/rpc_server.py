@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import threading
 from collections.abc import Callable, Sequence
@@ -19,6 +18,7 @@ from pathlib import Path
 from clover_local import settings
 from clover_local.detect.remote import DEFAULT_PORT
 from clover_local.errors import CloverError, ServerError, UsageError
+from clover_local.llamacpp.binary import find_tool
 from clover_local.llamacpp.children import Child, bind_error
 from clover_local.netaddr import is_loopback_host
 from clover_local.rpc.protocol import RpcError, WorkerReport, probe_worker
@@ -68,15 +68,7 @@ def find_rpc_server() -> Path | None:
                 f"CLOVER_RPC_SERVER ({override}) is not an executable file.", "Fix the path, or unset it."
             )
         return path
-    for name in BINARY_NAMES:
-        built = settings.llama_server_dir() / name
-        if built.is_file() and os.access(built, os.X_OK):
-            return built
-    for name in BINARY_NAMES:
-        found = shutil.which(name)
-        if found:
-            return Path(found)
-    return None
+    return find_tool(*BINARY_NAMES)
 
 
 def rpc_server_argv(
