@@ -12,7 +12,6 @@ its generation and frees its slot, and bad requests get OpenAI-shaped 400s: the 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import math
 import time
@@ -114,15 +113,12 @@ class OpenAIServer:
         routes = [
             Route("/health", self.health, methods=["GET"]),
             Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/responses", self.responses, methods=["POST"]),
+            Route("/v1/messages", self.messages, methods=["POST"]),
             Route("/v1/embeddings", self.embeddings, methods=["POST"]),
         ]
-        for path, api in (
-            ("/v1/chat/completions", adapters.CHAT),
-            ("/v1/completions", adapters.COMPLETIONS),
-            ("/v1/responses", adapters.RESPONSES),
-            ("/v1/messages", adapters.MESSAGES),
-        ):
-            routes.append(Route(path, functools.partial(self._handle, api=api), methods=["POST"]))
         return Starlette(
             routes=routes,
             middleware=[
@@ -179,6 +175,18 @@ class OpenAIServer:
             for name in self.config.model_names
         ]
         return JSONResponse({"object": "list", "data": data})
+
+    async def chat(self, request: Request) -> Response:
+        return await self._handle(request, adapters.CHAT)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._handle(request, adapters.COMPLETIONS)
+
+    async def responses(self, request: Request) -> Response:
+        return await self._handle(request, adapters.RESPONSES)
+
+    async def messages(self, request: Request) -> Response:
+        return await self._handle(request, adapters.MESSAGES)
 
     async def embeddings(self, request: Request) -> Response:
         message = (
