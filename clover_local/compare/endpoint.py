@@ -269,14 +269,10 @@ class EndpointEngine:
                 try:
                     event = json.loads(data_text)
                 except ValueError:
-                    yield {"__bytes__": len(line)}
-                    continue
-                if isinstance(event, dict):
-                    if "error" in event and not event.get("choices"):
-                        raise ServerError(f"The endpoint stopped the reply: {self._said(data_text.encode())}")
-                    yield {**event, "__bytes__": len(line)}
-                else:
-                    yield {"__bytes__": len(line)}
+                    event = None  # not JSON: only its bytes count
+                if isinstance(event, dict) and "error" in event and not event.get("choices"):
+                    raise ServerError(f"The endpoint stopped the reply: {self._said(data_text.encode())}")
+                yield {**(event if isinstance(event, dict) else {}), "__bytes__": len(line)}
         except (OSError, http.client.HTTPException) as exc:
             raise ServerError(f"The reply from {self.base_url} broke off: {self.redact(str(exc))}.") from None
         except RecursionError:

@@ -123,7 +123,7 @@ def _spread_json(s: Spread | None) -> dict[str, float] | None:
 
 def _contender_json(c: ContenderResult) -> dict[str, Any]:
     lo, hi = wilson(c.passed, c.total)
-    ttft, decode, latency = c.times("ttft_s"), c.times("decode_tok_s"), c.times("latency_s")
+    spreads = {what: c.times(what) for what in ("ttft_s", "decode_tok_s", "latency_s")}
     return {
         "name": c.name,
         "kind": c.kind,
@@ -133,14 +133,8 @@ def _contender_json(c: ContenderResult) -> dict[str, Any]:
         "accuracy_95": [lo, hi] if c.total else None,
         "passed": c.passed,
         "total": c.total,
-        "ttft_s": ttft.median if ttft else None,
-        "decode_tok_s": decode.median if decode else None,
-        "latency_s": latency.median if latency else None,
-        "spread": {
-            "ttft_s": _spread_json(ttft),
-            "decode_tok_s": _spread_json(decode),
-            "latency_s": _spread_json(latency),
-        },
+        **{what: s.median if s else None for what, s in spreads.items()},
+        "spread": {what: _spread_json(s) for what, s in spreads.items()},
         "peak_ram_bytes": c.peak_ram_bytes,
         "peak_vram_bytes": c.peak_vram_bytes,
         "notices": c.notices,

@@ -55,11 +55,24 @@ class ServerBinary:
 
     def sibling(self, name: str) -> Path | None:
         """A tool built alongside it (``llama-fit-params``, ``llama-bench``), else one on PATH."""
-        candidate = self.path.with_name(name)
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-        found = shutil.which(name)
-        return Path(found) if found else None
+        return find_tool(name, beside=self.path.parent)
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def find_tool(*names: str, beside: Path | None = None) -> Path | None:
+    """The first of ``names`` in ``beside`` (default: where ``scripts/build-llama-server`` installs), else the
+    first on ``PATH``; None when there is none."""
+    folder = beside or settings.llama_server_dir()
+    for name in names:
+        if _executable(folder / name):
+            return folder / name
+    for name in names:
+        if found := shutil.which(name):
+            return Path(found)
+    return None
 
 
 @dataclass(frozen=True)
@@ -124,14 +137,14 @@ def find_llama_server(configured: str | os.PathLike[str] | None = None) -> Serve
         path = Path(value).expanduser()
         if path.is_dir():
             path = path / "llama-server"
-        if not (path.is_file() and os.access(path, os.X_OK)):
+        if not _executable(path):
             raise ServerError(
                 f"The llama-server named by {source} ({value}) is not an executable file.",
                 "Fix the path, or unset it to use a built or PATH llama-server.",
             )
         return ServerBinary(path.resolve(), source)
     built = settings.llama_server_dir() / "llama-server"
-    if built.is_file() and os.access(built, os.X_OK):
+    if _executable(built):
         return ServerBinary(built, "built")
     on_path = shutil.which("llama-server")
     if on_path:

@@ -18,10 +18,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self, TypeVar
 
 from clover_local.errors import ServerError
+
+T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1
 SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "CLOVER_API_KEY")
@@ -97,52 +100,6 @@ def spawn_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return result  # type: ignore[no-any-return]
 
 
-def signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    """Send ``sig`` to the child's process group (the child alone if the group is gone)."""
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-
-
-def stop_group(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """SIGTERM the child's process group, SIGKILL after ``timeout_s``."""
-    if proc.poll() is None:
-        signal_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            signal_group(proc, signal.SIGKILL)
-            proc.wait(timeout=5.0)
-
-
-def read_log(
-    name: str,
-    proc: subprocess.Popen[bytes],
-    tail: collections.deque[str],
-    on_log: Callable[[str], None] | None,
-    each: Callable[[str], None] | None = None,
-) -> threading.Thread:
-    """A started thread that reads the child's output to its end, a line at a time, into ``tail``, ``each`` and
-    ``on_log`` (whose errors are swallowed: a broken log view must not stop the child's log pipe)."""
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", errors="replace").rstrip()
-            tail.append(line)
-            if each is not None:
-                each(line)
-            if on_log is not None:
-                with contextlib.suppress(Exception):
-                    on_log(line)
-
-    reader = threading.Thread(target=read, name=f"{name}-log", daemon=True)
-    reader.start()
-    return reader
-
-
 def bind_error(host: str, port: int) -> OSError | None:
     """Why ``host:port`` cannot be listened on now; None when it can."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -151,3 +108,108 @@ def bind_error(host: str, port: int) -> OSError | None:
         except OSError as exc:
             return exc
     return None
+
+
+class Child:
+    """A child process (:func:`spawn_child`) whose output is read into a tail of its last lines, stopped with its
+    process group."""
+
+    name = "child"
+    shown_lines = 30
+    """How many of its last lines :meth:`log_tail` gives unless asked for another number."""
+
+    def __init__(self, on_log: Callable[[str], None] | None) -> None:
+        self._on_log = on_log
+        self._tail: collections.deque[str] = collections.deque(maxlen=200)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, n: int | None = None) -> str:
+        return "\n".join(list(self._tail)[-(self.shown_lines if n is None else n) :])
+
+    def _spawn(self, cmd: list[str], env: dict[str, str], each: Callable[[str], None] | None = None) -> None:
+        """Start the child, and a thread that reads its output to its end, a line at a time, into the tail,
+        ``each`` and ``on_log`` (whose errors are swallowed: a broken log view must not stop the log pipe)."""
+        self._tail.clear()  # a restarted child's log is its own: an old tail would explain the wrong exit
+        proc = self._proc = spawn_child(cmd, env)
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", errors="replace").rstrip()
+                self._tail.append(line)
+                if each is not None:
+                    each(line)
+                if self._on_log is not None:
+                    with contextlib.suppress(Exception):
+                        self._on_log(line)
+
+        self._reader = threading.Thread(target=read, name=f"{self.name}-log", daemon=True)
+        self._reader.start()
+
+    def _join_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.join(timeout=2.0)
+
+    def _wait_until(
+        self,
+        answer: Callable[[], T | None],
+        timeout_s: float,
+        exited: Callable[[int | None], Exception],
+        late: Callable[[], Exception],
+    ) -> T:
+        """Ask ``answer`` every 0.2 s until it gives something; raise ``exited(exit code)`` if the child exits
+        first, or stop it and raise ``late()`` once ``timeout_s`` has passed."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if not self.running:
+                code = self._proc.returncode if self._proc else None
+                self._join_reader()
+                raise exited(code)
+            found = answer()
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                self.stop()
+                raise late()
+            time.sleep(0.2)
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM the child's process group, then SIGKILL after ``timeout_s``; returns the exit code."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                proc.wait(timeout=5.0)
+        self._join_reader()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        return proc.returncode
+
+    def _signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the child's process group (the child alone if the group is gone)."""
+        assert self._proc is not None
+        try:
+            os.killpg(self._proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(sig)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -7,13 +7,10 @@ clover-local (as ``llama-server`` does); ready means it answers the RPC handshak
 
 from __future__ import annotations
 
-import collections
 import os
 import re
-import shutil
 import socket
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +18,8 @@ from pathlib import Path
 from clover_local import settings
 from clover_local.detect.remote import DEFAULT_PORT
 from clover_local.errors import CloverError, ServerError, UsageError
-from clover_local.llamacpp.children import bind_error, read_log, spawn_child, stop_group
+from clover_local.llamacpp.binary import find_tool
+from clover_local.llamacpp.children import Child, bind_error
 from clover_local.netaddr import is_loopback_host
 from clover_local.rpc.protocol import RpcError, WorkerReport, probe_worker
 
@@ -70,15 +68,7 @@ def find_rpc_server() -> Path | None:
                 f"CLOVER_RPC_SERVER ({override}) is not an executable file.", "Fix the path, or unset it."
             )
         return path
-    for name in BINARY_NAMES:
-        built = settings.llama_server_dir() / name
-        if built.is_file() and os.access(built, os.X_OK):
-            return built
-    for name in BINARY_NAMES:
-        found = shutil.which(name)
-        if found:
-            return Path(found)
-    return None
+    return find_tool(*BINARY_NAMES)
 
 
 def rpc_server_argv(
@@ -112,21 +102,19 @@ def lan_addresses() -> list[str]:
     return sorted(set(out))
 
 
-class WorkerProcess:
+class WorkerProcess(Child):
     """One running ``rpc-server``; :func:`start_worker` makes one."""
 
+    name = "rpc-server"
+    shown_lines = 20
+
     def __init__(self, argv: list[str], host: str, port: int, on_log: Callable[[str], None] | None) -> None:
+        super().__init__(on_log)
         self.argv, self.host, self.port = argv, host, port
-        self._tail: collections.deque[str] = collections.deque(maxlen=200)
         self.devices: list[WorkerDevice] = []
         self._greeted = threading.Event()
         """Set once rpc-server flushed its start-up lines (it flushes when it accepts a client)."""
-        self._proc = spawn_child(argv, dict(os.environ))
-        self._reader = read_log("rpc-server", self._proc, self._tail, on_log, self._heard)
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
+        self._spawn(argv, dict(os.environ), self._heard)
 
     @property
     def endpoint(self) -> str:
@@ -140,55 +128,38 @@ class WorkerProcess:
         if "Accepted client connection" in line:
             self._greeted.set()
 
-    def log_tail(self, n: int = 20) -> str:
-        return "\n".join(list(self._tail)[-n:])
-
-    def running(self) -> bool:
-        return self._proc.poll() is None
-
     def wait_ready(self, timeout_s: float = 60.0) -> WorkerReport:
         """Until the worker answers the RPC handshake on its address (checked the way the main machine will
         ask); raises ``ServerError`` with its last lines if it exits or does not answer in time."""
         probe_host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if not self.running():
-                self._reader.join(timeout=2)
-                raise ServerError(
-                    f"rpc-server exited (code {self._proc.returncode}) before it was ready. Its last lines:\n"
-                    + self.log_tail()
-                )
+
+        def handshake() -> WorkerReport | None:
             try:
-                report = probe_worker(probe_host, self.port, measure=False, timeout_s=2.0)
+                return probe_worker(probe_host, self.port, measure=False, timeout_s=2.0)
             except RpcError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise ServerError(
-                        f"rpc-server did not answer on {self.endpoint} after {timeout_s:.0f} s. Its last lines:\n"
-                        + self.log_tail()
-                    ) from None
-                time.sleep(0.2)
-                continue
-            # rpc-server prints its devices with printf into a pipe: they arrive when it flushes, on accepting us
-            self._greeted.wait(timeout=10.0)
-            return report
+                return None
+
+        report = self._wait_until(
+            handshake,
+            timeout_s,
+            lambda code: ServerError(
+                f"rpc-server exited (code {code}) before it was ready. Its last lines:\n" + self.log_tail()
+            ),
+            lambda: ServerError(
+                f"rpc-server did not answer on {self.endpoint} after {timeout_s:.0f} s. Its last lines:\n"
+                + self.log_tail()
+            ),
+        )
+        # rpc-server prints its devices with printf into a pipe: they arrive when it flushes, on accepting us
+        self._greeted.wait(timeout=10.0)
+        return report
 
     def wait(self) -> int:
+        assert self._proc is not None
         return self._proc.wait()
 
     def stop(self, timeout_s: float = 5.0) -> int | None:
-        """SIGTERM its process group, SIGKILL after ``timeout_s``; returns the exit code."""
-        stop_group(self._proc, timeout_s)
-        self._reader.join(timeout=2)
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
-        return self._proc.returncode
-
-    def __enter__(self) -> WorkerProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return super().stop(timeout_s)
 
 
 def check_worker_host(host: str, trust_network: bool) -> None:

@@ -10,7 +10,6 @@ is still running.
 from __future__ import annotations
 
 import atexit
-import collections
 import contextlib
 import os
 import secrets
@@ -27,7 +26,7 @@ from clover_local.engine.repack import common_argv_here, repack_safe_here
 from clover_local.errors import OutOfMemoryError, ServerError
 from clover_local.llamacpp import http_client
 from clover_local.llamacpp.binary import Capabilities, ServerBinary, capabilities, find_llama_server
-from clover_local.llamacpp.children import bind_error, read_log, spawn_child, stop_group
+from clover_local.llamacpp.children import Child, bind_error
 from clover_local.llamacpp.server_args import fit_argv, with_endpoint, with_slot_save
 from clover_local.llamacpp.slot_files import private_slot_dir, remove_slot_dir
 
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["LlamaServerProcess", "find_llama_server", "free_port", "plan_server_argv", "start_llama_server"]
 
 LogCallback = Callable[[str], None]
-_LOG_TAIL_LINES = 200
 _live: weakref.WeakSet[LlamaServerProcess] = weakref.WeakSet()
 
 
@@ -63,8 +61,10 @@ def plan_server_argv(plan: Plan) -> list[str]:
     return llama_server_args(plan)
 
 
-class LlamaServerProcess:
+class LlamaServerProcess(Child):
     """One running ``llama-server``. Use :func:`start_llama_server` to make one."""
+
+    name = "llama-server"
 
     def __init__(
         self,
@@ -77,16 +77,13 @@ class LlamaServerProcess:
         warnings: tuple[Notice, ...],
         on_log: LogCallback | None,
     ) -> None:
+        super().__init__(on_log)
         self.binary = binary
         self.argv = argv
         self.host = host
         self.port = port
         self.api_key = api_key
         self.warnings = warnings
-        self._on_log = on_log
-        self._tail: collections.deque[str] = collections.deque(maxlen=_LOG_TAIL_LINES)
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._reader: threading.Thread | None = None
         self.generation = 0
         """How many times a child was started: a request that began under one generation and finds another (or
         its child gone) knows the child it talked to stopped."""
@@ -105,29 +102,16 @@ class LlamaServerProcess:
     def url(self) -> str:
         return f"http://{_reachable(self.host)}:{self.port}"
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def log_tail(self, n: int = 30) -> str:
-        return "\n".join(list(self._tail)[-n:])
-
     def command_line(self) -> list[str]:
         return [*self.binary.command, *self.argv]
 
-    def _spawn(self) -> None:
+    def _start(self) -> None:
         env = dict(os.environ)
         if self.api_key:
             env["LLAMA_API_KEY"] = self.api_key
-        self._tail.clear()  # a restarted child's log is its own: an old tail would explain the wrong exit
-        self._proc = spawn_child(self.command_line(), env)
+        self._spawn(self.command_line(), env)
         self.generation += 1
         _live.add(self)
-        self._reader = read_log("llama-server", self._proc, self._tail, self._on_log)
 
     def respawn(self, ready_timeout_s: float) -> None:
         """Start the child again after it stopped unasked: the same argv, key and port (another free port when
@@ -147,26 +131,21 @@ class LlamaServerProcess:
             if self.stop_asked:
                 raise ServerError("llama-server was stopped; it is not started again.")
             previous = self.argv
-            if self._proc is not None:
-                stop_group(self._proc, 10.0)
             try:
                 self._start_again(argv, ready_timeout_s)
             except BaseException:
                 self.argv = previous
-                if self._proc is not None and self._proc.poll() is None:
-                    stop_group(self._proc, 10.0)
+                super().stop(10.0)
                 raise
 
     def _start_again(self, argv: Sequence[str], ready_timeout_s: float) -> None:
-        """Start a child with ``argv`` once the last one has stopped: on its port, or another free one when a
+        """Stop the child (if it still runs) and start one with ``argv``: on its port, or another free one when a
         program took that one meanwhile."""
-        self._join_reader()
-        if self._proc is not None and self._proc.stdout is not None:
-            self._proc.stdout.close()
+        super().stop(10.0)  # the child alone: stop_asked stays unset and the slot folder kept
         if bind_error(self.host, self.port) is not None:
             self.port = free_port(_reachable(self.host))
         self.argv = with_endpoint(argv, host=self.host, port=self.port)
-        self._spawn()
+        self._start()
         self.wait_ready(ready_timeout_s)
         check_listener(self, self.port)
 
@@ -179,35 +158,29 @@ class LlamaServerProcess:
         """Poll ``/health`` until it answers 200; raise ``ServerError`` (with the log tail) if the process
         exits or the timeout passes first."""
         started = time.monotonic()
-        deadline = started + timeout_s
-        while True:
-            if self._proc is None or self._proc.poll() is not None:
-                code = self._proc.returncode if self._proc else None
-                self._join_reader()
-                if says_out_of_memory(self.log_tail(40)):
-                    raise OutOfMemoryError(
-                        f"llama-server ran out of memory while loading (exit code {code}): "
-                        + _last_error_line(self.log_tail(40))
-                    )
-                raise ServerError(
-                    f"llama-server exited (code {code}) before it was ready. Its last lines:\n"
-                    + self.log_tail(),
-                    "Read the lines above; `clover-local doctor` checks the binary.",
-                )
-            try:
-                if http_client.request(self.url, "GET", "/health", timeout_s=2.0).status == 200:
-                    self.ready_after_s = time.monotonic() - started
-                    return
-            except ServerError:
-                pass  # not listening yet
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ServerError(
-                    f"llama-server was not ready after {timeout_s:.0f} s. Its last lines:\n"
-                    + self.log_tail(),
-                    "A large model on a slow disk can take longer: raise the timeout.",
-                )
-            time.sleep(0.2)
+        late = f"llama-server was not ready after {timeout_s:.0f} s. Its last lines:\n"
+        fix = "A large model on a slow disk can take longer: raise the timeout."
+        self._wait_until(
+            self._healthy, timeout_s, self._exited, lambda: ServerError(late + self.log_tail(), fix)
+        )
+        self.ready_after_s = time.monotonic() - started
+
+    def _healthy(self) -> bool | None:
+        try:
+            return http_client.request(self.url, "GET", "/health", timeout_s=2.0).status == 200 or None
+        except ServerError:
+            return None  # not listening yet
+
+    def _exited(self, code: int | None) -> Exception:
+        if says_out_of_memory(self.log_tail(40)):
+            return OutOfMemoryError(
+                f"llama-server ran out of memory while loading (exit code {code}): "
+                + _last_error_line(self.log_tail(40))
+            )
+        return ServerError(
+            f"llama-server exited (code {code}) before it was ready. Its last lines:\n" + self.log_tail(),
+            "Read the lines above; `clover-local doctor` checks the binary.",
+        )
 
     def wait_exit(self, timeout_s: float | None) -> int | None:
         """The exit code once the server has exited, waiting up to ``timeout_s`` (None: until it exits); None while
@@ -230,29 +203,15 @@ class LlamaServerProcess:
         oom = " after running out of memory" if says_out_of_memory(self.log_tail(40)) else ""
         return f"llama-server stopped (exit code {code}){oom}" + (f": {why}" if why else "")
 
-    def _join_reader(self) -> None:
-        if self._reader is not None:
-            self._reader.join(timeout=2.0)
-
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM the server's process group, then SIGKILL after ``timeout_s``; returns the exit code."""
         self.stop_asked = True
-        proc = self._proc
-        if proc is None:
+        if self._proc is None:
             return None
-        stop_group(proc, timeout_s)
-        self._join_reader()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        code = super().stop(timeout_s)
         remove_slot_dir(self.slot_save_dir)
         _live.discard(self)
-        return proc.returncode
-
-    def __enter__(self) -> LlamaServerProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return code
 
 
 def start_llama_server(
@@ -293,7 +252,7 @@ def start_llama_server(
         binary, full, host=host, port=port, api_key=api_key, warnings=warnings, on_log=on_log
     )
     server.slot_save_dir = saves
-    server._spawn()
+    server._start()
     try:
         server.wait_ready(ready_timeout_s)
         check_listener(server, port)

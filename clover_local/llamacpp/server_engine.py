@@ -9,6 +9,7 @@ not enforce take clover-local's route instead (:mod:`.server_tools`).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -97,7 +98,6 @@ class LlamaServerEngine:
         self._model_name = model_name
         self._n_ctx = n_ctx
         self._template = template
-        self._turn_markers: tuple[str, ...] | None = None
         self._opening: tuple[int, ...] | None = None
         self._ready_timeout_s = ready_timeout_s
         self._gate = RequestGate()
@@ -173,15 +173,12 @@ class LlamaServerEngine:
         """How this model writes tool calls (``templates.tool_format``, as the embedded engine decides it)."""
         return templates.tool_format(self.template)
 
-    @property
+    @functools.cached_property
     def turn_markers(self) -> tuple[str, ...]:
         """The control text llama-server's template writes (``templates.turn_markers`` of a rendered probe)."""
-        if self._turn_markers is None:
-            markers: tuple[str, ...] = ()
-            if self.template.kind != "completion":
-                markers = templates.probe_turn_markers(self._applied_template, (RequestRefused, ServerError))
-            self._turn_markers = markers
-        return self._turn_markers
+        if self.template.kind == "completion":
+            return ()
+        return templates.probe_turn_markers(self._applied_template, (RequestRefused, ServerError))
 
     def _opening_tokens(self) -> tuple[int, ...]:
         """The tokens of the template's turn-opening markers that are one token each (``/tokenize`` with

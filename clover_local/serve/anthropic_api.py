@@ -170,21 +170,28 @@ def _usage(stats: GenerationStats) -> dict[str, Any]:
     }
 
 
-def response(
-    parsed: ParsedRequest, text: str, calls: list[ToolCall], stats: GenerationStats
+def _message_object(
+    parsed: ParsedRequest, content: list[dict[str, Any]], stop: str | None, usage: dict[str, Any]
 ) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text or not calls else []
-    content += [_tool_use(c) for c in calls]
+    """A ``message`` object: the whole reply, or (empty, no stop reason) the one ``message_start`` carries."""
     return {
         "id": oa.new_id("msg"),
         "type": "message",
         "role": "assistant",
         "model": parsed.model,
         "content": content,
-        "stop_reason": _STOP[stats.finish_reason],
+        "stop_reason": stop,
         "stop_sequence": None,
-        "usage": _usage(stats),
+        "usage": usage,
     }
+
+
+def response(
+    parsed: ParsedRequest, text: str, calls: list[ToolCall], stats: GenerationStats
+) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text or not calls else []
+    content += [_tool_use(c) for c in calls]
+    return _message_object(parsed, content, _STOP[stats.finish_reason], _usage(stats))
 
 
 class EventWriter:
@@ -200,16 +207,7 @@ class EventWriter:
         return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields}, ensure_ascii=False)}\n\n"
 
     def start(self) -> list[str]:
-        message: dict[str, Any] = {
-            "id": oa.new_id("msg"),
-            "type": "message",
-            "role": "assistant",
-            "model": self._parsed.model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
-        }
+        message = _message_object(self._parsed, [], None, {"input_tokens": 0, "output_tokens": 0})
         return [self._event("message_start", message=message)]
 
     def text(self, delta: str) -> list[str]:
