@@ -17,15 +17,36 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from clover_local.engine.sequence import ActiveSequence, choose_slot
-from clover_local.engine.types import END, GenerationRequest, Prepare, Sink
+from clover_local.engine.sequence import ActiveSequence, Slot, choose_slot
+from clover_local.engine.types import END, Finished, GenerationRequest, Prepare, Sink
 from clover_local.errors import EngineError
 
-if TYPE_CHECKING:  # the engine imports this module
-    from clover_local.engine.embedded import EmbeddedEngine
+
+class SlotEngine(Protocol):
+    """What the scheduler asks of its engine (``engine.embedded.EmbeddedEngine``, which imports this module: a
+    Protocol, not an import, keeps the two out of an import cycle)."""
+
+    @property
+    def slots_state(self) -> list[Slot]: ...
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def open_sequence(
+        self, request: GenerationRequest, cancel: threading.Event | None, t0: float
+    ) -> ActiveSequence: ...
+
+    def start_sequence(self, seq: ActiveSequence) -> bool: ...
+
+    def step_alone(self, seq: ActiveSequence) -> None: ...
+
+    def step_batch(self, seqs: Sequence[ActiveSequence]) -> None: ...
+
+    def finished(self, seq: ActiveSequence) -> Finished: ...
 
 
 @dataclass(eq=False)
@@ -46,10 +67,9 @@ class Job:
 
 
 class SlotScheduler:
-    """Runs the sequences of an embedded engine on its one batch thread (the engine's ``slots_state``, ``n_ctx``,
-    ``open_sequence``, ``start_sequence``, ``step_alone``, ``step_batch`` and ``finished`` are all it uses)."""
+    """Runs the sequences of an embedded engine on its one batch thread."""
 
-    def __init__(self, engine: EmbeddedEngine) -> None:
+    def __init__(self, engine: SlotEngine) -> None:
         self._engine = engine
         self._cond = threading.Condition()
         self._joining: deque[Job] = deque()

@@ -23,14 +23,27 @@ own costs.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from clover_local.detect.cpu_load import others_busy_cores, sample_cpu
+from clover_local.engine.batch_threads import LoadThreads
 from clover_local.engine.types import MeasuredCosts
 from clover_local.plan.threads import threads_for_load
 
-if TYPE_CHECKING:  # the engine imports this module
-    from clover_local.engine.embedded import EmbeddedEngine
+
+class TimesBatches(Protocol):
+    """What the probe times on: the embedded engine (``EmbeddedEngine.time_batches``; it imports this module)."""
+
+    threads: LoadThreads
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]: ...
+
+    def time_batches(
+        self, context: Sequence[int], sizes: Sequence[int], rounds: int, budget_s: float
+    ) -> dict[int, list[float]]: ...
 
 
 CONTEXT_TEXT = (
@@ -82,7 +95,7 @@ def measured_quietly(others_busy: float, threads: int, n_cpus: int) -> bool:
     return threads_for_load(threads, threads, n_cpus, others_busy) == (threads, threads)
 
 
-def measure_batch_costs(engine: EmbeddedEngine, n_max_batch: int) -> MeasuredCosts:
+def measure_batch_costs(engine: TimesBatches, n_max_batch: int) -> MeasuredCosts:
     """Time a plain step and verification batches of up to ``n_max_batch`` tokens on ``engine`` (its cache is
     empty afterwards), and return the cost table with how busy the other programs kept the CPU meanwhile (the
     CPU's counters read before and after)."""
