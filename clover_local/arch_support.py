@@ -413,21 +413,19 @@ def require_supported(
         return check
     done, verb = ("downloaded", "download") if action == "download" else ("loaded", "try loading")
     if check.name is None:
-        raise ArchitectureError(
-            f"{subject}: {check.why}. Nothing was {done}.",
-            f"Check that it is a GGUF made for llama.cpp, or add --force to {verb} it anyway.",
-        )
-    if check.install is not None:
-        raise ArchitectureError(
-            f"{subject}: {check.why}. Nothing was {done}.",
+        fix = f"Check that it is a GGUF made for llama.cpp, or add --force to {verb} it anyway."
+    elif check.install is not None:
+        fix = (
             f"Install llama.cpp {check.install}, which loads {check.name!r}: `{check.install_command}`; then "
-            f"{action} again. Or add --force to {verb} it anyway.",
+            f"{action} again. Or add --force to {verb} it anyway."
         )
-    raise ArchitectureError(
-        f"{subject}: {check.why}. Nothing was {done}.",
-        f"When a llama.cpp release knows {check.name!r}, `clover-local runtime install <tag>` installs it "
-        f"(`clover-local plan` names the release once the latest one does); or add --force to {verb} it anyway.",
-    )
+    else:
+        fix = (
+            f"When a llama.cpp release knows {check.name!r}, `clover-local runtime install <tag>` installs it "
+            f"(`clover-local plan` names the release once the latest one does); or add --force to {verb} it "
+            "anyway."
+        )
+    raise ArchitectureError(f"{subject}: {check.why}. Nothing was {done}.", fix)
 
 
 def sidecar_skipped(kind: str, filename: str, check: ArchCheck, action: Action) -> str:

@@ -11,7 +11,7 @@ and Hub request), then decided without I/O (``decide.decide``). A load that runs
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,7 +71,6 @@ class OpenedEngine:
     """Warnings and facts for the person: flags dropped for this llama-server, a re-plan, ..."""
     placement: str = ""
     """Where the weights, KV cache and experts went, in words (the embedded engine's load log)."""
-    extras: dict[str, object] = field(default_factory=dict, compare=False)
 
     @property
     def fallback_message(self) -> str | None:
@@ -183,17 +182,12 @@ def open_launch(
     started again with the same argv (``llamacpp.supervisor``), never re-planned behind the person's back.
     ``measure_costs``: at an n-gram plan's first load here, measure what verifying a draft costs
     (:func:`measure_verify_costs`, its notice among the result's), as every front end does after opening."""
-    opened = _open_or_safer(launch, progress, on_log, ready_timeout_s)
+    opened = _open_or_safer(launch, lambda chosen: _open(chosen, progress, on_log, ready_timeout_s))
     probe = measure_verify_costs(opened) if measure_costs else None
     return replace(opened, notices=(*opened.notices, probe.notice)) if probe is not None else opened
 
 
-def _open_or_safer(
-    launch: Launch,
-    progress: Callable[[float], None] | None,
-    on_log: Callable[[str], None] | None,
-    ready_timeout_s: float,
-) -> OpenedEngine:
+def _open_or_safer(launch: Launch, load: Callable[[Launch], OpenedEngine]) -> OpenedEngine:
     if launch.runner.install is not None:
         arch = launch.plan.architecture
         raise ArchitectureError(
@@ -207,13 +201,13 @@ def _open_or_safer(
             "Download it first (clover-local download), or pass --model PATH.",
         )
     try:
-        return _open(launch, progress, on_log, ready_timeout_s)
+        return load(launch)
     except OutOfMemoryError as first:  # either engine: llama-server's load log is read as the embedded one's
         safer = safer_launch(launch, first.what)
         if safer is None:
             raise
         try:
-            return _open(safer, progress, on_log, ready_timeout_s)  # its notices begin with the re-plan's
+            return load(safer)  # its notices begin with the re-plan's
         except OutOfMemoryError as second:
             said = find_notice(safer.notices, "safer-launch")
             raise OutOfMemoryError(

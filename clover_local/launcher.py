@@ -90,9 +90,7 @@ class Launcher:
                 and request.describe
                 and needs_community(request, facts.preset, launch.plan.fits)
             ):
-                self._facts = gather_community(request, facts, launch.plan)
-                self._community = self._facts.community
-                launch = decide(request, self._facts)
+                launch = decide(request, self.with_community(request, launch))
             self._last = launch
             return launch
 

@@ -158,13 +158,11 @@ def plan_placement(
     ]
     runtime = memory.runtime_overhead_bytes(machine.offload_backend, wishes.engine)
     if runtime and fit.n_gpu_layers != 0:
-        reasons.append(
-            Reason(
-                "runtime-overhead",
-                f"Planned for the {wishes.engine} engine: {fb(runtime)} per GPU for the {machine.offload_backend} "
-                "runtime itself (context, libraries), measured beside llama.cpp's own buffers.",
-            )
+        said = (
+            f"Planned for the {wishes.engine} engine: {fb(runtime)} per GPU for the {machine.offload_backend} "
+            "runtime itself (context, libraries), measured beside llama.cpp's own buffers."
         )
+        reasons.append(Reason("runtime-overhead", said))
     load_mode, why_load = _load_mode(machine, fit)
     reasons.append(Reason("load-mode", why_load))
     if enabled:
@@ -175,13 +173,11 @@ def plan_placement(
             if copies > 1
             else "no extra memory"
         )
-        reasons.append(
-            Reason(
-                "speculation-ngram",
-                f"Self-speculative decoding ({spec.type}, match {spec.n_match}, draft {spec.n_min}-{spec.n_max} "
-                f"tokens): drafts from text already in the context, no second model; {cost}.",
-            )
+        said = (
+            f"Self-speculative decoding ({spec.type}, match {spec.n_match}, draft {spec.n_min}-{spec.n_max} "
+            f"tokens): drafts from text already in the context, no second model; {cost}."
         )
+        reasons.append(Reason("speculation-ngram", said))
     filled = min(ctx, SPEED_CTX_SAMPLE)
     gpu_read, ram_read = memory.active_bytes_per_token(
         desc, fit.placement, filled, fit.cache_type, fit.cache_type
@@ -204,30 +200,25 @@ def plan_placement(
         threads=threads.threads,
     )
     if speed_source == "estimate":
-        reasons.append(
-            Reason(
-                "speed-estimate",
-                f"Predicted decode ~{format_tokens_per_s(tps)} tokens/s: an estimate from memory bandwidth and "
-                f"per-layer kernel costs {_filled(filled, ctx)}, not a measurement ({'; '.join(speed_notes)}); "
-                "run `clover-local bench --llama-bench` to measure.",
-            )
+        speed = Reason(
+            "speed-estimate",
+            f"Predicted decode ~{format_tokens_per_s(tps)} tokens/s: an estimate from memory bandwidth and "
+            f"per-layer kernel costs {_filled(filled, ctx)}, not a measurement ({'; '.join(speed_notes)}); "
+            "run `clover-local bench --llama-bench` to measure.",
         )
     else:
-        reasons.append(
-            Reason(
-                "speed-measured",
-                f"Decode ~{format_tokens_per_s(tps)} tokens/s: {speed_why} "
-                f"(the estimate alone: ~{format_tokens_per_s(estimate)}).",
-            )
+        speed = Reason(
+            "speed-measured",
+            f"Decode ~{format_tokens_per_s(tps)} tokens/s: {speed_why} "
+            f"(the estimate alone: ~{format_tokens_per_s(estimate)}).",
         )
+    reasons.append(speed)
     if not desc.exact:
-        reasons.append(
-            Reason(
-                "sizes-estimated",
-                f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file); "
-                "with the GGUF header they become exact.",
-            )
+        said = (
+            f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file); "
+            "with the GGUF header they become exact."
         )
+        reasons.append(Reason("sizes-estimated", said))
     on_gpu = uses_gpus(machine) and fit.n_gpu_layers != 0
     speculative = replace(speculative, batch_costs=verification_costs(desc, speculative, on_gpu=on_gpu))
     return _assemble_plan(

@@ -135,11 +135,6 @@ def find_reason(reasons: Iterable[Reason], code: ReasonCode) -> Reason | None:
     return next((r for r in reasons if r.code == code), None)
 
 
-def without_reasons(reasons: Iterable[Reason], code: ReasonCode) -> tuple[Reason, ...]:
-    """The reasons with every one of ``code`` left out."""
-    return tuple(r for r in reasons if r.code != code)
-
-
 def leading_reasons(reasons: Iterable[Reason]) -> tuple[Reason, ...]:
     """The reasons that decide the plan (:data:`LEADING`), in that order."""
     return tuple(sorted((r for r in reasons if r.code in LEADING), key=lambda r: LEADING.index(r.code)))
