@@ -302,33 +302,25 @@ def check_architecture(arch: str, support: ArchSupport | None = None) -> ArchChe
     embedded, server = support.embedded, support.server
     if arch in embedded.names:
         if arch in embedded.diffusion:
-            return ArchCheck(
-                arch,
-                True,
-                "diffusion",
-                f"{embedded.label} loads {arch!r}, a diffusion model: the diffusion engine runs it",
-            )
+            said = f"{embedded.label} loads {arch!r}, a diffusion model: the diffusion engine runs it"
+            return ArchCheck(arch, True, "diffusion", said)
         return ArchCheck(arch, True, "llama.cpp", f"{embedded.label} loads {arch!r}")
     for rt in support.runtimes:
         if arch in rt.table.names and arch not in rt.table.diffusion:
-            return ArchCheck(
-                arch,
-                True,
-                "llama-server",
+            said = (
                 f"the pinned {embedded.label} does not know {arch!r}; the installed runtime {rt.label} does: "
-                "its llama-server runs it",
-                runtime=rt.tag,
-                server_path=str(rt.server),
-                server_source=f"runtime {rt.tag}",
+                "its llama-server runs it"
+            )
+            source = f"runtime {rt.tag}"
+            return ArchCheck(
+                arch, True, "llama-server", said, rt.tag, server_path=str(rt.server), server_source=source
             )
     if server is not None and arch in server.names and arch not in server.diffusion:
-        return ArchCheck(
-            arch,
-            True,
-            "llama-server",
+        said = (
             f"only the built llama-server ({server.label}) loads {arch!r}, not the embedded {embedded.label}: "
-            "it runs in llama-server",
+            "it runs in llama-server"
         )
+        return ArchCheck(arch, True, "llama-server", said)
     why = (
         f"the llama.cpp here cannot load the architecture {arch!r} ({embedded.label}: not among its "
         f"{len(embedded.names)} architectures"

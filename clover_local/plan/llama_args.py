@@ -29,6 +29,14 @@ GGML_TYPES: dict[str, int] = {
 """ggml type ids (``ggml.h``) for ``type_k``/``type_v``."""
 SPLIT_MODES: dict[str, int] = {"none": 0, "layer": 1, "row": 2}
 """``LLAMA_SPLIT_MODE_*``."""
+MMAP_MLOCK: dict[str, tuple[bool, bool]] = {
+    "auto": (True, False),
+    "mmap": (True, False),
+    "none": (False, False),
+    "mlock": (False, True),
+    "mmap+mlock": (True, True),
+}
+"""Load mode -> (use_mmap, use_mlock), as ``Llama.__init__`` maps them back onto ``llama_load_mode``."""
 
 
 @dataclass(frozen=True)
@@ -47,20 +55,9 @@ def n_cpu_moe_overrides(n: int) -> list[str]:
     return [f"blk\\.{i}{FFN_EXPS_REGEX}=CPU" for i in range(n)]
 
 
-def _load_mode_kwargs(mode: str) -> tuple[bool, bool]:
-    """(use_mmap, use_mlock) as ``Llama.__init__`` maps them back onto ``llama_load_mode``."""
-    return {
-        "auto": (True, False),
-        "mmap": (True, False),
-        "none": (False, False),
-        "mlock": (False, True),
-        "mmap+mlock": (True, True),
-    }[mode]
-
-
 def settings(plan: Plan) -> list[Setting]:
     """Every llama.cpp setting the plan decides, once."""
-    use_mmap, use_mlock = _load_mode_kwargs(plan.load_mode)
+    use_mmap, use_mlock = MMAP_MLOCK[plan.load_mode]
     rows: list[Setting] = []
     if plan.rpc_servers:
         # Devices lent by other machines (tools/rpc); llama-cpp-python's wheel has no RPC backend, so no kwarg:

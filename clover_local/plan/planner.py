@@ -417,22 +417,17 @@ def _placement_reasons(machine: Machine, desc: ModelDescription, fit: Fit) -> li
     out = [Reason("placement", _placement(machine, desc, fit))]
     mem = fit.memory
     if len(mem.gpus) > 1:
-        out.append(
-            Reason(
-                "gpu-split",
-                "Layers split across GPUs by free memory (tensor split "
-                + ",".join(f"{s:g}" for s in fit.tensor_split)
-                + " layers), each GPU checked on its own; memory is never summed.",
-            )
+        split = ",".join(f"{s:g}" for s in fit.tensor_split)
+        said = (
+            f"Layers split across GPUs by free memory (tensor split {split} layers), each GPU checked on its "
+            "own; memory is never summed."
         )
+        out.append(Reason("gpu-split", said))
     if machine.unified_memory:
-        gpu = machine.gpus[0]
-        out.append(
-            Reason(
-                "unified-memory",
-                f"Unified memory: planned against the Metal working set ({gpu.note}) and against RAM.",
-            )
+        said = (
+            f"Unified memory: planned against the Metal working set ({machine.gpus[0].note}) and against RAM."
         )
+        out.append(Reason("unified-memory", said))
     out.append(ram_reason(mem.ram))
     return out
 
@@ -513,19 +508,11 @@ def _context_reasons(
         )
     ]
     if fit.cache_type != "f16":
-        out.append(
-            Reason(
-                "kv-cache-type",
-                f"KV cache {fit.cache_type}: memory is tight, and it halves the KV cache against f16.",
-            )
-        )
+        said = f"KV cache {fit.cache_type}: memory is tight, and it halves the KV cache against f16."
+        out.append(Reason("kv-cache-type", said))
     if arch.recurrent_state_bytes:
-        out.append(
-            Reason(
-                "recurrent-state",
-                f"Recurrent state {fb(arch.recurrent_state_bytes)} per sequence, whatever the context.",
-            )
-        )
+        said = f"Recurrent state {fb(arch.recurrent_state_bytes)} per sequence, whatever the context."
+        out.append(Reason("recurrent-state", said))
     checkpoints = fit.memory.ram.checkpoint_bytes
     if checkpoints:
         what = "recurrent state" if fit.engine == "embedded" else "recurrent state and sliding-window cells"
@@ -533,19 +520,16 @@ def _context_reasons(
             what = "sliding-window cells"
         per = "each slot's" if fit.n_seq > 1 else "the"
         engine = "the embedded engine" if fit.engine == "embedded" else fit.engine
-        out.append(
-            Reason(
-                "checkpoints",
-                f"Context checkpoints: {engine} keeps up to {memory.CTX_CHECKPOINTS} copies of {per} {what} in "
-                f"RAM (at most {fb(checkpoints)}), taken at the end of each prompt, so a conversation that grows "
-                "re-evaluates only its new tokens where this model's cache cannot be cut back.",
-            )
+        said = (
+            f"Context checkpoints: {engine} keeps up to {memory.CTX_CHECKPOINTS} copies of {per} {what} in "
+            f"RAM (at most {fb(checkpoints)}), taken at the end of each prompt, so a conversation that grows "
+            "re-evaluates only its new tokens where this model's cache cannot be cut back."
         )
+        out.append(Reason("checkpoints", said))
     template = preset.chat_template
     if template not in (TEMPLATE_FROM_GGUF, TEMPLATE_COMPLETION):
-        out.append(
-            Reason("chat-template", f"Chat template: llama.cpp's built-in {template!r} (the GGUF has none).")
-        )
+        said = f"Chat template: llama.cpp's built-in {template!r} (the GGUF has none)."
+        out.append(Reason("chat-template", said))
     return out
 
 
