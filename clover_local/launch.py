@@ -17,14 +17,7 @@ from typing import TYPE_CHECKING
 
 from clover_local.decide import choose_runner, needs_community
 from clover_local.errors import ArchitectureError, ContextOutOfRange, OutOfMemoryError, UsageError
-from clover_local.launch_types import (
-    EMBEDDED_DRAFTERS,
-    ENGINE_WISHES,
-    EngineWish,
-    Launch,
-    LaunchRequest,
-    Runner,
-)
+from clover_local.launch_types import EMBEDDED_DRAFTERS, Launch, LaunchRequest
 from clover_local.plan.reasons import Notice, find_notice
 from clover_local.plan.types import EngineKind, Plan
 
@@ -38,12 +31,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EMBEDDED_DRAFTERS",
-    "ENGINE_WISHES",
-    "EngineWish",
     "Launch",
     "LaunchRequest",
     "OpenedEngine",
-    "Runner",
     "VerifyCostsProbe",
     "choose_runner",
     "decide_launch",
@@ -197,8 +187,7 @@ def _open_or_safer(launch: Launch, load: Callable[[Launch], OpenedEngine]) -> Op
         )
     if not launch.plan.model_path:
         raise UsageError(
-            "No local model file to run.",
-            "Download it first (clover-local download), or pass --model PATH.",
+            "No local model file to run.", "Download it first (clover-local download), or pass --model PATH."
         )
     try:
         return load(launch)

@@ -86,8 +86,7 @@ class HeadOffer:
 
 
 def offered_heads(
-    model: ModelDescription | None,
-    sidecars: Mapping[DraftKind, tuple[str, ModelDescription | None]] = {},
+    model: ModelDescription | None, sidecars: Mapping[DraftKind, tuple[str, ModelDescription | None]] = {}
 ) -> tuple[HeadOffer, ...]:
     """The heads to choose from, in llama.cpp's order of preference (mtp, dspark, dflash, eagle3): an MTP head
     inside the model file first (no second file to load), then each sidecar."""
