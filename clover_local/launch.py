@@ -310,26 +310,20 @@ def measure_verify_costs(opened: OpenedEngine, *, again: bool = False) -> Verify
     from clover_local.plan.measured import VerifyCostRecord
 
     if not measured.quiet:
-        return VerifyCostsProbe(
-            Notice(
-                "verify-costs",
-                f"Did not keep what verifying a draft costs here: other programs used {measured.others_busy:.1f} "
-                "cores while it was measured, so the timings were of stalls. The drafter uses its model for "
-                "now; it is measured again at a later load.",
-            ),
-            kept=False,
+        said = (
+            f"Did not keep what verifying a draft costs here: other programs used {measured.others_busy:.1f} "
+            "cores while it was measured, so the timings were of stalls. The drafter uses its model for "
+            "now; it is measured again at a later load."
         )
+        return VerifyCostsProbe(Notice("verify-costs", said), kept=False)
     add_verify_costs(
         VerifyCostRecord(
             spec.costs_key, measured.costs, measured.step_ms, time.strftime("%Y-%m-%d"), measured.others_busy
         )
     )
-    return VerifyCostsProbe(
-        Notice(
-            "verify-costs",
-            f"Measured what verifying a draft costs here (once, kept for later loads): {len(measured.costs)} "
-            f"tokens cost {measured.costs[-1]:.1f} plain steps, so speculation gains at most "
-            f"{measured.ceiling:.2f}x.",
-        ),
-        kept=True,
+    said = (
+        f"Measured what verifying a draft costs here (once, kept for later loads): {len(measured.costs)} "
+        f"tokens cost {measured.costs[-1]:.1f} plain steps, so speculation gains at most "
+        f"{measured.ceiling:.2f}x."
     )
+    return VerifyCostsProbe(Notice("verify-costs", said), kept=True)

@@ -152,13 +152,8 @@ def choose_community_quant(
     fitting = [(q, p) for q, p in ranked if p.fits]
     if not fitting:
         tried = ", ".join(f"{q.quant} of {q.repo} ({fb(q.description.file_bytes)})" for q, _ in ranked)
-        return None, (
-            *notes,
-            Reason(
-                "community",
-                f"No smaller community quant fits either: {tried} were read, and none fits this machine.",
-            ),
-        )
+        said = f"No smaller community quant fits either: {tried} were read, and none fits this machine."
+        return None, (*notes, Reason("community", said))
     best, plan = fitting[0]
     others = [_weighed(q, p, best) for q, p in ranked if q is not best]
     ram, gpus = plan.memory.ram, plan.memory.gpus

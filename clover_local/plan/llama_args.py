@@ -6,7 +6,6 @@ Flag names are those of ``common/arg.cpp`` at the vendored llama.cpp commit (0c1
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,10 +246,6 @@ class LlamaSettings:
         them before calling ``Llama``."""
         return {row.kwarg: row.kwarg_value for row in self.rows if row.kwarg is not None}
 
-    def shell_command(self, binary: str = "llama-server", *, hf_repo: str | None = None) -> str:
-        """The whole ``llama-server`` command line, shell-quoted, ready to paste."""
-        return shlex.join([binary, *self.argv(hf_repo=hf_repo)])
-
 
 def hf_args(repo: str, quant: str) -> list[str]:
     """``-hf REPO:QUANT``: llama-server fetches the model itself. ``--no-mmproj`` with it: ``-hf`` also fetches
@@ -271,9 +266,3 @@ def llama_server_args(plan: Plan, *, hf_repo: str | None = None) -> list[str]:
 def llama_cpp_kwargs(plan: Plan) -> dict[str, Any]:
     """Keyword arguments for the embedded engine: :meth:`LlamaSettings.kwargs` of the plan."""
     return llama_settings(plan).kwargs()
-
-
-def shell_command(plan: Plan, binary: str = "llama-server", *, hf_repo: str | None = None) -> str:
-    """The whole ``llama-server`` command line, shell-quoted, ready to paste (``hf_repo``: as for
-    :meth:`LlamaSettings.argv`)."""
-    return llama_settings(plan).shell_command(binary, hf_repo=hf_repo)

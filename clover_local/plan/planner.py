@@ -712,9 +712,8 @@ def _plan_diffusion_model(
         ),
     ]
     if not desc.exact:
-        reasons.append(
-            Reason("sizes-estimated", f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file).")
-        )
+        said = f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file)."
+        reasons.append(Reason("sizes-estimated", said))
     return _assemble_plan(
         machine,
         preset,
