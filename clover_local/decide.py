@@ -319,12 +319,14 @@ def _plan(
         parallel=parallel,
     )
     preset = named if local is None else preset_from_header(named, local.description, local.path)
+    path: str | None = str(local.path) if local is not None else None
+    desc: ModelDescription | None = local.description if local is not None else None
     placed = plan_placement(
         machine,
         preset,
-        local.description if local is not None else None,
+        desc,
         wishes,
-        str(local.path) if local is not None else None,
+        path,
         models=quants.models if quants is not None else None,
         speed_records=facts.measured.speeds,
         diffusion_wishes=request.diffusion,
@@ -332,12 +334,9 @@ def _plan(
     overrules: tuple[ReasonCode, ...] = ()
     sizes: tuple[Reason, ...] = ()
     sources: tuple[tuple[str, str], ...] = ()
-    path: str | None = None
-    desc: ModelDescription | None = None
     sidecars: Sidecars = {}
     if local is not None:
-        path, desc, sidecars = str(local.path), local.description, local.sidecars
-        source = f"exact, from the local file {local.path}"
+        sidecars, source = local.sidecars, f"exact, from the local file {local.path}"
         sizes, sources = (Reason("sizes", f"Sizes of {placed.quant}: {source}."),), ((placed.quant, source),)
     elif quants is not None:
         found_path = quants.paths.get(placed.quant)

@@ -124,17 +124,10 @@ def plan_placement(
     spec = preset.speculative
     enabled = spec.enabled if wishes.speculative is None else wishes.speculative
     speculative = SpeculativePlan(enabled, spec.type, spec.n_match, spec.n_min, spec.n_max)
-    fits = {
-        q: find_fit(
-            machine,
-            d,
-            ctx,
-            N_UBATCH,
-            recurrent_copies=memory.recurrent_copies(d.architecture, speculative, wishes.engine),
-            engine=wishes.engine,
-        )
-        for q, d in candidates.items()
-    }
+    fits: dict[str, Fit] = {}
+    for q, d in candidates.items():
+        copies = memory.recurrent_copies(d.architecture, speculative, wishes.engine)
+        fits[q] = find_fit(machine, d, ctx, N_UBATCH, recurrent_copies=copies, engine=wishes.engine)
     quant, why_quant = _choose_quant(machine, candidates, fits, wishes)
     desc, fit = candidates[quant], fits[quant]
     reasons: list[Reason] = [Reason("quant", why_quant)]
@@ -182,13 +175,8 @@ def plan_placement(
     gpu_read, ram_read = memory.active_bytes_per_token(
         desc, fit.placement, filled, fit.cache_type, fit.cache_type
     )
-    tps, speed_notes = predict_tokens_per_s(
-        machine,
-        gpu_read,
-        ram_read,
-        layer_work(desc, fit.placement, len(machine.gpus), filled),
-        threads.threads,
-    )
+    work = layer_work(desc, fit.placement, len(machine.gpus), filled)
+    tps, speed_notes = predict_tokens_per_s(machine, gpu_read, ram_read, work, threads.threads)
     estimate = tps
     tps, speed_source, speed_why = apply_measurements(
         estimate,

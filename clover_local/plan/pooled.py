@@ -101,13 +101,9 @@ def pooled_plan(
         recurrent_copies=memory.recurrent_copies(desc.architecture, plan.speculative),
     )
     links: dict[str, Link] = {w.endpoint: w.link for w in machine.workers}
+    filled = min(plan.ctx, SPEED_CTX_SAMPLE)
     net_s, net_bytes, transfers, trips = network_cost_per_token(
-        desc.architecture,
-        placement.devices,
-        plan.n_cpu_moe,
-        endpoints,
-        links,
-        min(plan.ctx, SPEED_CTX_SAMPLE),
+        desc.architecture, placement.devices, plan.n_cpu_moe, endpoints, links, filled
     )
     device_s = 1 / plan.predicted_tokens_per_s if plan.predicted_tokens_per_s > 0 else 0.0
     total_s = device_s + net_s

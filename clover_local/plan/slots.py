@@ -45,15 +45,8 @@ def choose_slots(
             )
         if wished == 1:
             return fit, "1 slot (--parallel 1): one request is decoded at a time; others wait their turn."
-        grown = find_fit(
-            machine,
-            model,
-            ctx,
-            n_ubatch,
-            recurrent_copies=fit.recurrent_copies,
-            engine=fit.engine,
-            n_seq=wished,
-        )
+        copies, engine = fit.recurrent_copies, fit.engine
+        grown = find_fit(machine, model, ctx, n_ubatch, recurrent_copies=copies, engine=engine, n_seq=wished)
         moved = (grown.n_gpu_layers, grown.n_cpu_moe) != (fit.n_gpu_layers, fit.n_cpu_moe)
         cost = (
             f"; to hold them, the placement changed from the one-slot plan ({_where(fit)} -> {_where(grown)})"
