@@ -24,11 +24,15 @@ from typing import TYPE_CHECKING, get_args
 from clover_local.arch_support import Action, ArchCheck, ArchSupport, check_architecture, require_supported
 from clover_local.errors import ServerError, UsageError
 from clover_local.facts import LaunchFacts, LocalModel, ServerFacts, Sidecars
+from clover_local.gguf.model import describe_from_preset
 from clover_local.launch_types import ENGINE_WISHES, Launch, LaunchRequest, Runner
 from clover_local.plan.llama_args import llama_settings
-from clover_local.plan.measured import VerifyCostRecord
+from clover_local.plan.local_file import preset_from_header
+from clover_local.plan.measured import VerifyCostRecord, measured_verify_costs, verify_costs_key
+from clover_local.plan.memory import rolls_back_from_a_copy
+from clover_local.plan.planner import check_context, plan_placement
 from clover_local.plan.reasons import Notice, Reason, ReasonCode
-from clover_local.plan.speculation import SERVER_ONLY_MODES
+from clover_local.plan.speculation import SERVER_ONLY_MODES, offered_heads, speculate
 from clover_local.plan.types import (
     CommunityPick,
     Placed,
@@ -278,8 +282,6 @@ def _model_description(request: LaunchRequest, facts: LaunchFacts) -> ModelDescr
     models = facts.quants.models if facts.quants is not None else {}
     if models:
         return models[request.quant if request.quant in models else next(iter(models))]
-    from clover_local.gguf.model import describe_from_preset
-
     preset = facts.preset
     return describe_from_preset(
         preset, request.quant if request.quant in preset.quants else next(iter(preset.quants))
@@ -305,10 +307,6 @@ def _plan(
     Sizes: a named file's header (the only candidate), else each quant's described sizes, else the preset's
     estimates; the plan names its model file whenever one is here and says where the sizes came from. A file
     that is not the preset's model is planned as itself (``plan.local_file.preset_from_header``)."""
-    from clover_local.gguf.model import describe_from_preset
-    from clover_local.plan.local_file import preset_from_header
-    from clover_local.plan.planner import plan_placement
-
     named, local, quants = model
     wishes = Wishes(
         quant="auto" if local is not None else request.quant,
@@ -396,8 +394,6 @@ def _speculation(
     (``plan.speculation``), using ``bench --spec-modes``'s measurements of this model here when there are any,
     and the verification costs measured here; the sidecars whose architecture cannot load are said first. A
     diffusion plan drafts nothing (None); from the preset's estimates only n-gram and off can be chosen."""
-    from clover_local.plan.speculation import offered_heads, speculate
-
     if placed.diffusion is not None:
         return None
     sidecars, skipped = _loadable_sidecars(sidecars, "load" if model_path else "download", checks)
@@ -416,9 +412,6 @@ def _measured_costs(
 ) -> tuple[SpeculativePlan, tuple[Reason, ...]]:
     """The speculation keyed for this machine's verification costs, and using them when the engine has measured
     them (``engine.verify_probe``; until then the fixed model, and the engine measures at its first load)."""
-    from clover_local.plan.measured import measured_verify_costs, verify_costs_key
-    from clover_local.plan.memory import rolls_back_from_a_copy
-
     key = verify_costs_key(
         machine,
         placed.quant,
@@ -573,9 +566,6 @@ def check_request(request: LaunchRequest, facts: LaunchFacts) -> None:
     """Raise what deciding ``request`` would refuse about its model, without deciding it (``chat`` says it
     before the app starts, and the app decides once): a file whose architecture no llama.cpp here loads (unless
     ``--force``), and a ``--ctx`` outside the model's limit. Pure: from the facts."""
-    from clover_local.plan.local_file import preset_from_header
-    from clover_local.plan.planner import check_context
-
     description = _model_description(request, facts)
     local = facts.model
     if local is not None:

@@ -3,13 +3,9 @@ the llama.cpp builds here, in one immutable value (:class:`LaunchFacts`), gather
 the I/O (:func:`gather_facts`). :func:`clover_local.decide.decide` then turns a request and its facts into a
 launch without opening a file, a socket or a process.
 
-What is read, once per command: the preset (a ``--repo``'s listing), the machine (``--simulate``, ``--rpc``
-workers), the model's header (a local file and its sidecars, or each quant's header, local or on the Hub), the
-architecture tables of every llama.cpp here (and the latest release's, only when nothing here knows an
-architecture), the llama-server that would run it with its flags and devices, and what was measured here before
-(decode speeds, speculation ratios, verification costs). A smaller quant in the preset's community repos is a fact
-only a plan that does not fit asks for (:func:`gather_community`): it is gathered after that plan, then the
-launch is decided again from the fuller facts.
+What is read, once per command, is what :class:`LaunchFacts` holds. A smaller quant in the preset's community
+repos is a fact only a plan that does not fit asks for (:func:`gather_community`): it is gathered after that
+plan, then the launch is decided again from the fuller facts.
 """
 
 from __future__ import annotations
