@@ -15,10 +15,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clover_local.arch_support import check_architecture, installed_support, knows_locally, latest_release
 from clover_local.errors import ServerError
 from clover_local.gguf.names import DraftKind
 from clover_local.plan.measured import SpeedRecord, VerifyCostRecord
 from clover_local.plan.reasons import Notice
+from clover_local.plan.speculation import SERVER_ONLY_MODES
 from clover_local.presets import Preset
 
 if TYPE_CHECKING:
@@ -118,8 +120,6 @@ class LaunchFacts:
 def _what_is_read(request: LaunchRequest) -> tuple[object, ...]:
     """The parts of a request that change what :func:`gather_facts` reads (not the context, goal, threads,
     slots or template: those are decided from the same facts)."""
-    from clover_local.plan.speculation import SERVER_ONLY_MODES
-
     described_quant = (
         request.quant if request.describe and not request.model else None
     )  # describe_quants' filter
@@ -162,7 +162,6 @@ def gather_facts(
     found (``command`` names the one it prints instead of looking); ``community``: community quants read
     already. Raises what reading raises (no such file, a ``--repo`` that cannot be listed)."""
     from clover_local import model_files
-    from clover_local.arch_support import installed_support
     from clover_local.engine.repack import repack_safe_here
 
     preset = model_files.resolve_preset(request.preset, request.model)
@@ -225,8 +224,6 @@ def gather_community(request: LaunchRequest, facts: LaunchFacts, plan: Plan) -> 
 
 
 def _checked(archs: set[str], support: ArchSupport) -> dict[str, ArchCheck]:
-    from clover_local.arch_support import check_architecture
-
     return {arch: check_architecture(arch, support) for arch in sorted(archs)}
 
 
@@ -245,8 +242,6 @@ def _architectures(preset: Preset, local: LocalModel | None, models: QuantDescri
 def _with_latest_release(support: ArchSupport, archs: set[str]) -> ArchSupport:
     """``support`` with the latest release's answer, read now, when an architecture here is one no llama.cpp
     here knows (the only case that asks it): the decision then reads it from the facts."""
-    from clover_local.arch_support import knows_locally, latest_release
-
     if support.latest is not None or all(knows_locally(a, support) for a in archs):
         return support
     return replace(support, latest=latest_release(support.look_upstream))
@@ -259,7 +254,6 @@ def _ask_servers(
     installed runtime's that loads the model's architecture. Not asked for a request the embedded engine runs
     by default (no ``--engine``, nothing that needs llama-server), nor under ``--engine embedded``."""
     from clover_local.llamacpp.binary import ServerBinary
-    from clover_local.plan.speculation import SERVER_ONLY_MODES
 
     runtimes = {c.runtime: c.server_path for c in checks.values() if c.server_path and c.runtime}
     needs_server = (

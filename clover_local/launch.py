@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 
 from clover_local.decide import choose_runner, needs_community
 from clover_local.errors import ArchitectureError, ContextOutOfRange, OutOfMemoryError, UsageError
+from clover_local.facts import LaunchFacts
 from clover_local.launch_types import EMBEDDED_DRAFTERS, Launch, LaunchRequest
+from clover_local.launcher import Launcher
 from clover_local.plan.reasons import Notice, find_notice
 from clover_local.plan.types import EngineKind, Plan
 
@@ -90,8 +92,6 @@ def decide_launch(
     a front end that makes one launch: a :class:`~clover_local.launcher.Launcher` of its own gathers the facts
     once and decides (``models``, ``find_binary`` and ``community`` stand in for what it would read). A front
     end that decides more than once (the app, ``chat``) keeps its launcher instead."""
-    from clover_local.launcher import Launcher
-
     launcher = Launcher(machine=machine, models=models, find_binary=find_binary, community=community)
     return launcher.decide(request)
 
@@ -129,13 +129,9 @@ def safer_launch(launch: Launch, why: str) -> Launch | None:
             gpus=tuple(replace(g, free_bytes=int(g.free_bytes * SAFER_GPU_SHARE)) for g in machine.gpus),
         )
     request = replace(launch.request, ctx=min(new_ctx, plan.ctx), quant=plan.quant)
-    from clover_local.facts import LaunchFacts
-
     if not isinstance(launch.facts, LaunchFacts):  # made without facts (a test's launch): read them
         safer = decide_launch(replace(request, preset=launch.preset, repo=None), machine=machine)
     else:  # the same facts, a smaller machine: nothing read again
-        from clover_local.launcher import Launcher
-
         safer = Launcher(facts=replace(launch.facts, machine=machine)).decide(request)
     changes = []
     if safer.plan.ctx != plan.ctx:
@@ -262,7 +258,6 @@ def chat_template(launch: Launch) -> TemplateChoice:
     against the GGUF's own as the header its facts read holds it (read now only for a launch made without
     facts, or a file downloaded since)."""
     from clover_local.engine.templates import builtin_template_names, choose_template
-    from clover_local.facts import LaunchFacts
     from clover_local.model_files import local_header
 
     plan, facts = launch.plan, launch.facts
