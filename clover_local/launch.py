@@ -122,12 +122,8 @@ def safer_launch(launch: Launch, why: str) -> Launch | None:
     new_ctx = max(512, min(plan.ctx // 2, SAFE_CTX))
     if new_ctx >= plan.ctx and plan.n_gpu_layers == 0:
         return None
-    machine = launch.machine
-    if machine.gpus:
-        machine = replace(
-            machine,
-            gpus=tuple(replace(g, free_bytes=int(g.free_bytes * SAFER_GPU_SHARE)) for g in machine.gpus),
-        )
+    gpus = tuple(replace(g, free_bytes=int(g.free_bytes * SAFER_GPU_SHARE)) for g in launch.machine.gpus)
+    machine = replace(launch.machine, gpus=gpus)
     request = replace(launch.request, ctx=min(new_ctx, plan.ctx), quant=plan.quant)
     if not isinstance(launch.facts, LaunchFacts):  # made without facts (a test's launch): read them
         safer = decide_launch(replace(request, preset=launch.preset, repo=None), machine=machine)
@@ -260,15 +256,11 @@ def chat_template(launch: Launch) -> TemplateChoice:
     from clover_local.engine.templates import builtin_template_names, choose_template
     from clover_local.model_files import local_header
 
-    plan, facts = launch.plan, launch.facts
+    plan, facts = launch.plan, launch.facts if isinstance(launch.facts, LaunchFacts) else None
     path = Path(plan.model_path or "")
-    if isinstance(facts, LaunchFacts) and facts.model is not None and facts.model.path == path:
+    if facts is not None and facts.model is not None and facts.model.path == path:
         gguf = facts.model.description.chat_template
-    elif (
-        isinstance(facts, LaunchFacts)
-        and facts.quants is not None
-        and facts.quants.paths.get(plan.quant) == path
-    ):
+    elif facts is not None and facts.quants is not None and facts.quants.paths.get(plan.quant) == path:
         gguf = facts.quants.models[plan.quant].chat_template
     else:
         gguf = local_header(path).chat_template if plan.model_path else None
