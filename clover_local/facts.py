@@ -120,9 +120,7 @@ class LaunchFacts:
 def _what_is_read(request: LaunchRequest) -> tuple[object, ...]:
     """The parts of a request that change what :func:`gather_facts` reads (not the context, goal, threads,
     slots or template: those are decided from the same facts)."""
-    described_quant = (
-        request.quant if request.describe and not request.model else None
-    )  # describe_quants' filter
+    described_quant = request.quant if request.describe and not request.model else None  # its filter
     return (
         request.model,
         request.repo,

@@ -289,9 +289,12 @@ def _assemble_plan(
 
 def _threads(machine: Machine, wishes: Wishes) -> ThreadPlan:
     cpu = machine.cpu
-    busy = cpu.others_busy_cores
     return plan_threads(
-        cpu.physical_cores, cpu.logical_cores, wishes.threads, engine=wishes.engine, others_busy=busy
+        cpu.physical_cores,
+        cpu.logical_cores,
+        wishes.threads,
+        engine=wishes.engine,
+        others_busy=cpu.others_busy_cores,
     )
 
 

@@ -163,11 +163,8 @@ def predict_tokens_per_s(
         )
     if ram_bytes > 0:
         rate, source = ram_read_rate(machine, threads)
-        attention = (
-            work.cpu_attention_head_cells
-            * CPU_ATTENTION_SECONDS
-            / (threads or machine.cpu.physical_cores or 1)
-        )
+        n_threads = threads or machine.cpu.physical_cores or 1
+        attention = work.cpu_attention_head_cells * CPU_ATTENTION_SECONDS / n_threads
         seconds += ram_bytes / rate + work.cpu_layers * CPU_LAYER_SECONDS + attention
         said = f"RAM: {ram_bytes / GB:.2f} GB per token at {rate / GB:.0f} GB/s ({source})"
         if attention >= 0.5e-3:
