@@ -288,13 +288,9 @@ def _assemble_plan(
 
 
 def _threads(machine: Machine, wishes: Wishes) -> ThreadPlan:
-    cpu = machine.cpu
+    cpu, busy = machine.cpu, machine.cpu.others_busy_cores
     return plan_threads(
-        cpu.physical_cores,
-        cpu.logical_cores,
-        wishes.threads,
-        engine=wishes.engine,
-        others_busy=cpu.others_busy_cores,
+        cpu.physical_cores, cpu.logical_cores, wishes.threads, engine=wishes.engine, others_busy=busy
     )
 
 
