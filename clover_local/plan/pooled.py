@@ -137,18 +137,15 @@ def pooled_plan(
     reasons[at:at] = _pooling_reasons(machine, one, plan, remote, used)
     reasons.append(_versus_alone(alone, plan, tps))
     gpus = tuple(replace(g, name=names[i]) for i, g in enumerate(plan.memory.gpus))
-    local_first = MemoryPlan(gpus=gpus[len(remote) :] + gpus[: len(remote)], ram=plan.memory.ram)
-    workers = tuple(w.endpoint for w in machine.workers if w.endpoint in used)
-    backend = machine.offload_backend if uses_gpus(machine) else "rpc"
     return _pooled_placement(
         plan,
         alone,
         reasons=tuple(reasons),
-        memory=local_first,
+        memory=MemoryPlan(gpus=gpus[len(remote) :] + gpus[: len(remote)], ram=plan.memory.ram),  # local first
         predicted_tokens_per_s=round(tps, 1),
-        rpc_servers=workers,
+        rpc_servers=tuple(w.endpoint for w in machine.workers if w.endpoint in used),
         network=network,
-        backend=backend,
+        backend=machine.offload_backend if uses_gpus(machine) else "rpc",
     )
 
 
