@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from clover_local.errors import ArchitectureError, UpstreamError
+from clover_local import settings
+from clover_local.errors import ArchitectureError, PresetError, UpstreamError
+from clover_local.presets import load_preset_file, preset_files
+from clover_local.runtimes.installed import installed_runtimes
 
 Runner = Literal["llama.cpp", "llama-server", "diffusion"]
 """What runs an architecture: ``llama.cpp`` (left to right, in the embedded engine or llama-server),
@@ -145,8 +148,6 @@ class ArchCheck:
 
 def check_to_dict(check: ArchCheck) -> dict[str, object]:
     """``check`` for ``--json`` (``plan``, ``download``): its fields and ``runs_with``."""
-    from dataclasses import asdict
-
     return {**asdict(check), "runs_with": check.runs_with}
 
 
@@ -182,8 +183,6 @@ def packaged_table() -> ArchTable:
 def server_table(install_dir: Path | None = None) -> ArchTable | None:
     """The table of the llama.cpp ``scripts/build-llama-server`` built, from the ``llama-arch.cpp`` it keeps beside
     the binaries; None when none is there (llama-server not built) or it cannot be read."""
-    from clover_local import settings
-
     folder = install_dir or settings.llama_server_dir()
     try:
         return _read_server_table(str(folder), (folder / "llama-arch.cpp").stat().st_mtime_ns)
@@ -221,8 +220,6 @@ def installed_llama_cpp_python() -> str | None:
 def runtime_tables(folder: Path | None = None) -> tuple[RuntimeTable, ...]:
     """The table of every installed runtime, newest release first; one whose ``llama-arch.cpp`` cannot be read
     is left out (it can load nothing that is known)."""
-    from clover_local.runtimes.installed import installed_runtimes
-
     out: list[RuntimeTable] = []
     for rt in installed_runtimes(folder):
         try:
@@ -243,8 +240,6 @@ def installed_support(install_dir: Path | None = None, *, offline: bool | None =
     """The tables that apply on this install. The embedded engine's is the packaged one, unless another
     llama-cpp-python is installed and llama-server was built from that same version (then its kept table).
     ``offline`` (None: ``HF_HUB_OFFLINE``): the latest upstream release is not asked."""
-    from clover_local import settings
-
     packaged = packaged_table()
     server = server_table(install_dir)
     installed = installed_llama_cpp_python()
@@ -264,9 +259,6 @@ def installed_support(install_dir: Path | None = None, *, offline: bool | None =
 def preset_release_hints() -> tuple[ReleaseHint, ...]:
     """Every preset's ``[runtime] min_release`` for its architecture (user presets over shipped ones); a preset
     that cannot be read says nothing here (loading it says why)."""
-    from clover_local.errors import PresetError
-    from clover_local.presets import load_preset_file, preset_files
-
     hints: list[ReleaseHint] = []
     for path in preset_files().values():
         try:
