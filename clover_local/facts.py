@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clover_local.arch_support import check_architecture, installed_support, knows_locally, latest_release
 from clover_local.errors import ServerError
 from clover_local.gguf.names import DraftKind
+from clover_local.measure.records import load_all_spec_ratios, load_records, load_verify_costs, spec_model_key
 from clover_local.plan.measured import SpeedRecord, VerifyCostRecord
 from clover_local.plan.reasons import Notice
 from clover_local.plan.speculation import SERVER_ONLY_MODES
@@ -80,8 +80,6 @@ class Measured:
     """What verifying a draft costs here, per placement (``engine.verify_probe``)."""
 
     def spec_ratios_for(self, model: str) -> dict[str, float]:
-        from clover_local.measure.records import spec_model_key
-
         return dict(self.spec_ratios.get(spec_model_key(model), {}))
 
 
@@ -160,6 +158,7 @@ def gather_facts(
     found (``command`` names the one it prints instead of looking); ``community``: community quants read
     already. Raises what reading raises (no such file, a ``--repo`` that cannot be listed)."""
     from clover_local import model_files
+    from clover_local.arch_support import installed_support
     from clover_local.engine.repack import repack_safe_here
 
     preset = model_files.resolve_preset(request.preset, request.model)
@@ -222,6 +221,8 @@ def gather_community(request: LaunchRequest, facts: LaunchFacts, plan: Plan) -> 
 
 
 def _checked(archs: set[str], support: ArchSupport) -> dict[str, ArchCheck]:
+    from clover_local.arch_support import check_architecture
+
     return {arch: check_architecture(arch, support) for arch in sorted(archs)}
 
 
@@ -240,6 +241,8 @@ def _architectures(preset: Preset, local: LocalModel | None, models: QuantDescri
 def _with_latest_release(support: ArchSupport, archs: set[str]) -> ArchSupport:
     """``support`` with the latest release's answer, read now, when an architecture here is one no llama.cpp
     here knows (the only case that asks it): the decision then reads it from the facts."""
+    from clover_local.arch_support import knows_locally, latest_release
+
     if support.latest is not None or all(knows_locally(a, support) for a in archs):
         return support
     return replace(support, latest=latest_release(support.look_upstream))
@@ -286,6 +289,4 @@ def _ask(binary: ServerBinary, runtime: str | None) -> ServerFacts:
 
 
 def _measured() -> Measured:
-    from clover_local.measure.records import load_all_spec_ratios, load_records, load_verify_costs
-
     return Measured(tuple(load_records()), load_all_spec_ratios(), tuple(load_verify_costs()))

@@ -10,6 +10,7 @@ and Hub request), then decided without I/O (``decide.decide``). A load that runs
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +21,8 @@ from clover_local.errors import ArchitectureError, ContextOutOfRange, OutOfMemor
 from clover_local.facts import LaunchFacts
 from clover_local.launch_types import EMBEDDED_DRAFTERS, Launch, LaunchRequest
 from clover_local.launcher import Launcher
+from clover_local.measure.records import add_verify_costs
+from clover_local.plan.measured import VerifyCostRecord
 from clover_local.plan.reasons import Notice, find_notice
 from clover_local.plan.types import EngineKind, Plan
 
@@ -291,11 +294,6 @@ def measure_verify_costs(opened: OpenedEngine, *, again: bool = False) -> Verify
     measured = opened.engine.measure_verify_costs(spec.n_max + 1)
     if measured is None:
         return None
-    import time
-
-    from clover_local.measure.records import add_verify_costs
-    from clover_local.plan.measured import VerifyCostRecord
-
     if not measured.quiet:
         said = (
             f"Did not keep what verifying a draft costs here: other programs used {measured.others_busy:.1f} "
