@@ -22,10 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
 from clover_local.arch_support import Action, ArchCheck, ArchSupport, check_architecture, require_supported
+from clover_local.detect.machine import Backend, Machine
 from clover_local.errors import ServerError, UsageError
 from clover_local.facts import LaunchFacts, LocalModel, ServerFacts, Sidecars
 from clover_local.gguf.model import describe_from_preset
 from clover_local.launch_types import ENGINE_WISHES, Launch, LaunchRequest, Runner
+from clover_local.llamacpp.binary import ServerBinary, find_llama_server
+from clover_local.plan.community import CommunityQuant, as_repo_preset, choose_community_quant
 from clover_local.plan.llama_args import llama_settings
 from clover_local.plan.local_file import preset_from_header
 from clover_local.plan.measured import VerifyCostRecord, measured_verify_costs, verify_costs_key
@@ -48,11 +51,8 @@ from clover_local.plan.types import (
 from clover_local.presets import Preset
 
 if TYPE_CHECKING:
-    from clover_local.detect.machine import Machine
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.gguf.model import ModelDescription
-    from clover_local.llamacpp.binary import ServerBinary
-    from clover_local.plan.community import CommunityQuant
 
 __all__ = ["MTP_ONE_SLOT", "check_request", "choose_runner", "decide", "engine_notice", "needs_community"]
 
@@ -111,8 +111,6 @@ def choose_runner(
     (``decide`` passes the one gathered; None: look now)."""
     if request.engine is not None and request.engine not in ENGINE_WISHES:
         raise UsageError(f"--engine {request.engine!r} is not one of {', '.join(ENGINE_WISHES)}.")
-    from clover_local.llamacpp.binary import find_llama_server
-
     find = find_binary or find_llama_server
     if arch is not None and arch.install is not None and not arch.supported:
         if request.engine == "embedded":
@@ -203,8 +201,6 @@ def _server_for(
     if configured:
         return find(configured)
     if arch is not None and arch.server_path:
-        from clover_local.llamacpp.binary import ServerBinary
-
         return ServerBinary(Path(arch.server_path), arch.server_source or "runtime")
     return find(None)
 
@@ -218,8 +214,6 @@ def _runner_machine(facts: LaunchFacts, runner: Runner) -> Machine:
     machine = facts.machine
     if runner.kind != "llama-server" or machine.simulated or not machine.gpus:
         return machine
-    from clover_local.detect.machine import Backend
-
     if runner.binary is not None:
         asked = _server_facts(facts, runner)
         if asked is None or asked.capabilities is None:
@@ -498,7 +492,6 @@ def _community(
     if facts.community is None or not needs_community(request, facts.preset, fits):
         return None, Stage()
     from clover_local.fetch.describe import QuantDescriptions
-    from clover_local.plan.community import as_repo_preset, choose_community_quant
 
     def plan_for(q: CommunityQuant) -> Plan:
         """The plan ``--repo q.repo --quant q.quant`` gets: the same step, for the same runner."""

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from clover_local.detect.machine import Machine
+from clover_local.detect.simulate import os_reserved_bytes
 from clover_local.detect.units import format_bytes as fb
 from clover_local.errors import ContextOutOfRange, PlanError, UsageError
 from clover_local.gguf.model import ModelDescription, describe_from_preset
@@ -20,6 +21,7 @@ from clover_local.plan import memory
 from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_diffusion
 from clover_local.plan.fit import Fit, find_fit, refit, uses_gpus
 from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
+from clover_local.plan.pooled import pooled_plan
 from clover_local.plan.reasons import Reason
 from clover_local.plan.slots import choose_slots
 from clover_local.plan.speed import SPEED_CTX_SAMPLE, LayerWork, format_tokens_per_s, predict_tokens_per_s
@@ -108,8 +110,6 @@ def plan_placement(
     (:mod:`clover_local.plan.measured`), used instead of the estimate where they apply.
     """
     if machine.workers:  # devices lent by other machines (llama.cpp RPC): planned as one machine
-        from clover_local.plan.pooled import pooled_plan
-
         asked = (machine, preset, model, wishes, model_path)
         return pooled_plan(plan_placement, *asked, models=models, speed_records=speed_records)
     wishes = wishes or Wishes()
@@ -569,8 +569,6 @@ def _does_not_fit_advice(machine: Machine, desc: ModelDescription, fit: Fit, ctx
 def _held_by_others(machine: Machine) -> int:
     """RAM other programs hold beyond what the system itself keeps (as ``--simulate`` reserves it): what
     closing them could free."""
-    from clover_local.detect.simulate import os_reserved_bytes
-
     total = machine.memory.total_bytes
     return max(total - machine.memory.available_bytes - os_reserved_bytes(total), 0)
 
