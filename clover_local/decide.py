@@ -28,6 +28,7 @@ from clover_local.facts import LaunchFacts, LocalModel, ServerFacts, Sidecars
 from clover_local.gguf.model import describe_from_preset
 from clover_local.launch_types import ENGINE_WISHES, Launch, LaunchRequest, Runner
 from clover_local.llamacpp.binary import ServerBinary, find_llama_server
+from clover_local.llamacpp.server_args import fit_argv
 from clover_local.plan.community import CommunityQuant, as_repo_preset, choose_community_quant
 from clover_local.plan.llama_args import llama_settings
 from clover_local.plan.local_file import preset_from_header
@@ -532,8 +533,6 @@ def _fitted_argv(
     asked = _server_facts(facts, runner)
     if runner.kind != "llama-server" or asked is None:
         return None, ()
-    from clover_local.llamacpp.server_args import fit_argv
-
     said: tuple[Notice, ...] = ()
     caps = asked.capabilities
     if caps is None:

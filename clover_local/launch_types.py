@@ -8,6 +8,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from clover_local.llamacpp.server_args import printed_endpoint
 from clover_local.plan.diffusion import DiffusionWishes
 from clover_local.plan.llama_args import LlamaSettings, hf_args
 from clover_local.plan.reasons import Notice
@@ -136,8 +137,6 @@ class Launch:
     def command(self) -> str:
         """The ``llama-server`` command for this launch, ready to paste (the binary it would run), listening where
         every release listens when told (``server_args.PRINTED_PORT``)."""
-        from clover_local.llamacpp.server_args import printed_endpoint
-
         binary = self.runner.binary.command if self.runner.binary is not None else ["llama-server"]
         hf = self.preset.repo if not self.settings.model_path and self.preset.repo else None
         model = hf_args(hf, self.settings.quant) if hf else []
