@@ -171,13 +171,8 @@ def packaged_table() -> ArchTable:
     """The pinned llama-cpp-python's table, generated into the package."""
     from clover_local import llama_arch_table as t
 
-    return ArchTable(
-        frozenset(t.ARCHITECTURES),
-        frozenset(t.DIFFUSION),
-        t.LLAMA_CPP_PYTHON,
-        t.LLAMA_CPP_COMMIT,
-        PACKAGED_SOURCE,
-    )
+    names, diffusion = frozenset(t.ARCHITECTURES), frozenset(t.DIFFUSION)
+    return ArchTable(names, diffusion, t.LLAMA_CPP_PYTHON, t.LLAMA_CPP_COMMIT, PACKAGED_SOURCE)
 
 
 def server_table(install_dir: Path | None = None) -> ArchTable | None:
@@ -198,12 +193,9 @@ def _read_server_table(folder: str, mtime_ns: int) -> ArchTable:
     except (OSError, ValueError):
         info = {}
     info = info if isinstance(info, dict) else {}
-    return parse_llama_arch(
-        path.read_text(encoding="utf-8", errors="replace"),
-        str(path),
-        str(info.get("version", "unknown")),
-        str(info.get("llama_cpp_commit", "unknown")),
-    )
+    text = path.read_text(encoding="utf-8", errors="replace")
+    version, commit = str(info.get("version", "unknown")), str(info.get("llama_cpp_commit", "unknown"))
+    return parse_llama_arch(text, str(path), version, commit)
 
 
 @lru_cache(maxsize=1)

@@ -540,12 +540,8 @@ def _fitted_argv(
             return None, ()
         caps = asked.kept_arg_cpp
         problem = asked.problem.text if asked.problem else ""
-        said = (
-            Notice(
-                "flags-from-arg-cpp",
-                f"{problem} Its flags were checked against the arg.cpp kept beside it ({asked.kept_path}).",
-            ),
-        )
+        text = f"{problem} Its flags were checked against the arg.cpp kept beside it ({asked.kept_path})."
+        said = (Notice("flags-from-arg-cpp", text),)
     # This CPU's repacking rule too (the plan may describe another machine): the command shown is what runs.
     adapted = fit_argv(argv, caps, repack_safe=facts.repack_safe_here)
     return tuple(adapted.argv), (*said, *adapted.warnings)

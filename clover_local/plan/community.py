@@ -111,11 +111,8 @@ def from_listings(preset: Preset, below_bytes: int, room_bytes: int) -> tuple[Co
             e = listed[name]
             shape = replace(preset, quants={name: QuantSpec(name, e.pattern or name, e.bytes)})
             source = f"estimated from the size its page lists ({c.confirmed}); its header is read before any download"
-            out.append(
-                CommunityQuant(
-                    c.repo, name, (), describe_from_preset(shape, name, e.bytes), source, e.pattern, e.quality
-                )
-            )
+            described = describe_from_preset(shape, name, e.bytes)
+            out.append(CommunityQuant(c.repo, name, (), described, source, e.pattern, e.quality))
     return tuple(out)
 
 
