@@ -156,8 +156,7 @@ def plan_placement(
             "runtime itself (context, libraries), measured beside llama.cpp's own buffers."
         )
         reasons.append(Reason("runtime-overhead", said))
-    load_mode, why_load = _load_mode(machine, fit)
-    reasons.append(Reason("load-mode", why_load))
+    reasons.append(Reason("load-mode", _load_mode(machine, fit)[1]))
     if enabled:
         copies = fit.recurrent_copies
         cost = (
@@ -217,7 +216,6 @@ def plan_placement(
         candidates,
         fits,
         threads,
-        load_mode,
         reasons,
         ctx=ctx,
         speculative=speculative,
@@ -240,7 +238,6 @@ def _assemble_plan(
     candidates: Mapping[str, ModelDescription],
     fits: Mapping[str, Fit],
     threads: ThreadPlan,
-    load_mode: LoadMode,
     reasons: Sequence[Reason],
     **decoding: Any,
 ) -> Placed:
@@ -275,7 +272,7 @@ def _assemble_plan(
         flash_attn="on",
         cache_type_k=fit.cache_type,
         cache_type_v=fit.cache_type,
-        load_mode=load_mode,
+        load_mode=_load_mode(machine, fit)[0],
         tensor_split=fit.tensor_split,
         chat_template=preset.chat_template,
         backend=machine.offload_backend,
@@ -682,10 +679,9 @@ def _plan_diffusion_model(
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, canvas))
     threads = _threads(machine, wishes)
-    load_mode, why_load = _load_mode(machine, fit)
     reasons += [
         Reason("threads", f"{threads.reason.rstrip('.')}; every step is one {canvas}-token batch."),
-        Reason("load-mode", why_load),
+        Reason("load-mode", _load_mode(machine, fit)[1]),
         Reason(
             "speculation-off",
             "No speculative decoding: a diffusion model already writes many tokens per step.",
@@ -707,7 +703,6 @@ def _plan_diffusion_model(
         candidates,
         fits,
         threads,
-        load_mode,
         reasons,
         ctx=canvas,
         speculative=SpeculativePlan(enabled=False),
