@@ -66,28 +66,16 @@ def settings(plan: Plan) -> list[Setting]:
         rows.append(Setting("-m", plan.model_path, "model_path", plan.model_path))
     n_ctx = plan.ctx * plan.parallel  # llama.cpp splits -c evenly between the slots (n_ctx_seq)
     n_batch, n_ubatch = batch_sizes(plan)
+    ngl = -1 if plan.n_gpu_layers < 0 else plan.n_gpu_layers
+    head_ot = list(plan.speculative.head_overrides) if plan.speculative.enabled else []
+    moe = str(plan.n_cpu_moe) if plan.n_cpu_moe > 0 else None
+    overrides = n_cpu_moe_overrides(plan.n_cpu_moe) + head_ot  # the trunk's experts, then a head's
     rows += [
         Setting("-c", str(n_ctx), "n_ctx", n_ctx),
         # llama-server: -1 means "auto" (fit), "all" offloads every layer; llama-cpp-python: -1 means all.
-        Setting(
-            "-ngl",
-            "all" if plan.n_gpu_layers < 0 else str(plan.n_gpu_layers),
-            "n_gpu_layers",
-            -1 if plan.n_gpu_layers < 0 else plan.n_gpu_layers,
-        ),
+        Setting("-ngl", "all" if ngl < 0 else str(ngl), "n_gpu_layers", ngl),
+        Setting("--n-cpu-moe" if moe else None, moe, "tensor_buft_overrides", overrides),
     ]
-    head_ot = list(plan.speculative.head_overrides) if plan.speculative.enabled else []
-    if plan.n_cpu_moe > 0:
-        rows.append(
-            Setting(
-                "--n-cpu-moe",
-                str(plan.n_cpu_moe),
-                "tensor_buft_overrides",
-                n_cpu_moe_overrides(plan.n_cpu_moe) + head_ot,
-            )
-        )
-    else:
-        rows.append(Setting(None, None, "tensor_buft_overrides", head_ot))
     if head_ot:  # an embedded MTP head's experts stay in RAM with the trunk's
         rows.append(Setting("-ot", ",".join(head_ot), None))
     # llama-cpp-python has no "auto": the planner only decides on or off; auto maps to on (llama.cpp's auto
@@ -139,9 +127,8 @@ def settings(plan: Plan) -> list[Setting]:
         # built-in name like "gemma" would become the template text itself; built-in names need --no-jinja.
         rows.append(Setting("--no-jinja", None, None))
     if plan.ctx_checkpoints:  # per slot, counted in RAM by plan.memory.checkpoint_bytes; engine.checkpoints
-        rows.append(
-            Setting("--ctx-checkpoints", str(plan.ctx_checkpoints), "ctx_checkpoints", plan.ctx_checkpoints)
-        )
+        n = plan.ctx_checkpoints
+        rows.append(Setting("--ctx-checkpoints", str(n), "ctx_checkpoints", n))
     if plan.diffusion is None:
         # llama-server's prompt cache, sized by the plan (0 turns it off); never its 8 GiB default, which grows
         # into RAM no plan counted. The embedded engine has no such cache.
