@@ -122,15 +122,13 @@ def choose_runner(
         if request.llama_server:  # the person's own llama-server: theirs to know what it loads
             binary = find(request.llama_server)
             if binary is not None:
-                return Runner(
-                    "llama-server", f"{arch.why}; using {shlex.join(binary.command)} as asked", binary
-                )
-        return Runner(
-            "llama-server",
+                said = f"{arch.why}; using {shlex.join(binary.command)} as asked"
+                return Runner("llama-server", said, binary)
+        said = (
             f"no llama.cpp here loads the architecture {arch.name!r}; `{arch.install_command}` installs a release "
-            "that does, and its llama-server will run it",
-            install=arch.install_command,
+            "that does, and its llama-server will run it"
         )
+        return Runner("llama-server", said, install=arch.install_command)
     if diffusion or (arch is not None and arch.runner == "diffusion"):
         asked = (
             " (not llama-server, as asked: it cannot decode it)" if request.engine == "llama-server" else ""
@@ -164,15 +162,12 @@ def choose_runner(
                 "--engine llama-server: no llama-server was found (CLOVER_LLAMA_SERVER, the built one, PATH).",
                 "Build one with scripts/build-llama-server, pass --llama-server PATH, or use --engine embedded.",
             )
-        return Runner(
-            "llama-server", f"asked for; using {shlex.join(binary.command)} ({binary.source})", binary
-        )
+        said = f"asked for; using {shlex.join(binary.command)} ({binary.source})"
+        return Runner("llama-server", said, binary)
     if binary is not None:
         return Runner("llama-server", f"found {shlex.join(binary.command)} ({binary.source})", binary)
-    return Runner(
-        "embedded",
-        "no llama-server found (build one with scripts/build-llama-server); using llama-cpp-python",
-    )
+    said = "no llama-server found (build one with scripts/build-llama-server); using llama-cpp-python"
+    return Runner("embedded", said)
 
 
 def _needs_llama_server(request: LaunchRequest, arch: ArchCheck | None) -> Notice | None:

@@ -141,14 +141,11 @@ def plan_placement(
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, ctx))
     threads = _threads(machine, wishes)
-    reasons += [
-        Reason("threads", threads.reason),
-        Reason(
-            "flash-attn",
-            "Flash attention on: llama.cpp supports it on every backend here, it keeps the compute buffer small "
-            "at long context, and a quantized KV cache needs it.",
-        ),
-    ]
+    flash = (
+        "Flash attention on: llama.cpp supports it on every backend here, it keeps the compute buffer small "
+        "at long context, and a quantized KV cache needs it."
+    )
+    reasons += [Reason("threads", threads.reason), Reason("flash-attn", flash)]
     runtime = memory.runtime_overhead_bytes(machine.offload_backend, wishes.engine)
     if runtime and fit.n_gpu_layers != 0:
         said = (
