@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from clover_local.errors import ArchitectureError, UpstreamError
+from clover_local import settings
+from clover_local.errors import ArchitectureError, PresetError, UpstreamError
+from clover_local.presets import load_preset_file, preset_files
+from clover_local.runtimes.installed import installed_runtimes
 
 Runner = Literal["llama.cpp", "llama-server", "diffusion"]
 """What runs an architecture: ``llama.cpp`` (left to right, in the embedded engine or llama-server),
@@ -145,8 +148,6 @@ class ArchCheck:
 
 def check_to_dict(check: ArchCheck) -> dict[str, object]:
     """``check`` for ``--json`` (``plan``, ``download``): its fields and ``runs_with``."""
-    from dataclasses import asdict
-
     return {**asdict(check), "runs_with": check.runs_with}
 
 
@@ -170,20 +171,13 @@ def packaged_table() -> ArchTable:
     """The pinned llama-cpp-python's table, generated into the package."""
     from clover_local import llama_arch_table as t
 
-    return ArchTable(
-        frozenset(t.ARCHITECTURES),
-        frozenset(t.DIFFUSION),
-        t.LLAMA_CPP_PYTHON,
-        t.LLAMA_CPP_COMMIT,
-        PACKAGED_SOURCE,
-    )
+    names, diffusion = frozenset(t.ARCHITECTURES), frozenset(t.DIFFUSION)
+    return ArchTable(names, diffusion, t.LLAMA_CPP_PYTHON, t.LLAMA_CPP_COMMIT, PACKAGED_SOURCE)
 
 
 def server_table(install_dir: Path | None = None) -> ArchTable | None:
     """The table of the llama.cpp ``scripts/build-llama-server`` built, from the ``llama-arch.cpp`` it keeps beside
     the binaries; None when none is there (llama-server not built) or it cannot be read."""
-    from clover_local import settings
-
     folder = install_dir or settings.llama_server_dir()
     try:
         return _read_server_table(str(folder), (folder / "llama-arch.cpp").stat().st_mtime_ns)
@@ -199,12 +193,9 @@ def _read_server_table(folder: str, mtime_ns: int) -> ArchTable:
     except (OSError, ValueError):
         info = {}
     info = info if isinstance(info, dict) else {}
-    return parse_llama_arch(
-        path.read_text(encoding="utf-8", errors="replace"),
-        str(path),
-        str(info.get("version", "unknown")),
-        str(info.get("llama_cpp_commit", "unknown")),
-    )
+    text = path.read_text(encoding="utf-8", errors="replace")
+    version, commit = str(info.get("version", "unknown")), str(info.get("llama_cpp_commit", "unknown"))
+    return parse_llama_arch(text, str(path), version, commit)
 
 
 @lru_cache(maxsize=1)
@@ -221,8 +212,6 @@ def installed_llama_cpp_python() -> str | None:
 def runtime_tables(folder: Path | None = None) -> tuple[RuntimeTable, ...]:
     """The table of every installed runtime, newest release first; one whose ``llama-arch.cpp`` cannot be read
     is left out (it can load nothing that is known)."""
-    from clover_local.runtimes.installed import installed_runtimes
-
     out: list[RuntimeTable] = []
     for rt in installed_runtimes(folder):
         try:
@@ -243,8 +232,6 @@ def installed_support(install_dir: Path | None = None, *, offline: bool | None =
     """The tables that apply on this install. The embedded engine's is the packaged one, unless another
     llama-cpp-python is installed and llama-server was built from that same version (then its kept table).
     ``offline`` (None: ``HF_HUB_OFFLINE``): the latest upstream release is not asked."""
-    from clover_local import settings
-
     packaged = packaged_table()
     server = server_table(install_dir)
     installed = installed_llama_cpp_python()
@@ -264,9 +251,6 @@ def installed_support(install_dir: Path | None = None, *, offline: bool | None =
 def preset_release_hints() -> tuple[ReleaseHint, ...]:
     """Every preset's ``[runtime] min_release`` for its architecture (user presets over shipped ones); a preset
     that cannot be read says nothing here (loading it says why)."""
-    from clover_local.errors import PresetError
-    from clover_local.presets import load_preset_file, preset_files
-
     hints: list[ReleaseHint] = []
     for path in preset_files().values():
         try:
@@ -302,33 +286,25 @@ def check_architecture(arch: str, support: ArchSupport | None = None) -> ArchChe
     embedded, server = support.embedded, support.server
     if arch in embedded.names:
         if arch in embedded.diffusion:
-            return ArchCheck(
-                arch,
-                True,
-                "diffusion",
-                f"{embedded.label} loads {arch!r}, a diffusion model: the diffusion engine runs it",
-            )
+            said = f"{embedded.label} loads {arch!r}, a diffusion model: the diffusion engine runs it"
+            return ArchCheck(arch, True, "diffusion", said)
         return ArchCheck(arch, True, "llama.cpp", f"{embedded.label} loads {arch!r}")
     for rt in support.runtimes:
         if arch in rt.table.names and arch not in rt.table.diffusion:
-            return ArchCheck(
-                arch,
-                True,
-                "llama-server",
+            said = (
                 f"the pinned {embedded.label} does not know {arch!r}; the installed runtime {rt.label} does: "
-                "its llama-server runs it",
-                runtime=rt.tag,
-                server_path=str(rt.server),
-                server_source=f"runtime {rt.tag}",
+                "its llama-server runs it"
+            )
+            source = f"runtime {rt.tag}"
+            return ArchCheck(
+                arch, True, "llama-server", said, rt.tag, server_path=str(rt.server), server_source=source
             )
     if server is not None and arch in server.names and arch not in server.diffusion:
-        return ArchCheck(
-            arch,
-            True,
-            "llama-server",
+        said = (
             f"only the built llama-server ({server.label}) loads {arch!r}, not the embedded {embedded.label}: "
-            "it runs in llama-server",
+            "it runs in llama-server"
         )
+        return ArchCheck(arch, True, "llama-server", said)
     why = (
         f"the llama.cpp here cannot load the architecture {arch!r} ({embedded.label}: not among its "
         f"{len(embedded.names)} architectures"
@@ -413,21 +389,19 @@ def require_supported(
         return check
     done, verb = ("downloaded", "download") if action == "download" else ("loaded", "try loading")
     if check.name is None:
-        raise ArchitectureError(
-            f"{subject}: {check.why}. Nothing was {done}.",
-            f"Check that it is a GGUF made for llama.cpp, or add --force to {verb} it anyway.",
-        )
-    if check.install is not None:
-        raise ArchitectureError(
-            f"{subject}: {check.why}. Nothing was {done}.",
+        fix = f"Check that it is a GGUF made for llama.cpp, or add --force to {verb} it anyway."
+    elif check.install is not None:
+        fix = (
             f"Install llama.cpp {check.install}, which loads {check.name!r}: `{check.install_command}`; then "
-            f"{action} again. Or add --force to {verb} it anyway.",
+            f"{action} again. Or add --force to {verb} it anyway."
         )
-    raise ArchitectureError(
-        f"{subject}: {check.why}. Nothing was {done}.",
-        f"When a llama.cpp release knows {check.name!r}, `clover-local runtime install <tag>` installs it "
-        f"(`clover-local plan` names the release once the latest one does); or add --force to {verb} it anyway.",
-    )
+    else:
+        fix = (
+            f"When a llama.cpp release knows {check.name!r}, `clover-local runtime install <tag>` installs it "
+            f"(`clover-local plan` names the release once the latest one does); or add --force to {verb} it "
+            "anyway."
+        )
+    raise ArchitectureError(f"{subject}: {check.why}. Nothing was {done}.", fix)
 
 
 def sidecar_skipped(kind: str, filename: str, check: ArchCheck, action: Action) -> str:

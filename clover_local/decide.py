@@ -22,13 +22,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
 from clover_local.arch_support import Action, ArchCheck, ArchSupport, check_architecture, require_supported
+from clover_local.detect.machine import Backend, Machine
 from clover_local.errors import ServerError, UsageError
 from clover_local.facts import LaunchFacts, LocalModel, ServerFacts, Sidecars
+from clover_local.gguf.model import describe_from_preset
 from clover_local.launch_types import ENGINE_WISHES, Launch, LaunchRequest, Runner
+from clover_local.llamacpp.binary import ServerBinary, find_llama_server
+from clover_local.llamacpp.server_args import fit_argv
+from clover_local.plan.community import CommunityQuant, as_repo_preset, choose_community_quant
 from clover_local.plan.llama_args import llama_settings
-from clover_local.plan.measured import VerifyCostRecord
+from clover_local.plan.local_file import preset_from_header
+from clover_local.plan.measured import VerifyCostRecord, measured_verify_costs, verify_costs_key
+from clover_local.plan.memory import rolls_back_from_a_copy
+from clover_local.plan.planner import check_context, plan_placement
 from clover_local.plan.reasons import Notice, Reason, ReasonCode
-from clover_local.plan.speculation import SERVER_ONLY_MODES
+from clover_local.plan.speculation import SERVER_ONLY_MODES, offered_heads, speculate
 from clover_local.plan.types import (
     CommunityPick,
     Placed,
@@ -44,11 +52,8 @@ from clover_local.plan.types import (
 from clover_local.presets import Preset
 
 if TYPE_CHECKING:
-    from clover_local.detect.machine import Machine
     from clover_local.fetch.describe import QuantDescriptions
     from clover_local.gguf.model import ModelDescription
-    from clover_local.llamacpp.binary import ServerBinary
-    from clover_local.plan.community import CommunityQuant
 
 __all__ = ["MTP_ONE_SLOT", "check_request", "choose_runner", "decide", "engine_notice", "needs_community"]
 
@@ -107,8 +112,6 @@ def choose_runner(
     (``decide`` passes the one gathered; None: look now)."""
     if request.engine is not None and request.engine not in ENGINE_WISHES:
         raise UsageError(f"--engine {request.engine!r} is not one of {', '.join(ENGINE_WISHES)}.")
-    from clover_local.llamacpp.binary import find_llama_server
-
     find = find_binary or find_llama_server
     if arch is not None and arch.install is not None and not arch.supported:
         if request.engine == "embedded":
@@ -119,15 +122,13 @@ def choose_runner(
         if request.llama_server:  # the person's own llama-server: theirs to know what it loads
             binary = find(request.llama_server)
             if binary is not None:
-                return Runner(
-                    "llama-server", f"{arch.why}; using {shlex.join(binary.command)} as asked", binary
-                )
-        return Runner(
-            "llama-server",
+                said = f"{arch.why}; using {shlex.join(binary.command)} as asked"
+                return Runner("llama-server", said, binary)
+        said = (
             f"no llama.cpp here loads the architecture {arch.name!r}; `{arch.install_command}` installs a release "
-            "that does, and its llama-server will run it",
-            install=arch.install_command,
+            "that does, and its llama-server will run it"
         )
+        return Runner("llama-server", said, install=arch.install_command)
     if diffusion or (arch is not None and arch.runner == "diffusion"):
         asked = (
             " (not llama-server, as asked: it cannot decode it)" if request.engine == "llama-server" else ""
@@ -161,15 +162,12 @@ def choose_runner(
                 "--engine llama-server: no llama-server was found (CLOVER_LLAMA_SERVER, the built one, PATH).",
                 "Build one with scripts/build-llama-server, pass --llama-server PATH, or use --engine embedded.",
             )
-        return Runner(
-            "llama-server", f"asked for; using {shlex.join(binary.command)} ({binary.source})", binary
-        )
+        said = f"asked for; using {shlex.join(binary.command)} ({binary.source})"
+        return Runner("llama-server", said, binary)
     if binary is not None:
         return Runner("llama-server", f"found {shlex.join(binary.command)} ({binary.source})", binary)
-    return Runner(
-        "embedded",
-        "no llama-server found (build one with scripts/build-llama-server); using llama-cpp-python",
-    )
+    said = "no llama-server found (build one with scripts/build-llama-server); using llama-cpp-python"
+    return Runner("embedded", said)
 
 
 def _needs_llama_server(request: LaunchRequest, arch: ArchCheck | None) -> Notice | None:
@@ -199,8 +197,6 @@ def _server_for(
     if configured:
         return find(configured)
     if arch is not None and arch.server_path:
-        from clover_local.llamacpp.binary import ServerBinary
-
         return ServerBinary(Path(arch.server_path), arch.server_source or "runtime")
     return find(None)
 
@@ -214,8 +210,6 @@ def _runner_machine(facts: LaunchFacts, runner: Runner) -> Machine:
     machine = facts.machine
     if runner.kind != "llama-server" or machine.simulated or not machine.gpus:
         return machine
-    from clover_local.detect.machine import Backend
-
     if runner.binary is not None:
         asked = _server_facts(facts, runner)
         if asked is None or asked.capabilities is None:
@@ -278,8 +272,6 @@ def _model_description(request: LaunchRequest, facts: LaunchFacts) -> ModelDescr
     models = facts.quants.models if facts.quants is not None else {}
     if models:
         return models[request.quant if request.quant in models else next(iter(models))]
-    from clover_local.gguf.model import describe_from_preset
-
     preset = facts.preset
     return describe_from_preset(
         preset, request.quant if request.quant in preset.quants else next(iter(preset.quants))
@@ -305,10 +297,6 @@ def _plan(
     Sizes: a named file's header (the only candidate), else each quant's described sizes, else the preset's
     estimates; the plan names its model file whenever one is here and says where the sizes came from. A file
     that is not the preset's model is planned as itself (``plan.local_file.preset_from_header``)."""
-    from clover_local.gguf.model import describe_from_preset
-    from clover_local.plan.local_file import preset_from_header
-    from clover_local.plan.planner import plan_placement
-
     named, local, quants = model
     wishes = Wishes(
         quant="auto" if local is not None else request.quant,
@@ -319,12 +307,14 @@ def _plan(
         parallel=parallel,
     )
     preset = named if local is None else preset_from_header(named, local.description, local.path)
+    path: str | None = str(local.path) if local is not None else None
+    desc: ModelDescription | None = local.description if local is not None else None
     placed = plan_placement(
         machine,
         preset,
-        local.description if local is not None else None,
+        desc,
         wishes,
-        str(local.path) if local is not None else None,
+        path,
         models=quants.models if quants is not None else None,
         speed_records=facts.measured.speeds,
         diffusion_wishes=request.diffusion,
@@ -332,12 +322,9 @@ def _plan(
     overrules: tuple[ReasonCode, ...] = ()
     sizes: tuple[Reason, ...] = ()
     sources: tuple[tuple[str, str], ...] = ()
-    path: str | None = None
-    desc: ModelDescription | None = None
     sidecars: Sidecars = {}
     if local is not None:
-        path, desc, sidecars = str(local.path), local.description, local.sidecars
-        source = f"exact, from the local file {local.path}"
+        sidecars, source = local.sidecars, f"exact, from the local file {local.path}"
         sizes, sources = (Reason("sizes", f"Sizes of {placed.quant}: {source}."),), ((placed.quant, source),)
     elif quants is not None:
         found_path = quants.paths.get(placed.quant)
@@ -397,8 +384,6 @@ def _speculation(
     (``plan.speculation``), using ``bench --spec-modes``'s measurements of this model here when there are any,
     and the verification costs measured here; the sidecars whose architecture cannot load are said first. A
     diffusion plan drafts nothing (None); from the preset's estimates only n-gram and off can be chosen."""
-    from clover_local.plan.speculation import offered_heads, speculate
-
     if placed.diffusion is not None:
         return None
     sidecars, skipped = _loadable_sidecars(sidecars, "load" if model_path else "download", checks)
@@ -417,9 +402,6 @@ def _measured_costs(
 ) -> tuple[SpeculativePlan, tuple[Reason, ...]]:
     """The speculation keyed for this machine's verification costs, and using them when the engine has measured
     them (``engine.verify_probe``; until then the fixed model, and the engine measures at its first load)."""
-    from clover_local.plan.measured import measured_verify_costs, verify_costs_key
-    from clover_local.plan.memory import rolls_back_from_a_copy
-
     key = verify_costs_key(
         machine,
         placed.quant,
@@ -506,7 +488,6 @@ def _community(
     if facts.community is None or not needs_community(request, facts.preset, fits):
         return None, Stage()
     from clover_local.fetch.describe import QuantDescriptions
-    from clover_local.plan.community import as_repo_preset, choose_community_quant
 
     def plan_for(q: CommunityQuant) -> Plan:
         """The plan ``--repo q.repo --quant q.quant`` gets: the same step, for the same runner."""
@@ -547,8 +528,6 @@ def _fitted_argv(
     asked = _server_facts(facts, runner)
     if runner.kind != "llama-server" or asked is None:
         return None, ()
-    from clover_local.llamacpp.server_args import fit_argv
-
     said: tuple[Notice, ...] = ()
     caps = asked.capabilities
     if caps is None:
@@ -556,12 +535,8 @@ def _fitted_argv(
             return None, ()
         caps = asked.kept_arg_cpp
         problem = asked.problem.text if asked.problem else ""
-        said = (
-            Notice(
-                "flags-from-arg-cpp",
-                f"{problem} Its flags were checked against the arg.cpp kept beside it ({asked.kept_path}).",
-            ),
-        )
+        text = f"{problem} Its flags were checked against the arg.cpp kept beside it ({asked.kept_path})."
+        said = (Notice("flags-from-arg-cpp", text),)
     # This CPU's repacking rule too (the plan may describe another machine): the command shown is what runs.
     adapted = fit_argv(argv, caps, repack_safe=facts.repack_safe_here)
     return tuple(adapted.argv), (*said, *adapted.warnings)
@@ -574,9 +549,6 @@ def check_request(request: LaunchRequest, facts: LaunchFacts) -> None:
     """Raise what deciding ``request`` would refuse about its model, without deciding it (``chat`` says it
     before the app starts, and the app decides once): a file whose architecture no llama.cpp here loads (unless
     ``--force``), and a ``--ctx`` outside the model's limit. Pure: from the facts."""
-    from clover_local.plan.local_file import preset_from_header
-    from clover_local.plan.planner import check_context
-
     description = _model_description(request, facts)
     local = facts.model
     if local is not None:

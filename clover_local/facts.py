@@ -3,13 +3,9 @@ the llama.cpp builds here, in one immutable value (:class:`LaunchFacts`), gather
 the I/O (:func:`gather_facts`). :func:`clover_local.decide.decide` then turns a request and its facts into a
 launch without opening a file, a socket or a process.
 
-What is read, once per command: the preset (a ``--repo``'s listing), the machine (``--simulate``, ``--rpc``
-workers), the model's header (a local file and its sidecars, or each quant's header, local or on the Hub), the
-architecture tables of every llama.cpp here (and the latest release's, only when nothing here knows an
-architecture), the llama-server that would run it with its flags and devices, and what was measured here before
-(decode speeds, speculation ratios, verification costs). A smaller quant in the preset's community repos is a fact
-only a plan that does not fit asks for (:func:`gather_community`): it is gathered after that plan, then the
-launch is decided again from the fuller facts.
+What is read, once per command, is what :class:`LaunchFacts` holds. A smaller quant in the preset's community
+repos is a fact only a plan that does not fit asks for (:func:`gather_community`): it is gathered after that
+plan, then the launch is decided again from the fuller facts.
 """
 
 from __future__ import annotations
@@ -21,8 +17,10 @@ from typing import TYPE_CHECKING
 
 from clover_local.errors import ServerError
 from clover_local.gguf.names import DraftKind
+from clover_local.measure.records import load_all_spec_ratios, load_records, load_verify_costs, spec_model_key
 from clover_local.plan.measured import SpeedRecord, VerifyCostRecord
 from clover_local.plan.reasons import Notice
+from clover_local.plan.speculation import SERVER_ONLY_MODES
 from clover_local.presets import Preset
 
 if TYPE_CHECKING:
@@ -82,8 +80,6 @@ class Measured:
     """What verifying a draft costs here, per placement (``engine.verify_probe``)."""
 
     def spec_ratios_for(self, model: str) -> dict[str, float]:
-        from clover_local.measure.records import spec_model_key
-
         return dict(self.spec_ratios.get(spec_model_key(model), {}))
 
 
@@ -122,11 +118,7 @@ class LaunchFacts:
 def _what_is_read(request: LaunchRequest) -> tuple[object, ...]:
     """The parts of a request that change what :func:`gather_facts` reads (not the context, goal, threads,
     slots or template: those are decided from the same facts)."""
-    from clover_local.plan.speculation import SERVER_ONLY_MODES
-
-    described_quant = (
-        request.quant if request.describe and not request.model else None
-    )  # describe_quants' filter
+    described_quant = request.quant if request.describe and not request.model else None  # its filter
     return (
         request.model,
         request.repo,
@@ -263,7 +255,6 @@ def _ask_servers(
     installed runtime's that loads the model's architecture. Not asked for a request the embedded engine runs
     by default (no ``--engine``, nothing that needs llama-server), nor under ``--engine embedded``."""
     from clover_local.llamacpp.binary import ServerBinary
-    from clover_local.plan.speculation import SERVER_ONLY_MODES
 
     runtimes = {c.runtime: c.server_path for c in checks.values() if c.server_path and c.runtime}
     needs_server = (
@@ -298,6 +289,4 @@ def _ask(binary: ServerBinary, runtime: str | None) -> ServerFacts:
 
 
 def _measured() -> Measured:
-    from clover_local.measure.records import load_all_spec_ratios, load_records, load_verify_costs
-
     return Measured(tuple(load_records()), load_all_spec_ratios(), tuple(load_verify_costs()))

@@ -10,21 +10,19 @@ and Hub request), then decided without I/O (``decide.decide``). A load that runs
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clover_local.decide import choose_runner, needs_community
 from clover_local.errors import ArchitectureError, ContextOutOfRange, OutOfMemoryError, UsageError
-from clover_local.launch_types import (
-    EMBEDDED_DRAFTERS,
-    ENGINE_WISHES,
-    EngineWish,
-    Launch,
-    LaunchRequest,
-    Runner,
-)
+from clover_local.facts import LaunchFacts
+from clover_local.launch_types import EMBEDDED_DRAFTERS, Launch, LaunchRequest
+from clover_local.launcher import Launcher
+from clover_local.measure.records import add_verify_costs
+from clover_local.plan.measured import VerifyCostRecord
 from clover_local.plan.reasons import Notice, find_notice
 from clover_local.plan.types import EngineKind, Plan
 
@@ -38,12 +36,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EMBEDDED_DRAFTERS",
-    "ENGINE_WISHES",
-    "EngineWish",
     "Launch",
     "LaunchRequest",
     "OpenedEngine",
-    "Runner",
     "VerifyCostsProbe",
     "choose_runner",
     "decide_launch",
@@ -71,7 +66,6 @@ class OpenedEngine:
     """Warnings and facts for the person: flags dropped for this llama-server, a re-plan, ..."""
     placement: str = ""
     """Where the weights, KV cache and experts went, in words (the embedded engine's load log)."""
-    extras: dict[str, object] = field(default_factory=dict, compare=False)
 
     @property
     def fallback_message(self) -> str | None:
@@ -101,8 +95,6 @@ def decide_launch(
     a front end that makes one launch: a :class:`~clover_local.launcher.Launcher` of its own gathers the facts
     once and decides (``models``, ``find_binary`` and ``community`` stand in for what it would read). A front
     end that decides more than once (the app, ``chat``) keeps its launcher instead."""
-    from clover_local.launcher import Launcher
-
     launcher = Launcher(machine=machine, models=models, find_binary=find_binary, community=community)
     return launcher.decide(request)
 
@@ -133,20 +125,12 @@ def safer_launch(launch: Launch, why: str) -> Launch | None:
     new_ctx = max(512, min(plan.ctx // 2, SAFE_CTX))
     if new_ctx >= plan.ctx and plan.n_gpu_layers == 0:
         return None
-    machine = launch.machine
-    if machine.gpus:
-        machine = replace(
-            machine,
-            gpus=tuple(replace(g, free_bytes=int(g.free_bytes * SAFER_GPU_SHARE)) for g in machine.gpus),
-        )
+    gpus = tuple(replace(g, free_bytes=int(g.free_bytes * SAFER_GPU_SHARE)) for g in launch.machine.gpus)
+    machine = replace(launch.machine, gpus=gpus)
     request = replace(launch.request, ctx=min(new_ctx, plan.ctx), quant=plan.quant)
-    from clover_local.facts import LaunchFacts
-
     if not isinstance(launch.facts, LaunchFacts):  # made without facts (a test's launch): read them
         safer = decide_launch(replace(request, preset=launch.preset, repo=None), machine=machine)
     else:  # the same facts, a smaller machine: nothing read again
-        from clover_local.launcher import Launcher
-
         safer = Launcher(facts=replace(launch.facts, machine=machine)).decide(request)
     changes = []
     if safer.plan.ctx != plan.ctx:
@@ -183,17 +167,12 @@ def open_launch(
     started again with the same argv (``llamacpp.supervisor``), never re-planned behind the person's back.
     ``measure_costs``: at an n-gram plan's first load here, measure what verifying a draft costs
     (:func:`measure_verify_costs`, its notice among the result's), as every front end does after opening."""
-    opened = _open_or_safer(launch, progress, on_log, ready_timeout_s)
+    opened = _open_or_safer(launch, lambda chosen: _open(chosen, progress, on_log, ready_timeout_s))
     probe = measure_verify_costs(opened) if measure_costs else None
     return replace(opened, notices=(*opened.notices, probe.notice)) if probe is not None else opened
 
 
-def _open_or_safer(
-    launch: Launch,
-    progress: Callable[[float], None] | None,
-    on_log: Callable[[str], None] | None,
-    ready_timeout_s: float,
-) -> OpenedEngine:
+def _open_or_safer(launch: Launch, load: Callable[[Launch], OpenedEngine]) -> OpenedEngine:
     if launch.runner.install is not None:
         arch = launch.plan.architecture
         raise ArchitectureError(
@@ -203,17 +182,16 @@ def _open_or_safer(
         )
     if not launch.plan.model_path:
         raise UsageError(
-            "No local model file to run.",
-            "Download it first (clover-local download), or pass --model PATH.",
+            "No local model file to run.", "Download it first (clover-local download), or pass --model PATH."
         )
     try:
-        return _open(launch, progress, on_log, ready_timeout_s)
+        return load(launch)
     except OutOfMemoryError as first:  # either engine: llama-server's load log is read as the embedded one's
         safer = safer_launch(launch, first.what)
         if safer is None:
             raise
         try:
-            return _open(safer, progress, on_log, ready_timeout_s)  # its notices begin with the re-plan's
+            return load(safer)  # its notices begin with the re-plan's
         except OutOfMemoryError as second:
             said = find_notice(safer.notices, "safer-launch")
             raise OutOfMemoryError(
@@ -279,18 +257,13 @@ def chat_template(launch: Launch) -> TemplateChoice:
     against the GGUF's own as the header its facts read holds it (read now only for a launch made without
     facts, or a file downloaded since)."""
     from clover_local.engine.templates import builtin_template_names, choose_template
-    from clover_local.facts import LaunchFacts
     from clover_local.model_files import local_header
 
-    plan, facts = launch.plan, launch.facts
+    plan, facts = launch.plan, launch.facts if isinstance(launch.facts, LaunchFacts) else None
     path = Path(plan.model_path or "")
-    if isinstance(facts, LaunchFacts) and facts.model is not None and facts.model.path == path:
+    if facts is not None and facts.model is not None and facts.model.path == path:
         gguf = facts.model.description.chat_template
-    elif (
-        isinstance(facts, LaunchFacts)
-        and facts.quants is not None
-        and facts.quants.paths.get(plan.quant) == path
-    ):
+    elif facts is not None and facts.quants is not None and facts.quants.paths.get(plan.quant) == path:
         gguf = facts.quants.models[plan.quant].chat_template
     else:
         gguf = local_header(path).chat_template if plan.model_path else None
@@ -321,32 +294,21 @@ def measure_verify_costs(opened: OpenedEngine, *, again: bool = False) -> Verify
     measured = opened.engine.measure_verify_costs(spec.n_max + 1)
     if measured is None:
         return None
-    import time
-
-    from clover_local.measure.records import add_verify_costs
-    from clover_local.plan.measured import VerifyCostRecord
-
     if not measured.quiet:
-        return VerifyCostsProbe(
-            Notice(
-                "verify-costs",
-                f"Did not keep what verifying a draft costs here: other programs used {measured.others_busy:.1f} "
-                "cores while it was measured, so the timings were of stalls. The drafter uses its model for "
-                "now; it is measured again at a later load.",
-            ),
-            kept=False,
+        said = (
+            f"Did not keep what verifying a draft costs here: other programs used {measured.others_busy:.1f} "
+            "cores while it was measured, so the timings were of stalls. The drafter uses its model for "
+            "now; it is measured again at a later load."
         )
+        return VerifyCostsProbe(Notice("verify-costs", said), kept=False)
     add_verify_costs(
         VerifyCostRecord(
             spec.costs_key, measured.costs, measured.step_ms, time.strftime("%Y-%m-%d"), measured.others_busy
         )
     )
-    return VerifyCostsProbe(
-        Notice(
-            "verify-costs",
-            f"Measured what verifying a draft costs here (once, kept for later loads): {len(measured.costs)} "
-            f"tokens cost {measured.costs[-1]:.1f} plain steps, so speculation gains at most "
-            f"{measured.ceiling:.2f}x.",
-        ),
-        kept=True,
+    said = (
+        f"Measured what verifying a draft costs here (once, kept for later loads): {len(measured.costs)} "
+        f"tokens cost {measured.costs[-1]:.1f} plain steps, so speculation gains at most "
+        f"{measured.ceiling:.2f}x."
     )
+    return VerifyCostsProbe(Notice("verify-costs", said), kept=True)

@@ -4,11 +4,13 @@ settings rendered from that plan. :func:`clover_local.decide.decide` makes a lau
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from clover_local.llamacpp.server_args import printed_endpoint
 from clover_local.plan.diffusion import DiffusionWishes
-from clover_local.plan.llama_args import LlamaSettings
+from clover_local.plan.llama_args import LlamaSettings, hf_args
 from clover_local.plan.reasons import Notice
 from clover_local.plan.speculation import SERVER_ONLY_MODES, SPEC_MODES, SpecMode
 from clover_local.plan.types import EngineKind, Goal, Plan
@@ -135,11 +137,6 @@ class Launch:
     def command(self) -> str:
         """The ``llama-server`` command for this launch, ready to paste (the binary it would run), listening where
         every release listens when told (``server_args.PRINTED_PORT``)."""
-        import shlex
-
-        from clover_local.llamacpp.server_args import printed_endpoint
-        from clover_local.plan.llama_args import hf_args
-
         binary = self.runner.binary.command if self.runner.binary is not None else ["llama-server"]
         hf = self.preset.repo if not self.settings.model_path and self.preset.repo else None
         model = hf_args(hf, self.settings.quant) if hf else []

@@ -32,12 +32,10 @@ __all__ = ["Launcher"]
 
 
 class Launcher:
-    """Gathers a request's facts once and decides launches from them (see the module's docstring).
-
-    ``machine``: instead of detecting (a described machine, the app's detected one); ``models``: quants described
-    already; ``find_binary``: how a llama-server is found; ``community``: community quants read already; ``facts``:
-    gathered earlier (``chat`` hands the app what it read). Safe to share between a worker and the UI thread: the
-    facts are gathered under a lock, and :meth:`decide_now` decides only from facts already held."""
+    """Gathers a request's facts once and decides launches from them. ``machine``: instead of detecting;
+    ``models``, ``community``: read already; ``find_binary``: how a llama-server is found; ``facts``: gathered
+    earlier (``chat`` hands the app what it read). Safe to share between a worker and the UI thread: the facts
+    are gathered under a lock, and :meth:`decide_now` decides only from facts already held."""
 
     def __init__(
         self,
@@ -90,9 +88,7 @@ class Launcher:
                 and request.describe
                 and needs_community(request, facts.preset, launch.plan.fits)
             ):
-                self._facts = gather_community(request, facts, launch.plan)
-                self._community = self._facts.community
-                launch = decide(request, self._facts)
+                launch = decide(request, self.with_community(request, launch))
             self._last = launch
             return launch
 

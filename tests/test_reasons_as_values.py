@@ -21,7 +21,7 @@ from clover_local.errors import ChatTemplateRefused, EngineError, PlanError
 from clover_local.gguf.model import describe_from_preset
 from clover_local.plan.planner import make_plan
 from clover_local.plan.pooled import pooled_plan, pooling_summary
-from clover_local.plan.reasons import Notice, Reason, find_notice, find_reason, without_reasons
+from clover_local.plan.reasons import Notice, Reason, find_notice, find_reason
 from clover_local.plan.speculation import speculate
 from clover_local.plan.types import Plan, Wishes, assemble
 from clover_local.presets import load_preset
@@ -321,7 +321,6 @@ def test_find_and_drop_go_by_code() -> None:
     reasons = (Reason("slots", "2 slots."), Reason("ram", "RAM: 1 GiB."), Reason("slots", "1 slot."))
     assert find_reason(reasons, "ram") == Reason("ram", "RAM: 1 GiB.")
     assert find_reason(reasons, "does-not-fit") is None
-    assert without_reasons(reasons, "slots") == (Reason("ram", "RAM: 1 GiB."),)
     assert str(reasons[1]) == "RAM: 1 GiB."
 
 

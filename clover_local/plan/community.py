@@ -111,11 +111,8 @@ def from_listings(preset: Preset, below_bytes: int, room_bytes: int) -> tuple[Co
             e = listed[name]
             shape = replace(preset, quants={name: QuantSpec(name, e.pattern or name, e.bytes)})
             source = f"estimated from the size its page lists ({c.confirmed}); its header is read before any download"
-            out.append(
-                CommunityQuant(
-                    c.repo, name, (), describe_from_preset(shape, name, e.bytes), source, e.pattern, e.quality
-                )
-            )
+            described = describe_from_preset(shape, name, e.bytes)
+            out.append(CommunityQuant(c.repo, name, (), described, source, e.pattern, e.quality))
     return tuple(out)
 
 
@@ -152,13 +149,8 @@ def choose_community_quant(
     fitting = [(q, p) for q, p in ranked if p.fits]
     if not fitting:
         tried = ", ".join(f"{q.quant} of {q.repo} ({fb(q.description.file_bytes)})" for q, _ in ranked)
-        return None, (
-            *notes,
-            Reason(
-                "community",
-                f"No smaller community quant fits either: {tried} were read, and none fits this machine.",
-            ),
-        )
+        said = f"No smaller community quant fits either: {tried} were read, and none fits this machine."
+        return None, (*notes, Reason("community", said))
     best, plan = fitting[0]
     others = [_weighed(q, p, best) for q, p in ranked if q is not best]
     ram, gpus = plan.memory.ram, plan.memory.gpus

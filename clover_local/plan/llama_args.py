@@ -6,7 +6,6 @@ Flag names are those of ``common/arg.cpp`` at the vendored llama.cpp commit (0c1
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,14 @@ GGML_TYPES: dict[str, int] = {
 """ggml type ids (``ggml.h``) for ``type_k``/``type_v``."""
 SPLIT_MODES: dict[str, int] = {"none": 0, "layer": 1, "row": 2}
 """``LLAMA_SPLIT_MODE_*``."""
+MMAP_MLOCK: dict[str, tuple[bool, bool]] = {
+    "auto": (True, False),
+    "mmap": (True, False),
+    "none": (False, False),
+    "mlock": (False, True),
+    "mmap+mlock": (True, True),
+}
+"""Load mode -> (use_mmap, use_mlock), as ``Llama.__init__`` maps them back onto ``llama_load_mode``."""
 
 
 @dataclass(frozen=True)
@@ -47,20 +54,9 @@ def n_cpu_moe_overrides(n: int) -> list[str]:
     return [f"blk\\.{i}{FFN_EXPS_REGEX}=CPU" for i in range(n)]
 
 
-def _load_mode_kwargs(mode: str) -> tuple[bool, bool]:
-    """(use_mmap, use_mlock) as ``Llama.__init__`` maps them back onto ``llama_load_mode``."""
-    return {
-        "auto": (True, False),
-        "mmap": (True, False),
-        "none": (False, False),
-        "mlock": (False, True),
-        "mmap+mlock": (True, True),
-    }[mode]
-
-
 def settings(plan: Plan) -> list[Setting]:
     """Every llama.cpp setting the plan decides, once."""
-    use_mmap, use_mlock = _load_mode_kwargs(plan.load_mode)
+    use_mmap, use_mlock = MMAP_MLOCK[plan.load_mode]
     rows: list[Setting] = []
     if plan.rpc_servers:
         # Devices lent by other machines (tools/rpc); llama-cpp-python's wheel has no RPC backend, so no kwarg:
@@ -70,28 +66,16 @@ def settings(plan: Plan) -> list[Setting]:
         rows.append(Setting("-m", plan.model_path, "model_path", plan.model_path))
     n_ctx = plan.ctx * plan.parallel  # llama.cpp splits -c evenly between the slots (n_ctx_seq)
     n_batch, n_ubatch = batch_sizes(plan)
+    ngl = -1 if plan.n_gpu_layers < 0 else plan.n_gpu_layers
+    head_ot = list(plan.speculative.head_overrides) if plan.speculative.enabled else []
+    moe = str(plan.n_cpu_moe) if plan.n_cpu_moe > 0 else None
+    overrides = n_cpu_moe_overrides(plan.n_cpu_moe) + head_ot  # the trunk's experts, then a head's
     rows += [
         Setting("-c", str(n_ctx), "n_ctx", n_ctx),
         # llama-server: -1 means "auto" (fit), "all" offloads every layer; llama-cpp-python: -1 means all.
-        Setting(
-            "-ngl",
-            "all" if plan.n_gpu_layers < 0 else str(plan.n_gpu_layers),
-            "n_gpu_layers",
-            -1 if plan.n_gpu_layers < 0 else plan.n_gpu_layers,
-        ),
+        Setting("-ngl", "all" if ngl < 0 else str(ngl), "n_gpu_layers", ngl),
+        Setting("--n-cpu-moe" if moe else None, moe, "tensor_buft_overrides", overrides),
     ]
-    head_ot = list(plan.speculative.head_overrides) if plan.speculative.enabled else []
-    if plan.n_cpu_moe > 0:
-        rows.append(
-            Setting(
-                "--n-cpu-moe",
-                str(plan.n_cpu_moe),
-                "tensor_buft_overrides",
-                n_cpu_moe_overrides(plan.n_cpu_moe) + head_ot,
-            )
-        )
-    else:
-        rows.append(Setting(None, None, "tensor_buft_overrides", head_ot))
     if head_ot:  # an embedded MTP head's experts stay in RAM with the trunk's
         rows.append(Setting("-ot", ",".join(head_ot), None))
     # llama-cpp-python has no "auto": the planner only decides on or off; auto maps to on (llama.cpp's auto
@@ -143,9 +127,8 @@ def settings(plan: Plan) -> list[Setting]:
         # built-in name like "gemma" would become the template text itself; built-in names need --no-jinja.
         rows.append(Setting("--no-jinja", None, None))
     if plan.ctx_checkpoints:  # per slot, counted in RAM by plan.memory.checkpoint_bytes; engine.checkpoints
-        rows.append(
-            Setting("--ctx-checkpoints", str(plan.ctx_checkpoints), "ctx_checkpoints", plan.ctx_checkpoints)
-        )
+        n = plan.ctx_checkpoints
+        rows.append(Setting("--ctx-checkpoints", str(n), "ctx_checkpoints", n))
     if plan.diffusion is None:
         # llama-server's prompt cache, sized by the plan (0 turns it off); never its 8 GiB default, which grows
         # into RAM no plan counted. The embedded engine has no such cache.
@@ -250,10 +233,6 @@ class LlamaSettings:
         them before calling ``Llama``."""
         return {row.kwarg: row.kwarg_value for row in self.rows if row.kwarg is not None}
 
-    def shell_command(self, binary: str = "llama-server", *, hf_repo: str | None = None) -> str:
-        """The whole ``llama-server`` command line, shell-quoted, ready to paste."""
-        return shlex.join([binary, *self.argv(hf_repo=hf_repo)])
-
 
 def hf_args(repo: str, quant: str) -> list[str]:
     """``-hf REPO:QUANT``: llama-server fetches the model itself. ``--no-mmproj`` with it: ``-hf`` also fetches
@@ -274,9 +253,3 @@ def llama_server_args(plan: Plan, *, hf_repo: str | None = None) -> list[str]:
 def llama_cpp_kwargs(plan: Plan) -> dict[str, Any]:
     """Keyword arguments for the embedded engine: :meth:`LlamaSettings.kwargs` of the plan."""
     return llama_settings(plan).kwargs()
-
-
-def shell_command(plan: Plan, binary: str = "llama-server", *, hf_repo: str | None = None) -> str:
-    """The whole ``llama-server`` command line, shell-quoted, ready to paste (``hf_repo``: as for
-    :meth:`LlamaSettings.argv`)."""
-    return llama_settings(plan).shell_command(binary, hf_repo=hf_repo)

@@ -74,19 +74,15 @@ def apply_measurements(
     ]
     if same:
         latest = same[-1]
-        return (
-            latest.tokens_per_s,
-            "measured",
-            f"measured with {latest.tool} on this machine{' on ' + latest.when if latest.when else ''}",
-        )
+        said = f"measured with {latest.tool} on this machine{' on ' + latest.when if latest.when else ''}"
+        return latest.tokens_per_s, "measured", said
     ratios = [r.tokens_per_s / r.predicted_tokens_per_s for r in mine if r.predicted_tokens_per_s > 0]
     if ratios:
         ratio = statistics.median(ratios)
-        return (
-            estimate * ratio,
-            "calibrated",
-            f"the estimate x{ratio:.2f}, as measured at {len(ratios)} other placement(s) of this model here",
+        said = (
+            f"the estimate x{ratio:.2f}, as measured at {len(ratios)} other placement(s) of this model here"
         )
+        return estimate * ratio, "calibrated", said
     return estimate, "estimate", "an estimate, not a measurement"
 
 

@@ -148,10 +148,10 @@ def recurrent_copies(arch: Architecture, speculative: SpeculativePlan, engine: s
     """How many times a slot's recurrent state is held: llama.cpp allocates it ``1 + n_rs_seq`` times
     (``llama-memory-recurrent.cpp``: Clover's 63 MiB state would be ~1.1 GiB with the 17 snapshots of MTP drafts
     up to 16 tokens), and the embedded engine's n-gram drafting keeps one copy more (in RAM; counted with the
-    state, a bound where the state is on a GPU). llama-server
-    asks for snapshots only for drafter heads (``need_n_rs_seq`` in ``common/common.h``: ``draft.n_max`` for
-    draft-mtp/eagle3/dflash/dspark); n-gram drafts it rolls back from a checkpoint of the state
-    (``common_context_can_seq_rm`` finds no partial removal: "speculative decoding will use checkpoints")."""
+    state, a bound where it is on a GPU). llama-server asks for snapshots only for drafter heads
+    (``need_n_rs_seq`` in ``common/common.h``: ``draft.n_max`` for draft-mtp/eagle3/dflash/dspark); n-gram drafts
+    it rolls back from a checkpoint of the state (``common_context_can_seq_rm`` finds no partial removal:
+    "speculative decoding will use checkpoints")."""
     if not arch.recurrent_state_bytes:
         return 1
     if engine == "llama-server":
@@ -161,9 +161,8 @@ def recurrent_copies(arch: Architecture, speculative: SpeculativePlan, engine: s
 
 
 def rolls_back_from_a_copy(speculative: SpeculativePlan) -> bool:
-    """Whether the embedded engine rolls a recurrent model's rejected drafts back from one copy of the state
-    (``engine.checkpoints.DraftRollback``, held in RAM and taken before each verification) rather than through
-    llama.cpp's snapshots: n-gram drafts do."""
+    """Whether the embedded engine rolls rejected drafts back from one copy of the recurrent state (taken before
+    each verification, in RAM) rather than through llama.cpp's snapshots: n-gram drafts do."""
     return speculative.enabled and not rollback_snapshots(speculative)
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from clover_local.detect.machine import Machine
+from clover_local.detect.simulate import os_reserved_bytes
 from clover_local.detect.units import format_bytes as fb
 from clover_local.errors import ContextOutOfRange, PlanError, UsageError
 from clover_local.gguf.model import ModelDescription, describe_from_preset
@@ -20,6 +21,7 @@ from clover_local.plan import memory
 from clover_local.plan.diffusion import DiffusionWishes, plan_diffusion, wants_diffusion
 from clover_local.plan.fit import Fit, find_fit, refit, uses_gpus
 from clover_local.plan.measured import SpeedRecord, apply_measurements, machine_key, model_key
+from clover_local.plan.pooled import pooled_plan
 from clover_local.plan.reasons import Reason
 from clover_local.plan.slots import choose_slots
 from clover_local.plan.speed import SPEED_CTX_SAMPLE, LayerWork, format_tokens_per_s, predict_tokens_per_s
@@ -108,8 +110,6 @@ def plan_placement(
     (:mod:`clover_local.plan.measured`), used instead of the estimate where they apply.
     """
     if machine.workers:  # devices lent by other machines (llama.cpp RPC): planned as one machine
-        from clover_local.plan.pooled import pooled_plan
-
         asked = (machine, preset, model, wishes, model_path)
         return pooled_plan(plan_placement, *asked, models=models, speed_records=speed_records)
     wishes = wishes or Wishes()
@@ -124,17 +124,10 @@ def plan_placement(
     spec = preset.speculative
     enabled = spec.enabled if wishes.speculative is None else wishes.speculative
     speculative = SpeculativePlan(enabled, spec.type, spec.n_match, spec.n_min, spec.n_max)
-    fits = {
-        q: find_fit(
-            machine,
-            d,
-            ctx,
-            N_UBATCH,
-            recurrent_copies=memory.recurrent_copies(d.architecture, speculative, wishes.engine),
-            engine=wishes.engine,
-        )
-        for q, d in candidates.items()
-    }
+    fits: dict[str, Fit] = {}
+    for q, d in candidates.items():
+        copies = memory.recurrent_copies(d.architecture, speculative, wishes.engine)
+        fits[q] = find_fit(machine, d, ctx, N_UBATCH, recurrent_copies=copies, engine=wishes.engine)
     quant, why_quant = _choose_quant(machine, candidates, fits, wishes)
     desc, fit = candidates[quant], fits[quant]
     reasons: list[Reason] = [Reason("quant", why_quant)]
@@ -148,25 +141,19 @@ def plan_placement(
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, ctx))
     threads = _threads(machine, wishes)
-    reasons += [
-        Reason("threads", threads.reason),
-        Reason(
-            "flash-attn",
-            "Flash attention on: llama.cpp supports it on every backend here, it keeps the compute buffer small "
-            "at long context, and a quantized KV cache needs it.",
-        ),
-    ]
+    flash = (
+        "Flash attention on: llama.cpp supports it on every backend here, it keeps the compute buffer small "
+        "at long context, and a quantized KV cache needs it."
+    )
+    reasons += [Reason("threads", threads.reason), Reason("flash-attn", flash)]
     runtime = memory.runtime_overhead_bytes(machine.offload_backend, wishes.engine)
     if runtime and fit.n_gpu_layers != 0:
-        reasons.append(
-            Reason(
-                "runtime-overhead",
-                f"Planned for the {wishes.engine} engine: {fb(runtime)} per GPU for the {machine.offload_backend} "
-                "runtime itself (context, libraries), measured beside llama.cpp's own buffers.",
-            )
+        said = (
+            f"Planned for the {wishes.engine} engine: {fb(runtime)} per GPU for the {machine.offload_backend} "
+            "runtime itself (context, libraries), measured beside llama.cpp's own buffers."
         )
-    load_mode, why_load = _load_mode(machine, fit)
-    reasons.append(Reason("load-mode", why_load))
+        reasons.append(Reason("runtime-overhead", said))
+    reasons.append(Reason("load-mode", _load_mode(machine, fit)[1]))
     if enabled:
         copies = fit.recurrent_copies
         cost = (
@@ -175,24 +162,17 @@ def plan_placement(
             if copies > 1
             else "no extra memory"
         )
-        reasons.append(
-            Reason(
-                "speculation-ngram",
-                f"Self-speculative decoding ({spec.type}, match {spec.n_match}, draft {spec.n_min}-{spec.n_max} "
-                f"tokens): drafts from text already in the context, no second model; {cost}.",
-            )
+        said = (
+            f"Self-speculative decoding ({spec.type}, match {spec.n_match}, draft {spec.n_min}-{spec.n_max} "
+            f"tokens): drafts from text already in the context, no second model; {cost}."
         )
+        reasons.append(Reason("speculation-ngram", said))
     filled = min(ctx, SPEED_CTX_SAMPLE)
     gpu_read, ram_read = memory.active_bytes_per_token(
         desc, fit.placement, filled, fit.cache_type, fit.cache_type
     )
-    tps, speed_notes = predict_tokens_per_s(
-        machine,
-        gpu_read,
-        ram_read,
-        layer_work(desc, fit.placement, len(machine.gpus), filled),
-        threads.threads,
-    )
+    work = layer_work(desc, fit.placement, len(machine.gpus), filled)
+    tps, speed_notes = predict_tokens_per_s(machine, gpu_read, ram_read, work, threads.threads)
     estimate = tps
     tps, speed_source, speed_why = apply_measurements(
         estimate,
@@ -204,30 +184,25 @@ def plan_placement(
         threads=threads.threads,
     )
     if speed_source == "estimate":
-        reasons.append(
-            Reason(
-                "speed-estimate",
-                f"Predicted decode ~{format_tokens_per_s(tps)} tokens/s: an estimate from memory bandwidth and "
-                f"per-layer kernel costs {_filled(filled, ctx)}, not a measurement ({'; '.join(speed_notes)}); "
-                "run `clover-local bench --llama-bench` to measure.",
-            )
+        speed = Reason(
+            "speed-estimate",
+            f"Predicted decode ~{format_tokens_per_s(tps)} tokens/s: an estimate from memory bandwidth and "
+            f"per-layer kernel costs {_filled(filled, ctx)}, not a measurement ({'; '.join(speed_notes)}); "
+            "run `clover-local bench --llama-bench` to measure.",
         )
     else:
-        reasons.append(
-            Reason(
-                "speed-measured",
-                f"Decode ~{format_tokens_per_s(tps)} tokens/s: {speed_why} "
-                f"(the estimate alone: ~{format_tokens_per_s(estimate)}).",
-            )
+        speed = Reason(
+            "speed-measured",
+            f"Decode ~{format_tokens_per_s(tps)} tokens/s: {speed_why} "
+            f"(the estimate alone: ~{format_tokens_per_s(estimate)}).",
         )
+    reasons.append(speed)
     if not desc.exact:
-        reasons.append(
-            Reason(
-                "sizes-estimated",
-                f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file); "
-                "with the GGUF header they become exact.",
-            )
+        said = (
+            f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file); "
+            "with the GGUF header they become exact."
         )
+        reasons.append(Reason("sizes-estimated", said))
     on_gpu = uses_gpus(machine) and fit.n_gpu_layers != 0
     speculative = replace(speculative, batch_costs=verification_costs(desc, speculative, on_gpu=on_gpu))
     return _assemble_plan(
@@ -238,7 +213,6 @@ def plan_placement(
         candidates,
         fits,
         threads,
-        load_mode,
         reasons,
         ctx=ctx,
         speculative=speculative,
@@ -261,7 +235,6 @@ def _assemble_plan(
     candidates: Mapping[str, ModelDescription],
     fits: Mapping[str, Fit],
     threads: ThreadPlan,
-    load_mode: LoadMode,
     reasons: Sequence[Reason],
     **decoding: Any,
 ) -> Placed:
@@ -296,7 +269,7 @@ def _assemble_plan(
         flash_attn="on",
         cache_type_k=fit.cache_type,
         cache_type_v=fit.cache_type,
-        load_mode=load_mode,
+        load_mode=_load_mode(machine, fit)[0],
         tensor_split=fit.tensor_split,
         chat_template=preset.chat_template,
         backend=machine.offload_backend,
@@ -309,8 +282,7 @@ def _assemble_plan(
 
 
 def _threads(machine: Machine, wishes: Wishes) -> ThreadPlan:
-    cpu = machine.cpu
-    busy = cpu.others_busy_cores
+    cpu, busy = machine.cpu, machine.cpu.others_busy_cores
     return plan_threads(
         cpu.physical_cores, cpu.logical_cores, wishes.threads, engine=wishes.engine, others_busy=busy
     )
@@ -426,22 +398,17 @@ def _placement_reasons(machine: Machine, desc: ModelDescription, fit: Fit) -> li
     out = [Reason("placement", _placement(machine, desc, fit))]
     mem = fit.memory
     if len(mem.gpus) > 1:
-        out.append(
-            Reason(
-                "gpu-split",
-                "Layers split across GPUs by free memory (tensor split "
-                + ",".join(f"{s:g}" for s in fit.tensor_split)
-                + " layers), each GPU checked on its own; memory is never summed.",
-            )
+        split = ",".join(f"{s:g}" for s in fit.tensor_split)
+        said = (
+            f"Layers split across GPUs by free memory (tensor split {split} layers), each GPU checked on its "
+            "own; memory is never summed."
         )
+        out.append(Reason("gpu-split", said))
     if machine.unified_memory:
-        gpu = machine.gpus[0]
-        out.append(
-            Reason(
-                "unified-memory",
-                f"Unified memory: planned against the Metal working set ({gpu.note}) and against RAM.",
-            )
+        said = (
+            f"Unified memory: planned against the Metal working set ({machine.gpus[0].note}) and against RAM."
         )
+        out.append(Reason("unified-memory", said))
     out.append(ram_reason(mem.ram))
     return out
 
@@ -522,19 +489,11 @@ def _context_reasons(
         )
     ]
     if fit.cache_type != "f16":
-        out.append(
-            Reason(
-                "kv-cache-type",
-                f"KV cache {fit.cache_type}: memory is tight, and it halves the KV cache against f16.",
-            )
-        )
+        said = f"KV cache {fit.cache_type}: memory is tight, and it halves the KV cache against f16."
+        out.append(Reason("kv-cache-type", said))
     if arch.recurrent_state_bytes:
-        out.append(
-            Reason(
-                "recurrent-state",
-                f"Recurrent state {fb(arch.recurrent_state_bytes)} per sequence, whatever the context.",
-            )
-        )
+        said = f"Recurrent state {fb(arch.recurrent_state_bytes)} per sequence, whatever the context."
+        out.append(Reason("recurrent-state", said))
     checkpoints = fit.memory.ram.checkpoint_bytes
     if checkpoints:
         what = "recurrent state" if fit.engine == "embedded" else "recurrent state and sliding-window cells"
@@ -542,19 +501,16 @@ def _context_reasons(
             what = "sliding-window cells"
         per = "each slot's" if fit.n_seq > 1 else "the"
         engine = "the embedded engine" if fit.engine == "embedded" else fit.engine
-        out.append(
-            Reason(
-                "checkpoints",
-                f"Context checkpoints: {engine} keeps up to {memory.CTX_CHECKPOINTS} copies of {per} {what} in "
-                f"RAM (at most {fb(checkpoints)}), taken at the end of each prompt, so a conversation that grows "
-                "re-evaluates only its new tokens where this model's cache cannot be cut back.",
-            )
+        said = (
+            f"Context checkpoints: {engine} keeps up to {memory.CTX_CHECKPOINTS} copies of {per} {what} in "
+            f"RAM (at most {fb(checkpoints)}), taken at the end of each prompt, so a conversation that grows "
+            "re-evaluates only its new tokens where this model's cache cannot be cut back."
         )
+        out.append(Reason("checkpoints", said))
     template = preset.chat_template
     if template not in (TEMPLATE_FROM_GGUF, TEMPLATE_COMPLETION):
-        out.append(
-            Reason("chat-template", f"Chat template: llama.cpp's built-in {template!r} (the GGUF has none).")
-        )
+        said = f"Chat template: llama.cpp's built-in {template!r} (the GGUF has none)."
+        out.append(Reason("chat-template", said))
     return out
 
 
@@ -607,8 +563,6 @@ def _does_not_fit_advice(machine: Machine, desc: ModelDescription, fit: Fit, ctx
 def _held_by_others(machine: Machine) -> int:
     """RAM other programs hold beyond what the system itself keeps (as ``--simulate`` reserves it): what
     closing them could free."""
-    from clover_local.detect.simulate import os_reserved_bytes
-
     total = machine.memory.total_bytes
     return max(total - machine.memory.available_bytes - os_reserved_bytes(total), 0)
 
@@ -722,10 +676,9 @@ def _plan_diffusion_model(
     if not fit.fits:
         reasons.append(_does_not_fit_advice(machine, desc, fit, canvas))
     threads = _threads(machine, wishes)
-    load_mode, why_load = _load_mode(machine, fit)
     reasons += [
         Reason("threads", f"{threads.reason.rstrip('.')}; every step is one {canvas}-token batch."),
-        Reason("load-mode", why_load),
+        Reason("load-mode", _load_mode(machine, fit)[1]),
         Reason(
             "speculation-off",
             "No speculative decoding: a diffusion model already writes many tokens per step.",
@@ -737,9 +690,8 @@ def _plan_diffusion_model(
         ),
     ]
     if not desc.exact:
-        reasons.append(
-            Reason("sizes-estimated", f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file).")
-        )
+        said = f"Sizes are estimates from the preset ({fb(desc.file_bytes)} file)."
+        reasons.append(Reason("sizes-estimated", said))
     return _assemble_plan(
         machine,
         preset,
@@ -748,7 +700,6 @@ def _plan_diffusion_model(
         candidates,
         fits,
         threads,
-        load_mode,
         reasons,
         ctx=canvas,
         speculative=SpeculativePlan(enabled=False),

@@ -101,13 +101,9 @@ def pooled_plan(
         recurrent_copies=memory.recurrent_copies(desc.architecture, plan.speculative),
     )
     links: dict[str, Link] = {w.endpoint: w.link for w in machine.workers}
+    filled = min(plan.ctx, SPEED_CTX_SAMPLE)
     net_s, net_bytes, transfers, trips = network_cost_per_token(
-        desc.architecture,
-        placement.devices,
-        plan.n_cpu_moe,
-        endpoints,
-        links,
-        min(plan.ctx, SPEED_CTX_SAMPLE),
+        desc.architecture, placement.devices, plan.n_cpu_moe, endpoints, links, filled
     )
     device_s = 1 / plan.predicted_tokens_per_s if plan.predicted_tokens_per_s > 0 else 0.0
     total_s = device_s + net_s
@@ -119,10 +115,7 @@ def pooled_plan(
             f"holds everything, and pooling would be slower (~{tps:.0f} vs ~{alone.predicted_tokens_per_s:.0f} "
             "tokens/s predicted), so --rpc is left out.",
         )
-        said = (*alone.reasons, unused)
-        return _pooled_placement(
-            alone, alone, said, alone.memory, alone.predicted_tokens_per_s, (), None, alone.backend
-        )
+        return _pooled_placement(alone, alone, reasons=(*alone.reasons, unused))
     used = {endpoints[d] for d in placement.devices if d >= 0 and endpoints[d] is not None}
     network = NetworkCost(
         seconds_per_token=net_s,
@@ -144,37 +137,25 @@ def pooled_plan(
     reasons[at:at] = _pooling_reasons(machine, one, plan, remote, used)
     reasons.append(_versus_alone(alone, plan, tps))
     gpus = tuple(replace(g, name=names[i]) for i, g in enumerate(plan.memory.gpus))
-    local_first = MemoryPlan(gpus=gpus[len(remote) :] + gpus[: len(remote)], ram=plan.memory.ram)
-    workers = tuple(w.endpoint for w in machine.workers if w.endpoint in used)
-    backend = machine.offload_backend if uses_gpus(machine) else "rpc"
-    return _pooled_placement(plan, alone, reasons, local_first, round(tps, 1), workers, network, backend)
-
-
-def _pooled_placement(
-    chosen: Placed,
-    alone: Placed,
-    reasons: Sequence[Reason],
-    memory_plan: MemoryPlan,
-    tokens_per_s: float,
-    rpc_servers: tuple[str, ...],
-    network: NetworkCost | None,
-    backend: str,
-) -> Placed:
-    """The pooling stage's placement, built once from its parts: the quant, context and settings ``chosen``
-    decided (this machine alone, or the pool planned as one machine), with what pooling decides: the reasons,
-    the memory per device, the speed, the workers used, the network's cost, the backend, and ``alone``'s speed
-    to compare with."""
-    parts = {f.name: getattr(chosen, f.name) for f in fields(Placed)}
-    parts.update(
-        memory=memory_plan,
-        predicted_tokens_per_s=tokens_per_s,
+    return _pooled_placement(
+        plan,
+        alone,
         reasons=tuple(reasons),
-        rpc_servers=rpc_servers,
+        memory=MemoryPlan(gpus=gpus[len(remote) :] + gpus[: len(remote)], ram=plan.memory.ram),  # local first
+        predicted_tokens_per_s=round(tps, 1),
+        rpc_servers=tuple(w.endpoint for w in machine.workers if w.endpoint in used),
         network=network,
-        alone_tokens_per_s=alone.predicted_tokens_per_s,
-        backend=backend,
+        backend=machine.offload_backend if uses_gpus(machine) else "rpc",
     )
-    return Placed(**parts)
+
+
+def _pooled_placement(chosen: Placed, alone: Placed, **pooled: object) -> Placed:
+    """The pooling stage's placement, built once from its parts: the quant, context and settings ``chosen``
+    decided (this machine alone, or the pool planned as one machine), with what pooling decides (``pooled``:
+    the reasons, and for the pool the memory per device, the speed, the workers used, the network's cost and
+    the backend), and ``alone``'s speed to compare with."""
+    parts = {f.name: getattr(chosen, f.name) for f in fields(Placed)}
+    return Placed(**{**parts, **pooled, "alone_tokens_per_s": alone.predicted_tokens_per_s})
 
 
 def _alone_on_gpu(machine: Machine, alone: Placed) -> bool:

@@ -3,10 +3,9 @@
 A reason's text is for people and is improved freely; anything that keeps, drops, replaces or finds a reason
 (the launch trading the one-slot reason for the MTP one, ``run`` saying how a diffusion model decodes, pooling
 putting its reasons before the RAM line) goes by its :data:`ReasonCode`, never by how the sentence begins.
-A :class:`Notice` is the same for what a launch tells the person beside its plan (which engine runs it, a flag
-this llama-server lacks, a re-plan after running out of memory), for why only llama-server runs a request and for
-why a llama-server could not be asked. ``tests/test_reasons_as_values.py`` checks that no code in the package
-reads a reason's, a notice's or an error's text.
+A :class:`Notice` is the same for what a launch tells the person beside its plan (:data:`NoticeCode` lists
+what). ``tests/test_reasons_as_values.py`` checks that no code in the package reads a reason's, a notice's or
+an error's text.
 """
 
 from __future__ import annotations
@@ -133,11 +132,6 @@ def find_notice(notices: Iterable[Notice], code: NoticeCode) -> Notice | None:
 def find_reason(reasons: Iterable[Reason], code: ReasonCode) -> Reason | None:
     """The first reason with ``code``, if any."""
     return next((r for r in reasons if r.code == code), None)
-
-
-def without_reasons(reasons: Iterable[Reason], code: ReasonCode) -> tuple[Reason, ...]:
-    """The reasons with every one of ``code`` left out."""
-    return tuple(r for r in reasons if r.code != code)
 
 
 def leading_reasons(reasons: Iterable[Reason]) -> tuple[Reason, ...]:

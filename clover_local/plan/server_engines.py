@@ -13,7 +13,6 @@ import re
 from clover_local.plan.types import Plan
 from clover_local.presets import Preset
 
-ENGINES = ("llama-server", "vllm", "sglang")
 MAX_TENSOR_PARALLEL = 8
 GPU_MEMORY_FRACTION = 0.9
 """vLLM's default ``--gpu-memory-utilization`` and SGLang's ``--mem-fraction-static`` ballpark; stated so it can

@@ -22,15 +22,6 @@ CPU_SLOT_COMFORT = 0.75
 """On a CPU, default slots may bring planned RAM up to this share of what is available (as the quant rule)."""
 
 
-def check_slots(n: int) -> None:
-    """A UsageError unless ``--parallel n`` is between 1 and :data:`MAX_SLOTS`."""
-    if not 1 <= n <= MAX_SLOTS:
-        raise UsageError(
-            f"--parallel {n} is not a number of slots this server can hold.",
-            f"Pick --parallel between 1 and {MAX_SLOTS} (each slot holds a whole context).",
-        )
-
-
 def _comfortable(machine: Machine, fit: Fit) -> bool:
     if not fit.fits:
         return False
@@ -47,18 +38,15 @@ def choose_slots(
     slot; ``wished``: ``--parallel`` (None: decide)."""
     per_slot = _slot_cost(fit, refit(machine, model, fit, ctx, n_ubatch=n_ubatch, n_seq=2))
     if wished is not None:
-        check_slots(wished)
+        if not 1 <= wished <= MAX_SLOTS:
+            raise UsageError(
+                f"--parallel {wished} is not a number of slots this server can hold.",
+                f"Pick --parallel between 1 and {MAX_SLOTS} (each slot holds a whole context).",
+            )
         if wished == 1:
             return fit, "1 slot (--parallel 1): one request is decoded at a time; others wait their turn."
-        grown = find_fit(
-            machine,
-            model,
-            ctx,
-            n_ubatch,
-            recurrent_copies=fit.recurrent_copies,
-            engine=fit.engine,
-            n_seq=wished,
-        )
+        copies, engine = fit.recurrent_copies, fit.engine
+        grown = find_fit(machine, model, ctx, n_ubatch, recurrent_copies=copies, engine=engine, n_seq=wished)
         moved = (grown.n_gpu_layers, grown.n_cpu_moe) != (fit.n_gpu_layers, fit.n_cpu_moe)
         cost = (
             f"; to hold them, the placement changed from the one-slot plan ({_where(fit)} -> {_where(grown)})"

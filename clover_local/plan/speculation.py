@@ -86,8 +86,7 @@ class HeadOffer:
 
 
 def offered_heads(
-    model: ModelDescription | None,
-    sidecars: Mapping[DraftKind, tuple[str, ModelDescription | None]] = {},
+    model: ModelDescription | None, sidecars: Mapping[DraftKind, tuple[str, ModelDescription | None]] = {}
 ) -> tuple[HeadOffer, ...]:
     """The heads to choose from, in llama.cpp's order of preference (mtp, dspark, dflash, eagle3): an MTP head
     inside the model file first (no second file to load), then each sidecar."""
@@ -205,40 +204,36 @@ def choose_mode(
         recurrent and plan.engine == "embedded" and plan.n_gpu_layers != 0 and bool(plan.memory.gpus)
     )
     if ngram_costs and (not offers or plan.n_cpu_moe > 0):
-        return (
-            "off",
-            None,
+        why = (
             f"the model keeps recurrent state and its layers run on the GPU in the embedded engine: rolling back"
             f" an n-gram draft there either holds {1 + plan.speculative.n_max + 1} copies of the state in every"
             f" step (llama.cpp's snapshots: {NGRAM_RECURRENT_GPU_COST:.0%} per token even when nothing is drafted,"
             f" 216 vs 234 tokens/s measured on an H200) or copies it off the GPU for each draft (the embedded"
             f" engine's way, as llama-server does it, unmeasured on a GPU); heads offered:"
-            f" {', '.join(o.kind for o in offers) or 'none'}.",
+            f" {', '.join(o.kind for o in offers) or 'none'}."
         )
+        return "off", None, why
     if not offers:
         return "ngram", None, "the model's files offer no drafter head; n-gram lookup needs none."
     if plan.n_gpu_layers == 0:
-        return (
-            "ngram",
-            None,
+        why = (
             f"CPU only: a drafter head costs a MoE layer per drafted token and the verification batch is not"
-            f" free on a CPU, while n-gram lookup drafts for nothing (heads offered: {have}).",
+            f" free on a CPU, while n-gram lookup drafts for nothing (heads offered: {have})."
         )
+        return "ngram", None, why
     if plan.n_cpu_moe > 0:
-        return (
-            "ngram",
-            None,
+        why = (
             f"experts of {plan.n_cpu_moe} layers are in RAM: an MTP head is itself a MoE layer, and verifying"
             f" drafts reads more experts from RAM; reports show MTP halving speed there (94 -> 48 tok/s under"
-            f" --n-cpu-moe). Heads offered: {have}; run `clover-local bench` to measure them here.",
+            f" --n-cpu-moe). Heads offered: {have}; run `clover-local bench` to measure them here."
         )
+        return "ngram", None, why
     head = offers[0]
-    return (
-        head.kind,
-        head,
+    why = (
         f"every expert is on the GPU, where a trained head drafts well for little (llama.cpp's preference:"
-        f" mtp, dspark, dflash, eagle3; offered: {have}).",
+        f" mtp, dspark, dflash, eagle3; offered: {have})."
     )
+    return head.kind, head, why
 
 
 def with_recurrent_copies(plan: Placed, model: ModelDescription, spec: SpeculativePlan) -> MemoryPlan:

@@ -133,15 +133,6 @@ class LayerWork:
     """For the layers on the CPU: query heads times the cached tokens each attends over (the context filled)."""
 
 
-def gpu_layer_seconds(recurrent: bool, moe: bool) -> float:
-    """Fixed time one layer takes on a GPU per token whatever its bytes: kernel launches and their latency."""
-    return (
-        GPU_LAYER_SECONDS
-        + (GPU_RECURRENT_EXTRA_SECONDS if recurrent else 0.0)
-        + (GPU_MOE_EXTRA_SECONDS if moe else 0.0)
-    )
-
-
 def predict_tokens_per_s(
     machine: Machine,
     gpu_bytes: Sequence[float],
@@ -161,9 +152,10 @@ def predict_tokens_per_s(
             continue
         bw, source = gpu_bandwidth(gpu, machine.memory.total_bytes)
         n_rec = work.gpu_recurrent_layers[i] if i < len(work.gpu_recurrent_layers) else 0
-        fixed = n_rec * gpu_layer_seconds(True, work.moe) + (n_layers - n_rec) * gpu_layer_seconds(
-            False, work.moe
-        )
+        # kernel launches and their latency, whatever the bytes
+        moe = GPU_MOE_EXTRA_SECONDS if work.moe else 0.0
+        recurrent = GPU_LAYER_SECONDS + GPU_RECURRENT_EXTRA_SECONDS + moe
+        fixed = n_rec * recurrent + (n_layers - n_rec) * (GPU_LAYER_SECONDS + moe)
         seconds += n_bytes / (bw * BANDWIDTH_EFFICIENCY) + fixed
         notes.append(
             f"gpu{i}: {n_bytes / GB:.2f} GB per token at {bw / GB:.0f} GB/s ({source}) "
@@ -171,11 +163,8 @@ def predict_tokens_per_s(
         )
     if ram_bytes > 0:
         rate, source = ram_read_rate(machine, threads)
-        attention = (
-            work.cpu_attention_head_cells
-            * CPU_ATTENTION_SECONDS
-            / (threads or machine.cpu.physical_cores or 1)
-        )
+        n_threads = threads or machine.cpu.physical_cores or 1
+        attention = work.cpu_attention_head_cells * CPU_ATTENTION_SECONDS / n_threads
         seconds += ram_bytes / rate + work.cpu_layers * CPU_LAYER_SECONDS + attention
         said = f"RAM: {ram_bytes / GB:.2f} GB per token at {rate / GB:.0f} GB/s ({source})"
         if attention >= 0.5e-3:
