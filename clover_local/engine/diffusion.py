@@ -35,7 +35,7 @@ from clover_local.engine.diffusion_schedule import (
     transfer_count,
     transfer_counts_for_block,
 )
-from clover_local.engine.sampling import TOKEN_DATA, LogitsView
+from clover_local.engine.sampling import TOKEN_DATA, LogitsView, token_data_array
 from clover_local.errors import EngineError
 
 _TOKEN_DATA_ARRAY = np.dtype(
@@ -407,15 +407,10 @@ def _top_k_superset(sub: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np
 def _sample_positions(conf: np.ndarray, alg_temp: float, take: int, dist: Any) -> np.ndarray:
     """The C++ ``alg_temp > 0`` branch: draw ``take`` distinct positions by softmax(confidence / alg_temp)
     with ``dist``."""
-    n = len(conf)
-    arr = (C.llama_token_data * n)()
-    view = np.ctypeslib.as_array(arr).view(TOKEN_DATA).reshape(n)
-    view["id"] = np.arange(n, dtype=np.int32)
+    view = np.zeros(len(conf), dtype=TOKEN_DATA)
+    view["id"] = np.arange(len(conf), dtype=np.int32)
     view["logit"] = conf / np.float32(alg_temp)
-    view["p"] = 0.0
-    cur = C.llama_token_data_array(
-        data=ctypes.cast(arr, C.llama_token_data_p), size=n, selected=-1, sorted=False
-    )
+    cur = token_data_array(view)
     picked: list[int] = []
     for _ in range(take):
         C.llama_sampler_apply(dist, ctypes.byref(cur))

@@ -20,15 +20,12 @@ class StopTextStream:
         self._stop = tuple(s for s in stop if s)
         self._pending = ""
         self.stopped = False
-        self.text_parts: list[str] = []
 
     def push(self, piece: bytes) -> str:
         if self.stopped:
             return ""
         new = self._decoder.decode(piece)
         if not self._stop:
-            if new:
-                self.text_parts.append(new)
             return new
         # Search only where a stop string can begin: the held-back tail plus the new text.
         window = self._pending + new
@@ -40,8 +37,6 @@ class StopTextStream:
         else:
             keep = partial_stop(window, self._stop)
             out, self._pending = window[: len(window) - keep], window[len(window) - keep :]
-        if out:
-            self.text_parts.append(out)
         return out
 
     def flush(self) -> str:
@@ -50,13 +45,7 @@ class StopTextStream:
             return ""
         out = self._pending + self._decoder.decode(b"", final=True)
         self._pending = ""
-        if out:
-            self.text_parts.append(out)
         return out
-
-    @property
-    def text(self) -> str:
-        return "".join(self.text_parts)
 
 
 def partial_stop(text: str, stops: Sequence[str]) -> int:

@@ -18,7 +18,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from clover_local.engine import grammar
@@ -100,10 +100,6 @@ def fallback_messages(
         else:
             out.append(m)
     return tuple(out)
-
-
-fold_tools = fallback_messages
-"""What a template without tool syntax is given (``templates.renderer``, llama-server's generic format)."""
 
 
 def _results_hint(choice: str) -> str:
@@ -339,24 +335,8 @@ def _json_through_strings(decoder: json.JSONDecoder, text: str, body: int) -> tu
     return text[at:stop], rest + len(CALL_END)
 
 
-@dataclass(frozen=True)
-class ParsedReply:
-    content: str
-    calls: tuple[ToolCall, ...]
-
-
-def parse_reply(text: str, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> ParsedReply:
-    """Split a whole reply into the text before the first call and the calls (unparseable calls stay text)."""
-    start = text.find(CALL_START)
-    if start < 0:
-        return ParsedReply(text, ())
-    calls = parse_calls(text[start:], fmt, tools)
-    if not calls:
-        return ParsedReply(text, ())
-    return ParsedReply(text[:start].rstrip(), calls)
-
-
 def parse_calls(text: str, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> tuple[ToolCall, ...]:
+    """The calls in a reply, in order (an unparseable call is skipped)."""
     calls: list[ToolCall] = []
     for block in _hermes_blocks(text):
         call = _parse_block(block, fmt, tools)
