@@ -142,13 +142,12 @@ class BenchReport:
 
     def same_prefix(self, workload: str) -> float | None:
         """Shortest share of (b)'s text that (c) reproduced exactly before the first difference, over rounds."""
+        from clover_local.engine.sequence import common_prefix
+
         b, c = ([s.text for s in self._ran(workload, e)] for e in ("b", "c"))
-        shares = []
-        for tb, tc in zip(b, c, strict=False):
-            n = next(
-                (i for i, (x, y) in enumerate(zip(tb, tc, strict=False)) if x != y), min(len(tb), len(tc))
-            )
-            shares.append(n / max(len(tb), 1) if tb != tc else 1.0)
+        shares = [
+            common_prefix(tb, tc) / max(len(tb), 1) if tb != tc else 1.0 for tb, tc in zip(b, c, strict=False)
+        ]
         return min(shares) if shares else None
 
     def paired_ratio(self, num: str, den: str, workload: str) -> float | None:
@@ -173,8 +172,7 @@ class BenchReport:
                 row[f"{engine}_error"] = self.error(engine, workload)
             for num, den in (("b", "a"), ("c", "a"), ("d", "a"), ("c", "b")):
                 row[f"{num}/{den} paired"] = self.paired_ratio(num, den, workload)
-            b, c = self.median("b", workload), self.median("c", workload)
-            row["c/b"] = c / b if b and c else None
+            row["c/b"] = row["c"] / row["b"] if row["b"] and row["c"] else None
             accs = [s.draft_acceptance for s in self.samples if s.engine == "c" and s.workload == workload]
             row["c_acceptance"] = statistics.median([a for a in accs if a is not None] or [0.0])
             row["b==c"] = self.outputs_match(workload)
@@ -316,7 +314,8 @@ def format_table(report: BenchReport) -> str:
     def num(v: float | None, fmt: str = "{:.1f}") -> str:
         return fmt.format(v) if v is not None else "-"
 
-    for row in report.table():
+    rows = report.table()
+    for row in rows:
         d = "crashed" if row["d_error"] else num(row["d"])
         lines.append(
             f"| {row['workload']} | {num(row['a'])} | {num(row['b'])} | {num(row['c'])} | {d} | "
@@ -325,9 +324,7 @@ def format_table(report: BenchReport) -> str:
             f"{'-' if row['d_error'] else num(row['d/a paired'], '{:.2f}')} | {row['c_acceptance']:.0%} | "
             f"{_match_text(row)} |"
         )
-    errors = {row["workload"]: row["d_error"] for row in report.table() if row["d_error"]}
-    for workload, err in errors.items():
-        lines.append(f"\n(d) on {workload}: {err}")
+    lines += [f"\n(d) on {row['workload']}: {row['d_error']}" for row in rows if row["d_error"]]
     return "\n".join(lines)
 
 

@@ -25,14 +25,13 @@ class NgramDrafter:
         if not sizes:
             raise ValueError("match_sizes needs at least one positive size")
         self.match_sizes = tuple(sizes)
-        self.tokens: list[int] = []
-        self._maps: list[dict[tuple[int, ...], int]] = [{} for _ in sizes]
         self.last_match = 0
         """Size of the n-gram the last draft came from (0: none)."""
+        self.reset()
 
     def reset(self, tokens: Iterable[int] = ()) -> None:
-        self.tokens = []
-        self._maps = [{} for _ in self.match_sizes]
+        self.tokens: list[int] = []
+        self._maps: list[dict[tuple[int, ...], int]] = [{} for _ in self.match_sizes]
         self.extend(tokens)
 
     def extend(self, tokens: Iterable[int]) -> None:

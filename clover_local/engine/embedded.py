@@ -1,14 +1,11 @@
 """The embedded engine: a GGUF loaded in-process through llama-cpp-python's low-level API, generating with
 self-speculative (n-gram) decoding.
 
-One generation step either decodes the last token alone, or decodes it together with a drafted continuation
-and keeps the longest drafted prefix the model agrees with, plus the model's own next token. Logits are
-requested only for the positions being verified, so memory stays O(draft x vocab). Rejected positions are
-removed from the KV cache. On recurrent/hybrid models an n-gram draft is rolled back as llama-server does it: the
-sequence's recurrent state is copied before the batch and, when part of the draft is rejected, put back and the
-kept tokens evaluated again (``engine.checkpoints.DraftRollback``); the MTP head uses llama.cpp's recurrent-state
-snapshots (``n_rs_seq``) instead. The KV cache of the previous turn is reused for the shared prefix of the next
-prompt.
+One step decodes the last token alone, or with a drafted continuation, keeping the longest drafted prefix the
+model agrees with plus its own next token; logits only for the verified positions (memory O(draft x vocab)), and
+rejected positions removed from the KV cache. On recurrent/hybrid models an n-gram draft is rolled back as
+llama-server does it (``engine.checkpoints.DraftRollback``); the MTP head uses llama.cpp's recurrent-state
+snapshots (``n_rs_seq``) instead. The KV cache of the previous turn is reused for the next prompt's shared prefix.
 
 ``serve`` and the chat hand requests straight to the engine's one batch thread (``engine.scheduler``, which runs
 ``plan.parallel`` slots at once) through ``submit``; ``generate`` does too with several slots.
@@ -214,10 +211,7 @@ class EmbeddedEngine:
 
     def reset_cache(self) -> None:
         """Forget the KV cache (the next prompt is evaluated from scratch)."""
-        C.llama_memory_clear(self._mem, True)
-        for slot in self._slots:
-            slot.kv.clear()
-            self._checkpoints[slot.seq].clear()
+        self._forget(None)
         if self._mtp is not None:
             self._mtp.clear()
 
@@ -432,21 +426,18 @@ class EmbeddedEngine:
         in slot order (llama.cpp splits a batch of per-slot streams by consecutive sequence ids); each picks
         its next token from its own row."""
         rows = sorted(seqs, key=lambda q: q.slot.seq if q.slot is not None else 0)
+        slots = [q.slot for q in rows if q.slot is not None]
         n = len(rows)
-        batch = self._batch
-        for i, q in enumerate(rows):
-            assert q.slot is not None
+        for i, (q, slot) in enumerate(zip(rows, slots, strict=True)):
             self._b_token[i] = q.new[-1]
-            self._b_pos[i] = len(q.slot.kv)
-            batch.seq_id[i][0] = q.slot.seq
+            self._b_pos[i] = len(slot.kv)
+            self._batch.seq_id[i][0] = slot.seq
         self._b_logits[:n] = 1
         self._batch_seq = -1
-        batch.n_tokens = n
-        slots = [q.slot for q in rows if q.slot is not None]
+        self._batch.n_tokens = n
         self._llama_decode(slots, "a batch", "Plan a larger --ctx or fewer --parallel.")
-        for i, q in enumerate(rows):
-            assert q.slot is not None
-            q.slot.kv.append(q.new[-1])
+        for i, (q, slot) in enumerate(zip(rows, slots, strict=True)):
+            slot.kv.append(q.new[-1])
             q.new = [q.picker.pick(i, n)]
             if q.drafter is not None:
                 q.drafter.extend(q.new)
@@ -472,15 +463,16 @@ class EmbeddedEngine:
             )
         )
 
-    def _forget(self, slot: Slot) -> None:
-        """Drop a slot's cache (the whole memory on a one-slot engine)."""
-        if self._n_seq == 1 or not C.llama_memory_seq_rm(self._mem, slot.seq, -1, -1):
+    def _forget(self, slot: Slot | None) -> None:
+        """Drop a slot's cache (the whole memory for None, or on a one-slot engine)."""
+        slots = self._slots
+        if slot is not None and self._n_seq > 1 and C.llama_memory_seq_rm(self._mem, slot.seq, -1, -1):
+            slots = [slot]
+        else:
             C.llama_memory_clear(self._mem, True)
-            for other in self._slots:
-                other.kv.clear()
-                self._checkpoints[other.seq].clear()
-        slot.kv.clear()
-        self._checkpoints[slot.seq].clear()
+        for each in slots:
+            each.kv.clear()
+            self._checkpoints[each.seq].clear()
 
     def _is_eog(self, tok: int) -> bool:
         is_eog = self._eog.get(tok)
@@ -500,11 +492,9 @@ class EmbeddedEngine:
         n_rows = len(batch)
         new: list[int] = []
         for i in range(n_rows):
-            tok = picker.pick(i, n_rows)
-            new.append(tok)
-            if i < len(draft) and tok == draft[i]:
-                continue
-            break
+            new.append(picker.pick(i, n_rows))
+            if i == len(draft) or new[-1] != draft[i]:
+                break
         n_keep = base + len(new)
         if n_keep < len(kv):
             if rollback is not None:
