@@ -2,10 +2,8 @@
 
 The idea is llama.cpp's ``ngram-mod`` / prompt lookup: when the last few tokens appeared before, guess that
 what followed them then follows them now (code rewrites, summaries that quote, repeated structure). Longer
-matches are tried first because they guess better. A :class:`DraftController` picks the draft length from the
-acceptance rate and a fixed model of what verification costs (never from timings, so replies do not change
-with machine load), and drafts nothing where that does not pay (probing
-again now and then), so free chat does not pay for speculation it cannot use. Pure Python, no llama_cpp.
+matches are tried first because they guess better; :class:`DraftController` decides how much of a draft is
+verified. Pure Python, no llama_cpp.
 """
 
 from __future__ import annotations

@@ -391,7 +391,7 @@ class EmbeddedEngine:
         pays; ``seq.new`` becomes what the step picked."""
         slot = seq.slot
         assert slot is not None
-        kv, plan, run = slot.kv, self._parts.speculative, seq.run
+        kv, plan = slot.kv, self._parts.speculative
         last = seq.new[-1]
         base = len(kv)
         if base + 1 > self._n_ctx:
@@ -401,9 +401,9 @@ class EmbeddedEngine:
         draft: list[int] = []
         if mtp is not None and not self._spec_broken:
             # llama-server's budget (get_n_draft_max): what the reply and the context still allow.
-            draft = mtp.draft(last, base, min(seq.max_new - run.n_out - 1, self._n_ctx - base - 2))
+            draft = mtp.draft(last, base, min(seq.max_new - seq.n_out - 1, self._n_ctx - base - 2))
         elif drafter is not None and not self._spec_broken:
-            room = min(seq.max_new - run.n_out - 1, self._n_ctx - base - 1, self._n_batch - 1)
+            room = min(seq.max_new - seq.n_out - 1, self._n_ctx - base - 1, self._n_batch - 1)
             if room >= controller.n_min:
                 candidate = drafter.draft(min(plan.n_max, room))
                 draft = candidate[: controller.choose(len(candidate), drafter.last_match)]
@@ -444,22 +444,22 @@ class EmbeddedEngine:
 
     def finished(self, seq: ActiveSequence) -> Finished:
         """The sequence's last event: its counters and why it ended."""
-        t_end, run, controller = time.perf_counter(), seq.run, seq.controller
+        t_end, controller = time.perf_counter(), seq.controller
         n_prefill = len(seq.prompt) - seq.n_cached
-        t_first = run.t_first if run.t_first is not None else t_end
+        t_first = seq.t_first if seq.t_first is not None else t_end
         decode_s = t_end - t_first
         return Finished(
             GenerationStats(
                 prompt_tokens=len(seq.prompt),
-                completion_tokens=run.n_out,
+                completion_tokens=seq.n_out,
                 cached_tokens=seq.n_cached,
                 ttft_s=t_first - seq.t0,
                 prefill_tokens_per_s=n_prefill / (seq.t_prefill - seq.t0) if seq.t_prefill > seq.t0 else 0.0,
-                decode_tokens_per_s=(run.n_out - 1) / decode_s if run.n_out > 1 and decode_s > 0 else 0.0,
+                decode_tokens_per_s=(seq.n_out - 1) / decode_s if seq.n_out > 1 and decode_s > 0 else 0.0,
                 draft_acceptance=controller.acceptance,
                 drafted_tokens=controller.drafted,
                 accepted_tokens=controller.accepted,
-                finish_reason=run.finish,
+                finish_reason=seq.finish,
             )
         )
 

@@ -61,7 +61,7 @@ def renders_tools(choice: TemplateChoice) -> bool:
     them). Otherwise clover-local's generic format is used, on both engines: the tools are listed in a system
     note, calls are written and forced in the Hermes format, and earlier calls and results are folded into text
     (:func:`clover_local.engine.toolcalls.fallback_messages`)."""
-    return choice.kind == "jinja" and toolcalls.template_renders_tools(choice.source)
+    return choice.kind == "jinja" and "tools" in (choice.source or "")
 
 
 def tool_format(choice: TemplateChoice) -> ToolFormat:

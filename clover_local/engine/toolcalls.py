@@ -48,11 +48,6 @@ def detect_format(template_source: str | None) -> ToolFormat:
     return "hermes"
 
 
-def template_renders_tools(template_source: str | None) -> bool:
-    """The Jinja template itself shows ``tools`` and tool messages (else we describe them ourselves)."""
-    return bool(template_source) and "tools" in (template_source or "")
-
-
 def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
