@@ -98,10 +98,9 @@ class DiffusionRunner:
 
     The context must have ``n_ubatch >= max_length``: the whole canvas is one micro-batch."""
 
-    def __init__(self, model: Any, ctx: Any) -> None:
+    def __init__(self, model: Any, ctx: Any, shift_logits: bool) -> None:
         if not C.llama_model_is_diffusion(model):
             raise EngineError("This model is not a diffusion model.", "Use the autoregressive engine for it.")
-        self._model = model
         self._ctx = ctx
         vocab = C.llama_model_get_vocab(model)
         self.mask_token_id = int(C.llama_vocab_mask(vocab))
@@ -113,7 +112,7 @@ class DiffusionRunner:
         self.n_vocab = int(C.llama_vocab_n_tokens(vocab))
         self.n_ubatch = int(C.llama_n_ubatch(ctx))
         self.n_ctx = int(C.llama_n_ctx(ctx))
-        self.shift_logits = header_shift_logits(model)
+        self.shift_logits = shift_logits
         self._fresh = np.zeros(self.n_vocab, dtype=TOKEN_DATA)
         self._fresh["id"] = np.arange(self.n_vocab, dtype=np.int32)
         self._cand_buf: Any = None
@@ -442,11 +441,3 @@ def _sampler_chain(params: DiffusionParams) -> Any:
         C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(params.temperature))
     C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(params.seed & 0xFFFFFFFF))
     return chain
-
-
-def header_shift_logits(model: Any) -> bool:
-    """``diffusion.shift_logits`` from the GGUF; true when absent (as the cli decides)."""
-    buf = ctypes.create_string_buffer(8)
-    if C.llama_model_meta_val_str(model, b"diffusion.shift_logits", buf, ctypes.sizeof(buf)) >= 0:
-        return buf.value == b"true"
-    return True

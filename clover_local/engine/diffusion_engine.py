@@ -42,7 +42,7 @@ class DiffusionEngine(EmbeddedEngine):
 
     def __init__(self, parts: EngineParts, plan: DiffusionPlan) -> None:
         super().__init__(parts)
-        self._runner = DiffusionRunner(parts.model, parts.ctx)
+        self._runner = DiffusionRunner(parts.model, parts.ctx, plan.shift_logits)
         self.plan = plan
 
     @property
