@@ -78,13 +78,17 @@ class EmbeddedEngine:
 
     def __init__(self, parts: EngineParts) -> None:
         self._parts = parts
+        self.model_name = parts.model_name
+        self.template = parts.template
+        self.recurrent = parts.recurrent
+        """The model keeps a recurrent state (Mamba, Gated DeltaNet...), alone or beside attention."""
         self._model = parts.model
         self._ctx = parts.ctx
         self._vocab = C.llama_model_get_vocab(parts.model)
         self._n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
         self._n_seq = max(1, int(C.llama_n_seq_max(parts.ctx)))
         # Each slot's own share of the cache (llama.cpp splits -c evenly between the sequences).
-        self._n_ctx = int(C.llama_n_ctx(parts.ctx)) if self._n_seq == 1 else int(C.llama_n_ctx_seq(parts.ctx))
+        self.n_ctx = int(C.llama_n_ctx(parts.ctx)) if self._n_seq == 1 else int(C.llama_n_ctx_seq(parts.ctx))
         self._slots = [Slot(i) for i in range(self._n_seq)]
         self._batch_seq = -1
         """The sequence id every row of the batch carries now (-1: mixed, after a batch of several, or none yet)."""
@@ -135,12 +139,12 @@ class EmbeddedEngine:
         )
         """Steps get every planned thread only while other programs leave the cores free."""
         # The MTP head keeps a context of its own, which a checkpoint of the trunk would not put back.
-        checkpoints = parts.ctx_checkpoints if parts.recurrent and self._mtp is None else 0
+        checkpoints = parts.ctx_checkpoints if self.recurrent and self._mtp is None else 0
         self._checkpoints = [Checkpoints(parts.ctx, checkpoints, slot.seq) for slot in self._slots]
         """Each slot's recurrent state at prompt positions, restored when its next prompt shares them."""
         keeps_snapshots = int(C.llama_n_rs_seq(parts.ctx)) > 0
         self._rollbacks = [
-            DraftRollback(parts.ctx, slot.seq) if parts.recurrent and not keeps_snapshots else None
+            DraftRollback(parts.ctx, slot.seq) if self.recurrent and not keeps_snapshots else None
             for slot in self._slots
         ]
         """On a recurrent model without llama.cpp's snapshots: each slot's state kept while a draft is verified."""
@@ -148,18 +152,6 @@ class EmbeddedEngine:
         """Makes the drafter for each generation (tests swap in drafters that guess on purpose)."""
 
     # --- ChatEngine -------------------------------------------------------------------------------------------
-
-    @property
-    def model_name(self) -> str:
-        return self._parts.model_name
-
-    @property
-    def n_ctx(self) -> int:
-        return self._n_ctx
-
-    @property
-    def template(self) -> TemplateChoice:
-        return self._parts.template
 
     @property
     def slots(self) -> int:
@@ -180,11 +172,6 @@ class EmbeddedEngine:
     def cached_tokens(self) -> tuple[int, ...]:
         """The tokens whose keys and values are in the first slot's cache now (prompt and reply so far)."""
         return tuple(self._slots[0].kv)
-
-    @property
-    def recurrent(self) -> bool:
-        """The model keeps a recurrent state (Mamba, Gated DeltaNet...), alone or beside attention."""
-        return self._parts.recurrent
 
     @property
     def drafts_rolled_back(self) -> int:
@@ -299,12 +286,12 @@ class EmbeddedEngine:
     ) -> ActiveSequence:
         """``request``'s sequence, ready to start: its prompt tokenized, its stops and sampler made."""
         prompt = self._prompt_tokens(request)
-        if len(prompt) >= self._n_ctx:
+        if len(prompt) >= self.n_ctx:
             raise ContextFull(
-                f"The prompt is {len(prompt)} tokens; the context holds {self._n_ctx}.",
+                f"The prompt is {len(prompt)} tokens; the context holds {self.n_ctx}.",
                 "Shorten the conversation or plan a larger context (--ctx).",
             )
-        max_new = min(request.max_tokens, self._n_ctx - len(prompt))
+        max_new = min(request.max_tokens, self.n_ctx - len(prompt))
         gbnf = self._grammar(request)
         if request.messages is not None:  # a chat reply ends where its turn ends, and after its one call
             # Under a grammar the grammar says where the reply ends: a turn marker's text inside a JSON string
@@ -394,16 +381,16 @@ class EmbeddedEngine:
         kv, plan = slot.kv, self._parts.speculative
         last = seq.new[-1]
         base = len(kv)
-        if base + 1 > self._n_ctx:
+        if base + 1 > self.n_ctx:
             seq.stop("length")
             return
         mtp, drafter, controller = seq.mtp, seq.drafter, seq.controller
         draft: list[int] = []
         if mtp is not None and not self._spec_broken:
             # llama-server's budget (get_n_draft_max): what the reply and the context still allow.
-            draft = mtp.draft(last, base, min(seq.max_new - seq.n_out - 1, self._n_ctx - base - 2))
+            draft = mtp.draft(last, base, min(seq.max_new - seq.n_out - 1, self.n_ctx - base - 2))
         elif drafter is not None and not self._spec_broken:
-            room = min(seq.max_new - seq.n_out - 1, self._n_ctx - base - 1, self._n_batch - 1)
+            room = min(seq.max_new - seq.n_out - 1, self.n_ctx - base - 1, self._n_batch - 1)
             if room >= controller.n_min:
                 candidate = drafter.draft(min(plan.n_max, room))
                 draft = candidate[: controller.choose(len(candidate), drafter.last_match)]
@@ -678,7 +665,7 @@ class EmbeddedEngine:
     @property
     def tool_format(self) -> ToolFormat:
         """How this model writes tool calls (from its chat template; Hermes JSON when it has none)."""
-        return templates.tool_format(self._parts.template)
+        return templates.tool_format(self.template)
 
     @property
     def turn_markers(self) -> tuple[str, ...]:
