@@ -214,11 +214,8 @@ class TokenPicker:
         return chain
 
     def pick(self, row: int, n_rows: int) -> int:
-        """The token for output row ``row`` of the last decode, which produced ``n_rows`` output rows.
-
-        Output rows and batch indices coincide here: the engine asks for logits either at the last token
-        (one row) or at every token of a verification batch.
-        """
+        """The token for output row ``row`` of the last decode, which produced ``n_rows`` output rows (the batch
+        index too: the engine asks for logits at the last token alone or at every token of a verification batch)."""
         if self._gate is not None:
             return self._pick_constrained(row, n_rows, self._gate)
         if self._chain is None:

@@ -8,12 +8,8 @@ from collections.abc import Sequence
 
 
 class StopTextStream:
-    """Incremental UTF-8 decoding plus stop-string hold-back.
-
-    ``push(piece)`` returns the text that can be shown now; text that might be the start of a stop string is
-    held until it is known not to be. After a stop string is seen, ``stopped`` is True and nothing more is
-    returned (the stop string itself is never shown).
-    """
+    """``push(piece)`` returns the text that can be shown now, holding back what might start a stop string; once
+    a stop string is seen, ``stopped`` is True and nothing more (the stop string included) is returned."""
 
     def __init__(self, stop: Sequence[str] = ()) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -247,10 +247,11 @@ _TAG_NAME_RE = re.compile(r"([^>\n]{1,256})>")
 """A ``<function=NAME>`` or ``<parameter=NAME>`` name: bounded, so scanning many unclosed openers stays linear."""
 
 
-def _sections(text: str, start: str, ends: tuple[str, ...]) -> Iterator[tuple[int, int]]:
-    """(body start, body end) of each ``start ... end`` section, the last one may run to the end of ``text``;
-    an end in ``ends`` that is itself ``start`` begins the next section. Each string is searched for once per
-    occurrence (the next place of each end is remembered), so the scan is linear however hostile the text."""
+def _named_sections(text: str, start: str, ends: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+    """(name, body) of each ``<tag=NAME>body ... end`` section (one without a name is skipped), the last one may
+    run to the end of ``text``; an end in ``ends`` that is itself ``start`` begins the next section. Each string
+    is searched for once per occurrence (the next place of each end is remembered), so the scan is linear however
+    hostile the text."""
     next_at = dict.fromkeys(ends, -1)
     pos = 0
     while (i := text.find(start, pos)) >= 0:
@@ -261,10 +262,11 @@ def _sections(text: str, start: str, ends: tuple[str, ...]) -> Iterator[tuple[in
                 if next_at[e] < 0:
                     next_at[e] = len(text) + 1  # never again
         j, e = min((at, e) for e, at in next_at.items())
+        m = _TAG_NAME_RE.match(text, body, min(j, len(text)))
+        if m is not None and m.group(1).strip():
+            yield m.group(1).strip(), text[m.end() : min(j, len(text))]
         if j > len(text):
-            yield body, len(text)
             return
-        yield body, j
         pos = j if e == start else j + len(e)
 
 
@@ -355,26 +357,16 @@ def _parse_block(block: str, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> Tool
 
 
 def _parse_xml(block: str, tools: Sequence[ToolSpec]) -> ToolCall | None:
-    found = _named_sections(block, "<function=", ("</function>",))
-    if not found:
+    found = next(_named_sections(block, "<function=", ("</function>",)), None)
+    if found is None:
         return None
-    name, body = found[0]
+    name, body = found
     props = _properties(tools, name)
     args: dict[str, Any] = {}
     for pname, raw in _named_sections(body, "<parameter=", ("</parameter>", "<parameter=")):
         raw = raw.removeprefix("\n").removesuffix("\n")
         args[pname] = _xml_value(raw, props.get(pname))
     return ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))
-
-
-def _named_sections(text: str, start: str, ends: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(name, body) of each ``<tag=NAME>body`` section (see :func:`_sections`); one without a name is skipped."""
-    out = []
-    for a, b in _sections(text, start, ends):
-        m = _TAG_NAME_RE.match(text, a, b)
-        if m is not None and m.group(1).strip():
-            out.append((m.group(1).strip(), text[m.end() : b]))
-    return out
 
 
 def _properties(tools: Sequence[ToolSpec], name: str) -> dict[str, Any]:
