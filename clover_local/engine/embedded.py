@@ -114,7 +114,8 @@ class EmbeddedEngine:
             eos_token=self._special_text(int(C.llama_vocab_eos(self._vocab))),
         )
         templates.check_template(self._render)
-        self._turn_markers = self._find_turn_markers()
+        self.turn_markers = self._find_turn_markers()
+        """The control text of this engine's chat template (``templates.turn_markers``)."""
         self._closed = False
         self.backend_sampling = parts.backend_sampling and self._n_seq == 1
         """Sample inside llama.cpp's graph on the model's device (GPU plans) instead of on the host (one slot:
@@ -296,7 +297,7 @@ class EmbeddedEngine:
         if request.messages is not None:  # a chat reply ends where its turn ends, and after its one call
             # Under a grammar the grammar says where the reply ends: a turn marker's text inside a JSON string
             # is text, not the end of the turn (the soak's one embedded miss ended a forced call there).
-            markers = self._turn_markers if gbnf is None else ()
+            markers = self.turn_markers if gbnf is None else ()
             stops = toolcalls.reply_stop_strings(request, markers, under_grammar=gbnf is not None)
             request = replace(request, stop=stops)
         plan = self._parts.speculative
@@ -666,11 +667,6 @@ class EmbeddedEngine:
     def tool_format(self) -> ToolFormat:
         """How this model writes tool calls (from its chat template; Hermes JSON when it has none)."""
         return templates.tool_format(self.template)
-
-    @property
-    def turn_markers(self) -> tuple[str, ...]:
-        """The control text of this engine's chat template (``templates.turn_markers``)."""
-        return self._turn_markers
 
     def _find_turn_markers(self) -> tuple[str, ...]:
         """The template's turn markers; each that is one token of this vocabulary ends generation like an
