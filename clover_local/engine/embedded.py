@@ -86,10 +86,12 @@ class EmbeddedEngine:
         self._ctx = parts.ctx
         self._vocab = C.llama_model_get_vocab(parts.model)
         self._n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
-        self._n_seq = max(1, int(C.llama_n_seq_max(parts.ctx)))
+        self.slots = max(1, int(C.llama_n_seq_max(parts.ctx)))
+        """Requests generated at once (``plan.parallel``); ``serve`` lets that many through together."""
         # Each slot's own share of the cache (llama.cpp splits -c evenly between the sequences).
-        self.n_ctx = int(C.llama_n_ctx(parts.ctx)) if self._n_seq == 1 else int(C.llama_n_ctx_seq(parts.ctx))
-        self._slots = [Slot(i) for i in range(self._n_seq)]
+        self.n_ctx = int(C.llama_n_ctx(parts.ctx)) if self.slots == 1 else int(C.llama_n_ctx_seq(parts.ctx))
+        self.slots_state = [Slot(i) for i in range(self.slots)]
+        """Each slot's sequence id and cached tokens (the scheduler hands them out)."""
         self._batch_seq = -1
         """The sequence id every row of the batch carries now (-1: mixed, after a batch of several, or none yet)."""
         self._n_batch = int(C.llama_n_batch(parts.ctx))
@@ -117,11 +119,11 @@ class EmbeddedEngine:
         self.turn_markers = self._find_turn_markers()
         """The control text of this engine's chat template (``templates.turn_markers``)."""
         self._closed = False
-        self.backend_sampling = parts.backend_sampling and self._n_seq == 1
+        self.backend_sampling = parts.backend_sampling and self.slots == 1
         """Sample inside llama.cpp's graph on the model's device (GPU plans) instead of on the host (one slot:
         the graph's sampler is set per sequence)."""
         self._mtp = parts.mtp
-        if self._mtp is not None and self._n_seq > 1:
+        if self._mtp is not None and self.slots > 1:
             # The head keeps one sequence's hidden states; with several slots it would follow none of them.
             self._mtp.close()
             self._mtp = None
@@ -129,7 +131,7 @@ class EmbeddedEngine:
                 Notice(
                     "speculation-off",
                     "MTP drafting runs only with one slot in the embedded engine: off for these "
-                    f"{self._n_seq} slots (--parallel 1 keeps it); n-gram drafting is not affected.",
+                    f"{self.slots} slots (--parallel 1 keeps it); n-gram drafting is not affected.",
                 )
             )
         self._scheduler = SlotScheduler(self)
@@ -141,28 +143,18 @@ class EmbeddedEngine:
         """Steps get every planned thread only while other programs leave the cores free."""
         # The MTP head keeps a context of its own, which a checkpoint of the trunk would not put back.
         checkpoints = parts.ctx_checkpoints if self.recurrent and self._mtp is None else 0
-        self._checkpoints = [Checkpoints(parts.ctx, checkpoints, slot.seq) for slot in self._slots]
+        self._checkpoints = [Checkpoints(parts.ctx, checkpoints, slot.seq) for slot in self.slots_state]
         """Each slot's recurrent state at prompt positions, restored when its next prompt shares them."""
         keeps_snapshots = int(C.llama_n_rs_seq(parts.ctx)) > 0
         self._rollbacks = [
             DraftRollback(parts.ctx, slot.seq) if self.recurrent and not keeps_snapshots else None
-            for slot in self._slots
+            for slot in self.slots_state
         ]
         """On a recurrent model without llama.cpp's snapshots: each slot's state kept while a draft is verified."""
         self.drafter_factory: Callable[[SpeculativePlan], Drafter] = default_drafter
         """Makes the drafter for each generation (tests swap in drafters that guess on purpose)."""
 
     # --- ChatEngine -------------------------------------------------------------------------------------------
-
-    @property
-    def slots(self) -> int:
-        """Requests generated at once (``plan.parallel``); ``serve`` lets that many through together."""
-        return self._n_seq
-
-    @property
-    def slots_state(self) -> list[Slot]:
-        """Each slot's sequence id and cached tokens (the scheduler hands them out)."""
-        return self._slots
 
     @property
     def checkpoints(self) -> Checkpoints:
@@ -172,7 +164,7 @@ class EmbeddedEngine:
     @property
     def cached_tokens(self) -> tuple[int, ...]:
         """The tokens whose keys and values are in the first slot's cache now (prompt and reply so far)."""
-        return tuple(self._slots[0].kv)
+        return tuple(self.slots_state[0].kv)
 
     @property
     def drafts_rolled_back(self) -> int:
@@ -235,7 +227,7 @@ class EmbeddedEngine:
     ) -> Iterator[GenerationEvent]:
         """One slot: the sequence steps on the caller's thread, each token read before the next is made (``run``,
         ``bench``; a cancel set on reading a token stops the next). Several: :meth:`submit`, read from a queue."""
-        if self._n_seq == 1:
+        if self.slots == 1:
             yield from self._generate_alone(request, cancel)
             return
         items: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -258,7 +250,7 @@ class EmbeddedEngine:
         if self._closed:
             raise EngineError("This engine was closed; load the model again.")
         seq = self.open_sequence(request, cancel, time.perf_counter())
-        seq.slot = self._slots[0]
+        seq.slot = self.slots_state[0]
         try:
             events = self._steps_alone(seq)
             if toolcalls.shown_tools(request):
@@ -453,8 +445,8 @@ class EmbeddedEngine:
 
     def _forget(self, slot: Slot | None) -> None:
         """Drop a slot's cache (the whole memory for None, or on a one-slot engine)."""
-        slots = self._slots
-        if slot is not None and self._n_seq > 1 and C.llama_memory_seq_rm(self._mem, slot.seq, -1, -1):
+        slots = self.slots_state
+        if slot is not None and self.slots > 1 and C.llama_memory_seq_rm(self._mem, slot.seq, -1, -1):
             slots = [slot]
         else:
             C.llama_memory_clear(self._mem, True)
@@ -547,7 +539,9 @@ class EmbeddedEngine:
             if off + m == n:
                 self._b_logits[m - 1] = 1
             self._batch.n_tokens = m
-            self._llama_decode([self._slots[seq]], "the prompt", "Start a new chat or plan a larger --ctx.")
+            self._llama_decode(
+                [self.slots_state[seq]], "the prompt", "Start a new chat or plan a larger --ctx."
+            )
             if self._mtp is not None:
                 self._mtp.process(tokens[off : off + m], start + off)
         return True
