@@ -39,12 +39,7 @@ from clover_local.engine.sampling import TOKEN_DATA, LogitsView, token_data_arra
 from clover_local.errors import EngineError
 
 _TOKEN_DATA_ARRAY = np.dtype(
-    {
-        "names": ["data", "size", "selected", "sorted"],
-        "formats": ["<u8", "<u8", "<i8", "?"],
-        "offsets": [0, 8, 16, 24],
-        "itemsize": 32,
-    }
+    [("data", "<u8"), ("size", "<u8"), ("selected", "<i8"), ("sorted", "?"), ("pad", "V7")]
 )
 """``llama_token_data_array`` (include/llama.h: pointer, size_t, int64_t, bool; 32 bytes on 64-bit), held in
 numpy so that many are filled at once; handed to ``llama_sampler_apply`` through pointers of the binding's

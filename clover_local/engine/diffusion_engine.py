@@ -1,10 +1,10 @@
 """The embedded engine for diffusion models: the same :class:`ChatEngine` contract, replies made by
 :class:`~clover_local.engine.diffusion.DiffusionRunner` instead of token by token.
 
-Events: a :class:`Refining` after each step (the reply with its masks, for live views; a request's
-``live=False`` turns them off) and :class:`TextDelta` as soon as a prefix of the reply has settled (a position never changes
-once unmasked, so the settled prefix streams like autoregressive text: block by block on the block schedule,
-at the end on the timestep schedule), then one :class:`Finished` with :class:`DiffusionStats`.
+Events: a :class:`Refining` after each step (the reply with its masks, for live views; a request's ``live=False``
+turns them off) and :class:`TextDelta` as soon as a prefix of the reply has settled (a position never changes once
+unmasked, so the settled prefix streams like autoregressive text: block by block on the block schedule, at the
+end on the timestep schedule), then one :class:`Finished` with :class:`DiffusionStats`.
 """
 
 from __future__ import annotations

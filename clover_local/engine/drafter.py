@@ -132,10 +132,6 @@ class DraftController:
         token, only the long matches are worth a first draft; short ones wait for a probe to show they pay."""
         return min(0.9, 0.5 + 0.04 * max(0, match_size))
 
-    def batch_cost(self, m: int) -> float:
-        """Cost of verifying a batch of ``m`` tokens, relative to a one-token step."""
-        return cost_of(self.costs, m)
-
     def choose(self, available: int, match_size: int) -> int:
         """How many of ``available`` drafted tokens to verify now (0: decode one token plainly)."""
         self.seen += 1
@@ -146,7 +142,7 @@ class DraftController:
         best_k, best_gain = 0, self.MARGIN
         for k in range(self.n_min, limit + 1):
             expected = (1 - p ** (k + 1)) / (1 - p) if p < 1 else k + 1.0
-            gain = expected / self.batch_cost(k + 1)
+            gain = expected / cost_of(self.costs, k + 1)
             if gain > best_gain:
                 best_k, best_gain = k, gain
         if best_k:
@@ -162,13 +158,13 @@ class DraftController:
         """The longest draft whose total failure keeps the loss within the budget."""
         allowance = self.saved + self.START_BUDGET + self.LOSS_BUDGET * self.seen
         k = 0
-        while k < self.n_max and self.batch_cost(k + 2) - 1 <= allowance:
+        while k < self.n_max and cost_of(self.costs, k + 2) - 1 <= allowance:
             k += 1
         return k
 
     def record(self, drafted: int, accepted: int, match_size: int = 0) -> None:
         """A verification step drafted ``drafted`` tokens of which the first ``accepted`` were right."""
-        self.saved += accepted + 1 - self.batch_cost(drafted + 1)
+        self.saved += accepted + 1 - cost_of(self.costs, drafted + 1)
         self.drafted += drafted
         self.accepted += accepted
         trials = accepted + (1 if accepted < drafted else 0)

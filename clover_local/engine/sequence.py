@@ -109,12 +109,11 @@ class ActiveSequence:
                 yield TextDelta(text)
             if self.stream.stopped:
                 self.stop("stop")
-                return
-            if self.n_out >= self.max_new:
+            elif self.n_out >= self.max_new:
                 self.stop("length")
-                return
-            if self.cancel is not None and self.cancel.is_set():
+            elif self.cancel is not None and self.cancel.is_set():
                 self.stop("cancelled")
+            if self.done:
                 return
 
     def tail(self) -> Iterator[GenerationEvent]:
