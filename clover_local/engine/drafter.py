@@ -194,10 +194,5 @@ class Drafter(Protocol):
 
 
 def default_drafter(plan: SpeculativePlan) -> Drafter:
-    """The n-gram drafter (llama.cpp's ngram-mod idea), longest match first."""
-    return NgramDrafter(_match_sizes(plan.n_match))
-
-
-def _match_sizes(n_match: int) -> tuple[int, ...]:
-    """N-gram sizes tried longest first: the plan's ``n_match`` caps the longest."""
-    return tuple(sorted({k for k in (min(n_match, 12), 6, 3, 2) if 0 < k <= n_match}, reverse=True)) or (1,)
+    """The n-gram drafter (llama.cpp's ngram-mod idea), longest match first: the plan's ``n_match`` caps it."""
+    return NgramDrafter([k for k in (min(plan.n_match, 12), 6, 3, 2) if 0 < k <= plan.n_match] or [1])
