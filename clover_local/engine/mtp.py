@@ -59,13 +59,7 @@ class MtpHead:
     """The MTP draft context beside the engine's target context, for sequence 0."""
 
     def __init__(
-        self,
-        ctx_tgt: Any,
-        model_dft: Any,
-        context_params: Any,
-        *,
-        n_max: int = 3,
-        owns_model: bool = False,
+        self, ctx_tgt: Any, model_dft: Any, context_params: Any, *, n_max: int = 3, owns_model: bool = False
     ) -> None:
         """``model_dft``: the target model itself (its head loaded with ``load_mtp``) or an ``mtp-`` sidecar;
         ``context_params``: the target's (n_ctx, batch sizes, threads, cache types), copied for the draft."""

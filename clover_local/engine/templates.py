@@ -168,10 +168,7 @@ def render_jinja(
             f"The model's chat template tried something unsafe and was stopped: {exc}"
         ) from None
     except (jinja2.TemplateError, TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
-        raise EngineError(
-            f"The model's chat template could not be rendered: {exc}",
-            TEMPLATE_FIX,
-        ) from None
+        raise EngineError(f"The model's chat template could not be rendered: {exc}", TEMPLATE_FIX) from None
 
 
 TEMPLATE_FIX = "Set chat_template to a llama.cpp built-in name (e.g. 'chatml') or 'completion' in the preset."
