@@ -80,6 +80,8 @@ class EmbeddedEngine:
         self._parts = parts
         self.model_name = parts.model_name
         self.template = parts.template
+        self.tool_format: ToolFormat = templates.tool_format(parts.template)
+        """How this model writes tool calls (from its chat template; Hermes JSON when it has none)."""
         self.recurrent = parts.recurrent
         """The model keeps a recurrent state (Mamba, Gated DeltaNet...), alone or beside attention."""
         self._model = parts.model
@@ -656,11 +658,6 @@ class EmbeddedEngine:
         return n_keep
 
     # --- helpers ----------------------------------------------------------------------------------------------
-
-    @property
-    def tool_format(self) -> ToolFormat:
-        """How this model writes tool calls (from its chat template; Hermes JSON when it has none)."""
-        return templates.tool_format(self.template)
 
     def _find_turn_markers(self) -> tuple[str, ...]:
         """The template's turn markers; each that is one token of this vocabulary ends generation like an
