@@ -84,6 +84,8 @@ class EmbeddedEngine:
         """How this model writes tool calls (from its chat template; Hermes JSON when it has none)."""
         self.recurrent = parts.recurrent
         """The model keeps a recurrent state (Mamba, Gated DeltaNet...), alone or beside attention."""
+        self.speculative = parts.speculative
+        """The plan's speculation (its batch costs this machine's once :meth:`measure_verify_costs` kept them)."""
         self._model = parts.model
         self._ctx = parts.ctx
         self._vocab = C.llama_model_get_vocab(parts.model)
@@ -172,10 +174,6 @@ class EmbeddedEngine:
     def drafts_rolled_back(self) -> int:
         """Drafts rejected in part and rolled back from a copy of the recurrent state (tests, benchmarks)."""
         return sum(r.restored for r in self._rollbacks if r is not None)
-
-    @property
-    def speculative(self) -> SpeculativePlan:
-        return self._parts.speculative
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenize(text, add_special=False))
@@ -294,7 +292,7 @@ class EmbeddedEngine:
             markers = self.turn_markers if gbnf is None else ()
             stops = toolcalls.reply_stop_strings(request, markers, under_grammar=gbnf is not None)
             request = replace(request, stop=stops)
-        plan = self._parts.speculative
+        plan = self.speculative
         spec = (
             bool(plan.enabled if request.speculative is None else request.speculative)
             and not self._spec_broken
@@ -373,7 +371,7 @@ class EmbeddedEngine:
         pays; ``seq.new`` becomes what the step picked."""
         slot = seq.slot
         assert slot is not None
-        kv, plan = slot.kv, self._parts.speculative
+        kv, plan = slot.kv, self.speculative
         last = seq.new[-1]
         base = len(kv)
         if base + 1 > self.n_ctx:
@@ -570,7 +568,7 @@ class EmbeddedEngine:
             return None
         measured = measure_batch_costs(self, n_max_batch)
         if measured.quiet:
-            self._parts.speculative = replace(self._parts.speculative, batch_costs=measured.costs)
+            self.speculative = replace(self.speculative, batch_costs=measured.costs)
         return measured
 
     def health(self) -> RunnerHealth:
