@@ -293,10 +293,8 @@ class EmbeddedEngine:
             stops = toolcalls.reply_stop_strings(request, markers, under_grammar=gbnf is not None)
             request = replace(request, stop=stops)
         plan = self.speculative
-        spec = (
-            bool(plan.enabled if request.speculative is None else request.speculative)
-            and not self._spec_broken
-        )
+        asked = plan.enabled if request.speculative is None else request.speculative
+        spec = bool(asked) and not self._spec_broken
         drafter = self.drafter_factory(plan) if spec and self._mtp is None else None
         picker = TokenPicker(  # last: nothing after it fails, so nothing leaves it unfreed
             self._ctx,
