@@ -81,7 +81,6 @@ class EmbeddedEngine:
         self.model_name = parts.model_name
         self.template = parts.template
         self.tool_format: ToolFormat = templates.tool_format(parts.template)
-        """How this model writes tool calls (from its chat template; Hermes JSON when it has none)."""
         self.recurrent = parts.recurrent
         """The model keeps a recurrent state (Mamba, Gated DeltaNet...), alone or beside attention."""
         self.speculative = parts.speculative
@@ -91,7 +90,6 @@ class EmbeddedEngine:
         self._vocab = C.llama_model_get_vocab(parts.model)
         self._n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
         self.slots = max(1, int(C.llama_n_seq_max(parts.ctx)))
-        """Requests generated at once (``plan.parallel``); ``serve`` lets that many through together."""
         # Each slot's own share of the cache (llama.cpp splits -c evenly between the sequences).
         self.n_ctx = int(C.llama_n_ctx(parts.ctx)) if self.slots == 1 else int(C.llama_n_ctx_seq(parts.ctx))
         self.slots_state = [Slot(i) for i in range(self.slots)]
@@ -196,7 +194,6 @@ class EmbeddedEngine:
             self._mtp.clear()
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> str:
-        """The prompt text the chat template makes of these messages."""
         return self._render(messages)
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -560,8 +557,6 @@ class EmbeddedEngine:
     # --- measuring ---------------------------------------------------------------------------------------------
 
     def measure_verify_costs(self, n_max_batch: int) -> MeasuredCosts | None:
-        """What verifying drafts costs here (``engine.verify_probe``), drafted by from now on when measured
-        quietly; None when the context cannot hold the probe."""
         if self.n_ctx < n_max_batch + 7:
             return None
         measured = measure_batch_costs(self, n_max_batch)
@@ -570,7 +565,6 @@ class EmbeddedEngine:
         return measured
 
     def health(self) -> RunnerHealth:
-        """Always ready: the model runs in this process."""
         return RunnerHealth()
 
     @property
@@ -668,8 +662,7 @@ class EmbeddedEngine:
         return markers
 
     def check_request(self, request: GenerationRequest) -> None:
-        """Refuse now what ``generate`` would refuse for its grammar (a schema it cannot enforce, or one over
-        the limits), so a streamed request gets a 400 before any reply is sent."""
+        """Build the request's grammar now, so that a schema it cannot enforce is refused before a reply starts."""
         self._grammar(request)
 
     def _grammar(self, request: GenerationRequest) -> str | None:
