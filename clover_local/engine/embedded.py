@@ -612,9 +612,8 @@ class EmbeddedEngine:
     def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
         if (request.messages is None) == (request.prompt is None):
             raise UsageError("A generation request needs exactly one of messages and prompt.")
-        if request.prompt is not None:
-            text = request.prompt
-        else:
+        text = request.prompt
+        if text is None:
             tools = toolcalls.shown_tools(request)
             text = self._render(request.messages or (), tools=tools, tool_choice=request.tool_choice)
         tokens = self.tokenize(text, add_special=True, parse_special=True)
