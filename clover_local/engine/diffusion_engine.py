@@ -136,16 +136,6 @@ class DiffusionEngine(EmbeddedEngine):
             t_first = t_first or time.perf_counter()
             yield TextDelta(tail)
         finish: FinishReason = "cancelled" if result.cancelled else ("stop" if settled.ended else "length")
-        stats = DiffusionStats(
-            steps=result.steps_run,
-            answer_tokens=result.unmasked,
-            tokens_per_step=round(result.tokens_per_step, 3),
-            tokens_per_s=round(result.tokens_per_s, 2),
-            algorithm=self.plan.algorithm,
-            schedule=self.plan.schedule,
-            block_length=params.block_length,
-            steps_per_block=params.steps_per_block,
-        )
         yield Finished(
             GenerationStats(
                 prompt_tokens=len(prompt),
@@ -156,7 +146,16 @@ class DiffusionEngine(EmbeddedEngine):
                 decode_tokens_per_s=result.tokens_per_s,
                 draft_acceptance=None,
                 finish_reason=finish,
-                diffusion=stats,
+                diffusion=DiffusionStats(
+                    steps=result.steps_run,
+                    answer_tokens=result.unmasked,
+                    tokens_per_step=round(result.tokens_per_step, 3),
+                    tokens_per_s=round(result.tokens_per_s, 2),
+                    algorithm=self.plan.algorithm,
+                    schedule=self.plan.schedule,
+                    block_length=params.block_length,
+                    steps_per_block=params.steps_per_block,
+                ),
             )
         )
 

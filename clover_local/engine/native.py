@@ -158,8 +158,6 @@ def build_params(settings: dict[str, Any]) -> NativeParams:
     keep: list[Any] = []
     mp = C.llama_model_default_params()
     mp.n_gpu_layers = int(settings["n_gpu_layers"])
-    # The planner's rule for the CPU that runs it, whatever machine the settings were planned for (a described
-    # one cannot know that this CPU's AMX kernels crash).
     mp.use_extra_bufts = bool(settings.get("use_extra_bufts", True)) and _repack_default()
     mp.split_mode = int(settings["split_mode"])
     mp.main_gpu = int(settings["main_gpu"])
