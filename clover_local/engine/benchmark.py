@@ -13,6 +13,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -193,50 +194,44 @@ class BenchReport:
         }
 
 
-def _llama_runner(llm: Any, name: str) -> Callable[[str, str, int], Sample]:
-    def run(workload: str, prompt: str, max_tokens: int) -> Sample:
-        t0, t_first, parts = time.perf_counter(), None, []
-        try:
-            for chunk in llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stream=True):
-                t_first = t_first or time.perf_counter()
-                parts.append(chunk["choices"][0]["text"])
-        except Exception as exc:  # a benchmark reports an engine's crash instead of stopping
-            return Sample(name, workload, 0, 0.0, 0.0, "", error=f"{type(exc).__name__}: {exc}")
-        t_end = time.perf_counter()
-        t_first, text = t_first or t_end, "".join(parts)
-        n = len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
-        rate = (n - 1) / (t_end - t_first) if n > 1 and t_end > t_first else 0.0
-        return Sample(name, workload, n, rate, t_first - t0, text)
-
-    return run
+def _run_llama(llm: Any, name: str, workload: str, prompt: str, max_tokens: int) -> Sample:
+    t0, t_first, parts = time.perf_counter(), None, []
+    try:
+        for chunk in llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stream=True):
+            t_first = t_first or time.perf_counter()
+            parts.append(chunk["choices"][0]["text"])
+    except Exception as exc:  # a benchmark reports an engine's crash instead of stopping
+        return Sample(name, workload, 0, 0.0, 0.0, "", error=f"{type(exc).__name__}: {exc}")
+    t_end = time.perf_counter()
+    t_first, text = t_first or t_end, "".join(parts)
+    n = len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+    rate = (n - 1) / (t_end - t_first) if n > 1 and t_end > t_first else 0.0
+    return Sample(name, workload, n, rate, t_first - t0, text)
 
 
-def _engine_runner(engine: Any, name: str, speculative: bool) -> Callable[[str, str, int], Sample]:
+def _run_engine(
+    engine: Any, speculative: bool, name: str, workload: str, prompt: str, max_tokens: int
+) -> Sample:
     from clover_local.engine.types import Finished, GenerationRequest, TextDelta
 
-    def run(workload: str, prompt: str, max_tokens: int) -> Sample:
-        req = GenerationRequest(
-            prompt=prompt, max_tokens=max_tokens, temperature=0.0, speculative=speculative
-        )
-        parts = []
-        stats = None
-        for event in engine.generate(req):
-            if isinstance(event, TextDelta):
-                parts.append(event.text)
-            elif isinstance(event, Finished):
-                stats = event.stats
-        assert stats is not None
-        return Sample(
-            name,
-            workload,
-            stats.completion_tokens,
-            stats.decode_tokens_per_s,
-            stats.ttft_s,
-            "".join(parts),
-            draft_acceptance=stats.draft_acceptance,
-        )
-
-    return run
+    req = GenerationRequest(prompt=prompt, max_tokens=max_tokens, temperature=0.0, speculative=speculative)
+    parts = []
+    stats = None
+    for event in engine.generate(req):
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+        elif isinstance(event, Finished):
+            stats = event.stats
+    assert stats is not None
+    return Sample(
+        name,
+        workload,
+        stats.completion_tokens,
+        stats.decode_tokens_per_s,
+        stats.ttft_s,
+        "".join(parts),
+        draft_acceptance=stats.draft_acceptance,
+    )
 
 
 def run_benchmark(
@@ -263,14 +258,14 @@ def run_benchmark(
     closers: list[Callable[[], None]] = []
     if "a" in engines:
         llm_a = load_llama(model_path, verbose=False, **llama_kwargs)
-        runners["a"] = _llama_runner(llm_a, "a")
+        runners["a"] = partial(_run_llama, llm_a, "a")
         closers.append(llm_a.close)
     if "b" in engines or "c" in engines:
         result = load_engine(
             model_path, settings, chat_template="completion", speculative=SpeculativePlan(enabled=True)
         )
-        runners["b"] = _engine_runner(result.engine, "b", speculative=False)
-        runners["c"] = _engine_runner(result.engine, "c", speculative=True)
+        runners["b"] = partial(_run_engine, result.engine, False, "b")
+        runners["c"] = partial(_run_engine, result.engine, True, "c")
         closers.append(result.engine.close)
         model_name = result.engine.model_name
     else:
@@ -282,7 +277,7 @@ def run_benchmark(
             draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
             **llama_kwargs,
         )
-        runners["d"] = _llama_runner(llm_d, "d")
+        runners["d"] = partial(_run_llama, llm_d, "d")
         closers.append(llm_d.close)
     report = BenchReport(model=model_name, settings=dict(settings), rounds=rounds, max_tokens=max_tokens)
     try:
