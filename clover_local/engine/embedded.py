@@ -164,11 +164,6 @@ class EmbeddedEngine:
         return self._checkpoints[0]
 
     @property
-    def cached_tokens(self) -> tuple[int, ...]:
-        """The tokens whose keys and values are in the first slot's cache now (prompt and reply so far)."""
-        return tuple(self.slots_state[0].kv)
-
-    @property
     def drafts_rolled_back(self) -> int:
         """Drafts rejected in part and rolled back from a copy of the recurrent state (tests, benchmarks)."""
         return sum(r.restored for r in self._rollbacks if r is not None)
