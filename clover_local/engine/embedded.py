@@ -144,8 +144,8 @@ class EmbeddedEngine:
         )
         """Steps get every planned thread only while other programs leave the cores free."""
         # The MTP head keeps a context of its own, which a checkpoint of the trunk would not put back.
-        checkpoints = parts.ctx_checkpoints if self.recurrent and self._mtp is None else 0
-        self._checkpoints = [Checkpoints(parts.ctx, checkpoints, slot.seq) for slot in self.slots_state]
+        limit = parts.ctx_checkpoints if self.recurrent and self._mtp is None else 0
+        self.checkpoints = [Checkpoints(parts.ctx, limit, slot.seq) for slot in self.slots_state]
         """Each slot's recurrent state at prompt positions, restored when its next prompt shares them."""
         keeps_snapshots = int(C.llama_n_rs_seq(parts.ctx)) > 0
         self._rollbacks = [
@@ -157,11 +157,6 @@ class EmbeddedEngine:
         """Makes the drafter for each generation (tests swap in drafters that guess on purpose)."""
 
     # --- ChatEngine -------------------------------------------------------------------------------------------
-
-    @property
-    def checkpoints(self) -> Checkpoints:
-        """The first slot's context checkpoints (each slot keeps its own)."""
-        return self._checkpoints[0]
 
     @property
     def drafts_rolled_back(self) -> int:
@@ -324,7 +319,7 @@ class EmbeddedEngine:
         n_cached = seq.n_cached = self._reuse_prefix(slot, seq.prompt)
         prompt = seq.prompt
         if not self._evaluate_prompt(slot, prompt, n_cached, seq.cancel):
-            self._checkpoints[slot.seq].forget_after(n_cached)
+            self.checkpoints[slot.seq].forget_after(n_cached)
             if not C.llama_memory_seq_rm(self._mem, slot.seq, n_cached, -1):
                 self._forget(slot)
             del slot.kv[n_cached:]
@@ -344,7 +339,7 @@ class EmbeddedEngine:
         """Evaluate the prompt after its cached tokens in the slot; on a model with checkpoints, keep one at its
         end (the next turn's prompt starts with this one when the client resends the history as it was) and one
         :data:`TAIL_TOKENS` before (when the history ends its last turn differently)."""
-        checkpoints = self._checkpoints[slot.seq]
+        checkpoints = self.checkpoints[slot.seq]
         cut = len(prompt) - TAIL_TOKENS
         if checkpoints.limit <= 0 or cut <= n_cached:
             return self._decode(prompt[n_cached:], n_cached, all_logits=False, cancel=cancel, seq=slot.seq)
@@ -442,7 +437,7 @@ class EmbeddedEngine:
             C.llama_memory_clear(self._mem, True)
         for each in slots:
             each.kv.clear()
-            self._checkpoints[each.seq].clear()
+            self.checkpoints[each.seq].clear()
 
     def _is_eog(self, tok: int) -> bool:
         is_eog = self._eog.get(tok)
@@ -624,7 +619,7 @@ class EmbeddedEngine:
         if n_keep > 0 and n_keep < len(kv) and not C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
             # The recurrent state cannot be cut back: restore its latest checkpoint inside the prefix and drop the
             # attention cache after it (none: evaluate from the start).
-            n_keep = self._checkpoints[slot.seq].restore(n_keep)
+            n_keep = self.checkpoints[slot.seq].restore(n_keep)
             if n_keep and not C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
                 n_keep = 0
         if n_keep > 0:
@@ -636,7 +631,7 @@ class EmbeddedEngine:
             self._forget(slot)
         else:
             del kv[n_keep:]
-        self._checkpoints[slot.seq].forget_after(n_keep)
+        self.checkpoints[slot.seq].forget_after(n_keep)
         if self._mtp is not None:
             self._mtp.truncate(n_keep)
         return n_keep
