@@ -96,7 +96,7 @@ def assert_greedy_picks(engine: EmbeddedEngine, picks: list[Pick], stats: Genera
     """Every pick was its row's argmax, and the cache holds the reply's picked tokens, in order."""
     not_best = [(i, p) for i, p in enumerate(picks) if p.rank != 0]
     assert not not_best, f"tokens that were not the argmax of the row that verified them: {not_best[:5]}"
-    reply_in_cache = list(engine.cached_tokens[stats.prompt_tokens :])
+    reply_in_cache = engine.slots_state[0].kv[stats.prompt_tokens :]
     assert reply_in_cache == [p.token for p in picks[: len(reply_in_cache)]], "the cache holds other tokens"
     assert len(reply_in_cache) >= stats.completion_tokens - 1
 

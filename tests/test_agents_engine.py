@@ -90,7 +90,7 @@ def _with_oracle(engine: EmbeddedEngine, request: GenerationRequest) -> tuple[st
     request again, its stats). Each from an empty cache: the same computation every time."""
     engine.reset_cache()
     plain, _, _ = _run(engine, replace(request, speculative=False))
-    reference = list(engine.cached_tokens)
+    reference = list(engine.slots_state[0].kv)
     engine.drafter_factory = lambda plan: OracleDrafter(reference)
     try:
         engine.reset_cache()

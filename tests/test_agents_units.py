@@ -43,24 +43,24 @@ def test_hermes_reply_is_split_into_text_and_calls() -> None:
         'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
     )
     text += '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome", "days": 2}}\n</tool_call>'
-    reply = toolcalls.parse_reply(text, "hermes", [WEATHER])
-    assert reply.content == "Let me look."
-    assert [(c.name, json.loads(c.arguments)) for c in reply.calls] == [
+    content, calls = toolcalls.CallSplitter("hermes", [WEATHER]).push(text)
+    assert content == "Let me look."
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
         ("get_weather", {"city": "Paris"}),
         ("get_weather", {"city": "Rome", "days": 2}),
     ]
-    assert len({c.id for c in reply.calls}) == 2
+    assert len({c.id for c in calls}) == 2
 
 
 def test_qwen3_coder_xml_values_follow_the_schema_types() -> None:
     text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
     text += "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
-    (call,) = toolcalls.parse_reply(text, "qwen3_coder", [WEATHER]).calls
+    (call,) = toolcalls.parse_calls(text, "qwen3_coder", [WEATHER])
     assert json.loads(call.arguments) == {"city": "New York", "days": 3}
 
 
 def test_text_that_only_looks_like_a_call_stays_text() -> None:
-    assert toolcalls.parse_reply("<tool_call> not json", "hermes", [WEATHER]).calls == ()
+    assert toolcalls.parse_calls("<tool_call> not json", "hermes", [WEATHER]) == ()
 
 
 @pytest.mark.parametrize("cut", [1, 3, 7, 12])
@@ -401,9 +401,9 @@ NESTED = ToolSpec(
 @pytest.mark.parametrize("fmt", ["hermes", "qwen3_coder"])
 def test_the_shortest_forced_call_has_the_required_arguments_only(fmt: toolcalls.ToolFormat) -> None:
     text = toolcalls.shortest_call([NESTED, WEATHER], fmt)
-    (call,) = toolcalls.parse_reply(text, fmt, [NESTED, WEATHER]).calls
+    (call,) = toolcalls.parse_calls(text, fmt, [NESTED, WEATHER])
     assert call.name == "get_weather" and set(json.loads(call.arguments)) == {"city"}, "the shorter tool"
-    (call,) = toolcalls.parse_reply(toolcalls.shortest_call([NESTED], fmt), fmt, [NESTED]).calls
+    (call,) = toolcalls.parse_calls(toolcalls.shortest_call([NESTED], fmt), fmt, [NESTED])
     assert json.loads(call.arguments) == {"city": "Oslo", "days": 0, "when": {"day": ""}, "tags": []}
 
 
@@ -491,22 +491,20 @@ def test_a_call_whose_string_holds_the_closing_tag_is_read_to_the_tag_after_its_
     text; the llama-server soak's two "200 without a call"): the call is the JSON object, read past that tag, whole
     or streamed in pieces; two plain calls and an unclosed last one read as before, and many unclosed strings stay
     cheap (a bounded number of reads past a tag)."""
-    from clover_local.engine.toolcalls import CallSplitter, parse_reply
+    from clover_local.engine.toolcalls import CallSplitter, parse_calls
 
     text = (
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "London, England}}</tool_call>You can use", '
         '"unit": "F"}\n\n}\n</tool_call>'
     )
-    (call,) = parse_reply(text, "hermes", ()).calls
+    (call,) = parse_calls(text, "hermes", ())
     assert call.name == "get_weather"
     assert json.loads(call.arguments) == {"city": "London, England}}</tool_call>You can use", "unit": "F"}
     splitter = CallSplitter("hermes", ())
     streamed = [c for i in range(0, len(text), 7) for c in splitter.push(text[i : i + 7])[1]]
     assert [c.arguments for c in streamed] == [call.arguments] and splitter.finish() == ("", [])
     two = '<tool_call>\n{"name":"a","arguments":{}}\n</tool_call>\n<tool_call>\n{"name":"b","arguments":{}}\n</tool_call>'
-    assert [c.name for c in parse_reply(two, "hermes", ()).calls] == ["a", "b"]
-    assert [c.name for c in parse_reply('<tool_call>{"name":"a","arguments":{}}', "hermes", ()).calls] == [
-        "a"
-    ]
+    assert [c.name for c in parse_calls(two, "hermes", ())] == ["a", "b"]
+    assert [c.name for c in parse_calls('<tool_call>{"name":"a","arguments":{}}', "hermes", ())] == ["a"]
     hostile = '<tool_call>{"name": "a", "arguments": {"x": "</tool_call>' * 20_000
-    assert parse_reply(hostile, "hermes", ()).calls == ()
+    assert parse_calls(hostile, "hermes", ()) == ()

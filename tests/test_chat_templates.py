@@ -9,7 +9,7 @@ from typing import Any
 import jinja2
 import pytest
 
-from clover_local.engine import jinja_env, templates
+from clover_local.engine import jinja_env, templates, toolcalls
 from clover_local.engine.types import ChatMessage
 from clover_local.errors import EngineError
 
@@ -160,7 +160,7 @@ def test_break_continue_and_generation_chat_through_the_engine_renderer() -> Non
     for source in (LOOP_CONTROLS, GENERATION):
         text = templates.render_jinja(source, msgs, bos_token="<s>", eos_token="</s>")
         assert "hi" in text and text == _reference(
-            source, [templates.template_message(m) for m in msgs], bos_token="<s>", eos_token="</s>"
+            source, [toolcalls.template_message(m) for m in msgs], bos_token="<s>", eos_token="</s>"
         )
         templates.check_template(
             lambda m, source=source: templates.render_jinja(source, m, bos_token="", eos_token="")
@@ -223,7 +223,7 @@ def test_a_gguf_whose_template_uses_them_chats_on_the_embedded_engine(name: str)
     try:
         msgs = [ChatMessage("system", "S"), ChatMessage("user", "hi"), ChatMessage("assistant", "yo")]
         msgs.append(ChatMessage("user", "and now?"))
-        reference = [templates.template_message(m) for m in msgs]
+        reference = [toolcalls.template_message(m) for m in msgs]
         # The tiny vocabulary spells its bos and eos <s> and </s>.
         assert engine.render_prompt(msgs) == _reference(source, reference, bos_token="<s>", eos_token="</s>")
         _text, stats = generate_text(

@@ -73,7 +73,7 @@ def test_a_growing_conversation_evaluates_only_its_new_tokens(hybrid: EmbeddedEn
     turns = _agent_turns(hybrid, 4)
     for (_, before), (_, after) in pairwise(turns):
         assert after.cached_tokens == before.prompt_tokens  # every token of the previous prompt is reused
-    assert hybrid.checkpoints.restored == 3
+    assert hybrid.checkpoints[0].restored == 3
     text4, stats4 = turns[3]
     hybrid.reset_cache()
     request = GenerationRequest(messages=_messages_of_turn(4), max_tokens=16, temperature=0.0)
@@ -108,7 +108,7 @@ def test_checkpoints_are_bounded_in_count_and_memory() -> None:
     engine = _engine(3)
     try:
         _agent_turns(engine, 5)
-        held, positions = engine.checkpoints.held_bytes, engine.checkpoints.positions
+        held, positions = engine.checkpoints[0].held_bytes, engine.checkpoints[0].positions
         state = int(C.llama_state_seq_get_size_ext(engine._ctx, 0, C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY))
     finally:
         engine.close()
@@ -160,8 +160,8 @@ def test_each_slot_keeps_its_own_checkpoints() -> None:
                 if agent in previous:
                     assert stats.cached_tokens == previous[agent]  # resumed from its own slot's checkpoint
                 previous[agent] = stats.prompt_tokens
-        restored = [c.restored for c in engine._checkpoints]
-        held = [len(c.positions) for c in engine._checkpoints]
+        restored = [c.restored for c in engine.checkpoints]
+        held = [len(c.positions) for c in engine.checkpoints]
     finally:
         engine.close()
     assert restored == [2, 2] and all(0 < h <= 8 for h in held)

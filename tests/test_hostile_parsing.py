@@ -11,7 +11,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from clover_local.engine.toolcalls import parse_calls, parse_reply
+from clover_local.engine.toolcalls import parse_calls
 from clover_local.errors import GGUFError
 from clover_local.gguf.header import read_local_header
 from clover_local.gguf.parse import parse_header
@@ -108,7 +108,7 @@ def test_a_huge_number_array_stays_compact(tmp_path: Path) -> None:
 def test_tool_call_parsing_is_linear_on_hostile_output(text: str) -> None:
     """On the regexes, 8,000 spaces took 0.8 s and time grew with the square: these would take minutes."""
     parse_calls(text, "qwen3_coder", [])
-    parse_reply(text, "hermes", [])
+    parse_calls(text, "hermes", [])
 
 
 def test_linear_parsing_reads_what_the_regexes_read() -> None:

@@ -69,7 +69,7 @@ def _plain_reference(engine: EmbeddedEngine, request: GenerationRequest) -> tupl
     """Plain decoding's text and exact tokens (prompt and reply, as left in the cache)."""
     text, stats = generate_text(engine, replace(request, speculative=False))
     assert stats.draft_acceptance is None
-    return text, list(engine.cached_tokens)
+    return text, list(engine.slots_state[0].kv)
 
 
 @pytest.fixture(scope="module", params=TINY_KINDS)

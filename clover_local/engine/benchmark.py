@@ -13,6 +13,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -142,13 +143,12 @@ class BenchReport:
 
     def same_prefix(self, workload: str) -> float | None:
         """Shortest share of (b)'s text that (c) reproduced exactly before the first difference, over rounds."""
+        from clover_local.engine.sequence import common_prefix
+
         b, c = ([s.text for s in self._ran(workload, e)] for e in ("b", "c"))
-        shares = []
-        for tb, tc in zip(b, c, strict=False):
-            n = next(
-                (i for i, (x, y) in enumerate(zip(tb, tc, strict=False)) if x != y), min(len(tb), len(tc))
-            )
-            shares.append(n / max(len(tb), 1) if tb != tc else 1.0)
+        shares = [
+            common_prefix(tb, tc) / max(len(tb), 1) if tb != tc else 1.0 for tb, tc in zip(b, c, strict=False)
+        ]
         return min(shares) if shares else None
 
     def paired_ratio(self, num: str, den: str, workload: str) -> float | None:
@@ -173,8 +173,7 @@ class BenchReport:
                 row[f"{engine}_error"] = self.error(engine, workload)
             for num, den in (("b", "a"), ("c", "a"), ("d", "a"), ("c", "b")):
                 row[f"{num}/{den} paired"] = self.paired_ratio(num, den, workload)
-            b, c = self.median("b", workload), self.median("c", workload)
-            row["c/b"] = c / b if b and c else None
+            row["c/b"] = row["c"] / row["b"] if row["b"] and row["c"] else None
             accs = [s.draft_acceptance for s in self.samples if s.engine == "c" and s.workload == workload]
             row["c_acceptance"] = statistics.median([a for a in accs if a is not None] or [0.0])
             row["b==c"] = self.outputs_match(workload)
@@ -195,50 +194,44 @@ class BenchReport:
         }
 
 
-def _llama_runner(llm: Any, name: str) -> Callable[[str, str, int], Sample]:
-    def run(workload: str, prompt: str, max_tokens: int) -> Sample:
-        t0, t_first, parts = time.perf_counter(), None, []
-        try:
-            for chunk in llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stream=True):
-                t_first = t_first or time.perf_counter()
-                parts.append(chunk["choices"][0]["text"])
-        except Exception as exc:  # a benchmark reports an engine's crash instead of stopping
-            return Sample(name, workload, 0, 0.0, 0.0, "", error=f"{type(exc).__name__}: {exc}")
-        t_end = time.perf_counter()
-        t_first, text = t_first or t_end, "".join(parts)
-        n = len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
-        rate = (n - 1) / (t_end - t_first) if n > 1 and t_end > t_first else 0.0
-        return Sample(name, workload, n, rate, t_first - t0, text)
-
-    return run
+def _run_llama(llm: Any, name: str, workload: str, prompt: str, max_tokens: int) -> Sample:
+    t0, t_first, parts = time.perf_counter(), None, []
+    try:
+        for chunk in llm.create_completion(prompt, max_tokens=max_tokens, temperature=0.0, stream=True):
+            t_first = t_first or time.perf_counter()
+            parts.append(chunk["choices"][0]["text"])
+    except Exception as exc:  # a benchmark reports an engine's crash instead of stopping
+        return Sample(name, workload, 0, 0.0, 0.0, "", error=f"{type(exc).__name__}: {exc}")
+    t_end = time.perf_counter()
+    t_first, text = t_first or t_end, "".join(parts)
+    n = len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+    rate = (n - 1) / (t_end - t_first) if n > 1 and t_end > t_first else 0.0
+    return Sample(name, workload, n, rate, t_first - t0, text)
 
 
-def _engine_runner(engine: Any, name: str, speculative: bool) -> Callable[[str, str, int], Sample]:
+def _run_engine(
+    engine: Any, speculative: bool, name: str, workload: str, prompt: str, max_tokens: int
+) -> Sample:
     from clover_local.engine.types import Finished, GenerationRequest, TextDelta
 
-    def run(workload: str, prompt: str, max_tokens: int) -> Sample:
-        req = GenerationRequest(
-            prompt=prompt, max_tokens=max_tokens, temperature=0.0, speculative=speculative
-        )
-        parts = []
-        stats = None
-        for event in engine.generate(req):
-            if isinstance(event, TextDelta):
-                parts.append(event.text)
-            elif isinstance(event, Finished):
-                stats = event.stats
-        assert stats is not None
-        return Sample(
-            name,
-            workload,
-            stats.completion_tokens,
-            stats.decode_tokens_per_s,
-            stats.ttft_s,
-            "".join(parts),
-            draft_acceptance=stats.draft_acceptance,
-        )
-
-    return run
+    req = GenerationRequest(prompt=prompt, max_tokens=max_tokens, temperature=0.0, speculative=speculative)
+    parts = []
+    stats = None
+    for event in engine.generate(req):
+        if isinstance(event, TextDelta):
+            parts.append(event.text)
+        elif isinstance(event, Finished):
+            stats = event.stats
+    assert stats is not None
+    return Sample(
+        name,
+        workload,
+        stats.completion_tokens,
+        stats.decode_tokens_per_s,
+        stats.ttft_s,
+        "".join(parts),
+        draft_acceptance=stats.draft_acceptance,
+    )
 
 
 def run_benchmark(
@@ -265,14 +258,14 @@ def run_benchmark(
     closers: list[Callable[[], None]] = []
     if "a" in engines:
         llm_a = load_llama(model_path, verbose=False, **llama_kwargs)
-        runners["a"] = _llama_runner(llm_a, "a")
+        runners["a"] = partial(_run_llama, llm_a, "a")
         closers.append(llm_a.close)
     if "b" in engines or "c" in engines:
         result = load_engine(
             model_path, settings, chat_template="completion", speculative=SpeculativePlan(enabled=True)
         )
-        runners["b"] = _engine_runner(result.engine, "b", speculative=False)
-        runners["c"] = _engine_runner(result.engine, "c", speculative=True)
+        runners["b"] = partial(_run_engine, result.engine, False, "b")
+        runners["c"] = partial(_run_engine, result.engine, True, "c")
         closers.append(result.engine.close)
         model_name = result.engine.model_name
     else:
@@ -284,7 +277,7 @@ def run_benchmark(
             draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
             **llama_kwargs,
         )
-        runners["d"] = _llama_runner(llm_d, "d")
+        runners["d"] = partial(_run_llama, llm_d, "d")
         closers.append(llm_d.close)
     report = BenchReport(model=model_name, settings=dict(settings), rounds=rounds, max_tokens=max_tokens)
     try:
@@ -316,7 +309,8 @@ def format_table(report: BenchReport) -> str:
     def num(v: float | None, fmt: str = "{:.1f}") -> str:
         return fmt.format(v) if v is not None else "-"
 
-    for row in report.table():
+    rows = report.table()
+    for row in rows:
         d = "crashed" if row["d_error"] else num(row["d"])
         lines.append(
             f"| {row['workload']} | {num(row['a'])} | {num(row['b'])} | {num(row['c'])} | {d} | "
@@ -325,9 +319,7 @@ def format_table(report: BenchReport) -> str:
             f"{'-' if row['d_error'] else num(row['d/a paired'], '{:.2f}')} | {row['c_acceptance']:.0%} | "
             f"{_match_text(row)} |"
         )
-    errors = {row["workload"]: row["d_error"] for row in report.table() if row["d_error"]}
-    for workload, err in errors.items():
-        lines.append(f"\n(d) on {workload}: {err}")
+    lines += [f"\n(d) on {row['workload']}: {row['d_error']}" for row in rows if row["d_error"]]
     return "\n".join(lines)
 
 

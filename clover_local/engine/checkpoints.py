@@ -33,10 +33,6 @@ class Checkpoint:
     data: Any
     """The state bytes (a ctypes buffer)."""
 
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
 
 class Checkpoints:
     """At most ``limit`` checkpoints of sequence ``seq`` (one slot's), oldest dropped first."""
@@ -55,7 +51,7 @@ class Checkpoints:
 
     @property
     def held_bytes(self) -> int:
-        return sum(c.size for c in self._kept)
+        return sum(len(c.data) for c in self._kept)
 
     def save(self, n_tokens: int) -> None:
         """Copy the state after ``n_tokens`` cached tokens (what the cache holds right now)."""
@@ -76,8 +72,8 @@ class Checkpoints:
         if not inside:
             return 0
         best = max(inside, key=lambda c: c.n_tokens)
-        read = int(C.llama_state_seq_set_data_ext(self._ctx, best.data, best.size, self.seq, PARTIAL))
-        if read != best.size:
+        size = len(best.data)
+        if int(C.llama_state_seq_set_data_ext(self._ctx, best.data, size, self.seq, PARTIAL)) != size:
             return 0
         self.restored += 1
         return best.n_tokens

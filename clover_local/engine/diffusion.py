@@ -35,16 +35,11 @@ from clover_local.engine.diffusion_schedule import (
     transfer_count,
     transfer_counts_for_block,
 )
-from clover_local.engine.sampling import TOKEN_DATA, LogitsView
+from clover_local.engine.sampling import TOKEN_DATA, LogitsView, token_data_array
 from clover_local.errors import EngineError
 
 _TOKEN_DATA_ARRAY = np.dtype(
-    {
-        "names": ["data", "size", "selected", "sorted"],
-        "formats": ["<u8", "<u8", "<i8", "?"],
-        "offsets": [0, 8, 16, 24],
-        "itemsize": 32,
-    }
+    [("data", "<u8"), ("size", "<u8"), ("selected", "<i8"), ("sorted", "?"), ("pad", "V7")]
 )
 """``llama_token_data_array`` (include/llama.h: pointer, size_t, int64_t, bool; 32 bytes on 64-bit), held in
 numpy so that many are filled at once; handed to ``llama_sampler_apply`` through pointers of the binding's
@@ -98,10 +93,9 @@ class DiffusionRunner:
 
     The context must have ``n_ubatch >= max_length``: the whole canvas is one micro-batch."""
 
-    def __init__(self, model: Any, ctx: Any) -> None:
+    def __init__(self, model: Any, ctx: Any, shift_logits: bool) -> None:
         if not C.llama_model_is_diffusion(model):
             raise EngineError("This model is not a diffusion model.", "Use the autoregressive engine for it.")
-        self._model = model
         self._ctx = ctx
         vocab = C.llama_model_get_vocab(model)
         self.mask_token_id = int(C.llama_vocab_mask(vocab))
@@ -113,7 +107,7 @@ class DiffusionRunner:
         self.n_vocab = int(C.llama_vocab_n_tokens(vocab))
         self.n_ubatch = int(C.llama_n_ubatch(ctx))
         self.n_ctx = int(C.llama_n_ctx(ctx))
-        self.shift_logits = header_shift_logits(model)
+        self.shift_logits = shift_logits
         self._fresh = np.zeros(self.n_vocab, dtype=TOKEN_DATA)
         self._fresh["id"] = np.arange(self.n_vocab, dtype=np.int32)
         self._cand_buf: Any = None
@@ -407,15 +401,10 @@ def _top_k_superset(sub: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np
 def _sample_positions(conf: np.ndarray, alg_temp: float, take: int, dist: Any) -> np.ndarray:
     """The C++ ``alg_temp > 0`` branch: draw ``take`` distinct positions by softmax(confidence / alg_temp)
     with ``dist``."""
-    n = len(conf)
-    arr = (C.llama_token_data * n)()
-    view = np.ctypeslib.as_array(arr).view(TOKEN_DATA).reshape(n)
-    view["id"] = np.arange(n, dtype=np.int32)
+    view = np.zeros(len(conf), dtype=TOKEN_DATA)
+    view["id"] = np.arange(len(conf), dtype=np.int32)
     view["logit"] = conf / np.float32(alg_temp)
-    view["p"] = 0.0
-    cur = C.llama_token_data_array(
-        data=ctypes.cast(arr, C.llama_token_data_p), size=n, selected=-1, sorted=False
-    )
+    cur = token_data_array(view)
     picked: list[int] = []
     for _ in range(take):
         C.llama_sampler_apply(dist, ctypes.byref(cur))
@@ -447,11 +436,3 @@ def _sampler_chain(params: DiffusionParams) -> Any:
         C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(params.temperature))
     C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(params.seed & 0xFFFFFFFF))
     return chain
-
-
-def header_shift_logits(model: Any) -> bool:
-    """``diffusion.shift_logits`` from the GGUF; true when absent (as the cli decides)."""
-    buf = ctypes.create_string_buffer(8)
-    if C.llama_model_meta_val_str(model, b"diffusion.shift_logits", buf, ctypes.sizeof(buf)) >= 0:
-        return buf.value == b"true"
-    return True

@@ -1,10 +1,10 @@
 """The embedded engine for diffusion models: the same :class:`ChatEngine` contract, replies made by
 :class:`~clover_local.engine.diffusion.DiffusionRunner` instead of token by token.
 
-Events: a :class:`Refining` after each step (the reply with its masks, for live views; a request's
-``live=False`` turns them off) and :class:`TextDelta` as soon as a prefix of the reply has settled (a position never changes
-once unmasked, so the settled prefix streams like autoregressive text: block by block on the block schedule,
-at the end on the timestep schedule), then one :class:`Finished` with :class:`DiffusionStats`.
+Events: a :class:`Refining` after each step (the reply with its masks, for live views; a request's ``live=False``
+turns them off) and :class:`TextDelta` as soon as a prefix of the reply has settled (a position never changes once
+unmasked, so the settled prefix streams like autoregressive text: block by block on the block schedule, at the
+end on the timestep schedule), then one :class:`Finished` with :class:`DiffusionStats`.
 """
 
 from __future__ import annotations
@@ -42,12 +42,8 @@ class DiffusionEngine(EmbeddedEngine):
 
     def __init__(self, parts: EngineParts, plan: DiffusionPlan) -> None:
         super().__init__(parts)
-        self._runner = DiffusionRunner(parts.model, parts.ctx)
+        self.runner = DiffusionRunner(parts.model, parts.ctx, plan.shift_logits)
         self.plan = plan
-
-    @property
-    def runner(self) -> DiffusionRunner:
-        return self._runner
 
     @property
     def submit(self) -> Submit | None:
@@ -58,7 +54,7 @@ class DiffusionEngine(EmbeddedEngine):
         """Nothing to forget: every step decodes the whole canvas, there is no KV cache."""
 
     def close(self) -> None:
-        self._runner.close()
+        self.runner.close()
         super().close()
 
     def _params(self, n_prompt: int, answer: int, request: GenerationRequest) -> DiffusionParams:
@@ -68,7 +64,7 @@ class DiffusionEngine(EmbeddedEngine):
         canvas = n_prompt + answer
         if plan.schedule == "block":
             canvas = -(-canvas // plan.block_length) * plan.block_length
-        limit = min(self._runner.n_ubatch, self._runner.n_ctx)
+        limit = min(self.runner.n_ubatch, self.runner.n_ctx)
         if canvas > limit:
             raise ContextFull(
                 f"The prompt ({n_prompt} tokens) and a {answer}-token answer need a {canvas}-token canvas; "
@@ -83,7 +79,7 @@ class DiffusionEngine(EmbeddedEngine):
         # No seed asked for: a fixed one at temperature 0, so that "deterministic" holds (llama.cpp's diffusion
         # sampler still draws from the top-k/top-p candidates at temperature 0), else a random one.
         fixed = request.seed is None and sampling.temperature == 0.0
-        return self._runner.params(
+        return self.runner.params(
             max_length=canvas,
             steps=steps,
             algorithm=parse_algorithm(plan.algorithm),
@@ -116,7 +112,7 @@ class DiffusionEngine(EmbeddedEngine):
         params = self._params(len(prompt), answer, request)
         stop = (*request.stop, *(self.turn_markers if request.messages is not None else ()))
         settled = _SettledText(self, params.mask_token_id, stop, answer)
-        steps = self._runner.steps(prompt, params, cancel)
+        steps = self.runner.steps(prompt, params, cancel)
         t_first: float | None = None
         while True:
             try:
@@ -140,16 +136,6 @@ class DiffusionEngine(EmbeddedEngine):
             t_first = t_first or time.perf_counter()
             yield TextDelta(tail)
         finish: FinishReason = "cancelled" if result.cancelled else ("stop" if settled.ended else "length")
-        stats = DiffusionStats(
-            steps=result.steps_run,
-            answer_tokens=result.unmasked,
-            tokens_per_step=round(result.tokens_per_step, 3),
-            tokens_per_s=round(result.tokens_per_s, 2),
-            algorithm=self.plan.algorithm,
-            schedule=self.plan.schedule,
-            block_length=params.block_length,
-            steps_per_block=params.steps_per_block,
-        )
         yield Finished(
             GenerationStats(
                 prompt_tokens=len(prompt),
@@ -160,7 +146,16 @@ class DiffusionEngine(EmbeddedEngine):
                 decode_tokens_per_s=result.tokens_per_s,
                 draft_acceptance=None,
                 finish_reason=finish,
-                diffusion=stats,
+                diffusion=DiffusionStats(
+                    steps=result.steps_run,
+                    answer_tokens=result.unmasked,
+                    tokens_per_step=round(result.tokens_per_step, 3),
+                    tokens_per_s=round(result.tokens_per_s, 2),
+                    algorithm=self.plan.algorithm,
+                    schedule=self.plan.schedule,
+                    block_length=params.block_length,
+                    steps_per_block=params.steps_per_block,
+                ),
             )
         )
 

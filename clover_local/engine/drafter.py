@@ -2,10 +2,8 @@
 
 The idea is llama.cpp's ``ngram-mod`` / prompt lookup: when the last few tokens appeared before, guess that
 what followed them then follows them now (code rewrites, summaries that quote, repeated structure). Longer
-matches are tried first because they guess better. A :class:`DraftController` picks the draft length from the
-acceptance rate and a fixed model of what verification costs (never from timings, so replies do not change
-with machine load), and drafts nothing where that does not pay (probing
-again now and then), so free chat does not pay for speculation it cannot use. Pure Python, no llama_cpp.
+matches are tried first because they guess better; :class:`DraftController` decides how much of a draft is
+verified. Pure Python, no llama_cpp.
 """
 
 from __future__ import annotations
@@ -25,14 +23,13 @@ class NgramDrafter:
         if not sizes:
             raise ValueError("match_sizes needs at least one positive size")
         self.match_sizes = tuple(sizes)
-        self.tokens: list[int] = []
-        self._maps: list[dict[tuple[int, ...], int]] = [{} for _ in sizes]
         self.last_match = 0
         """Size of the n-gram the last draft came from (0: none)."""
+        self.reset()
 
     def reset(self, tokens: Iterable[int] = ()) -> None:
-        self.tokens = []
-        self._maps = [{} for _ in self.match_sizes]
+        self.tokens: list[int] = []
+        self._maps: list[dict[tuple[int, ...], int]] = [{} for _ in self.match_sizes]
         self.extend(tokens)
 
     def extend(self, tokens: Iterable[int]) -> None:
@@ -135,10 +132,6 @@ class DraftController:
         token, only the long matches are worth a first draft; short ones wait for a probe to show they pay."""
         return min(0.9, 0.5 + 0.04 * max(0, match_size))
 
-    def batch_cost(self, m: int) -> float:
-        """Cost of verifying a batch of ``m`` tokens, relative to a one-token step."""
-        return cost_of(self.costs, m)
-
     def choose(self, available: int, match_size: int) -> int:
         """How many of ``available`` drafted tokens to verify now (0: decode one token plainly)."""
         self.seen += 1
@@ -149,7 +142,7 @@ class DraftController:
         best_k, best_gain = 0, self.MARGIN
         for k in range(self.n_min, limit + 1):
             expected = (1 - p ** (k + 1)) / (1 - p) if p < 1 else k + 1.0
-            gain = expected / self.batch_cost(k + 1)
+            gain = expected / cost_of(self.costs, k + 1)
             if gain > best_gain:
                 best_k, best_gain = k, gain
         if best_k:
@@ -165,13 +158,13 @@ class DraftController:
         """The longest draft whose total failure keeps the loss within the budget."""
         allowance = self.saved + self.START_BUDGET + self.LOSS_BUDGET * self.seen
         k = 0
-        while k < self.n_max and self.batch_cost(k + 2) - 1 <= allowance:
+        while k < self.n_max and cost_of(self.costs, k + 2) - 1 <= allowance:
             k += 1
         return k
 
     def record(self, drafted: int, accepted: int, match_size: int = 0) -> None:
         """A verification step drafted ``drafted`` tokens of which the first ``accepted`` were right."""
-        self.saved += accepted + 1 - self.batch_cost(drafted + 1)
+        self.saved += accepted + 1 - cost_of(self.costs, drafted + 1)
         self.drafted += drafted
         self.accepted += accepted
         trials = accepted + (1 if accepted < drafted else 0)
@@ -201,10 +194,5 @@ class Drafter(Protocol):
 
 
 def default_drafter(plan: SpeculativePlan) -> Drafter:
-    """The n-gram drafter (llama.cpp's ngram-mod idea), longest match first."""
-    return NgramDrafter(_match_sizes(plan.n_match))
-
-
-def _match_sizes(n_match: int) -> tuple[int, ...]:
-    """N-gram sizes tried longest first: the plan's ``n_match`` caps the longest."""
-    return tuple(sorted({k for k in (min(n_match, 12), 6, 3, 2) if 0 < k <= n_match}, reverse=True)) or (1,)
+    """The n-gram drafter (llama.cpp's ngram-mod idea), longest match first: the plan's ``n_match`` caps it."""
+    return NgramDrafter([k for k in (min(plan.n_match, 12), 6, 3, 2) if 0 < k <= plan.n_match] or [1])

@@ -1,14 +1,11 @@
 """The embedded engine: a GGUF loaded in-process through llama-cpp-python's low-level API, generating with
 self-speculative (n-gram) decoding.
 
-One generation step either decodes the last token alone, or decodes it together with a drafted continuation
-and keeps the longest drafted prefix the model agrees with, plus the model's own next token. Logits are
-requested only for the positions being verified, so memory stays O(draft x vocab). Rejected positions are
-removed from the KV cache. On recurrent/hybrid models an n-gram draft is rolled back as llama-server does it: the
-sequence's recurrent state is copied before the batch and, when part of the draft is rejected, put back and the
-kept tokens evaluated again (``engine.checkpoints.DraftRollback``); the MTP head uses llama.cpp's recurrent-state
-snapshots (``n_rs_seq``) instead. The KV cache of the previous turn is reused for the shared prefix of the next
-prompt.
+One step decodes the last token alone, or with a drafted continuation, keeping the longest drafted prefix the
+model agrees with plus its own next token; logits only for the verified positions (memory O(draft x vocab)), and
+rejected positions removed from the KV cache. On recurrent/hybrid models an n-gram draft is rolled back as
+llama-server does it (``engine.checkpoints.DraftRollback``); the MTP head uses llama.cpp's recurrent-state
+snapshots (``n_rs_seq``) instead. The KV cache of the previous turn is reused for the next prompt's shared prefix.
 
 ``serve`` and the chat hand requests straight to the engine's one batch thread (``engine.scheduler``, which runs
 ``plan.parallel`` slots at once) through ``submit``; ``generate`` does too with several slots.
@@ -82,14 +79,22 @@ class EmbeddedEngine:
 
     def __init__(self, parts: EngineParts) -> None:
         self._parts = parts
+        self.model_name = parts.model_name
+        self.template = parts.template
+        self.tool_format: ToolFormat = templates.tool_format(parts.template)
+        self.recurrent = parts.recurrent
+        """The model keeps a recurrent state (Mamba, Gated DeltaNet...), alone or beside attention."""
+        self.speculative = parts.speculative
+        """The plan's speculation (its batch costs this machine's once :meth:`measure_verify_costs` kept them)."""
         self._model = parts.model
         self._ctx = parts.ctx
         self._vocab = C.llama_model_get_vocab(parts.model)
         self._n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
-        self._n_seq = max(1, int(C.llama_n_seq_max(parts.ctx)))
+        self.slots = max(1, int(C.llama_n_seq_max(parts.ctx)))
         # Each slot's own share of the cache (llama.cpp splits -c evenly between the sequences).
-        self._n_ctx = int(C.llama_n_ctx(parts.ctx)) if self._n_seq == 1 else int(C.llama_n_ctx_seq(parts.ctx))
-        self._slots = [Slot(i) for i in range(self._n_seq)]
+        self.n_ctx = int(C.llama_n_ctx(parts.ctx)) if self.slots == 1 else int(C.llama_n_ctx_seq(parts.ctx))
+        self.slots_state = [Slot(i) for i in range(self.slots)]
+        """Each slot's sequence id and cached tokens (the scheduler hands them out)."""
         self._batch_seq = -1
         """The sequence id every row of the batch carries now (-1: mixed, after a batch of several, or none yet)."""
         self._n_batch = int(C.llama_n_batch(parts.ctx))
@@ -114,13 +119,14 @@ class EmbeddedEngine:
             eos_token=self._special_text(int(C.llama_vocab_eos(self._vocab))),
         )
         templates.check_template(self._render)
-        self._turn_markers = self._find_turn_markers()
+        self.turn_markers = self._find_turn_markers()
+        """The control text of this engine's chat template (``templates.turn_markers``)."""
         self._closed = False
-        self.backend_sampling = parts.backend_sampling and self._n_seq == 1
+        self.backend_sampling = parts.backend_sampling and self.slots == 1
         """Sample inside llama.cpp's graph on the model's device (GPU plans) instead of on the host (one slot:
         the graph's sampler is set per sequence)."""
         self._mtp = parts.mtp
-        if self._mtp is not None and self._n_seq > 1:
+        if self._mtp is not None and self.slots > 1:
             # The head keeps one sequence's hidden states; with several slots it would follow none of them.
             self._mtp.close()
             self._mtp = None
@@ -128,7 +134,7 @@ class EmbeddedEngine:
                 Notice(
                     "speculation-off",
                     "MTP drafting runs only with one slot in the embedded engine: off for these "
-                    f"{self._n_seq} slots (--parallel 1 keeps it); n-gram drafting is not affected.",
+                    f"{self.slots} slots (--parallel 1 keeps it); n-gram drafting is not affected.",
                 )
             )
         self._scheduler = SlotScheduler(self)
@@ -139,13 +145,13 @@ class EmbeddedEngine:
         )
         """Steps get every planned thread only while other programs leave the cores free."""
         # The MTP head keeps a context of its own, which a checkpoint of the trunk would not put back.
-        checkpoints = parts.ctx_checkpoints if parts.recurrent and self._mtp is None else 0
-        self._checkpoints = [Checkpoints(parts.ctx, checkpoints, slot.seq) for slot in self._slots]
+        limit = parts.ctx_checkpoints if self.recurrent and self._mtp is None else 0
+        self.checkpoints = [Checkpoints(parts.ctx, limit, slot.seq) for slot in self.slots_state]
         """Each slot's recurrent state at prompt positions, restored when its next prompt shares them."""
         keeps_snapshots = int(C.llama_n_rs_seq(parts.ctx)) > 0
         self._rollbacks = [
-            DraftRollback(parts.ctx, slot.seq) if parts.recurrent and not keeps_snapshots else None
-            for slot in self._slots
+            DraftRollback(parts.ctx, slot.seq) if self.recurrent and not keeps_snapshots else None
+            for slot in self.slots_state
         ]
         """On a recurrent model without llama.cpp's snapshots: each slot's state kept while a draft is verified."""
         self.drafter_factory: Callable[[SpeculativePlan], Drafter] = default_drafter
@@ -154,50 +160,9 @@ class EmbeddedEngine:
     # --- ChatEngine -------------------------------------------------------------------------------------------
 
     @property
-    def model_name(self) -> str:
-        return self._parts.model_name
-
-    @property
-    def n_ctx(self) -> int:
-        return self._n_ctx
-
-    @property
-    def template(self) -> TemplateChoice:
-        return self._parts.template
-
-    @property
-    def slots(self) -> int:
-        """Requests generated at once (``plan.parallel``); ``serve`` lets that many through together."""
-        return self._n_seq
-
-    @property
-    def slots_state(self) -> list[Slot]:
-        """Each slot's sequence id and cached tokens (the scheduler hands them out)."""
-        return self._slots
-
-    @property
-    def checkpoints(self) -> Checkpoints:
-        """The first slot's context checkpoints (each slot keeps its own)."""
-        return self._checkpoints[0]
-
-    @property
-    def cached_tokens(self) -> tuple[int, ...]:
-        """The tokens whose keys and values are in the first slot's cache now (prompt and reply so far)."""
-        return tuple(self._slots[0].kv)
-
-    @property
-    def recurrent(self) -> bool:
-        """The model keeps a recurrent state (Mamba, Gated DeltaNet...), alone or beside attention."""
-        return self._parts.recurrent
-
-    @property
     def drafts_rolled_back(self) -> int:
         """Drafts rejected in part and rolled back from a copy of the recurrent state (tests, benchmarks)."""
         return sum(r.restored for r in self._rollbacks if r is not None)
-
-    @property
-    def speculative(self) -> SpeculativePlan:
-        return self._parts.speculative
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenize(text, add_special=False))
@@ -215,15 +180,11 @@ class EmbeddedEngine:
 
     def reset_cache(self) -> None:
         """Forget the KV cache (the next prompt is evaluated from scratch)."""
-        C.llama_memory_clear(self._mem, True)
-        for slot in self._slots:
-            slot.kv.clear()
-            self._checkpoints[slot.seq].clear()
+        self._forget(None)
         if self._mtp is not None:
             self._mtp.clear()
 
     def render_prompt(self, messages: Sequence[ChatMessage]) -> str:
-        """The prompt text the chat template makes of these messages."""
         return self._render(messages)
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -256,7 +217,7 @@ class EmbeddedEngine:
     ) -> Iterator[GenerationEvent]:
         """One slot: the sequence steps on the caller's thread, each token read before the next is made (``run``,
         ``bench``; a cancel set on reading a token stops the next). Several: :meth:`submit`, read from a queue."""
-        if self._n_seq == 1:
+        if self.slots == 1:
             yield from self._generate_alone(request, cancel)
             return
         items: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -279,7 +240,7 @@ class EmbeddedEngine:
         if self._closed:
             raise EngineError("This engine was closed; load the model again.")
         seq = self.open_sequence(request, cancel, time.perf_counter())
-        seq.slot = self._slots[0]
+        seq.slot = self.slots_state[0]
         try:
             events = self._steps_alone(seq)
             if toolcalls.shown_tools(request):
@@ -308,24 +269,22 @@ class EmbeddedEngine:
     ) -> ActiveSequence:
         """``request``'s sequence, ready to start: its prompt tokenized, its stops and sampler made."""
         prompt = self._prompt_tokens(request)
-        if len(prompt) >= self._n_ctx:
+        if len(prompt) >= self.n_ctx:
             raise ContextFull(
-                f"The prompt is {len(prompt)} tokens; the context holds {self._n_ctx}.",
+                f"The prompt is {len(prompt)} tokens; the context holds {self.n_ctx}.",
                 "Shorten the conversation or plan a larger context (--ctx).",
             )
-        max_new = min(request.max_tokens, self._n_ctx - len(prompt))
+        max_new = min(request.max_tokens, self.n_ctx - len(prompt))
         gbnf = self._grammar(request)
         if request.messages is not None:  # a chat reply ends where its turn ends, and after its one call
             # Under a grammar the grammar says where the reply ends: a turn marker's text inside a JSON string
             # is text, not the end of the turn (the soak's one embedded miss ended a forced call there).
-            markers = self._turn_markers if gbnf is None else ()
+            markers = self.turn_markers if gbnf is None else ()
             stops = toolcalls.reply_stop_strings(request, markers, under_grammar=gbnf is not None)
             request = replace(request, stop=stops)
-        plan = self._parts.speculative
-        spec = (
-            bool(plan.enabled if request.speculative is None else request.speculative)
-            and not self._spec_broken
-        )
+        plan = self.speculative
+        asked = plan.enabled if request.speculative is None else request.speculative
+        spec = bool(asked) and not self._spec_broken
         drafter = self.drafter_factory(plan) if spec and self._mtp is None else None
         picker = TokenPicker(  # last: nothing after it fails, so nothing leaves it unfreed
             self._ctx,
@@ -363,7 +322,7 @@ class EmbeddedEngine:
         n_cached = seq.n_cached = self._reuse_prefix(slot, seq.prompt)
         prompt = seq.prompt
         if not self._evaluate_prompt(slot, prompt, n_cached, seq.cancel):
-            self._checkpoints[slot.seq].forget_after(n_cached)
+            self.checkpoints[slot.seq].forget_after(n_cached)
             if not C.llama_memory_seq_rm(self._mem, slot.seq, n_cached, -1):
                 self._forget(slot)
             del slot.kv[n_cached:]
@@ -383,7 +342,7 @@ class EmbeddedEngine:
         """Evaluate the prompt after its cached tokens in the slot; on a model with checkpoints, keep one at its
         end (the next turn's prompt starts with this one when the client resends the history as it was) and one
         :data:`TAIL_TOKENS` before (when the history ends its last turn differently)."""
-        checkpoints = self._checkpoints[slot.seq]
+        checkpoints = self.checkpoints[slot.seq]
         cut = len(prompt) - TAIL_TOKENS
         if checkpoints.limit <= 0 or cut <= n_cached:
             return self._decode(prompt[n_cached:], n_cached, all_logits=False, cancel=cancel, seq=slot.seq)
@@ -400,19 +359,19 @@ class EmbeddedEngine:
         pays; ``seq.new`` becomes what the step picked."""
         slot = seq.slot
         assert slot is not None
-        kv, plan, run = slot.kv, self._parts.speculative, seq.run
+        kv, plan = slot.kv, self.speculative
         last = seq.new[-1]
         base = len(kv)
-        if base + 1 > self._n_ctx:
+        if base + 1 > self.n_ctx:
             seq.stop("length")
             return
         mtp, drafter, controller = seq.mtp, seq.drafter, seq.controller
         draft: list[int] = []
         if mtp is not None and not self._spec_broken:
             # llama-server's budget (get_n_draft_max): what the reply and the context still allow.
-            draft = mtp.draft(last, base, min(seq.max_new - run.n_out - 1, self._n_ctx - base - 2))
+            draft = mtp.draft(last, base, min(seq.max_new - seq.n_out - 1, self.n_ctx - base - 2))
         elif drafter is not None and not self._spec_broken:
-            room = min(seq.max_new - run.n_out - 1, self._n_ctx - base - 1, self._n_batch - 1)
+            room = min(seq.max_new - seq.n_out - 1, self.n_ctx - base - 1, self._n_batch - 1)
             if room >= controller.n_min:
                 candidate = drafter.draft(min(plan.n_max, room))
                 draft = candidate[: controller.choose(len(candidate), drafter.last_match)]
@@ -435,55 +394,53 @@ class EmbeddedEngine:
         in slot order (llama.cpp splits a batch of per-slot streams by consecutive sequence ids); each picks
         its next token from its own row."""
         rows = sorted(seqs, key=lambda q: q.slot.seq if q.slot is not None else 0)
+        slots = [q.slot for q in rows if q.slot is not None]
         n = len(rows)
-        batch = self._batch
-        for i, q in enumerate(rows):
-            assert q.slot is not None
+        for i, (q, slot) in enumerate(zip(rows, slots, strict=True)):
             self._b_token[i] = q.new[-1]
-            self._b_pos[i] = len(q.slot.kv)
-            batch.seq_id[i][0] = q.slot.seq
+            self._b_pos[i] = len(slot.kv)
+            self._batch.seq_id[i][0] = slot.seq
         self._b_logits[:n] = 1
         self._batch_seq = -1
-        batch.n_tokens = n
-        slots = [q.slot for q in rows if q.slot is not None]
+        self._batch.n_tokens = n
         self._llama_decode(slots, "a batch", "Plan a larger --ctx or fewer --parallel.")
-        for i, q in enumerate(rows):
-            assert q.slot is not None
-            q.slot.kv.append(q.new[-1])
+        for i, (q, slot) in enumerate(zip(rows, slots, strict=True)):
+            slot.kv.append(q.new[-1])
             q.new = [q.picker.pick(i, n)]
             if q.drafter is not None:
                 q.drafter.extend(q.new)
 
     def finished(self, seq: ActiveSequence) -> Finished:
         """The sequence's last event: its counters and why it ended."""
-        t_end, run, controller = time.perf_counter(), seq.run, seq.controller
+        t_end, controller = time.perf_counter(), seq.controller
         n_prefill = len(seq.prompt) - seq.n_cached
-        t_first = run.t_first if run.t_first is not None else t_end
+        t_first = seq.t_first if seq.t_first is not None else t_end
         decode_s = t_end - t_first
         return Finished(
             GenerationStats(
                 prompt_tokens=len(seq.prompt),
-                completion_tokens=run.n_out,
+                completion_tokens=seq.n_out,
                 cached_tokens=seq.n_cached,
                 ttft_s=t_first - seq.t0,
                 prefill_tokens_per_s=n_prefill / (seq.t_prefill - seq.t0) if seq.t_prefill > seq.t0 else 0.0,
-                decode_tokens_per_s=(run.n_out - 1) / decode_s if run.n_out > 1 and decode_s > 0 else 0.0,
+                decode_tokens_per_s=(seq.n_out - 1) / decode_s if seq.n_out > 1 and decode_s > 0 else 0.0,
                 draft_acceptance=controller.acceptance,
                 drafted_tokens=controller.drafted,
                 accepted_tokens=controller.accepted,
-                finish_reason=run.finish,
+                finish_reason=seq.finish,
             )
         )
 
-    def _forget(self, slot: Slot) -> None:
-        """Drop a slot's cache (the whole memory on a one-slot engine)."""
-        if self._n_seq == 1 or not C.llama_memory_seq_rm(self._mem, slot.seq, -1, -1):
+    def _forget(self, slot: Slot | None) -> None:
+        """Drop a slot's cache (the whole memory for None, or on a one-slot engine)."""
+        slots = self.slots_state
+        if slot is not None and self.slots > 1 and C.llama_memory_seq_rm(self._mem, slot.seq, -1, -1):
+            slots = [slot]
+        else:
             C.llama_memory_clear(self._mem, True)
-            for other in self._slots:
-                other.kv.clear()
-                self._checkpoints[other.seq].clear()
-        slot.kv.clear()
-        self._checkpoints[slot.seq].clear()
+        for each in slots:
+            each.kv.clear()
+            self.checkpoints[each.seq].clear()
 
     def _is_eog(self, tok: int) -> bool:
         is_eog = self._eog.get(tok)
@@ -503,11 +460,9 @@ class EmbeddedEngine:
         n_rows = len(batch)
         new: list[int] = []
         for i in range(n_rows):
-            tok = picker.pick(i, n_rows)
-            new.append(tok)
-            if i < len(draft) and tok == draft[i]:
-                continue
-            break
+            new.append(picker.pick(i, n_rows))
+            if i == len(draft) or new[-1] != draft[i]:
+                break
         n_keep = base + len(new)
         if n_keep < len(kv):
             if rollback is not None:
@@ -572,7 +527,9 @@ class EmbeddedEngine:
             if off + m == n:
                 self._b_logits[m - 1] = 1
             self._batch.n_tokens = m
-            self._llama_decode([self._slots[seq]], "the prompt", "Start a new chat or plan a larger --ctx.")
+            self._llama_decode(
+                [self.slots_state[seq]], "the prompt", "Start a new chat or plan a larger --ctx."
+            )
             if self._mtp is not None:
                 self._mtp.process(tokens[off : off + m], start + off)
         return True
@@ -593,17 +550,14 @@ class EmbeddedEngine:
     # --- measuring ---------------------------------------------------------------------------------------------
 
     def measure_verify_costs(self, n_max_batch: int) -> MeasuredCosts | None:
-        """What verifying drafts costs here (``engine.verify_probe``), drafted by from now on when measured
-        quietly; None when the context cannot hold the probe."""
         if self.n_ctx < n_max_batch + 7:
             return None
         measured = measure_batch_costs(self, n_max_batch)
         if measured.quiet:
-            self._parts.speculative = replace(self._parts.speculative, batch_costs=measured.costs)
+            self.speculative = replace(self.speculative, batch_costs=measured.costs)
         return measured
 
     def health(self) -> RunnerHealth:
-        """Always ready: the model runs in this process."""
         return RunnerHealth()
 
     @property
@@ -651,9 +605,8 @@ class EmbeddedEngine:
     def _prompt_tokens(self, request: GenerationRequest) -> list[int]:
         if (request.messages is None) == (request.prompt is None):
             raise UsageError("A generation request needs exactly one of messages and prompt.")
-        if request.prompt is not None:
-            text = request.prompt
-        else:
+        text = request.prompt
+        if text is None:
             tools = toolcalls.shown_tools(request)
             text = self._render(request.messages or (), tools=tools, tool_choice=request.tool_choice)
         tokens = self.tokenize(text, add_special=True, parse_special=True)
@@ -669,7 +622,7 @@ class EmbeddedEngine:
         if n_keep > 0 and n_keep < len(kv) and not C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
             # The recurrent state cannot be cut back: restore its latest checkpoint inside the prefix and drop the
             # attention cache after it (none: evaluate from the start).
-            n_keep = self._checkpoints[slot.seq].restore(n_keep)
+            n_keep = self.checkpoints[slot.seq].restore(n_keep)
             if n_keep and not C.llama_memory_seq_rm(self._mem, slot.seq, n_keep, -1):
                 n_keep = 0
         if n_keep > 0:
@@ -681,22 +634,12 @@ class EmbeddedEngine:
             self._forget(slot)
         else:
             del kv[n_keep:]
-        self._checkpoints[slot.seq].forget_after(n_keep)
+        self.checkpoints[slot.seq].forget_after(n_keep)
         if self._mtp is not None:
             self._mtp.truncate(n_keep)
         return n_keep
 
     # --- helpers ----------------------------------------------------------------------------------------------
-
-    @property
-    def tool_format(self) -> ToolFormat:
-        """How this model writes tool calls (from its chat template; Hermes JSON when it has none)."""
-        return templates.tool_format(self._parts.template)
-
-    @property
-    def turn_markers(self) -> tuple[str, ...]:
-        """The control text of this engine's chat template (``templates.turn_markers``)."""
-        return self._turn_markers
 
     def _find_turn_markers(self) -> tuple[str, ...]:
         """The template's turn markers; each that is one token of this vocabulary ends generation like an
@@ -711,8 +654,7 @@ class EmbeddedEngine:
         return markers
 
     def check_request(self, request: GenerationRequest) -> None:
-        """Refuse now what ``generate`` would refuse for its grammar (a schema it cannot enforce, or one over
-        the limits), so a streamed request gets a 400 before any reply is sent."""
+        """Build the request's grammar now, so that a schema it cannot enforce is refused before a reply starts."""
         self._grammar(request)
 
     def _grammar(self, request: GenerationRequest) -> str | None:

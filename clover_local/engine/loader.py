@@ -89,7 +89,6 @@ def load_engine(
         model = C.llama_model_load_from_file(str(path).encode(), params.model)
     if not model:
         raise _load_error(path, log.text, "load the model")
-    notices: list[Notice] = []
     try:
         is_diffusion = bool(C.llama_model_is_diffusion(model))
         if is_diffusion:
@@ -127,8 +126,7 @@ def load_engine(
     except BaseException:
         C.llama_model_free(model)
         raise
-    if choice.notice:
-        notices.append(Notice("chat-template", choice.notice))
+    notices = [Notice("chat-template", choice.notice)] if choice.notice else []
     parts = EngineParts(
         model=model,
         ctx=ctx,
@@ -244,7 +242,6 @@ def placement_summary(lines: list[str]) -> str:
     parts: list[str] = []
     sizes: dict[str, dict[str, float]] = {}
     offloaded = None
-    overridden = 0
     for line in lines:
         for m in _BUFFER_RE.finditer(line):
             sizes.setdefault(m.group(2), {}).setdefault(m.group(1), 0.0)
@@ -252,8 +249,7 @@ def placement_summary(lines: list[str]) -> str:
         offload = _OFFLOAD_RE.search(line)
         if offload:
             offloaded = f"{offload.group(1)}/{offload.group(2)} layers on GPU"
-        if "buffer type overridden to" in line:
-            overridden += 1
+    overridden = sum("buffer type overridden to" in line for line in lines)
     names = {"model": "weights", "KV": "KV cache", "RS": "recurrent state", "compute": "compute"}
     for kind in ("model", "KV", "RS", "compute"):
         if kind in sizes:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,16 +39,9 @@ _MANGLED = {
 """``llama-ext.h`` functions as the Itanium C++ ABI names them (GCC and Clang, Linux and macOS)."""
 
 
-@dataclass(frozen=True)
-class _NextnApi:
-    set_embeddings_nextn: Any
-    get_embeddings_nextn: Any
-    get_embeddings_nextn_ith: Any
-
-
-def nextn_api() -> _NextnApi:
-    """The mangled staging functions from the libllama llama-cpp-python loaded, typed; an EngineError when this
-    build lacks them."""
+def nextn_api() -> tuple[Any, Any, Any]:
+    """The mangled staging functions (set, get, get_ith) from the libllama llama-cpp-python loaded, typed; an
+    EngineError when this build lacks them."""
     try:
         set_fn, get_fn, ith_fn = (getattr(C._lib, name) for name in _MANGLED.values())
     except AttributeError as exc:
@@ -60,20 +52,14 @@ def nextn_api() -> _NextnApi:
     set_fn.argtypes, set_fn.restype = [ctypes.c_void_p, ctypes.c_bool, ctypes.c_bool], None
     get_fn.argtypes, get_fn.restype = [ctypes.c_void_p], ctypes.POINTER(ctypes.c_float)
     ith_fn.argtypes, ith_fn.restype = [ctypes.c_void_p, ctypes.c_int32], ctypes.POINTER(ctypes.c_float)
-    return _NextnApi(set_fn, get_fn, ith_fn)
+    return set_fn, get_fn, ith_fn
 
 
 class MtpHead:
     """The MTP draft context beside the engine's target context, for sequence 0."""
 
     def __init__(
-        self,
-        ctx_tgt: Any,
-        model_dft: Any,
-        context_params: Any,
-        *,
-        n_max: int = 3,
-        owns_model: bool = False,
+        self, ctx_tgt: Any, model_dft: Any, context_params: Any, *, n_max: int = 3, owns_model: bool = False
     ) -> None:
         """``model_dft``: the target model itself (its head loaded with ``load_mtp``) or an ``mtp-`` sidecar;
         ``context_params``: the target's (n_ctx, batch sizes, threads, cache types), copied for the draft."""
@@ -82,12 +68,10 @@ class MtpHead:
                 "The model has no MTP head (nextn_predict_layers is 0), or it was not loaded (load_mtp).",
                 "Use --spec ngram, or a GGUF that ships an MTP head (in the file or as an mtp- sidecar).",
             )
-        self._api = nextn_api()
+        set_embeddings_nextn, self._get_nextn, self._get_nextn_ith = nextn_api()
         cp = C.llama_context_params.from_buffer_copy(context_params)
         cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP
-        cp.n_ctx = int(
-            C.llama_n_ctx(ctx_tgt)
-        )  # the draft holds as many tokens as the target (speculative.cpp)
+        cp.n_ctx = int(C.llama_n_ctx(ctx_tgt))  # as many tokens as the target (speculative.cpp)
         cp.n_rs_seq = 0
         cp.n_seq_max = 1
         cp.n_outputs_max = 1
@@ -108,8 +92,8 @@ class MtpHead:
         self.n_max = n_max
         self._batch = C.llama_batch_ext_init(ctx)
         self._pos = (C.llama_pos * 4)()
-        self._api.set_embeddings_nextn(ctx_tgt, True, False)  # every trunk row, for the replay
-        self._api.set_embeddings_nextn(ctx, True, True)  # the head's rows for its outputs only
+        set_embeddings_nextn(ctx_tgt, True, False)  # every trunk row, for the replay
+        set_embeddings_nextn(ctx, True, True)  # the head's rows for its outputs only
         self.pending_h = np.zeros(self.n_embd, dtype=np.float32)
         self._verify_h = np.zeros((0, self.n_embd), dtype=np.float32)
         self._closed = False
@@ -122,7 +106,7 @@ class MtpHead:
         n = len(tokens)
         if n == 0:
             return
-        ptr = self._api.get_embeddings_nextn(self._ctx_tgt)
+        ptr = self._get_nextn(self._ctx_tgt)
         if not ptr:
             raise EngineError("The target context returned no hidden rows for the MTP head.")
         h_tgt = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd)).copy()
@@ -145,7 +129,7 @@ class MtpHead:
             out.append(token)
             if len(out) >= self.n_max:
                 break
-            h_ptr = self._api.get_embeddings_nextn_ith(self._ctx, 0)
+            h_ptr = self._get_nextn_ith(self._ctx, 0)
             row = np.ctypeslib.as_array(h_ptr, shape=(self.n_embd,)).copy()
         self.truncate(pos0)
         return out[:n_max]

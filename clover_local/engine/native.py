@@ -158,8 +158,6 @@ def build_params(settings: dict[str, Any]) -> NativeParams:
     keep: list[Any] = []
     mp = C.llama_model_default_params()
     mp.n_gpu_layers = int(settings["n_gpu_layers"])
-    # The planner's rule for the CPU that runs it, whatever machine the settings were planned for (a described
-    # one cannot know that this CPU's AMX kernels crash).
     mp.use_extra_bufts = bool(settings.get("use_extra_bufts", True)) and _repack_default()
     mp.split_mode = int(settings["split_mode"])
     mp.main_gpu = int(settings["main_gpu"])
@@ -223,20 +221,6 @@ class LogCapture:
         self.lines: list[str] = []
         self._partial = ""
 
-    @classmethod
-    def install(cls) -> None:
-        if cls._callback is not None:
-            return
-
-        @C.llama_log_callback
-        def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
-            capture = cls._active
-            if capture is not None and text:
-                capture._feed(text.decode("utf-8", errors="replace"))
-
-        cls._callback = _on_log  # keep the ctypes thunk alive for the process
-        C.llama_log_set(_on_log, ctypes.c_void_p(0))
-
     def _feed(self, text: str) -> None:
         text = self._partial + text
         *full, self._partial = text.split("\n")
@@ -244,7 +228,16 @@ class LogCapture:
 
     def __enter__(self) -> LogCapture:
         """Not re-entrant: one capture at a time (a second one, even in the same thread, waits)."""
-        self.install()
+        if LogCapture._callback is None:
+
+            @C.llama_log_callback
+            def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+                capture = LogCapture._active
+                if capture is not None and text:
+                    capture._feed(text.decode("utf-8", errors="replace"))
+
+            LogCapture._callback = _on_log  # keep the ctypes thunk alive for the process
+            C.llama_log_set(_on_log, ctypes.c_void_p(0))
         LogCapture._lock.acquire()
         LogCapture._active = self
         return self

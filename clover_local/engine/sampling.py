@@ -68,6 +68,12 @@ TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32
 assert TOKEN_DATA.itemsize == ctypes.sizeof(C.llama_token_data)
 
 
+def token_data_array(data: np.ndarray) -> Any:
+    """A ``llama_token_data_array`` over ``data`` (:data:`TOKEN_DATA` entries, kept alive by the caller), unsorted
+    and with nothing selected."""
+    return C.llama_token_data_array(ctypes.cast(data.ctypes.data, C.llama_token_data_p), len(data), -1, False)
+
+
 _TOP_CHECKED = 48
 """Greedy picks under a grammar try this many best tokens one by one before masking the whole vocabulary."""
 
@@ -90,8 +96,7 @@ class GrammarGate:
         self._one_arr = C.llama_token_data_array(ctypes.cast(self._one, C.llama_token_data_p), 1, -1, False)
         self._ids = np.arange(n_vocab, dtype=np.int32)
         self._all = np.zeros(n_vocab, dtype=TOKEN_DATA)
-        data = ctypes.cast(self._all.ctypes.data, C.llama_token_data_p)
-        self._all_arr = C.llama_token_data_array(data, n_vocab, -1, False)
+        self._all_arr = token_data_array(self._all)
         self._ends = frozenset(ends)
         eos = int(C.llama_vocab_eos(vocab))
         self._end = eos if eos >= 0 else int(C.llama_vocab_eot(vocab))
@@ -109,12 +114,16 @@ class GrammarGate:
         C.llama_sampler_apply(self._smpl, ctypes.byref(self._one_arr))
         return bool(np.isfinite(self._one[0].logit))
 
-    def masked(self, logits: np.ndarray) -> Any:
-        """A token-data array of ``logits`` with every token the grammar forbids at -inf."""
+    def full(self, logits: np.ndarray) -> Any:
+        """A token-data array of every token with its logit (one buffer, refilled at each call)."""
         self._all["id"] = self._ids
         self._all["logit"] = logits
         self._all_arr.size, self._all_arr.selected, self._all_arr.sorted = len(self._ids), -1, False
-        C.llama_sampler_apply(self._smpl, ctypes.byref(self._all_arr))
+        return self._all_arr
+
+    def masked(self, logits: np.ndarray) -> Any:
+        """A token-data array of ``logits`` with every token the grammar forbids at -inf."""
+        C.llama_sampler_apply(self._smpl, ctypes.byref(self.full(logits)))
         if self._ends and not (self._end >= 0 and self._allows(self._end)):
             self._all["logit"][list(self._ends)] = -np.inf  # ids are positions: apply never reorders
         return self._all_arr
@@ -162,11 +171,9 @@ class TokenPicker:
         """``grammar_ends``: the engine's own end tokens the vocabulary does not mark (:class:`GrammarGate`)."""
         self.config = config
         self._ctx = ctx
-        self._n_vocab = n_vocab
         self._view = LogitsView(ctx, n_vocab)
         self._chain: Any = None
         self._shortlist: Shortlist | None = None
-        self._keep: np.ndarray | None = None
         self._gate: GrammarGate | None = None
         if grammar is not None:
             self._gate = GrammarGate(C.llama_model_get_vocab(model), n_vocab, grammar, grammar_ends)
@@ -207,11 +214,8 @@ class TokenPicker:
         return chain
 
     def pick(self, row: int, n_rows: int) -> int:
-        """The token for output row ``row`` of the last decode, which produced ``n_rows`` output rows.
-
-        Output rows and batch indices coincide here: the engine asks for logits either at the last token
-        (one row) or at every token of a verification batch.
-        """
+        """The token for output row ``row`` of the last decode, which produced ``n_rows`` output rows (the batch
+        index too: the engine asks for logits at the last token alone or at every token of a verification batch)."""
         if self._gate is not None:
             return self._pick_constrained(row, n_rows, self._gate)
         if self._chain is None:
@@ -230,21 +234,12 @@ class TokenPicker:
             if not gate.allows(token):
                 token = gate.best_allowed(logits)
         else:
-            token = self._sample_chain(self._full_array(logits))
+            token = self._sample_chain(gate.full(logits))
             if not gate.allows(token):
                 token = self._sample_chain(gate.masked(logits))
             C.llama_sampler_accept(self._chain, token)
         gate.accept(token)
         return token
-
-    def _full_array(self, logits: np.ndarray) -> Any:
-        data = np.zeros(self._n_vocab, dtype=TOKEN_DATA)
-        data["id"] = np.arange(self._n_vocab, dtype=np.int32)
-        data["logit"] = logits
-        self._keep = data
-        return C.llama_token_data_array(
-            ctypes.cast(data.ctypes.data, C.llama_token_data_p), self._n_vocab, -1, False
-        )
 
     def _sample_chain(self, arr: Any) -> int:
         C.llama_sampler_apply(self._chain, ctypes.byref(arr))
@@ -282,12 +277,7 @@ class Shortlist:
     def __init__(self, top_k: int) -> None:
         self.top_k = top_k
         self._buf = np.zeros(self.MAX_CANDIDATES, dtype=TOKEN_DATA)
-        self._array = C.llama_token_data_array(
-            data=ctypes.cast(self._buf.ctypes.data, C.llama_token_data_p),
-            size=0,
-            selected=-1,
-            sorted=False,
-        )
+        self._array = token_data_array(self._buf)
         self._array_p = ctypes.pointer(self._array)
 
     @staticmethod

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ class Slot:
     """When a request last took this slot (a counter): the least recently used one is given up first."""
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
@@ -46,15 +46,6 @@ def choose_slot(free: list[Slot], prompt: list[int]) -> Slot:
         return (common if common >= SIMILARITY * len(prompt) else 0, -slot.last_used)
 
     return max(free, key=key)
-
-
-@dataclass
-class Run:
-    """Counters of one generation."""
-
-    n_out: int = 0
-    t_first: float | None = None
-    finish: FinishReason = "length"
 
 
 class ActiveSequence:
@@ -84,7 +75,9 @@ class ActiveSequence:
         self.n_cached = 0
         self.slot: Slot | None = None
         self.stream = StopTextStream(request.stop)
-        self.run = Run()
+        self.n_out = 0
+        self.t_first: float | None = None
+        self.finish: FinishReason = "length"
         self.controller = controller
         self.drafter = drafter
         self.mtp: Any = None
@@ -103,26 +96,24 @@ class ActiveSequence:
 
     def emit(self, tokens: list[int]) -> Iterator[GenerationEvent]:
         """Text for ``tokens`` in order, stopping at an end of generation, a stop string, ``max_new`` or a
-        cancel (``done`` is then set and ``run.finish`` says why)."""
-        run = self.run
+        cancel (``done`` is then set and ``finish`` says why)."""
         for tok in tokens:
-            if run.t_first is None:
-                run.t_first = time.perf_counter()
+            if self.t_first is None:
+                self.t_first = time.perf_counter()
             if self._is_eog(tok):
-                run.finish, self.done = "stop", True
+                self.stop("stop")
                 return
-            run.n_out += 1
+            self.n_out += 1
             text = self.stream.push(self._piece(tok))
             if text:
                 yield TextDelta(text)
             if self.stream.stopped:
-                run.finish, self.done = "stop", True
-                return
-            if run.n_out >= self.max_new:
-                run.finish, self.done = "length", True
-                return
-            if self.cancel is not None and self.cancel.is_set():
-                run.finish, self.done = "cancelled", True
+                self.stop("stop")
+            elif self.n_out >= self.max_new:
+                self.stop("length")
+            elif self.cancel is not None and self.cancel.is_set():
+                self.stop("cancelled")
+            if self.done:
                 return
 
     def tail(self) -> Iterator[GenerationEvent]:
@@ -133,4 +124,4 @@ class ActiveSequence:
 
     def stop(self, finish: FinishReason) -> None:
         """End the sequence between steps (a full context, a cancel seen before a step)."""
-        self.run.finish, self.done = finish, True
+        self.finish, self.done = finish, True

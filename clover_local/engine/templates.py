@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clover_local.engine.toolcalls import detect_format, fold_tools, template_message, template_renders_tools
+from clover_local.engine import toolcalls
 from clover_local.engine.types import ChatMessage, ToolFormat, ToolSpec
 from clover_local.errors import ChatTemplateRefused, EngineError
 
@@ -61,13 +61,13 @@ def renders_tools(choice: TemplateChoice) -> bool:
     them). Otherwise clover-local's generic format is used, on both engines: the tools are listed in a system
     note, calls are written and forced in the Hermes format, and earlier calls and results are folded into text
     (:func:`clover_local.engine.toolcalls.fallback_messages`)."""
-    return choice.kind == "jinja" and template_renders_tools(choice.source)
+    return choice.kind == "jinja" and "tools" in (choice.source or "")
 
 
 def tool_format(choice: TemplateChoice) -> ToolFormat:
     """How replies under this template write tool calls: the template's own format when it shows tools, else
     the generic format's Hermes JSON."""
-    return detect_format(choice.source) if renders_tools(choice) else "hermes"
+    return toolcalls.detect_format(choice.source) if renders_tools(choice) else "hermes"
 
 
 def tool_support(choice: TemplateChoice) -> str:
@@ -155,7 +155,7 @@ def render_jinja(
     try:
         return jinja_env.render(
             source,
-            [template_message(m) for m in messages],
+            [toolcalls.template_message(m) for m in messages],
             tools=[t.as_openai() for t in tools] or None,
             add_generation_prompt=True,
             bos_token=bos_token,
@@ -168,10 +168,7 @@ def render_jinja(
             f"The model's chat template tried something unsafe and was stopped: {exc}"
         ) from None
     except (jinja2.TemplateError, TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
-        raise EngineError(
-            f"The model's chat template could not be rendered: {exc}",
-            TEMPLATE_FIX,
-        ) from None
+        raise EngineError(f"The model's chat template could not be rendered: {exc}", TEMPLATE_FIX) from None
 
 
 TEMPLATE_FIX = "Set chat_template to a llama.cpp built-in name (e.g. 'chatml') or 'completion' in the preset."
@@ -225,12 +222,12 @@ Renderer = Callable[..., str]
 def renderer(choice: TemplateChoice, *, bos_token: str, eos_token: str) -> Renderer:
     """A function (messages, tools=(), tool_choice="auto") -> prompt text for the chosen template. Tools,
     earlier calls and their results go through the template when it shows them, else are written into the
-    messages in the generic format (``toolcalls.fold_tools``)."""
+    messages in the generic format (:func:`~clover_local.engine.toolcalls.fallback_messages`)."""
     native_tools = renders_tools(choice)
 
     def render(msgs: Sequence[ChatMessage], tools: Sequence[ToolSpec] = (), tool_choice: str = "auto") -> str:
         if not native_tools:
-            msgs, tools = fold_tools(msgs, tools, tool_choice), ()
+            msgs, tools = toolcalls.fallback_messages(msgs, tools, tool_choice), ()
         if choice.kind == "jinja":
             return render_jinja(
                 choice.source or "", msgs, bos_token=bos_token, eos_token=eos_token, tools=tools

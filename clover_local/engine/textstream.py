@@ -8,27 +8,20 @@ from collections.abc import Sequence
 
 
 class StopTextStream:
-    """Incremental UTF-8 decoding plus stop-string hold-back.
-
-    ``push(piece)`` returns the text that can be shown now; text that might be the start of a stop string is
-    held until it is known not to be. After a stop string is seen, ``stopped`` is True and nothing more is
-    returned (the stop string itself is never shown).
-    """
+    """``push(piece)`` returns the text that can be shown now, holding back what might start a stop string; once
+    a stop string is seen, ``stopped`` is True and nothing more (the stop string included) is returned."""
 
     def __init__(self, stop: Sequence[str] = ()) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stop = tuple(s for s in stop if s)
         self._pending = ""
         self.stopped = False
-        self.text_parts: list[str] = []
 
     def push(self, piece: bytes) -> str:
         if self.stopped:
             return ""
         new = self._decoder.decode(piece)
         if not self._stop:
-            if new:
-                self.text_parts.append(new)
             return new
         # Search only where a stop string can begin: the held-back tail plus the new text.
         window = self._pending + new
@@ -40,8 +33,6 @@ class StopTextStream:
         else:
             keep = partial_stop(window, self._stop)
             out, self._pending = window[: len(window) - keep], window[len(window) - keep :]
-        if out:
-            self.text_parts.append(out)
         return out
 
     def flush(self) -> str:
@@ -50,13 +41,7 @@ class StopTextStream:
             return ""
         out = self._pending + self._decoder.decode(b"", final=True)
         self._pending = ""
-        if out:
-            self.text_parts.append(out)
         return out
-
-    @property
-    def text(self) -> str:
-        return "".join(self.text_parts)
 
 
 def partial_stop(text: str, stops: Sequence[str]) -> int:

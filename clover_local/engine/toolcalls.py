@@ -18,7 +18,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from clover_local.engine import grammar
@@ -46,11 +46,6 @@ def detect_format(template_source: str | None) -> ToolFormat:
     if CALL_START in src and "<function=" in src and "<parameter=" in src:
         return "qwen3_coder"
     return "hermes"
-
-
-def template_renders_tools(template_source: str | None) -> bool:
-    """The Jinja template itself shows ``tools`` and tool messages (else we describe them ourselves)."""
-    return bool(template_source) and "tools" in (template_source or "")
 
 
 def new_call_id() -> str:
@@ -100,10 +95,6 @@ def fallback_messages(
         else:
             out.append(m)
     return tuple(out)
-
-
-fold_tools = fallback_messages
-"""What a template without tool syntax is given (``templates.renderer``, llama-server's generic format)."""
 
 
 def _results_hint(choice: str) -> str:
@@ -256,10 +247,11 @@ _TAG_NAME_RE = re.compile(r"([^>\n]{1,256})>")
 """A ``<function=NAME>`` or ``<parameter=NAME>`` name: bounded, so scanning many unclosed openers stays linear."""
 
 
-def _sections(text: str, start: str, ends: tuple[str, ...]) -> Iterator[tuple[int, int]]:
-    """(body start, body end) of each ``start ... end`` section, the last one may run to the end of ``text``;
-    an end in ``ends`` that is itself ``start`` begins the next section. Each string is searched for once per
-    occurrence (the next place of each end is remembered), so the scan is linear however hostile the text."""
+def _named_sections(text: str, start: str, ends: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+    """(name, body) of each ``<tag=NAME>body ... end`` section (one without a name is skipped), the last one may
+    run to the end of ``text``; an end in ``ends`` that is itself ``start`` begins the next section. Each string
+    is searched for once per occurrence (the next place of each end is remembered), so the scan is linear however
+    hostile the text."""
     next_at = dict.fromkeys(ends, -1)
     pos = 0
     while (i := text.find(start, pos)) >= 0:
@@ -270,10 +262,11 @@ def _sections(text: str, start: str, ends: tuple[str, ...]) -> Iterator[tuple[in
                 if next_at[e] < 0:
                     next_at[e] = len(text) + 1  # never again
         j, e = min((at, e) for e, at in next_at.items())
+        m = _TAG_NAME_RE.match(text, body, min(j, len(text)))
+        if m is not None and m.group(1).strip():
+            yield m.group(1).strip(), text[m.end() : min(j, len(text))]
         if j > len(text):
-            yield body, len(text)
             return
-        yield body, j
         pos = j if e == start else j + len(e)
 
 
@@ -339,24 +332,8 @@ def _json_through_strings(decoder: json.JSONDecoder, text: str, body: int) -> tu
     return text[at:stop], rest + len(CALL_END)
 
 
-@dataclass(frozen=True)
-class ParsedReply:
-    content: str
-    calls: tuple[ToolCall, ...]
-
-
-def parse_reply(text: str, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> ParsedReply:
-    """Split a whole reply into the text before the first call and the calls (unparseable calls stay text)."""
-    start = text.find(CALL_START)
-    if start < 0:
-        return ParsedReply(text, ())
-    calls = parse_calls(text[start:], fmt, tools)
-    if not calls:
-        return ParsedReply(text, ())
-    return ParsedReply(text[:start].rstrip(), calls)
-
-
 def parse_calls(text: str, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> tuple[ToolCall, ...]:
+    """The calls in a reply, in order (an unparseable call is skipped)."""
     calls: list[ToolCall] = []
     for block in _hermes_blocks(text):
         call = _parse_block(block, fmt, tools)
@@ -380,26 +357,16 @@ def _parse_block(block: str, fmt: ToolFormat, tools: Sequence[ToolSpec]) -> Tool
 
 
 def _parse_xml(block: str, tools: Sequence[ToolSpec]) -> ToolCall | None:
-    found = _named_sections(block, "<function=", ("</function>",))
-    if not found:
+    found = next(_named_sections(block, "<function=", ("</function>",)), None)
+    if found is None:
         return None
-    name, body = found[0]
+    name, body = found
     props = _properties(tools, name)
     args: dict[str, Any] = {}
     for pname, raw in _named_sections(body, "<parameter=", ("</parameter>", "<parameter=")):
         raw = raw.removeprefix("\n").removesuffix("\n")
         args[pname] = _xml_value(raw, props.get(pname))
     return ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))
-
-
-def _named_sections(text: str, start: str, ends: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(name, body) of each ``<tag=NAME>body`` section (see :func:`_sections`); one without a name is skipped."""
-    out = []
-    for a, b in _sections(text, start, ends):
-        m = _TAG_NAME_RE.match(text, a, b)
-        if m is not None and m.group(1).strip():
-            out.append((m.group(1).strip(), text[m.end() : b]))
-    return out
 
 
 def _properties(tools: Sequence[ToolSpec], name: str) -> dict[str, Any]:

@@ -1,23 +1,20 @@
 """What verifying a draft costs on this machine, for this model: measured once on the loaded engine.
 
-The drafter decides how long a draft to verify from a cost table (``costs[m - 1]``: a batch of ``m`` tokens with
-logits on every row, relative to one plain decoding step; :class:`clover_local.engine.drafter.DraftController`).
-A model of that table (:mod:`clover_local.plan.verify_cost`) is only a guess: on one CPU a 17-token batch costs 5
-steps, on another 8, and a GPU hardly notices it. So the engine times it itself, once, at its first load: a
-plain step and batches of 2 to ``n_max + 1`` tokens after the same context, interleaved over a few rounds,
-the fastest round of each kept. Batches are timed on the decode threads, what they get whenever other programs
-are busy (``engine.batch_threads``): on an idle machine they get more cores and cost less, so the table is a
-bound that holds under load.
+The drafter sizes drafts from a cost table (``costs[m - 1]``: a batch of ``m`` tokens with logits on every row,
+relative to one plain decoding step; :class:`clover_local.engine.drafter.DraftController`). A model of that table
+(:mod:`clover_local.plan.verify_cost`) is only a guess: on one CPU a 17-token batch costs 5 steps, on another 8,
+and a GPU hardly notices it. So the engine times a plain step and batches of 2 to ``n_max + 1`` tokens after the
+same context, once at its first load, interleaved over a few rounds, on the decode threads it gets whenever other
+programs are busy (``engine.batch_threads``): an idle machine gives more cores, so the table is a bound that holds
+under load.
 
-A table is kept only when the machine was quiet while it was measured: when the other programs' CPU use
-(``detect.cpu_load``) during the probe would have taken a thread away (``plan.threads.threads_for_load``), the
-probe's threads spun against them, every batch and the plain step stalled, and their ratios say nothing about
-this machine (measured beside other work on a 2-core VM: a plain step of 418 ms where 10 ms is the machine's,
-a 2-token batch at 1.07 steps where it costs 1.75, so every short draft looked free and speculation cost 15%).
-Such a measurement is dropped and taken again at a later load. A kept one is stored with the machine's speed
-records (``measure.records``) and then used as a fixed number: drafting never reads a clock while it
-generates, so the same request gives the same text whatever the machine's load, and another machine gets its
-own costs.
+A table is kept only when the machine was quiet: when the other programs' CPU use (``detect.cpu_load``) during the
+probe would have taken a thread away (``plan.threads.threads_for_load``), the probe's threads spun against them and
+every ratio says nothing about this machine (beside other work on a 2-core VM: a plain step of 418 ms where 10 ms
+is the machine's, a 2-token batch at 1.07 steps where it costs 1.75, so every short draft looked free and
+speculation cost 15%). Such a measurement is taken again at a later load; a kept one is stored with the machine's
+speed records (``measure.records``) and used as a fixed number: drafting never reads a clock while it generates,
+so the same request gives the same text whatever the load, and another machine gets its own costs.
 """
 
 from __future__ import annotations

@@ -401,7 +401,7 @@ class LlamaServerEngine:
         if templates.renders_tools(template):
             prompt = self._applied_template(messages, tools=tools)
         else:
-            messages = toolcalls.fold_tools(messages, tools, request.tool_choice)
+            messages = toolcalls.fallback_messages(messages, tools, request.tool_choice)
             if template.kind == "completion":
                 prompt = templates.render_completion(messages)
             else:
