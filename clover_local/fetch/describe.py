@@ -18,7 +18,7 @@ notes. The planner itself stays pure: it gets the descriptions from here.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -102,13 +102,18 @@ def _local_sidecars(preset: Preset, quant: str) -> dict[DraftKind, tuple[str, Mo
 
     if preset.python_package:
         return {}
-    out: dict[DraftKind, tuple[str, ModelDescription | None]] = {}
-    for kind, path in cached_sidecars(preset, quant).items():
-        try:
-            out[kind] = (str(path), header_of(path))
-        except CloverError:
-            out[kind] = (str(path), None)
-    return out
+    return {
+        kind: _sidecar(str(path), functools.partial(header_of, path))
+        for kind, path in cached_sidecars(preset, quant).items()
+    }
+
+
+def _sidecar(name: str, read: Callable[[], ModelDescription]) -> tuple[str, ModelDescription | None]:
+    """A sidecar's name and its header (``read``), None when it cannot be read."""
+    try:
+        return name, read()
+    except CloverError:
+        return name, None
 
 
 class _LocalFiles:
@@ -213,13 +218,10 @@ class _HubView:
             model_file = self._first_shard(spec)
         except CloverError:
             return {}
-        out: dict[DraftKind, tuple[str, ModelDescription | None]] = {}
-        for kind, name in sidecars_for(paths, model_file, spec.pattern).items():
-            try:
-                out[kind] = (name, self._header(name))
-            except CloverError:
-                out[kind] = (name, None)
-        return out
+        return {
+            kind: _sidecar(name, functools.partial(self._header, name))
+            for kind, name in sidecars_for(paths, model_file, spec.pattern).items()
+        }
 
     def _header(self, filename: str) -> ModelDescription:
         """``filename``'s header from the Hub (or the header cache); the first unreachable Hub sets ``down``."""

@@ -424,12 +424,8 @@ def _fetch(
             relocate=lambda: _locate(resolved, index),
         )
     except (httpx2.TransportError, HfHubHTTPError, HubUnreachableError) as exc:
-        if isinstance(exc, HfHubHTTPError):
-            err: DownloadError = hub.hub_error(exc, repo=resolved.repo, what=f"download {f.path}")
-        elif isinstance(exc, httpx2.TransportError):
-            err = hub.network_error(exc, what=f"download {f.path}")
-        else:
-            err = exc
+        what = f"download {f.path}"
+        err = exc if isinstance(exc, DownloadError) else hub.hub_error(exc, repo=resolved.repo, what=what)
         partial = cache.partial_path(resolved.repo, location.etag)
         if partial.exists() and partial.stat().st_size:
             kept = format_bytes(partial.stat().st_size)

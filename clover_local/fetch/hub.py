@@ -201,14 +201,16 @@ def retry_delay_s(exc: HfHubHTTPError, backoff: float) -> float:
 
 
 def hub_error(
-    exc: HfHubHTTPError,
+    exc: HfHubHTTPError | BaseException,
     *,
     repo: str,
     what: str,
     filename: str | None = None,
     retries: int = RATE_LIMIT_RETRIES,
 ) -> DownloadError:
-    """A person-readable error for an HTTP error from the Hub."""
+    """A person-readable error for an HTTP error from the Hub, or for the network (:func:`network_error`)."""
+    if not isinstance(exc, HfHubHTTPError):
+        return network_error(exc, what=what)
     status = exc.response.status_code if exc.response is not None else None
     if isinstance(exc, GatedRepoError):
         return DownloadError(

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from clover_local.gguf.names import DRAFT_KINDS, DraftKind
+from clover_local.gguf.names import DRAFT_KINDS, SHARD_RE, DraftKind
 
 __all__ = [
     "DRAFT_KINDS",
@@ -43,7 +43,6 @@ _KEYWORDS: dict[FileRole, str] = {
 }
 """Substrings of the file name (case-sensitive, as in llama.cpp) that make a GGUF a sidecar."""
 
-_SPLIT_RE = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
 _TAG_RE = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
 
 
@@ -76,11 +75,9 @@ def split_info(path: str) -> SplitInfo:
     tag ``Q4_K_M``, shard 1 of 2. A path not ending in ``.gguf`` has an empty tag and is 0 of 0."""
     if not path.endswith(".gguf"):
         return SplitInfo("", "", 0, 0)
-    prefix = path.removesuffix(".gguf")
-    index = count = 1
-    m = _SPLIT_RE.match(prefix)
-    if m:
-        prefix, index, count = m.group(1), int(m.group(2)), int(m.group(3))
+    prefix, index, count = path.removesuffix(".gguf"), 1, 1
+    if m := SHARD_RE.match(path):
+        prefix, index, count = m["base"], int(m["index"]), int(m["count"])
     t = _TAG_RE.search(prefix)
     return SplitInfo(prefix, t.group(1).upper() if t else "", index, count)
 

@@ -116,7 +116,5 @@ def describe_from_preset(preset: Preset, quant: str, file_bytes: int | None = No
         architecture=preset.architecture,
         file_bytes=file_bytes or spec.fallback_bytes,
         quant=quant,
-        tensors=None,
-        chat_template=None,
         source=f"preset {preset.name}",
     )
