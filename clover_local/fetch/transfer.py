@@ -27,7 +27,7 @@ from huggingface_hub.utils import get_session, hf_raise_for_status
 
 from clover_local.errors import DownloadCancelled, DownloadError, NotEnoughDiskError, VerificationError
 from clover_local.fetch import cache
-from clover_local.fetch.hub import MAX_RETRY_WAIT_S, RATE_LIMIT_RETRIES, FileLocation, retry_delay_s
+from clover_local.fetch.hub import RATE_LIMIT_RETRIES, FileLocation, retry_delay_s
 from clover_local.fetch.progress import ProgressTracker, format_bytes
 
 HASH_BLOCK = 8 * 1024 * 1024
@@ -155,19 +155,18 @@ def _transfer_with_retries(
 ) -> None:
     rate_limited = 0
     fresh = True  # the URL was just handed out by the Hub
-    wait = 1.0
     while True:
         before = writer.tell()
         try:
             _transfer_once(location, writer)
             break
         except HfHubHTTPError as exc:
-            status = exc.response.status_code if exc.response is not None else None
-            if status in (429, 503) and rate_limited < RATE_LIMIT_RETRIES:
+            delay = retry_delay_s(exc, rate_limited, RATE_LIMIT_RETRIES)
+            if delay is not None:
                 rate_limited += 1
-                wait_with_cancel(retry_delay_s(exc, wait), cancel, sleep)
-                wait = min(wait * 2, MAX_RETRY_WAIT_S)
+                wait_with_cancel(delay, cancel, sleep)
                 continue
+            status = exc.response.status_code if exc.response is not None else None
             if status in (401, 403, 410) and not fresh:  # an expired signed URL
                 location, fresh = relocate(), True
                 continue
