@@ -14,11 +14,9 @@ __all__ = ["local_quant_file"]
 
 
 def local_quant_file(preset: Preset, quant: str | None = None) -> Path | None:
-    """The one answer to "is this preset's quant on this machine, and where": the file assembled from the
-    preset's Python package (test presets: its one quant), else the newest download of ``quant`` (None: the
-    preset's default) in the Hugging Face cache, else the file the app's first run chose for this preset and
-    quant. Never the network. ``plan``, ``chat`` and the app all ask here, so they agree."""
-
+    """The file assembled from the preset's Python package (test presets: its one quant), else the newest download
+    of ``quant`` (None: the preset's default) in the Hugging Face cache, else the file the app's first run chose
+    for this preset and quant. Never the network."""
     if preset.python_package:
         packaged = packaged_model(preset)
         if packaged is not None:

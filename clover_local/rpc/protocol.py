@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from contextlib import closing
 from dataclasses import dataclass
 
 from clover_local.errors import CloverError
@@ -77,7 +78,7 @@ class WorkerReport:
 
 
 class RpcClient:
-    """One connection to a worker. Use as a context manager; every call raises :class:`RpcError`."""
+    """One connection to a worker (``close`` it); every call raises :class:`RpcError`."""
 
     def __init__(self, host: str, port: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.endpoint = f"{host}:{port}"
@@ -91,12 +92,6 @@ class RpcClient:
             ) from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.version = self._hello()
-
-    def __enter__(self) -> RpcClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         self._sock.close()
@@ -227,7 +222,7 @@ def probe_worker(
     host: str, port: int, *, measure: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> WorkerReport:
     """Devices and free memory of the worker at ``host:port`` and, with ``measure``, the link to it."""
-    with RpcClient(host, port, timeout_s) as client:
+    with closing(RpcClient(host, port, timeout_s)) as client:
         count = client.device_count()
         devices = tuple(DeviceReport(i, *client.device_memory(i)) for i in range(count))
         link = client.measure_link(0) if measure and count else None
