@@ -64,9 +64,7 @@ def read_remote_header(
     return describe(headers, total, source=f"hf://{repo_id}/{filename}{rev}")
 
 
-def read_remote_architecture(
-    repo_id: str, filename: str, revision: str | None = None, token: str | bool | None = None
-) -> str:
+def read_remote_architecture(repo_id: str, filename: str, revision: str | None = None) -> str:
     """``general.architecture`` of a GGUF on the Hub, from as few bytes as can tell (the first shard of a
     split GGUF names the model's): none when the file's header or architecture is cached for its ETag, or its
     first bytes are on disk already (a partial download), else the first :data:`FIRST_READ_ARCH` bytes (more
@@ -74,7 +72,7 @@ def read_remote_architecture(
 
     For the check before a download, which needs the Hub anyway: errors are :class:`DownloadError` (offline,
     unreachable, not found) or :class:`GGUFError` (not a GGUF, no architecture)."""
-    access = _HubAccess(token=token, offline=None, timeout_s=None, retries=RATE_LIMIT_RETRIES)
+    access = _HubAccess(token=None, offline=None, timeout_s=None, retries=RATE_LIMIT_RETRIES)
     name = shard_names(filename)[0]
     meta = _file_metadata(repo_id, name, revision, access)
     cache = _cache_path(repo_id, meta.etag)

@@ -49,7 +49,6 @@ def fetch_blob(
     index: int,
     cancel: threading.Event | None,
     relocate: Relocate,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> Path:
     """Make ``blobs/<etag>`` hold the file's verified bytes, resuming any partial; return its path.
 
@@ -78,9 +77,7 @@ def fetch_blob(
             tracker.start("downloading", index, already)
             with partial.open("ab", buffering=0) as f:  # unbuffered: what write() returned is on disk
                 writer = _HashingWriter(f, hasher, tracker, cancel)
-                _transfer_with_retries(
-                    location, writer, relocate, cancel, sleep, filename=filename, partial=partial
-                )
+                _transfer_with_retries(location, writer, relocate, cancel, filename=filename, partial=partial)
             hasher = writer.hasher  # hashed on the way in: no second pass over the file
         # else: an earlier run got every byte but was stopped before the rename; asking the server
         # for `bytes=SIZE-` would only get 416, so the partial is verified and put in place as is.
@@ -148,7 +145,6 @@ def _transfer_with_retries(
     writer: _HashingWriter,
     relocate: Relocate,
     cancel: threading.Event | None,
-    sleep: Callable[[float], None],
     *,
     filename: str,
     partial: Path,
@@ -164,7 +160,7 @@ def _transfer_with_retries(
             delay = retry_delay_s(exc, rate_limited, RATE_LIMIT_RETRIES)
             if delay is not None:
                 rate_limited += 1
-                wait_with_cancel(delay, cancel, sleep)
+                wait_with_cancel(delay, cancel)
                 continue
             status = exc.response.status_code if exc.response is not None else None
             if status in (401, 403, 410) and not fresh:  # an expired signed URL
@@ -174,7 +170,7 @@ def _transfer_with_retries(
         except httpx2.TransportError:
             if writer.tell() <= before:
                 raise
-            wait_with_cancel(DROP_RETRY_WAIT_S, cancel, sleep)
+            wait_with_cancel(DROP_RETRY_WAIT_S, cancel)
             location, fresh = relocate(), True
         except OSError as exc:
             raise _write_failed(exc, filename, partial, location.size) from None
@@ -282,10 +278,10 @@ def _raise_if_cancelled(cancel: threading.Event | None) -> None:
         )
 
 
-def wait_with_cancel(seconds: float, cancel: threading.Event | None, sleep: Callable[[float], None]) -> None:
+def wait_with_cancel(seconds: float, cancel: threading.Event | None) -> None:
     """Sleep ``seconds`` (between retries), waking early to raise if ``cancel`` is set."""
     if cancel is None:
-        sleep(seconds)
+        time.sleep(seconds)
         return
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
