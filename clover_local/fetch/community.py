@@ -32,11 +32,9 @@ def find_community_quants(
     offline: bool | None = None,
     timeout_s: float = TIMEOUT_S,
 ) -> CommunityQuants:
-    """The quants of ``preset``'s community repos worth weighing where a quant of ``below_bytes`` did not fit
-    and at most ``room_bytes`` of weights could (``plan.community.weights_room``), described from their
-    headers; a file whose header its runtime's loader would refuse (``gguf.loadable``) is left out, saying why.
-    ``offline`` (None: ``HF_HUB_OFFLINE``): nothing is asked; the files the preset lists with their sizes are
-    weighed from those sizes, and the notes name the repos that would be asked."""
+    """The quants of ``preset``'s community repos worth weighing (as the module says) where a quant of
+    ``below_bytes`` did not fit and at most ``room_bytes`` of weights could (``plan.community.weights_room``).
+    ``offline`` (None: ``HF_HUB_OFFLINE``): nothing is asked."""
     from clover_local.fetch import hub
     from clover_local.fetch.repo_preset import preset_for_repo
 

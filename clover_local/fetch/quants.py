@@ -46,8 +46,7 @@ def shard_of(path: str) -> ShardName:
 
 
 def is_model_gguf(path: str) -> bool:
-    """A GGUF holding model weights: not a sidecar (``mmproj``, ``imatrix``, ``mtp-``, ``eagle3-``,
-    ``dflash-``, ``dspark-``), by llama.cpp's rule (:func:`clover_local.fetch.sidecars.gguf_role`)."""
+    """A GGUF holding model weights, not a sidecar, by llama.cpp's rule (:func:`.sidecars.gguf_role`)."""
     return gguf_role(path) == "model"
 
 
@@ -84,9 +83,8 @@ HF_DEFAULT_TAGS = ("Q4_K_M", "Q8_0")
 
 
 def hf_pick(paths: Iterable[str], tag: str | None) -> str | None:
-    """The file llama.cpp's ``-hf REPO[:TAG]`` loads from a repo listing (its first shard), None when it
-    finds none: the first model GGUF whose path holds ``TAG`` followed by ``.`` or ``-`` (case-insensitive),
-    a split only by its first shard; without a tag, ``Q4_K_M``, then ``Q8_0``, then the first model GGUF."""
+    """The file llama.cpp's ``-hf REPO[:TAG]`` loads from a repo listing (its first shard, chosen as the module
+    says; a split only by its first shard), None when it finds none."""
     models = [p for p in paths if p.endswith(".gguf") and is_model_gguf(p)]
     firsts = [p for p in models if shard_of(p).count <= 1 or shard_of(p).index == 1]
     for wanted in (tag,) if tag else HF_DEFAULT_TAGS:

@@ -5,8 +5,7 @@ A GGUF repo may hold, beside the model's quants, files that are not models: a vi
 multi-token-prediction head (``mtp-``), an EAGLE-3 drafter (``eagle3-``), a DFlash or DSpark block drafter
 (``dflash-``, ``dspark-``). llama.cpp's ``-hf`` path (``common/download.cpp`` at the pinned commit) decides
 which is which by the file name (``gguf_filename_is_model``) and picks a sidecar for a model with
-``find_best_sibling``: a file whose path holds the keyword, in the model's folder or one above it (the
-deepest wins), then the one whose name carries the exact quant tag, then the nearest bit width.
+``find_best_sibling`` (:func:`best_sibling` says how).
 
 This module is that logic in Python, pure (no I/O), so that clover-local downloads what ``llama-server -hf``
 would, and names the same sidecar on its command line.
@@ -49,8 +48,8 @@ _TAG_RE = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
 def gguf_role(path: str) -> FileRole | None:
     """What a repo file is: ``model``, a sidecar kind, or None when it is not a GGUF at all.
 
-    llama.cpp's ``gguf_filename_is_model``: the name (not the folders) is searched for ``mmproj``,
-    ``imatrix``, ``mtp-``, ``eagle3-``, ``dflash-``, ``dspark-``; a ``.gguf`` without any is a model."""
+    llama.cpp's ``gguf_filename_is_model``: the name (not the folders) is searched for each of
+    :data:`_KEYWORDS`; a ``.gguf`` without any is a model."""
     if not path.endswith(".gguf"):
         return None
     name = path.rsplit("/", 1)[-1]
