@@ -257,9 +257,8 @@ class Converter:
         ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", at[1:])
         key = doc.prefix + at
         if beside_ref:
-            digest = hashlib.sha1(json.dumps(beside_ref, sort_keys=True, default=str).encode()).hexdigest()[
-                :8
-            ]
+            text = json.dumps(beside_ref, sort_keys=True, default=str)
+            digest = hashlib.sha1(text.encode()).hexdigest()[:8]
             ref_name, key = f"{ref_name}-{digest}", f"{key}+{digest}"
             target, at = {"allOf": [{"$ref": ref}, beside_ref]}, path
         if ref_name not in self._rules and key not in self._resolving:

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clover_local.engine.schema_gbnf.regex_facts import Unsupported, top_level_alternatives
+from clover_local.engine.schema_gbnf.regex_facts import DIGITS, WORD, Unsupported, top_level_alternatives
 
 MAX_PATTERN_DEPTH = 100
 _NON_LITERAL = set("|.()[]{}*+?^$")
 UNSAFE = '"\\\\\\x00-\\x1F\\x7F'
 DOT = f"[^{UNSAFE}]"
-_CLASS_RANGES = {
-    "d": "0123456789",
-    "w": "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
-    "s": " \t",
-}
+_CLASS_RANGES = {"d": DIGITS, "w": WORD, "s": " \t"}
 _SIMPLE_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
 _JSON_ESCAPES = {
     '"': '\\\\\\"',

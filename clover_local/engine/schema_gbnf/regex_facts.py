@@ -125,7 +125,6 @@ def within_lengths(pattern: str, lo: int, hi: int | None) -> str:
 
 def width(pattern: str) -> tuple[int, int]:
     """The shortest and longest string ``pattern`` (anchored) matches, as Python's regex parser counts them."""
-
     try:
         lo, hi = _re_parser.parse(pattern).getwidth()
     except (re.error, OverflowError, RecursionError) as exc:
@@ -133,11 +132,10 @@ def width(pattern: str) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-_CATEGORY_CHARS = {
-    "CATEGORY_DIGIT": "0123456789",
-    "CATEGORY_WORD": "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
-    "CATEGORY_SPACE": " \t\n\r\f\v",
-}
+DIGITS = "0123456789"
+WORD = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" + DIGITS + "_"
+"""The characters of ``\\d`` and ``\\w`` (ASCII, as JSON Schema's patterns read them)."""
+_CATEGORY_CHARS = {"CATEGORY_DIGIT": DIGITS, "CATEGORY_WORD": WORD, "CATEGORY_SPACE": " \t\n\r\f\v"}
 
 
 def first_chars(pattern: str) -> frozenset[int] | None:
@@ -145,7 +143,6 @@ def first_chars(pattern: str) -> frozenset[int] | None:
     here (unanchored, could be empty, a negated class or ``.``)."""
     if not pattern.startswith("^"):
         return None
-
     try:
         tree = list(_re_parser.parse(pattern))
     except (re.error, RecursionError):
