@@ -239,20 +239,15 @@ def fetch_resolved(
             _not_cached(resolved.repo, resolved.quant, offline=True)
         resolved = check_architectures(resolved, force=force)  # may leave out a sidecar
     tracker = ProgressTracker(progress, [(f.path, f.size) for f in resolved.files])
-    if resolved.is_cached:
-        _refresh_ref(resolved)
-        tracker.finish()
-        return resolved.local_path(0)
-    cache.remove_stale_partials(resolved.repo, set(resolved.repo_etags))
-    locations = {
-        i: _locate(resolved, i) for i, _ in enumerate(resolved.files) if not resolved.local_path(i).exists()
-    }
-    _check_disk_space(resolved, locations, free_space or _free_disk_bytes)
-    first = min(locations, default=0)
-    for i in sorted(locations):
-        # Signed CDN URLs expire: ask again for shards started after a long first one.
-        location = locations[i] if i == first else _locate(resolved, i)
-        _fetch(resolved, i, location, tracker, cancel)
+    if not resolved.is_cached:
+        cache.remove_stale_partials(resolved.repo, set(resolved.repo_etags))
+        missing = [i for i in range(len(resolved.files)) if not resolved.local_path(i).exists()]
+        locations = {i: _locate(resolved, i) for i in missing}
+        _check_disk_space(resolved, locations, free_space or _free_disk_bytes)
+        for i in missing:
+            # Signed CDN URLs expire: ask again for shards started after a long first one.
+            location = locations[i] if i == missing[0] else _locate(resolved, i)
+            _fetch(resolved, i, location, tracker, cancel)
     _refresh_ref(resolved)
     tracker.finish()
     return resolved.local_path(0)

@@ -72,11 +72,8 @@ def read_local_header(path: Path) -> ModelDescription:
             missing = "it" if shard == path else f"shard {name}, next to {path.name}"
             raise GGUFError(f"GGUF file not found: {missing} ({shard}).") from None
         with shard.open("rb") as f:
-            headers.append(
-                parse_growing(
-                    functools.partial(_read_range, f), size, str(shard), FIRST_READ_LOCAL, parse_header
-                )
-            )
+            read = functools.partial(_read_range, f)
+            headers.append(parse_growing(read, size, str(shard), FIRST_READ_LOCAL, parse_header))
         _check_complete(headers[-1], size, shard)
         total += size
     check_shards(headers, path.name)
