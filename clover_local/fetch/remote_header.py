@@ -47,12 +47,7 @@ def read_remote_header(
     ``HF_HUB_OFFLINE``) answers from the header cache only; ``timeout_s`` bounds each network wait (None:
     huggingface_hub's defaults); ``retries`` how many 429/503 answers are waited out (None: as for downloads).
     """
-    access = _HubAccess(
-        token=token,
-        offline=offline,
-        timeout_s=timeout_s,
-        retries=RATE_LIMIT_RETRIES if retries is None else retries,
-    )
+    access = _HubAccess(token, offline, timeout_s, RATE_LIMIT_RETRIES if retries is None else retries)
     headers: list[RawHeader] = []
     total = 0
     for name in shard_names(filename):
@@ -72,7 +67,7 @@ def read_remote_architecture(repo_id: str, filename: str, revision: str | None =
 
     For the check before a download, which needs the Hub anyway: errors are :class:`DownloadError` (offline,
     unreachable, not found) or :class:`GGUFError` (not a GGUF, no architecture)."""
-    access = _HubAccess(token=None, offline=None, timeout_s=None, retries=RATE_LIMIT_RETRIES)
+    access = _HubAccess()
     name = shard_names(filename)[0]
     meta = _file_metadata(repo_id, name, revision, access)
     cache = _cache_path(repo_id, meta.etag)
@@ -121,10 +116,10 @@ def cached_header_files(repo_id: str, revision: str | None = None) -> list[str]:
 class _HubAccess:
     """How to talk to the Hub for one header read."""
 
-    token: str | bool | None
-    offline: bool | None
-    timeout_s: float | None
-    retries: int
+    token: str | bool | None = None
+    offline: bool | None = None
+    timeout_s: float | None = None
+    retries: int = RATE_LIMIT_RETRIES
 
     def call(self, call: Callable[[], T], repo_id: str, filename: str) -> T:
         what = f"read the GGUF header of {filename} in {repo_id}"
@@ -144,7 +139,6 @@ def _remote_shard_header(
 
     Without the Hub (offline, or unreachable) the header last seen for this repo, revision and file is used.
     """
-    where = f"{filename} in {repo_id}"
     ref = _ref_path(repo_id, revision, filename)
     try:
         meta = _file_metadata(repo_id, filename, revision, access)
@@ -164,7 +158,7 @@ def _remote_shard_header(
             header_bytes[start:] = data
             return data
 
-        header = parse_growing(fetch, meta.size, where, FIRST_READ_REMOTE, parse_header)
+        header = parse_growing(fetch, meta.size, f"{filename} in {repo_id}", FIRST_READ_REMOTE, parse_header)
         # Each write under a temporary name of its own: two processes reading headers never collide.
         write_atomically(cache, bytes(header_bytes[: header.header_bytes]))
     write_atomically(ref, f"{cache.name}\n{meta.size}\n".encode())

@@ -22,6 +22,7 @@ from clover_local.engine.schema_gbnf.merge import (
     allows_nothing,
     lift,
     merge,
+    only,
     types_meeting,
 )
 
@@ -47,7 +48,7 @@ def expand(schema: dict[str, Any], doc: Document, path: str) -> list[Any]:
         where = path if i else pointer(path, "if")
         then, otherwise = (resolved(triple.get(k, True), doc, where) for k in ("then", "else"))
         test = resolved(triple["if"], doc, where)
-        if isinstance(test, dict) and set(test) - ANNOTATIONS == {"not"}:  # if not C then A else B
+        if only(test, "not"):  # if not C then A else B
             test, then, otherwise = resolved(test["not"], doc, pointer(where, "not")), otherwise, then
         rules.append((_condition(test, doc, where), then, otherwise))
         kinds_of_rules.append(True)
@@ -215,7 +216,7 @@ def finite(schema: Any) -> list[Any] | bool | None:
     if schema.get("type") == "null":
         return [None]
     for key in ("anyOf", "oneOf"):
-        if isinstance(schema.get(key), list) and set(schema) - ANNOTATIONS == {key}:
+        if isinstance(schema.get(key), list) and only(schema, key):
             parts = [finite(p) for p in schema[key]]
             if all(isinstance(p, list) for p in parts):
                 return [v for p in parts if isinstance(p, list) for v in p]
@@ -234,7 +235,7 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
         raise Unsatisfiable("not", path, "no value matches 'not' of a schema that allows everything.")
     if allows_nothing(negated):
         return base, []
-    if isinstance(negated, dict) and set(negated) - ANNOTATIONS == {"type"}:
+    if only(negated, "type"):
         kinds = [negated["type"]] if isinstance(negated["type"], str) else list(negated["type"])
         left = [
             t for t in types_meeting(base.get("type", list(ALL_TYPES)), list(ALL_TYPES)) if t not in kinds
@@ -256,11 +257,7 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
         excluded = without(base, values)
         if excluded is not None:
             return excluded, []
-    parts = (
-        negated.get("anyOf")
-        if isinstance(negated, dict) and set(negated) - ANNOTATIONS == {"anyOf"}
-        else None
-    )
+    parts = negated["anyOf"] if only(negated, "anyOf") else None
     if isinstance(parts, list):
         return base, [_condition(resolved(p, doc, pointer(path, "anyOf", i)), doc, pointer(path, "anyOf", i), "not")
                       for i, p in enumerate(parts)]  # fmt: skip
