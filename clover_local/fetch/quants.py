@@ -96,13 +96,9 @@ def hf_pick(paths: Iterable[str], tag: str | None) -> str | None:
 
 
 def select_quant_files(repo: str, paths: Iterable[str], pattern: str | None) -> list[str]:
-    """The files of one quant, first shard first, or a :class:`DownloadError` naming the candidates.
-
-    ``pattern`` between separators first; where no file has it so, the file ``-hf REPO:PATTERN`` loads
-    (:func:`hf_pick`); ``pattern`` None: the file ``-hf REPO`` loads. Refuses when no file matches (listing the
-    quants the repo does have), when several different files or splits match (listing them), and when shards
-    of a split are missing from the repo.
-    """
+    """The files of one quant (found as the module says; ``pattern`` None: the file ``-hf REPO`` loads), first
+    shard first. Refuses when no file matches (listing the quants the repo does have), when several different
+    files or splits match (listing them), and when shards of a split are missing from the repo."""
     listed = list(paths)
     ggufs = [p for p in listed if is_model_gguf(p)]
     groups = group_shards(p for p in ggufs if pattern and quant_matches(p, pattern))

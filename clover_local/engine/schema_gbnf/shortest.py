@@ -17,8 +17,7 @@ INFINITE = math.inf
 
 
 Found = tuple[float, Callable[[], Any]]
-"""The length of a schema's shortest compact JSON (inf: none found, or a cycle), and a function that writes that
-value (called only when the length is small)."""
+"""The length of a schema's shortest compact JSON (inf: none found, or a cycle), and how to write that value."""
 
 
 class _Shortest:
