@@ -168,8 +168,7 @@ class Converter:
             beside_ref = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
             return self.add_rule(rule_name, self._ref(schema["$ref"], beside_ref, path, doc, depth))
         if "allOf" in schema:
-            merged = self._merge_parts(schema, path, doc)
-            return self._visit(merged, name, path, doc, depth + 1)
+            return self._visit(self._merge_parts(schema, path, doc), name, path, doc, depth + 1)
         if branches.conditional(schema):
             cases = branches.expand(schema, doc, path)
             if len(cases) == 1:
@@ -233,17 +232,15 @@ class Converter:
 
     def _typed(self, schema: dict[str, Any], kind: str, name: str, rule_name: str, path: str, doc: Document,
                depth: int) -> str:  # fmt: skip
-        sub = name + "-" if name else ""
         if kind == "object":
             return self.add_rule(rule_name, self._object(schema, name, path, doc, depth))
         if kind == "array":
-            return self.add_rule(rule_name, self._array(schema, sub, path, doc, depth))
+            return self.add_rule(rule_name, self._array(schema, name + "-" if name else "", path, doc, depth))
         if kind == "string":
             return self._string(schema, rule_name, path)
         if kind in ("integer", "number"):
-            return self.add_rule(
-                rule_name, numbers.number_rule(self.primitive, self.limits.max_enum, schema, kind, path)
-            )
+            body = numbers.number_rule(self.primitive, self.limits.max_enum, schema, kind, path)
+            return self.add_rule(rule_name, body)
         if kind in ("boolean", "null"):
             return (
                 self.primitive(kind) if rule_name != "root" else self.add_rule("root", builtin(kind).content)
@@ -460,22 +457,19 @@ class Converter:
                 raise SchemaRefused(
                     "pattern", path, f"longer than {self.limits.max_pattern_chars} characters."
                 )
-            if lo or hi is not None:
-                try:
-                    source = regex_facts.within_lengths(source, lo, hi)
-                except regex_facts.Unsupported as exc:
-                    if exc.keyword is None:
-                        raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
-                    raise SchemaRefused(
-                        exc.keyword, path, f"cannot be enforced together with 'pattern': {exc}."
-                    ) from None
             try:
+                if lo or hi is not None:
+                    source = regex_facts.within_lengths(source, lo, hi)
                 body = pattern.pattern_rule(
                     source, rule_name, self.add_rule,
                     lambda item, a, b: self.repetition(item, a, b, where=("pattern", path)),
                 )  # fmt: skip
             except regex_facts.Unsupported as exc:
-                raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
+                if exc.keyword is None:
+                    raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
+                raise SchemaRefused(
+                    exc.keyword, path, f"cannot be enforced together with 'pattern': {exc}."
+                ) from None
             return self.add_rule(rule_name, body)
         if isinstance(fmt, str) and (fmt == "uuid" or re.fullmatch(r"uuid[1-5]", fmt)):
             fmt = "uuid"
