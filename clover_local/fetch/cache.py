@@ -168,17 +168,12 @@ def adopt_orphaned_partials(repo: str, etag: str) -> int:
     return best
 
 
-def hf_partials(repo: str, etag: str | None = None) -> list[Path]:
-    """huggingface_hub's per-process temporary files in this repo's blobs (for one etag, or all)."""
+def hf_partials(repo: str, etag: str) -> list[Path]:
+    """huggingface_hub's per-process temporary files of one blob."""
     blobs = repo_folder(repo) / "blobs"
     if not blobs.is_dir():
         return []
-    found = []
-    for path in blobs.iterdir():
-        m = _HF_TMP_RE.match(path.name)
-        if m and (etag is None or m.group("etag") == etag):
-            found.append(path)
-    return found
+    return [p for p in blobs.iterdir() if (m := _HF_TMP_RE.match(p.name)) and m["etag"] == etag]
 
 
 def remove_stale_partials(repo: str, live_etags: set[str], *, min_age_s: float = 3600.0) -> list[Path]:
