@@ -108,8 +108,7 @@ def list_repo(
         )
         if not info.sha:
             raise DownloadError(f"The Hub did not say which commit {repo}@{revision} is.")
-        cache.check_commit(info.sha)
-        return RepoListing(repo=repo, commit=info.sha, entries=entries)
+        return RepoListing(repo=repo, commit=cache.check_commit(info.sha), entries=entries)
 
     return with_hub_errors(call, repo=repo, what=f"list {repo}", retries=retries)
 
@@ -131,14 +130,12 @@ def locate_file(repo: str, commit: str, filename: str) -> FileLocation:
                 "Check HF_ENDPOINT points at a Hugging Face Hub (or a faithful mirror).",
             )
         location = meta.location or url
-        get_headers = headers_for(location)
-        get_headers["Accept-Encoding"] = "identity"
         return FileLocation(
             url=location,
             etag=cache.check_etag(meta.etag),
             size=meta.size,
             commit=cache.check_commit(meta.commit_hash or commit),
-            headers=get_headers,
+            headers={**headers_for(location), "Accept-Encoding": "identity"},
         )
 
     return with_hub_errors(call, repo=repo, what=f"locate {filename} in {repo}")

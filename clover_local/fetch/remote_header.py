@@ -236,9 +236,8 @@ def _get_range(url: str, start: int, end: int, token: str | bool | None, timeout
     ``timeout_s`` bounds each wait for the server (connect, each read); None waits as long as it takes."""
     from huggingface_hub.utils import get_session, hf_raise_for_status
 
-    headers = headers_for(url, token)  # no token for a CDN or any host but the endpoint
-    headers["Range"] = f"bytes={start}-{end - 1}"
-    headers["Accept-Encoding"] = "identity"
+    # No token for a CDN or any host but the endpoint (headers_for).
+    headers = {**headers_for(url, token), "Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
     out = bytearray()
     with get_session().stream(
         "GET", url, headers=headers, follow_redirects=True, timeout=timeout_s

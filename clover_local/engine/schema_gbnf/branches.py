@@ -298,7 +298,7 @@ def resolved(schema: Any, doc: Document, path: str) -> Any:
         if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
             return schema
         rest = {k: v for k, v in schema.items() if k != "$ref"}
-        target = doc.resolve(schema["$ref"], path)
+        target = doc.locate(schema["$ref"], path)[0]
         schema = merge(target, rest, path) if set(rest) - ANNOTATIONS else target
     raise SchemaRefused("$ref", path, "references loop.")
 

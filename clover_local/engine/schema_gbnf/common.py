@@ -44,9 +44,6 @@ class Document:
             return "#" + ref.split("#", 1)[1] if "#" in ref else "#"
         return None
 
-    def resolve(self, ref: str, path: str) -> Any:
-        return self.locate(ref, path)[0]
-
     def locate(self, ref: Any, path: str) -> tuple[Any, str]:
         """The subschema ``ref`` names and its JSON pointer in the document (``#/...``)."""
         if not isinstance(ref, str):

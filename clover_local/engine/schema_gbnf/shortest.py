@@ -52,12 +52,12 @@ class _Shortest:
             return self._by_keyword(s, depth)
 
         def target() -> Any:
-            return self.walk(self.doc.resolve(ref, "#"), depth + 1)[1]()
+            return self.walk(self.doc.locate(ref, "#")[0], depth + 1)[1]()
 
         if not ref.startswith("#"):  # measured by its other keywords, written as what it resolves to
             return self._by_keyword(s, depth)[0], target
         try:
-            return self.walk(self.doc.resolve(ref, "#"), depth + 1)[0], target
+            return self.walk(self.doc.locate(ref, "#")[0], depth + 1)[0], target
         except RequestRefused:
             return INFINITE, target
 
