@@ -1,11 +1,7 @@
-"""Read a local GGUF's header into the :class:`ModelDescription` the planner uses.
-
-The header holds the architecture numbers (layers, heads, experts, context, recurrent sizes) and the tensor
-table, which gives the exact bytes of every tensor: the planner then knows what is expert weight and what is
-not, layer by layer. Split GGUFs (``*-00001-of-00003.gguf``) are read shard by shard. Why not
-``gguf.GGUFReader`` is said in :mod:`clover_local.gguf.parse`; :mod:`clover_local.fetch.remote_header` reads the
-same header from the Hub with range requests.
-"""
+"""Read a local GGUF's header (architecture numbers, and the tensor table: exact bytes of every tensor, expert
+or not, layer by layer) into the :class:`ModelDescription` the planner uses; a split GGUF
+(``*-00001-of-00003.gguf``) shard by shard. Why not ``gguf.GGUFReader``: :mod:`clover_local.gguf.parse`; the
+same header from the Hub: :mod:`clover_local.fetch.remote_header`."""
 
 from __future__ import annotations
 

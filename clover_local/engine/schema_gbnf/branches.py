@@ -67,9 +67,8 @@ def expand(schema: dict[str, Any], doc: Document, path: str) -> list[Any]:
             rules.append(({trigger: _PRESENT}, then, True))
             kinds_of_rules.append(False)
     if "not" in schema:
-        base, negated = _negation(
-            base, resolved(schema["not"], doc, pointer(path, "not")), doc, pointer(path, "not")
-        )
+        where = pointer(path, "not")
+        base, negated = _negation(base, resolved(schema["not"], doc, where), doc, where)
         rules += [(c, False, True) for c in negated]
         kinds_of_rules += [True] * len(negated)
     if not rules:
