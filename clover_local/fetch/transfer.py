@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -82,13 +83,11 @@ def fetch_blob(
         # else: an earlier run got every byte but was stopped before the rename; asking the server
         # for `bytes=SIZE-` would only get 416, so the partial is verified and put in place as is.
         tracker.start("verifying", index)
-        digest = hasher.hexdigest()
         tracker.advance(location.size)
         # A file without an LFS sha256 (a small git file) is named by its git blob id: check that instead,
         # so no file is ever accepted unverified.
         expected = sha256 or location.etag
-        if not sha256:
-            digest = git_blob_oid(partial)
+        digest = hasher.hexdigest() if sha256 else git_blob_oid(partial)
         if digest != expected:
             moved = cache.quarantine_blob(repo, location.etag, partial)
             kind = "sha256" if sha256 else "git blob id"
@@ -126,16 +125,12 @@ def _hash_into(
     *,
     limit: int | None,
 ) -> None:
-    left = limit
+    left = sys.maxsize if limit is None else limit
     with path.open("rb") as f:
-        while left is None or left > 0:
-            block = f.read(HASH_BLOCK if left is None else min(HASH_BLOCK, left))
-            if not block:
-                break
+        while left > 0 and (block := f.read(min(HASH_BLOCK, left))):
             _raise_if_cancelled(cancel)
             hasher.update(block)
-            if left is not None:
-                left -= len(block)
+            left -= len(block)
             if tracker is not None:
                 tracker.advance(len(block))
 
