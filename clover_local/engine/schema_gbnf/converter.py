@@ -41,7 +41,7 @@ from clover_local.engine.schema_gbnf.merge import (
     merge,
 )
 from clover_local.engine.schema_gbnf.objects import ExtraKeys, not_strings_rule, plan_object
-from clover_local.engine.schema_gbnf.rules import FORMAT_LENGTHS, FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
+from clover_local.engine.schema_gbnf.rules import FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
 
 _IMPLIED_TYPES = (
     (
@@ -473,13 +473,13 @@ class Converter:
             return self.add_rule(rule_name, body)
         if isinstance(fmt, str) and (fmt == "uuid" or re.fullmatch(r"uuid[1-5]", fmt)):
             fmt = "uuid"
-        if isinstance(fmt, str) and (fmt in FORMATS or fmt == "uuid"):
-            shortest, longest = FORMAT_LENGTHS[fmt]
+        if isinstance(fmt, str) and fmt in FORMATS:
+            rule, shortest, longest = FORMATS[fmt]
             if shortest < lo or (hi is not None and longest > hi):
                 keyword = "minLength" if shortest < lo else "maxLength"
                 raise SchemaRefused(keyword, path, f"cannot be enforced together with 'format': {fmt} values run "
                                     f"from {shortest} to {longest} characters.")  # fmt: skip
-            return self.add_rule(rule_name, self.primitive("uuid" if fmt == "uuid" else FORMATS[fmt]))
+            return self.add_rule(rule_name, self.primitive(rule))
         if lo or hi is not None:
             where = ("maxLength" if hi is not None else "minLength", path)
             chars = self.repetition(self.primitive("char"), lo, hi, where=where)
