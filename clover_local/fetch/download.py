@@ -205,10 +205,9 @@ def download_model(
 
 
 def check_architectures(resolved: ResolvedFiles, *, force: bool = False) -> ResolvedFiles:
-    """The files with the llama.cpp here checked against them, before any of their bytes: raises
-    :class:`ArchitectureError` for a model it cannot load (unless ``force``) and leaves out drafter sidecars it
-    cannot load, saying so in ``notes``. Nothing is asked when nothing is to be fetched (all cached, or
-    offline): loading checks local files itself."""
+    """The files checked against the llama.cpp here before any of their bytes (:mod:`.preflight`:
+    :class:`ArchitectureError` unless ``force``; sidecars it cannot load left out, said in ``notes``). Nothing is
+    asked when nothing is to be fetched (all cached, or offline): loading checks local files itself."""
     if resolved.architecture is not None or resolved.is_cached or resolved.offline:
         return resolved
     sidecars = {
