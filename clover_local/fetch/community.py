@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from clover_local import settings
 from clover_local.errors import CloverError, DownloadError, GGUFError, HubUnreachableError
-from clover_local.fetch.quants import select_quant_files
+from clover_local.fetch.quants import quant_matches, select_quant_files
 from clover_local.gguf.loadable import load_problem
 from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.plan.community import CommunityQuant, CommunityQuants, from_listings, shortlist
@@ -90,8 +90,6 @@ def find_community_quants(
 def _quality(listed: tuple[CommunityListing, ...], quant: str, path: str) -> str:
     """What the publisher says of this file's quality, as the preset keeps it (matched by name or pattern;
     a listing without a pattern is the repo's one model file)."""
-    from clover_local.fetch.quants import quant_matches
-
     for e in listed:
         if (
             e.quant == quant

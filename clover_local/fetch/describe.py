@@ -24,6 +24,7 @@ from pathlib import Path
 
 from clover_local import settings
 from clover_local.errors import CloverError, DownloadError, GGUFError, HubUnreachableError
+from clover_local.fetch.quants import quant_matches, select_quant_files
 from clover_local.fetch.sidecars import DraftKind
 from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.presets import Preset, QuantSpec
@@ -126,8 +127,6 @@ class _LocalFiles:
         self._named = self._read(local_path, "the local file") if local_path is not None else None
 
     def describe(self, quant: str, spec: QuantSpec) -> tuple[ModelDescription, str, Path] | None:
-        from clover_local.fetch.quants import quant_matches
-
         if self._named is not None:
             path, desc = self._named
             if _same_quant(desc, quant) or quant_matches(path.name, spec.pattern):
@@ -238,8 +237,6 @@ class _HubView:
 
     def _first_shard(self, spec: QuantSpec) -> str:
         """The quant's file (first shard) in the repo listing, or among cached headers without the Hub."""
-        from clover_local.fetch.quants import select_quant_files
-
         paths = self._repo_paths()
         try:
             return select_quant_files(self.repo, paths, spec.pattern)[0]

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from clover_local.engine.schema_gbnf import numbers
 from clover_local.engine.schema_gbnf.common import Document
+from clover_local.engine.schema_gbnf.regex_facts import Unsupported, width
 from clover_local.errors import RequestRefused
 
 INFINITE = math.inf
@@ -121,10 +123,6 @@ def _shortest_string(s: dict[str, Any]) -> int:
     is a billion characters, enforced by nested repetitions in the grammar, however short ``minLength`` is)."""
     shortest = _int(s.get("minLength"))
     if isinstance(s.get("pattern"), str):
-        from contextlib import suppress
-
-        from clover_local.engine.schema_gbnf.regex_facts import Unsupported, width
-
         with suppress(Unsupported):  # a pattern the converter cannot read is refused there, by name
             shortest = max(shortest, width(s["pattern"])[0])
     return shortest
