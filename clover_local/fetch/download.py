@@ -27,7 +27,7 @@ from clover_local.fetch.progress import ProgressCallback, ProgressTracker, forma
 from clover_local.fetch.quants import files_for_name, is_model_gguf, quant_matches, select_quant_files
 from clover_local.fetch.sidecars import DraftKind, draft_sidecars, gguf_role
 from clover_local.fetch.transfer import fetch_blob, hash_file
-from clover_local.presets import Preset
+from clover_local.presets import Preset, load_preset
 
 __all__ = [
     "CachedGGUF",
@@ -321,8 +321,6 @@ def cached_sidecars(model: str | Preset, quant: str | None = None) -> dict[Draft
 
 def repo_and_quant(model: str | Preset, quant: str | None, filename: str | None) -> tuple[str, str | None]:
     """The repo id and the file-name pattern to match, from a preset (object or name) or a repo id."""
-    from clover_local.presets import load_preset
-
     if isinstance(model, str) and "/" in model:
         return model, quant
     preset = model if isinstance(model, Preset) else load_preset(model)
