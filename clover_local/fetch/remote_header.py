@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from clover_local import settings
 from clover_local.errors import DownloadError, GGUFError, HubUnreachableError
-from clover_local.fetch.cache import check_etag
+from clover_local.fetch import cache as hf_cache
 from clover_local.fetch.hub import RATE_LIMIT_RETRIES, headers_for, with_hub_errors
 from clover_local.gguf.describe import describe
 from clover_local.gguf.header import check_shards, parse_growing, shard_names
@@ -89,8 +89,6 @@ def read_remote_architecture(repo_id: str, filename: str, revision: str | None =
 def _architecture_on_disk(repo_id: str, etag: str) -> str | None:
     """The architecture from the file's first bytes when a download of it (finished, or a partial of ours or
     of huggingface_hub's) already has them."""
-    from clover_local.fetch import cache as hf_cache
-
     candidates = [hf_cache.blob_path(repo_id, etag), hf_cache.partial_path(repo_id, etag)]
     for path in [*candidates, *hf_cache.hf_partials(repo_id, etag)]:
         try:
@@ -192,7 +190,7 @@ def _file_metadata(repo_id: str, filename: str, revision: str | None, access: _H
     )
     if meta.size is None or not meta.etag:
         raise DownloadError(f"The Hub did not say the size and ETag of {where}.", "Try again later.")
-    return _FileMeta(meta.size, check_etag(meta.etag.strip('"')), meta.location or url)
+    return _FileMeta(meta.size, hf_cache.check_etag(meta.etag.strip('"')), meta.location or url)
 
 
 def _cache_path(repo_id: str, etag: str) -> Path:
