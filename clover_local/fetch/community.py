@@ -13,6 +13,7 @@ from __future__ import annotations
 from clover_local import settings
 from clover_local.errors import CloverError, DownloadError, GGUFError, HubUnreachableError
 from clover_local.fetch.quants import quant_matches, select_quant_files
+from clover_local.fetch.repo_preset import preset_for_repo
 from clover_local.gguf.loadable import load_problem
 from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.plan.community import CommunityQuant, CommunityQuants, from_listings, shortlist
@@ -36,7 +37,6 @@ def find_community_quants(
     ``below_bytes`` did not fit and at most ``room_bytes`` of weights could (``plan.community.weights_room``).
     ``offline`` (None: ``HF_HUB_OFFLINE``): nothing is asked."""
     from clover_local.fetch import hub
-    from clover_local.fetch.repo_preset import preset_for_repo
 
     repos = tuple(c.repo for c in preset.community)
     offline = settings.hf_offline() if offline is None else offline

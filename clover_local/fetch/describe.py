@@ -24,6 +24,7 @@ from pathlib import Path
 
 from clover_local import settings
 from clover_local.errors import CloverError, DownloadError, GGUFError, HubUnreachableError
+from clover_local.fetch.local import packaged_model
 from clover_local.fetch.quants import quant_matches, select_quant_files
 from clover_local.fetch.sidecars import DraftKind
 from clover_local.gguf.model import ModelDescription, describe_from_preset
@@ -155,8 +156,6 @@ class _LocalFiles:
     @functools.cached_property
     def _packaged(self) -> tuple[Path, ModelDescription] | None:
         """The file assembled from the preset's Python package (built once), when the package is installed."""
-        from clover_local.fetch.local import packaged_model
-
         path = packaged_model(self.preset) if self.preset.python_package else None
         return self._read(path, "the packaged model") if path is not None else None
 
