@@ -16,12 +16,11 @@ import os
 import re
 import shutil
 import time
-import uuid
 from pathlib import Path
 
 from clover_local import settings
 from clover_local.errors import DownloadError
-from clover_local.user_files import current_umask
+from clover_local.user_files import current_umask, write_atomically
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -115,12 +114,8 @@ def write_ref(repo: str, revision: str, commit: str) -> None:
     ref = refs / revision
     if refs not in ref.parents or ".." in revision.split("/"):
         raise DownloadError(f"{revision!r} cannot be a revision name.", "Name a branch, tag or commit.")
-    ref.parent.mkdir(parents=True, exist_ok=True)
-    if ref.exists() and ref.read_text() == commit:
-        return
-    tmp = ref.with_name(f"{ref.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(commit)
-    os.replace(tmp, ref)
+    if not (ref.exists() and ref.read_text() == commit):
+        write_atomically(ref, commit.encode())
 
 
 def link_snapshot(repo: str, commit: str, filename: str, etag: str) -> Path:
