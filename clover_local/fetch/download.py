@@ -295,8 +295,7 @@ def verify_files(
             check = replace(check, moved_to=cache.quarantine_blob(repo, blob.name, blob))
         checks.append(check)
     tracker.finish()
-    bad = [c for c in checks if not c.ok]
-    if bad:
+    if bad := [c for c in checks if not c.ok]:
         lines = "; ".join(f"{c.filename} (moved aside to {c.moved_to})" for c in bad)
         raise VerificationError(
             f"{len(bad)} of {len(checks)} file(s) of {repo} {resolved.quant} are corrupt: {lines}.",

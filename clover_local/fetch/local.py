@@ -78,8 +78,7 @@ def local_gguf(path: str | Path) -> Path:
     if shard.count == 1:
         return p
     siblings = [x.name for x in p.parent.iterdir() if shard_of(x.name).base == shard.base]
-    gaps = missing_shards(siblings)
-    if gaps:
+    if gaps := missing_shards(siblings):
         raise GGUFError(
             f"{p.name} is shard {shard.index} of {shard.count}, but shard(s) {gaps} are not next to it in {p.parent}.",
             "Put all shards of the split in one folder.",

@@ -137,8 +137,7 @@ def files_for_name(repo: str, paths: Iterable[str], filename: str) -> list[str]:
 
 def _complete(repo: str, group: list[str], fix: str | None = None) -> list[str]:
     """``group``, the shards of one split GGUF, or a :class:`DownloadError` naming those the repo lacks."""
-    gaps = missing_shards(group)
-    if gaps:
+    if gaps := missing_shards(group):
         raise DownloadError(
             f"{repo} has only part of the split GGUF {group[0]}: shard(s) {gaps} are missing.", fix
         )

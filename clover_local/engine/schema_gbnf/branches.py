@@ -252,10 +252,8 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
         if not kept:
             raise Unsatisfiable("not", path, "every value the schema allows is excluded.")
         return {**{k: v for k, v in base.items() if k != "const"}, "enum": kept}, []
-    if isinstance(values, list):
-        excluded = without(base, values)
-        if excluded is not None:
-            return excluded, []
+    if isinstance(values, list) and (excluded := without(base, values)) is not None:
+        return excluded, []
     parts = negated["anyOf"] if only(negated, "anyOf") else None
     if isinstance(parts, list):
         return base, [_condition(resolved(p, doc, pointer(path, "anyOf", i)), doc, pointer(path, "anyOf", i), "not")

@@ -144,8 +144,7 @@ class Converter:
 
     def _check_finite(self) -> None:
         """Refuse a schema no finite value matches (:mod:`.finite`): its reply could never end."""
-        stuck = endless(self._rules)
-        if stuck:
+        if stuck := endless(self._rules):
             where = sorted(self._ref_paths[n] for n in stuck if n in self._ref_paths)
             raise SchemaRefused(
                 "$ref" if where else "required", where[0] if where else "#",

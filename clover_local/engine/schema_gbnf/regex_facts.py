@@ -94,8 +94,7 @@ def within_lengths(pattern: str, lo: int, hi: int | None) -> str:
     longer than ``hi``: one repeated character class takes the bounds as its count, any other pattern has its
     unbounded repetitions capped so its longest match fits. Raises ``Unsupported`` (with the bound that
     cannot be met) when there is none."""
-    single = _ONE_REPEATED.fullmatch(pattern)
-    if single:
+    if single := _ONE_REPEATED.fullmatch(pattern):
         item, quantifier = single.group(1), single.group(2)
         if quantifier in "*+":
             m, n = (0 if quantifier == "*" else 1), None
