@@ -73,9 +73,7 @@ def class_rule(ranges: list[tuple[int, int]], negated: bool) -> str:
                 escaped.append(chr(code))
         if start <= hi:
             safe.append((start, hi))
-    parts = []
-    if safe:
-        parts.append(f"[{_ranges(safe)}]")
+    parts = [f"[{_ranges(safe)}]"] if safe else []
     parts += [f'"{json_literal(ch)}"' for ch in dict.fromkeys(escaped)]
     if not parts:
         raise Unsupported("an empty character class")
