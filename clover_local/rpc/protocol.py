@@ -186,10 +186,10 @@ class RpcClient:
         return self._recv(size)
 
     def _recv(self, n: int) -> bytes:
-        chunks, got = [], 0
-        while got < n:
+        out = bytearray()
+        while len(out) < n:
             try:
-                chunk = self._sock.recv(min(n - got, 1 << 20))
+                chunk = self._sock.recv(min(n - len(out), 1 << 20))
             except TimeoutError:
                 raise RpcError(
                     f"The worker at {self.endpoint} did not answer in time.",
@@ -202,9 +202,8 @@ class RpcClient:
                     f"The worker at {self.endpoint} closed the connection.",
                     "Is it a llama.cpp rpc-server (`clover-local worker`) of the same version as this machine's?",
                 )
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks)
+            out += chunk
+        return bytes(out)
 
     def _lost(self, exc: OSError) -> RpcError:
         return RpcError(f"The connection to the worker at {self.endpoint} failed: {exc.strerror or exc}.")
