@@ -1,19 +1,16 @@
-"""Describe every quant of a preset for the planner, with exact sizes per tensor wherever they can be had
-before anything is downloaded.
+"""Describe every quant of a preset for the planner, with exact sizes per tensor wherever they can be had before
+anything is downloaded. For each quant, in order of preference:
 
-For each quant, in order of preference:
-
-1. a local file: the ``local_path`` given, else the quant's file on this machine as ``fetch.local.local_quant_file``
-   finds it for every command (packaged, downloaded, or the first run's choice): its GGUF header, read locally;
-2. the GGUF header on the Hub, read with HTTP range requests (a few MB of a 23 GB file) and cached, so it
-   is read once and works offline afterwards (``clover_local.gguf.header``);
+1. a local file: the ``local_path`` given, else the quant's file on this machine as every command finds it
+   (:func:`.local_quant.local_quant_file`: packaged, downloaded, or the first run's choice): its GGUF header;
+2. the GGUF header on the Hub (:mod:`.remote_header`: range requests, a few MB of a 23 GB file, cached, so read
+   once and offline afterwards);
 3. the preset's estimate (its ``fallback_bytes``), with a note saying why nothing better was found.
 
 The Hub is asked at most once per repo listing and per header, with a short timeout per request
-(huggingface_hub's ``HF_HUB_ETAG_TIMEOUT``, 10 s by default) and no waiting out of rate limits; after the
-first sign the Hub is unreachable no further request is made. Network failures never raise: they become
-notes. The planner itself stays pure: it gets the descriptions from here.
-"""
+(``HF_HUB_ETAG_TIMEOUT``, 10 s by default), no waiting out of rate limits, and nothing more after the first
+sign it is unreachable. Network failures never raise: they become notes. The planner stays pure: it gets the
+descriptions from here."""
 
 from __future__ import annotations
 

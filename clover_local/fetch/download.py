@@ -1,10 +1,7 @@
-"""The download step's public API: find a quant's files, download them resumably, verify them.
-
-Everything lands in the Hugging Face cache in huggingface_hub's own layout (see ``fetch.cache``), so
-files are shared with the ``hf`` CLI and other tools, and HF_HOME, HF_HUB_CACHE, HF_TOKEN,
-HF_HUB_OFFLINE and HF_ENDPOINT mean what they mean there. A local GGUF path is accepted wherever a
-model is expected.
-"""
+"""The download step's public API: find a quant's files, download them resumably into the Hugging Face cache
+(huggingface_hub's own layout, :mod:`.cache`: shared with the ``hf`` CLI and other tools; HF_HOME, HF_HUB_CACHE,
+HF_TOKEN, HF_HUB_OFFLINE and HF_ENDPOINT mean what they mean there), verify them. A local GGUF path is accepted
+wherever a model is expected."""
 
 from __future__ import annotations
 
