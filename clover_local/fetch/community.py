@@ -78,8 +78,7 @@ def find_community_quants(
                     f"{quant} of {repo} is not offered: its header cannot be read ({exc.what.rstrip('.')})."
                 )
                 continue
-            problem = load_problem(desc)
-            if problem is not None:
+            if (problem := load_problem(desc)) is not None:
                 notes.append(f"{quant} of {repo} is not offered: {problem}.")
                 continue
             quality = _quality(community.quants, quant, shards[0])

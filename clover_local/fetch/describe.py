@@ -82,8 +82,7 @@ def describe_quants(
     for quant, spec in preset.quants.items():
         if quant not in wanted:
             continue
-        found = local.describe(quant, spec)
-        if found is not None:
+        if (found := local.describe(quant, spec)) is not None:
             models[quant], sources[quant], paths[quant] = found
             # A downloaded quant runs with the sidecars downloaded with it (none after --no-draft).
             sidecars[quant] = _local_sidecars(preset, quant)
@@ -129,8 +128,7 @@ class _LocalFiles:
             path, desc = self._named
             if _same_quant(desc, quant) or quant_matches(path.name, spec.pattern):
                 return desc, f"exact, from the local file {path}", path
-        packaged = self._packaged
-        if packaged is not None:
+        if (packaged := self._packaged) is not None:
             path, desc = packaged
             if _same_quant(desc, quant) or len(self.preset.quants) == 1:
                 return desc, f"exact, from the downloaded file {path.name}", path

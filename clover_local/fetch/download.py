@@ -139,8 +139,7 @@ def resolve_quant_files(
     try:
         listing = hub.list_repo(repo, revision)
     except HubUnreachableError:
-        cached = _resolve_from_cache(repo, revision, quant, filename, drafts)
-        if cached is None:
+        if (cached := _resolve_from_cache(repo, revision, quant, filename, drafts)) is None:
             raise
         return cached
     entries = {e.path: e for e in listing.entries}

@@ -77,8 +77,7 @@ def read_remote_architecture(repo_id: str, filename: str, revision: str | None =
     known = cache.with_suffix(".arch")
     if known.is_file() and (arch := known.read_text(encoding="utf-8").strip()):
         return arch
-    on_disk = _architecture_on_disk(repo_id, meta.etag)
-    if on_disk is not None:
+    if (on_disk := _architecture_on_disk(repo_id, meta.etag)) is not None:
         return on_disk
     read = access.reader(meta, repo_id, name)
     arch = parse_growing(read, meta.size, f"{name} in {repo_id}", FIRST_READ_ARCH, parse_architecture)
@@ -141,13 +140,11 @@ def _remote_shard_header(
     try:
         meta = _file_metadata(repo_id, filename, revision, access)
     except HubUnreachableError:
-        cached = _cached_from_ref(repo_id, ref)
-        if cached is None:
+        if (cached := _cached_from_ref(repo_id, ref)) is None:
             raise
         return cached
     cache = _cache_path(repo_id, meta.etag)
-    header = _parse_cached(cache)
-    if header is None:
+    if (header := _parse_cached(cache)) is None:
         read = access.reader(meta, repo_id, filename)
         header_bytes = bytearray()
 

@@ -28,8 +28,7 @@ MAX_HEADER = 512 * 1024 * 1024
 
 def shard_names(filename: str) -> list[str]:
     """All shard names of a split GGUF (``x-00001-of-00003.gguf`` -> three names); ``[filename]`` otherwise."""
-    m = SHARD_RE.match(filename)
-    if not m:
+    if not (m := SHARD_RE.match(filename)):
         return [filename]
     count = int(m.group("count"))
     if count < 1:

@@ -53,8 +53,7 @@ def expand(schema: dict[str, Any], doc: Document, path: str) -> list[Any]:
         rules.append((_condition(test, doc, where), then, otherwise))
         kinds_of_rules.append(True)
     for key in ("dependentRequired", "dependentSchemas", "dependencies"):
-        deps = schema.get(key)
-        if deps is None:
+        if (deps := schema.get(key)) is None:
             continue
         if not isinstance(deps, dict):
             raise SchemaRefused(key, path, "must be an object.")
@@ -185,8 +184,7 @@ def _condition(schema: Any, doc: Document, path: str, keyword: str = "if") -> di
     for key, sub in (schema.get("properties") or {}).items():
         where = pointer(path, "properties", key)
         sub = resolved(sub, doc, where)
-        values = finite(sub)
-        if values is None:
+        if (values := finite(sub)) is None:
             try:
                 _condition(sub, doc, where, keyword)  # a condition on the keys of the value under ``key``
             except SchemaRefused:

@@ -154,8 +154,7 @@ def _firsts(seq: list[Any]) -> tuple[set[int], bool] | None:
     """(first characters, whether ``seq`` can match the empty string)."""
     acc: set[int] = set()
     for op, av in seq:
-        found = _first(str(op), av)
-        if found is None:
+        if (found := _first(str(op), av)) is None:
             return None
         acc |= found[0]
         if not found[1]:
@@ -185,8 +184,7 @@ def _first(op: str, av: Any) -> tuple[set[int], bool] | None:
         out: set[int] = set()
         empty = False
         for branch in av[1]:
-            found = _firsts(list(branch))
-            if found is None:
+            if (found := _firsts(list(branch))) is None:
                 return None
             out |= found[0]
             empty = empty or found[1]
