@@ -40,8 +40,6 @@ assert _TENSOR.size == 296
 DEFAULT_TIMEOUT_S = 5.0
 LINK_SAMPLE_BYTES = 8 * 1024 * 1024
 """Bytes written to and read from the worker to measure bandwidth (a scratch buffer, freed at once)."""
-
-
 MAX_WORKER_DEVICES = 64
 """Most devices one worker may report (ggml's RPC server lends the devices of one machine)."""
 
