@@ -16,12 +16,11 @@ import os
 import re
 import shutil
 import time
-import uuid
 from pathlib import Path
 
 from clover_local import settings
 from clover_local.errors import DownloadError
-from clover_local.user_files import current_umask
+from clover_local.user_files import current_umask, write_atomically
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -115,12 +114,8 @@ def write_ref(repo: str, revision: str, commit: str) -> None:
     ref = refs / revision
     if refs not in ref.parents or ".." in revision.split("/"):
         raise DownloadError(f"{revision!r} cannot be a revision name.", "Name a branch, tag or commit.")
-    ref.parent.mkdir(parents=True, exist_ok=True)
-    if ref.exists() and ref.read_text() == commit:
-        return
-    tmp = ref.with_name(f"{ref.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(commit)
-    os.replace(tmp, ref)
+    if not (ref.exists() and ref.read_text() == commit):
+        write_atomically(ref, commit.encode())
 
 
 def link_snapshot(repo: str, commit: str, filename: str, etag: str) -> Path:
@@ -168,17 +163,12 @@ def adopt_orphaned_partials(repo: str, etag: str) -> int:
     return best
 
 
-def hf_partials(repo: str, etag: str | None = None) -> list[Path]:
-    """huggingface_hub's per-process temporary files in this repo's blobs (for one etag, or all)."""
+def hf_partials(repo: str, etag: str) -> list[Path]:
+    """huggingface_hub's per-process temporary files of one blob."""
     blobs = repo_folder(repo) / "blobs"
     if not blobs.is_dir():
         return []
-    found = []
-    for path in blobs.iterdir():
-        m = _HF_TMP_RE.match(path.name)
-        if m and (etag is None or m.group("etag") == etag):
-            found.append(path)
-    return found
+    return [p for p in blobs.iterdir() if (m := _HF_TMP_RE.match(p.name)) and m["etag"] == etag]
 
 
 def remove_stale_partials(repo: str, live_etags: set[str], *, min_age_s: float = 3600.0) -> list[Path]:

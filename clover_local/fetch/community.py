@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from clover_local import settings
 from clover_local.errors import CloverError, DownloadError, GGUFError, HubUnreachableError
-from clover_local.fetch.quants import select_quant_files
+from clover_local.fetch.quants import quant_matches, select_quant_files
+from clover_local.fetch.repo_preset import preset_for_repo
 from clover_local.gguf.loadable import load_problem
 from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.plan.community import CommunityQuant, CommunityQuants, from_listings, shortlist
@@ -32,13 +33,10 @@ def find_community_quants(
     offline: bool | None = None,
     timeout_s: float = TIMEOUT_S,
 ) -> CommunityQuants:
-    """The quants of ``preset``'s community repos worth weighing where a quant of ``below_bytes`` did not fit
-    and at most ``room_bytes`` of weights could (``plan.community.weights_room``), described from their
-    headers; a file whose header its runtime's loader would refuse (``gguf.loadable``) is left out, saying why.
-    ``offline`` (None: ``HF_HUB_OFFLINE``): nothing is asked; the files the preset lists with their sizes are
-    weighed from those sizes, and the notes name the repos that would be asked."""
+    """The quants of ``preset``'s community repos worth weighing (as the module says) where a quant of
+    ``below_bytes`` did not fit and at most ``room_bytes`` of weights could (``plan.community.weights_room``).
+    ``offline`` (None: ``HF_HUB_OFFLINE``): nothing is asked."""
     from clover_local.fetch import hub
-    from clover_local.fetch.repo_preset import preset_for_repo
 
     repos = tuple(c.repo for c in preset.community)
     offline = settings.hf_offline() if offline is None else offline
@@ -80,8 +78,7 @@ def find_community_quants(
                     f"{quant} of {repo} is not offered: its header cannot be read ({exc.what.rstrip('.')})."
                 )
                 continue
-            problem = load_problem(desc)
-            if problem is not None:
+            if (problem := load_problem(desc)) is not None:
                 notes.append(f"{quant} of {repo} is not offered: {problem}.")
                 continue
             quality = _quality(community.quants, quant, shards[0])
@@ -92,8 +89,6 @@ def find_community_quants(
 def _quality(listed: tuple[CommunityListing, ...], quant: str, path: str) -> str:
     """What the publisher says of this file's quality, as the preset keeps it (matched by name or pattern;
     a listing without a pattern is the repo's one model file)."""
-    from clover_local.fetch.quants import quant_matches
-
     for e in listed:
         if (
             e.quant == quant

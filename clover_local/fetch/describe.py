@@ -1,29 +1,28 @@
-"""Describe every quant of a preset for the planner, with exact sizes per tensor wherever they can be had
-before anything is downloaded.
+"""Describe every quant of a preset for the planner, with exact sizes per tensor wherever they can be had before
+anything is downloaded. For each quant, in order of preference:
 
-For each quant, in order of preference:
-
-1. a local file: the ``local_path`` given, else the quant's file on this machine as ``fetch.local.local_quant_file``
-   finds it for every command (packaged, downloaded, or the first run's choice): its GGUF header, read locally;
-2. the GGUF header on the Hub, read with HTTP range requests (a few MB of a 23 GB file) and cached, so it
-   is read once and works offline afterwards (``clover_local.gguf.header``);
+1. a local file: the ``local_path`` given, else the quant's file on this machine as every command finds it
+   (:func:`.local_quant.local_quant_file`: packaged, downloaded, or the first run's choice): its GGUF header;
+2. the GGUF header on the Hub (:mod:`.remote_header`: range requests, a few MB of a 23 GB file, cached, so read
+   once and offline afterwards);
 3. the preset's estimate (its ``fallback_bytes``), with a note saying why nothing better was found.
 
 The Hub is asked at most once per repo listing and per header, with a short timeout per request
-(huggingface_hub's ``HF_HUB_ETAG_TIMEOUT``, 10 s by default) and no waiting out of rate limits; after the
-first sign the Hub is unreachable no further request is made. Network failures never raise: they become
-notes. The planner itself stays pure: it gets the descriptions from here.
-"""
+(``HF_HUB_ETAG_TIMEOUT``, 10 s by default), no waiting out of rate limits, and nothing more after the first
+sign it is unreachable. Network failures never raise: they become notes. The planner stays pure: it gets the
+descriptions from here."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clover_local import settings
 from clover_local.errors import CloverError, DownloadError, GGUFError, HubUnreachableError
+from clover_local.fetch.local import packaged_model
+from clover_local.fetch.quants import quant_matches, select_quant_files
 from clover_local.fetch.sidecars import DraftKind
 from clover_local.gguf.model import ModelDescription, describe_from_preset
 from clover_local.presets import Preset, QuantSpec
@@ -83,8 +82,7 @@ def describe_quants(
     for quant, spec in preset.quants.items():
         if quant not in wanted:
             continue
-        found = local.describe(quant, spec)
-        if found is not None:
+        if (found := local.describe(quant, spec)) is not None:
             models[quant], sources[quant], paths[quant] = found
             # A downloaded quant runs with the sidecars downloaded with it (none after --no-draft).
             sidecars[quant] = _local_sidecars(preset, quant)
@@ -102,13 +100,18 @@ def _local_sidecars(preset: Preset, quant: str) -> dict[DraftKind, tuple[str, Mo
 
     if preset.python_package:
         return {}
-    out: dict[DraftKind, tuple[str, ModelDescription | None]] = {}
-    for kind, path in cached_sidecars(preset, quant).items():
-        try:
-            out[kind] = (str(path), header_of(path))
-        except CloverError:
-            out[kind] = (str(path), None)
-    return out
+    return {
+        kind: _sidecar(str(path), functools.partial(header_of, path))
+        for kind, path in cached_sidecars(preset, quant).items()
+    }
+
+
+def _sidecar(name: str, read: Callable[[], ModelDescription]) -> tuple[str, ModelDescription | None]:
+    """A sidecar's name and its header (``read``), None when it cannot be read."""
+    try:
+        return name, read()
+    except CloverError:
+        return name, None
 
 
 class _LocalFiles:
@@ -121,14 +124,11 @@ class _LocalFiles:
         self._named = self._read(local_path, "the local file") if local_path is not None else None
 
     def describe(self, quant: str, spec: QuantSpec) -> tuple[ModelDescription, str, Path] | None:
-        from clover_local.fetch.quants import quant_matches
-
         if self._named is not None:
             path, desc = self._named
             if _same_quant(desc, quant) or quant_matches(path.name, spec.pattern):
                 return desc, f"exact, from the local file {path}", path
-        packaged = self._packaged
-        if packaged is not None:
+        if (packaged := self._packaged) is not None:
             path, desc = packaged
             if _same_quant(desc, quant) or len(self.preset.quants) == 1:
                 return desc, f"exact, from the downloaded file {path.name}", path
@@ -151,8 +151,6 @@ class _LocalFiles:
     @functools.cached_property
     def _packaged(self) -> tuple[Path, ModelDescription] | None:
         """The file assembled from the preset's Python package (built once), when the package is installed."""
-        from clover_local.fetch.local import packaged_model
-
         path = packaged_model(self.preset) if self.preset.python_package else None
         return self._read(path, "the packaged model") if path is not None else None
 
@@ -213,13 +211,10 @@ class _HubView:
             model_file = self._first_shard(spec)
         except CloverError:
             return {}
-        out: dict[DraftKind, tuple[str, ModelDescription | None]] = {}
-        for kind, name in sidecars_for(paths, model_file, spec.pattern).items():
-            try:
-                out[kind] = (name, self._header(name))
-            except CloverError:
-                out[kind] = (name, None)
-        return out
+        return {
+            kind: _sidecar(name, functools.partial(self._header, name))
+            for kind, name in sidecars_for(paths, model_file, spec.pattern).items()
+        }
 
     def _header(self, filename: str) -> ModelDescription:
         """``filename``'s header from the Hub (or the header cache); the first unreachable Hub sets ``down``."""
@@ -236,8 +231,6 @@ class _HubView:
 
     def _first_shard(self, spec: QuantSpec) -> str:
         """The quant's file (first shard) in the repo listing, or among cached headers without the Hub."""
-        from clover_local.fetch.quants import select_quant_files
-
         paths = self._repo_paths()
         try:
             return select_quant_files(self.repo, paths, spec.pattern)[0]

@@ -1,10 +1,7 @@
-"""The download step's public API: find a quant's files, download them resumably, verify them.
-
-Everything lands in the Hugging Face cache in huggingface_hub's own layout (see ``fetch.cache``), so
-files are shared with the ``hf`` CLI and other tools, and HF_HOME, HF_HUB_CACHE, HF_TOKEN,
-HF_HUB_OFFLINE and HF_ENDPOINT mean what they mean there. A local GGUF path is accepted wherever a
-model is expected.
-"""
+"""The download step's public API: find a quant's files, download them resumably into the Hugging Face cache
+(huggingface_hub's own layout, :mod:`.cache`: shared with the ``hf`` CLI and other tools; HF_HOME, HF_HUB_CACHE,
+HF_TOKEN, HF_HUB_OFFLINE and HF_ENDPOINT mean what they mean there), verify them. A local GGUF path is accepted
+wherever a model is expected."""
 
 from __future__ import annotations
 
@@ -27,7 +24,7 @@ from clover_local.fetch.progress import ProgressCallback, ProgressTracker, forma
 from clover_local.fetch.quants import files_for_name, is_model_gguf, quant_matches, select_quant_files
 from clover_local.fetch.sidecars import DraftKind, draft_sidecars, gguf_role
 from clover_local.fetch.transfer import fetch_blob, hash_file
-from clover_local.presets import Preset
+from clover_local.presets import Preset, load_preset
 
 __all__ = [
     "CachedGGUF",
@@ -142,8 +139,7 @@ def resolve_quant_files(
     try:
         listing = hub.list_repo(repo, revision)
     except HubUnreachableError:
-        cached = _resolve_from_cache(repo, revision, quant, filename, drafts)
-        if cached is None:
+        if (cached := _resolve_from_cache(repo, revision, quant, filename, drafts)) is None:
             raise
         return cached
     entries = {e.path: e for e in listing.entries}
@@ -205,10 +201,9 @@ def download_model(
 
 
 def check_architectures(resolved: ResolvedFiles, *, force: bool = False) -> ResolvedFiles:
-    """The files with the llama.cpp here checked against them, before any of their bytes: raises
-    :class:`ArchitectureError` for a model it cannot load (unless ``force``) and leaves out drafter sidecars it
-    cannot load, saying so in ``notes``. Nothing is asked when nothing is to be fetched (all cached, or
-    offline): loading checks local files itself."""
+    """The files checked against the llama.cpp here before any of their bytes (:mod:`.preflight`:
+    :class:`ArchitectureError` unless ``force``; sidecars it cannot load left out, said in ``notes``). Nothing is
+    asked when nothing is to be fetched (all cached, or offline): loading checks local files itself."""
     if resolved.architecture is not None or resolved.is_cached or resolved.offline:
         return resolved
     sidecars = {
@@ -239,20 +234,15 @@ def fetch_resolved(
             _not_cached(resolved.repo, resolved.quant, offline=True)
         resolved = check_architectures(resolved, force=force)  # may leave out a sidecar
     tracker = ProgressTracker(progress, [(f.path, f.size) for f in resolved.files])
-    if resolved.is_cached:
-        _refresh_ref(resolved)
-        tracker.finish()
-        return resolved.local_path(0)
-    cache.remove_stale_partials(resolved.repo, set(resolved.repo_etags))
-    locations = {
-        i: _locate(resolved, i) for i, _ in enumerate(resolved.files) if not resolved.local_path(i).exists()
-    }
-    _check_disk_space(resolved, locations, free_space or _free_disk_bytes)
-    first = min(locations, default=0)
-    for i in sorted(locations):
-        # Signed CDN URLs expire: ask again for shards started after a long first one.
-        location = locations[i] if i == first else _locate(resolved, i)
-        _fetch(resolved, i, location, tracker, cancel)
+    if not resolved.is_cached:
+        cache.remove_stale_partials(resolved.repo, set(resolved.repo_etags))
+        missing = [i for i in range(len(resolved.files)) if not resolved.local_path(i).exists()]
+        locations = {i: _locate(resolved, i) for i in missing}
+        _check_disk_space(resolved, locations, free_space or _free_disk_bytes)
+        for i in missing:
+            # Signed CDN URLs expire: ask again for shards started after a long first one.
+            location = locations[i] if i == missing[0] else _locate(resolved, i)
+            _fetch(resolved, i, location, tracker, cancel)
     _refresh_ref(resolved)
     tracker.finish()
     return resolved.local_path(0)
@@ -301,8 +291,7 @@ def verify_files(
             check = replace(check, moved_to=cache.quarantine_blob(repo, blob.name, blob))
         checks.append(check)
     tracker.finish()
-    bad = [c for c in checks if not c.ok]
-    if bad:
+    if bad := [c for c in checks if not c.ok]:
         lines = "; ".join(f"{c.filename} (moved aside to {c.moved_to})" for c in bad)
         raise VerificationError(
             f"{len(bad)} of {len(checks)} file(s) of {repo} {resolved.quant} are corrupt: {lines}.",
@@ -327,8 +316,6 @@ def cached_sidecars(model: str | Preset, quant: str | None = None) -> dict[Draft
 
 def repo_and_quant(model: str | Preset, quant: str | None, filename: str | None) -> tuple[str, str | None]:
     """The repo id and the file-name pattern to match, from a preset (object or name) or a repo id."""
-    from clover_local.presets import load_preset
-
     if isinstance(model, str) and "/" in model:
         return model, quant
     preset = model if isinstance(model, Preset) else load_preset(model)
@@ -424,12 +411,8 @@ def _fetch(
             relocate=lambda: _locate(resolved, index),
         )
     except (httpx2.TransportError, HfHubHTTPError, HubUnreachableError) as exc:
-        if isinstance(exc, HfHubHTTPError):
-            err: DownloadError = hub.hub_error(exc, repo=resolved.repo, what=f"download {f.path}")
-        elif isinstance(exc, httpx2.TransportError):
-            err = hub.network_error(exc, what=f"download {f.path}")
-        else:
-            err = exc
+        what = f"download {f.path}"
+        err = exc if isinstance(exc, DownloadError) else hub.hub_error(exc, repo=resolved.repo, what=what)
         partial = cache.partial_path(resolved.repo, location.etag)
         if partial.exists() and partial.stat().st_size:
             kept = format_bytes(partial.stat().st_size)

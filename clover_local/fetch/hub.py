@@ -108,8 +108,7 @@ def list_repo(
         )
         if not info.sha:
             raise DownloadError(f"The Hub did not say which commit {repo}@{revision} is.")
-        cache.check_commit(info.sha)
-        return RepoListing(repo=repo, commit=info.sha, entries=entries)
+        return RepoListing(repo=repo, commit=cache.check_commit(info.sha), entries=entries)
 
     return with_hub_errors(call, repo=repo, what=f"list {repo}", retries=retries)
 
@@ -131,14 +130,12 @@ def locate_file(repo: str, commit: str, filename: str) -> FileLocation:
                 "Check HF_ENDPOINT points at a Hugging Face Hub (or a faithful mirror).",
             )
         location = meta.location or url
-        get_headers = headers_for(location)
-        get_headers["Accept-Encoding"] = "identity"
         return FileLocation(
             url=location,
             etag=cache.check_etag(meta.etag),
             size=meta.size,
             commit=cache.check_commit(meta.commit_hash or commit),
-            headers=get_headers,
+            headers={**headers_for(location), "Accept-Encoding": "identity"},
         )
 
     return with_hub_errors(call, repo=repo, what=f"locate {filename} in {repo}")
@@ -173,25 +170,26 @@ def with_hub_errors(
 
     ``what`` completes "Could not ..." in messages; ``filename`` (the repo file the call is about) lets a
     404 name the missing file."""
-    wait = 1.0
     for attempt in range(retries + 1):
         try:
             return call()
         except HfHubHTTPError as exc:
-            status = exc.response.status_code if exc.response is not None else None
-            if status in (429, 503) and attempt < retries:
-                time.sleep(retry_delay_s(exc, wait))
-                wait = min(wait * 2, MAX_RETRY_WAIT_S)
-                continue
-            raise hub_error(exc, repo=repo, what=what, filename=filename, retries=retries) from None
+            delay = retry_delay_s(exc, attempt, retries)
+            if delay is None:
+                raise hub_error(exc, repo=repo, what=what, filename=filename, retries=retries) from None
+            time.sleep(delay)
         except NETWORK_ERRORS as exc:
             raise network_error(exc, what=what) from None
     raise AssertionError("unreachable")
 
 
-def retry_delay_s(exc: HfHubHTTPError, backoff: float) -> float:
-    """How long to wait before retrying: the server's ``Retry-After`` when given, else ``backoff``;
-    never more than :data:`MAX_RETRY_WAIT_S`."""
+def retry_delay_s(exc: HfHubHTTPError, attempt: int, retries: int) -> float | None:
+    """Seconds to wait before retry ``attempt`` (0-based) of a 429/503 answer (None: another answer, or ``retries``
+    spent): ``Retry-After`` when given, else 1 s doubling; at most :data:`MAX_RETRY_WAIT_S`."""
+    status = exc.response.status_code if exc.response is not None else None
+    if status not in (429, 503) or attempt >= retries:
+        return None
+    backoff = min(2.0**attempt, MAX_RETRY_WAIT_S)
     value = exc.response.headers.get("Retry-After") if exc.response is not None else None
     try:
         asked = max(float(value), 0.0) if value is not None else backoff
@@ -201,14 +199,16 @@ def retry_delay_s(exc: HfHubHTTPError, backoff: float) -> float:
 
 
 def hub_error(
-    exc: HfHubHTTPError,
+    exc: HfHubHTTPError | BaseException,
     *,
     repo: str,
     what: str,
     filename: str | None = None,
     retries: int = RATE_LIMIT_RETRIES,
 ) -> DownloadError:
-    """A person-readable error for an HTTP error from the Hub."""
+    """A person-readable error for an HTTP error from the Hub, or for the network (:func:`network_error`)."""
+    if not isinstance(exc, HfHubHTTPError):
+        return network_error(exc, what=what)
     status = exc.response.status_code if exc.response is not None else None
     if isinstance(exc, GatedRepoError):
         return DownloadError(

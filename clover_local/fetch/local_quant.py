@@ -14,18 +14,12 @@ __all__ = ["local_quant_file"]
 
 
 def local_quant_file(preset: Preset, quant: str | None = None) -> Path | None:
-    """The one answer to "is this preset's quant on this machine, and where": the file assembled from the
-    preset's Python package (test presets: its one quant), else the newest download of ``quant`` (None: the
-    preset's default) in the Hugging Face cache, else the file the app's first run chose for this preset and
-    quant. Never the network. ``plan``, ``chat`` and the app all ask here, so they agree."""
-
-    if preset.python_package:
-        packaged = packaged_model(preset)
-        if packaged is not None:
-            return packaged
-    cached = cached_model_path(preset, quant)
-    if cached is not None:
-        return cached
+    """The file assembled from the preset's Python package (test presets: its one quant), else the newest download
+    of ``quant`` (None: the preset's default) in the Hugging Face cache, else the file the app's first run chose
+    for this preset and quant. Never the network."""
+    found = packaged_model(preset) or cached_model_path(preset, quant)
+    if found is not None:
+        return found
     first = user_prefs.load_prefs().first_run
     same_quant = quant is None or first.quant.upper() == quant.upper()
     if first.preset == preset.name and same_quant and first.complete:

@@ -1,11 +1,7 @@
-"""Before a download: can the llama.cpp here load this model, and each drafter sidecar that goes with it?
-
-Each file's ``general.architecture`` is read from the Hub with a range request for its first bytes (nothing
-when its header was read before) and checked against the installed llama.cpp's architecture tables
-(:mod:`clover_local.arch_support`), so an architecture this llama.cpp does not know costs a few kilobytes, not
-the gigabytes of the file, and the refusal says what to do. A header that cannot be read is refused too:
-unchecked does not mean allowed.
-"""
+"""Before a download: can the llama.cpp here load this model, and each drafter sidecar that goes with it? Each
+file's ``general.architecture`` (:func:`.remote_header.read_remote_architecture`: a few kilobytes of it, not the
+gigabytes) is checked against the installed llama.cpp's architecture tables (:mod:`clover_local.arch_support`),
+and the refusal says what to do. A header that cannot be read is refused too: unchecked does not mean allowed."""
 
 from __future__ import annotations
 

@@ -46,8 +46,7 @@ def shard_of(path: str) -> ShardName:
 
 
 def is_model_gguf(path: str) -> bool:
-    """A GGUF holding model weights: not a sidecar (``mmproj``, ``imatrix``, ``mtp-``, ``eagle3-``,
-    ``dflash-``, ``dspark-``), by llama.cpp's rule (:func:`clover_local.fetch.sidecars.gguf_role`)."""
+    """A GGUF holding model weights, not a sidecar, by llama.cpp's rule (:func:`.sidecars.gguf_role`)."""
     return gguf_role(path) == "model"
 
 
@@ -84,9 +83,8 @@ HF_DEFAULT_TAGS = ("Q4_K_M", "Q8_0")
 
 
 def hf_pick(paths: Iterable[str], tag: str | None) -> str | None:
-    """The file llama.cpp's ``-hf REPO[:TAG]`` loads from a repo listing (its first shard), None when it
-    finds none: the first model GGUF whose path holds ``TAG`` followed by ``.`` or ``-`` (case-insensitive),
-    a split only by its first shard; without a tag, ``Q4_K_M``, then ``Q8_0``, then the first model GGUF."""
+    """The file llama.cpp's ``-hf REPO[:TAG]`` loads from a repo listing (its first shard, chosen as the module
+    says; a split only by its first shard), None when it finds none."""
     models = [p for p in paths if p.endswith(".gguf") and is_model_gguf(p)]
     firsts = [p for p in models if shard_of(p).count <= 1 or shard_of(p).index == 1]
     for wanted in (tag,) if tag else HF_DEFAULT_TAGS:
@@ -98,13 +96,9 @@ def hf_pick(paths: Iterable[str], tag: str | None) -> str | None:
 
 
 def select_quant_files(repo: str, paths: Iterable[str], pattern: str | None) -> list[str]:
-    """The files of one quant, first shard first, or a :class:`DownloadError` naming the candidates.
-
-    ``pattern`` between separators first; where no file has it so, the file ``-hf REPO:PATTERN`` loads
-    (:func:`hf_pick`); ``pattern`` None: the file ``-hf REPO`` loads. Refuses when no file matches (listing the
-    quants the repo does have), when several different files or splits match (listing them), and when shards
-    of a split are missing from the repo.
-    """
+    """The files of one quant (found as the module says; ``pattern`` None: the file ``-hf REPO`` loads), first
+    shard first. Refuses when no file matches (listing the quants the repo does have), when several different
+    files or splits match (listing them), and when shards of a split are missing from the repo."""
     listed = list(paths)
     ggufs = [p for p in listed if is_model_gguf(p)]
     groups = group_shards(p for p in ggufs if pattern and quant_matches(p, pattern))
@@ -143,8 +137,7 @@ def files_for_name(repo: str, paths: Iterable[str], filename: str) -> list[str]:
 
 def _complete(repo: str, group: list[str], fix: str | None = None) -> list[str]:
     """``group``, the shards of one split GGUF, or a :class:`DownloadError` naming those the repo lacks."""
-    gaps = missing_shards(group)
-    if gaps:
+    if gaps := missing_shards(group):
         raise DownloadError(
             f"{repo} has only part of the split GGUF {group[0]}: shard(s) {gaps} are missing.", fix
         )

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from clover_local import settings
 from clover_local.errors import DownloadError, GGUFError, HubUnreachableError
-from clover_local.fetch.cache import check_etag
+from clover_local.fetch import cache as hf_cache
 from clover_local.fetch.hub import RATE_LIMIT_RETRIES, headers_for, with_hub_errors
 from clover_local.gguf.describe import describe
 from clover_local.gguf.header import check_shards, parse_growing, shard_names
@@ -47,12 +47,7 @@ def read_remote_header(
     ``HF_HUB_OFFLINE``) answers from the header cache only; ``timeout_s`` bounds each network wait (None:
     huggingface_hub's defaults); ``retries`` how many 429/503 answers are waited out (None: as for downloads).
     """
-    access = _HubAccess(
-        token=token,
-        offline=offline,
-        timeout_s=timeout_s,
-        retries=RATE_LIMIT_RETRIES if retries is None else retries,
-    )
+    access = _HubAccess(token, offline, timeout_s, RATE_LIMIT_RETRIES if retries is None else retries)
     headers: list[RawHeader] = []
     total = 0
     for name in shard_names(filename):
@@ -64,9 +59,7 @@ def read_remote_header(
     return describe(headers, total, source=f"hf://{repo_id}/{filename}{rev}")
 
 
-def read_remote_architecture(
-    repo_id: str, filename: str, revision: str | None = None, token: str | bool | None = None
-) -> str:
+def read_remote_architecture(repo_id: str, filename: str, revision: str | None = None) -> str:
     """``general.architecture`` of a GGUF on the Hub, from as few bytes as can tell (the first shard of a
     split GGUF names the model's): none when the file's header or architecture is cached for its ETag, or its
     first bytes are on disk already (a partial download), else the first :data:`FIRST_READ_ARCH` bytes (more
@@ -74,7 +67,7 @@ def read_remote_architecture(
 
     For the check before a download, which needs the Hub anyway: errors are :class:`DownloadError` (offline,
     unreachable, not found) or :class:`GGUFError` (not a GGUF, no architecture)."""
-    access = _HubAccess(token=token, offline=None, timeout_s=None, retries=RATE_LIMIT_RETRIES)
+    access = _HubAccess()
     name = shard_names(filename)[0]
     meta = _file_metadata(repo_id, name, revision, access)
     cache = _cache_path(repo_id, meta.etag)
@@ -84,8 +77,7 @@ def read_remote_architecture(
     known = cache.with_suffix(".arch")
     if known.is_file() and (arch := known.read_text(encoding="utf-8").strip()):
         return arch
-    on_disk = _architecture_on_disk(repo_id, meta.etag)
-    if on_disk is not None:
+    if (on_disk := _architecture_on_disk(repo_id, meta.etag)) is not None:
         return on_disk
     read = access.reader(meta, repo_id, name)
     arch = parse_growing(read, meta.size, f"{name} in {repo_id}", FIRST_READ_ARCH, parse_architecture)
@@ -96,8 +88,6 @@ def read_remote_architecture(
 def _architecture_on_disk(repo_id: str, etag: str) -> str | None:
     """The architecture from the file's first bytes when a download of it (finished, or a partial of ours or
     of huggingface_hub's) already has them."""
-    from clover_local.fetch import cache as hf_cache
-
     candidates = [hf_cache.blob_path(repo_id, etag), hf_cache.partial_path(repo_id, etag)]
     for path in [*candidates, *hf_cache.hf_partials(repo_id, etag)]:
         try:
@@ -123,10 +113,10 @@ def cached_header_files(repo_id: str, revision: str | None = None) -> list[str]:
 class _HubAccess:
     """How to talk to the Hub for one header read."""
 
-    token: str | bool | None
-    offline: bool | None
-    timeout_s: float | None
-    retries: int
+    token: str | bool | None = None
+    offline: bool | None = None
+    timeout_s: float | None = None
+    retries: int = RATE_LIMIT_RETRIES
 
     def call(self, call: Callable[[], T], repo_id: str, filename: str) -> T:
         what = f"read the GGUF header of {filename} in {repo_id}"
@@ -146,18 +136,15 @@ def _remote_shard_header(
 
     Without the Hub (offline, or unreachable) the header last seen for this repo, revision and file is used.
     """
-    where = f"{filename} in {repo_id}"
     ref = _ref_path(repo_id, revision, filename)
     try:
         meta = _file_metadata(repo_id, filename, revision, access)
     except HubUnreachableError:
-        cached = _cached_from_ref(repo_id, ref)
-        if cached is None:
+        if (cached := _cached_from_ref(repo_id, ref)) is None:
             raise
         return cached
     cache = _cache_path(repo_id, meta.etag)
-    header = _parse_cached(cache)
-    if header is None:
+    if (header := _parse_cached(cache)) is None:
         read = access.reader(meta, repo_id, filename)
         header_bytes = bytearray()
 
@@ -166,7 +153,7 @@ def _remote_shard_header(
             header_bytes[start:] = data
             return data
 
-        header = parse_growing(fetch, meta.size, where, FIRST_READ_REMOTE, parse_header)
+        header = parse_growing(fetch, meta.size, f"{filename} in {repo_id}", FIRST_READ_REMOTE, parse_header)
         # Each write under a temporary name of its own: two processes reading headers never collide.
         write_atomically(cache, bytes(header_bytes[: header.header_bytes]))
     write_atomically(ref, f"{cache.name}\n{meta.size}\n".encode())
@@ -200,7 +187,7 @@ def _file_metadata(repo_id: str, filename: str, revision: str | None, access: _H
     )
     if meta.size is None or not meta.etag:
         raise DownloadError(f"The Hub did not say the size and ETag of {where}.", "Try again later.")
-    return _FileMeta(meta.size, check_etag(meta.etag.strip('"')), meta.location or url)
+    return _FileMeta(meta.size, hf_cache.check_etag(meta.etag.strip('"')), meta.location or url)
 
 
 def _cache_path(repo_id: str, etag: str) -> Path:
@@ -244,9 +231,8 @@ def _get_range(url: str, start: int, end: int, token: str | bool | None, timeout
     ``timeout_s`` bounds each wait for the server (connect, each read); None waits as long as it takes."""
     from huggingface_hub.utils import get_session, hf_raise_for_status
 
-    headers = headers_for(url, token)  # no token for a CDN or any host but the endpoint
-    headers["Range"] = f"bytes={start}-{end - 1}"
-    headers["Accept-Encoding"] = "identity"
+    # No token for a CDN or any host but the endpoint (headers_for).
+    headers = {**headers_for(url, token), "Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
     out = bytearray()
     with get_session().stream(
         "GET", url, headers=headers, follow_redirects=True, timeout=timeout_s

@@ -5,8 +5,7 @@ A GGUF repo may hold, beside the model's quants, files that are not models: a vi
 multi-token-prediction head (``mtp-``), an EAGLE-3 drafter (``eagle3-``), a DFlash or DSpark block drafter
 (``dflash-``, ``dspark-``). llama.cpp's ``-hf`` path (``common/download.cpp`` at the pinned commit) decides
 which is which by the file name (``gguf_filename_is_model``) and picks a sidecar for a model with
-``find_best_sibling``: a file whose path holds the keyword, in the model's folder or one above it (the
-deepest wins), then the one whose name carries the exact quant tag, then the nearest bit width.
+``find_best_sibling`` (:func:`best_sibling` says how).
 
 This module is that logic in Python, pure (no I/O), so that clover-local downloads what ``llama-server -hf``
 would, and names the same sidecar on its command line.
@@ -19,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from clover_local.gguf.names import DRAFT_KINDS, DraftKind
+from clover_local.gguf.names import DRAFT_KINDS, SHARD_RE, DraftKind
 
 __all__ = [
     "DRAFT_KINDS",
@@ -43,15 +42,14 @@ _KEYWORDS: dict[FileRole, str] = {
 }
 """Substrings of the file name (case-sensitive, as in llama.cpp) that make a GGUF a sidecar."""
 
-_SPLIT_RE = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
 _TAG_RE = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
 
 
 def gguf_role(path: str) -> FileRole | None:
     """What a repo file is: ``model``, a sidecar kind, or None when it is not a GGUF at all.
 
-    llama.cpp's ``gguf_filename_is_model``: the name (not the folders) is searched for ``mmproj``,
-    ``imatrix``, ``mtp-``, ``eagle3-``, ``dflash-``, ``dspark-``; a ``.gguf`` without any is a model."""
+    llama.cpp's ``gguf_filename_is_model``: the name (not the folders) is searched for each of
+    :data:`_KEYWORDS`; a ``.gguf`` without any is a model."""
     if not path.endswith(".gguf"):
         return None
     name = path.rsplit("/", 1)[-1]
@@ -76,11 +74,9 @@ def split_info(path: str) -> SplitInfo:
     tag ``Q4_K_M``, shard 1 of 2. A path not ending in ``.gguf`` has an empty tag and is 0 of 0."""
     if not path.endswith(".gguf"):
         return SplitInfo("", "", 0, 0)
-    prefix = path.removesuffix(".gguf")
-    index = count = 1
-    m = _SPLIT_RE.match(prefix)
-    if m:
-        prefix, index, count = m.group(1), int(m.group(2)), int(m.group(3))
+    prefix, index, count = path.removesuffix(".gguf"), 1, 1
+    if m := SHARD_RE.match(path):
+        prefix, index, count = m["base"], int(m["index"]), int(m["count"])
     t = _TAG_RE.search(prefix)
     return SplitInfo(prefix, t.group(1).upper() if t else "", index, count)
 

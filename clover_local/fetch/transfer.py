@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +28,7 @@ from huggingface_hub.utils import get_session, hf_raise_for_status
 
 from clover_local.errors import DownloadCancelled, DownloadError, NotEnoughDiskError, VerificationError
 from clover_local.fetch import cache
-from clover_local.fetch.hub import MAX_RETRY_WAIT_S, RATE_LIMIT_RETRIES, FileLocation, retry_delay_s
+from clover_local.fetch.hub import RATE_LIMIT_RETRIES, FileLocation, retry_delay_s
 from clover_local.fetch.progress import ProgressTracker, format_bytes
 
 HASH_BLOCK = 8 * 1024 * 1024
@@ -49,7 +50,6 @@ def fetch_blob(
     index: int,
     cancel: threading.Event | None,
     relocate: Relocate,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> Path:
     """Make ``blobs/<etag>`` hold the file's verified bytes, resuming any partial; return its path.
 
@@ -78,20 +78,16 @@ def fetch_blob(
             tracker.start("downloading", index, already)
             with partial.open("ab", buffering=0) as f:  # unbuffered: what write() returned is on disk
                 writer = _HashingWriter(f, hasher, tracker, cancel)
-                _transfer_with_retries(
-                    location, writer, relocate, cancel, sleep, filename=filename, partial=partial
-                )
+                _transfer_with_retries(location, writer, relocate, cancel, filename=filename, partial=partial)
             hasher = writer.hasher  # hashed on the way in: no second pass over the file
         # else: an earlier run got every byte but was stopped before the rename; asking the server
         # for `bytes=SIZE-` would only get 416, so the partial is verified and put in place as is.
         tracker.start("verifying", index)
-        digest = hasher.hexdigest()
         tracker.advance(location.size)
         # A file without an LFS sha256 (a small git file) is named by its git blob id: check that instead,
         # so no file is ever accepted unverified.
         expected = sha256 or location.etag
-        if not sha256:
-            digest = git_blob_oid(partial)
+        digest = hasher.hexdigest() if sha256 else git_blob_oid(partial)
         if digest != expected:
             moved = cache.quarantine_blob(repo, location.etag, partial)
             kind = "sha256" if sha256 else "git blob id"
@@ -129,16 +125,12 @@ def _hash_into(
     *,
     limit: int | None,
 ) -> None:
-    left = limit
+    left = sys.maxsize if limit is None else limit
     with path.open("rb") as f:
-        while left is None or left > 0:
-            block = f.read(HASH_BLOCK if left is None else min(HASH_BLOCK, left))
-            if not block:
-                break
+        while left > 0 and (block := f.read(min(HASH_BLOCK, left))):
             _raise_if_cancelled(cancel)
             hasher.update(block)
-            if left is not None:
-                left -= len(block)
+            left -= len(block)
             if tracker is not None:
                 tracker.advance(len(block))
 
@@ -148,26 +140,24 @@ def _transfer_with_retries(
     writer: _HashingWriter,
     relocate: Relocate,
     cancel: threading.Event | None,
-    sleep: Callable[[float], None],
     *,
     filename: str,
     partial: Path,
 ) -> None:
     rate_limited = 0
     fresh = True  # the URL was just handed out by the Hub
-    wait = 1.0
     while True:
         before = writer.tell()
         try:
             _transfer_once(location, writer)
             break
         except HfHubHTTPError as exc:
-            status = exc.response.status_code if exc.response is not None else None
-            if status in (429, 503) and rate_limited < RATE_LIMIT_RETRIES:
+            delay = retry_delay_s(exc, rate_limited, RATE_LIMIT_RETRIES)
+            if delay is not None:
                 rate_limited += 1
-                wait_with_cancel(retry_delay_s(exc, wait), cancel, sleep)
-                wait = min(wait * 2, MAX_RETRY_WAIT_S)
+                wait_with_cancel(delay, cancel)
                 continue
+            status = exc.response.status_code if exc.response is not None else None
             if status in (401, 403, 410) and not fresh:  # an expired signed URL
                 location, fresh = relocate(), True
                 continue
@@ -175,7 +165,7 @@ def _transfer_with_retries(
         except httpx2.TransportError:
             if writer.tell() <= before:
                 raise
-            wait_with_cancel(DROP_RETRY_WAIT_S, cancel, sleep)
+            wait_with_cancel(DROP_RETRY_WAIT_S, cancel)
             location, fresh = relocate(), True
         except OSError as exc:
             raise _write_failed(exc, filename, partial, location.size) from None
@@ -283,10 +273,10 @@ def _raise_if_cancelled(cancel: threading.Event | None) -> None:
         )
 
 
-def wait_with_cancel(seconds: float, cancel: threading.Event | None, sleep: Callable[[float], None]) -> None:
+def wait_with_cancel(seconds: float, cancel: threading.Event | None) -> None:
     """Sleep ``seconds`` (between retries), waking early to raise if ``cancel`` is set."""
     if cancel is None:
-        sleep(seconds)
+        time.sleep(seconds)
         return
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:

@@ -175,11 +175,9 @@ class _ArchKeys:
 def _full_attention_interval(keys: _ArchKeys, arch: str) -> int | None:
     """Hybrid models: every Nth layer attends, the others are recurrent. None: all layers attend."""
     value = keys.integer("full_attention_interval", 0)
-    if value:
-        return value
-    if keys.has("ssm.state_size"):
-        return _default_interval(keys, arch) or None
-    return None
+    if not value and keys.has("ssm.state_size"):
+        value = _default_interval(keys, arch)
+    return value or None
 
 
 def _default_interval(keys: _ArchKeys, arch: str) -> int:

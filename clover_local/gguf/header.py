@@ -1,11 +1,7 @@
-"""Read a local GGUF's header into the :class:`ModelDescription` the planner uses.
-
-The header holds the architecture numbers (layers, heads, experts, context, recurrent sizes) and the tensor
-table, which gives the exact bytes of every tensor: the planner then knows what is expert weight and what is
-not, layer by layer. Split GGUFs (``*-00001-of-00003.gguf``) are read shard by shard. Why not
-``gguf.GGUFReader`` is said in :mod:`clover_local.gguf.parse`; :mod:`clover_local.fetch.remote_header` reads the
-same header from the Hub with range requests.
-"""
+"""Read a local GGUF's header (architecture numbers, and the tensor table: exact bytes of every tensor, expert
+or not, layer by layer) into the :class:`ModelDescription` the planner uses; a split GGUF
+(``*-00001-of-00003.gguf``) shard by shard. Why not ``gguf.GGUFReader``: :mod:`clover_local.gguf.parse`; the
+same header from the Hub: :mod:`clover_local.fetch.remote_header`."""
 
 from __future__ import annotations
 
@@ -32,8 +28,7 @@ MAX_HEADER = 512 * 1024 * 1024
 
 def shard_names(filename: str) -> list[str]:
     """All shard names of a split GGUF (``x-00001-of-00003.gguf`` -> three names); ``[filename]`` otherwise."""
-    m = SHARD_RE.match(filename)
-    if not m:
+    if not (m := SHARD_RE.match(filename)):
         return [filename]
     count = int(m.group("count"))
     if count < 1:
@@ -72,11 +67,8 @@ def read_local_header(path: Path) -> ModelDescription:
             missing = "it" if shard == path else f"shard {name}, next to {path.name}"
             raise GGUFError(f"GGUF file not found: {missing} ({shard}).") from None
         with shard.open("rb") as f:
-            headers.append(
-                parse_growing(
-                    functools.partial(_read_range, f), size, str(shard), FIRST_READ_LOCAL, parse_header
-                )
-            )
+            read = functools.partial(_read_range, f)
+            headers.append(parse_growing(read, size, str(shard), FIRST_READ_LOCAL, parse_header))
         _check_complete(headers[-1], size, shard)
         total += size
     check_shards(headers, path.name)

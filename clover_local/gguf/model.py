@@ -1,9 +1,6 @@
-"""A model as the planner sees it: architecture numbers plus, when a GGUF header was read, exact tensor sizes.
-
-Built from a preset alone (sizes estimated from the preset's fallback bytes) or from a GGUF header,
-local (:mod:`clover_local.gguf.header`) or remote (:mod:`clover_local.fetch.remote_header`), which gives exact
-bytes per tensor.
-"""
+"""A model as the planner sees it: architecture numbers plus, when a GGUF header was read (local,
+:mod:`clover_local.gguf.header`, or remote, :mod:`clover_local.fetch.remote_header`), exact bytes per tensor;
+from a preset alone, sizes estimated from its fallback bytes."""
 
 from __future__ import annotations
 
@@ -116,7 +113,5 @@ def describe_from_preset(preset: Preset, quant: str, file_bytes: int | None = No
         architecture=preset.architecture,
         file_bytes=file_bytes or spec.fallback_bytes,
         quant=quant,
-        tensors=None,
-        chat_template=None,
         source=f"preset {preset.name}",
     )

@@ -35,8 +35,7 @@ def reachable(endpoint: str, timeout_s: float = 1.0) -> bool:
 
 def explain_rpc_failure(log_tail: str, argv: Sequence[str]) -> str | None:
     """A sentence for people when a worker is why llama-server stopped; None when it is not about workers."""
-    endpoints = rpc_endpoints(argv)
-    if not endpoints:
+    if not (endpoints := rpc_endpoints(argv)):
         return None
     if "RPC not supported in this build" in log_tail:
         return "this llama-server was built without RPC: rebuild it with scripts/build-llama-server (GGML_RPC=ON)."

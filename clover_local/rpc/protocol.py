@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from contextlib import closing
 from dataclasses import dataclass
 
 from clover_local.errors import CloverError
@@ -39,8 +40,6 @@ assert _TENSOR.size == 296
 DEFAULT_TIMEOUT_S = 5.0
 LINK_SAMPLE_BYTES = 8 * 1024 * 1024
 """Bytes written to and read from the worker to measure bandwidth (a scratch buffer, freed at once)."""
-
-
 MAX_WORKER_DEVICES = 64
 """Most devices one worker may report (ggml's RPC server lends the devices of one machine)."""
 
@@ -77,7 +76,7 @@ class WorkerReport:
 
 
 class RpcClient:
-    """One connection to a worker. Use as a context manager; every call raises :class:`RpcError`."""
+    """One connection to a worker (``close`` it); every call raises :class:`RpcError`."""
 
     def __init__(self, host: str, port: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.endpoint = f"{host}:{port}"
@@ -91,12 +90,6 @@ class RpcClient:
             ) from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.version = self._hello()
-
-    def __enter__(self) -> RpcClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self) -> None:
         self._sock.close()
@@ -191,10 +184,10 @@ class RpcClient:
         return self._recv(size)
 
     def _recv(self, n: int) -> bytes:
-        chunks, got = [], 0
-        while got < n:
+        out = bytearray()
+        while len(out) < n:
             try:
-                chunk = self._sock.recv(min(n - got, 1 << 20))
+                chunk = self._sock.recv(min(n - len(out), 1 << 20))
             except TimeoutError:
                 raise RpcError(
                     f"The worker at {self.endpoint} did not answer in time.",
@@ -207,9 +200,8 @@ class RpcClient:
                     f"The worker at {self.endpoint} closed the connection.",
                     "Is it a llama.cpp rpc-server (`clover-local worker`) of the same version as this machine's?",
                 )
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks)
+            out += chunk
+        return bytes(out)
 
     def _lost(self, exc: OSError) -> RpcError:
         return RpcError(f"The connection to the worker at {self.endpoint} failed: {exc.strerror or exc}.")
@@ -227,7 +219,7 @@ def probe_worker(
     host: str, port: int, *, measure: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> WorkerReport:
     """Devices and free memory of the worker at ``host:port`` and, with ``measure``, the link to it."""
-    with RpcClient(host, port, timeout_s) as client:
+    with closing(RpcClient(host, port, timeout_s)) as client:
         count = client.device_count()
         devices = tuple(DeviceReport(i, *client.device_memory(i)) for i in range(count))
         link = client.measure_link(0) if measure and count else None

@@ -22,6 +22,7 @@ from clover_local.engine.schema_gbnf.merge import (
     allows_nothing,
     lift,
     merge,
+    only,
     types_meeting,
 )
 
@@ -47,13 +48,12 @@ def expand(schema: dict[str, Any], doc: Document, path: str) -> list[Any]:
         where = path if i else pointer(path, "if")
         then, otherwise = (resolved(triple.get(k, True), doc, where) for k in ("then", "else"))
         test = resolved(triple["if"], doc, where)
-        if isinstance(test, dict) and set(test) - ANNOTATIONS == {"not"}:  # if not C then A else B
+        if only(test, "not"):  # if not C then A else B
             test, then, otherwise = resolved(test["not"], doc, pointer(where, "not")), otherwise, then
         rules.append((_condition(test, doc, where), then, otherwise))
         kinds_of_rules.append(True)
     for key in ("dependentRequired", "dependentSchemas", "dependencies"):
-        deps = schema.get(key)
-        if deps is None:
+        if (deps := schema.get(key)) is None:
             continue
         if not isinstance(deps, dict):
             raise SchemaRefused(key, path, "must be an object.")
@@ -66,9 +66,8 @@ def expand(schema: dict[str, Any], doc: Document, path: str) -> list[Any]:
             rules.append(({trigger: _PRESENT}, then, True))
             kinds_of_rules.append(False)
     if "not" in schema:
-        base, negated = _negation(
-            base, resolved(schema["not"], doc, pointer(path, "not")), doc, pointer(path, "not")
-        )
+        where = pointer(path, "not")
+        base, negated = _negation(base, resolved(schema["not"], doc, where), doc, where)
         rules += [(c, False, True) for c in negated]
         kinds_of_rules += [True] * len(negated)
     if not rules:
@@ -185,8 +184,7 @@ def _condition(schema: Any, doc: Document, path: str, keyword: str = "if") -> di
     for key, sub in (schema.get("properties") or {}).items():
         where = pointer(path, "properties", key)
         sub = resolved(sub, doc, where)
-        values = finite(sub)
-        if values is None:
+        if (values := finite(sub)) is None:
             try:
                 _condition(sub, doc, where, keyword)  # a condition on the keys of the value under ``key``
             except SchemaRefused:
@@ -215,7 +213,7 @@ def finite(schema: Any) -> list[Any] | bool | None:
     if schema.get("type") == "null":
         return [None]
     for key in ("anyOf", "oneOf"):
-        if isinstance(schema.get(key), list) and set(schema) - ANNOTATIONS == {key}:
+        if isinstance(schema.get(key), list) and only(schema, key):
             parts = [finite(p) for p in schema[key]]
             if all(isinstance(p, list) for p in parts):
                 return [v for p in parts if isinstance(p, list) for v in p]
@@ -234,7 +232,7 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
         raise Unsatisfiable("not", path, "no value matches 'not' of a schema that allows everything.")
     if allows_nothing(negated):
         return base, []
-    if isinstance(negated, dict) and set(negated) - ANNOTATIONS == {"type"}:
+    if only(negated, "type"):
         kinds = [negated["type"]] if isinstance(negated["type"], str) else list(negated["type"])
         left = [
             t for t in types_meeting(base.get("type", list(ALL_TYPES)), list(ALL_TYPES)) if t not in kinds
@@ -252,15 +250,9 @@ def _negation(base: dict[str, Any], negated: Any, doc: Document,
         if not kept:
             raise Unsatisfiable("not", path, "every value the schema allows is excluded.")
         return {**{k: v for k, v in base.items() if k != "const"}, "enum": kept}, []
-    if isinstance(values, list):
-        excluded = without(base, values)
-        if excluded is not None:
-            return excluded, []
-    parts = (
-        negated.get("anyOf")
-        if isinstance(negated, dict) and set(negated) - ANNOTATIONS == {"anyOf"}
-        else None
-    )
+    if isinstance(values, list) and (excluded := without(base, values)) is not None:
+        return excluded, []
+    parts = negated["anyOf"] if only(negated, "anyOf") else None
     if isinstance(parts, list):
         return base, [_condition(resolved(p, doc, pointer(path, "anyOf", i)), doc, pointer(path, "anyOf", i), "not")
                       for i, p in enumerate(parts)]  # fmt: skip
@@ -301,7 +293,7 @@ def resolved(schema: Any, doc: Document, path: str) -> Any:
         if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
             return schema
         rest = {k: v for k, v in schema.items() if k != "$ref"}
-        target = doc.resolve(schema["$ref"], path)
+        target = doc.locate(schema["$ref"], path)[0]
         schema = merge(target, rest, path) if set(rest) - ANNOTATIONS else target
     raise SchemaRefused("$ref", path, "references loop.")
 

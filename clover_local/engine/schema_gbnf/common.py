@@ -44,22 +44,17 @@ class Document:
             return "#" + ref.split("#", 1)[1] if "#" in ref else "#"
         return None
 
-    def resolve(self, ref: str, path: str) -> Any:
-        return self.locate(ref, path)[0]
-
     def locate(self, ref: Any, path: str) -> tuple[Any, str]:
         """The subschema ``ref`` names and its JSON pointer in the document (``#/...``)."""
         if not isinstance(ref, str):
             raise SchemaRefused("$ref", path, "must be a string.")
-        fragment = self.local(ref)
-        if fragment is None:
+        if (fragment := self.local(ref)) is None:
             raise SchemaRefused(
                 "$ref", path, f"{ref!r} points outside the schema; remote references are never fetched."
             )
         fragment = unquote(fragment[1:])
         if fragment and not fragment.startswith("/"):
-            found = self.anchors().get(fragment)
-            if found is None:
+            if (found := self.anchors().get(fragment)) is None:
                 raise SchemaRefused(
                     "$ref", path, f"cannot resolve {ref!r}: no subschema is named {fragment!r}."
                 )

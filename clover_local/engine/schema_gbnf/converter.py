@@ -41,7 +41,7 @@ from clover_local.engine.schema_gbnf.merge import (
     merge,
 )
 from clover_local.engine.schema_gbnf.objects import ExtraKeys, not_strings_rule, plan_object
-from clover_local.engine.schema_gbnf.rules import FORMAT_LENGTHS, FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
+from clover_local.engine.schema_gbnf.rules import FORMATS, RESERVED_NAMES, SPACE_RULE, builtin
 
 _IMPLIED_TYPES = (
     (
@@ -144,8 +144,7 @@ class Converter:
 
     def _check_finite(self) -> None:
         """Refuse a schema no finite value matches (:mod:`.finite`): its reply could never end."""
-        stuck = endless(self._rules)
-        if stuck:
+        if stuck := endless(self._rules):
             where = sorted(self._ref_paths[n] for n in stuck if n in self._ref_paths)
             raise SchemaRefused(
                 "$ref" if where else "required", where[0] if where else "#",
@@ -168,8 +167,7 @@ class Converter:
             beside_ref = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
             return self.add_rule(rule_name, self._ref(schema["$ref"], beside_ref, path, doc, depth))
         if "allOf" in schema:
-            merged = self._merge_parts(schema, path, doc)
-            return self._visit(merged, name, path, doc, depth + 1)
+            return self._visit(self._merge_parts(schema, path, doc), name, path, doc, depth + 1)
         if branches.conditional(schema):
             cases = branches.expand(schema, doc, path)
             if len(cases) == 1:
@@ -233,17 +231,15 @@ class Converter:
 
     def _typed(self, schema: dict[str, Any], kind: str, name: str, rule_name: str, path: str, doc: Document,
                depth: int) -> str:  # fmt: skip
-        sub = name + "-" if name else ""
         if kind == "object":
             return self.add_rule(rule_name, self._object(schema, name, path, doc, depth))
         if kind == "array":
-            return self.add_rule(rule_name, self._array(schema, sub, path, doc, depth))
+            return self.add_rule(rule_name, self._array(schema, name + "-" if name else "", path, doc, depth))
         if kind == "string":
             return self._string(schema, rule_name, path)
         if kind in ("integer", "number"):
-            return self.add_rule(
-                rule_name, numbers.number_rule(self.primitive, self.limits.max_enum, schema, kind, path)
-            )
+            body = numbers.number_rule(self.primitive, self.limits.max_enum, schema, kind, path)
+            return self.add_rule(rule_name, body)
         if kind in ("boolean", "null"):
             return (
                 self.primitive(kind) if rule_name != "root" else self.add_rule("root", builtin(kind).content)
@@ -257,9 +253,8 @@ class Converter:
         ref_name = "ref" + doc.prefix + INVALID_RULE_CHARS.sub("-", at[1:])
         key = doc.prefix + at
         if beside_ref:
-            digest = hashlib.sha1(json.dumps(beside_ref, sort_keys=True, default=str).encode()).hexdigest()[
-                :8
-            ]
+            text = json.dumps(beside_ref, sort_keys=True, default=str)
+            digest = hashlib.sha1(text.encode()).hexdigest()[:8]
             ref_name, key = f"{ref_name}-{digest}", f"{key}+{digest}"
             target, at = {"allOf": [{"$ref": ref}, beside_ref]}, path
         if ref_name not in self._rules and key not in self._resolving:
@@ -461,32 +456,29 @@ class Converter:
                 raise SchemaRefused(
                     "pattern", path, f"longer than {self.limits.max_pattern_chars} characters."
                 )
-            if lo or hi is not None:
-                try:
-                    source = regex_facts.within_lengths(source, lo, hi)
-                except regex_facts.Unsupported as exc:
-                    if exc.keyword is None:
-                        raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
-                    raise SchemaRefused(
-                        exc.keyword, path, f"cannot be enforced together with 'pattern': {exc}."
-                    ) from None
             try:
+                if lo or hi is not None:
+                    source = regex_facts.within_lengths(source, lo, hi)
                 body = pattern.pattern_rule(
                     source, rule_name, self.add_rule,
                     lambda item, a, b: self.repetition(item, a, b, where=("pattern", path)),
                 )  # fmt: skip
             except regex_facts.Unsupported as exc:
-                raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
+                if exc.keyword is None:
+                    raise SchemaRefused("pattern", path, f"{source!r}: {exc}.") from None
+                raise SchemaRefused(
+                    exc.keyword, path, f"cannot be enforced together with 'pattern': {exc}."
+                ) from None
             return self.add_rule(rule_name, body)
         if isinstance(fmt, str) and (fmt == "uuid" or re.fullmatch(r"uuid[1-5]", fmt)):
             fmt = "uuid"
-        if isinstance(fmt, str) and (fmt in FORMATS or fmt == "uuid"):
-            shortest, longest = FORMAT_LENGTHS[fmt]
+        if isinstance(fmt, str) and fmt in FORMATS:
+            rule, shortest, longest = FORMATS[fmt]
             if shortest < lo or (hi is not None and longest > hi):
                 keyword = "minLength" if shortest < lo else "maxLength"
                 raise SchemaRefused(keyword, path, f"cannot be enforced together with 'format': {fmt} values run "
                                     f"from {shortest} to {longest} characters.")  # fmt: skip
-            return self.add_rule(rule_name, self.primitive("uuid" if fmt == "uuid" else FORMATS[fmt]))
+            return self.add_rule(rule_name, self.primitive(rule))
         if lo or hi is not None:
             where = ("maxLength" if hi is not None else "minLength", path)
             chars = self.repetition(self.primitive("char"), lo, hi, where=where)

@@ -30,8 +30,7 @@ def endless(rules: dict[str, str]) -> set[str]:
 
 def _parse(body: str) -> Any:
     tokens = [m for m in _TOKEN.finditer(body) if m.group(0).strip()]
-    tree, _ = _alternatives(tokens, 0)
-    return tree
+    return _alternatives(tokens, 0)[0]
 
 
 def _alternatives(tokens: list[re.Match[str]], i: int) -> tuple[Any, int]:

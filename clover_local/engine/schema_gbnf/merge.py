@@ -182,13 +182,12 @@ def _meet(key: str, mine: Any, theirs: Any, path: str) -> Any:
 
 def _any_parts(schema: Any) -> list[Any]:
     """The parts of an ``anyOf`` that is all ``schema`` says; ``[schema]`` otherwise."""
-    if (
-        isinstance(schema, dict)
-        and set(schema) - ANNOTATIONS == {"anyOf"}
-        and isinstance(schema["anyOf"], list)
-    ):
-        return list(schema["anyOf"])
-    return [schema]
+    return list(schema["anyOf"]) if only(schema, "anyOf") and isinstance(schema["anyOf"], list) else [schema]
+
+
+def only(schema: Any, key: str) -> bool:
+    """Whether ``schema`` is an object that says nothing but ``key`` (annotations aside)."""
+    return isinstance(schema, dict) and set(schema) - ANNOTATIONS == {key}
 
 
 def merge_lazy(a: Any, b: Any) -> Any:

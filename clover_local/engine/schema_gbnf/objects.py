@@ -150,14 +150,11 @@ def not_strings_rule(strings: list[str], char: str) -> str:
         node[""] = {}
 
     def visit(node: dict[str, Any]) -> str:
-        alts: list[str] = []
-        for ch, child in node.items():
-            if ch == "":
-                continue
-            has_children = any(k != "" for k in child)
-            alts.append(
-                f"[{class_char(ch)}] ({visit(child)})" if has_children else f"[{class_char(ch)}] {char}+"
-            )
+        alts = [
+            f"[{class_char(ch)}] ({visit(child)})" if set(child) - {""} else f"[{class_char(ch)}] {char}+"
+            for ch, child in node.items()
+            if ch
+        ]
         if alts:
             rejects = "".join(class_char(c) for c in node if c)
             alts.append(f"[^{rejects}{UNSAFE}] {char}*")

@@ -9,18 +9,15 @@ alternatives with anchors of their own are anchored each. A pattern the grammar 
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import groupby
 
-from clover_local.engine.schema_gbnf.regex_facts import Unsupported, top_level_alternatives
+from clover_local.engine.schema_gbnf.regex_facts import DIGITS, WORD, Unsupported, top_level_alternatives
 
 MAX_PATTERN_DEPTH = 100
 _NON_LITERAL = set("|.()[]{}*+?^$")
 UNSAFE = '"\\\\\\x00-\\x1F\\x7F'
 DOT = f"[^{UNSAFE}]"
-_CLASS_RANGES = {
-    "d": "0123456789",
-    "w": "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
-    "s": " \t",
-}
+_CLASS_RANGES = {"d": DIGITS, "w": WORD, "s": " \t"}
 _SIMPLE_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "v": "\v", "0": "\0"}
 _JSON_ESCAPES = {
     '"': '\\\\\\"',
@@ -76,9 +73,7 @@ def class_rule(ranges: list[tuple[int, int]], negated: bool) -> str:
                 escaped.append(chr(code))
         if start <= hi:
             safe.append((start, hi))
-    parts = []
-    if safe:
-        parts.append(f"[{_ranges(safe)}]")
+    parts = [f"[{_ranges(safe)}]"] if safe else []
     parts += [f'"{json_literal(ch)}"' for ch in dict.fromkeys(escaped)]
     if not parts:
         raise Unsupported("an empty character class")
@@ -106,6 +101,7 @@ def _escaped_char(pattern: str, pos: int) -> tuple[str | None, int]:
 
 
 _NEGATED_ESCAPES = {"D": "0-9", "W": "a-zA-Z0-9_", "S": " \\t\\n\\r"}
+_CLASS_ESCAPES = frozenset(_CLASS_RANGES) | frozenset(_NEGATED_ESCAPES)
 
 
 def pattern_rule(
@@ -146,19 +142,10 @@ def _one(
         return f'"{text}"' if is_literal else text
 
     def join(seq: list[tuple[str, bool]]) -> tuple[str, bool]:
-        parts: list[str] = []
-        literal = ""
-        for text, is_literal in seq:
-            if is_literal:
-                literal += text
-                continue
-            if literal:
-                parts.append(f'"{literal}"')
-                literal = ""
-            parts.append(text)
-        if literal:
-            parts.append(f'"{literal}"')
-        return " ".join(parts), False
+        """One expression of ``seq``, each run of literals as one literal."""
+        runs = groupby(seq, key=lambda item: item[1])
+        texts = [(is_literal, [text for text, _ in run]) for is_literal, run in runs]
+        return " ".join(f'"{"".join(t)}"' if is_literal else " ".join(t) for is_literal, t in texts), False
 
     def char_class() -> str:
         i = state["i"] + 1
@@ -252,13 +239,8 @@ def _one(
                     if text not in sub_rule_ids:
                         sub_rule_ids[text] = add_rule(f"{name}-{len(sub_rule_ids) + 1}", text)
                     text = sub_rule_ids[text]
-                item = f'"{text}"' if is_literal else text
-                seq[-1] = (repetition(item, min_times, max_times), False)
-            elif (
-                c == "\\"
-                and i + 1 < length
-                and (sub[i + 1] in _CLASS_RANGES or sub[i + 1] in _NEGATED_ESCAPES)
-            ):
+                seq[-1] = (repetition(to_rule((text, is_literal)), min_times, max_times), False)
+            elif c == "\\" and sub[i + 1 : i + 2] in _CLASS_ESCAPES:
                 nxt = sub[i + 1]
                 cls = (
                     class_rule([(ord(c), ord(c)) for c in _CLASS_RANGES[nxt]], False)
@@ -279,7 +261,7 @@ def _one(
             if ch == "\\":
                 if i == length - 1:
                     raise Unsupported("trailing backslash")
-                if sub[i + 1] in _CLASS_RANGES or sub[i + 1] in _NEGATED_ESCAPES:
+                if sub[i + 1] in _CLASS_ESCAPES:
                     break
                 char, n = _escaped_char(sub, i)
                 if char is None:

@@ -94,8 +94,7 @@ def within_lengths(pattern: str, lo: int, hi: int | None) -> str:
     longer than ``hi``: one repeated character class takes the bounds as its count, any other pattern has its
     unbounded repetitions capped so its longest match fits. Raises ``Unsupported`` (with the bound that
     cannot be met) when there is none."""
-    single = _ONE_REPEATED.fullmatch(pattern)
-    if single:
+    if single := _ONE_REPEATED.fullmatch(pattern):
         item, quantifier = single.group(1), single.group(2)
         if quantifier in "*+":
             m, n = (0 if quantifier == "*" else 1), None
@@ -125,7 +124,6 @@ def within_lengths(pattern: str, lo: int, hi: int | None) -> str:
 
 def width(pattern: str) -> tuple[int, int]:
     """The shortest and longest string ``pattern`` (anchored) matches, as Python's regex parser counts them."""
-
     try:
         lo, hi = _re_parser.parse(pattern).getwidth()
     except (re.error, OverflowError, RecursionError) as exc:
@@ -133,11 +131,10 @@ def width(pattern: str) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-_CATEGORY_CHARS = {
-    "CATEGORY_DIGIT": "0123456789",
-    "CATEGORY_WORD": "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
-    "CATEGORY_SPACE": " \t\n\r\f\v",
-}
+DIGITS = "0123456789"
+WORD = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" + DIGITS + "_"
+"""The characters of ``\\d`` and ``\\w`` (ASCII, as JSON Schema's patterns read them)."""
+_CATEGORY_CHARS = {"CATEGORY_DIGIT": DIGITS, "CATEGORY_WORD": WORD, "CATEGORY_SPACE": " \t\n\r\f\v"}
 
 
 def first_chars(pattern: str) -> frozenset[int] | None:
@@ -145,7 +142,6 @@ def first_chars(pattern: str) -> frozenset[int] | None:
     here (unanchored, could be empty, a negated class or ``.``)."""
     if not pattern.startswith("^"):
         return None
-
     try:
         tree = list(_re_parser.parse(pattern))
     except (re.error, RecursionError):
@@ -158,8 +154,7 @@ def _firsts(seq: list[Any]) -> tuple[set[int], bool] | None:
     """(first characters, whether ``seq`` can match the empty string)."""
     acc: set[int] = set()
     for op, av in seq:
-        found = _first(str(op), av)
-        if found is None:
+        if (found := _first(str(op), av)) is None:
             return None
         acc |= found[0]
         if not found[1]:
@@ -189,8 +184,7 @@ def _first(op: str, av: Any) -> tuple[set[int], bool] | None:
         out: set[int] = set()
         empty = False
         for branch in av[1]:
-            found = _firsts(list(branch))
-            if found is None:
+            if (found := _firsts(list(branch))) is None:
                 return None
             out |= found[0]
             empty = empty or found[1]

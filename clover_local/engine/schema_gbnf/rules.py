@@ -103,54 +103,32 @@ STRING_FORMAT_RULES: dict[str, BuiltinRule] = {
     "duration-time": BuiltinRule(f'{_N} "H" ({_N} "M")? ({_N} "S")? | {_N} "M" ({_N} "S")? | {_N} "S"'),
 }
 
-FORMATS = {
-    "date": "date-string",
-    "time": "time-string",
-    "date-time": "date-time-string",
-    "hostname": "hostname-string",
-    "email": "email-string",
-    "ipv4": "ipv4-string",
-    "ipv6": "ipv6-string",
-    "duration": "duration-string",
-    "idn-email": "email-string",
-    "idn-hostname": "idn-hostname-string",
-    "uri": "uri-string",
-    "uri-reference": "uri-string",
-    "iri": "uri-string",
-    "iri-reference": "uri-string",
-    "uri-template": "uri-string",
-    "json-pointer": "json-pointer-string",
-    "relative-json-pointer": "relative-json-pointer-string",
-    "regex": "regex-string",
-    "color": "color-string",
+FORMATS: dict[str, tuple[str, int, int]] = {
+    "date": ("date-string", 10, 10),
+    "time": ("time-string", 9, 18),
+    "date-time": ("date-time-string", 20, 29),
+    "uuid": ("uuid", 36, 36),
+    "ipv4": ("ipv4-string", 7, 15),
+    "ipv6": ("ipv6-string", 15, 39),
+    "hostname": ("hostname-string", 1, 255),
+    "email": ("email-string", 5, 316),
+    "duration": ("duration-string", 3, 80),
+    "idn-email": ("email-string", 5, 316),
+    "idn-hostname": ("idn-hostname-string", 1, 251),
+    "uri": ("uri-string", 8, 546),
+    "uri-reference": ("uri-string", 8, 546),
+    "iri": ("uri-string", 8, 546),
+    "iri-reference": ("uri-string", 8, 546),
+    "uri-template": ("uri-string", 8, 546),
+    "json-pointer": ("json-pointer-string", 1, 496),
+    "relative-json-pointer": ("relative-json-pointer-string", 2, 503),
+    "regex": ("regex-string", 1, 200),
+    "color": ("color-string", 7, 7),
 }
-"""The string formats the grammar enforces (``uuid`` aside), by the builtin rule each becomes: every format
-``jsonschema`` can check, each a subset of what the format allows (a ``uri`` is an ``http(s)://`` address, a
-``regex`` letters, digits, spaces, ``_`` and ``-``), so a reply passes whichever checkers are installed."""
-
-FORMAT_LENGTHS: dict[str, tuple[int, int]] = {
-    "date": (10, 10),
-    "time": (9, 18),
-    "date-time": (20, 29),
-    "uuid": (36, 36),
-    "ipv4": (7, 15),
-    "ipv6": (15, 39),
-    "hostname": (1, 255),
-    "email": (5, 316),
-    "duration": (3, 80),
-    "idn-email": (5, 316),
-    "idn-hostname": (1, 251),
-    "uri": (8, 546),
-    "uri-reference": (8, 546),
-    "iri": (8, 546),
-    "iri-reference": (8, 546),
-    "uri-template": (8, 546),
-    "json-pointer": (1, 496),
-    "relative-json-pointer": (2, 503),
-    "regex": (1, 200),
-    "color": (7, 7),
-}
-"""The shortest and longest value each format's rule writes (characters), to check length bounds beside it."""
+"""The string formats the grammar enforces: the builtin rule each becomes, and the shortest and longest value it
+writes (characters, to check length bounds beside it). Every format ``jsonschema`` can check, each a subset of
+what the format allows (a ``uri`` is an ``http(s)://`` address, a ``regex`` letters, digits, spaces, ``_`` and
+``-``), so a reply passes whichever checkers are installed."""
 
 RESERVED_NAMES = frozenset({"root", *PRIMITIVE_RULES, *STRING_FORMAT_RULES})
 

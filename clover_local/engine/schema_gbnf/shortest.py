@@ -6,117 +6,116 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from clover_local.engine.schema_gbnf import numbers
 from clover_local.engine.schema_gbnf.common import Document
+from clover_local.engine.schema_gbnf.regex_facts import Unsupported, width
 from clover_local.errors import RequestRefused
 
 INFINITE = math.inf
 
 
+Found = tuple[float, Callable[[], Any]]
+"""The length of a schema's shortest compact JSON (inf: none found, or a cycle), and how to write that value."""
+
+
 class _Shortest:
     def __init__(self, root: Any) -> None:
         self.doc = Document(root, "")
-        # By id: a schema is kept with its length, so no other dict (the ``{**s, "type": t}`` made for each of a
-        # type list's types) can take its id while the memo holds it.
-        self.memo: dict[int, tuple[Any, float]] = {}
+        # By id: a schema is kept with what was found, so no other dict (the ``{**s, "type": t}`` made for each of
+        # a type list's types) can take its id while the memo holds it.
+        self.memo: dict[int, tuple[Any, Found]] = {}
         self.busy: set[int] = set()
 
-    def length(self, schema: Any, depth: int = 0) -> float:
-        """Characters of the shortest compact JSON ``schema`` accepts (inf: none found, or a cycle)."""
+    def walk(self, schema: Any, depth: int = 0) -> Found:
         if depth > 64:
-            return INFINITE
+            return INFINITE, lambda: self.walk(schema)[1]()
         if not isinstance(schema, dict):
-            return 4.0  # true (any value): null
+            return 4.0, lambda: None  # true (any value): null
         key = id(schema)
         if key in self.memo:
             return self.memo[key][1]
         if key in self.busy:
-            return INFINITE
+            return INFINITE, lambda: self.walk(schema)[1]()
         self.busy.add(key)
         try:
-            value = self._length(schema, depth)
+            found = self._walk(schema, depth)
         finally:
             self.busy.discard(key)
-        self.memo[key] = (schema, value)
-        return value
+        self.memo[key] = (schema, found)
+        return found
 
-    def _length(self, s: dict[str, Any], depth: int) -> float:
-        if isinstance(s.get("$ref"), str) and s["$ref"].startswith("#"):
-            try:
-                return self.length(self.doc.resolve(s["$ref"], "#"), depth + 1)
-            except RequestRefused:
-                return INFINITE
+    def _walk(self, s: dict[str, Any], depth: int) -> Found:
+        ref = s.get("$ref")
+        if not isinstance(ref, str):
+            return self._by_keyword(s, depth)
+
+        def target() -> Any:
+            return self.walk(self.doc.locate(ref, "#")[0], depth + 1)[1]()
+
+        if not ref.startswith("#"):  # measured by its other keywords, written as what it resolves to
+            return self._by_keyword(s, depth)[0], target
+        try:
+            return self.walk(self.doc.locate(ref, "#")[0], depth + 1)[0], target
+        except RequestRefused:
+            return INFINITE, target
+
+    def _by_keyword(self, s: dict[str, Any], depth: int) -> Found:
         for key in ("anyOf", "oneOf"):
             if isinstance(s.get(key), list) and s[key]:
-                return min((self.length(a, depth + 1) for a in s[key]), default=INFINITE)
+                return min((self.walk(a, depth + 1) for a in s[key]), key=_length)
         if "const" in s:
-            return float(len(_dump(s["const"])))
+            return float(len(_dump(s["const"]))), lambda: s["const"]
         if isinstance(s.get("enum"), list) and s["enum"]:
-            return float(min(len(_dump(v)) for v in s["enum"]))
+            shortest = min(s["enum"], key=lambda v: len(_dump(v)))
+            return float(len(_dump(shortest))), lambda: shortest
         if isinstance(s.get("allOf"), list) and s["allOf"]:
-            return max((self.length(a, depth + 1) for a in s["allOf"]), default=INFINITE)
+            parts = [self.walk(a, depth + 1) for a in s["allOf"]]
+
+            def merged() -> dict[str, Any]:
+                out: dict[str, Any] = {}
+                for _, value in parts:
+                    if isinstance(v := value(), dict):
+                        out.update(v)
+                return out
+
+            return max(map(_length, parts)), merged
         kind = s.get("type")
         if isinstance(kind, list):
-            return min((self.length({**s, "type": t}, depth + 1) for t in kind), default=INFINITE)
+            types = (self.walk({**s, "type": t}, depth + 1) for t in kind)
+            return min(types, key=_length, default=(INFINITE, lambda: None))
         if kind == "object" or (kind is None and "properties" in s):
             props: dict[str, Any] = s["properties"] if isinstance(s.get("properties"), dict) else {}
-            required = [k for k in s.get("required") or [] if k in props]
-            return (
-                2.0
-                + sum(len(_dump(k)) + 1 + self.length(props[k], depth + 1) for k in required)
-                + max(len(required) - 1, 0)
-            )
+            fields = [(k, self.walk(props[k], depth + 1)) for k in s.get("required") or [] if k in props]
+            length = 2.0 + sum(len(_dump(k)) + 1 + f[0] for k, f in fields) + max(len(fields) - 1, 0)
+            return length, lambda: {k: f[1]() for k, f in fields}
         if kind == "array":
+            prefix = s.get("prefixItems")
+            if isinstance(prefix, list):
+                parts = [self.walk(p, depth + 1) for p in prefix]
+                length = 2.0 + sum(map(_length, parts)) + max(len(parts) - 1, 0)
+                return length, lambda: [p[1]() for p in parts]
             n = _int(s.get("minItems"))
-            prefix = s.get("prefixItems")
-            if isinstance(prefix, list):
-                return 2.0 + sum(self.length(p, depth + 1) for p in prefix) + max(len(prefix) - 1, 0)
-            return 2.0 + n * self.length(s.get("items", True), depth + 1) + max(n - 1, 0) if n else 2.0
+            items = s.get("items", True)
+            length, value = self.walk(items, depth + 1) if n else (0.0, lambda: self.walk(items)[1]())
+            return 2.0 + n * length + max(n - 1, 0), lambda: [value()] * n
         if kind == "string":
-            return 2.0 + _shortest_string(s)
+            chars = _shortest_string(
+                s
+            )  # written as x's: its length is what counts, a forced call is measured by it
+            return 2.0 + chars, lambda: "x" * chars
         if kind in ("integer", "number"):
-            return float(len(_dump(_nearest_zero(s))))
-        return {"boolean": 4.0, "null": 4.0}.get(str(kind), 1.0)
+            number = _nearest_zero(s)
+            return float(len(_dump(number))), lambda: number
+        length, constant = {"boolean": (4.0, True), "null": (4.0, None)}.get(str(kind), (1.0, 0))
+        return length, lambda: constant
 
-    def value(self, schema: Any) -> Any:
-        """A shortest value (call only when its length is small: it is written out)."""
-        if not isinstance(schema, dict):
-            return None
-        s = schema
-        if isinstance(s.get("$ref"), str):
-            return self.value(self.doc.resolve(s["$ref"], "#"))
-        for key in ("anyOf", "oneOf"):
-            if isinstance(s.get(key), list) and s[key]:
-                return self.value(min(s[key], key=self.length))
-        if "const" in s:
-            return s["const"]
-        if isinstance(s.get("enum"), list) and s["enum"]:
-            return min(s["enum"], key=lambda v: len(_dump(v)))
-        if isinstance(s.get("allOf"), list) and s["allOf"]:
-            merged: dict[str, Any] = {}
-            for part in s["allOf"]:
-                v = self.value(part)
-                if isinstance(v, dict):
-                    merged.update(v)
-            return merged
-        kind = s.get("type")
-        if isinstance(kind, list):
-            return self.value(min(({**s, "type": t} for t in kind), key=self.length)) if kind else None
-        if kind == "object" or (kind is None and "properties" in s):
-            props: dict[str, Any] = s["properties"] if isinstance(s.get("properties"), dict) else {}
-            return {k: self.value(props[k]) for k in s.get("required") or [] if k in props}
-        if kind == "array":
-            prefix = s.get("prefixItems")
-            if isinstance(prefix, list):
-                return [self.value(p) for p in prefix]
-            return [self.value(s.get("items", True))] * _int(s.get("minItems"))
-        if kind == "string":
-            return "x" * _shortest_string(s)  # its length is what counts: a forced call is measured by it
-        if kind in ("integer", "number"):
-            return _nearest_zero(s)
-        return {"boolean": True, "null": None}.get(str(kind), 0)
+
+def _length(found: Found) -> float:
+    return found[0]
 
 
 def _shortest_string(s: dict[str, Any]) -> int:
@@ -124,10 +123,6 @@ def _shortest_string(s: dict[str, Any]) -> int:
     is a billion characters, enforced by nested repetitions in the grammar, however short ``minLength`` is)."""
     shortest = _int(s.get("minLength"))
     if isinstance(s.get("pattern"), str):
-        from contextlib import suppress
-
-        from clover_local.engine.schema_gbnf.regex_facts import Unsupported, width
-
         with suppress(Unsupported):  # a pattern the converter cannot read is refused there, by name
             shortest = max(shortest, width(s["pattern"])[0])
     return shortest
@@ -136,9 +131,8 @@ def _shortest_string(s: dict[str, Any]) -> int:
 def shortest_json(schema: Any, limit: int, *, root: Any = None) -> tuple[float, Any]:
     """(length of the shortest compact JSON ``schema`` allows, that value or None when over ``limit``);
     ``$ref``s resolve against ``root`` (default: ``schema``)."""
-    finder = _Shortest(schema if root is None else root)
-    length = finder.length(schema)
-    return length, finder.value(schema) if length <= limit else None
+    length, value = _Shortest(schema if root is None else root).walk(schema)
+    return length, value() if length <= limit else None
 
 
 def _dump(value: Any) -> str:
