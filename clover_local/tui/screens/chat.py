@@ -625,7 +625,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
     def action_settings(self) -> None:
         from clover_local.tui.screens.modals import SettingsScreen
 
-        self.app.push_screen(SettingsScreen(self.model_settings, self.engine.n_ctx), self._settings_done)
+        self.app.push_screen(SettingsScreen(self.model_settings), self._settings_done)
 
     def _settings_done(self, new: user_prefs.ModelSettings | None) -> None:
         if new is None:
