@@ -61,12 +61,7 @@ class SpecBenchReport:
 
     def ratios(self) -> dict[str, float]:
         """Mode -> ratio to plain, for every mode measured (plain itself excluded)."""
-        out = {}
-        for mode in self.modes:
-            r = self.ratio(mode)
-            if mode != PLAIN and r is not None:
-                out[mode] = round(r, 3)
-        return out
+        return {m: round(r, 3) for m in self.modes if m != PLAIN and (r := self.ratio(m)) is not None}
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
