@@ -217,10 +217,9 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
         and one notification; the conversation stays as it is."""
         now = self.engine.health()
         before, self.runner = self.runner, now
-        if (now.state, now.restarts, _load_note(now)) == (before.state, before.restarts, _load_note(before)):
-            return
-        if (now.state, now.restarts) == (before.state, before.restarts):  # only the threads the load allows
-            self._set_status(generating=self.generating)
+        if (now.state, now.restarts) == (before.state, before.restarts):
+            if _load_note(now) != _load_note(before):  # only the threads the load allows
+                self._set_status(generating=self.generating)
             return
         if now.state == "restarting":
             self.notify(f"{now.why}…", severity="warning", timeout=8)
@@ -322,9 +321,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
             top_p=s.top_p,
             top_k=s.top_k,
             seed=seed,
-            speculative=False
-            if s.spec_mode == "off"
-            else None,  # on: as the plan chose (auto may have said off)
+            speculative=False if s.spec_mode == "off" else None,  # else as the plan chose (auto may say off)
             live=s.diffusion_live,  # diffusion engines: the live view
         )
 

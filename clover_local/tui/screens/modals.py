@@ -92,8 +92,7 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
             except ValueError:
                 noun = "a whole number" if kind is int else "a number"
                 raise CloverError(f"{label}: {text!r} is not {noun}.") from None
-        mode = str(self.query_one("#set-spec_mode", Select).value)
-        values["spec_mode"] = mode
+        values["spec_mode"] = str(self.query_one("#set-spec_mode", Select).value)
         values["diffusion_live"] = self.query_one("#set-diffusion_live", Switch).value
         values["system_prompt"] = self.query_one("#set-system_prompt", Input).value
         return replace(self.current, **values).validated()  # type: ignore[arg-type]
