@@ -115,17 +115,14 @@ def load_verify_costs(path: Path | None = None) -> list[VerifyCostRecord]:
     out: list[VerifyCostRecord] = []
     for item in raw if isinstance(raw, list) else []:
         try:
-            costs = tuple(float(c) for c in item["costs"])
-            others = item.get("others_busy")
-            out.append(
-                VerifyCostRecord(
-                    str(item["key"]),
-                    costs,
-                    float(item["step_ms"]),
-                    str(item.get("when", "")),
-                    None if others is None else float(others),
-                )
+            record = VerifyCostRecord(  # a list or a string raises TypeError at item["key"]
+                str(item["key"]),
+                tuple(float(c) for c in item["costs"]),
+                float(item["step_ms"]),
+                str(item.get("when", "")),
+                None if item.get("others_busy") is None else float(item["others_busy"]),
             )
+            out.append(record)
         except (TypeError, KeyError, ValueError):
             continue
     return out
