@@ -52,11 +52,8 @@ class SpecBenchReport:
 
     def ratio(self, mode: str) -> float | None:
         """Geometric mean over workloads of (mode's median / plain's median)."""
-        parts = []
-        for w in self.workloads:
-            m, p = self.median(mode, w), self.median(PLAIN, w)
-            if m and p:
-                parts.append(m / p)
+        pairs = [(self.median(mode, w), self.median(PLAIN, w)) for w in self.workloads]
+        parts = [m / p for m, p in pairs if m and p]
         return statistics.geometric_mean(parts) if parts else None
 
     def ratios(self) -> dict[str, float]:
