@@ -161,12 +161,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write("\n")
         if stats is not None:
-            acc = (
-                f", draft acceptance {stats.draft_acceptance:.0%}"
-                if stats.draft_acceptance is not None
-                else ""
-            )
-            d = stats.diffusion
+            accepted, d = stats.draft_acceptance, stats.diffusion
+            acc = f", draft acceptance {accepted:.0%}" if accepted is not None else ""
             if d is not None:
                 acc = f", diffusion: {d.steps} steps, {d.tokens_per_step:.2f} tokens/step, {d.algorithm}"
             print(
