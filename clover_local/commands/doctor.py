@@ -202,11 +202,9 @@ def run(args: argparse.Namespace) -> int:
         out["runner"] = {"kind": launch.runner.kind, "why": launch.runner.why}
         out["chat"] = chat_report(launch)
         fit_params = (server.get("tools") or {}).get("llama-fit-params")
-        out["fit"] = (
-            compare_fit(launch.plan, launch.preset, binary=Path(fit_params))
-            if fit_params
-            else {"shown": False, "why": "no llama-fit-params next to llama-server or on PATH"}
-        )
+        out["fit"] = {"shown": False, "why": "no llama-fit-params next to llama-server or on PATH"}
+        if fit_params:
+            out["fit"] = compare_fit(launch.plan, launch.preset, binary=Path(fit_params))
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

@@ -219,13 +219,9 @@ class CloverApp(App[None]):
             path = choice.path
             preset, key, matched = services.preset_and_key_for_file(path)
             defaults = await asyncio.to_thread(services.settings_for_file, path, preset, matched)
-            first = (
-                user_prefs.FirstRun(preset=preset.name, ctx=defaults.ctx, model_path=path, kind="file")
-                if choice.remember
-                else None
-            )
+            kept = user_prefs.FirstRun(preset=preset.name, ctx=defaults.ctx, model_path=path, kind="file")
             title = preset.display_name if matched else Path(path).name
-            return preset, path, key, defaults, title, first
+            return preset, path, key, defaults, title, (kept if choice.remember else None)
         preset = load_preset(choice.preset)
         found = await asyncio.to_thread(model_files.find_model, preset)
         if found is None:  # not on disk: plan and download it
