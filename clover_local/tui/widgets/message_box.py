@@ -42,11 +42,7 @@ class MessageBox(TextArea):
 
     def __init__(self, *, commands: Sequence[str] = (), placeholder: str = "", id: str | None = None) -> None:
         super().__init__(
-            soft_wrap=True,
-            tab_behavior="focus",
-            show_line_numbers=False,
-            placeholder=placeholder,
-            id=id,
+            soft_wrap=True, tab_behavior="focus", show_line_numbers=False, placeholder=placeholder, id=id
         )
         self.commands = tuple(commands)
         """Slash commands Tab completes (``/new``, ``/set``...)."""
