@@ -223,8 +223,7 @@ def _text(out: dict[str, Any]) -> list[str]:
                 "  none besides the installed runtimes' (below): each model runs on the one that loads it"
             )
         else:
-            lines.append("  none")
-            lines.append(f"  -> {s['fix']}")
+            lines += ["  none", f"  -> {s['fix']}"]
     else:
         lines.append(f"  path      {s['path']} ({s['source']})")
         if "error" in s:

@@ -180,8 +180,7 @@ class DownloadScreen(Screen[str | ModelChoice | None]):
         if message.path:
             self.dismiss(message.path)
             return
-        button = self.query_one("#download-pause", Button)
-        button.label = "Resume"
+        self.query_one("#download-pause", Button).label = "Resume"
         if message.cancelled:
             self.query_one("#download-status", Static).update("Paused: what was downloaded is kept.")
         else:
