@@ -489,10 +489,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
 
     def action_page(self, direction: str) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
-        if direction == "up":
-            transcript.scroll_page_up()
-        else:
-            transcript.scroll_page_down()
+        (transcript.scroll_page_up if direction == "up" else transcript.scroll_page_down)()
 
     async def action_regenerate(self) -> None:
         if self.generating or not self.history or self.history[-1].role != "assistant":
