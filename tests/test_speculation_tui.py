@@ -25,7 +25,7 @@ def test_settings_dialog_saves_the_speculation_mode() -> None:
     results: list[ModelSettings | None] = []
 
     async def run() -> None:
-        screen = SettingsScreen(ModelSettings(), 4096)
+        screen = SettingsScreen(ModelSettings())
         host = ScreenHost(lambda: screen)
         async with host.run_test(size=(80, 24)) as pilot:
             await wait_until(lambda: host.screen is screen, "settings dialog", pilot=pilot)

@@ -276,13 +276,11 @@ def _bench_spec_modes(args: argparse.Namespace) -> int:
         )
     preset = load_preset(args.preset or (None if args.model else DEFAULT_PRESET))
     path = require_model(None if args.model else preset, args.model)
-    if args.spec_engine == "embedded":
-        bad = [m for m in modes if m not in EMBEDDED_DRAFTERS]
-        if bad:
-            raise UsageError(
-                f"The embedded engine does not run {', '.join(bad)}.",
-                "Use --spec-engine llama-server for them.",
-            )
+    bad = [m for m in modes if m not in EMBEDDED_DRAFTERS] if args.spec_engine == "embedded" else []
+    if bad:
+        raise UsageError(
+            f"The embedded engine does not run {', '.join(bad)}.", "Use --spec-engine llama-server for them."
+        )
     engine = args.spec_engine
     # No chat template: the workloads are plain prompts. Every mode is decided for the same machine.
     request = LaunchRequest(

@@ -82,11 +82,8 @@ def _print_gpu_server_command(args: argparse.Namespace, plan: Plan, preset: Pres
     build = vllm_argv if args.engine == "vllm" else sglang_argv
     argv = build(plan, preset, args.hf_model)
     if args.json:
-        print(
-            json.dumps(
-                {"engine": args.engine, "argv": argv, "command": shlex.join(argv), "notes": notes(plan)}
-            )
-        )
+        out = {"engine": args.engine, "argv": argv, "command": shlex.join(argv), "notes": notes(plan)}
+        print(json.dumps(out))
     else:
         for note in notes(plan):
             print(f"# {note}")

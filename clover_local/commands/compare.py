@@ -171,17 +171,13 @@ def _run(
 
     machine = model_files.detect()
     bar = ProgressLine(sys.stderr)
-
-    def save(report: CompareReport) -> None:
-        save_report(report, out)
-
     report = run_compare(
         contenders,
         tasks,
         options,
         machine=machine,
         previous=previous,
-        save=save,
+        save=lambda report: save_report(report, out),
         on_progress=bar,
         machine_text=machine_line(machine),
     )
@@ -220,13 +216,7 @@ class ProgressLine(StatusLine):
             return
         filled = round(self.WIDTH * p.done / p.total) if p.total else 0
         bar = "#" * filled + "-" * (self.WIDTH - filled)
-        what = {
-            "loading": "loading",
-            "loaded": "loaded",
-            "task": p.task,
-            "unloaded": "unloaded",
-            "failed": "could not run",
-        }[p.kind]
+        what = {"task": p.task, "failed": "could not run"}.get(p.kind, p.kind)
         left = f", about {format_duration(p.eta_s)} left" if p.eta_s is not None else ""
         line = f"[{bar}] {p.done}/{p.total} {p.contender}: {what}{left}"
         if p.kind == "failed":

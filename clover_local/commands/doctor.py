@@ -202,11 +202,9 @@ def run(args: argparse.Namespace) -> int:
         out["runner"] = {"kind": launch.runner.kind, "why": launch.runner.why}
         out["chat"] = chat_report(launch)
         fit_params = (server.get("tools") or {}).get("llama-fit-params")
-        out["fit"] = (
-            compare_fit(launch.plan, launch.preset, binary=Path(fit_params))
-            if fit_params
-            else {"shown": False, "why": "no llama-fit-params next to llama-server or on PATH"}
-        )
+        out["fit"] = {"shown": False, "why": "no llama-fit-params next to llama-server or on PATH"}
+        if fit_params:
+            out["fit"] = compare_fit(launch.plan, launch.preset, binary=Path(fit_params))
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -225,8 +223,7 @@ def _text(out: dict[str, Any]) -> list[str]:
                 "  none besides the installed runtimes' (below): each model runs on the one that loads it"
             )
         else:
-            lines.append("  none")
-            lines.append(f"  -> {s['fix']}")
+            lines += ["  none", f"  -> {s['fix']}"]
     else:
         lines.append(f"  path      {s['path']} ({s['source']})")
         if "error" in s:

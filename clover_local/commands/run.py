@@ -101,11 +101,7 @@ def _open(args: argparse.Namespace) -> OpenedEngine:
     preset = load_preset(args.preset) if args.preset or not args.model else None
     path = require_model(preset, args.model, getattr(args, "quant", None) or "auto")
     launch = launch_from_args(
-        args,
-        preset=preset,
-        model=str(path),
-        diffusion=diffusion_wishes(args),
-        chat_template=args.template,
+        args, preset=preset, model=str(path), diffusion=diffusion_wishes(args), chat_template=args.template
     )
     opened = open_launch(launch)
     return replace(opened, notices=(*plan_notices(opened.plan), *opened.notices))
@@ -136,10 +132,7 @@ def run(args: argparse.Namespace) -> int:
     messages = [ChatMessage("system", args.system)] if args.system else []
     messages.append(ChatMessage("user", text))
     request = GenerationRequest(
-        messages=tuple(messages),
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        seed=args.seed,
+        messages=tuple(messages), max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
     )
     engine = opened.engine
     parts: list[str] = []
@@ -161,12 +154,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write("\n")
         if stats is not None:
-            acc = (
-                f", draft acceptance {stats.draft_acceptance:.0%}"
-                if stats.draft_acceptance is not None
-                else ""
-            )
-            d = stats.diffusion
+            accepted, d = stats.draft_acceptance, stats.diffusion
+            acc = f", draft acceptance {accepted:.0%}" if accepted is not None else ""
             if d is not None:
                 acc = f", diffusion: {d.steps} steps, {d.tokens_per_step:.2f} tokens/step, {d.algorithm}"
             print(

@@ -67,11 +67,8 @@ def run_list(args: argparse.Namespace) -> int:
     # The llama.cpp this package pins: the embedded engine's, and the llama-server built from the same source.
     pinned = [{"tag": "pinned", **asdict(p)} for p in pinned_runtimes()]
     if args.json:
-        print(
-            json.dumps(
-                {"runtimes_dir": str(settings.runtimes_dir()), "installed": rows, "pinned": pinned}, indent=2
-            )
-        )
+        out = {"runtimes_dir": str(settings.runtimes_dir()), "installed": rows, "pinned": pinned}
+        print(json.dumps(out, indent=2))
         return 0
     if rows:
         for row in rows:

@@ -46,10 +46,8 @@ def probe_cpu_macos(run_sysctl: RunSysctl, arch: str, count: CoreCounter) -> tup
     """Model and flags from ``sysctl`` (``machdep.cpu.brand_string``, ``hw.optional.*``)."""
     model = (run_sysctl("machdep.cpu.brand_string") or arch or "unknown CPU").strip()
     flags = {name for name, key in _SYSCTL_FEATURE_KEYS.items() if (run_sysctl(key) or "").strip() == "1"}
-    if arch in ("arm64", "aarch64"):
-        flags.add(
-            "neon"
-        )  # every Apple Silicon core has NEON; the sysctl key is absent on some macOS versions
+    if arch in ("arm64", "aarch64"):  # every Apple Silicon core has NEON; some macOS versions lack the key
+        flags.add("neon")
     cpu = _cpu(model, flags, arch, count)
     return cpu, ProbeResult("cpu", True, _describe(cpu, "from sysctl"))
 

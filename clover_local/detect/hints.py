@@ -26,13 +26,12 @@ def rebuild_command(vendor: str, version: str | None) -> str:
 
 def build_hints(gpus: tuple[Gpu, ...], build: LlamaBuild) -> tuple[str, ...]:
     """One hint per GPU vendor the build cannot drive, with the rebuild command; nothing when all is well."""
-    hints: list[str] = []
     if build.version is None:
-        hints.append(
+        return (
             "llama-cpp-python is not importable: install it with "
-            f"pip install llama-cpp-python=={PINNED_VERSION} (it compiles llama.cpp; needs a C/C++ toolchain)"
+            f"pip install llama-cpp-python=={PINNED_VERSION} (it compiles llama.cpp; needs a C/C++ toolchain)",
         )
-        return tuple(hints)
+    hints: list[str] = []
     for vendor in dict.fromkeys(g.vendor for g in gpus):
         usable = build.gpu_offload and any(b in build.backends for b in _BACKENDS_FOR_VENDOR[vendor])
         if usable:

@@ -108,7 +108,4 @@ class Machine:
         """The backend the plan targets: the build's GPU backend when it has one and a GPU exists, else cpu."""
         if not self.gpus or not self.build.gpu_offload:
             return "cpu"
-        for b in self.build.backends:
-            if b != "cpu":
-                return b
-        return "cpu"
+        return next((b for b in self.build.backends if b != "cpu"), "cpu")

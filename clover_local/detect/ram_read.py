@@ -120,11 +120,7 @@ def keep_ram_read(folder: Path, measured: RamRead) -> None:
 
 
 def ram_read_here(
-    folder: Path,
-    machine: str,
-    threads: int,
-    *,
-    measure: Callable[[int, str], RamRead] | None = None,
+    folder: Path, machine: str, threads: int, *, measure: Callable[[int, str], RamRead] | None = None
 ) -> RamRead:
     """This machine's read rate: the one kept today, else measured now. A quiet measurement is kept when it is
     the best yet for this machine: another program's memory traffic (a VM beside this one on the host, a process

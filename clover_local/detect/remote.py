@@ -180,9 +180,7 @@ def parse_simulated_device(value: str) -> tuple[DeviceKind, int, WorkerSpec]:
 
 
 def number_devices(
-    workers: list[tuple[WorkerSpec, list[tuple[DeviceKind, int, int]]]],
-    links: dict[str, Link],
-    source: str,
+    workers: list[tuple[WorkerSpec, list[tuple[DeviceKind, int, int]]]], links: dict[str, Link], source: str
 ) -> tuple[Worker, ...]:
     """Workers with their devices named as llama.cpp names them (``RPC0``... in order); ``(kind, free, total)``
     per device, the link per endpoint (else :data:`ASSUMED_LINK`)."""

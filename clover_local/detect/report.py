@@ -73,10 +73,12 @@ def machine_summary(machine: Machine, llama_cpp: str | None = None) -> str:
     the plan (``llama_cpp``, once a plan is made: an installed runtime is not the pinned build), else the pinned
     build."""
     gib = gigabytes
+    path = machine.disk.path
+    where = f" in {path}" if path and not path.startswith("(") else ""  # not "(simulated)"
     lines = [
         f"CPU   {machine.cpu.model or 'unknown'} ({machine.cpu.physical_cores} cores)",
         f"RAM   {gib(machine.memory.available_bytes)} free of {gib(machine.memory.total_bytes)}",
-        f"Disk  {gib(machine.disk.free_bytes)} free" + _where(machine.disk.path),
+        f"Disk  {gib(machine.disk.free_bytes)} free{where}",
     ]
     for g in machine.gpus:
         kind = "unified" if g.unified else "VRAM"
@@ -91,7 +93,3 @@ def machine_summary(machine: Machine, llama_cpp: str | None = None) -> str:
     if machine.simulated:
         lines.append("(simulated machine)")
     return "\n".join(lines)
-
-
-def _where(path: str) -> str:
-    return f" in {path}" if path and not path.startswith("(") else ""

@@ -38,13 +38,7 @@ from clover_local.detect.machine import (
     Memory,
     ProbeResult,
 )
-from clover_local.detect.remote import (
-    Worker,
-    WorkerSpec,
-    number_devices,
-    parse_link,
-    parse_simulated_device,
-)
+from clover_local.detect.remote import Worker, WorkerSpec, number_devices, parse_link, parse_simulated_device
 from clover_local.detect.units import GIB, format_bytes, parse_bandwidth, parse_size
 from clover_local.errors import UsageError
 

@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -160,18 +160,6 @@ def fit_params_summary(model: Path, plan: Plan) -> str | None:
     return " | ".join(lines[-3:])
 
 
-@contextlib.contextmanager
-def _maybe_hold(free_bytes: int | None, log: Log) -> Iterator[None]:
-    if not free_bytes:
-        yield
-        return
-    from clover_local.measure.gpu_memory import GpuMemoryHold
-
-    with GpuMemoryHold(free_bytes) as hold:
-        log(f"  holding GPU memory: {hold.report}")
-        yield
-
-
 def run_case(
     name: str,
     model: Path,
@@ -184,9 +172,12 @@ def run_case(
 ) -> CaseReport:
     """Plan and measure one case (the whole card, or ``free_bytes`` left free by holding the rest)."""
     from clover_local.launch import LaunchRequest, decide_launch
+    from clover_local.measure.gpu_memory import GpuMemoryHold
 
     log(f"case {name}:")
-    with _maybe_hold(free_bytes, log):
+    with GpuMemoryHold(free_bytes) if free_bytes else contextlib.nullcontext() as hold:
+        if hold is not None:
+            log(f"  holding GPU memory: {hold.report}")
         # The plan the product makes for this file on this machine as it is now (free memory included).
         plan = decide_launch(LaunchRequest(preset, str(model), ctx=ctx)).plan
         log(

@@ -7,6 +7,7 @@ the speculation modes ``bench --spec-modes`` compared (``speculation-bench.json`
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -43,10 +44,8 @@ def load_records(path: Path | None = None) -> list[SpeedRecord]:
     for item in raw if isinstance(raw, list) else []:
         if not isinstance(item, dict) or not names >= set(item):
             continue
-        try:
+        with contextlib.suppress(TypeError):
             out.append(SpeedRecord(**item))
-        except TypeError:
-            continue
     return out
 
 
@@ -83,10 +82,8 @@ def load_all_spec_ratios(path: Path | None = None) -> dict[str, dict[str, float]
     data = _read_json(path or spec_records_path())
     out: dict[str, dict[str, float]] = {}
     for key, entry in data.items() if isinstance(data, dict) else ():
-        try:
+        with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
             out[str(key)] = {str(m): float(r) for m, r in entry["ratios"].items()}
-        except (KeyError, TypeError, ValueError, AttributeError):
-            continue
     return out
 
 
@@ -114,20 +111,15 @@ def load_verify_costs(path: Path | None = None) -> list[VerifyCostRecord]:
     raw = _read_json(path or verify_costs_path())
     out: list[VerifyCostRecord] = []
     for item in raw if isinstance(raw, list) else []:
-        try:
-            costs = tuple(float(c) for c in item["costs"])
-            others = item.get("others_busy")
-            out.append(
-                VerifyCostRecord(
-                    str(item["key"]),
-                    costs,
-                    float(item["step_ms"]),
-                    str(item.get("when", "")),
-                    None if others is None else float(others),
-                )
+        with contextlib.suppress(TypeError, KeyError, ValueError):
+            record = VerifyCostRecord(  # a list or a string raises TypeError at item["key"]
+                str(item["key"]),
+                tuple(float(c) for c in item["costs"]),
+                float(item["step_ms"]),
+                str(item.get("when", "")),
+                None if item.get("others_busy") is None else float(item["others_busy"]),
             )
-        except (TypeError, KeyError, ValueError):
-            continue
+            out.append(record)
     return out
 
 

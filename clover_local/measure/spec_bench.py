@@ -52,21 +52,13 @@ class SpecBenchReport:
 
     def ratio(self, mode: str) -> float | None:
         """Geometric mean over workloads of (mode's median / plain's median)."""
-        parts = []
-        for w in self.workloads:
-            m, p = self.median(mode, w), self.median(PLAIN, w)
-            if m and p:
-                parts.append(m / p)
+        pairs = [(self.median(mode, w), self.median(PLAIN, w)) for w in self.workloads]
+        parts = [m / p for m, p in pairs if m and p]
         return statistics.geometric_mean(parts) if parts else None
 
     def ratios(self) -> dict[str, float]:
         """Mode -> ratio to plain, for every mode measured (plain itself excluded)."""
-        out = {}
-        for mode in self.modes:
-            r = self.ratio(mode)
-            if mode != PLAIN and r is not None:
-                out[mode] = round(r, 3)
-        return out
+        return {m: round(r, 3) for m in self.modes if m != PLAIN and (r := self.ratio(m)) is not None}
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

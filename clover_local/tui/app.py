@@ -111,11 +111,7 @@ class CloverApp(App[None]):
 
     @work(exclusive=True, group="flow")
     async def run_flow(
-        self,
-        preset: Preset,
-        model_path: str | None = None,
-        *,
-        choice: ModelChoice | None = None,
+        self, preset: Preset, model_path: str | None = None, *, choice: ModelChoice | None = None
     ) -> None:
         """plan -> download -> launch -> chat, and again for each model picked in the chat. With
         ``model_path`` (the preset's file, given or remembered) it starts at the launch and goes straight on
@@ -219,13 +215,9 @@ class CloverApp(App[None]):
             path = choice.path
             preset, key, matched = services.preset_and_key_for_file(path)
             defaults = await asyncio.to_thread(services.settings_for_file, path, preset, matched)
-            first = (
-                user_prefs.FirstRun(preset=preset.name, ctx=defaults.ctx, model_path=path, kind="file")
-                if choice.remember
-                else None
-            )
+            kept = user_prefs.FirstRun(preset=preset.name, ctx=defaults.ctx, model_path=path, kind="file")
             title = preset.display_name if matched else Path(path).name
-            return preset, path, key, defaults, title, first
+            return preset, path, key, defaults, title, (kept if choice.remember else None)
         preset = load_preset(choice.preset)
         found = await asyncio.to_thread(model_files.find_model, preset)
         if found is None:  # not on disk: plan and download it
@@ -234,11 +226,7 @@ class CloverApp(App[None]):
         return preset, str(found), preset.name, None, preset.display_name, first
 
     def _settings_for(
-        self,
-        key: str,
-        preset: Preset,
-        plan: Plan | None,
-        defaults: user_prefs.ModelSettings | None = None,
+        self, key: str, preset: Preset, plan: Plan | None, defaults: user_prefs.ModelSettings | None = None
     ) -> user_prefs.ModelSettings:
         """The model's saved settings (else ``defaults``, else the preset's), with the plan screen's context
         (the launch opened), else the one given on the command line, else (nothing saved for it) the one its first

@@ -155,12 +155,7 @@ def launch_for(
 
     launcher = Launcher(facts=facts)
     request = LaunchRequest(
-        preset,
-        model_path,
-        ctx=model_settings.ctx,
-        spec=model_settings.spec_mode,
-        rpc=rpc,
-        force=force,
+        preset, model_path, ctx=model_settings.ctx, spec=model_settings.spec_mode, rpc=rpc, force=force
     )
     try:
         return launcher.decide(request)

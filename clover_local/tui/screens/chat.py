@@ -217,10 +217,9 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
         and one notification; the conversation stays as it is."""
         now = self.engine.health()
         before, self.runner = self.runner, now
-        if (now.state, now.restarts, _load_note(now)) == (before.state, before.restarts, _load_note(before)):
-            return
-        if (now.state, now.restarts) == (before.state, before.restarts):  # only the threads the load allows
-            self._set_status(generating=self.generating)
+        if (now.state, now.restarts) == (before.state, before.restarts):
+            if _load_note(now) != _load_note(before):  # only the threads the load allows
+                self._set_status(generating=self.generating)
             return
         if now.state == "restarting":
             self.notify(f"{now.why}…", severity="warning", timeout=8)
@@ -322,9 +321,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
             top_p=s.top_p,
             top_k=s.top_k,
             seed=seed,
-            speculative=False
-            if s.spec_mode == "off"
-            else None,  # on: as the plan chose (auto may have said off)
+            speculative=False if s.spec_mode == "off" else None,  # else as the plan chose (auto may say off)
             live=s.diffusion_live,  # diffusion engines: the live view
         )
 
@@ -492,10 +489,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
 
     def action_page(self, direction: str) -> None:
         transcript = self.query_one("#transcript", VerticalScroll)
-        if direction == "up":
-            transcript.scroll_page_up()
-        else:
-            transcript.scroll_page_down()
+        (transcript.scroll_page_up if direction == "up" else transcript.scroll_page_down)()
 
     async def action_regenerate(self) -> None:
         if self.generating or not self.history or self.history[-1].role != "assistant":
@@ -625,7 +619,7 @@ class ChatScreen(Screen[ModelChoice | LoadAgain | None]):
     def action_settings(self) -> None:
         from clover_local.tui.screens.modals import SettingsScreen
 
-        self.app.push_screen(SettingsScreen(self.model_settings, self.engine.n_ctx), self._settings_done)
+        self.app.push_screen(SettingsScreen(self.model_settings), self._settings_done)
 
     def _settings_done(self, new: user_prefs.ModelSettings | None) -> None:
         if new is None:

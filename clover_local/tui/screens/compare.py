@@ -28,9 +28,7 @@ from clover_local.errors import CloverError
 class CompareScreen(Screen[CompareReport | None]):
     """Contenders and tasks in, a comparison out."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "close", "Stop / back", id="compare.close"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Stop / back", id="compare.close")]
 
     @dataclass
     class Step(Message, bubble=False):

@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, ProgressBar, Static
 
 from clover_local import settings
+from clover_local.detect.memory import nearest_existing
 from clover_local.detect.units import format_bytes
 from clover_local.errors import CloverError, DownloadCancelled
 from clover_local.fetch.progress import DownloadProgress, format_duration
@@ -53,9 +54,7 @@ def describe_progress(p: DownloadProgress) -> str:
 
 def disk_left_text() -> str:
     """Free space where the Hugging Face cache lives."""
-    folder = settings.hf_cache_dir()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    folder = nearest_existing(settings.hf_cache_dir())
     try:
         free = shutil.disk_usage(folder).free
     except OSError:
@@ -181,8 +180,7 @@ class DownloadScreen(Screen[str | ModelChoice | None]):
         if message.path:
             self.dismiss(message.path)
             return
-        button = self.query_one("#download-pause", Button)
-        button.label = "Resume"
+        self.query_one("#download-pause", Button).label = "Resume"
         if message.cancelled:
             self.query_one("#download-status", Static).update("Paused: what was downloaded is kept.")
         else:

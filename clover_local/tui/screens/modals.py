@@ -36,12 +36,11 @@ _NUMBER_FIELDS: tuple[tuple[str, str, type], ...] = (
 class SettingsScreen(ModalScreen[ModelSettings | None]):
     """Sampling, context, speculative decoding and the system prompt, saved per model."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="settings.cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss", "Cancel", id="settings.cancel")]
 
-    def __init__(self, current: ModelSettings, loaded_ctx: int) -> None:
+    def __init__(self, current: ModelSettings) -> None:
         super().__init__()
         self.current = current
-        self.loaded_ctx = loaded_ctx
 
     def compose(self) -> ComposeResult:
         with Vertical(id="settings-box", classes="dialog"):
@@ -93,14 +92,10 @@ class SettingsScreen(ModalScreen[ModelSettings | None]):
             except ValueError:
                 noun = "a whole number" if kind is int else "a number"
                 raise CloverError(f"{label}: {text!r} is not {noun}.") from None
-        mode = str(self.query_one("#set-spec_mode", Select).value)
-        values["spec_mode"] = mode
+        values["spec_mode"] = str(self.query_one("#set-spec_mode", Select).value)
         values["diffusion_live"] = self.query_one("#set-diffusion_live", Switch).value
         values["system_prompt"] = self.query_one("#set-system_prompt", Input).value
         return replace(self.current, **values).validated()  # type: ignore[arg-type]
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
 
 def sampling_hint(settings: ModelSettings) -> str:
@@ -119,7 +114,7 @@ class ContextFullScreen(ModalScreen[tuple[str, bool] | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "choose('drop')", "Drop oldest", id="full.drop"),
         Binding("s", "choose('summary')", "New chat + summary", id="full.summary"),
-        Binding("escape", "cancel", "Cancel", id="full.cancel"),
+        Binding("escape", "dismiss", "Cancel", id="full.cancel"),
     ]
 
     def __init__(self, n_ctx: int) -> None:
@@ -144,9 +139,6 @@ class ContextFullScreen(ModalScreen[tuple[str, bool] | None]):
 
     def action_choose(self, how: str) -> None:
         self.dismiss((how, self.query_one("#full-remember", Checkbox).value))
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
 
 HELP_TEXT = """\

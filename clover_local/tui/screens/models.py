@@ -29,7 +29,7 @@ class ModelPicker(ModalScreen[ModelChoice | None]):
     """The models on disk first (they open without the network), then the presets (not the test models'),
     then a path box."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="models.cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss", "Cancel", id="models.cancel")]
 
     @dataclass
     class Found(Message, bubble=False):
@@ -95,6 +95,3 @@ class ModelPicker(ModalScreen[ModelChoice | None]):
             self.query_one("#models-note", Static).update(Text(str(exc)))  # not markup: it holds [:QUANT]
             return
         self.dismiss(choice)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)

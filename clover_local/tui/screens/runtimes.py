@@ -36,8 +36,8 @@ class ConfirmRemove(ModalScreen[bool]):
     """Asks before a runtime's folder is deleted."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y", "answer(True)", "Remove", id="confirm.yes"),
-        Binding("n,escape", "answer(False)", "Keep", id="confirm.no"),
+        Binding("y", "dismiss(True)", "Remove", id="confirm.yes"),
+        Binding("n,escape", "dismiss(False)", "Keep", id="confirm.no"),
     ]
 
     def __init__(self, runtime: InstalledRuntime) -> None:
@@ -52,11 +52,8 @@ class ConfirmRemove(ModalScreen[bool]):
                 markup=False,
             )
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Remove (y)", variant="error", id="confirm-yes", action="screen.answer(True)")
-                yield Button("Keep (n)", id="confirm-no", action="screen.answer(False)")
-
-    def action_answer(self, remove: bool) -> None:
-        self.dismiss(remove)
+                yield Button("Remove (y)", variant="error", id="confirm-yes", action="screen.dismiss(True)")
+                yield Button("Keep (n)", id="confirm-no", action="screen.dismiss(False)")
 
 
 class RuntimesScreen(Screen[InstalledRuntime | None]):

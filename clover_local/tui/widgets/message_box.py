@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from textual import events
@@ -28,13 +29,12 @@ class MessageBox(TextArea):
         Binding("tab", "complete", "Complete", show=False, id="box.complete"),
     ]
 
+    @dataclass
     class Submitted(Message):
         """Enter: the message as written (the box is empty again by then)."""
 
-        def __init__(self, box: MessageBox, text: str) -> None:
-            super().__init__()
-            self.box = box
-            self.text = text
+        box: MessageBox
+        text: str
 
         @property
         def control(self) -> MessageBox:
@@ -42,11 +42,7 @@ class MessageBox(TextArea):
 
     def __init__(self, *, commands: Sequence[str] = (), placeholder: str = "", id: str | None = None) -> None:
         super().__init__(
-            soft_wrap=True,
-            tab_behavior="focus",
-            show_line_numbers=False,
-            placeholder=placeholder,
-            id=id,
+            soft_wrap=True, tab_behavior="focus", show_line_numbers=False, placeholder=placeholder, id=id
         )
         self.commands = tuple(commands)
         """Slash commands Tab completes (``/new``, ``/set``...)."""
