@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_hops import Hops
 from helpers_tui import ScreenHost
 from waiting import wait_until
 
@@ -23,23 +24,6 @@ from clover_local.tui import context_fit
 from clover_local.tui.reply_stream import ReplySink
 from clover_local.tui.screens.chat import ChatScreen
 from clover_local.tui.widgets.message_box import MessageBox
-
-
-class Hops:
-    """The threads one reply is on, in order: where it is sent, posted to the queue, fitted to the context,
-    started by the engine, where each item is posted to its reply, and where the reply is read."""
-
-    def __init__(self) -> None:
-        self.threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-
-    def here(self) -> None:
-        with self._lock:
-            self.threads.append(threading.current_thread())
-
-    @property
-    def crossings(self) -> int:
-        return sum(a is not b for a, b in zip(self.threads, self.threads[1:], strict=False))
 
 
 async def test_a_chat_reply_on_the_embedded_engine_crosses_threads_twice(

@@ -11,29 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_hops import Hops
 
 from clover_local.engine.embedded import EmbeddedEngine
 from clover_local.engine.sequence import ActiveSequence
 from clover_local.engine.types import END, Finished, GenerationRequest, TextDelta
 from clover_local.launch import LaunchRequest, decide_launch, open_launch
 from clover_local.serve.slots import Reply, SlotQueue, Ticket
-
-
-class Hops:
-    """The threads one request is on, in order: where it is posted, where the engine starts it, where each item
-    is posted to its reply, and where the reply is read (the reads between posts are the same crossing back)."""
-
-    def __init__(self) -> None:
-        self.threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-
-    def here(self) -> None:
-        with self._lock:
-            self.threads.append(threading.current_thread())
-
-    @property
-    def crossings(self) -> int:
-        return sum(a is not b for a, b in zip(self.threads, self.threads[1:], strict=False))
 
 
 class SeenReply(Reply):
