@@ -84,10 +84,12 @@ class ChatList(ModalScreen[tuple[int, Conversation] | None]):
         options = self.query_one("#chats-list", OptionList)
         options.clear_options()
         options.add_options(Option(chat_line(c, self.current), id=str(c.id)) for c in self.chats)
-        note = message.error or ("" if self.chats else "No chats yet: every chat is kept here as it goes.")
-        if self.chats:
-            note = "Enter opens · F2 renames · Tab to the list, then Delete deletes · type to search"
-        self.query_one("#chats-note", Static).update(note)
+        hint = (
+            "Enter opens · F2 renames · Tab to the list, then Delete deletes · type to search"
+            if self.chats
+            else "No chats yet: every chat is kept here as it goes."
+        )
+        self.query_one("#chats-note", Static).update(message.error or hint)
         if self.chats:
             options.highlighted = 0
         self.listings += 1
