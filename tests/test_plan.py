@@ -277,3 +277,20 @@ def test_llama_server_keeps_all_of_q4_k_m_on_a_24_gib_card(clover) -> None:
     assert embedded.n_cpu_moe > 0
     assert server.memory.gpus[0].runtime_bytes < embedded.memory.gpus[0].runtime_bytes
     assert any("runtime itself" in r.text for r in server.reasons)
+
+
+@pytest.mark.parametrize(
+    ("n_gpu_layers", "n_cpu_moe", "words"),
+    [
+        (0, 0, "CPU only"),
+        (-1, 0, "all on the GPU"),
+        (-1, 12, "experts of 12 layers in RAM"),
+        (20, 0, "20 layers on the GPU"),  # a dense model offloaded in part (the community reason said "all")
+    ],
+)
+def test_every_reason_names_a_placement_in_the_same_words(
+    n_gpu_layers: int, n_cpu_moe: int, words: str
+) -> None:
+    from clover_local.plan.fit import placement_words
+
+    assert placement_words(n_gpu_layers, n_cpu_moe) == words

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from clover_local.detect.units import format_bytes as fb
 from clover_local.gguf.model import ModelDescription, describe_from_preset
+from clover_local.plan.fit import placement_words
 from clover_local.plan.quant_order import quality_rank
 from clover_local.plan.reasons import Reason
 from clover_local.plan.speed import format_tokens_per_s
@@ -157,13 +158,7 @@ def choose_community_quant(
     where = f"RAM {fb(ram.used_bytes)} of {fb(ram.capacity_bytes)}" + "".join(
         f", {g.name} {fb(g.used_bytes)} of {fb(g.capacity_bytes)}" for g in gpus
     )
-    placement = (
-        "CPU only"
-        if plan.n_gpu_layers == 0
-        else f"experts of {plan.n_cpu_moe} layers in RAM"
-        if plan.n_cpu_moe
-        else "all on the GPU"
-    )
+    placement = placement_words(plan.n_gpu_layers, plan.n_cpu_moe)
     command = download_command(best.repo, best.pattern)
     rank = quality_rank(best.quant)
     order = (

@@ -52,6 +52,15 @@ class Fit:
         return self.n_gpu_layers < 0 and self.n_cpu_moe == 0 and bool(self.memory.gpus)
 
 
+def placement_words(n_gpu_layers: int, n_cpu_moe: int) -> str:
+    """Where a placement puts the layers, in the words every reason uses (``n_gpu_layers`` below 0: all)."""
+    if n_gpu_layers == 0:
+        return "CPU only"
+    if n_gpu_layers < 0:
+        return f"experts of {n_cpu_moe} layers in RAM" if n_cpu_moe else "all on the GPU"
+    return f"{n_gpu_layers} layers on the GPU"
+
+
 def uses_gpus(machine: Machine) -> bool:
     return machine.offload_backend != "cpu" and bool(machine.gpus)
 

@@ -12,7 +12,7 @@ from clover_local.detect.machine import Machine
 from clover_local.detect.units import format_bytes as fb
 from clover_local.errors import UsageError
 from clover_local.gguf.model import ModelDescription
-from clover_local.plan.fit import Fit, find_fit, refit, uses_gpus
+from clover_local.plan.fit import Fit, find_fit, placement_words, refit, uses_gpus
 
 DEFAULT_SLOTS = 4
 """Slots when none are asked for and memory allows (llama-server's own default is 4)."""
@@ -78,8 +78,4 @@ def _slot_cost(one: Fit, two: Fit) -> int:
 
 
 def _where(fit: Fit) -> str:
-    if fit.n_gpu_layers == 0:
-        return "CPU only"
-    if fit.n_gpu_layers < 0:
-        return f"experts of {fit.n_cpu_moe} layers in RAM" if fit.n_cpu_moe else "all on the GPU"
-    return f"{fit.n_gpu_layers} layers on the GPU"
+    return placement_words(fit.n_gpu_layers, fit.n_cpu_moe)
