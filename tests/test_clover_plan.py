@@ -421,6 +421,37 @@ def test_offline_a_16_gb_machine_gets_a_file_that_fits_and_the_command_that_gets
     assert f"Fits instead: {quant} of {repo}" in shown and f"`clover-local download --repo {repo}`" in shown
 
 
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "http://127.0.0.1:9",  # a closed port: refused at once
+        "http://hub.invalid",  # a name no resolver knows (RFC 6761): as on a machine with no route to the Hub
+    ],
+)
+def test_with_the_hub_unreachable_a_16_gb_machine_still_gets_the_listed_file_that_fits(
+    no_runtime: Path, monkeypatch: pytest.MonkeyPatch, endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not offline by choice (no ``HF_HUB_OFFLINE``): the Hub merely cannot be reached. The plan says so and
+    weighs what the community repos' pages list, as offline, instead of naming nothing."""
+    from huggingface_hub import constants, hf_api
+
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(
+        constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+    )
+    monkeypatch.setattr(hf_api.api, "endpoint", endpoint)
+    assert main(["plan", "--preset", PRESET, "--simulate", "ram=16G", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["fits"] is False
+    pick = planned["community"]
+    assert (pick["repo"], pick["quant"]) == (NANOPLUS, "APEX-I-NanoPlus-V2.1")
+    assert pick["command"] == f"clover-local download --repo {NANOPLUS}"
+    assert pick["size_source"].startswith("estimated from the size its page lists")
+    said = [r for r in planned["reasons"] if r.startswith("The community repos were not asked")]
+    assert len(said) == 1 and "The sizes their pages list are weighed instead" in said[0], planned["reasons"]
+
+
 def test_the_advice_names_a_smaller_context_only_where_it_fits(
     no_runtime: Path, offline: None, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,10 +5,13 @@ and cached like the preset's own (``fetch.remote_header``). The answer is a valu
 (``plan.community.choose_community_quant``); nothing here raises for the Hub: a repo that cannot be asked
 becomes a sentence, and so does a file whose header its runtime would refuse (``gguf.loadable``: it is not
 offered). Offline nothing is asked: the files the preset lists with the sizes their pages give are weighed
-from those sizes, and a sentence names the repos that would be asked.
+from those sizes, and a sentence names the repos that would be asked. Where the Hub cannot be reached (no route,
+no name resolution, a timeout) the same listings are weighed, with a sentence saying why.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from clover_local import settings
 from clover_local.errors import CloverError, DownloadError, GGUFError, HubUnreachableError
@@ -56,8 +59,15 @@ def find_community_quants(
         try:
             listing = hub.list_repo(repo, "main", timeout_s=timeout_s, retries=0)
         except HubUnreachableError as exc:
-            notes.append(f"The community repos were not asked for a smaller quant: {exc.what.rstrip('.')}.")
-            break  # the Hub is down: the other repos would cost a timeout each for the same answer
+            # The Hub is down: the other repos would cost a timeout each for the same answer. What their pages
+            # list (the preset keeps it) is weighed as offline.
+            notes.append(
+                f"The community repos were not asked for a smaller quant: {exc.what.rstrip('.')}. The sizes "
+                "their pages list are weighed instead."
+            )
+            unasked = preset.community[preset.community.index(community) :]
+            quants.extend(from_listings(replace(preset, community=unasked), below_bytes, room_bytes))
+            break
         except DownloadError as exc:
             notes.append(f"The community repo {repo} could not be listed: {exc.what.rstrip('.')}.")
             continue
