@@ -149,6 +149,8 @@ def test_the_prediction_follows_the_measured_rate_and_says_so() -> None:
     rate, source = ram_read_rate(fast, 2)
     assert rate == pytest.approx(20e9 * LLAMA_READ_SHARE)
     assert "measured 2026-12-06" in source
+    # Both figures, so the rate the plan uses (half) is not read as the one measured
+    assert "50%, of the 20 GB/s 2 threads streamed" in source
     assert "not measured" in ram_read_rate(base, 2)[1]
     slow_tps, _ = predict_tokens_per_s(slow, [], 2e9, threads=2)
     fast_tps, notes = predict_tokens_per_s(fast, [], 2e9, threads=2)

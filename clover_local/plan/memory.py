@@ -222,8 +222,9 @@ def room_to_repack(ram: DeviceMemory) -> bool:
     kernel cannot page out; the file's pages stay cached until reclaimed. Where RAM cannot hold both, the load
     evicts pages of tensors that are not repacked and are still read every token, and each prompt reads them
     from disk again. Measured on the full-size Clover-shaped model (19.7 GiB, 24 GB, 2 cores, llama-server,
-    docs/speed.md): repacking off loaded in 7.7 s instead of 38 s, read a 500-token prompt at 1.6x, decoded
-    as fast, and held 2 GiB less."""
+    docs/speed.md): repacking off loaded in 7.7 s instead of 38 s, read a 500-token prompt at 1.6x and held 2
+    GiB less; it decoded as fast on an AVX2 CPU and at 0.88x on an AVX-512 one, whose repacked kernels are
+    faster (llama-bench, 6 interleaved rounds)."""
     return (
         ram.weights_bytes == 0 or ram.capacity_bytes - ram.used_bytes - ram.margin_bytes >= ram.weights_bytes
     )
@@ -232,7 +233,8 @@ def room_to_repack(ram: DeviceMemory) -> bool:
 NO_ROOM_TO_REPACK = (
     "Weight repacking off (--no-repack): RAM cannot hold a repacked copy of the weights beside the file's pages, "
     "so repacking would evict weights still in use and read them from disk again at each prompt (measured at "
-    "full size: loads 5x faster and prompts 1.6x faster without it, decoding as fast; docs/speed.md)."
+    "full size: loads 5x faster and prompts 1.6x faster without it; decoding as fast on AVX2 CPUs, about a "
+    "tenth slower on AVX-512 ones; docs/speed.md)."
 )
 
 

@@ -108,7 +108,11 @@ def ram_read_rate(machine: Machine, threads: int | None) -> tuple[float, str]:
     n = threads or machine.cpu.physical_cores or 1
     measured = machine.memory.ram_read
     if measured is not None:
-        source = f"this machine's RAM read rate, measured {measured.date}"
+        streamed = measured.rate(n) / GB
+        source = (
+            f"llama.cpp's share, {LLAMA_READ_SHARE:.0%}, of the {streamed:.0f} GB/s {n} "
+            f"thread{'s' if n != 1 else ''} streamed from this machine's RAM, measured {measured.date}"
+        )
         if not measured.quiet:
             source += " while other programs were busy"
         return measured.rate(n) * LLAMA_READ_SHARE, source
