@@ -5,7 +5,8 @@ Linux reads ``/proc/cpuinfo``; macOS asks ``sysctl``. Both inputs are injectable
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from clover_local.detect.apple import RunSysctl
@@ -26,8 +27,36 @@ _SYSCTL_FEATURE_KEYS = {
 }
 
 
-def probe_cpu_linux(cpuinfo: Path, arch: str, count: CoreCounter) -> tuple[Cpu, ProbeResult]:
-    """Model and flags from ``cpuinfo`` (``/proc/cpuinfo``), cores from ``count``."""
+def core_cpus(sysfs_root: Path, allowed: Iterable[int]) -> tuple[int, ...]:
+    """One logical CPU per physical core among ``allowed`` (``os.sched_getaffinity``), the lowest of each core's
+    hardware threads (``<sysfs>/devices/system/cpu/cpuN/topology/thread_siblings_list``: ``0,8``, ``0-1``),
+    sorted. Empty when a CPU's topology cannot be read: then nothing is bound."""
+    allowed_set = set(allowed)
+    picked: set[int] = set()
+    for cpu in sorted(allowed_set):
+        path = sysfs_root / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology" / "thread_siblings_list"
+        try:
+            siblings = _cpu_list(path.read_text())
+        except (OSError, ValueError):
+            return ()
+        picked.add(min((siblings & allowed_set) or {cpu}))
+    return tuple(sorted(picked))
+
+
+def _cpu_list(text: str) -> set[int]:
+    """A kernel CPU list (``0-3,8,10-11``)."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def probe_cpu_linux(
+    cpuinfo: Path, arch: str, count: CoreCounter, sysfs_root: Path | None = None, allowed: Iterable[int] = ()
+) -> tuple[Cpu, ProbeResult]:
+    """Model and flags from ``cpuinfo`` (``/proc/cpuinfo``), cores from ``count``, one CPU per core among
+    ``allowed`` from ``sysfs_root`` (:func:`core_cpus`; None: not read)."""
     fields = _first_processor_fields(cpuinfo.read_text(errors="replace"))
     model = (
         fields.get("model name")
@@ -39,6 +68,8 @@ def probe_cpu_linux(cpuinfo: Path, arch: str, count: CoreCounter) -> tuple[Cpu, 
     if "asimd" in flags:
         flags.add("neon")
     cpu = _cpu(model, flags, arch, count)
+    if sysfs_root is not None:
+        cpu = replace(cpu, core_cpus=core_cpus(sysfs_root, allowed))
     return cpu, ProbeResult("cpu", True, _describe(cpu, f"from {cpuinfo}"))
 
 

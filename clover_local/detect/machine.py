@@ -24,6 +24,10 @@ class Cpu:
     others_busy_cores: float | None = None
     """Cores' worth of CPU other programs used while the machine was probed (``detect.cpu_load``); None when
     not measured (``--simulate`` without ``busy=``)."""
+    core_cpus: tuple[int, ...] = ()
+    """One logical CPU of each physical core this process may run on (the lowest of its hardware threads), in
+    order: what llama-server's threads are bound to (``--cpu-mask``). Empty where the topology is not known
+    (macOS, Windows, a described machine)."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -60,6 +60,10 @@ class ProbeInputs:
     load_nvml: Callable[[], Any] = load_nvml
     load_amdsmi: Callable[[], Any] = load_amdsmi
     load_llama_cpp: Callable[[], tuple[Any, str]] = load_llama_cpp
+    allowed_cpus: Callable[[], Iterable[int]] = field(
+        default_factory=lambda: lambda: os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()
+    )
+    """The CPUs this process may run on (a container's or ``taskset``'s set)."""
     sample_cpu: Callable[[], CpuSample] = sample_cpu
     """CPU time used so far (``detect.cpu_load``), sampled as probing starts and ends."""
     ram_read: Callable[[Cpu, Memory], RamRead | None] = field(
@@ -165,7 +169,7 @@ def _probe_cpu(inp: ProbeInputs) -> tuple[Cpu, ProbeResult]:
     if inp.system == "darwin":
         return probe_cpu_macos(inp.run_sysctl, inp.arch, inp.cpu_count)
     if inp.cpuinfo.is_file():
-        return probe_cpu_linux(inp.cpuinfo, inp.arch, inp.cpu_count)
+        return probe_cpu_linux(inp.cpuinfo, inp.arch, inp.cpu_count, inp.sysfs_root, inp.allowed_cpus())
     cpu = _fallback_cpu(inp)
     return cpu, ProbeResult(
         "cpu", True, f"{cpu.model}: {cpu.logical_cores} logical cores (no flags on {inp.system})"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from clover_local.gguf.names import FFN_EXPS_REGEX
 from clover_local.llamacpp.binary import Capabilities
 from clover_local.plan.reasons import Notice
+from clover_local.plan.threads import binding_flags, cores_in_mask
 
 _FLAG_RE = re.compile(r"^--?[A-Za-z]")
 _RENAMES: dict[str, tuple[str, ...]] = {
@@ -225,10 +226,21 @@ def threads_in(argv: Sequence[str]) -> int | None:
     return None
 
 
+_BINDING_FLAGS = {"-C", "--cpu-mask", "--cpu-strict", "-Cb", "--cpu-mask-batch", "--cpu-strict-batch"}
+
+
 def with_threads(argv: Sequence[str], threads: int) -> list[str]:
     """The argv with ``threads`` for decoding and batches (``-t``, ``-tb``), replacing any already there: what a
-    child started again for another load runs with (``llamacpp.load_follow``)."""
-    return _replacing(argv, set(_THREAD_FLAGS), ["-t", str(threads), "-tb", str(threads)])
+    child started again for another load runs with (``llamacpp.load_follow``). Where the argv keeps its threads
+    on the machine's cores (``--cpu-mask``, ``plan.threads.binding_flags``), they are bound one to a core again
+    only while they take every core."""
+    cores: tuple[int, ...] = ()
+    for flag, value in split_flags(argv):
+        if flag in ("-C", "--cpu-mask") and value is not None:
+            cores = cores_in_mask(value)
+    dropped = set(_THREAD_FLAGS) | (_BINDING_FLAGS if cores else set())
+    added = ["-t", str(threads), "-tb", str(threads), *binding_flags(threads, cores)]
+    return _replacing(argv, dropped, added)
 
 
 def with_slot_save(argv: Sequence[str], directory: str) -> list[str]:

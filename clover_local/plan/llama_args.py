@@ -11,6 +11,7 @@ from typing import Any
 
 from clover_local.gguf.names import FFN_EXPS_REGEX
 from clover_local.plan.memory import rollback_snapshots
+from clover_local.plan.threads import binding_flags
 from clover_local.plan.types import Plan
 from clover_local.presets import TEMPLATE_COMPLETION, TEMPLATE_FROM_GGUF
 
@@ -90,6 +91,8 @@ def settings(plan: Plan) -> list[Setting]:
         # requests (llamacpp.load_follow), and it batches on its decode threads: a batch on cores another program wants collapses (0.07 of its idle
         # speed, benchmarks/bench_contention.py --batches, docs/reliability-general.md).
         Setting("-tb", str(plan.threads), "n_threads_batch", plan.threads_batch),
+        # llama-server's threads on one core each (plan.threads.bound); llama-cpp-python has no such keyword.
+        *_flag_rows(binding_flags(plan.threads, plan.core_cpus)),
         Setting("-b", str(n_batch), "n_batch", n_batch),
         Setting("-ub", str(n_ubatch), "n_ubatch", n_ubatch),
         Setting("--load-mode", plan.load_mode, "use_mmap", use_mmap),
@@ -152,6 +155,11 @@ def batch_sizes(plan: Plan) -> tuple[int, int]:
         n_ubatch = max(n_ubatch, plan.speculative.n_max + 2)
         n_batch = max(n_batch, n_ubatch)
     return n_batch, n_ubatch
+
+
+def _flag_rows(flags: list[str]) -> list[Setting]:
+    """``[flag, value, flag, value...]`` as argv-only settings."""
+    return [Setting(flag, value, None) for flag, value in zip(flags[::2], flags[1::2], strict=True)]
 
 
 def _engine_rows(plan: Plan) -> list[Setting]:

@@ -266,6 +266,7 @@ def _assemble_plan(
         reasons=tuple(reasons),
         threads=threads.threads,
         threads_batch=threads.threads_batch,
+        core_cpus=threads.core_cpus,
         flash_attn="on",
         cache_type_k=fit.cache_type,
         cache_type_v=fit.cache_type,
@@ -284,7 +285,12 @@ def _assemble_plan(
 def _threads(machine: Machine, wishes: Wishes) -> ThreadPlan:
     cpu, busy = machine.cpu, machine.cpu.others_busy_cores
     return plan_threads(
-        cpu.physical_cores, cpu.logical_cores, wishes.threads, engine=wishes.engine, others_busy=busy
+        cpu.physical_cores,
+        cpu.logical_cores,
+        wishes.threads,
+        engine=wishes.engine,
+        others_busy=busy,
+        core_cpus=cpu.core_cpus if wishes.engine == "llama-server" else (),
     )
 
 

@@ -212,6 +212,8 @@ class Placed:
     """Why each choice, one sentence each (``plan.reasons``): code finds a reason by its code, never its text."""
     threads: int
     threads_batch: int
+    core_cpus: tuple[int, ...] = ()
+    """llama-server's cores, one CPU each (``--cpu-mask``; ``plan.threads.bound``); empty: not bound."""
     n_batch: int = 2048
     n_ubatch: int = 512
     flash_attn: FlashAttn = "auto"
