@@ -170,3 +170,16 @@ def test_the_pinned_llama_server_runs_each_thread_on_its_own_core(
     finally:
         engine.close()
         process.stop()
+
+
+def test_detection_reads_the_cores_this_process_may_use(tmp_path: Path) -> None:
+    from clover_local.detect.probe import ProbeInputs, detect_machine
+
+    cpuinfo = Path(__file__).parent / "data" / "detect" / "cpuinfo_amd_epyc_x86_64.txt"
+    inputs = ProbeInputs(
+        system="linux", sysfs_root=_sysfs(tmp_path, APART), cpuinfo=cpuinfo, allowed_cpus=lambda: {1, 2, 3}
+    )
+    assert detect_machine(tmp_path, inputs).cpu.core_cpus == (
+        1,
+        2,
+    )  # core 0 through cpu2, core 1 through cpu1

@@ -45,6 +45,11 @@ def run_sysctl(key: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
 
 
+def allowed_cpus() -> Iterable[int]:
+    """The CPUs this process may run on (``sched_getaffinity``; none where the system does not say)."""
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()
+
+
 @dataclass(frozen=True)
 class ProbeInputs:
     """Where each probe reads from. Defaults read this machine; tests replace fields with recorded data."""
@@ -60,9 +65,7 @@ class ProbeInputs:
     load_nvml: Callable[[], Any] = load_nvml
     load_amdsmi: Callable[[], Any] = load_amdsmi
     load_llama_cpp: Callable[[], tuple[Any, str]] = load_llama_cpp
-    allowed_cpus: Callable[[], Iterable[int]] = field(
-        default_factory=lambda: lambda: os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()
-    )
+    allowed_cpus: Callable[[], Iterable[int]] = allowed_cpus
     """The CPUs this process may run on (a container's or ``taskset``'s set)."""
     sample_cpu: Callable[[], CpuSample] = sample_cpu
     """CPU time used so far (``detect.cpu_load``), sampled as probing starts and ends."""

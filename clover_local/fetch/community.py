@@ -54,7 +54,7 @@ def find_community_quants(
         )
     quants: list[CommunityQuant] = []
     notes: list[str] = []
-    for community in preset.community:
+    for at, community in enumerate(preset.community):
         repo = community.repo
         try:
             listing = hub.list_repo(repo, "main", timeout_s=timeout_s, retries=0)
@@ -65,7 +65,7 @@ def find_community_quants(
                 f"The community repos were not asked for a smaller quant: {exc.what.rstrip('.')}. The sizes "
                 "their pages list are weighed instead."
             )
-            unasked = preset.community[preset.community.index(community) :]
+            unasked = preset.community[at:]
             quants.extend(from_listings(replace(preset, community=unasked), below_bytes, room_bytes))
             break
         except DownloadError as exc:
